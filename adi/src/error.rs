@@ -1,0 +1,142 @@
+//! Errors with MPI error classes.
+//!
+//! Every fallible call in oxmpi returns [`Error`]: an [`ErrorClass`] (what
+//! the MPI standard calls the error class, MPI 4.1 §9.4) and a message for a
+//! person. The class is what a program branches on; the message says what
+//! to fix.
+
+use std::fmt;
+
+/// The MPI error classes oxmpi reports.
+///
+/// [`ErrorClass::code`] gives the integer value MPICH uses for the class, so
+/// that the numbers in oxmpi's messages mean the same as in MPICH's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorClass {
+    /// MPI_ERR_BUFFER: an invalid buffer pointer or length.
+    Buffer,
+    /// MPI_ERR_COUNT: an invalid count argument.
+    Count,
+    /// MPI_ERR_TYPE: an invalid datatype.
+    Type,
+    /// MPI_ERR_TAG: a tag outside 0..=TAG_UB (or a wildcard where none is allowed).
+    Tag,
+    /// MPI_ERR_COMM: an invalid communicator.
+    Comm,
+    /// MPI_ERR_RANK: a rank outside the communicator.
+    Rank,
+    /// MPI_ERR_REQUEST: an invalid request handle.
+    Request,
+    /// MPI_ERR_ARG: another invalid argument.
+    Arg,
+    /// MPI_ERR_TRUNCATE: a message longer than the receive buffer.
+    Truncate,
+    /// MPI_ERR_OTHER: an error with no better class (e.g. the OS refused a resource).
+    Other,
+    /// MPI_ERR_INTERN: an internal inconsistency in oxmpi.
+    Intern,
+    /// MPI_ERR_IN_STATUS: see the per-request statuses.
+    InStatus,
+    /// MPI_ERR_NO_MEM: memory could not be allocated.
+    NoMem,
+    /// MPI_ERR_UNSUPPORTED_OPERATION: the operation is not available here.
+    UnsupportedOperation,
+    /// MPI_ERR_PROC_FAILED (MPICH's MPIX_ERR_PROC_FAILED): a peer process
+    /// is gone or its connection broke; the operations that need it fail.
+    ProcFailed,
+}
+
+impl ErrorClass {
+    /// The integer value of this class in MPICH's `mpi.h`.
+    pub fn code(self) -> i32 {
+        match self {
+            ErrorClass::Buffer => 1,
+            ErrorClass::Count => 2,
+            ErrorClass::Type => 3,
+            ErrorClass::Tag => 4,
+            ErrorClass::Comm => 5,
+            ErrorClass::Rank => 6,
+            ErrorClass::Request => 19,
+            ErrorClass::Arg => 12,
+            ErrorClass::Truncate => 14,
+            ErrorClass::Other => 15,
+            ErrorClass::Intern => 16,
+            ErrorClass::InStatus => 17,
+            ErrorClass::NoMem => 34,
+            ErrorClass::UnsupportedOperation => 52,
+            ErrorClass::ProcFailed => 101,
+        }
+    }
+
+    /// The standard's name for the class, e.g. `MPI_ERR_TRUNCATE`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorClass::Buffer => "MPI_ERR_BUFFER",
+            ErrorClass::Count => "MPI_ERR_COUNT",
+            ErrorClass::Type => "MPI_ERR_TYPE",
+            ErrorClass::Tag => "MPI_ERR_TAG",
+            ErrorClass::Comm => "MPI_ERR_COMM",
+            ErrorClass::Rank => "MPI_ERR_RANK",
+            ErrorClass::Request => "MPI_ERR_REQUEST",
+            ErrorClass::Arg => "MPI_ERR_ARG",
+            ErrorClass::Truncate => "MPI_ERR_TRUNCATE",
+            ErrorClass::Other => "MPI_ERR_OTHER",
+            ErrorClass::Intern => "MPI_ERR_INTERN",
+            ErrorClass::InStatus => "MPI_ERR_IN_STATUS",
+            ErrorClass::NoMem => "MPI_ERR_NO_MEM",
+            ErrorClass::UnsupportedOperation => "MPI_ERR_UNSUPPORTED_OPERATION",
+            ErrorClass::ProcFailed => "MPI_ERR_PROC_FAILED",
+        }
+    }
+}
+
+impl fmt::Display for ErrorClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An MPI error: a class and a message a person can act on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error {
+    class: ErrorClass,
+    message: String,
+}
+
+impl Error {
+    /// An error of `class` with a message.
+    pub fn new(class: ErrorClass, message: impl Into<String>) -> Error {
+        Error {
+            class,
+            message: message.into(),
+        }
+    }
+
+    /// An [`ErrorClass::Other`] error for a failed OS call: `what` says what
+    /// was being done.
+    pub fn os(what: impl fmt::Display, err: std::io::Error) -> Error {
+        Error::new(ErrorClass::Other, format!("{what}: {err}"))
+    }
+
+    /// The error's MPI class.
+    pub fn class(&self) -> ErrorClass {
+        self.class
+    }
+
+    /// The message, without the class.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.class, self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// The result type of every fallible oxmpi call.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

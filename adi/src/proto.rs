@@ -1,0 +1,326 @@
+//! The packet header every transport carries, with checked decoding.
+//!
+//! A packet is a fixed [`HEADER_LEN`]-byte header, little-endian, followed by
+//! `payload_len` bytes of payload. The layout (offsets in bytes):
+//!
+//! | offset | size | field            | meaning                                               |
+//! |-------:|-----:|------------------|-------------------------------------------------------|
+//! | 0      | 2    | magic            | [`MAGIC`], catches a stream that lost its framing      |
+//! | 2      | 1    | version          | [`VERSION`]; another version is refused                |
+//! | 3      | 1    | kind             | [`Kind`]                                               |
+//! | 4      | 4    | sequence         | per-VC packet counter, checked in order by the receiver |
+//! | 8      | 4    | context id       | the communicator's context (matching)                  |
+//! | 12     | 4    | source           | sender's rank in the communicator (matching)           |
+//! | 16     | 4    | tag              | message tag (matching)                                 |
+//! | 20     | 4    | reserved         | must be zero                                           |
+//! | 24     | 8    | message length   | total bytes of the message                             |
+//! | 32     | 8    | payload length   | bytes that follow this header                          |
+//! | 40     | 8    | sender token     | the sender's request, for rendezvous replies           |
+//! | 48     | 8    | receiver token   | the receiver's request, for rendezvous data            |
+//!
+//! Decoding never trusts the peer: [`Header::decode`] checks the magic, the
+//! version, the kind, the reserved field, and that the lengths agree with
+//! the kind, and returns a [`DecodeError`] otherwise.
+
+use crate::error::{Error, ErrorClass};
+use std::fmt;
+
+/// Size of an encoded header in bytes.
+pub const HEADER_LEN: usize = 56;
+/// First two bytes of every packet ("OX" little-endian).
+pub const MAGIC: u16 = 0x584f;
+/// Version of the packet format; peers of another version are refused.
+pub const VERSION: u8 = 1;
+
+/// What a packet is. Short messages travel as one [`Kind::Eager`] packet;
+/// long ones as [`Kind::Rts`], [`Kind::Cts`], [`Kind::Data`] (the seed's
+/// short and long protocols).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Kind {
+    /// A whole message: header and data in one packet.
+    Eager = 1,
+    /// Request to send: announces a long message, no payload.
+    Rts = 2,
+    /// Clear to send: the receiver matched an RTS; `message_len` is the
+    /// number of bytes it accepts (less than announced on truncation).
+    Cts = 3,
+    /// The data of a long message, to the receiver's request named by the
+    /// receiver token.
+    Data = 4,
+}
+
+impl Kind {
+    fn from_u8(v: u8) -> Option<Kind> {
+        Some(match v {
+            1 => Kind::Eager,
+            2 => Kind::Rts,
+            3 => Kind::Cts,
+            4 => Kind::Data,
+            _ => return None,
+        })
+    }
+}
+
+/// A decoded packet header. See the module docs for the wire layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// What the packet is.
+    pub kind: Kind,
+    /// Per-VC sequence number, stamped by the transport.
+    pub sequence: u32,
+    /// Context id of the communicator.
+    pub context_id: u32,
+    /// Sender's rank in the communicator.
+    pub source: i32,
+    /// Message tag.
+    pub tag: i32,
+    /// Total length of the message in bytes.
+    pub message_len: u64,
+    /// Length of the payload that follows this header.
+    pub payload_len: u64,
+    /// The sender's request token.
+    pub sender_token: u64,
+    /// The receiver's request token.
+    pub receiver_token: u64,
+}
+
+/// Why a header was refused. The transport that read it closes the
+/// connection and fails the requests on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DecodeError {
+    /// Fewer than [`HEADER_LEN`] bytes.
+    Short(usize),
+    /// The magic was wrong: the stream is not oxmpi packets or lost framing.
+    Magic(u16),
+    /// A packet format of another version.
+    Version(u8),
+    /// An unknown packet kind.
+    Kind(u8),
+    /// The reserved field was not zero.
+    Reserved(u32),
+    /// The lengths do not agree with the kind or exceed the limit.
+    Length {
+        /// Packet kind.
+        kind: Kind,
+        /// Announced message length.
+        message_len: u64,
+        /// Announced payload length.
+        payload_len: u64,
+    },
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::Short(n) => write!(f, "packet header truncated: {n} of {HEADER_LEN} bytes"),
+            DecodeError::Magic(m) => write!(f, "bad packet magic {m:#06x} (expected {MAGIC:#06x})"),
+            DecodeError::Version(v) => {
+                write!(f, "packet format version {v}, this oxmpi speaks {VERSION}")
+            }
+            DecodeError::Kind(k) => write!(f, "unknown packet kind {k}"),
+            DecodeError::Reserved(r) => write!(f, "reserved header field is {r:#x}, must be 0"),
+            DecodeError::Length {
+                kind,
+                message_len,
+                payload_len,
+            } => write!(
+                f,
+                "{kind:?} packet with message length {message_len} and payload length {payload_len} is inconsistent"
+            ),
+        }
+    }
+}
+
+impl From<DecodeError> for Error {
+    fn from(e: DecodeError) -> Error {
+        Error::new(ErrorClass::ProcFailed, format!("malformed packet from peer: {e}"))
+    }
+}
+
+impl Header {
+    /// A header of `kind` with every other field zero.
+    pub fn new(kind: Kind) -> Header {
+        Header {
+            kind,
+            sequence: 0,
+            context_id: 0,
+            source: 0,
+            tag: 0,
+            message_len: 0,
+            payload_len: 0,
+            sender_token: 0,
+            receiver_token: 0,
+        }
+    }
+
+    /// Encodes the header into its wire form.
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[0..2].copy_from_slice(&MAGIC.to_le_bytes());
+        b[2] = VERSION;
+        b[3] = self.kind as u8;
+        b[4..8].copy_from_slice(&self.sequence.to_le_bytes());
+        b[8..12].copy_from_slice(&self.context_id.to_le_bytes());
+        b[12..16].copy_from_slice(&self.source.to_le_bytes());
+        b[16..20].copy_from_slice(&self.tag.to_le_bytes());
+        // 20..24 reserved, zero.
+        b[24..32].copy_from_slice(&self.message_len.to_le_bytes());
+        b[32..40].copy_from_slice(&self.payload_len.to_le_bytes());
+        b[40..48].copy_from_slice(&self.sender_token.to_le_bytes());
+        b[48..56].copy_from_slice(&self.receiver_token.to_le_bytes());
+        b
+    }
+
+    /// Decodes and validates a header. Never panics, whatever the bytes.
+    pub fn decode(bytes: &[u8]) -> Result<Header, DecodeError> {
+        let b: &[u8; HEADER_LEN] = bytes
+            .get(..HEADER_LEN)
+            .and_then(|s| s.try_into().ok())
+            .ok_or(DecodeError::Short(bytes.len()))?;
+        let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
+        let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let u64_at = |o: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[o..o + 8]);
+            u64::from_le_bytes(w)
+        };
+        let magic = u16_at(0);
+        if magic != MAGIC {
+            return Err(DecodeError::Magic(magic));
+        }
+        if b[2] != VERSION {
+            return Err(DecodeError::Version(b[2]));
+        }
+        let kind = Kind::from_u8(b[3]).ok_or(DecodeError::Kind(b[3]))?;
+        let reserved = u32_at(20);
+        if reserved != 0 {
+            return Err(DecodeError::Reserved(reserved));
+        }
+        let header = Header {
+            kind,
+            sequence: u32_at(4),
+            context_id: u32_at(8),
+            source: u32_at(12) as i32,
+            tag: u32_at(16) as i32,
+            message_len: u64_at(24),
+            payload_len: u64_at(32),
+            sender_token: u64_at(40),
+            receiver_token: u64_at(48),
+        };
+        let lengths_ok = match kind {
+            Kind::Eager => header.payload_len == header.message_len,
+            Kind::Rts | Kind::Cts => header.payload_len == 0,
+            Kind::Data => header.payload_len == header.message_len,
+        } && header.message_len <= MAX_MESSAGE_LEN;
+        if !lengths_ok {
+            return Err(DecodeError::Length {
+                kind,
+                message_len: header.message_len,
+                payload_len: header.payload_len,
+            });
+        }
+        Ok(header)
+    }
+}
+
+/// The largest message length a header may announce (2^48 bytes): far
+/// beyond any real message, small enough that a corrupted length is caught.
+pub const MAX_MESSAGE_LEN: u64 = 1 << 48;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(kind: Kind) -> Header {
+        let (message_len, payload_len) = match kind {
+            Kind::Eager | Kind::Data => (77, 77),
+            Kind::Rts | Kind::Cts => (1 << 33, 0),
+        };
+        Header {
+            kind,
+            sequence: 0xdead_beef,
+            context_id: 7,
+            source: 3,
+            tag: -1,
+            message_len,
+            payload_len,
+            sender_token: u64::MAX,
+            receiver_token: 42,
+        }
+    }
+
+    #[test]
+    fn round_trips_every_kind() {
+        for kind in [Kind::Eager, Kind::Rts, Kind::Cts, Kind::Data] {
+            let h = sample(kind);
+            assert_eq!(Header::decode(&h.encode()), Ok(h));
+        }
+    }
+
+    #[test]
+    fn rejects_short_input() {
+        let b = sample(Kind::Eager).encode();
+        for n in 0..HEADER_LEN {
+            assert_eq!(Header::decode(&b[..n]), Err(DecodeError::Short(n)));
+        }
+    }
+
+    #[test]
+    fn rejects_bad_magic() {
+        let mut b = sample(Kind::Eager).encode();
+        b[0] ^= 0xff;
+        assert!(matches!(Header::decode(&b), Err(DecodeError::Magic(_))));
+    }
+
+    #[test]
+    fn rejects_other_version() {
+        let mut b = sample(Kind::Eager).encode();
+        b[2] = VERSION + 1;
+        assert_eq!(Header::decode(&b), Err(DecodeError::Version(VERSION + 1)));
+    }
+
+    #[test]
+    fn rejects_unknown_kind() {
+        for k in [0u8, 5, 200, 255] {
+            let mut b = sample(Kind::Eager).encode();
+            b[3] = k;
+            assert_eq!(Header::decode(&b), Err(DecodeError::Kind(k)));
+        }
+    }
+
+    #[test]
+    fn rejects_nonzero_reserved() {
+        let mut b = sample(Kind::Eager).encode();
+        b[22] = 1;
+        assert!(matches!(Header::decode(&b), Err(DecodeError::Reserved(_))));
+    }
+
+    #[test]
+    fn rejects_inconsistent_lengths() {
+        let mut eager = sample(Kind::Eager);
+        eager.payload_len += 1;
+        let mut rts = sample(Kind::Rts);
+        rts.payload_len = 1;
+        let mut cts = sample(Kind::Cts);
+        cts.payload_len = 5;
+        let mut data = sample(Kind::Data);
+        data.message_len = 1;
+        let mut huge = sample(Kind::Eager);
+        huge.message_len = MAX_MESSAGE_LEN + 1;
+        huge.payload_len = MAX_MESSAGE_LEN + 1;
+        for h in [eager, rts, cts, data, huge] {
+            assert!(
+                matches!(Header::decode(&h.encode()), Err(DecodeError::Length { .. })),
+                "{h:?} accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn decode_error_maps_to_proc_failed() {
+        let e: Error = DecodeError::Kind(9).into();
+        assert_eq!(e.class(), ErrorClass::ProcFailed);
+        assert!(e.message().contains("unknown packet kind 9"));
+    }
+}

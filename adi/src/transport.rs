@@ -1,0 +1,142 @@
+//! The interface between the ADI and a communication method (transport).
+//!
+//! A transport moves packets (a [`Header`] and its payload) between this
+//! process and its peers, named by their rank in the job ("world rank").
+//! It never sees a communicator, a request or a matching queue: when a
+//! packet arrives it asks the ADI, through [`PacketSink`], where the payload
+//! goes, and writes it there. That is what makes the long protocol
+//! zero-copy: a long message's data is read from the wire (or copied from a
+//! shared segment, or RDMA-read) straight into the user's receive buffer.
+//!
+//! Required parts are the packet primitives: [`Transport::send`] (copying),
+//! [`Transport::send_zcopy`] (the payload stays in the caller's buffer until
+//! the send completes) and [`Transport::poll`]. Everything the ADI builds on
+//! top (eager and rendezvous protocols, matching, requests) is in
+//! [`crate::device`]. Transports with remote memory access (shm with CMA,
+//! verbs with RDMA read) will add a remote-read rendezvous beside the
+//! packet one; the ADI chooses the protocol in one place,
+//! `Device::start_send`.
+
+use crate::error::{Error, Result};
+use crate::proto::Header;
+use std::os::fd::RawFd;
+
+/// A peer process, by its rank in the job (`MPI_COMM_WORLD` rank).
+pub type PeerRank = usize;
+
+/// Where the ADI wants a packet's payload to go, returned by
+/// [`PacketSink::on_header`]. The transport asks for the buffer itself with
+/// [`PacketSink::payload_buffer`] each time it has bytes to place, so it
+/// never holds a pointer into ADI or user memory across calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PayloadSlot(pub u64);
+
+/// The ADI's side of a transport's [`Transport::poll`]: the transport
+/// reports what arrived and what completed.
+pub trait PacketSink {
+    /// A packet header from `peer` was received and decoded. The ADI checks
+    /// it (sequence, tokens, limits) and says where the payload goes:
+    /// `Ok(None)` discards it; `Ok(Some(slot))` names a destination whose
+    /// length may be shorter than the payload (a truncated receive), in
+    /// which case the transport discards the excess. An error means the
+    /// peer broke the protocol: the transport closes the connection and
+    /// reports [`PacketSink::on_peer_failed`].
+    fn on_header(&mut self, peer: PeerRank, header: &Header) -> Result<Option<PayloadSlot>>;
+
+    /// The destination buffer of `slot`. The transport fills it from the
+    /// start, in order, possibly over several calls to `poll`; the slice
+    /// returned is the same each time.
+    fn payload_buffer(&mut self, slot: PayloadSlot) -> &mut [u8];
+
+    /// Every byte of the payload of `slot` has been placed (and any excess
+    /// beyond the destination discarded).
+    fn on_payload(&mut self, peer: PeerRank, slot: PayloadSlot);
+
+    /// A [`Transport::send_zcopy`] with this token has finished with the
+    /// caller's buffer.
+    fn on_send_complete(&mut self, token: u64);
+
+    /// The connection to `peer` is lost or broke the protocol. Every
+    /// operation that needs the peer fails with `error`.
+    fn on_peer_failed(&mut self, peer: PeerRank, error: Error);
+}
+
+/// A communication method, as the ADI drives it.
+pub trait Transport: Send {
+    /// Short name, as in `OXMPI_TRANSPORTS` and business-card keys (`tcp`).
+    fn name(&self) -> &'static str;
+
+    /// This process's business card for the method, published in the KVS
+    /// under `oxmpi-card-<name>-<rank>` at initialization.
+    fn card(&self) -> &str;
+
+    /// Whether a peer that published `card` can be reached by this method.
+    fn reachable(&self, card: &str) -> bool;
+
+    /// Binds `peer` to this transport, with the card it published. Called
+    /// at most once per peer, before the first send to it. Connecting may
+    /// be deferred until the first packet.
+    fn add_peer(&mut self, peer: PeerRank, card: &str) -> Result<()>;
+
+    /// Largest message (in bytes) sent with the short (eager) protocol.
+    fn eager_limit(&self) -> usize;
+
+    /// Sends a packet. The payload is copied if it cannot leave at once, so
+    /// the caller's buffer is free when this returns. Fails (class
+    /// `ProcFailed`) if the peer is known to be lost.
+    fn send(&mut self, peer: PeerRank, header: &Header, payload: &[u8]) -> Result<()>;
+
+    /// Sends a packet whose payload stays in the caller's memory, without
+    /// copying it. [`PacketSink::on_send_complete`] with `token` reports,
+    /// from a later [`Transport::poll`], that the memory is free again
+    /// (possibly from this very call's first poll). If the peer fails
+    /// first, [`PacketSink::on_peer_failed`] is reported instead, after
+    /// which the memory is no longer used.
+    ///
+    /// # Safety
+    /// `payload` must be valid for reads of `len` bytes, and must stay
+    /// valid and unmodified until the completion or failure is reported.
+    unsafe fn send_zcopy(
+        &mut self,
+        peer: PeerRank,
+        header: &Header,
+        payload: *const u8,
+        len: usize,
+        token: u64,
+    ) -> Result<()>;
+
+    /// Makes progress without blocking: accepts and completes connections,
+    /// writes queued data, reads and delivers packets to `sink`. Returns
+    /// whether anything happened.
+    fn poll(&mut self, sink: &mut dyn PacketSink) -> Result<bool>;
+
+    /// A file descriptor that becomes readable when [`Transport::poll`] has
+    /// work, so that a blocked wait can sleep in the kernel; `None` when the
+    /// transport must be polled (shared memory).
+    fn wake_fd(&self) -> Option<RawFd>;
+
+    /// Whether data accepted by `send`/`send_zcopy` is still waiting to
+    /// leave this process. Finalize polls until it is not.
+    fn has_pending_sends(&self) -> bool;
+}
+
+/// What every transport needs to know about the job it is part of.
+#[derive(Clone)]
+pub struct JobInfo {
+    /// This process's rank in the job.
+    pub rank: PeerRank,
+    /// Number of processes in the job.
+    pub size: usize,
+    /// The job's secret: only members know it; connections prove it.
+    pub secret: [u8; 32],
+}
+
+impl std::fmt::Debug for JobInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the secret.
+        f.debug_struct("JobInfo")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
+}

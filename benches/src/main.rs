@@ -1,0 +1,2 @@
+//! oxbench (written next).
+fn main() {}

@@ -1,0 +1,2 @@
+//! oxrun (written next).
+fn main() {}

@@ -1,0 +1,1 @@
+//! oxmpi (written next).

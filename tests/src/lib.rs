@@ -1,0 +1,1 @@
+//! Job tests (written next).
