@@ -1,1 +1,970 @@
-//! device
+//! The device: virtual connections, protocols, requests and progress.
+//!
+//! [`Device`] is what the MPI layer drives. It owns
+//! - one virtual connection (VC) per peer, created unbound and bound on
+//!   first use to the best transport both ends have (late binding, seed
+//!   "multi-method device"): self for the own rank, then the transports in
+//!   the order given to [`Device::new`], the first whose card the peer
+//!   published and that can reach it;
+//! - the requests, and the matching queues (posted receives, unexpected
+//!   messages);
+//! - the choice of protocol for each send, in one place
+//!   ([`Device::start_send`]): short messages go eager (header and data in
+//!   one packet), long ones by rendezvous (RTS, CTS, then the data sent from
+//!   the user's buffer without a copy and placed in the receiver's buffer
+//!   without a copy);
+//! - the progress engine, [`Device::check_device`] (the seed's
+//!   `MPID_Check_device`): it polls every transport; a blocking call spins
+//!   for a while (latency) and then sleeps in the kernel on the transports'
+//!   file descriptors (so a long wait does not burn a core).
+//!
+//! The device is a plain `&mut self` state machine: the MPI layer keeps it
+//! behind a lock, so several threads can drive it one at a time.
+
+use crate::error::{Error, ErrorClass, Result};
+use crate::matching::{Envelope, Pattern, PostedQueue, UnexpectedQueue};
+use crate::pmi::Pmi;
+use crate::proto::{Header, Kind};
+use crate::request::Slab;
+use crate::selfvc::SelfTransport;
+use crate::transport::{JobInfo, PacketSink, PayloadSlot, PeerRank, Transport};
+use crate::vlog;
+use std::time::{Duration, Instant};
+
+pub use crate::matching::{Envelope as MessageEnvelope, Pattern as MatchPattern};
+
+/// A handle on a request the device holds until it is waited for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RequestId(u64);
+
+/// The outcome of a completed request (MPI's status object).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Status {
+    /// Source rank in the communicator (for receives).
+    pub source: i32,
+    /// Tag of the message (for receives).
+    pub tag: i32,
+    /// Number of bytes received (or sent).
+    pub count: usize,
+    /// Whether the request was cancelled.
+    pub cancelled: bool,
+    /// The request's error, if it failed.
+    pub error: Option<Error>,
+}
+
+impl Status {
+    fn empty() -> Status {
+        Status {
+            source: -1,
+            tag: -1,
+            count: 0,
+            cancelled: false,
+            error: None,
+        }
+    }
+}
+
+/// What a probe learns about a matching message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeInfo {
+    /// The message's source rank in the communicator.
+    pub source: i32,
+    /// The message's tag.
+    pub tag: i32,
+    /// The message's length in bytes.
+    pub len: usize,
+}
+
+/// Where a request stands.
+enum Phase {
+    /// A long send announced with RTS, waiting for the receiver's CTS.
+    AwaitingCts { ptr: *const u8, len: usize },
+    /// A long send whose CTS arrived: `accepted` bytes go to the
+    /// receiver's request `receiver_token` once the poll returns.
+    Cleared {
+        ptr: *const u8,
+        accepted: usize,
+        receiver_token: u64,
+    },
+    /// A long send's data handed to the transport without a copy.
+    SendingData,
+    /// A receive in the posted queue.
+    Posted,
+    /// A receive whose payload is arriving straight into its buffer.
+    Arriving,
+    /// A receive that sent CTS and waits for the data.
+    AwaitingData { accepted: usize },
+    /// Finished; the status is final.
+    Done,
+}
+
+struct Request {
+    /// The peer the request needs; `None` for a receive from any source
+    /// that has not matched yet.
+    peer: Option<PeerRank>,
+    /// Receive buffer (receives only).
+    buf: *mut u8,
+    cap: usize,
+    /// Length of the matched message, to judge truncation.
+    message_len: usize,
+    phase: Phase,
+    status: Status,
+}
+
+impl Request {
+    fn fail(&mut self, error: Error) {
+        if !matches!(self.phase, Phase::Done) {
+            self.status.error = Some(error);
+            self.phase = Phase::Done;
+        }
+    }
+}
+
+/// A message that arrived before its receive was posted.
+enum Unexpected {
+    Eager { data: Vec<u8> },
+    Rts { peer: PeerRank, sender_token: u64, len: usize },
+}
+
+impl Unexpected {
+    fn len(&self) -> usize {
+        match self {
+            Unexpected::Eager { data } => data.len(),
+            Unexpected::Rts { len, .. } => *len,
+        }
+    }
+}
+
+#[derive(Clone)]
+enum Binding {
+    Unbound,
+    /// Bound to the transport at this index.
+    Bound(usize),
+    Failed(Error),
+}
+
+struct Vc {
+    binding: Binding,
+    send_sequence: u32,
+    recv_sequence: u32,
+    /// An eager message from this peer that matched no receive, whose
+    /// payload is still arriving. A VC delivers packets in order, so there
+    /// is at most one; it joins the unexpected queue when complete, which
+    /// keeps arrival order.
+    arriving: Option<(Envelope, Vec<u8>)>,
+}
+
+/// Index of the self transport in `Device::transports`.
+const SELF_TRANSPORT: usize = 0;
+/// High bit of a [`PayloadSlot`] naming an arriving unexpected message
+/// (the low bits are the peer) rather than a request token.
+const ARRIVAL_SLOT: u64 = 1 << 63;
+
+/// Packets to send once the transport that triggered them returns from poll.
+enum Deferred {
+    Cts { peer: PeerRank, header: Header },
+    Data { token: u64 },
+}
+
+/// Everything but the transports, so a transport can borrow it as its
+/// [`PacketSink`] while the device borrows the transport.
+struct Core {
+    rank: PeerRank,
+    vcs: Vec<Vc>,
+    requests: Slab<Request>,
+    posted: PostedQueue,
+    unexpected: UnexpectedQueue<Unexpected>,
+    deferred: Vec<Deferred>,
+    /// Eager limits of the transports, by index (to judge eager packets).
+    eager_limits: Vec<usize>,
+}
+
+/// The abstract device of one process: see the module documentation.
+pub struct Device {
+    core: Core,
+    /// Index 0 is the self transport; the rest in order of preference.
+    transports: Vec<Box<dyn Transport>>,
+    pmi: Pmi,
+    job: JobInfo,
+    spin: Duration,
+}
+
+// SAFETY: the raw pointers in requests and in the self transport refer to
+// user buffers that the MPI layer keeps valid (and unaliased) until the
+// request completes, whichever thread then drives the device; the device is
+// only ever used through `&mut`, one thread at a time.
+unsafe impl Send for Device {}
+
+/// Environment variable: how long a blocking wait polls before it sleeps.
+pub const SPIN_ENV: &str = "OXMPI_SPIN_US";
+/// Environment variable: the job's secret, 64 hex digits (set by oxrun).
+pub const SECRET_ENV: &str = "OXMPI_JOB_SECRET";
+const SECRET_KEY: &str = "oxmpi-job-secret";
+
+fn card_key(method: &str, rank: PeerRank) -> String {
+    format!("oxmpi-card-{method}-{rank}")
+}
+
+fn parse_secret(hex: &str) -> Result<[u8; 32]> {
+    let bad = || {
+        Error::new(
+            ErrorClass::Arg,
+            format!("{SECRET_ENV} must be 64 hexadecimal digits (it is set by oxrun); got {} characters", hex.len()),
+        )
+    };
+    if hex.len() != 64 || !hex.is_ascii() {
+        return Err(bad());
+    }
+    let mut secret = [0u8; 32];
+    for (i, byte) in secret.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    }
+    Ok(secret)
+}
+
+fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Learns this process's place in the job and the job's secret.
+///
+/// The secret comes from `OXMPI_JOB_SECRET` when the launcher (oxrun) gave
+/// one. Under another launcher (MPICH's hydra, Slurm) rank 0 draws one and
+/// publishes it in the KVS, which only the job's members can read.
+pub fn job_info(pmi: &mut Pmi) -> Result<JobInfo> {
+    let (rank, size) = (pmi.rank(), pmi.size());
+    let secret = match std::env::var(SECRET_ENV) {
+        Ok(hex) => parse_secret(&hex)?,
+        Err(_) if size == 1 => random_secret()?,
+        Err(_) => {
+            if rank == 0 {
+                pmi.put(SECRET_KEY, &to_hex(&random_secret()?))?;
+            }
+            pmi.barrier()?;
+            let hex = pmi.get(SECRET_KEY)?.ok_or_else(|| {
+                Error::new(ErrorClass::Other, "rank 0 did not publish the job secret in the KVS")
+            })?;
+            parse_secret(&hex)?
+        }
+    };
+    Ok(JobInfo { rank, size, secret })
+}
+
+fn random_secret() -> Result<[u8; 32]> {
+    let mut secret = [0u8; 32];
+    getrandom::getrandom(&mut secret).map_err(|e| {
+        Error::new(ErrorClass::Other, format!("cannot draw a job secret from the OS: {e}"))
+    })?;
+    Ok(secret)
+}
+
+fn spin_from_env() -> Result<Duration> {
+    match std::env::var(SPIN_ENV) {
+        Ok(v) => v.trim().parse::<u64>().map(Duration::from_micros).map_err(|_| {
+            Error::new(ErrorClass::Arg, format!("{SPIN_ENV}={v:?} is not a number of microseconds"))
+        }),
+        Err(_) => {
+            // Spinning pays when each rank has a core; on an oversubscribed
+            // node it steals the core the peer needs, so sleep early.
+            let local = std::env::var("MPI_LOCALNRANKS")
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(1);
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            Ok(if local > cores {
+                Duration::from_micros(50)
+            } else {
+                Duration::from_millis(1)
+            })
+        }
+    }
+}
+
+impl Device {
+    /// Builds the device of this process: publishes each transport's
+    /// business card in the KVS and waits until every rank has (a PMI
+    /// barrier). `transports` are in order of preference.
+    pub fn new(mut pmi: Pmi, job: JobInfo, transports: Vec<Box<dyn Transport>>) -> Result<Device> {
+        for t in &transports {
+            pmi.put(&card_key(t.name(), job.rank), t.card())?;
+        }
+        if job.size > 1 {
+            pmi.barrier()?;
+        }
+        let mut all: Vec<Box<dyn Transport>> = vec![Box::new(SelfTransport::new(job.rank))];
+        all.extend(transports);
+        let vcs = (0..job.size)
+            .map(|_| Vc {
+                binding: Binding::Unbound,
+                send_sequence: 0,
+                recv_sequence: 0,
+                arriving: None,
+            })
+            .collect();
+        Ok(Device {
+            core: Core {
+                rank: job.rank,
+                vcs,
+                requests: Slab::default(),
+                posted: PostedQueue::default(),
+                unexpected: UnexpectedQueue::default(),
+                deferred: Vec::new(),
+                eager_limits: all.iter().map(|t| t.eager_limit()).collect(),
+            },
+            transports: all,
+            pmi,
+            job,
+            spin: spin_from_env()?,
+        })
+    }
+
+    /// This process's rank in the job.
+    pub fn rank(&self) -> PeerRank {
+        self.job.rank
+    }
+
+    /// Number of processes in the job.
+    pub fn size(&self) -> usize {
+        self.job.size
+    }
+
+    /// The PMI client, for the MPI layer's own use of the KVS.
+    pub fn pmi(&mut self) -> &mut Pmi {
+        &mut self.pmi
+    }
+
+    /// The transport the VC to `peer` is bound to, binding it now if it is
+    /// not yet (late binding).
+    fn bind(&mut self, peer: PeerRank) -> Result<usize> {
+        let vc = self.core.vcs.get(peer).ok_or_else(|| {
+            Error::new(ErrorClass::Rank, format!("rank {peer} is not in this job of {} processes", self.job.size))
+        })?;
+        match &vc.binding {
+            Binding::Bound(t) => return Ok(*t),
+            Binding::Failed(e) => return Err(e.clone()),
+            Binding::Unbound => {}
+        }
+        if peer == self.job.rank {
+            self.core.vcs[peer].binding = Binding::Bound(SELF_TRANSPORT);
+            return Ok(SELF_TRANSPORT);
+        }
+        let mut tried = Vec::new();
+        for index in 1..self.transports.len() {
+            let name = self.transports[index].name();
+            tried.push(name);
+            let Some(card) = self.pmi.get(&card_key(name, peer))? else {
+                continue;
+            };
+            if self.transports[index].reachable(&card) {
+                self.transports[index].add_peer(peer, &card)?;
+                vlog!("rank {}: VC to rank {peer} bound to {name} ({card})", self.job.rank);
+                self.core.vcs[peer].binding = Binding::Bound(index);
+                return Ok(index);
+            }
+        }
+        Err(Error::new(
+            ErrorClass::Other,
+            format!(
+                "rank {peer} cannot be reached by any transport this rank has ({}); check OXMPI_TRANSPORTS on both ranks",
+                tried.join(", ")
+            ),
+        ))
+    }
+
+    fn stamp(&mut self, peer: PeerRank, header: &mut Header) {
+        let vc = &mut self.core.vcs[peer];
+        header.sequence = vc.send_sequence;
+        vc.send_sequence = vc.send_sequence.wrapping_add(1);
+    }
+
+    fn send_packet(&mut self, peer: PeerRank, mut header: Header, payload: &[u8]) -> Result<()> {
+        let t = self.bind(peer)?;
+        self.stamp(peer, &mut header);
+        self.transports[t].send(peer, &header, payload)
+    }
+
+    /// Starts a send of `len` bytes at `buf` to `peer` (world rank) with
+    /// `envelope`, choosing the protocol: eager up to the bound transport's
+    /// limit (the request is complete on return), rendezvous beyond.
+    ///
+    /// # Safety
+    /// `buf` must be valid for reads of `len` bytes and stay valid and
+    /// unmodified until the request completes (is waited for or tested
+    /// complete).
+    pub unsafe fn start_send(
+        &mut self,
+        peer: PeerRank,
+        envelope: Envelope,
+        buf: *const u8,
+        len: usize,
+    ) -> Result<RequestId> {
+        let t = self.bind(peer)?;
+        let mut header = Header::new(Kind::Eager);
+        header.context_id = envelope.context_id;
+        header.source = envelope.source;
+        header.tag = envelope.tag;
+        header.message_len = len as u64;
+        let mut status = Status::empty();
+        status.count = len;
+        if len <= self.transports[t].eager_limit() {
+            header.payload_len = len as u64;
+            let payload = if len == 0 {
+                &[][..]
+            } else {
+                // SAFETY: the caller guarantees `buf` is readable for `len`.
+                unsafe { std::slice::from_raw_parts(buf, len) }
+            };
+            self.send_packet(peer, header, payload)?;
+            let token = self.core.requests.insert(Request {
+                peer: Some(peer),
+                buf: std::ptr::null_mut(),
+                cap: 0,
+                message_len: len,
+                phase: Phase::Done,
+                status,
+            });
+            return Ok(RequestId(token));
+        }
+        let token = self.core.requests.insert(Request {
+            peer: Some(peer),
+            buf: std::ptr::null_mut(),
+            cap: 0,
+            message_len: len,
+            phase: Phase::AwaitingCts { ptr: buf, len },
+            status,
+        });
+        header.kind = Kind::Rts;
+        header.sender_token = token;
+        if let Err(e) = self.send_packet(peer, header, &[]) {
+            self.core.requests.remove(token);
+            return Err(e);
+        }
+        Ok(RequestId(token))
+    }
+
+    /// Posts a receive into `cap` bytes at `buf` for a message matching
+    /// `pattern`. `peer` is the world rank of the pattern's source, `None`
+    /// for any source. A receive that cannot be satisfied because its peer
+    /// is lost completes with that error.
+    ///
+    /// # Safety
+    /// `buf` must be valid for writes of `cap` bytes, not be read or written
+    /// by anything else, and stay valid until the request completes.
+    pub unsafe fn start_recv(
+        &mut self,
+        pattern: Pattern,
+        peer: Option<PeerRank>,
+        buf: *mut u8,
+        cap: usize,
+    ) -> Result<RequestId> {
+        let token = self.core.requests.insert(Request {
+            peer,
+            buf,
+            cap,
+            message_len: 0,
+            phase: Phase::Posted,
+            status: Status::empty(),
+        });
+        if let Some((envelope, message)) = self.core.unexpected.take_match(&pattern) {
+            self.core.receive_unexpected(token, envelope, message);
+            self.flush_deferred();
+        } else if let Some(Binding::Failed(e)) = peer.map(|p| self.core.vcs[p].binding.clone()) {
+            self.core.requests.get_mut(token).map(|r| r.fail(e));
+        } else {
+            self.core.posted.push(pattern, token);
+        }
+        Ok(RequestId(token))
+    }
+
+    /// A probe: the oldest unexpected message `pattern` accepts, if any.
+    /// Does not make progress; see [`Device::check_device`].
+    pub fn find_message(&self, pattern: &Pattern) -> Option<ProbeInfo> {
+        self.core.unexpected.find(pattern).map(|(e, m)| ProbeInfo {
+            source: e.source,
+            tag: e.tag,
+            len: m.len(),
+        })
+    }
+
+    /// Cancels a receive that has not matched yet; a request that matched
+    /// (or a send) is left to complete normally.
+    pub fn cancel(&mut self, request: RequestId) {
+        if self.core.posted.remove(request.0) {
+            if let Some(r) = self.core.requests.get_mut(request.0) {
+                r.status.cancelled = true;
+                r.phase = Phase::Done;
+            }
+        }
+    }
+
+    /// Whether `request` has completed. An unknown request counts as
+    /// complete (its status was already taken).
+    pub fn is_complete(&self, request: RequestId) -> bool {
+        self.core
+            .requests
+            .get(request.0)
+            .is_none_or(|r| matches!(r.phase, Phase::Done))
+    }
+
+    /// Takes the status of a completed request and frees it. `None` if the
+    /// request is not complete (it is left as it is).
+    pub fn take_status(&mut self, request: RequestId) -> Option<Status> {
+        if !matches!(self.core.requests.get(request.0)?.phase, Phase::Done) {
+            return None;
+        }
+        self.core.requests.remove(request.0).map(|r| r.status)
+    }
+
+    /// Number of requests the device holds (live or completed, not taken).
+    pub fn outstanding(&self) -> usize {
+        self.core.requests.len()
+    }
+
+    /// Waits until `request` completes, making progress, and returns its
+    /// status (the request is freed).
+    pub fn wait(&mut self, request: RequestId) -> Result<Status> {
+        self.wait_until(|d| d.is_complete(request))?;
+        self.take_status(request).ok_or_else(|| {
+            Error::new(ErrorClass::Request, "the request was already completed and freed")
+        })
+    }
+
+    /// Makes progress until `done` holds.
+    pub fn wait_until(&mut self, mut done: impl FnMut(&Device) -> bool) -> Result<()> {
+        while !done(self) {
+            self.check_device(true)?;
+        }
+        Ok(())
+    }
+
+    /// `MPID_Check_device`: polls every transport once; if `blocking` and
+    /// nothing happened, keeps polling for the spin time (`OXMPI_SPIN_US`),
+    /// then sleeps in the kernel until a transport has work, and returns
+    /// once something happened. Returns whether anything happened.
+    pub fn check_device(&mut self, blocking: bool) -> Result<bool> {
+        if self.poll_all()? {
+            return Ok(true);
+        }
+        if !blocking {
+            return Ok(false);
+        }
+        let idle_since = Instant::now();
+        loop {
+            if self.poll_all()? {
+                return Ok(true);
+            }
+            if idle_since.elapsed() >= self.spin {
+                self.sleep(Duration::from_millis(100))?;
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    fn poll_all(&mut self) -> Result<bool> {
+        let mut progressed = false;
+        for index in 0..self.transports.len() {
+            let mut sink = Sink {
+                core: &mut self.core,
+                transport: index,
+            };
+            progressed |= self.transports[index].poll(&mut sink)?;
+            if !self.core.deferred.is_empty() {
+                self.flush_deferred();
+            }
+        }
+        Ok(progressed)
+    }
+
+    /// Sends the replies that packet handling asked for.
+    fn flush_deferred(&mut self) {
+        for action in std::mem::take(&mut self.core.deferred) {
+            match action {
+                Deferred::Cts { peer, header } => {
+                    let receiver = header.receiver_token;
+                    if let Err(e) = self.send_packet(peer, header, &[]) {
+                        self.core.fail_token(receiver, e);
+                    }
+                }
+                Deferred::Data { token } => {
+                    if let Err(e) = self.send_data(token) {
+                        self.core.fail_token(token, e);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The data of a long send, from the user's buffer, after its CTS.
+    fn send_data(&mut self, token: u64) -> Result<()> {
+        let Some(r) = self.core.requests.get_mut(token) else {
+            return Ok(());
+        };
+        let (
+            Phase::Cleared {
+                ptr,
+                accepted,
+                receiver_token,
+            },
+            Some(peer),
+        ) = (&r.phase, r.peer)
+        else {
+            return Ok(());
+        };
+        let (ptr, accepted, receiver_token) = (*ptr, *accepted, *receiver_token);
+        r.phase = Phase::SendingData;
+        let t = self.bind(peer)?;
+        let mut header = Header::new(Kind::Data);
+        header.message_len = accepted as u64;
+        header.payload_len = accepted as u64;
+        header.receiver_token = receiver_token;
+        self.stamp(peer, &mut header);
+        // SAFETY: `start_send`'s caller keeps the buffer valid and unmodified
+        // until this request completes, which happens only on the
+        // transport's completion (or failure) report for `token`.
+        unsafe { self.transports[t].send_zcopy(peer, &header, ptr, accepted, token) }
+    }
+
+    /// Sleeps until a transport's descriptor is readable or `timeout`
+    /// passes. A transport without a descriptor (one that must be polled)
+    /// makes this a yield instead.
+    fn sleep(&mut self, timeout: Duration) -> Result<()> {
+        let mut fds = Vec::with_capacity(self.transports.len());
+        // The self transport is skipped: only this thread feeds it.
+        for t in &self.transports[SELF_TRANSPORT + 1..] {
+            match t.wake_fd() {
+                Some(fd) => fds.push(libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                }),
+                None => {
+                    std::thread::yield_now();
+                    return Ok(());
+                }
+            }
+        }
+        if fds.is_empty() {
+            std::thread::yield_now();
+            return Ok(());
+        }
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: `fds` is a valid, initialized array of `fds.len()` pollfd
+        // structures that outlives the call.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if rc < 0 {
+            let err = std::io::Error::last_os_error();
+            if err.kind() != std::io::ErrorKind::Interrupted {
+                return Err(Error::os("waiting for network activity (poll)", err));
+            }
+        }
+        Ok(())
+    }
+
+    /// Finalizes the device: lets every queued send leave, waits for all
+    /// ranks (PMI barrier) and finalizes PMI. Connections close when the
+    /// device is dropped.
+    pub fn finalize(&mut self) -> Result<()> {
+        self.wait_until(|d| d.transports.iter().all(|t| !t.has_pending_sends()))?;
+        if self.job.size > 1 {
+            self.pmi.barrier()?;
+        }
+        self.pmi.finalize()
+    }
+
+    /// Asks the process manager to end the whole job with `code`.
+    pub fn abort(&mut self, code: i32, message: &str) -> Result<()> {
+        self.pmi.abort(code, message)
+    }
+}
+
+impl Core {
+    /// Fails the request `token` (if it is live) with `error`.
+    fn fail_token(&mut self, token: u64, error: Error) {
+        if let Some(r) = self.requests.get_mut(token) {
+            r.fail(error);
+        }
+    }
+
+    /// Completes the receive `token` with an unexpected message that matched.
+    fn receive_unexpected(&mut self, token: u64, envelope: Envelope, message: Unexpected) {
+        let Some(r) = self.requests.get_mut(token) else {
+            return;
+        };
+        r.status.source = envelope.source;
+        r.status.tag = envelope.tag;
+        match message {
+            Unexpected::Eager { data } => {
+                r.message_len = data.len();
+                let n = data.len().min(r.cap);
+                if n > 0 {
+                    // SAFETY: `start_recv`'s caller gave a buffer writable
+                    // for `cap` bytes; `n <= cap`, and `data` is ours.
+                    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), r.buf, n) };
+                }
+                finish_receive(r, n);
+            }
+            Unexpected::Rts {
+                peer,
+                sender_token,
+                len,
+            } => {
+                r.peer = Some(peer);
+                self.accept_rts(token, peer, sender_token, len);
+            }
+        }
+    }
+
+    /// A receive matched an RTS: answer with CTS saying how much fits.
+    fn accept_rts(&mut self, token: u64, peer: PeerRank, sender_token: u64, len: usize) {
+        let Some(r) = self.requests.get_mut(token) else {
+            return;
+        };
+        let accepted = len.min(r.cap);
+        r.message_len = len;
+        r.phase = Phase::AwaitingData { accepted };
+        let mut header = Header::new(Kind::Cts);
+        header.message_len = accepted as u64;
+        header.sender_token = sender_token;
+        header.receiver_token = token;
+        self.deferred.push(Deferred::Cts { peer, header });
+    }
+
+    fn protocol_error(&self, peer: PeerRank, what: impl std::fmt::Display) -> Error {
+        Error::new(
+            ErrorClass::ProcFailed,
+            format!("rank {peer} broke the protocol: {what}"),
+        )
+    }
+
+    fn handle_header(&mut self, transport: usize, peer: PeerRank, h: &Header) -> Result<Option<PayloadSlot>> {
+        let vc = self.vcs.get_mut(peer).ok_or_else(|| {
+            Error::new(ErrorClass::Intern, format!("a transport delivered a packet from rank {peer}, which is not in the job"))
+        })?;
+        match vc.binding {
+            Binding::Unbound => vc.binding = Binding::Bound(transport),
+            Binding::Bound(t) if t == transport => {}
+            Binding::Bound(_) => return Err(self.protocol_error(peer, "packet arrived over a second transport")),
+            Binding::Failed(ref e) => return Err(e.clone()),
+        }
+        if h.sequence != vc.recv_sequence {
+            let expected = vc.recv_sequence;
+            return Err(self.protocol_error(peer, format!("packet sequence {} where {expected} was due", h.sequence)));
+        }
+        vc.recv_sequence = vc.recv_sequence.wrapping_add(1);
+        let envelope = Envelope {
+            context_id: h.context_id,
+            source: h.source,
+            tag: h.tag,
+        };
+        match h.kind {
+            Kind::Eager => {
+                let len = h.message_len as usize;
+                if len > self.eager_limits[transport] {
+                    return Err(self.protocol_error(peer, format!("eager message of {len} bytes exceeds the limit of {}", self.eager_limits[transport])));
+                }
+                if let Some(token) = self.posted.take_match(&envelope) {
+                    if let Some(r) = self.requests.get_mut(token) {
+                        r.peer = Some(peer);
+                        r.status.source = h.source;
+                        r.status.tag = h.tag;
+                        r.message_len = len;
+                        r.phase = Phase::Arriving;
+                        if len == 0 {
+                            finish_receive(r, 0);
+                            return Ok(None);
+                        }
+                        return Ok(Some(PayloadSlot(token)));
+                    }
+                }
+                if len == 0 {
+                    self.unexpected.push(envelope, Unexpected::Eager { data: Vec::new() });
+                    return Ok(None);
+                }
+                self.vcs[peer].arriving = Some((envelope, vec![0; len]));
+                Ok(Some(PayloadSlot(ARRIVAL_SLOT | peer as u64)))
+            }
+            Kind::Rts => {
+                let len = usize::try_from(h.message_len)
+                    .map_err(|_| self.protocol_error(peer, "message longer than this machine's address space"))?;
+                match self.posted.take_match(&envelope) {
+                    Some(token) => {
+                        if let Some(r) = self.requests.get_mut(token) {
+                            r.peer = Some(peer);
+                            r.status.source = h.source;
+                            r.status.tag = h.tag;
+                        }
+                        self.accept_rts(token, peer, h.sender_token, len);
+                    }
+                    None => self.unexpected.push(
+                        envelope,
+                        Unexpected::Rts {
+                            peer,
+                            sender_token: h.sender_token,
+                            len,
+                        },
+                    ),
+                }
+                Ok(None)
+            }
+            Kind::Cts => {
+                let token = h.sender_token;
+                let ok = self.requests.get(token).is_some_and(|r| {
+                    r.peer == Some(peer)
+                        && matches!(r.phase, Phase::AwaitingCts { len, .. } if h.message_len <= len as u64)
+                });
+                if !ok {
+                    return Err(self.protocol_error(peer, format!("CTS for unknown send {token:#x}")));
+                }
+                if let Some(r) = self.requests.get_mut(token) {
+                    if let Phase::AwaitingCts { ptr, .. } = r.phase {
+                        let accepted = h.message_len as usize;
+                        // The send reports the count the receiver took.
+                        r.status.count = accepted;
+                        r.phase = Phase::Cleared {
+                            ptr,
+                            accepted,
+                            receiver_token: h.receiver_token,
+                        };
+                    }
+                }
+                self.deferred.push(Deferred::Data { token });
+                Ok(None)
+            }
+            Kind::Data => {
+                let token = h.receiver_token;
+                let ok = self.requests.get(token).is_some_and(|r| {
+                    r.peer == Some(peer)
+                        && matches!(r.phase, Phase::AwaitingData { accepted } if accepted as u64 == h.message_len)
+                });
+                if !ok {
+                    return Err(self.protocol_error(peer, format!("data for unknown receive {token:#x}")));
+                }
+                if h.message_len == 0 {
+                    if let Some(r) = self.requests.get_mut(token) {
+                        finish_receive(r, 0);
+                    }
+                    return Ok(None);
+                }
+                if let Some(r) = self.requests.get_mut(token) {
+                    r.phase = Phase::Arriving;
+                }
+                Ok(Some(PayloadSlot(token)))
+            }
+        }
+    }
+
+    fn peer_failed(&mut self, peer: PeerRank, error: Error) {
+        let Some(vc) = self.vcs.get_mut(peer) else {
+            return;
+        };
+        if matches!(vc.binding, Binding::Failed(_)) {
+            return;
+        }
+        vlog!("rank {}: {error}", self.rank);
+        vc.binding = Binding::Failed(error.clone());
+        vc.arriving = None;
+        let requests = &self.requests;
+        let doomed = self
+            .posted
+            .drain_where(|t| requests.get(t).is_some_and(|r| r.peer == Some(peer)));
+        for t in doomed {
+            self.fail_token(t, error.clone());
+        }
+        for (_, r) in self.requests.iter_mut() {
+            let active = !matches!(r.phase, Phase::Done | Phase::Posted);
+            if active && r.peer == Some(peer) {
+                r.fail(error.clone());
+            }
+        }
+    }
+}
+
+/// Marks a receive complete with `placed` bytes in its buffer, judging
+/// truncation against the matched message's length.
+fn finish_receive(r: &mut Request, placed: usize) {
+    r.status.count = placed;
+    if r.message_len > r.cap {
+        r.status.error = Some(Error::new(
+            ErrorClass::Truncate,
+            format!(
+                "message of {} bytes from rank {} (tag {}) does not fit the receive buffer of {} bytes",
+                r.message_len, r.status.source, r.status.tag, r.cap
+            ),
+        ));
+    }
+    r.phase = Phase::Done;
+}
+
+/// The [`PacketSink`] a transport reports to: the core, plus which
+/// transport is reporting.
+struct Sink<'a> {
+    core: &'a mut Core,
+    transport: usize,
+}
+
+impl PacketSink for Sink<'_> {
+    fn on_header(&mut self, peer: PeerRank, header: &Header) -> Result<Option<PayloadSlot>> {
+        self.core.handle_header(self.transport, peer, header)
+    }
+
+    fn payload_buffer(&mut self, slot: PayloadSlot) -> &mut [u8] {
+        if slot.0 & ARRIVAL_SLOT != 0 {
+            let peer = (slot.0 & !ARRIVAL_SLOT) as usize;
+            return match self.core.vcs.get_mut(peer).and_then(|vc| vc.arriving.as_mut()) {
+                Some((_, data)) => data,
+                None => &mut [],
+            };
+        }
+        match self.core.requests.get_mut(slot.0) {
+            Some(r) if matches!(r.phase, Phase::Arriving) => {
+                let n = r.cap.min(r.message_len);
+                if n == 0 {
+                    return &mut [];
+                }
+                // SAFETY: `start_recv`'s caller gave a buffer writable for
+                // `cap` bytes, unaliased until the request completes; `n`
+                // does not exceed `cap`.
+                unsafe { std::slice::from_raw_parts_mut(r.buf, n) }
+            }
+            _ => &mut [],
+        }
+    }
+
+    fn on_payload(&mut self, peer: PeerRank, slot: PayloadSlot) {
+        if slot.0 & ARRIVAL_SLOT != 0 {
+            let Some((envelope, data)) = self.core.vcs.get_mut(peer).and_then(|vc| vc.arriving.take()) else {
+                return;
+            };
+            // A receive may have been posted while the payload arrived.
+            match self.core.posted.take_match(&envelope) {
+                Some(token) => {
+                    if let Some(r) = self.core.requests.get_mut(token) {
+                        r.peer = Some(peer);
+                    }
+                    self.core.receive_unexpected(token, envelope, Unexpected::Eager { data });
+                }
+                None => self.core.unexpected.push(envelope, Unexpected::Eager { data }),
+            }
+            return;
+        }
+        if let Some(r) = self.core.requests.get_mut(slot.0) {
+            if matches!(r.phase, Phase::Arriving) {
+                let placed = r.cap.min(r.message_len);
+                finish_receive(r, placed);
+            }
+        }
+    }
+
+    fn on_send_complete(&mut self, token: u64) {
+        if let Some(r) = self.core.requests.get_mut(token) {
+            if matches!(r.phase, Phase::SendingData) {
+                r.phase = Phase::Done;
+            }
+        }
+    }
+
+    fn on_peer_failed(&mut self, peer: PeerRank, error: Error) {
+        self.core.peer_failed(peer, error);
+    }
+}

@@ -1,1 +1,255 @@
-//! oxmpi (written next).
+//! oxmpi: an MPI implementation in Rust.
+//!
+//! This crate is the MPI layer (device independent): initialization and
+//! finalization, communicators, point-to-point messaging with statuses and
+//! requests, errors with MPI error classes, and the safe Rust API over
+//! them. It drives the abstract device ([`oxmpi_adi`]) and never touches a
+//! socket or a packet itself.
+//!
+//! # Quick start
+//! ```no_run
+//! let universe = oxmpi::initialize().expect("MPI init");
+//! let world = universe.world();
+//! if world.rank() == 0 {
+//!     world.process_at_rank(1).send(&[1.0f64, 2.0, 3.0]).unwrap();
+//! } else if world.rank() == 1 {
+//!     let mut buf = [0.0f64; 3];
+//!     let status = world.process_at_rank(0).receive_into(&mut buf[..]).unwrap();
+//!     assert_eq!(status.count::<f64>(), Some(3));
+//! }
+//! // MPI is finalized when `universe` is dropped (or by `universe.finalize()`).
+//! ```
+//! Run it with `oxrun -n 2 ./program` (or MPICH's `mpiexec`). Run alone, a
+//! program is a 1-rank job.
+//!
+//! # Threads
+//! [`initialize_with_threading`] reports the level provided honestly:
+//! [`Threading::Serialized`] at most for now. Every call goes through one
+//! lock around the device, so calls from several threads are memory-safe,
+//! but a thread blocked in a wait holds the device until its request
+//! completes.
+//!
+//! # Environment
+//! Every `OXMPI_*` variable is listed in README.md; the ones this crate
+//! reads are `OXMPI_TRANSPORTS` (see [`TRANSPORTS_ENV`]), plus the device's
+//! and the transports' own.
+
+pub mod comm;
+pub mod datatype;
+pub mod request;
+
+pub use comm::{AnyProcess, Communicator, Process, Status, ANY_TAG, TAG_UB};
+pub use datatype::{Buffer, BufferMut, Equivalence};
+pub use oxmpi_adi::{Error, ErrorClass, Result};
+
+use oxmpi_adi::device::Device;
+use oxmpi_adi::pmi::Pmi;
+use oxmpi_adi::transport::Transport;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Instant;
+
+/// Environment variable: which transports may be used, a comma-separated
+/// list in order of preference (default `tcp`). Messages to the own rank
+/// always use the self method.
+pub const TRANSPORTS_ENV: &str = "OXMPI_TRANSPORTS";
+
+/// MPI's thread support levels (MPI 4.1 §11.2.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Threading {
+    /// Only one thread exists.
+    Single,
+    /// Only the thread that initialized MPI makes MPI calls.
+    Funneled,
+    /// Any thread may make MPI calls, one at a time.
+    Serialized,
+    /// Any thread may make MPI calls at any time.
+    Multiple,
+}
+
+/// The most this build provides; see the crate docs.
+const THREADING_PROVIDED: Threading = Threading::Serialized;
+
+#[derive(Default)]
+enum State {
+    #[default]
+    Uninitialized,
+    Running(Box<Device>),
+    Finalized,
+}
+
+static STATE: Mutex<State> = Mutex::new(State::Uninitialized);
+
+fn lock_state() -> MutexGuard<'static, State> {
+    // A panic while the device was locked leaves it as it was; later calls
+    // may still work, so the poison is not propagated.
+    STATE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Runs `f` with the device, or fails if MPI is not running.
+pub(crate) fn with_device<R>(f: impl FnOnce(&mut Device) -> Result<R>) -> Result<R> {
+    match &mut *lock_state() {
+        State::Running(device) => f(device),
+        State::Uninitialized => Err(Error::new(
+            ErrorClass::Other,
+            "MPI is not initialized: call oxmpi::initialize() first",
+        )),
+        State::Finalized => Err(Error::new(ErrorClass::Other, "MPI has been finalized")),
+    }
+}
+
+/// The MPI environment of this process; MPI is finalized when it is
+/// dropped (or by [`Universe::finalize`]).
+pub struct Universe {
+    world: Communicator,
+    self_comm: Communicator,
+    finalized: bool,
+}
+
+/// Initializes MPI (`MPI_Init`) with [`Threading::Single`].
+pub fn initialize() -> Result<Universe> {
+    initialize_with_threading(Threading::Single).map(|(u, _)| u)
+}
+
+/// Initializes MPI (`MPI_Init_thread`), returning the level provided:
+/// the one asked for, or the most this build supports if that is less.
+pub fn initialize_with_threading(threading: Threading) -> Result<(Universe, Threading)> {
+    let mut state = lock_state();
+    match *state {
+        State::Uninitialized => {}
+        State::Running(_) => {
+            return Err(Error::new(ErrorClass::Other, "MPI is already initialized"));
+        }
+        State::Finalized => {
+            return Err(Error::new(
+                ErrorClass::Other,
+                "MPI cannot be initialized again after it was finalized",
+            ));
+        }
+    }
+    start_clock();
+    let mut pmi = Pmi::from_env()?;
+    let job = oxmpi_adi::device::job_info(&mut pmi)?;
+    let transports = transports_for(&job)?;
+    let device = Device::new(pmi, job.clone(), transports)?;
+    *state = State::Running(Box::new(device));
+    let universe = Universe {
+        world: Communicator::world(job.rank, job.size),
+        self_comm: Communicator::self_comm(job.rank),
+        finalized: false,
+    };
+    Ok((universe, threading.min(THREADING_PROVIDED)))
+}
+
+/// The network transports this rank offers, from `OXMPI_TRANSPORTS`.
+fn transports_for(job: &oxmpi_adi::transport::JobInfo) -> Result<Vec<Box<dyn Transport>>> {
+    let list = std::env::var(TRANSPORTS_ENV).unwrap_or_else(|_| "tcp".to_owned());
+    let mut transports: Vec<Box<dyn Transport>> = Vec::new();
+    for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        match name {
+            "tcp" => {
+                if job.size > 1 {
+                    let config = oxmpi_tcp::TcpConfig::from_env()?;
+                    transports.push(Box::new(oxmpi_tcp::TcpTransport::new(job, config)?));
+                }
+            }
+            other => {
+                return Err(Error::new(
+                    ErrorClass::Arg,
+                    format!("{TRANSPORTS_ENV} names unknown transport {other:?}; known: tcp"),
+                ))
+            }
+        }
+    }
+    if job.size > 1 && transports.is_empty() {
+        return Err(Error::new(
+            ErrorClass::Arg,
+            format!("{TRANSPORTS_ENV}={list:?} leaves no transport to reach the other {} ranks", job.size - 1),
+        ));
+    }
+    Ok(transports)
+}
+
+impl Universe {
+    /// The communicator of every process in the job (`MPI_COMM_WORLD`).
+    pub fn world(&self) -> Communicator {
+        self.world.clone()
+    }
+
+    /// The communicator of this process alone (`MPI_COMM_SELF`).
+    pub fn self_comm(&self) -> Communicator {
+        self.self_comm.clone()
+    }
+
+    /// Finalizes MPI (`MPI_Finalize`): waits until every rank finalizes.
+    /// Requests must be complete.
+    pub fn finalize(mut self) -> Result<()> {
+        self.finalize_once()
+    }
+
+    fn finalize_once(&mut self) -> Result<()> {
+        if self.finalized {
+            return Ok(());
+        }
+        self.finalized = true;
+        let mut state = lock_state();
+        let result = match &mut *state {
+            State::Running(device) => device.finalize(),
+            _ => Ok(()),
+        };
+        *state = State::Finalized;
+        result
+    }
+}
+
+impl Drop for Universe {
+    fn drop(&mut self) {
+        // A rank that panicked is not done: finalizing would make it look
+        // like a clean exit to the launcher (and may wait forever for ranks
+        // that wait for it). Leaving unfinalized makes the job fail.
+        if std::thread::panicking() {
+            return;
+        }
+        if let Err(e) = self.finalize_once() {
+            eprintln!("oxmpi: finalize failed: {e}");
+        }
+    }
+}
+
+fn start_clock() -> Instant {
+    static START: OnceLock<Instant> = OnceLock::new();
+    *START.get_or_init(Instant::now)
+}
+
+/// Seconds since an arbitrary time in this process's past (`MPI_Wtime`).
+/// Not synchronized between processes.
+pub fn time() -> f64 {
+    start_clock().elapsed().as_secs_f64()
+}
+
+/// Resolution of [`time`] in seconds (`MPI_Wtick`).
+pub fn time_resolution() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the call to fill in.
+    let rc = unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC, &mut ts) };
+    if rc == 0 {
+        ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+    } else {
+        1e-9
+    }
+}
+
+/// The name of this processor (`MPI_Get_processor_name`): the host name.
+pub fn processor_name() -> Result<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: `buf` is writable for its length; gethostname writes at most
+    // that many bytes.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return Err(Error::os("reading the host name", std::io::Error::last_os_error()));
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+}

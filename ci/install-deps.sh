@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what building and testing oxmpi needs on a fresh Debian machine:
+# a C toolchain (for crates with C parts), and MPICH, whose mpiexec (hydra)
+# the tests use to prove oxmpi programs run under another PMI-1 launcher.
+# Run as root, or with sudo available.
+set -euo pipefail
+packages=(build-essential pkg-config mpich)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "cargo is missing: install Rust (https://rustup.rs) and re-run" >&2
+  exit 1
+fi

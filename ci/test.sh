@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The test command: installs what is needed, checks formatting and lints,
+# and runs every test (unit tests and real multi-process jobs via oxrun).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ci/install-deps.sh
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+cargo test --workspace 2>&1

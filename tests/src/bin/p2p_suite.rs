@@ -1,0 +1,292 @@
+//! Point-to-point checks run as real jobs: `p2p_suite CHECK`, started by
+//! the harness through oxrun. Each check verifies its own results and
+//! exits non-zero, saying why, when something is wrong.
+
+use oxmpi::request::{scope, wait_all, wait_any};
+use oxmpi::{Communicator, Error, ErrorClass, Result, ANY_TAG};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let check = std::env::args().nth(1).unwrap_or_default();
+    let result = oxmpi::initialize().and_then(|universe| {
+        let world = universe.world();
+        let outcome = match check.as_str() {
+            "all-pairs" => all_pairs(&world),
+            "ordered" => ordered(&world),
+            "sizes" => sizes(&world),
+            "many-irecv" => many_irecv(&world),
+            "truncation" => truncation(&world),
+            "probe" => probe_unknown_size(&world),
+            "self" => self_messages(&universe.self_comm(), &world),
+            "errors" => argument_errors(&world),
+            other => Err(fail(format!("unknown check {other:?}"))),
+        };
+        outcome?;
+        universe.finalize()
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("p2p_suite {check}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn fail(message: impl Into<String>) -> Error {
+    Error::new(ErrorClass::Other, message)
+}
+
+fn ensure(ok: bool, message: impl FnOnce() -> String) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(fail(message()))
+    }
+}
+
+/// Byte `i` of the test message `seed`.
+fn pattern(seed: u64, i: usize) -> u8 {
+    let x = (i as u64).wrapping_add(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    (x ^ (x >> 7) ^ (x >> 17)) as u8
+}
+
+fn filled(seed: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|i| pattern(seed, i)).collect()
+}
+
+fn check_bytes(seed: u64, got: &[u8], what: &str) -> Result<()> {
+    match got.iter().enumerate().find(|&(i, &b)| b != pattern(seed, i)) {
+        None => Ok(()),
+        Some((i, b)) => Err(fail(format!(
+            "{what}: byte {i} of {} is {b:#04x}, expected {:#04x}",
+            got.len(),
+            pattern(seed, i)
+        ))),
+    }
+}
+
+/// Every rank sends to every other; receives are from ANY_SOURCE.
+fn all_pairs(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank(), world.size());
+    let mut got = vec![false; size as usize];
+    scope(|s| -> Result<()> {
+        let payloads: Vec<Vec<u8>> = (0..size)
+            .map(|to| filled((rank * 1000 + to) as u64, 100 + to as usize))
+            .collect();
+        let mut sends = Vec::new();
+        for to in (0..size).filter(|&to| to != rank) {
+            sends.push(world.process_at_rank(to).immediate_send_with_tag(s, &payloads[to as usize][..], 5)?);
+        }
+        for _ in 1..size {
+            let (data, status) = world.any_process().receive_vec::<u8>()?;
+            let from = status.source_rank();
+            ensure(status.tag() == 5, || format!("tag {} from {from}", status.tag()))?;
+            ensure(!got[from as usize], || format!("two messages from rank {from}"))?;
+            got[from as usize] = true;
+            ensure(data.len() == 100 + rank as usize, || format!("length {} from {from}", data.len()))?;
+            check_bytes((from * 1000 + rank) as u64, &data, "all-pairs message")?;
+        }
+        wait_all(sends)?;
+        Ok(())
+    })
+}
+
+/// 10,000 messages with one tag arrive in the order they were sent, also
+/// when received with wildcards.
+fn ordered(world: &Communicator) -> Result<()> {
+    const N: u64 = 10_000;
+    match world.rank() {
+        0 => {
+            for i in 0..N {
+                world.process_at_rank(1).send_with_tag(&i, 3)?;
+            }
+        }
+        1 => {
+            for i in 0..N {
+                let (v, status) = if i % 2 == 0 {
+                    world.any_process().receive::<u64>()?
+                } else {
+                    world.process_at_rank(0).receive::<u64>()?
+                };
+                ensure(v == i && status.tag() == 3, || format!("message {i} arrived as {v} (tag {})", status.tag()))?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+fn threshold() -> usize {
+    std::env::var("OXMPI_TCP_EAGER_LIMIT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64 * 1024)
+}
+
+/// Messages across the eager/rendezvous threshold and up to 64 MiB, every
+/// byte checked, in both directions.
+fn sizes(world: &Communicator) -> Result<()> {
+    let t = threshold();
+    let sizes = [0, 1, t - 1, t, t + 1, 1 << 20, 64 << 20];
+    if world.rank() > 1 {
+        return Ok(());
+    }
+    let peer = world.process_at_rank(1 - world.rank());
+    for (k, &len) in sizes.iter().enumerate() {
+        let seed = k as u64;
+        if world.rank() == 0 {
+            peer.send_with_tag(&filled(seed, len)[..], k as i32)?;
+            let mut back = vec![0u8; len];
+            let status = peer.receive_into_with_tag(&mut back[..], k as i32)?;
+            ensure(status.byte_count() == len, || format!("echo of {len} bytes came back with {}", status.byte_count()))?;
+            check_bytes(seed + 100, &back, &format!("echo of {len} bytes"))?;
+        } else {
+            let mut buf = vec![0u8; len];
+            let status = peer.receive_into(&mut buf[..])?;
+            ensure(status.byte_count() == len && status.tag() == k as i32, || {
+                format!("{len}-byte message arrived with {} bytes, tag {}", status.byte_count(), status.tag())
+            })?;
+            check_bytes(seed, &buf, &format!("{len}-byte message"))?;
+            peer.send_with_tag(&filled(seed + 100, len)[..], k as i32)?;
+        }
+    }
+    Ok(())
+}
+
+/// 10,000 immediate receives outstanding at once, each for its own tag;
+/// the sender sends the tags in a shuffled order and the receiver completes
+/// them with wait_any in whatever order they finish.
+fn many_irecv(world: &Communicator) -> Result<()> {
+    const N: usize = 10_000;
+    match world.rank() {
+        0 => {
+            let mut order: Vec<usize> = (0..N).collect();
+            // A fixed xorshift shuffle: random order, reproducible failures.
+            let mut x = 0x2545_f491_4f6c_dd1du64;
+            for i in (1..N).rev() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                order.swap(i, (x % (i as u64 + 1)) as usize);
+            }
+            // Wait until every receive is posted, so that none is unexpected.
+            world.process_at_rank(1).receive::<u8>()?;
+            for tag in order {
+                world.process_at_rank(1).send_with_tag(&(tag as u64 * 3), tag as i32)?;
+            }
+        }
+        1 => {
+            let mut bufs = vec![0u64; N];
+            scope(|s| -> Result<()> {
+                let mut requests = Vec::with_capacity(N);
+                let mut tags = Vec::with_capacity(N);
+                for (tag, buf) in bufs.iter_mut().enumerate() {
+                    requests.push(world.process_at_rank(0).immediate_receive_into_with_tag(s, buf, tag as i32)?);
+                    tags.push(tag);
+                }
+                world.process_at_rank(0).send(&1u8)?;
+                while let Some((index, status)) = wait_any(&mut requests)? {
+                    let tag = tags.remove(index);
+                    let status = status?;
+                    ensure(status.tag() == tag as i32, || format!("request for tag {tag} got tag {}", status.tag()))?;
+                }
+                Ok(())
+            })?;
+            for (tag, v) in bufs.iter().enumerate() {
+                ensure(*v == tag as u64 * 3, || format!("tag {tag} holds {v}"))?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// A message longer than the receive buffer is a truncation error on that
+/// receive, for the short and the long protocol; the job goes on.
+fn truncation(world: &Communicator) -> Result<()> {
+    let long = threshold() * 2;
+    match world.rank() {
+        0 => {
+            for len in [100, long] {
+                world.process_at_rank(1).send(&filled(1, len)[..])?;
+            }
+            world.process_at_rank(1).send(&42u32)?;
+        }
+        1 => {
+            for len in [100, long] {
+                let mut small = vec![0u8; 10];
+                match world.process_at_rank(0).receive_into(&mut small[..]) {
+                    Err(e) if e.class() == ErrorClass::Truncate => {
+                        check_bytes(1, &small, "truncated message's first bytes")?;
+                    }
+                    other => return Err(fail(format!("{len} bytes into 10: expected MPI_ERR_TRUNCATE, got {other:?}"))),
+                }
+            }
+            let (v, _) = world.process_at_rank(0).receive::<u32>()?;
+            ensure(v == 42, || format!("message after the truncations is {v}"))?;
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Probe learns the size of a message, then the receive takes exactly it;
+/// immediate probe sees nothing before the message is sent.
+fn probe_unknown_size(world: &Communicator) -> Result<()> {
+    match world.rank() {
+        0 => {
+            world.process_at_rank(1).receive::<u8>()?;
+            world.process_at_rank(1).send_with_tag(&filled(9, 12345)[..], 77)?;
+            world.process_at_rank(1).send_with_tag(&filled(8, 300_000)[..], 78)?;
+        }
+        1 => {
+            ensure(world.any_process().immediate_probe()?.is_none(), || "immediate probe found a message that was never sent".into())?;
+            world.process_at_rank(0).send(&0u8)?;
+            for (tag, len, seed) in [(77, 12345, 9), (78, 300_000, 8)] {
+                let status = world.any_process().probe_with_tag(tag)?;
+                ensure(status.byte_count() == len && status.source_rank() == 0, || format!("probe saw {status:?}"))?;
+                let mut buf = vec![0u8; status.byte_count()];
+                world.process_at_rank(0).receive_into_with_tag(&mut buf[..], tag)?;
+                check_bytes(seed, &buf, "probed message")?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Messages to oneself, short and long, on the self and world communicators.
+fn self_messages(self_comm: &Communicator, world: &Communicator) -> Result<()> {
+    for comm in [self_comm, world] {
+        let me = comm.process_at_rank(comm.rank());
+        for len in [0, 5, 200_000] {
+            let out = filled(len as u64, len);
+            let mut back = vec![0u8; len];
+            scope(|s| -> Result<()> {
+                let r = me.immediate_receive_into(s, &mut back[..])?;
+                me.send(&out[..])?;
+                r.wait()?;
+                Ok(())
+            })?;
+            check_bytes(len as u64, &back, "message to self")?;
+        }
+    }
+    Ok(())
+}
+
+/// Bad arguments are errors of the right class, and cancel works.
+fn argument_errors(world: &Communicator) -> Result<()> {
+    let class = |r: Result<()>| r.err().map(|e| e.class());
+    ensure(class(world.process_at_rank(world.size()).send(&1u8)) == Some(ErrorClass::Rank), || "rank = size accepted".into())?;
+    ensure(class(world.process_at_rank(-5).send(&1u8)) == Some(ErrorClass::Rank), || "rank -5 accepted".into())?;
+    ensure(class(world.process_at_rank(0).send_with_tag(&1u8, -3)) == Some(ErrorClass::Tag), || "tag -3 accepted".into())?;
+    ensure(class(world.process_at_rank(0).send_with_tag(&1u8, ANY_TAG)) == Some(ErrorClass::Tag), || "ANY_TAG accepted for a send".into())?;
+    let mut buf = 0u64;
+    let cancelled = scope(|s| -> Result<bool> {
+        let r = world.any_process().immediate_receive_into_with_tag(s, &mut buf, 999)?;
+        r.cancel();
+        Ok(r.wait()?.is_cancelled())
+    })?;
+    ensure(cancelled, || "a pending receive was not cancelled".into())
+}

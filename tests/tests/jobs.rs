@@ -1,0 +1,200 @@
+//! Real jobs through oxrun: the point-to-point suite with 2 to 8 ranks
+//! (oversubscribed on small machines), strangers at the ranks' ports, a
+//! rank killed mid-job, and the ring under MPICH's mpiexec.
+
+use oxmpi_jobs::{descendants, listening_ports, rank_of, run, shm_leftovers, Binaries, Job};
+use std::io::Write;
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn bins() -> Binaries {
+    Binaries::new(env!("CARGO_BIN_EXE_p2p_suite"))
+}
+
+fn oxrun(ranks: usize, program: &std::path::Path, args: &[&str]) -> Command {
+    let mut c = Command::new(bins().oxrun());
+    c.arg("-n").arg(ranks.to_string()).arg(program).args(args);
+    c
+}
+
+fn suite(check: &str, ranks: usize) {
+    let out = run(oxrun(ranks, &bins().bin("p2p_suite"), &[check]), Duration::from_secs(120));
+    out.assert_success();
+    assert!(shm_leftovers().is_empty(), "shared segments left: {:?}", shm_leftovers());
+}
+
+#[test]
+fn ring_with_2_to_8_ranks() {
+    for ranks in [2, 3, 4, 8] {
+        let out = run(oxrun(ranks, &bins().example("ring"), &["20"]), Duration::from_secs(60));
+        out.assert_success();
+        assert!(out.stdout.contains(&format!("ring of {ranks} ranks: 20 laps")), "{}", out.stdout);
+    }
+}
+
+#[test]
+fn hello_and_pingpong_examples() {
+    let out = run(oxrun(3, &bins().example("hello"), &[]), Duration::from_secs(60));
+    out.assert_success();
+    assert!(out.stdout.contains("all 3 ranks said hello"), "{}", out.stdout);
+    let out = run(oxrun(2, &bins().example("pingpong"), &[]), Duration::from_secs(120));
+    out.assert_success();
+    assert_eq!(out.stdout.lines().count(), 7, "{}", out.stdout);
+}
+
+#[test]
+fn singleton_without_a_launcher() {
+    let mut c = Command::new(bins().bin("p2p_suite"));
+    c.arg("self");
+    run(c, Duration::from_secs(30)).assert_success();
+}
+
+#[test]
+fn all_pairs_with_any_source() {
+    suite("all-pairs", 4);
+}
+
+#[test]
+fn all_pairs_oversubscribed() {
+    suite("all-pairs", 8);
+}
+
+#[test]
+fn ten_thousand_messages_in_order() {
+    suite("ordered", 2);
+}
+
+#[test]
+fn sizes_across_the_threshold_up_to_64_mib() {
+    suite("sizes", 2);
+}
+
+#[test]
+fn sizes_with_a_small_threshold() {
+    let mut c = oxrun(2, &bins().bin("p2p_suite"), &["sizes"]);
+    c.env("OXMPI_TCP_EAGER_LIMIT", "1000");
+    run(c, Duration::from_secs(120)).assert_success();
+}
+
+#[test]
+fn ten_thousand_outstanding_receives() {
+    suite("many-irecv", 2);
+}
+
+#[test]
+fn truncation_is_an_error_and_the_job_goes_on() {
+    suite("truncation", 2);
+}
+
+#[test]
+fn probe_then_receive_unknown_size() {
+    suite("probe", 2);
+}
+
+#[test]
+fn messages_to_self() {
+    suite("self", 2);
+}
+
+#[test]
+fn argument_errors_and_cancel() {
+    suite("errors", 2);
+}
+
+/// The ranks of a job started by the launcher `launcher_pid`, by rank,
+/// once all of them listen for connections.
+fn wait_for_listening_ranks(launcher_pid: u32, ranks: usize, bound: Duration) -> Vec<(usize, u32, Vec<u16>)> {
+    let start = Instant::now();
+    loop {
+        let found: Vec<(usize, u32, Vec<u16>)> = descendants(launcher_pid)
+            .into_iter()
+            .filter_map(|pid| Some((rank_of(pid)?, pid, listening_ports(pid))))
+            .filter(|(_, _, ports)| !ports.is_empty())
+            .collect();
+        if found.len() == ranks {
+            return found;
+        }
+        assert!(start.elapsed() < bound, "ranks did not start listening within {bound:?}: {found:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn strangers_at_every_port_do_not_stop_the_ring() {
+    let job = Job::start(oxrun(4, &bins().example("ring"), &["3000"]), Duration::from_secs(120));
+    let ranks = wait_for_listening_ranks(job.pid(), 4, Duration::from_secs(30));
+    let mut silent = Vec::new();
+    for (_, _, ports) in &ranks {
+        for &port in ports {
+            let addr = ("127.0.0.1", port);
+            // One that stays connected and says nothing...
+            if let Ok(s) = TcpStream::connect(addr) {
+                silent.push(s);
+            }
+            // ...one that sends garbage...
+            if let Ok(mut s) = TcpStream::connect(addr) {
+                let _ = s.write_all(b"GET / HTTP/1.0\r\n\r\nthis is not an oxmpi handshake\n");
+            }
+            // ...one that sends a lot of zeros and hangs up.
+            if let Ok(mut s) = TcpStream::connect(addr) {
+                let _ = s.write_all(&[0u8; 4096]);
+            }
+        }
+    }
+    let out = job.finish();
+    drop(silent);
+    out.assert_success();
+    assert!(out.stdout.contains("3000 laps"), "{}", out.stdout);
+}
+
+#[test]
+fn killing_a_rank_ends_the_job_naming_it() {
+    let job = Job::start(oxrun(4, &bins().example("ring"), &["100000000"]), Duration::from_secs(60));
+    let ranks = wait_for_listening_ranks(job.pid(), 4, Duration::from_secs(30));
+    let (rank, pid, _) = ranks.iter().find(|(r, _, _)| *r == 2).cloned().expect("rank 2 runs");
+    // Let the ring run for a moment first.
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let killed_at = job.elapsed();
+    let out = job.finish();
+    assert!(!out.status.success(), "the job succeeded after a rank was killed");
+    let after_kill = out.elapsed - killed_at;
+    assert!(after_kill < Duration::from_secs(4), "the job took {after_kill:?} to end after the kill");
+    let line = out
+        .stderr
+        .lines()
+        .find(|l| l.contains(&format!("rank {rank}")) && l.contains(&pid.to_string()))
+        .unwrap_or_else(|| panic!("no line names rank {rank} (pid {pid}):\n{}", out.stderr));
+    assert!(line.contains("signal 9") || line.contains("SIGKILL"), "{line}");
+}
+
+fn mpiexec() -> Option<String> {
+    ["mpiexec.hydra", "mpiexec.mpich"].into_iter().find_map(|name| {
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!("command -v {name}"))
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|_| name.to_owned())
+    })
+}
+
+#[test]
+fn ring_under_mpich_mpiexec() {
+    let Some(mpiexec) = mpiexec() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "MPICH's mpiexec is missing in CI: .ci/run must install the mpich package"
+        );
+        eprintln!("skipped: MPICH's mpiexec.hydra is not installed (apt-get install mpich)");
+        return;
+    };
+    let mut c = Command::new(mpiexec);
+    c.args(["-n", "4"]).arg(bins().example("ring")).arg("50");
+    let out = run(c, Duration::from_secs(60));
+    out.assert_success();
+    assert!(out.stdout.contains("ring of 4 ranks: 50 laps"), "{}", out.stdout);
+}
