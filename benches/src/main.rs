@@ -1,2 +1,39 @@
-//! oxbench (written next).
-fn main() {}
+//! The `oxbench` program; see the `oxmpi_benches` crate docs and
+//! `oxbench --help`.
+
+#![forbid(unsafe_code)]
+
+use oxmpi_benches::cli::{self, Command, USAGE};
+use oxmpi_benches::{mpi_bench, raw_tcp};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Result<Vec<String>, _> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.into_string())
+        .collect();
+    let parsed = match args {
+        Ok(args) => cli::parse(&args),
+        Err(bad) => Err(cli::UsageError(format!(
+            "argument {bad:?} is not valid UTF-8"
+        ))),
+    };
+    match parsed {
+        Err(e) => {
+            eprintln!("oxbench: {e}\n\n{USAGE}");
+            ExitCode::from(2)
+        }
+        Ok(Command::Help) => {
+            println!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        Ok(Command::Mpi(benchmark, options)) => mpi_bench::main(benchmark, &options),
+        Ok(Command::RawTcp(benchmark, options)) => raw_tcp::main(benchmark, &options),
+        Ok(Command::RawTcpPeer {
+            benchmark,
+            options,
+            port,
+            token,
+        }) => raw_tcp::peer_main(benchmark, &options, port, token),
+    }
+}
