@@ -130,7 +130,14 @@ fn nonce() -> Result<[u8; 32], AuthError> {
     Ok(n)
 }
 
-fn mac(secret: &[u8; 32], label: &[u8], nonce_c: &[u8; 32], nonce_a: &[u8; 32], rank_c: u32, rank_a: u32) -> Hmac<Sha256> {
+fn mac(
+    secret: &[u8; 32],
+    label: &[u8],
+    nonce_c: &[u8; 32],
+    nonce_a: &[u8; 32],
+    rank_c: u32,
+    rank_a: u32,
+) -> Hmac<Sha256> {
     // HMAC accepts keys of any length, so this cannot fail.
     let mut m = <Hmac<Sha256> as Mac>::new_from_slice(secret).unwrap_or_else(|_| unreachable!());
     m.update(label);
@@ -182,12 +189,26 @@ impl Connector {
         if f.rank != self.peer {
             return Err(AuthError::BadRank(f.rank));
         }
-        mac(&self.secret, b"oxmpi-acceptor", &self.nonce, &f.nonce, self.rank, self.peer)
-            .verify_slice(&f.mac)
-            .map_err(|_| AuthError::BadMac)?;
-        let mine = mac(&self.secret, b"oxmpi-connector", &self.nonce, &f.nonce, self.rank, self.peer)
-            .finalize()
-            .into_bytes();
+        mac(
+            &self.secret,
+            b"oxmpi-acceptor",
+            &self.nonce,
+            &f.nonce,
+            self.rank,
+            self.peer,
+        )
+        .verify_slice(&f.mac)
+        .map_err(|_| AuthError::BadMac)?;
+        let mine = mac(
+            &self.secret,
+            b"oxmpi-connector",
+            &self.nonce,
+            &f.nonce,
+            self.rank,
+            self.peer,
+        )
+        .finalize()
+        .into_bytes();
         let mut m = [0u8; 32];
         m.copy_from_slice(&mine);
         Ok(encode(&Fields {
@@ -230,13 +251,24 @@ impl Acceptor {
 
     /// Reads the connector's HELLO; returns the rank it claims (not yet
     /// proven) and the CHALLENGE to send.
-    pub fn on_hello(&mut self, job: &JobInfo, msg: &[u8; MESSAGE_LEN]) -> Result<(PeerRank, [u8; MESSAGE_LEN]), AuthError> {
+    pub fn on_hello(
+        &mut self,
+        job: &JobInfo,
+        msg: &[u8; MESSAGE_LEN],
+    ) -> Result<(PeerRank, [u8; MESSAGE_LEN]), AuthError> {
         let f = decode(msg, HELLO)?;
         let peer = check_rank(f.rank, job)?;
         self.peer = Some((f.rank, f.nonce));
-        let m = mac(&self.secret, b"oxmpi-acceptor", &f.nonce, &self.nonce, f.rank, self.rank)
-            .finalize()
-            .into_bytes();
+        let m = mac(
+            &self.secret,
+            b"oxmpi-acceptor",
+            &f.nonce,
+            &self.nonce,
+            f.rank,
+            self.rank,
+        )
+        .finalize()
+        .into_bytes();
         let mut mac_a = [0u8; 32];
         mac_a.copy_from_slice(&m);
         Ok((
@@ -253,11 +285,20 @@ impl Acceptor {
 
     /// Checks the connector's RESPONSE: only then is its rank proven.
     pub fn on_response(&self, msg: &[u8; MESSAGE_LEN]) -> Result<(), AuthError> {
-        let (rank_c, nonce_c) = self.peer.ok_or(AuthError::Garbage("RESPONSE before HELLO"))?;
+        let (rank_c, nonce_c) = self
+            .peer
+            .ok_or(AuthError::Garbage("RESPONSE before HELLO"))?;
         let f = decode(msg, RESPONSE)?;
-        mac(&self.secret, b"oxmpi-connector", &nonce_c, &self.nonce, rank_c, self.rank)
-            .verify_slice(&f.mac)
-            .map_err(|_| AuthError::BadMac)
+        mac(
+            &self.secret,
+            b"oxmpi-connector",
+            &nonce_c,
+            &self.nonce,
+            rank_c,
+            self.rank,
+        )
+        .verify_slice(&f.mac)
+        .map_err(|_| AuthError::BadMac)
     }
 
     /// The VERDICT message to send.
@@ -295,8 +336,14 @@ mod tests {
         assert_eq!(peer, 1);
         let response = c.on_challenge(&challenge).unwrap();
         a.on_response(&response).unwrap();
-        assert_eq!(c.on_verdict(&a.verdict(Verdict::Duplicate)), Ok(Verdict::Duplicate));
-        assert_eq!(c.on_verdict(&a.verdict(Verdict::Accept)), Ok(Verdict::Accept));
+        assert_eq!(
+            c.on_verdict(&a.verdict(Verdict::Duplicate)),
+            Ok(Verdict::Duplicate)
+        );
+        assert_eq!(
+            c.on_verdict(&a.verdict(Verdict::Accept)),
+            Ok(Verdict::Accept)
+        );
     }
 
     #[test]
@@ -323,22 +370,42 @@ mod tests {
         let (_, mut hello) = Connector::new(&job(1, 7), 2).unwrap();
         hello[4] = 9;
         let mut a = Acceptor::new(&job(2, 7)).unwrap();
-        assert_eq!(a.on_hello(&job(2, 7), &hello).unwrap_err(), AuthError::Version { theirs: 9 });
+        assert_eq!(
+            a.on_hello(&job(2, 7), &hello).unwrap_err(),
+            AuthError::Version { theirs: 9 }
+        );
         assert!(a.on_hello(&job(2, 7), &[0u8; MESSAGE_LEN]).is_err());
         assert!(a.on_hello(&job(2, 7), &[0xffu8; MESSAGE_LEN]).is_err());
         let mut http = [b' '; MESSAGE_LEN];
         http[..16].copy_from_slice(b"GET / HTTP/1.1\r\n");
-        assert!(matches!(a.on_hello(&job(2, 7), &http), Err(AuthError::Garbage(_))));
+        assert!(matches!(
+            a.on_hello(&job(2, 7), &http),
+            Err(AuthError::Garbage(_))
+        ));
         // A RESPONSE before any HELLO.
-        assert!(Acceptor::new(&job(2, 7)).unwrap().on_response(&hello).is_err());
+        assert!(Acceptor::new(&job(2, 7))
+            .unwrap()
+            .on_response(&hello)
+            .is_err());
     }
 
     #[test]
     fn claimed_ranks_are_checked() {
         let mut a = Acceptor::new(&job(2, 7)).unwrap();
         for rank in [2usize, 4, 1000] {
-            let (_, hello) = Connector::new(&JobInfo { rank, size: 2000, secret: [7; 32] }, 2).unwrap();
-            assert!(matches!(a.on_hello(&job(2, 7), &hello), Err(AuthError::BadRank(_))));
+            let (_, hello) = Connector::new(
+                &JobInfo {
+                    rank,
+                    size: 2000,
+                    secret: [7; 32],
+                },
+                2,
+            )
+            .unwrap();
+            assert!(matches!(
+                a.on_hello(&job(2, 7), &hello),
+                Err(AuthError::BadRank(_))
+            ));
         }
     }
 }

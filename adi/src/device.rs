@@ -122,8 +122,14 @@ impl Request {
 
 /// A message that arrived before its receive was posted.
 enum Unexpected {
-    Eager { data: Vec<u8> },
-    Rts { peer: PeerRank, sender_token: u64, len: usize },
+    Eager {
+        data: Vec<u8>,
+    },
+    Rts {
+        peer: PeerRank,
+        sender_token: u64,
+        len: usize,
+    },
 }
 
 impl Unexpected {
@@ -242,7 +248,10 @@ pub fn job_info(pmi: &mut Pmi) -> Result<JobInfo> {
             }
             pmi.barrier()?;
             let hex = pmi.get(SECRET_KEY)?.ok_or_else(|| {
-                Error::new(ErrorClass::Other, "rank 0 did not publish the job secret in the KVS")
+                Error::new(
+                    ErrorClass::Other,
+                    "rank 0 did not publish the job secret in the KVS",
+                )
             })?;
             parse_secret(&hex)?
         }
@@ -253,16 +262,26 @@ pub fn job_info(pmi: &mut Pmi) -> Result<JobInfo> {
 fn random_secret() -> Result<[u8; 32]> {
     let mut secret = [0u8; 32];
     getrandom::getrandom(&mut secret).map_err(|e| {
-        Error::new(ErrorClass::Other, format!("cannot draw a job secret from the OS: {e}"))
+        Error::new(
+            ErrorClass::Other,
+            format!("cannot draw a job secret from the OS: {e}"),
+        )
     })?;
     Ok(secret)
 }
 
 fn spin_from_env() -> Result<Duration> {
     match std::env::var(SPIN_ENV) {
-        Ok(v) => v.trim().parse::<u64>().map(Duration::from_micros).map_err(|_| {
-            Error::new(ErrorClass::Arg, format!("{SPIN_ENV}={v:?} is not a number of microseconds"))
-        }),
+        Ok(v) => v
+            .trim()
+            .parse::<u64>()
+            .map(Duration::from_micros)
+            .map_err(|_| {
+                Error::new(
+                    ErrorClass::Arg,
+                    format!("{SPIN_ENV}={v:?} is not a number of microseconds"),
+                )
+            }),
         Err(_) => {
             // Spinning pays when each rank has a core; on an oversubscribed
             // node it steals the core the peer needs, so sleep early.
@@ -337,7 +356,13 @@ impl Device {
     /// not yet (late binding).
     fn bind(&mut self, peer: PeerRank) -> Result<usize> {
         let vc = self.core.vcs.get(peer).ok_or_else(|| {
-            Error::new(ErrorClass::Rank, format!("rank {peer} is not in this job of {} processes", self.job.size))
+            Error::new(
+                ErrorClass::Rank,
+                format!(
+                    "rank {peer} is not in this job of {} processes",
+                    self.job.size
+                ),
+            )
         })?;
         match &vc.binding {
             Binding::Bound(t) => return Ok(*t),
@@ -357,7 +382,10 @@ impl Device {
             };
             if self.transports[index].reachable(&card) {
                 self.transports[index].add_peer(peer, &card)?;
-                vlog!("rank {}: VC to rank {peer} bound to {name} ({card})", self.job.rank);
+                vlog!(
+                    "rank {}: VC to rank {peer} bound to {name} ({card})",
+                    self.job.rank
+                );
                 self.core.vcs[peer].binding = Binding::Bound(index);
                 return Ok(index);
             }
@@ -525,7 +553,10 @@ impl Device {
     pub fn wait(&mut self, request: RequestId) -> Result<Status> {
         self.wait_until(|d| d.is_complete(request))?;
         self.take_status(request).ok_or_else(|| {
-            Error::new(ErrorClass::Request, "the request was already completed and freed")
+            Error::new(
+                ErrorClass::Request,
+                "the request was already completed and freed",
+            )
         })
     }
 
@@ -737,19 +768,32 @@ impl Core {
         )
     }
 
-    fn handle_header(&mut self, transport: usize, peer: PeerRank, h: &Header) -> Result<Option<PayloadSlot>> {
+    fn handle_header(
+        &mut self,
+        transport: usize,
+        peer: PeerRank,
+        h: &Header,
+    ) -> Result<Option<PayloadSlot>> {
         let vc = self.vcs.get_mut(peer).ok_or_else(|| {
-            Error::new(ErrorClass::Intern, format!("a transport delivered a packet from rank {peer}, which is not in the job"))
+            Error::new(
+                ErrorClass::Intern,
+                format!("a transport delivered a packet from rank {peer}, which is not in the job"),
+            )
         })?;
         match vc.binding {
             Binding::Unbound => vc.binding = Binding::Bound(transport),
             Binding::Bound(t) if t == transport => {}
-            Binding::Bound(_) => return Err(self.protocol_error(peer, "packet arrived over a second transport")),
+            Binding::Bound(_) => {
+                return Err(self.protocol_error(peer, "packet arrived over a second transport"))
+            }
             Binding::Failed(ref e) => return Err(e.clone()),
         }
         if h.sequence != vc.recv_sequence {
             let expected = vc.recv_sequence;
-            return Err(self.protocol_error(peer, format!("packet sequence {} where {expected} was due", h.sequence)));
+            return Err(self.protocol_error(
+                peer,
+                format!("packet sequence {} where {expected} was due", h.sequence),
+            ));
         }
         vc.recv_sequence = vc.recv_sequence.wrapping_add(1);
         let envelope = Envelope {
@@ -761,7 +805,13 @@ impl Core {
             Kind::Eager => {
                 let len = h.message_len as usize;
                 if len > self.eager_limits[transport] {
-                    return Err(self.protocol_error(peer, format!("eager message of {len} bytes exceeds the limit of {}", self.eager_limits[transport])));
+                    return Err(self.protocol_error(
+                        peer,
+                        format!(
+                            "eager message of {len} bytes exceeds the limit of {}",
+                            self.eager_limits[transport]
+                        ),
+                    ));
                 }
                 if let Some(token) = self.posted.take_match(&envelope) {
                     if let Some(r) = self.requests.get_mut(token) {
@@ -778,15 +828,17 @@ impl Core {
                     }
                 }
                 if len == 0 {
-                    self.unexpected.push(envelope, Unexpected::Eager { data: Vec::new() });
+                    self.unexpected
+                        .push(envelope, Unexpected::Eager { data: Vec::new() });
                     return Ok(None);
                 }
                 self.vcs[peer].arriving = Some((envelope, vec![0; len]));
                 Ok(Some(PayloadSlot(ARRIVAL_SLOT | peer as u64)))
             }
             Kind::Rts => {
-                let len = usize::try_from(h.message_len)
-                    .map_err(|_| self.protocol_error(peer, "message longer than this machine's address space"))?;
+                let len = usize::try_from(h.message_len).map_err(|_| {
+                    self.protocol_error(peer, "message longer than this machine's address space")
+                })?;
                 match self.posted.take_match(&envelope) {
                     Some(token) => {
                         if let Some(r) = self.requests.get_mut(token) {
@@ -814,7 +866,9 @@ impl Core {
                         && matches!(r.phase, Phase::AwaitingCts { len, .. } if h.message_len <= len as u64)
                 });
                 if !ok {
-                    return Err(self.protocol_error(peer, format!("CTS for unknown send {token:#x}")));
+                    return Err(
+                        self.protocol_error(peer, format!("CTS for unknown send {token:#x}"))
+                    );
                 }
                 if let Some(r) = self.requests.get_mut(token) {
                     if let Phase::AwaitingCts { ptr, .. } = r.phase {
@@ -838,7 +892,9 @@ impl Core {
                         && matches!(r.phase, Phase::AwaitingData { accepted } if accepted as u64 == h.message_len)
                 });
                 if !ok {
-                    return Err(self.protocol_error(peer, format!("data for unknown receive {token:#x}")));
+                    return Err(
+                        self.protocol_error(peer, format!("data for unknown receive {token:#x}"))
+                    );
                 }
                 if h.message_len == 0 {
                     if let Some(r) = self.requests.get_mut(token) {
@@ -911,7 +967,12 @@ impl PacketSink for Sink<'_> {
     fn payload_buffer(&mut self, slot: PayloadSlot) -> &mut [u8] {
         if slot.0 & ARRIVAL_SLOT != 0 {
             let peer = (slot.0 & !ARRIVAL_SLOT) as usize;
-            return match self.core.vcs.get_mut(peer).and_then(|vc| vc.arriving.as_mut()) {
+            return match self
+                .core
+                .vcs
+                .get_mut(peer)
+                .and_then(|vc| vc.arriving.as_mut())
+            {
                 Some((_, data)) => data,
                 None => &mut [],
             };
@@ -933,7 +994,12 @@ impl PacketSink for Sink<'_> {
 
     fn on_payload(&mut self, peer: PeerRank, slot: PayloadSlot) {
         if slot.0 & ARRIVAL_SLOT != 0 {
-            let Some((envelope, data)) = self.core.vcs.get_mut(peer).and_then(|vc| vc.arriving.take()) else {
+            let Some((envelope, data)) = self
+                .core
+                .vcs
+                .get_mut(peer)
+                .and_then(|vc| vc.arriving.take())
+            else {
                 return;
             };
             // A receive may have been posted while the payload arrived.
@@ -942,9 +1008,13 @@ impl PacketSink for Sink<'_> {
                     if let Some(r) = self.core.requests.get_mut(token) {
                         r.peer = Some(peer);
                     }
-                    self.core.receive_unexpected(token, envelope, Unexpected::Eager { data });
+                    self.core
+                        .receive_unexpected(token, envelope, Unexpected::Eager { data });
                 }
-                None => self.core.unexpected.push(envelope, Unexpected::Eager { data }),
+                None => self
+                    .core
+                    .unexpected
+                    .push(envelope, Unexpected::Eager { data }),
             }
             return;
         }

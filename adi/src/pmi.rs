@@ -33,7 +33,10 @@ impl Message {
     pub fn new(cmd: &str, args: &[(&str, &str)]) -> Message {
         Message {
             cmd: cmd.to_owned(),
-            args: args.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+            args: args
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
         }
     }
 
@@ -41,7 +44,10 @@ impl Message {
     pub fn parse(line: &[u8]) -> Result<Message> {
         let bad = |why: &str| {
             let shown = String::from_utf8_lossy(&line[..line.len().min(80)]).into_owned();
-            Error::new(ErrorClass::Other, format!("malformed PMI line ({why}): {shown:?}"))
+            Error::new(
+                ErrorClass::Other,
+                format!("malformed PMI line ({why}): {shown:?}"),
+            )
         };
         if line.len() > MAX_LINE {
             return Err(bad("longer than 1024 bytes"));
@@ -55,7 +61,9 @@ impl Message {
         };
         let mut args: Vec<(String, String)> = Vec::new();
         for word in words {
-            let (k, v) = word.split_once('=').ok_or_else(|| bad("a word without '='"))?;
+            let (k, v) = word
+                .split_once('=')
+                .ok_or_else(|| bad("a word without '='"))?;
             if k.is_empty() {
                 return Err(bad("an empty key"));
             }
@@ -82,13 +90,19 @@ impl Message {
 
     /// The value of argument `key`.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.args.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        self.args
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 
     /// The value of argument `key`, or an error naming the message.
     pub fn require(&self, key: &str) -> Result<&str> {
         self.get(key).ok_or_else(|| {
-            Error::new(ErrorClass::Other, format!("PMI message cmd={} lacks {key}=", self.cmd))
+            Error::new(
+                ErrorClass::Other,
+                format!("PMI message cmd={} lacks {key}=", self.cmd),
+            )
         })
     }
 }
@@ -131,7 +145,10 @@ impl Connection {
         if message.cmd != expected {
             return Err(Error::new(
                 ErrorClass::Other,
-                format!("PMI server answered cmd={} where cmd={expected} was due", message.cmd),
+                format!(
+                    "PMI server answered cmd={} where cmd={expected} was due",
+                    message.cmd
+                ),
             ));
         }
         if let Some(rc) = message.get("rc") {
@@ -169,7 +186,10 @@ pub struct Pmi {
 fn env_number(name: &str) -> Result<Option<usize>> {
     match std::env::var(name) {
         Ok(v) => v.trim().parse().map(Some).map_err(|_| {
-            Error::new(ErrorClass::Arg, format!("{name}={v:?} is not a non-negative number"))
+            Error::new(
+                ErrorClass::Arg,
+                format!("{name}={v:?} is not a non-negative number"),
+            )
         }),
         Err(_) => Ok(None),
     }
@@ -178,7 +198,10 @@ fn env_number(name: &str) -> Result<Option<usize>> {
 fn number(message: &Message, key: &str) -> Result<usize> {
     let v = message.require(key)?;
     v.parse().map_err(|_| {
-        Error::new(ErrorClass::Other, format!("PMI cmd={} has {key}={v:?}, not a number", message.cmd))
+        Error::new(
+            ErrorClass::Other,
+            format!("PMI cmd={} has {key}={v:?}, not a number", message.cmd),
+        )
     })
 }
 
@@ -197,7 +220,8 @@ impl Pmi {
             local: HashMap::new(),
         };
         let mut conn = if let Some(fd) = env_number("PMI_FD")? {
-            let fd = i32::try_from(fd).map_err(|_| Error::new(ErrorClass::Arg, "PMI_FD is out of range"))?;
+            let fd = i32::try_from(fd)
+                .map_err(|_| Error::new(ErrorClass::Arg, "PMI_FD is out of range"))?;
             // SAFETY: fcntl(F_GETFD) only queries the descriptor; it fails
             // cleanly if `fd` is not open.
             if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
@@ -221,8 +245,12 @@ impl Pmi {
                 writer: Box::new(writer),
             }
         } else if let Ok(port) = std::env::var("PMI_PORT") {
-            let stream = std::net::TcpStream::connect(port.as_str())
-                .map_err(|e| Error::os(format!("connecting to the PMI server at PMI_PORT={port}"), e))?;
+            let stream = std::net::TcpStream::connect(port.as_str()).map_err(|e| {
+                Error::os(
+                    format!("connecting to the PMI server at PMI_PORT={port}"),
+                    e,
+                )
+            })?;
             let writer = stream
                 .try_clone()
                 .map_err(|e| Error::os("duplicating the PMI socket", e))?;
@@ -239,9 +267,13 @@ impl Pmi {
             for _ in 0..3 {
                 let set = conn.receive("set")?;
                 if let Some(v) = set.get("size") {
-                    pmi.size = v.parse().map_err(|_| Error::new(ErrorClass::Other, "bad PMI size"))?;
+                    pmi.size = v
+                        .parse()
+                        .map_err(|_| Error::new(ErrorClass::Other, "bad PMI size"))?;
                 } else if let Some(v) = set.get("rank") {
-                    pmi.rank = v.parse().map_err(|_| Error::new(ErrorClass::Other, "bad PMI rank"))?;
+                    pmi.rank = v
+                        .parse()
+                        .map_err(|_| Error::new(ErrorClass::Other, "bad PMI rank"))?;
                 }
             }
         } else {
@@ -266,7 +298,10 @@ impl Pmi {
         if pmi.rank >= pmi.size {
             return Err(Error::new(
                 ErrorClass::Other,
-                format!("the process manager gave rank {} in a job of {}", pmi.rank, pmi.size),
+                format!(
+                    "the process manager gave rank {} in a job of {}",
+                    pmi.rank, pmi.size
+                ),
             ));
         }
         pmi.connection = Some(conn);
@@ -309,7 +344,10 @@ impl Pmi {
             }
             Some(c) => c
                 .call(
-                    &Message::new("put", &[("kvsname", &self.kvsname), ("key", key), ("value", value)]),
+                    &Message::new(
+                        "put",
+                        &[("kvsname", &self.kvsname), ("key", key), ("value", value)],
+                    ),
                     "put_result",
                 )
                 .map(|_| ()),
@@ -322,7 +360,10 @@ impl Pmi {
         match &mut self.connection {
             None => Ok(self.local.get(key).cloned()),
             Some(c) => {
-                let reply = c.call(&Message::new("get", &[("kvsname", &self.kvsname), ("key", key)]), "get_result")?;
+                let reply = c.call(
+                    &Message::new("get", &[("kvsname", &self.kvsname), ("key", key)]),
+                    "get_result",
+                )?;
                 match reply.get("rc") {
                     Some("0") => Ok(Some(reply.require("value")?.to_owned())),
                     _ => Ok(None),
@@ -336,7 +377,9 @@ impl Pmi {
     pub fn barrier(&mut self) -> Result<()> {
         match &mut self.connection {
             None => Ok(()),
-            Some(c) => c.call(&Message::new("barrier_in", &[]), "barrier_out").map(|_| ()),
+            Some(c) => c
+                .call(&Message::new("barrier_in", &[]), "barrier_out")
+                .map(|_| ()),
         }
     }
 
@@ -346,7 +389,10 @@ impl Pmi {
             None => Ok(()),
             Some(c) => {
                 let text = message.replace([' ', '='], "_");
-                c.send(&Message::new("abort", &[("exitcode", &code.to_string()), ("message", &text)]))
+                c.send(&Message::new(
+                    "abort",
+                    &[("exitcode", &code.to_string()), ("message", &text)],
+                ))
             }
         }
     }
@@ -355,7 +401,9 @@ impl Pmi {
     pub fn finalize(&mut self) -> Result<()> {
         match self.connection.take() {
             None => Ok(()),
-            Some(mut c) => c.call(&Message::new("finalize", &[]), "finalize_ack").map(|_| ()),
+            Some(mut c) => c
+                .call(&Message::new("finalize", &[]), "finalize_ack")
+                .map(|_| ()),
         }
     }
 }
@@ -366,10 +414,16 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        let m = Message::new("put", &[("kvsname", "kvs_1"), ("key", "a"), ("value", "b:1")]);
+        let m = Message::new(
+            "put",
+            &[("kvsname", "kvs_1"), ("key", "a"), ("value", "b:1")],
+        );
         assert_eq!(m.format(), "cmd=put kvsname=kvs_1 key=a value=b:1\n");
         assert_eq!(Message::parse(m.format().as_bytes()).unwrap(), m);
-        assert_eq!(Message::parse(b"cmd=barrier_out").unwrap().cmd, "barrier_out");
+        assert_eq!(
+            Message::parse(b"cmd=barrier_out").unwrap().cmd,
+            "barrier_out"
+        );
     }
 
     #[test]
@@ -387,7 +441,11 @@ mod tests {
             b"cmd=put key=\xff\xfe",
             long.as_bytes(),
         ] {
-            assert!(Message::parse(line).is_err(), "accepted {:?}", String::from_utf8_lossy(line));
+            assert!(
+                Message::parse(line).is_err(),
+                "accepted {:?}",
+                String::from_utf8_lossy(line)
+            );
         }
     }
 
@@ -395,7 +453,10 @@ mod tests {
     fn words_are_checked() {
         assert!(check_word("key", "card-0", 64).is_ok());
         for bad in ["", "a b", "a=b", "a\nb"] {
-            assert_eq!(check_word("key", bad, 64).unwrap_err().class(), ErrorClass::Arg);
+            assert_eq!(
+                check_word("key", bad, 64).unwrap_err().class(),
+                ErrorClass::Arg
+            );
         }
         assert!(check_word("key", &"k".repeat(65), 64).is_err());
     }

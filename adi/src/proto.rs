@@ -134,7 +134,10 @@ impl fmt::Display for DecodeError {
 
 impl From<DecodeError> for Error {
     fn from(e: DecodeError) -> Error {
-        Error::new(ErrorClass::ProcFailed, format!("malformed packet from peer: {e}"))
+        Error::new(
+            ErrorClass::ProcFailed,
+            format!("malformed packet from peer: {e}"),
+        )
     }
 }
 

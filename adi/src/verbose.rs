@@ -9,9 +9,7 @@ use std::sync::OnceLock;
 /// Whether `OXMPI_VERBOSE` asks for diagnostics (any value but empty or `0`).
 pub fn enabled() -> bool {
     static ENABLED: OnceLock<bool> = OnceLock::new();
-    *ENABLED.get_or_init(|| {
-        std::env::var("OXMPI_VERBOSE").is_ok_and(|v| !v.is_empty() && v != "0")
-    })
+    *ENABLED.get_or_init(|| std::env::var("OXMPI_VERBOSE").is_ok_and(|v| !v.is_empty() && v != "0"))
 }
 
 /// Prints a diagnostic line `oxmpi[pid]: ...` to standard error when

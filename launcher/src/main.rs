@@ -1,2 +1,522 @@
-//! oxrun (written next).
-fn main() {}
+//! `oxrun`: starts an oxmpi job on this machine and serves PMI-1 to it.
+//!
+//! It owns process management for one host: starting the ranks (each in
+//! its own process group, dying with oxrun), serving the PMI-1 wire protocol
+//! over a socket each rank inherits (`PMI_FD`), forwarding output, and
+//! ending the job when a rank fails. It must not know anything of MPI
+//! beyond PMI: no transports, no packets.
+//!
+//! A rank fails when it exits non-zero, dies by a signal, calls abort, or
+//! exits without finalizing after it initialized PMI. Then oxrun ends every
+//! other rank (SIGTERM, then SIGKILL after a second), prints one line
+//! naming the rank, its PID and what happened, and exits with the abort
+//! code or the highest exit status (128 + signal for a signal), as hydra
+//! does. Programs that never use PMI simply run.
+
+use oxmpi_adi::pmi::{Message, MAX_LINE};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+const USAGE: &str = "usage: oxrun -n N [options] program [args...]
+
+Starts N ranks of program on this machine and serves them PMI-1.
+
+options:
+  -n, -np N          number of ranks (required)
+  --tag-output       prefix each output line with [rank]
+  -x NAME[=VALUE]    set NAME in the ranks' environment (without a value:
+                     pass oxrun's own value); may be repeated
+  -h, --help         this help
+
+Each rank gets PMI_FD, PMI_RANK, PMI_SIZE, MPI_LOCALNRANKS,
+MPI_LOCALRANKID and OXMPI_JOB_SECRET (a fresh 32-byte secret per job).";
+
+struct Options {
+    ranks: usize,
+    tag_output: bool,
+    env: Vec<(String, String)>,
+    program: Vec<String>,
+}
+
+fn parse_args(args: &[String]) -> Result<Options, String> {
+    let mut ranks = None;
+    let mut tag_output = false;
+    let mut env = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i].as_str();
+        let value = |i: usize| args.get(i + 1).cloned().ok_or(format!("{a} needs a value"));
+        match a {
+            "-n" | "-np" | "--np" => {
+                let v = value(i)?;
+                let n: usize = v.parse().map_err(|_| format!("-n {v:?} is not a number"))?;
+                if n == 0 {
+                    return Err("-n must be at least 1".into());
+                }
+                ranks = Some(n);
+                i += 2;
+            }
+            "--tag-output" => {
+                tag_output = true;
+                i += 1;
+            }
+            "-x" => {
+                let v = value(i)?;
+                match v.split_once('=') {
+                    Some((k, val)) if !k.is_empty() => env.push((k.to_owned(), val.to_owned())),
+                    Some(_) => return Err(format!("-x {v:?} has no name")),
+                    None => match std::env::var(&v) {
+                        Ok(val) => env.push((v, val)),
+                        Err(_) => {
+                            return Err(format!("-x {v}: {v} is not set in oxrun's environment"))
+                        }
+                    },
+                }
+                i += 2;
+            }
+            "-h" | "--help" => return Err(String::new()),
+            _ if a.starts_with('-') => return Err(format!("unknown option {a}")),
+            _ => {
+                let program = args[i..].to_vec();
+                let ranks = ranks.ok_or("-n N is required")?;
+                return Ok(Options {
+                    ranks,
+                    tag_output,
+                    env,
+                    program,
+                });
+            }
+        }
+    }
+    Err("no program given".into())
+}
+
+/// What the PMI server knows of one rank.
+#[derive(Default)]
+struct RankState {
+    initialized: bool,
+    finalized: bool,
+    aborted: Option<i32>,
+}
+
+/// The job's key-value space and barrier, shared by the PMI threads.
+struct Server {
+    size: usize,
+    kvsname: String,
+    kvs: Mutex<HashMap<String, String>>,
+    barrier: Mutex<(usize, u64)>,
+    barrier_done: Condvar,
+    ranks: Mutex<Vec<RankState>>,
+    /// Wakes the main thread when something happens (an abort).
+    events: Arc<(Mutex<bool>, Condvar)>,
+}
+
+impl Server {
+    fn reply(&self, rank: usize, m: &Message) -> Option<Message> {
+        let ok = |cmd: &str| Message::new(cmd, &[("rc", "0"), ("msg", "success")]);
+        Some(match m.cmd.as_str() {
+            "init" => {
+                self.ranks.lock().unwrap()[rank].initialized = true;
+                Message::new(
+                    "response_to_init",
+                    &[("pmi_version", "1"), ("pmi_subversion", "1"), ("rc", "0")],
+                )
+            }
+            "get_maxes" => Message::new(
+                "maxes",
+                &[
+                    ("kvsname_max", "256"),
+                    ("keylen_max", "64"),
+                    ("vallen_max", &(MAX_LINE - 64).to_string()),
+                ],
+            ),
+            "get_appnum" => Message::new("appnum", &[("appnum", "0")]),
+            "get_my_kvsname" => Message::new("my_kvsname", &[("kvsname", &self.kvsname)]),
+            "get_universe_size" => {
+                Message::new("universe_size", &[("size", &self.size.to_string())])
+            }
+            "put" => match (m.get("key"), m.get("value")) {
+                (Some(k), Some(v)) => {
+                    self.kvs.lock().unwrap().insert(k.to_owned(), v.to_owned());
+                    ok("put_result")
+                }
+                _ => Message::new(
+                    "put_result",
+                    &[("rc", "-1"), ("msg", "key_or_value_missing")],
+                ),
+            },
+            "get" => match m
+                .get("key")
+                .and_then(|k| self.kvs.lock().unwrap().get(k).cloned())
+            {
+                Some(v) => Message::new(
+                    "get_result",
+                    &[("rc", "0"), ("msg", "success"), ("value", &v)],
+                ),
+                None => Message::new("get_result", &[("rc", "-1"), ("msg", "key_not_found")]),
+            },
+            "barrier_in" => {
+                let mut b = self.barrier.lock().unwrap();
+                let generation = b.1;
+                b.0 += 1;
+                if b.0 == self.size {
+                    *b = (0, generation + 1);
+                    self.barrier_done.notify_all();
+                } else {
+                    while b.1 == generation {
+                        b = self.barrier_done.wait(b).unwrap();
+                    }
+                }
+                Message::new("barrier_out", &[])
+            }
+            "finalize" => {
+                self.ranks.lock().unwrap()[rank].finalized = true;
+                Message::new("finalize_ack", &[])
+            }
+            "abort" => {
+                let code = m.get("exitcode").and_then(|c| c.parse().ok()).unwrap_or(1);
+                self.ranks.lock().unwrap()[rank].aborted = Some(code);
+                let (lock, cv) = &*self.events;
+                *lock.lock().unwrap() = true;
+                cv.notify_all();
+                return None;
+            }
+            other => Message::new(other, &[("rc", "-1"), ("msg", "unknown_command")]),
+        })
+    }
+
+    /// Serves one rank's PMI connection until it closes.
+    fn serve(&self, rank: usize, stream: UnixStream) {
+        let Ok(mut writer) = stream.try_clone() else {
+            return;
+        };
+        let mut reader = BufReader::new(stream);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match (&mut reader)
+                .take(MAX_LINE as u64 + 1)
+                .read_until(b'\n', &mut line)
+            {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            let reply = match Message::parse(&line) {
+                Ok(m) => self.reply(rank, &m),
+                Err(e) => {
+                    eprintln!("oxrun: rank {rank} sent a bad PMI line: {e}");
+                    Some(Message::new(
+                        "error",
+                        &[("rc", "-1"), ("msg", "malformed_line")],
+                    ))
+                }
+            };
+            if let Some(r) = reply {
+                if writer.write_all(r.format().as_bytes()).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Copies `pipe` to `out` line by line, prefixed with `[rank] ` if asked.
+fn forward(
+    pipe: impl Read + Send + 'static,
+    rank: usize,
+    tag: bool,
+    stderr: bool,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(pipe);
+        let mut line = Vec::new();
+        while matches!(reader.read_until(b'\n', &mut line), Ok(n) if n > 0) {
+            let mut text = Vec::with_capacity(line.len() + 8);
+            if tag {
+                text.extend_from_slice(format!("[{rank}] ").as_bytes());
+            }
+            text.extend_from_slice(&line);
+            if !text.ends_with(b"\n") {
+                text.push(b'\n');
+            }
+            // One write per line so lines of different ranks never mix.
+            let _ = if stderr {
+                std::io::stderr().lock().write_all(&text)
+            } else {
+                std::io::stdout().lock().write_all(&text)
+            };
+            line.clear();
+        }
+    })
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGINT => "SIGINT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGILL => "SIGILL",
+        libc::SIGPIPE => "SIGPIPE",
+        _ => "signal",
+    }
+}
+
+static INTERRUPTED: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: i32) {
+    INTERRUPTED.store(sig, Ordering::SeqCst);
+}
+
+fn kill_group(child: &Child, sig: i32) {
+    // SAFETY: kill has no memory-safety preconditions; the child leads its
+    // own process group (process_group(0)).
+    unsafe { libc::kill(-(child.id() as i32), sig) };
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let options = match parse_args(&args) {
+        Ok(o) => o,
+        Err(e) if e.is_empty() => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("oxrun: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    ExitCode::from(run(options).clamp(0, 255) as u8)
+}
+
+fn run(options: Options) -> i32 {
+    let mut secret = [0u8; 32];
+    if let Err(e) = getrandom::getrandom(&mut secret) {
+        eprintln!("oxrun: cannot draw a job secret: {e}");
+        return 1;
+    }
+    let secret_hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+    let n = options.ranks;
+    let events = Arc::new((Mutex::new(false), Condvar::new()));
+    let server = Arc::new(Server {
+        size: n,
+        kvsname: format!("kvs_{}_0", std::process::id()),
+        kvs: Mutex::new(HashMap::new()),
+        barrier: Mutex::new((0, 0)),
+        barrier_done: Condvar::new(),
+        ranks: Mutex::new((0..n).map(|_| RankState::default()).collect()),
+        events: events.clone(),
+    });
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is
+        // async-signal-safe.
+        unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
+    }
+
+    let mut children: Vec<Option<Child>> = Vec::new();
+    let mut pids = Vec::new();
+    let mut threads = Vec::new();
+    for rank in 0..n {
+        let (ours, theirs) = match UnixStream::pair() {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("oxrun: cannot create a PMI socket: {e}");
+                return 1;
+            }
+        };
+        let theirs: OwnedFd = theirs.into();
+        let fd = theirs.as_raw_fd();
+        let mut cmd = Command::new(&options.program[0]);
+        cmd.args(&options.program[1..])
+            .env("PMI_FD", fd.to_string())
+            .env("PMI_RANK", rank.to_string())
+            .env("PMI_SIZE", n.to_string())
+            .env("MPI_LOCALNRANKS", n.to_string())
+            .env("MPI_LOCALRANKID", rank.to_string())
+            .env("OXMPI_JOB_SECRET", &secret_hex)
+            .envs(options.env.iter().map(|(k, v)| (k, v)))
+            .stdin(if rank == 0 {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        // SAFETY: between fork and exec only async-signal-safe calls are
+        // made: prctl and fcntl on the inherited descriptor.
+        unsafe {
+            cmd.pre_exec(move || {
+                // Die with oxrun, so no rank outlives the job.
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                // Keep the PMI socket open across exec.
+                let flags = libc::fcntl(fd, libc::F_GETFD);
+                libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
+                Ok(())
+            });
+        }
+        match cmd.spawn() {
+            Ok(mut child) => {
+                drop(theirs);
+                pids.push(child.id());
+                if let Some(out) = child.stdout.take() {
+                    threads.push(forward(out, rank, options.tag_output, false));
+                }
+                if let Some(err) = child.stderr.take() {
+                    threads.push(forward(err, rank, options.tag_output, true));
+                }
+                let s = server.clone();
+                std::thread::spawn(move || s.serve(rank, ours));
+                children.push(Some(child));
+            }
+            Err(e) => {
+                eprintln!("oxrun: cannot start {}: {e}", options.program[0]);
+                for c in children.iter_mut().flatten() {
+                    kill_group(c, libc::SIGKILL);
+                    let _ = c.wait();
+                }
+                return 127;
+            }
+        }
+    }
+
+    let mut worst = 0;
+    let mut failure: Option<(usize, String, i32)> = None;
+    let mut ending_since: Option<Instant> = None;
+    loop {
+        // Reap whatever exited.
+        for rank in 0..n {
+            let Some(child) = children[rank].as_mut() else {
+                continue;
+            };
+            let Ok(Some(status)) = child.try_wait() else {
+                continue;
+            };
+            children[rank] = None;
+            if ending_since.is_some() {
+                continue;
+            }
+            let state = &server.ranks.lock().unwrap()[rank];
+            let (what, code) = if let Some(sig) = status.signal() {
+                (
+                    format!("was killed by signal {sig} ({})", signal_name(sig)),
+                    128 + sig,
+                )
+            } else {
+                let code = status.code().unwrap_or(1);
+                if code != 0 {
+                    (format!("exited with code {code}"), code)
+                } else if state.initialized && !state.finalized && state.aborted.is_none() {
+                    ("exited without finalizing MPI".to_owned(), 1)
+                } else {
+                    continue;
+                }
+            };
+            worst = worst.max(code);
+            failure.get_or_insert((rank, what, code));
+        }
+        // Aborts.
+        if failure.is_none() {
+            let ranks = server.ranks.lock().unwrap();
+            if let Some((rank, code)) = ranks
+                .iter()
+                .enumerate()
+                .find_map(|(r, s)| s.aborted.map(|c| (r, c)))
+            {
+                failure = Some((rank, format!("called abort with code {code}"), code));
+                worst = code;
+            }
+        }
+        let sig = INTERRUPTED.load(Ordering::SeqCst);
+        if sig != 0 && failure.is_none() {
+            failure = Some((
+                usize::MAX,
+                format!("oxrun got signal {sig} ({})", signal_name(sig)),
+                128 + sig,
+            ));
+            worst = 128 + sig;
+        }
+        if let Some((rank, what, _)) = &failure {
+            if ending_since.is_none() {
+                if *rank == usize::MAX {
+                    eprintln!("oxrun: {what}; ending the job");
+                } else {
+                    eprintln!(
+                        "oxrun: rank {rank} (pid {}) {what}; ending the job",
+                        pids[*rank]
+                    );
+                }
+                for c in children.iter().flatten() {
+                    kill_group(c, libc::SIGTERM);
+                }
+                ending_since = Some(Instant::now());
+            } else if ending_since.is_some_and(|t| t.elapsed() > Duration::from_secs(1)) {
+                for c in children.iter().flatten() {
+                    kill_group(c, libc::SIGKILL);
+                }
+            }
+        }
+        if children.iter().all(Option::is_none) {
+            break;
+        }
+        let (lock, cv) = &*events;
+        let mut woke = lock.lock().unwrap();
+        if !*woke {
+            woke = cv.wait_timeout(woke, Duration::from_millis(10)).unwrap().0;
+        }
+        *woke = false;
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    match failure {
+        Some((_, _, code)) => code.max(worst).max(1),
+        None => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn parses_the_usual_spellings() {
+        let o = parse_args(&args("-np 3 --tag-output -x A=1 prog -n 5")).unwrap();
+        assert_eq!(o.ranks, 3);
+        assert!(o.tag_output);
+        assert_eq!(o.env, vec![("A".to_owned(), "1".to_owned())]);
+        assert_eq!(o.program, args("prog -n 5"));
+        assert_eq!(parse_args(&args("-n 2 hostname")).unwrap().ranks, 2);
+    }
+
+    #[test]
+    fn rejects_bad_command_lines() {
+        for bad in [
+            "",
+            "prog",
+            "-n",
+            "-n x prog",
+            "-n 0 prog",
+            "-n 2",
+            "--bogus -n 2 prog",
+            "-n 2 -x =1 prog",
+        ] {
+            assert!(parse_args(&args(bad)).is_err(), "accepted {bad:?}");
+        }
+    }
+}

@@ -29,7 +29,10 @@ fn run() -> oxmpi::Result<()> {
             if from != status.source_rank() || seen[from as usize] {
                 return Err(oxmpi::Error::new(
                     oxmpi::ErrorClass::Other,
-                    format!("unexpected greeting {from} from rank {}", status.source_rank()),
+                    format!(
+                        "unexpected greeting {from} from rank {}",
+                        status.source_rank()
+                    ),
                 ));
             }
             seen[from as usize] = true;

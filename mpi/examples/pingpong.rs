@@ -20,7 +20,10 @@ fn run() -> oxmpi::Result<()> {
     let universe = oxmpi::initialize()?;
     let world = universe.world();
     if world.size() < 2 {
-        return Err(Error::new(ErrorClass::Comm, "pingpong needs at least 2 ranks"));
+        return Err(Error::new(
+            ErrorClass::Comm,
+            "pingpong needs at least 2 ranks",
+        ));
     }
     let rank = world.rank();
     if rank > 1 {
@@ -34,17 +37,28 @@ fn run() -> oxmpi::Result<()> {
         for round in 0..ROUNDS {
             let pattern = |i: usize| (i.wrapping_mul(31) ^ round) as u8;
             if rank == 0 {
-                buf.iter_mut().enumerate().for_each(|(i, b)| *b = pattern(i));
+                buf.iter_mut()
+                    .enumerate()
+                    .for_each(|(i, b)| *b = pattern(i));
                 peer.send(&buf[..])?;
                 let status = peer.receive_into(&mut buf[..])?;
                 let back = |i: usize| pattern(i).wrapping_add(1);
-                if status.byte_count() != size || buf.iter().enumerate().any(|(i, &b)| b != back(i)) {
-                    return Err(Error::new(ErrorClass::Other, format!("{size}-byte message came back wrong in round {round}")));
+                if status.byte_count() != size || buf.iter().enumerate().any(|(i, &b)| b != back(i))
+                {
+                    return Err(Error::new(
+                        ErrorClass::Other,
+                        format!("{size}-byte message came back wrong in round {round}"),
+                    ));
                 }
             } else {
                 let status = peer.receive_into(&mut buf[..])?;
-                if status.byte_count() != size || buf.iter().enumerate().any(|(i, &b)| b != pattern(i)) {
-                    return Err(Error::new(ErrorClass::Other, format!("{size}-byte message arrived wrong in round {round}")));
+                if status.byte_count() != size
+                    || buf.iter().enumerate().any(|(i, &b)| b != pattern(i))
+                {
+                    return Err(Error::new(
+                        ErrorClass::Other,
+                        format!("{size}-byte message arrived wrong in round {round}"),
+                    ));
                 }
                 buf.iter_mut().for_each(|b| *b = b.wrapping_add(1));
                 peer.send(&buf[..])?;

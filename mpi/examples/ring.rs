@@ -18,9 +18,9 @@ fn main() -> ExitCode {
 
 fn run() -> oxmpi::Result<()> {
     let laps: u64 = match std::env::args().nth(1) {
-        Some(a) => a
-            .parse()
-            .map_err(|_| Error::new(ErrorClass::Arg, format!("laps must be a number, not {a:?}")))?,
+        Some(a) => a.parse().map_err(|_| {
+            Error::new(ErrorClass::Arg, format!("laps must be a number, not {a:?}"))
+        })?,
         None => 10,
     };
     let universe = oxmpi::initialize()?;
@@ -37,7 +37,10 @@ fn run() -> oxmpi::Result<()> {
             if token != per_lap * lap {
                 return Err(Error::new(
                     ErrorClass::Other,
-                    format!("after lap {lap} the token is {token}, expected {}", per_lap * lap),
+                    format!(
+                        "after lap {lap} the token is {token}, expected {}",
+                        per_lap * lap
+                    ),
                 ));
             }
         } else {

@@ -163,7 +163,10 @@ fn transports_for(job: &oxmpi_adi::transport::JobInfo) -> Result<Vec<Box<dyn Tra
     if job.size > 1 && transports.is_empty() {
         return Err(Error::new(
             ErrorClass::Arg,
-            format!("{TRANSPORTS_ENV}={list:?} leaves no transport to reach the other {} ranks", job.size - 1),
+            format!(
+                "{TRANSPORTS_ENV}={list:?} leaves no transport to reach the other {} ranks",
+                job.size - 1
+            ),
         ));
     }
     Ok(transports)
@@ -248,7 +251,10 @@ pub fn processor_name() -> Result<String> {
     // that many bytes.
     let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
     if rc != 0 {
-        return Err(Error::os("reading the host name", std::io::Error::last_os_error()));
+        return Err(Error::os(
+            "reading the host name",
+            std::io::Error::last_os_error(),
+        ));
     }
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     Ok(String::from_utf8_lossy(&buf[..end]).into_owned())

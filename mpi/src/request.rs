@@ -143,7 +143,12 @@ pub fn wait_all(requests: Vec<Request<'_>>) -> Result<Vec<Status>> {
 /// The outcome of a request whose status was taken from the device.
 fn taken(status: Option<oxmpi_adi::device::Status>) -> Result<Status> {
     status
-        .ok_or_else(|| Error::new(ErrorClass::Request, "the request was already completed and freed"))
+        .ok_or_else(|| {
+            Error::new(
+                ErrorClass::Request,
+                "the request was already completed and freed",
+            )
+        })
         .and_then(status_result)
 }
 
@@ -159,10 +164,12 @@ pub fn wait_any(requests: &mut Vec<Request<'_>>) -> Result<Option<(usize, Result
         let index = requests
             .iter()
             .position(|r| d.is_complete(r.id))
-            .ok_or_else(|| Error::new(ErrorClass::Intern, "wait_any woke with no request complete"))?;
+            .ok_or_else(|| {
+                Error::new(ErrorClass::Intern, "wait_any woke with no request complete")
+            })?;
         Ok((index, d.take_status(requests[index].id)))
     })?;
-    requests.remove(index);
+    let _completed = requests.remove(index);
     Ok(Some((index, taken(status))))
 }
 
@@ -175,7 +182,12 @@ pub fn test_all(requests: &mut Vec<Request<'_>>) -> Result<Option<Vec<Result<Sta
         if !requests.iter().all(|r| d.is_complete(r.id)) {
             return Ok(None);
         }
-        Ok(Some(requests.iter().map(|r| d.take_status(r.id)).collect::<Vec<_>>()))
+        Ok(Some(
+            requests
+                .iter()
+                .map(|r| d.take_status(r.id))
+                .collect::<Vec<_>>(),
+        ))
     })?;
     let Some(statuses) = statuses else {
         return Ok(None);

@@ -110,8 +110,14 @@ impl Job {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
         let readers = [
-            child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
-            child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn Read + Send>),
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn Read + Send>),
         ]
         .into_iter()
         .flatten()
@@ -208,7 +214,11 @@ pub fn descendants(pid: u32) -> Vec<u32> {
     let mut parents = std::collections::HashMap::<u32, Vec<u32>>::new();
     if let Ok(entries) = std::fs::read_dir("/proc") {
         for entry in entries.flatten() {
-            let Some(child) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            let Some(child) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
                 continue;
             };
             if let Some(ppid) = parent_of(child) {

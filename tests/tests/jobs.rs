@@ -19,26 +19,51 @@ fn oxrun(ranks: usize, program: &std::path::Path, args: &[&str]) -> Command {
 }
 
 fn suite(check: &str, ranks: usize) {
-    let out = run(oxrun(ranks, &bins().bin("p2p_suite"), &[check]), Duration::from_secs(120));
+    let out = run(
+        oxrun(ranks, &bins().bin("p2p_suite"), &[check]),
+        Duration::from_secs(120),
+    );
     out.assert_success();
-    assert!(shm_leftovers().is_empty(), "shared segments left: {:?}", shm_leftovers());
+    assert!(
+        shm_leftovers().is_empty(),
+        "shared segments left: {:?}",
+        shm_leftovers()
+    );
 }
 
 #[test]
 fn ring_with_2_to_8_ranks() {
     for ranks in [2, 3, 4, 8] {
-        let out = run(oxrun(ranks, &bins().example("ring"), &["20"]), Duration::from_secs(60));
+        let out = run(
+            oxrun(ranks, &bins().example("ring"), &["20"]),
+            Duration::from_secs(60),
+        );
         out.assert_success();
-        assert!(out.stdout.contains(&format!("ring of {ranks} ranks: 20 laps")), "{}", out.stdout);
+        assert!(
+            out.stdout
+                .contains(&format!("ring of {ranks} ranks: 20 laps")),
+            "{}",
+            out.stdout
+        );
     }
 }
 
 #[test]
 fn hello_and_pingpong_examples() {
-    let out = run(oxrun(3, &bins().example("hello"), &[]), Duration::from_secs(60));
+    let out = run(
+        oxrun(3, &bins().example("hello"), &[]),
+        Duration::from_secs(60),
+    );
     out.assert_success();
-    assert!(out.stdout.contains("all 3 ranks said hello"), "{}", out.stdout);
-    let out = run(oxrun(2, &bins().example("pingpong"), &[]), Duration::from_secs(120));
+    assert!(
+        out.stdout.contains("all 3 ranks said hello"),
+        "{}",
+        out.stdout
+    );
+    let out = run(
+        oxrun(2, &bins().example("pingpong"), &[]),
+        Duration::from_secs(120),
+    );
     out.assert_success();
     assert_eq!(out.stdout.lines().count(), 7, "{}", out.stdout);
 }
@@ -104,7 +129,11 @@ fn argument_errors_and_cancel() {
 
 /// The ranks of a job started by the launcher `launcher_pid`, by rank,
 /// once all of them listen for connections.
-fn wait_for_listening_ranks(launcher_pid: u32, ranks: usize, bound: Duration) -> Vec<(usize, u32, Vec<u16>)> {
+fn wait_for_listening_ranks(
+    launcher_pid: u32,
+    ranks: usize,
+    bound: Duration,
+) -> Vec<(usize, u32, Vec<u16>)> {
     let start = Instant::now();
     loop {
         let found: Vec<(usize, u32, Vec<u16>)> = descendants(launcher_pid)
@@ -115,14 +144,20 @@ fn wait_for_listening_ranks(launcher_pid: u32, ranks: usize, bound: Duration) ->
         if found.len() == ranks {
             return found;
         }
-        assert!(start.elapsed() < bound, "ranks did not start listening within {bound:?}: {found:?}");
+        assert!(
+            start.elapsed() < bound,
+            "ranks did not start listening within {bound:?}: {found:?}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
 #[test]
 fn strangers_at_every_port_do_not_stop_the_ring() {
-    let job = Job::start(oxrun(4, &bins().example("ring"), &["3000"]), Duration::from_secs(120));
+    let job = Job::start(
+        oxrun(4, &bins().example("ring"), &["3000"]),
+        Duration::from_secs(120),
+    );
     let ranks = wait_for_listening_ranks(job.pid(), 4, Duration::from_secs(30));
     let mut silent = Vec::new();
     for (_, _, ports) in &ranks {
@@ -150,36 +185,54 @@ fn strangers_at_every_port_do_not_stop_the_ring() {
 
 #[test]
 fn killing_a_rank_ends_the_job_naming_it() {
-    let job = Job::start(oxrun(4, &bins().example("ring"), &["100000000"]), Duration::from_secs(60));
+    let job = Job::start(
+        oxrun(4, &bins().example("ring"), &["100000000"]),
+        Duration::from_secs(60),
+    );
     let ranks = wait_for_listening_ranks(job.pid(), 4, Duration::from_secs(30));
-    let (rank, pid, _) = ranks.iter().find(|(r, _, _)| *r == 2).cloned().expect("rank 2 runs");
+    let (rank, pid, _) = ranks
+        .iter()
+        .find(|(r, _, _)| *r == 2)
+        .cloned()
+        .expect("rank 2 runs");
     // Let the ring run for a moment first.
     std::thread::sleep(Duration::from_millis(300));
     // SAFETY: kill has no memory-safety preconditions.
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     let killed_at = job.elapsed();
     let out = job.finish();
-    assert!(!out.status.success(), "the job succeeded after a rank was killed");
+    assert!(
+        !out.status.success(),
+        "the job succeeded after a rank was killed"
+    );
     let after_kill = out.elapsed - killed_at;
-    assert!(after_kill < Duration::from_secs(4), "the job took {after_kill:?} to end after the kill");
+    assert!(
+        after_kill < Duration::from_secs(4),
+        "the job took {after_kill:?} to end after the kill"
+    );
     let line = out
         .stderr
         .lines()
         .find(|l| l.contains(&format!("rank {rank}")) && l.contains(&pid.to_string()))
         .unwrap_or_else(|| panic!("no line names rank {rank} (pid {pid}):\n{}", out.stderr));
-    assert!(line.contains("signal 9") || line.contains("SIGKILL"), "{line}");
+    assert!(
+        line.contains("signal 9") || line.contains("SIGKILL"),
+        "{line}"
+    );
 }
 
 fn mpiexec() -> Option<String> {
-    ["mpiexec.hydra", "mpiexec.mpich"].into_iter().find_map(|name| {
-        Command::new("sh")
-            .arg("-c")
-            .arg(format!("command -v {name}"))
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|_| name.to_owned())
-    })
+    ["mpiexec.hydra", "mpiexec.mpich"]
+        .into_iter()
+        .find_map(|name| {
+            Command::new("sh")
+                .arg("-c")
+                .arg(format!("command -v {name}"))
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|_| name.to_owned())
+        })
 }
 
 #[test]
@@ -196,5 +249,9 @@ fn ring_under_mpich_mpiexec() {
     c.args(["-n", "4"]).arg(bins().example("ring")).arg("50");
     let out = run(c, Duration::from_secs(60));
     out.assert_success();
-    assert!(out.stdout.contains("ring of 4 ranks: 50 laps"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("ring of 4 ranks: 50 laps"),
+        "{}",
+        out.stdout
+    );
 }

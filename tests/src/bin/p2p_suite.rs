@@ -56,7 +56,11 @@ fn filled(seed: u64, len: usize) -> Vec<u8> {
 }
 
 fn check_bytes(seed: u64, got: &[u8], what: &str) -> Result<()> {
-    match got.iter().enumerate().find(|&(i, &b)| b != pattern(seed, i)) {
+    match got
+        .iter()
+        .enumerate()
+        .find(|&(i, &b)| b != pattern(seed, i))
+    {
         None => Ok(()),
         Some((i, b)) => Err(fail(format!(
             "{what}: byte {i} of {} is {b:#04x}, expected {:#04x}",
@@ -70,21 +74,31 @@ fn check_bytes(seed: u64, got: &[u8], what: &str) -> Result<()> {
 fn all_pairs(world: &Communicator) -> Result<()> {
     let (rank, size) = (world.rank(), world.size());
     let mut got = vec![false; size as usize];
+    let payloads: Vec<Vec<u8>> = (0..size)
+        .map(|to| filled((rank * 1000 + to) as u64, 100 + to as usize))
+        .collect();
     scope(|s| -> Result<()> {
-        let payloads: Vec<Vec<u8>> = (0..size)
-            .map(|to| filled((rank * 1000 + to) as u64, 100 + to as usize))
-            .collect();
         let mut sends = Vec::new();
         for to in (0..size).filter(|&to| to != rank) {
-            sends.push(world.process_at_rank(to).immediate_send_with_tag(s, &payloads[to as usize][..], 5)?);
+            sends.push(world.process_at_rank(to).immediate_send_with_tag(
+                s,
+                &payloads[to as usize][..],
+                5,
+            )?);
         }
         for _ in 1..size {
             let (data, status) = world.any_process().receive_vec::<u8>()?;
             let from = status.source_rank();
-            ensure(status.tag() == 5, || format!("tag {} from {from}", status.tag()))?;
-            ensure(!got[from as usize], || format!("two messages from rank {from}"))?;
+            ensure(status.tag() == 5, || {
+                format!("tag {} from {from}", status.tag())
+            })?;
+            ensure(!got[from as usize], || {
+                format!("two messages from rank {from}")
+            })?;
             got[from as usize] = true;
-            ensure(data.len() == 100 + rank as usize, || format!("length {} from {from}", data.len()))?;
+            ensure(data.len() == 100 + rank as usize, || {
+                format!("length {} from {from}", data.len())
+            })?;
             check_bytes((from * 1000 + rank) as u64, &data, "all-pairs message")?;
         }
         wait_all(sends)?;
@@ -109,7 +123,9 @@ fn ordered(world: &Communicator) -> Result<()> {
                 } else {
                     world.process_at_rank(0).receive::<u64>()?
                 };
-                ensure(v == i && status.tag() == 3, || format!("message {i} arrived as {v} (tag {})", status.tag()))?;
+                ensure(v == i && status.tag() == 3, || {
+                    format!("message {i} arrived as {v} (tag {})", status.tag())
+                })?;
             }
         }
         _ => {}
@@ -139,14 +155,23 @@ fn sizes(world: &Communicator) -> Result<()> {
             peer.send_with_tag(&filled(seed, len)[..], k as i32)?;
             let mut back = vec![0u8; len];
             let status = peer.receive_into_with_tag(&mut back[..], k as i32)?;
-            ensure(status.byte_count() == len, || format!("echo of {len} bytes came back with {}", status.byte_count()))?;
+            ensure(status.byte_count() == len, || {
+                format!("echo of {len} bytes came back with {}", status.byte_count())
+            })?;
             check_bytes(seed + 100, &back, &format!("echo of {len} bytes"))?;
         } else {
             let mut buf = vec![0u8; len];
             let status = peer.receive_into(&mut buf[..])?;
-            ensure(status.byte_count() == len && status.tag() == k as i32, || {
-                format!("{len}-byte message arrived with {} bytes, tag {}", status.byte_count(), status.tag())
-            })?;
+            ensure(
+                status.byte_count() == len && status.tag() == k as i32,
+                || {
+                    format!(
+                        "{len}-byte message arrived with {} bytes, tag {}",
+                        status.byte_count(),
+                        status.tag()
+                    )
+                },
+            )?;
             check_bytes(seed, &buf, &format!("{len}-byte message"))?;
             peer.send_with_tag(&filled(seed + 100, len)[..], k as i32)?;
         }
@@ -173,7 +198,9 @@ fn many_irecv(world: &Communicator) -> Result<()> {
             // Wait until every receive is posted, so that none is unexpected.
             world.process_at_rank(1).receive::<u8>()?;
             for tag in order {
-                world.process_at_rank(1).send_with_tag(&(tag as u64 * 3), tag as i32)?;
+                world
+                    .process_at_rank(1)
+                    .send_with_tag(&(tag as u64 * 3), tag as i32)?;
             }
         }
         1 => {
@@ -182,14 +209,20 @@ fn many_irecv(world: &Communicator) -> Result<()> {
                 let mut requests = Vec::with_capacity(N);
                 let mut tags = Vec::with_capacity(N);
                 for (tag, buf) in bufs.iter_mut().enumerate() {
-                    requests.push(world.process_at_rank(0).immediate_receive_into_with_tag(s, buf, tag as i32)?);
+                    requests.push(
+                        world
+                            .process_at_rank(0)
+                            .immediate_receive_into_with_tag(s, buf, tag as i32)?,
+                    );
                     tags.push(tag);
                 }
                 world.process_at_rank(0).send(&1u8)?;
                 while let Some((index, status)) = wait_any(&mut requests)? {
                     let tag = tags.remove(index);
                     let status = status?;
-                    ensure(status.tag() == tag as i32, || format!("request for tag {tag} got tag {}", status.tag()))?;
+                    ensure(status.tag() == tag as i32, || {
+                        format!("request for tag {tag} got tag {}", status.tag())
+                    })?;
                 }
                 Ok(())
             })?;
@@ -220,7 +253,11 @@ fn truncation(world: &Communicator) -> Result<()> {
                     Err(e) if e.class() == ErrorClass::Truncate => {
                         check_bytes(1, &small, "truncated message's first bytes")?;
                     }
-                    other => return Err(fail(format!("{len} bytes into 10: expected MPI_ERR_TRUNCATE, got {other:?}"))),
+                    other => {
+                        return Err(fail(format!(
+                            "{len} bytes into 10: expected MPI_ERR_TRUNCATE, got {other:?}"
+                        )))
+                    }
                 }
             }
             let (v, _) = world.process_at_rank(0).receive::<u32>()?;
@@ -237,17 +274,28 @@ fn probe_unknown_size(world: &Communicator) -> Result<()> {
     match world.rank() {
         0 => {
             world.process_at_rank(1).receive::<u8>()?;
-            world.process_at_rank(1).send_with_tag(&filled(9, 12345)[..], 77)?;
-            world.process_at_rank(1).send_with_tag(&filled(8, 300_000)[..], 78)?;
+            world
+                .process_at_rank(1)
+                .send_with_tag(&filled(9, 12345)[..], 77)?;
+            world
+                .process_at_rank(1)
+                .send_with_tag(&filled(8, 300_000)[..], 78)?;
         }
         1 => {
-            ensure(world.any_process().immediate_probe()?.is_none(), || "immediate probe found a message that was never sent".into())?;
+            ensure(world.any_process().immediate_probe()?.is_none(), || {
+                "immediate probe found a message that was never sent".into()
+            })?;
             world.process_at_rank(0).send(&0u8)?;
             for (tag, len, seed) in [(77, 12345, 9), (78, 300_000, 8)] {
                 let status = world.any_process().probe_with_tag(tag)?;
-                ensure(status.byte_count() == len && status.source_rank() == 0, || format!("probe saw {status:?}"))?;
+                ensure(
+                    status.byte_count() == len && status.source_rank() == 0,
+                    || format!("probe saw {status:?}"),
+                )?;
                 let mut buf = vec![0u8; status.byte_count()];
-                world.process_at_rank(0).receive_into_with_tag(&mut buf[..], tag)?;
+                world
+                    .process_at_rank(0)
+                    .receive_into_with_tag(&mut buf[..], tag)?;
                 check_bytes(seed, &buf, "probed message")?;
             }
         }
@@ -278,13 +326,27 @@ fn self_messages(self_comm: &Communicator, world: &Communicator) -> Result<()> {
 /// Bad arguments are errors of the right class, and cancel works.
 fn argument_errors(world: &Communicator) -> Result<()> {
     let class = |r: Result<()>| r.err().map(|e| e.class());
-    ensure(class(world.process_at_rank(world.size()).send(&1u8)) == Some(ErrorClass::Rank), || "rank = size accepted".into())?;
-    ensure(class(world.process_at_rank(-5).send(&1u8)) == Some(ErrorClass::Rank), || "rank -5 accepted".into())?;
-    ensure(class(world.process_at_rank(0).send_with_tag(&1u8, -3)) == Some(ErrorClass::Tag), || "tag -3 accepted".into())?;
-    ensure(class(world.process_at_rank(0).send_with_tag(&1u8, ANY_TAG)) == Some(ErrorClass::Tag), || "ANY_TAG accepted for a send".into())?;
+    ensure(
+        class(world.process_at_rank(world.size()).send(&1u8)) == Some(ErrorClass::Rank),
+        || "rank = size accepted".into(),
+    )?;
+    ensure(
+        class(world.process_at_rank(-5).send(&1u8)) == Some(ErrorClass::Rank),
+        || "rank -5 accepted".into(),
+    )?;
+    ensure(
+        class(world.process_at_rank(0).send_with_tag(&1u8, -3)) == Some(ErrorClass::Tag),
+        || "tag -3 accepted".into(),
+    )?;
+    ensure(
+        class(world.process_at_rank(0).send_with_tag(&1u8, ANY_TAG)) == Some(ErrorClass::Tag),
+        || "ANY_TAG accepted for a send".into(),
+    )?;
     let mut buf = 0u64;
     let cancelled = scope(|s| -> Result<bool> {
-        let r = world.any_process().immediate_receive_into_with_tag(s, &mut buf, 999)?;
+        let r = world
+            .any_process()
+            .immediate_receive_into_with_tag(s, &mut buf, 999)?;
         r.cancel();
         Ok(r.wait()?.is_cancelled())
     })?;
