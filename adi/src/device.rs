@@ -497,7 +497,7 @@ impl Device {
             self.core.receive_unexpected(token, envelope, message);
             self.flush_deferred();
         } else if let Some(Binding::Failed(e)) = peer.map(|p| self.core.vcs[p].binding.clone()) {
-            self.core.requests.get_mut(token).map(|r| r.fail(e));
+            self.core.fail_token(token, e);
         } else {
             self.core.posted.push(pattern, token);
         }

@@ -396,14 +396,14 @@ fn run(options: Options) -> i32 {
     let mut ending_since: Option<Instant> = None;
     loop {
         // Reap whatever exited.
-        for rank in 0..n {
-            let Some(child) = children[rank].as_mut() else {
+        for (rank, slot) in children.iter_mut().enumerate() {
+            let Some(child) = slot.as_mut() else {
                 continue;
             };
             let Ok(Some(status)) = child.try_wait() else {
                 continue;
             };
-            children[rank] = None;
+            *slot = None;
             if ending_since.is_some() {
                 continue;
             }
