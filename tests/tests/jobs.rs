@@ -255,3 +255,92 @@ fn ring_under_mpich_mpiexec() {
         out.stdout
     );
 }
+
+fn assert_failure_names_rank(check: &str, expected_code: i32, what: &str) {
+    let out = run(
+        oxrun(3, &bins().bin("p2p_suite"), &[check]),
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(expected_code),
+        "{check}: {}",
+        out.stderr
+    );
+    let lines: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("oxrun: rank"))
+        .collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "expected one line naming the failed rank:\n{}",
+        out.stderr
+    );
+    assert!(
+        lines[0].contains("rank 1 (pid ") && lines[0].contains(what),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        out.elapsed < Duration::from_secs(10),
+        "the job took {:?} to end",
+        out.elapsed
+    );
+}
+
+#[test]
+fn abort_ends_the_job_with_its_code() {
+    assert_failure_names_rank("abort", 7, "called abort with code 7");
+}
+
+#[test]
+fn exit_without_finalize_is_a_failure() {
+    assert_failure_names_rank("exit-early", 1, "exited without finalizing");
+}
+
+#[test]
+fn programs_without_pmi_simply_run() {
+    let mut c = Command::new(bins().oxrun());
+    c.args(["-n", "2", "true"]);
+    run(c, Duration::from_secs(30)).assert_success();
+    let mut c = Command::new(bins().oxrun());
+    c.args(["-n", "2", "sh", "-c", "exit 3"]);
+    assert_eq!(run(c, Duration::from_secs(30)).status.code(), Some(3));
+}
+
+#[test]
+fn tagged_output_and_environment() {
+    let mut c = Command::new(bins().oxrun());
+    c.env("OXRUN_TEST_PASSED", "from-oxrun");
+    c.args([
+        "-np",
+        "3",
+        "--tag-output",
+        "-x",
+        "GREETING=hi there",
+        "-x",
+        "OXRUN_TEST_PASSED",
+    ])
+    .args([
+        "sh",
+        "-c",
+        "echo \"$GREETING $OXRUN_TEST_PASSED $PMI_RANK/$PMI_SIZE\"",
+    ]);
+    let out = run(c, Duration::from_secs(30));
+    out.assert_success();
+    let mut lines: Vec<&str> = out.stdout.lines().collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            "[0] hi there from-oxrun 0/3",
+            "[1] hi there from-oxrun 1/3",
+            "[2] hi there from-oxrun 2/3"
+        ]
+    );
+    let mut c = Command::new(bins().oxrun());
+    c.args(["-n", "two", "true"]);
+    assert_eq!(run(c, Duration::from_secs(30)).status.code(), Some(2));
+}

@@ -19,6 +19,20 @@ fn main() -> ExitCode {
             "probe" => probe_unknown_size(&world),
             "self" => self_messages(&universe.self_comm(), &world),
             "errors" => argument_errors(&world),
+            // Failures the launcher must notice: rank 1 leaves without
+            // finalizing (exit code 0), or aborts the job with code 7.
+            "exit-early" => {
+                if world.rank() == 1 {
+                    std::process::exit(0);
+                }
+                hold(&world)
+            }
+            "abort" => {
+                if world.rank() == 1 {
+                    world.abort(7);
+                }
+                hold(&world)
+            }
             other => Err(fail(format!("unknown check {other:?}"))),
         };
         outcome?;
@@ -351,4 +365,10 @@ fn argument_errors(world: &Communicator) -> Result<()> {
         Ok(r.wait()?.is_cancelled())
     })?;
     ensure(cancelled, || "a pending receive was not cancelled".into())
+}
+
+/// Waits for a message that never comes, so only the launcher ends this rank.
+fn hold(world: &Communicator) -> Result<()> {
+    world.any_process().receive::<u8>()?;
+    Err(fail("a message arrived that nobody sent"))
 }
