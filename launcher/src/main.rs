@@ -19,8 +19,8 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::process::{Command, ExitCode, ExitStatus, Stdio};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -114,9 +114,27 @@ struct Server {
     barrier: Mutex<(usize, u64)>,
     barrier_done: Condvar,
     ranks: Mutex<Vec<RankState>>,
-    /// Wakes the main thread when something happens (an abort).
-    events: Arc<(Mutex<bool>, Condvar)>,
+    /// Tells the main thread that a rank called abort.
+    events: Sender<Event>,
 }
+
+/// What oxrun's main thread waits for. It sleeps until one comes, so it
+/// never wakes on a timer while a job runs: on a machine with as many
+/// cores as ranks, every wake-up of oxrun takes a core from a rank.
+enum Event {
+    /// A rank's process ended (or could not be waited for).
+    Exited {
+        rank: usize,
+        status: std::io::Result<ExitStatus>,
+    },
+    /// A rank called abort; its code is in the server's rank state.
+    Aborted,
+    /// oxrun itself got this signal (SIGINT or SIGTERM).
+    Signal(i32),
+}
+
+/// How long ranks get between SIGTERM and SIGKILL when a job is ended.
+const GRACE: Duration = Duration::from_secs(1);
 
 impl Server {
     fn reply(&self, rank: usize, m: &Message) -> Option<Message> {
@@ -183,9 +201,7 @@ impl Server {
             "abort" => {
                 let code = m.get("exitcode").and_then(|c| c.parse().ok()).unwrap_or(1);
                 self.ranks.lock().unwrap()[rank].aborted = Some(code);
-                let (lock, cv) = &*self.events;
-                *lock.lock().unwrap() = true;
-                cv.notify_all();
+                let _ = self.events.send(Event::Aborted);
                 return None;
             }
             other => Message::new(other, &[("rc", "-1"), ("msg", "unknown_command")]),
@@ -272,16 +288,70 @@ fn signal_name(sig: i32) -> &'static str {
     }
 }
 
-static INTERRUPTED: AtomicI32 = AtomicI32::new(0);
-
-extern "C" fn on_signal(sig: i32) {
-    INTERRUPTED.store(sig, Ordering::SeqCst);
+/// SIGINT and SIGTERM: the signals that end a job from outside.
+fn ending_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigemptyset initializes it before
+    // sigaddset adds valid signal numbers.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        set
+    }
 }
 
-fn kill_group(child: &Child, sig: i32) {
-    // SAFETY: kill has no memory-safety preconditions; the child leads its
+/// Blocks the ending signals in this thread (and so in every thread it
+/// starts afterwards) and delivers them as events from a thread that
+/// waits for them, so no signal handler is needed.
+fn signals_as_events(events: Sender<Event>) -> std::io::Result<()> {
+    let set = ending_signals();
+    // SAFETY: `set` is an initialized signal set; a null old-set pointer is
+    // allowed.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(std::io::Error::from_raw_os_error(rc));
+    }
+    std::thread::spawn(move || loop {
+        let mut sig = 0;
+        // SAFETY: `set` and `sig` are valid for the call; the signals in
+        // `set` are blocked in every thread, as sigwait requires.
+        if unsafe { libc::sigwait(&set, &mut sig) } == 0 && events.send(Event::Signal(sig)).is_err()
+        {
+            return;
+        }
+    });
+    Ok(())
+}
+
+/// Sends `sig` to the process group led by rank process `pid`.
+fn kill_group(pid: u32, sig: i32) {
+    // SAFETY: kill has no memory-safety preconditions; the rank leads its
     // own process group (process_group(0)).
-    unsafe { libc::kill(-(child.id() as i32), sig) };
+    unsafe { libc::kill(-(pid as i32), sig) };
+}
+
+/// How the end of a rank's process fails the job, if it does: what
+/// happened (for the one-line message) and the exit code it gives oxrun.
+fn rank_failure(state: &RankState, status: std::io::Result<ExitStatus>) -> Option<(String, i32)> {
+    let status = match status {
+        Ok(status) => status,
+        Err(e) => return Some((format!("could not be waited for ({e})"), 1)),
+    };
+    if let Some(sig) = status.signal() {
+        return Some((
+            format!("was killed by signal {sig} ({})", signal_name(sig)),
+            128 + sig,
+        ));
+    }
+    let code = status.code().unwrap_or(1);
+    if code != 0 {
+        Some((format!("exited with code {code}"), code))
+    } else if state.initialized && !state.finalized && state.aborted.is_none() {
+        Some(("exited without finalizing MPI".to_owned(), 1))
+    } else {
+        None
+    }
 }
 
 fn main() -> ExitCode {
@@ -308,7 +378,11 @@ fn run(options: Options) -> i32 {
     }
     let secret_hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
     let n = options.ranks;
-    let events = Arc::new((Mutex::new(false), Condvar::new()));
+    let (events, event_queue) = mpsc::channel();
+    if let Err(e) = signals_as_events(events.clone()) {
+        eprintln!("oxrun: cannot take over SIGINT and SIGTERM: {e}");
+        return 1;
+    }
     let server = Arc::new(Server {
         size: n,
         kvsname: format!("kvs_{}_0", std::process::id()),
@@ -318,14 +392,11 @@ fn run(options: Options) -> i32 {
         ranks: Mutex::new((0..n).map(|_| RankState::default()).collect()),
         events: events.clone(),
     });
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: the handler only stores to an atomic, which is
-        // async-signal-safe.
-        unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
-    }
+    let signals = ending_signals();
 
-    let mut children: Vec<Option<Child>> = Vec::new();
-    let mut pids = Vec::new();
+    // Process ids of the ranks started, by rank; each also leads its
+    // process group.
+    let mut pids: Vec<u32> = Vec::new();
     let mut threads = Vec::new();
     for rank in 0..n {
         let (ours, theirs) = match UnixStream::pair() {
@@ -355,9 +426,11 @@ fn run(options: Options) -> i32 {
             .stderr(Stdio::piped())
             .process_group(0);
         // SAFETY: between fork and exec only async-signal-safe calls are
-        // made: prctl and fcntl on the inherited descriptor.
+        // made: sigprocmask, prctl, and fcntl on the inherited descriptor.
         unsafe {
             cmd.pre_exec(move || {
+                // oxrun blocks the ending signals; the rank must not.
+                libc::sigprocmask(libc::SIG_UNBLOCK, &signals, std::ptr::null_mut());
                 // Die with oxrun, so no rank outlives the job.
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
                 // Keep the PMI socket open across exec.
@@ -378,104 +451,97 @@ fn run(options: Options) -> i32 {
                 }
                 let s = server.clone();
                 std::thread::spawn(move || s.serve(rank, ours));
-                children.push(Some(child));
+                let events = events.clone();
+                std::thread::spawn(move || {
+                    let status = child.wait();
+                    let _ = events.send(Event::Exited { rank, status });
+                });
             }
             Err(e) => {
                 eprintln!("oxrun: cannot start {}: {e}", options.program[0]);
-                for c in children.iter_mut().flatten() {
-                    kill_group(c, libc::SIGKILL);
-                    let _ = c.wait();
+                for &pid in &pids {
+                    kill_group(pid, libc::SIGKILL);
                 }
                 return 127;
             }
         }
     }
 
+    let mut alive = vec![true; n];
     let mut worst = 0;
-    let mut failure: Option<(usize, String, i32)> = None;
+    let mut failure: Option<(Option<usize>, String, i32)> = None;
     let mut ending_since: Option<Instant> = None;
-    loop {
-        // Reap whatever exited.
-        for (rank, slot) in children.iter_mut().enumerate() {
-            let Some(child) = slot.as_mut() else {
-                continue;
-            };
-            let Ok(Some(status)) = child.try_wait() else {
-                continue;
-            };
-            *slot = None;
-            if ending_since.is_some() {
-                continue;
+    let mut killed = false;
+    while alive.contains(&true) {
+        let event = match ending_since {
+            Some(t) if !killed => {
+                match event_queue.recv_timeout(GRACE.saturating_sub(t.elapsed())) {
+                    Ok(event) => event,
+                    Err(RecvTimeoutError::Timeout) => {
+                        for (rank, _) in alive.iter().enumerate().filter(|(_, a)| **a) {
+                            kill_group(pids[rank], libc::SIGKILL);
+                        }
+                        killed = true;
+                        continue;
+                    }
+                    // oxrun holds a sender itself.
+                    Err(RecvTimeoutError::Disconnected) => unreachable!(),
+                }
             }
-            let state = &server.ranks.lock().unwrap()[rank];
-            let (what, code) = if let Some(sig) = status.signal() {
-                (
-                    format!("was killed by signal {sig} ({})", signal_name(sig)),
-                    128 + sig,
-                )
-            } else {
-                let code = status.code().unwrap_or(1);
-                if code != 0 {
-                    (format!("exited with code {code}"), code)
-                } else if state.initialized && !state.finalized && state.aborted.is_none() {
-                    ("exited without finalizing MPI".to_owned(), 1)
-                } else {
+            _ => event_queue.recv().expect("oxrun holds a sender itself"),
+        };
+        match event {
+            Event::Exited { rank, status } => {
+                alive[rank] = false;
+                if ending_since.is_some() {
                     continue;
                 }
-            };
-            worst = worst.max(code);
-            failure.get_or_insert((rank, what, code));
-        }
-        // Aborts.
-        if failure.is_none() {
-            let ranks = server.ranks.lock().unwrap();
-            if let Some((rank, code)) = ranks
-                .iter()
-                .enumerate()
-                .find_map(|(r, s)| s.aborted.map(|c| (r, c)))
-            {
-                failure = Some((rank, format!("called abort with code {code}"), code));
-                worst = code;
+                let Some((what, code)) = rank_failure(&server.ranks.lock().unwrap()[rank], status)
+                else {
+                    continue;
+                };
+                worst = worst.max(code);
+                failure.get_or_insert((Some(rank), what, code));
             }
-        }
-        let sig = INTERRUPTED.load(Ordering::SeqCst);
-        if sig != 0 && failure.is_none() {
-            failure = Some((
-                usize::MAX,
-                format!("oxrun got signal {sig} ({})", signal_name(sig)),
-                128 + sig,
-            ));
-            worst = 128 + sig;
-        }
-        if let Some((rank, what, _)) = &failure {
-            if ending_since.is_none() {
-                if *rank == usize::MAX {
-                    eprintln!("oxrun: {what}; ending the job");
-                } else {
-                    eprintln!(
-                        "oxrun: rank {rank} (pid {}) {what}; ending the job",
-                        pids[*rank]
-                    );
-                }
-                for c in children.iter().flatten() {
-                    kill_group(c, libc::SIGTERM);
-                }
-                ending_since = Some(Instant::now());
-            } else if ending_since.is_some_and(|t| t.elapsed() > Duration::from_secs(1)) {
-                for c in children.iter().flatten() {
-                    kill_group(c, libc::SIGKILL);
+            Event::Aborted => {
+                let ranks = server.ranks.lock().unwrap();
+                if let Some((rank, code)) = ranks
+                    .iter()
+                    .enumerate()
+                    .find_map(|(r, s)| s.aborted.map(|c| (r, c)))
+                {
+                    failure.get_or_insert((
+                        Some(rank),
+                        format!("called abort with code {code}"),
+                        code,
+                    ));
+                    worst = worst.max(code);
                 }
             }
+            Event::Signal(sig) => {
+                failure.get_or_insert((
+                    None,
+                    format!("got signal {sig} ({})", signal_name(sig)),
+                    128 + sig,
+                ));
+                worst = worst.max(128 + sig);
+            }
         }
-        if children.iter().all(Option::is_none) {
-            break;
+        if let (Some((rank, what, _)), None) = (&failure, ending_since) {
+            match rank {
+                Some(rank) => eprintln!(
+                    "oxrun: rank {rank} (pid {}) {what}; ending the job",
+                    pids[*rank]
+                ),
+                None => eprintln!("oxrun: {what}; ending the job"),
+            }
+            // A rank that exited may be reaped already; its group id is
+            // not signalled, since another process could take it over.
+            for (rank, _) in alive.iter().enumerate().filter(|(_, a)| **a) {
+                kill_group(pids[rank], libc::SIGTERM);
+            }
+            ending_since = Some(Instant::now());
         }
-        let (lock, cv) = &*events;
-        let mut woke = lock.lock().unwrap();
-        if !*woke {
-            woke = cv.wait_timeout(woke, Duration::from_millis(10)).unwrap().0;
-        }
-        *woke = false;
     }
     for t in threads {
         let _ = t.join();

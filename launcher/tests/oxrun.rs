@@ -5,7 +5,7 @@
 //! Having integration tests also makes `cargo test --workspace` build the
 //! `oxrun` binary, which every multi-process test in the workspace runs.
 
-use oxmpi_jobs::run;
+use oxmpi_jobs::{descendants, run, Job};
 use std::process::Command;
 use std::time::Duration;
 
@@ -65,4 +65,48 @@ fn help_goes_to_standard_output_and_succeeds() {
     let out = run(c, Duration::from_secs(30));
     out.assert_success();
     assert!(out.stdout.starts_with("usage: oxrun"), "{}", out.stdout);
+}
+
+#[test]
+fn a_signal_to_oxrun_ends_the_job() {
+    let mut c = oxrun();
+    c.args(["-n", "2", "sleep", "600"]);
+    let job = Job::start(c, Duration::from_secs(30));
+    let sleepers = || -> Vec<u32> {
+        descendants(job.pid())
+            .into_iter()
+            .filter(|&pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c == "sleep\n")
+            })
+            .collect()
+    };
+    let mut ranks = sleepers();
+    while ranks.len() < 2 {
+        assert!(
+            job.elapsed() < Duration::from_secs(20),
+            "the ranks did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+        ranks = sleepers();
+    }
+    // SAFETY: kill has no memory-safety preconditions; the pid is oxrun's,
+    // not yet reaped.
+    unsafe { libc::kill(job.pid() as i32, libc::SIGTERM) };
+    let out = job.finish();
+    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "{out:?}");
+    assert!(
+        out.stderr
+            .contains("oxrun: got signal 15 (SIGTERM); ending the job"),
+        "{}",
+        out.stderr
+    );
+    let alive: Vec<u32> = ranks
+        .into_iter()
+        .filter(|pid| {
+            // Gone, or a zombie waiting for init to reap it.
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|stat| !stat.rsplit(')').next().unwrap_or("").starts_with(" Z"))
+        })
+        .collect();
+    assert!(alive.is_empty(), "ranks outlived oxrun: {alive:?}");
 }
