@@ -44,8 +44,12 @@ pub const ADDR_ENV: &str = "OXMPI_TCP_ADDR";
 
 const LISTENER: Token = Token(usize::MAX);
 /// Size of each connection's read buffer: several small packets come in
-/// with one read; larger payloads are read straight into their destination.
+/// with one read.
 const READ_BUFFER: usize = 64 * 1024;
+/// Payloads with at least this many bytes still to come are read straight
+/// into their destination rather than through the read buffer: the copy
+/// out of the buffer would cost more than the read it saves.
+const DIRECT_READ_MIN: usize = 16 * 1024;
 /// With at most this many established connections (and none in a
 /// handshake), `poll` reads them directly instead of asking epoll first:
 /// one system call less on every arrival, which is most of the latency a
@@ -468,13 +472,17 @@ impl TcpTransport {
         if let Some(e) = &self.failed[peer] {
             return Err(e.clone());
         }
+        if self.established[peer].is_none() {
+            // Before queueing: a packet whose send fails must not stay
+            // behind (a zero-copy one would point at memory the caller
+            // takes back).
+            self.connect(peer)?;
+        }
         self.queues[peer].push_back(packet);
         if self.established[peer].is_some() {
             if let Err(e) = self.flush(peer) {
                 self.fail_peer(peer, lost(peer, e));
             }
-        } else {
-            self.connect(peer)?;
         }
         Ok(())
     }
@@ -713,6 +721,7 @@ impl TcpTransport {
                         None => &mut [],
                     };
                     let wanted = dest.len().saturating_sub(placed);
+                    let direct = (wanted as u64).min(remaining) as usize;
                     let buffered = conn.end - conn.start;
                     let mut stalled = false;
                     if buffered > 0 {
@@ -725,11 +734,10 @@ impl TcpTransport {
                         remaining -= n as u64;
                     } else if drained {
                         stalled = true;
-                    } else if wanted >= READ_BUFFER && remaining >= wanted as u64 {
-                        // Large payload: straight into the destination.
-                        match read_some(&mut conn.stream, &mut dest[placed..]) {
+                    } else if direct >= DIRECT_READ_MIN {
+                        match read_some(&mut conn.stream, &mut dest[placed..placed + direct]) {
                             Ok(n) => {
-                                drained = n > 0 && n < wanted;
+                                drained = n > 0 && n < direct;
                                 stalled = n == 0;
                                 placed += n;
                                 remaining -= n as u64;
