@@ -9,12 +9,14 @@
 //! by `PMI_FD` (inherited from the launcher, as oxrun and MPICH's hydra do),
 //! or `PMI_PORT` (host:port) with `PMI_ID`. With neither, the process is a
 //! singleton: a 1-rank job whose key-value space is private.
+//! [`PmiSource::from_env`] reads those variables; [`Pmi::connect`] takes a
+//! [`PmiSource`] built any other way (tests, embedders).
 
 use crate::error::{Error, ErrorClass, Result};
 use std::collections::HashMap;
+use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
-use std::os::fd::FromRawFd;
-use std::os::unix::net::UnixStream;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// Longest line either side may send, in bytes (MPICH's PMIU_MAXLINE).
 pub const MAX_LINE: usize = 1024;
@@ -118,12 +120,126 @@ pub fn check_word(what: &str, value: &str, max: usize) -> Result<()> {
     Ok(())
 }
 
+/// Where the process manager is and how this process learns its rank: what
+/// the launcher's environment says ([`PmiSource::from_env`]), or built
+/// directly and handed to [`Pmi::connect`].
+#[derive(Debug)]
+pub enum PmiSource {
+    /// No process manager: a 1-rank job with a private key-value space.
+    Singleton,
+    /// A socket to the server inherited from the launcher (`PMI_FD`).
+    Fd {
+        /// The connected socket; the client owns it from now on.
+        socket: OwnedFd,
+        /// How the rank and size are learnt.
+        identity: Identity,
+    },
+    /// A server to connect to over TCP (`PMI_PORT`).
+    Port {
+        /// The server's `host:port`.
+        addr: String,
+        /// How the rank and size are learnt.
+        identity: Identity,
+    },
+}
+
+/// How a process connected to a PMI server learns its rank and the size of
+/// the job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Identity {
+    /// `PMI_ID`: the process names itself with this id in an `initack`
+    /// exchange, and the server answers with the size and rank.
+    Id(String),
+    /// `PMI_RANK` and `PMI_SIZE`: the launcher said them.
+    Given {
+        /// This process's rank.
+        rank: usize,
+        /// Number of processes in the job.
+        size: usize,
+    },
+}
+
+impl PmiSource {
+    /// The source the environment names; see the module docs. Only checks
+    /// the variables (and that `PMI_FD` is open): connecting is
+    /// [`Pmi::connect`]'s.
+    pub fn from_env() -> Result<PmiSource> {
+        Ok(if let Some(fd) = env_number("PMI_FD")? {
+            PmiSource::Fd {
+                socket: inherited_socket(fd)?,
+                identity: Identity::from_env("PMI_FD")?,
+            }
+        } else if let Ok(addr) = std::env::var("PMI_PORT") {
+            PmiSource::Port {
+                addr,
+                identity: Identity::from_env("PMI_PORT")?,
+            }
+        } else {
+            PmiSource::Singleton
+        })
+    }
+}
+
+impl Identity {
+    /// `PMI_ID`, else `PMI_RANK` and `PMI_SIZE`; `via` names the variable
+    /// that said where the server is, for the error.
+    fn from_env(via: &str) -> Result<Identity> {
+        if let Ok(id) = std::env::var("PMI_ID") {
+            return Ok(Identity::Id(id));
+        }
+        let missing = |name: &str| {
+            Error::new(
+                ErrorClass::Other,
+                format!("{via} is set but neither PMI_ID nor {name} is"),
+            )
+        };
+        Ok(Identity::Given {
+            rank: env_number("PMI_RANK")?.ok_or_else(|| missing("PMI_RANK"))?,
+            size: env_number("PMI_SIZE")?.ok_or_else(|| missing("PMI_SIZE"))?,
+        })
+    }
+}
+
+/// Takes over descriptor `fd` (from `PMI_FD`), checking that it is open.
+fn inherited_socket(fd: usize) -> Result<OwnedFd> {
+    let fd =
+        i32::try_from(fd).map_err(|_| Error::new(ErrorClass::Arg, "PMI_FD is out of range"))?;
+    // SAFETY: fcntl(F_GETFD) only queries the descriptor; it fails cleanly
+    // if `fd` is not open.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return Err(Error::new(
+            ErrorClass::Other,
+            format!("PMI_FD={fd} is not an open descriptor: was this started by a PMI-1 launcher?"),
+        ));
+    }
+    // SAFETY: the launcher handed this process `fd` (open, checked above),
+    // a socket to the PMI server, for its exclusive use; nothing else here
+    // owns or closes it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The line-oriented connection to the server, over a socket of either
+/// family (read and written as a plain descriptor).
 struct Connection {
-    reader: BufReader<Box<dyn std::io::Read + Send>>,
-    writer: Box<dyn Write + Send>,
+    reader: BufReader<File>,
+    writer: File,
 }
 
 impl Connection {
+    /// Takes over `socket`, connected to the server.
+    fn new(socket: OwnedFd) -> Result<Connection> {
+        // The descriptor must not leak into processes this rank starts.
+        // SAFETY: F_SETFD on a descriptor `socket` owns.
+        unsafe { libc::fcntl(socket.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+        let writer = socket
+            .try_clone()
+            .map_err(|e| Error::os("duplicating the PMI socket", e))?;
+        Ok(Connection {
+            reader: BufReader::new(File::from(socket)),
+            writer: File::from(writer),
+        })
+    }
+
     fn send(&mut self, message: &Message) -> Result<()> {
         self.writer
             .write_all(message.format().as_bytes())
@@ -209,6 +325,14 @@ impl Pmi {
     /// Connects to the process manager named by the environment; see the
     /// module docs.
     pub fn from_env() -> Result<Pmi> {
+        Pmi::connect(PmiSource::from_env()?)
+    }
+
+    /// Connects to the process manager at `source` and runs PMI-1's
+    /// initialization: the `initack` exchange when the identity is an id,
+    /// then `init`, the limits, the application number and the name of the
+    /// key-value space.
+    pub fn connect(source: PmiSource) -> Result<Pmi> {
         let mut pmi = Pmi {
             rank: 0,
             size: 1,
@@ -219,70 +343,41 @@ impl Pmi {
             connection: None,
             local: HashMap::new(),
         };
-        let mut conn = if let Some(fd) = env_number("PMI_FD")? {
-            let fd = i32::try_from(fd)
-                .map_err(|_| Error::new(ErrorClass::Arg, "PMI_FD is out of range"))?;
-            // SAFETY: fcntl(F_GETFD) only queries the descriptor; it fails
-            // cleanly if `fd` is not open.
-            if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
-                return Err(Error::new(
-                    ErrorClass::Other,
-                    format!("PMI_FD={fd} is not an open descriptor: was this started by a PMI-1 launcher?"),
-                ));
+        let (socket, identity) = match source {
+            PmiSource::Singleton => return Ok(pmi),
+            PmiSource::Fd { socket, identity } => (socket, identity),
+            PmiSource::Port { addr, identity } => {
+                let stream = std::net::TcpStream::connect(addr.as_str()).map_err(|e| {
+                    Error::os(
+                        format!("connecting to the PMI server at PMI_PORT={addr}"),
+                        e,
+                    )
+                })?;
+                (OwnedFd::from(stream), identity)
             }
-            // SAFETY: the launcher handed this process `fd`, an open socket
-            // to the PMI server, for its exclusive use; nothing else here
-            // owns or closes it.
-            let stream = unsafe { UnixStream::from_raw_fd(fd) };
-            // The descriptor must not leak into processes this rank starts.
-            // SAFETY: F_SETFD on a descriptor we own.
-            unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
-            let writer = stream
-                .try_clone()
-                .map_err(|e| Error::os("duplicating the PMI socket", e))?;
-            Connection {
-                reader: BufReader::new(Box::new(stream)),
-                writer: Box::new(writer),
-            }
-        } else if let Ok(port) = std::env::var("PMI_PORT") {
-            let stream = std::net::TcpStream::connect(port.as_str()).map_err(|e| {
-                Error::os(
-                    format!("connecting to the PMI server at PMI_PORT={port}"),
-                    e,
-                )
-            })?;
-            let writer = stream
-                .try_clone()
-                .map_err(|e| Error::os("duplicating the PMI socket", e))?;
-            Connection {
-                reader: BufReader::new(Box::new(stream)),
-                writer: Box::new(writer),
-            }
-        } else {
-            return Ok(pmi);
         };
-        if let Ok(id) = std::env::var("PMI_ID") {
-            // The PMI_PORT handshake: the server tells size and rank.
-            conn.call(&Message::new("initack", &[("pmiid", &id)]), "initack")?;
-            for _ in 0..3 {
-                let set = conn.receive("set")?;
-                if let Some(v) = set.get("size") {
-                    pmi.size = v
-                        .parse()
-                        .map_err(|_| Error::new(ErrorClass::Other, "bad PMI size"))?;
-                } else if let Some(v) = set.get("rank") {
-                    pmi.rank = v
-                        .parse()
-                        .map_err(|_| Error::new(ErrorClass::Other, "bad PMI rank"))?;
+        let mut conn = Connection::new(socket)?;
+        match identity {
+            Identity::Id(id) => {
+                // The PMI_PORT handshake: the server tells size and rank.
+                conn.call(&Message::new("initack", &[("pmiid", &id)]), "initack")?;
+                for _ in 0..3 {
+                    let set = conn.receive("set")?;
+                    if let Some(v) = set.get("size") {
+                        pmi.size = v
+                            .parse()
+                            .map_err(|_| Error::new(ErrorClass::Other, "bad PMI size"))?;
+                    } else if let Some(v) = set.get("rank") {
+                        pmi.rank = v
+                            .parse()
+                            .map_err(|_| Error::new(ErrorClass::Other, "bad PMI rank"))?;
+                    }
                 }
             }
-        } else {
-            pmi.rank = env_number("PMI_RANK")?.ok_or_else(|| {
-                Error::new(ErrorClass::Other, "PMI_FD is set but PMI_RANK is not")
-            })?;
-            pmi.size = env_number("PMI_SIZE")?.ok_or_else(|| {
-                Error::new(ErrorClass::Other, "PMI_FD is set but PMI_SIZE is not")
-            })?;
+            Identity::Given { rank, size } => {
+                pmi.rank = rank;
+                pmi.size = size;
+            }
         }
         conn.call(
             &Message::new("init", &[("pmi_version", "1"), ("pmi_subversion", "1")]),
@@ -463,16 +558,9 @@ mod tests {
 
     #[test]
     fn singleton_has_a_private_kvs() {
-        let mut pmi = Pmi {
-            rank: 0,
-            size: 1,
-            appnum: 0,
-            kvsname: "k".into(),
-            key_max: 64,
-            value_max: 1024,
-            connection: None,
-            local: HashMap::new(),
-        };
+        let mut pmi = Pmi::connect(PmiSource::Singleton).unwrap();
+        assert!(pmi.is_singleton());
+        assert_eq!((pmi.rank(), pmi.size()), (0, 1));
         pmi.put("a", "1").unwrap();
         assert_eq!(pmi.get("a").unwrap().as_deref(), Some("1"));
         assert_eq!(pmi.get("b").unwrap(), None);
