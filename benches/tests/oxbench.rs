@@ -4,36 +4,22 @@
 //! object), exit statuses, and that no process is left behind — never
 //! speed.
 //!
-//! Each run is its own process group, bounded in time: past its bound the
-//! whole group is killed and the test fails with the output so far.
-//! `oxrun` is looked up next to `oxbench` (the same target directory):
-//! build it first (`cargo build -p oxmpi-launcher`, or test with
-//! `cargo test --workspace`).
+//! Each run is an `oxmpi_jobs` job: its own process group, bounded in
+//! time, whose output must close and whose group must be empty once it
+//! exits. `oxrun` is looked up next to `oxbench` (the same target
+//! directory): `cargo test --workspace` builds it.
 
-use std::io::{BufRead, BufReader, Read};
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::time::{Duration, Instant};
+use oxmpi_jobs::{run, Binaries, Job};
+use std::os::unix::process::ExitStatusExt;
+use std::process::Command;
+use std::time::Duration;
 
-fn oxbench() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_oxbench"))
-}
-
-fn oxrun() -> PathBuf {
-    let path = oxbench().with_file_name("oxrun");
-    assert!(
-        path.exists(),
-        "{} is missing: build the launcher into the same target directory first \
-         (`cargo build -p oxmpi-launcher` with the same profile, or `cargo test --workspace`)",
-        path.display()
-    );
-    path
+fn oxbench() -> &'static str {
+    env!("CARGO_BIN_EXE_oxbench")
 }
 
 fn mpi_job(args: &[&str]) -> Command {
-    let mut c = Command::new(oxrun());
+    let mut c = Command::new(Binaries::new(oxbench()).oxrun());
     c.args(["-n", "2"]).arg(oxbench()).args(args);
     c
 }
@@ -42,231 +28,6 @@ fn oxbench_with(args: &[&str]) -> Command {
     let mut c = Command::new(oxbench());
     c.args(args);
     c
-}
-
-/// Which stream a line came from.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Stream {
-    Out,
-    Err,
-}
-
-/// A process started in its own group, whose output arrives line by line.
-struct Run {
-    child: Child,
-    what: String,
-    lines: Receiver<(Stream, Option<String>)>,
-    open_streams: usize,
-    stdout: String,
-    stderr: String,
-    reaped: bool,
-}
-
-/// What a finished run left.
-struct Output {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-impl Output {
-    fn assert_success(&self) -> &Output {
-        assert!(
-            self.status.success(),
-            "failed with {}\n--- stdout\n{}--- stderr\n{}",
-            self.status,
-            self.stdout,
-            self.stderr
-        );
-        self
-    }
-}
-
-impl Run {
-    fn start(mut command: Command) -> Run {
-        let what = format!("{command:?}");
-        command
-            .process_group(0)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = command
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-        let (tx, lines) = mpsc::channel();
-        let pipes: [(Stream, Box<dyn Read + Send>); 2] = [
-            (
-                Stream::Out,
-                Box::new(child.stdout.take().expect("piped stdout")),
-            ),
-            (
-                Stream::Err,
-                Box::new(child.stderr.take().expect("piped stderr")),
-            ),
-        ];
-        for (stream, pipe) in pipes {
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(pipe).lines() {
-                    let Ok(line) = line else { break };
-                    if tx.send((stream, Some(line))).is_err() {
-                        return;
-                    }
-                }
-                let _ = tx.send((stream, None));
-            });
-        }
-        Run {
-            child,
-            what,
-            lines,
-            open_streams: 2,
-            stdout: String::new(),
-            stderr: String::new(),
-            reaped: false,
-        }
-    }
-
-    /// Takes in one line of output, waiting until `deadline`; false if
-    /// none came (the streams are closed or the deadline passed).
-    fn take_line(&mut self, deadline: Instant) -> bool {
-        if self.open_streams == 0 {
-            return false;
-        }
-        let wait = deadline.saturating_duration_since(Instant::now());
-        match self.lines.recv_timeout(wait) {
-            Ok((stream, Some(line))) => {
-                let text = if stream == Stream::Out {
-                    &mut self.stdout
-                } else {
-                    &mut self.stderr
-                };
-                text.push_str(&line);
-                text.push('\n');
-                true
-            }
-            Ok((_, None)) => {
-                self.open_streams -= 1;
-                true
-            }
-            Err(RecvTimeoutError::Timeout) => false,
-            Err(RecvTimeoutError::Disconnected) => {
-                self.open_streams = 0;
-                false
-            }
-        }
-    }
-
-    /// Waits for the first line of standard output.
-    fn wait_for_stdout(&mut self, bound: Duration) {
-        let deadline = Instant::now() + bound;
-        while self.stdout.is_empty() {
-            if !self.take_line(deadline) && Instant::now() >= deadline {
-                self.fail(&format!("printed nothing within {bound:?}"));
-            }
-            if self.open_streams == 0 && self.stdout.is_empty() {
-                self.fail("closed its output without printing");
-            }
-        }
-    }
-
-    /// Waits for the process to exit and its output to close, within
-    /// `bound`; kills the group and fails the test past it.
-    fn finish(mut self, bound: Duration) -> Output {
-        let deadline = Instant::now() + bound;
-        let status = loop {
-            while self.take_line(Instant::now()) {}
-            match self.child.try_wait() {
-                Ok(Some(status)) => break status,
-                Ok(None) if Instant::now() >= deadline => {
-                    self.fail(&format!("did not exit within {bound:?}"))
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-                Err(e) => self.fail(&format!("cannot be waited for: {e}")),
-            }
-        };
-        self.reaped = true;
-        // Output closes when every process that holds it is gone: a
-        // process left behind would keep it open.
-        let close_by = Instant::now() + Duration::from_secs(10);
-        while self.open_streams > 0 {
-            if !self.take_line(close_by) && Instant::now() >= close_by {
-                self.fail("exited, but something it started still holds its output open");
-            }
-        }
-        let leftovers = live_processes_in_group(self.child.id());
-        if !leftovers.is_empty() {
-            self.fail(&format!("left processes behind: {leftovers:?}"));
-        }
-        Output {
-            status,
-            stdout: std::mem::take(&mut self.stdout),
-            stderr: std::mem::take(&mut self.stderr),
-        }
-    }
-
-    fn kill_group(&mut self) {
-        let group = self.child.id() as libc::pid_t;
-        // SAFETY: kill has no memory-safety preconditions; the group is the
-        // one this run created (its leader is our child, not yet reaped, or
-        // reaped just now with no other member left to reuse its id).
-        unsafe { libc::kill(-group, libc::SIGKILL) };
-        if !self.reaped {
-            let _ = self.child.wait();
-            self.reaped = true;
-        }
-    }
-
-    fn fail(&mut self, why: &str) -> ! {
-        self.kill_group();
-        while self.take_line(Instant::now() + Duration::from_millis(100)) {}
-        panic!(
-            "{} {why}\n--- stdout\n{}--- stderr\n{}",
-            self.what, self.stdout, self.stderr
-        );
-    }
-}
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        if !self.reaped {
-            self.kill_group();
-        }
-    }
-}
-
-/// Processes of process group `group` that are alive (not zombies, which
-/// are only waiting for their parent, or for init, to reap them).
-fn live_processes_in_group(group: u32) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut found = Vec::new();
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(Path::new("/proc").join(pid).join("stat")) else {
-            continue;
-        };
-        // pid (comm) state ppid pgrp ...; comm may hold spaces and parens.
-        let Some(close) = stat.rfind(')') else {
-            continue;
-        };
-        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-        if fields.len() > 2 && fields[2] == group.to_string() && fields[0] != "Z" {
-            found.push(stat[..=close].to_owned());
-        }
-    }
-    found
-}
-
-fn run(command: Command, bound: Duration) -> Output {
-    Run::start(command).finish(bound)
 }
 
 /// The sizes OSU would measure from `min` to `max`.
@@ -543,29 +304,23 @@ fn raw_tcp_bandwidth_table_and_json() {
 #[test]
 fn raw_tcp_child_exits_when_the_parent_is_killed() {
     // A run far too long to finish; once it prints its header the child is
-    // connected. Kill only the parent: the child must notice and exit.
-    let mut run = Run::start(oxbench_with(&[
-        "raw-tcp",
-        "latency",
-        "--size",
-        "8",
-        "--iterations",
-        "1000000000",
-    ]));
-    run.wait_for_stdout(RAW_BOUND);
-    let group = run.child.id();
-    let _ = run.child.kill();
-    let _ = run.child.wait();
-    run.reaped = true;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let left = live_processes_in_group(group);
-        if left.is_empty() {
-            break;
-        }
-        if Instant::now() > deadline {
-            run.fail(&format!("the child outlived its parent: {left:?}"));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // connected. Kill only the parent: the child must notice and exit, for
+    // the job's output to close and its process group to empty.
+    let mut job = Job::start(
+        oxbench_with(&[
+            "raw-tcp",
+            "latency",
+            "--size",
+            "8",
+            "--iterations",
+            "1000000000",
+        ]),
+        RAW_BOUND,
+    );
+    job.wait_for_stdout(RAW_BOUND);
+    // SAFETY: kill has no memory-safety preconditions; the pid is the
+    // parent's, which the job has not reaped yet.
+    unsafe { libc::kill(job.pid() as libc::pid_t, libc::SIGKILL) };
+    let out = job.finish();
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{out:?}");
 }

@@ -1,28 +1,37 @@
 //! The harness for oxmpi's multi-process tests: it starts real jobs
-//! through `oxrun` (or MPICH's `mpiexec`), bounds each in time, and reaps
-//! everything a job started, also when the test fails.
+//! through `oxrun` (or MPICH's `mpiexec`, or any other program), bounds
+//! each in time, and reaps everything a job started, also when the test
+//! fails.
+//!
+//! A [`Job`] runs in its own process group. Its output arrives line by
+//! line while it runs (a test can wait for the first line of standard
+//! output with [`Job::wait_for_stdout`]). When it ends, [`Job::finish`]
+//! also checks, within the same bound, that its output closes and that no
+//! live process is left in its process group: something left behind fails
+//! the test, naming what was left. Past its bound, on a failed check, or
+//! when dropped unfinished, a job is killed with its process group and its
+//! descendants.
 //!
 //! The programs the jobs run are this crate's binaries (`p2p_suite`) and
 //! the examples of the `oxmpi` crate; `cargo test --workspace` builds all
 //! of them next to `oxrun`.
 
-use std::io::Read;
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::thread::JoinHandle;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
-/// The directory that holds the workspace's binaries for this build.
-fn bin_dir(any_bin: &str) -> PathBuf {
-    Path::new(any_bin)
-        .parent()
-        .expect("a binary path has a parent")
-        .to_path_buf()
-}
+/// How often a job is checked on while nothing else wakes the harness.
+const POLL: Duration = Duration::from_millis(10);
 
-/// Paths of the binaries a job test needs, given the path of one of this
-/// crate's binaries (`env!("CARGO_BIN_EXE_p2p_suite")`).
+/// How long a failing job's output is still taken in after it is killed.
+const LAST_WORDS: Duration = Duration::from_secs(1);
+
+/// Paths of the workspace's binaries for this build, found next to one of
+/// them (`env!("CARGO_BIN_EXE_p2p_suite")`, `env!("CARGO_BIN_EXE_oxbench")`).
 pub struct Binaries {
     dir: PathBuf,
 }
@@ -31,13 +40,16 @@ impl Binaries {
     /// Locates the binaries next to `any_bin`.
     pub fn new(any_bin: &str) -> Binaries {
         Binaries {
-            dir: bin_dir(any_bin),
+            dir: Path::new(any_bin)
+                .parent()
+                .expect("a binary path has a parent")
+                .to_path_buf(),
         }
     }
 
     /// The launcher.
     pub fn oxrun(&self) -> PathBuf {
-        self.existing(self.dir.join("oxrun"))
+        self.bin("oxrun")
     }
 
     /// One of the workspace's examples.
@@ -45,7 +57,7 @@ impl Binaries {
         self.existing(self.dir.join("examples").join(name))
     }
 
-    /// One of this crate's binaries.
+    /// One of the workspace's binaries.
     pub fn bin(&self, name: &str) -> PathBuf {
         self.existing(self.dir.join(name))
     }
@@ -53,7 +65,8 @@ impl Binaries {
     fn existing(&self, path: PathBuf) -> PathBuf {
         assert!(
             path.exists(),
-            "{} is missing: run the tests with `cargo test --workspace` so every binary is built",
+            "{} is missing: run the tests with `cargo test --workspace` so every binary \
+             is built into the same target directory",
             path.display()
         );
         path
@@ -63,13 +76,13 @@ impl Binaries {
 /// What a finished job left.
 #[derive(Debug)]
 pub struct Outcome {
-    /// Exit status of the launcher.
+    /// Exit status of the job's first process (the launcher).
     pub status: ExitStatus,
-    /// Everything it wrote to standard output.
+    /// Everything the job wrote to standard output.
     pub stdout: String,
-    /// Everything it wrote to standard error.
+    /// Everything the job wrote to standard error.
     pub stderr: String,
-    /// How long it ran.
+    /// How long it ran, until its first process exited.
     pub elapsed: Duration,
 }
 
@@ -78,27 +91,74 @@ impl Outcome {
     pub fn assert_success(&self) -> &Self {
         assert!(
             self.status.success(),
-            "job failed with {}\n--- stdout\n{}\n--- stderr\n{}",
+            "job failed with {}\n{}",
             self.status,
-            self.stdout,
-            self.stderr
+            transcript(&self.stdout, &self.stderr)
         );
         self
     }
 }
 
-/// A job started in its own process group, killed with everything in it if
-/// it outlives its bound or the test panics.
+/// A job's output, as failure messages show it.
+fn transcript(stdout: &str, stderr: &str) -> String {
+    let gap = if stdout.is_empty() || stdout.ends_with('\n') {
+        ""
+    } else {
+        "\n"
+    };
+    format!("--- stdout\n{stdout}{gap}--- stderr\n{stderr}")
+}
+
+/// What a reader thread passes on from one of a job's output streams.
+enum Piece {
+    /// A line of standard output, with its newline if it had one.
+    Stdout(String),
+    /// A line of standard error, with its newline if it had one.
+    Stderr(String),
+    /// The end of one of the streams.
+    Closed,
+}
+
+/// Passes on what `pipe` carries, line by line, until it closes (or the
+/// job is gone and nobody listens).
+fn forward(pipe: impl Read, pieces: Sender<Piece>, piece: fn(String) -> Piece) {
+    let mut pipe = BufReader::new(pipe);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match pipe.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {
+                let text = String::from_utf8_lossy(&line).into_owned();
+                if pieces.send(piece(text)).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+    let _ = pieces.send(Piece::Closed);
+}
+
+/// A job started in its own process group, bounded in time: killed with
+/// everything in its group and everything it started if it outlives its
+/// bound, fails a check, or is dropped unfinished (the test panicked).
 pub struct Job {
     child: Child,
-    readers: Vec<JoinHandle<String>>,
+    what: String,
     started: Instant,
     bound: Duration,
-    what: String,
+    pieces: Receiver<Piece>,
+    /// Output streams not yet closed.
+    open: usize,
+    stdout: String,
+    stderr: String,
+    /// Whether the first process has been waited for.
+    reaped: bool,
 }
 
 impl Job {
-    /// Starts `command` (typically `oxrun ...`) with a time bound.
+    /// Starts `command` (typically `oxrun ...`) in a process group of its
+    /// own; it has `bound` from now to end (see [`Job::finish`]).
     pub fn start(mut command: Command, bound: Duration) -> Job {
         let what = format!("{command:?}");
         command
@@ -109,36 +169,28 @@ impl Job {
         let mut child = command
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-        let readers = [
-            child
-                .stdout
-                .take()
-                .map(|s| Box::new(s) as Box<dyn Read + Send>),
-            child
-                .stderr
-                .take()
-                .map(|s| Box::new(s) as Box<dyn Read + Send>),
-        ]
-        .into_iter()
-        .flatten()
-        .map(|mut pipe| {
-            std::thread::spawn(move || {
-                let mut bytes = Vec::new();
-                let _ = pipe.read_to_end(&mut bytes);
-                String::from_utf8_lossy(&bytes).into_owned()
-            })
-        })
-        .collect();
+        let started = Instant::now();
+        let (tx, pieces) = mpsc::channel();
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let tx_err = tx.clone();
+        std::thread::spawn(move || forward(stdout, tx, Piece::Stdout));
+        std::thread::spawn(move || forward(stderr, tx_err, Piece::Stderr));
         Job {
             child,
-            readers,
-            started: Instant::now(),
-            bound,
             what,
+            started,
+            bound,
+            pieces,
+            open: 2,
+            stdout: String::new(),
+            stderr: String::new(),
+            reaped: false,
         }
     }
 
-    /// Process id of the launcher.
+    /// Process id of the job's first process (the launcher), which is
+    /// also its process group's id.
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -148,100 +200,213 @@ impl Job {
         self.started.elapsed()
     }
 
-    /// Waits for the job to end within its bound; panics (after killing
-    /// it) with its output if it does not.
-    pub fn finish(mut self) -> Outcome {
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => {
-                    let mut output = std::mem::take(&mut self.readers)
-                        .into_iter()
-                        .map(|r| r.join().unwrap_or_default());
-                    return Outcome {
-                        status,
-                        stdout: output.next().unwrap_or_default(),
-                        stderr: output.next().unwrap_or_default(),
-                        elapsed: self.started.elapsed(),
-                    };
-                }
-                Ok(None) if self.started.elapsed() > self.bound => {
-                    self.kill();
-                    let output: Vec<String> = std::mem::take(&mut self.readers)
-                        .into_iter()
-                        .map(|r| r.join().unwrap_or_default())
-                        .collect();
-                    panic!(
-                        "job exceeded its bound of {:?} and was killed: {}\n--- output\n{}",
-                        self.bound,
-                        self.what,
-                        output.join("\n--- stderr\n")
-                    );
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-                Err(e) => panic!("waiting for {}: {e}", self.what),
+    /// Waits up to `bound` for the job's first line of standard output;
+    /// kills the job and panics, showing its output, if none comes.
+    pub fn wait_for_stdout(&mut self, bound: Duration) {
+        let until = Instant::now() + bound;
+        while self.stdout.is_empty() {
+            if self.open == 0 {
+                self.fail("closed its output without printing anything");
+            }
+            if !self.receive(until) && Instant::now() >= until {
+                self.fail(&format!("printed nothing within {bound:?}"));
             }
         }
     }
 
-    fn kill(&mut self) {
-        // The ranks die with the launcher (it sets a parent-death signal),
-        // and the launcher with its process group.
-        for pid in descendants(self.child.id()) {
-            // SAFETY: kill has no memory-safety preconditions.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    /// Waits for the job to end within its bound: its first process
+    /// exits, its output closes (nothing it started still holds it), and
+    /// no live process is left in its process group. Past the bound, it
+    /// kills the job and panics, showing its output and what was left.
+    pub fn finish(mut self) -> Outcome {
+        let deadline = self.started + self.bound;
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() >= deadline => self.fail(&format!(
+                    "exceeded its bound of {:?} and was killed",
+                    self.bound
+                )),
+                Ok(None) => {
+                    self.receive(deadline.min(Instant::now() + POLL));
+                }
+                Err(e) => self.fail(&format!("cannot be waited for: {e}")),
+            }
+        };
+        self.reaped = true;
+        let elapsed = self.started.elapsed();
+        while self.open > 0 {
+            if !self.receive(deadline) && Instant::now() >= deadline {
+                self.fail(&format!(
+                    "exited with {status}, but something it started still held its output \
+                     open at the end of its bound of {:?}",
+                    self.bound
+                ));
+            }
         }
-        // SAFETY: as above; the group id is the launcher's pid.
-        unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
-        let _ = self.child.wait();
+        loop {
+            let left = live_processes_in_group(self.pid());
+            if left.is_empty() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                self.fail(&format!(
+                    "exited with {status}, but left processes alive in its group at the end \
+                     of its bound of {:?}: {left:?}",
+                    self.bound
+                ));
+            }
+            std::thread::sleep(POLL);
+        }
+        Outcome {
+            status,
+            stdout: std::mem::take(&mut self.stdout),
+            stderr: std::mem::take(&mut self.stderr),
+            elapsed,
+        }
+    }
+
+    /// Takes in one piece of output, waiting for it until `until` at
+    /// most (sleeping until then if the output is closed); false if none
+    /// came.
+    fn receive(&mut self, until: Instant) -> bool {
+        let wait = until.saturating_duration_since(Instant::now());
+        if self.open == 0 {
+            std::thread::sleep(wait);
+            return false;
+        }
+        match self.pieces.recv_timeout(wait) {
+            Ok(Piece::Stdout(line)) => self.stdout.push_str(&line),
+            Ok(Piece::Stderr(line)) => self.stderr.push_str(&line),
+            Ok(Piece::Closed) => self.open -= 1,
+            Err(RecvTimeoutError::Timeout) => return false,
+            Err(RecvTimeoutError::Disconnected) => {
+                self.open = 0;
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Kills the job, takes in what it wrote last, and panics with it.
+    fn fail(&mut self, why: &str) -> ! {
+        self.kill();
+        let until = Instant::now() + LAST_WORDS;
+        while self.open > 0 && Instant::now() < until && self.receive(until) {}
+        panic!(
+            "{} {why}\n{}",
+            self.what,
+            transcript(&self.stdout, &self.stderr)
+        );
+    }
+
+    /// Kills the first process's descendants (found while it is not yet
+    /// reaped: its orphans would be re-parented), which may have left its
+    /// process group, and everything in the group; then reaps it.
+    fn kill(&mut self) {
+        if !self.reaped {
+            for pid in descendants(self.pid()) {
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            }
+        }
+        // SAFETY: kill has no memory-safety preconditions. The group is
+        // the one this job created: its leader is not reaped yet, or its
+        // remaining members keep its id from being reused.
+        unsafe { libc::kill(-(self.pid() as libc::pid_t), libc::SIGKILL) };
+        if !self.reaped {
+            let _ = self.child.wait();
+            self.reaped = true;
+        }
     }
 }
 
 impl Drop for Job {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
+        if !self.reaped {
             self.kill();
         }
     }
 }
 
-/// Runs `command` to completion within `bound`.
+/// Runs `command` to completion within `bound`: [`Job::start`], then
+/// [`Job::finish`].
 pub fn run(command: Command, bound: Duration) -> Outcome {
     Job::start(command, bound).finish()
 }
 
+/// What /proc/PID/stat says about a process.
+struct Stat {
+    pid: u32,
+    /// `PID (COMMAND)`, to name the process in messages.
+    name: String,
+    state: char,
+    ppid: u32,
+    pgrp: u32,
+}
+
+impl Stat {
+    /// Reads the stat line of `pid`, if it exists.
+    fn of(pid: u32) -> Option<Stat> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // PID (COMMAND) STATE PPID PGRP ...: the command may hold spaces
+        // and parentheses.
+        let close = text.rfind(')')?;
+        let mut fields = text[close + 1..].split_whitespace();
+        Some(Stat {
+            pid,
+            name: text[..=close].to_owned(),
+            state: fields.next()?.chars().next()?,
+            ppid: fields.next()?.parse().ok()?,
+            pgrp: fields.next()?.parse().ok()?,
+        })
+    }
+
+    /// Whether the process runs: not a zombie (which only waits to be
+    /// reaped) nor dead.
+    fn alive(&self) -> bool {
+        !matches!(self.state, 'Z' | 'X' | 'x')
+    }
+}
+
+/// Every process on the machine, from /proc.
+fn processes() -> impl Iterator<Item = Stat> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+        .filter_map(Stat::of)
+}
+
+/// Whether process `pid` exists and is not a zombie.
+pub fn alive(pid: u32) -> bool {
+    Stat::of(pid).is_some_and(|s| s.alive())
+}
+
+/// Live processes of process group `group`, each as `PID (COMMAND)`.
+fn live_processes_in_group(group: u32) -> Vec<String> {
+    processes()
+        .filter(|s| s.pgrp == group && s.alive())
+        .map(|s| s.name)
+        .collect()
+}
+
 /// Process ids of every descendant of `pid`, found through /proc.
 pub fn descendants(pid: u32) -> Vec<u32> {
-    let mut parents = std::collections::HashMap::<u32, Vec<u32>>::new();
-    if let Ok(entries) = std::fs::read_dir("/proc") {
-        for entry in entries.flatten() {
-            let Some(child) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            if let Some(ppid) = parent_of(child) {
-                parents.entry(ppid).or_default().push(child);
-            }
-        }
+    let mut children = HashMap::<u32, Vec<u32>>::new();
+    for s in processes() {
+        children.entry(s.ppid).or_default().push(s.pid);
     }
     let mut found = Vec::new();
     let mut todo = vec![pid];
     while let Some(p) = todo.pop() {
-        for &c in parents.get(&p).map(Vec::as_slice).unwrap_or(&[]) {
+        for &c in children.get(&p).map(Vec::as_slice).unwrap_or(&[]) {
             found.push(c);
             todo.push(c);
         }
     }
     found
-}
-
-fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name is in parentheses and may contain spaces.
-    let after = &stat[stat.rfind(')')? + 2..];
-    after.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// The rank (`PMI_RANK`) a process was started as, read from its
@@ -257,7 +422,7 @@ pub fn rank_of(pid: u32) -> Option<usize> {
 /// TCP ports on which `pid` listens, from /proc (socket inodes of its open
 /// files matched against the kernel's table of listening sockets).
 pub fn listening_ports(pid: u32) -> Vec<u16> {
-    let mut inodes = std::collections::HashSet::new();
+    let mut inodes = HashSet::new();
     if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
         for fd in fds.flatten() {
             if let Ok(target) = std::fs::read_link(fd.path()) {
