@@ -270,6 +270,9 @@ fn random_secret() -> Result<[u8; 32]> {
     Ok(secret)
 }
 
+/// While spinning, the clock is read once every this many polls.
+const CLOCK_EVERY: u32 = 16;
+
 fn spin_from_env() -> Result<Duration> {
     match std::env::var(SPIN_ENV) {
         Ok(v) => v
@@ -580,14 +583,16 @@ impl Device {
             return Ok(false);
         }
         let idle_since = Instant::now();
+        let mut polls: u32 = 0;
         loop {
             if self.poll_all()? {
                 return Ok(true);
             }
-            if idle_since.elapsed() >= self.spin {
+            polls = polls.wrapping_add(1);
+            // Reading the clock costs about as much as a poll's own work:
+            // look at it only every few polls while spinning.
+            if polls.is_multiple_of(CLOCK_EVERY) && idle_since.elapsed() >= self.spin {
                 self.sleep(Duration::from_millis(100))?;
-            } else {
-                std::hint::spin_loop();
             }
         }
     }
@@ -662,8 +667,8 @@ impl Device {
     fn sleep(&mut self, timeout: Duration) -> Result<()> {
         let mut fds = Vec::with_capacity(self.transports.len());
         // The self transport is skipped: only this thread feeds it.
-        for t in &self.transports[SELF_TRANSPORT + 1..] {
-            match t.wake_fd() {
+        for t in &mut self.transports[SELF_TRANSPORT + 1..] {
+            match t.arm_wakeup()? {
                 Some(fd) => fds.push(libc::pollfd {
                     fd,
                     events: libc::POLLIN,

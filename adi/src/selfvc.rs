@@ -126,8 +126,8 @@ impl Transport for SelfTransport {
         Ok(pending > 0)
     }
 
-    fn wake_fd(&self) -> Option<RawFd> {
-        None
+    fn arm_wakeup(&mut self) -> Result<Option<RawFd>> {
+        Ok(None)
     }
 
     fn has_pending_sends(&self) -> bool {

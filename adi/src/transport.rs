@@ -110,10 +110,13 @@ pub trait Transport: Send {
     /// whether anything happened.
     fn poll(&mut self, sink: &mut dyn PacketSink) -> Result<bool>;
 
-    /// A file descriptor that becomes readable when [`Transport::poll`] has
-    /// work, so that a blocked wait can sleep in the kernel; `None` when the
-    /// transport must be polled (shared memory).
-    fn wake_fd(&self) -> Option<RawFd>;
+    /// Prepares for the device to sleep: returns a file descriptor that
+    /// becomes readable when [`Transport::poll`] has work, so that a blocked
+    /// wait can sleep in the kernel, or `None` when the transport must be
+    /// polled (shared memory). A transport may keep its sockets out of the
+    /// kernel's wake-up machinery while the device spins (it costs on every
+    /// arrival) and arm it here; its next `poll` may disarm it again.
+    fn arm_wakeup(&mut self) -> Result<Option<RawFd>>;
 
     /// Whether data accepted by `send`/`send_zcopy` is still waiting to
     /// leave this process. Finalize polls until it is not.
