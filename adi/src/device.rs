@@ -193,6 +193,41 @@ pub struct Device {
     pmi: Pmi,
     job: JobInfo,
     spin: Duration,
+    /// Threads between `prepare_sleep` and `end_sleep`; the transports'
+    /// wake-ups stay armed while there are any.
+    sleepers: usize,
+}
+
+/// A prepared sleep: the descriptors that wake it. It holds no borrow of
+/// the device, so a thread can sleep while others use the device; see
+/// [`Device::prepare_sleep`].
+pub struct Sleep {
+    fds: Vec<libc::pollfd>,
+}
+
+// SAFETY: a pollfd is plain data (a descriptor number and flags).
+unsafe impl Send for Sleep {}
+
+impl Sleep {
+    /// Sleeps until a transport's descriptor is readable or `timeout`
+    /// passes; only yields the processor if some transport must be polled.
+    pub fn wait(&mut self, timeout: Duration) -> Result<()> {
+        if self.fds.is_empty() {
+            std::thread::yield_now();
+            return Ok(());
+        }
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: `fds` is a valid, initialized array of `fds.len()` pollfd
+        // structures that outlives the call.
+        let rc = unsafe { libc::poll(self.fds.as_mut_ptr(), self.fds.len() as libc::nfds_t, ms) };
+        if rc < 0 {
+            let err = std::io::Error::last_os_error();
+            if err.kind() != std::io::ErrorKind::Interrupted {
+                return Err(Error::os("waiting for network activity (poll)", err));
+            }
+        }
+        Ok(())
+    }
 }
 
 // SAFETY: the raw pointers in requests and in the self transport refer to
@@ -272,6 +307,30 @@ fn random_secret() -> Result<[u8; 32]> {
 
 /// While spinning, the clock is read once every this many polls.
 const CLOCK_EVERY: u32 = 16;
+/// The longest one sleep lasts before the wait looks again.
+pub const SLEEP_AT_MOST: Duration = Duration::from_millis(100);
+
+/// How long a wait has gone without progress; see [`Device::idle`].
+pub struct Idle {
+    since: Instant,
+    polls: u32,
+}
+
+impl Idle {
+    /// A wait that starts now.
+    pub fn new() -> Idle {
+        Idle {
+            since: Instant::now(),
+            polls: 0,
+        }
+    }
+}
+
+impl Default for Idle {
+    fn default() -> Idle {
+        Idle::new()
+    }
+}
 
 fn spin_from_env() -> Result<Duration> {
     match std::env::var(SPIN_ENV) {
@@ -337,6 +396,7 @@ impl Device {
             pmi,
             job,
             spin: spin_from_env()?,
+            sleepers: 0,
         })
     }
 
@@ -551,18 +611,6 @@ impl Device {
         self.core.requests.len()
     }
 
-    /// Waits until `request` completes, making progress, and returns its
-    /// status (the request is freed).
-    pub fn wait(&mut self, request: RequestId) -> Result<Status> {
-        self.wait_until(|d| d.is_complete(request))?;
-        self.take_status(request).ok_or_else(|| {
-            Error::new(
-                ErrorClass::Request,
-                "the request was already completed and freed",
-            )
-        })
-    }
-
     /// Makes progress until `done` holds.
     pub fn wait_until(&mut self, mut done: impl FnMut(&Device) -> bool) -> Result<()> {
         while !done(self) {
@@ -575,6 +623,11 @@ impl Device {
     /// nothing happened, keeps polling for the spin time (`OXMPI_SPIN_US`),
     /// then sleeps in the kernel until a transport has work, and returns
     /// once something happened. Returns whether anything happened.
+    ///
+    /// A blocking call keeps the device to itself; a caller that shares the
+    /// device between threads builds the same loop from
+    /// `check_device(false)`, [`Device::idle`], [`Device::prepare_sleep`]
+    /// and [`Device::end_sleep`], releasing the device while it sleeps.
     pub fn check_device(&mut self, blocking: bool) -> Result<bool> {
         if self.poll_all()? {
             return Ok(true);
@@ -582,19 +635,64 @@ impl Device {
         if !blocking {
             return Ok(false);
         }
-        let idle_since = Instant::now();
-        let mut polls: u32 = 0;
+        let mut idle = Idle::new();
         loop {
             if self.poll_all()? {
                 return Ok(true);
             }
-            polls = polls.wrapping_add(1);
-            // Reading the clock costs about as much as a poll's own work:
-            // look at it only every few polls while spinning.
-            if polls.is_multiple_of(CLOCK_EVERY) && idle_since.elapsed() >= self.spin {
-                self.sleep(Duration::from_millis(100))?;
+            if self.idle(&mut idle) {
+                let mut sleep = self.prepare_sleep()?;
+                let slept = sleep.wait(SLEEP_AT_MOST);
+                self.end_sleep()?;
+                slept?;
             }
         }
+    }
+
+    /// Counts one fruitless poll of a wait; true once the wait has spun
+    /// for the spin time (`OXMPI_SPIN_US`) and should sleep.
+    pub fn idle(&self, idle: &mut Idle) -> bool {
+        idle.polls = idle.polls.wrapping_add(1);
+        // Reading the clock costs about as much as a poll's own work: look
+        // at it only every few polls while spinning.
+        idle.polls.is_multiple_of(CLOCK_EVERY) && idle.since.elapsed() >= self.spin
+    }
+
+    /// Arms the transports' wake-ups (for the first sleeper) and returns
+    /// what a sleep waits on. Every `prepare_sleep` must be followed by
+    /// one [`Device::end_sleep`].
+    pub fn prepare_sleep(&mut self) -> Result<Sleep> {
+        let mut fds = Vec::with_capacity(self.transports.len());
+        let mut must_poll = false;
+        // The self transport is skipped: only this process feeds it, and a
+        // thread that does so also polls it.
+        for t in &mut self.transports[SELF_TRANSPORT + 1..] {
+            match t.arm_wakeup()? {
+                Some(fd) => fds.push(libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                }),
+                None => must_poll = true,
+            }
+        }
+        self.sleepers += 1;
+        if must_poll {
+            fds.clear();
+        }
+        Ok(Sleep { fds })
+    }
+
+    /// Ends a sleep begun with [`Device::prepare_sleep`]; the last sleeper
+    /// disarms the transports' wake-ups.
+    pub fn end_sleep(&mut self) -> Result<()> {
+        self.sleepers = self.sleepers.saturating_sub(1);
+        if self.sleepers == 0 {
+            for t in &mut self.transports[SELF_TRANSPORT + 1..] {
+                t.disarm_wakeup()?;
+            }
+        }
+        Ok(())
     }
 
     fn poll_all(&mut self) -> Result<bool> {
@@ -659,42 +757,6 @@ impl Device {
         // until this request completes, which happens only on the
         // transport's completion (or failure) report for `token`.
         unsafe { self.transports[t].send_zcopy(peer, &header, ptr, accepted, token) }
-    }
-
-    /// Sleeps until a transport's descriptor is readable or `timeout`
-    /// passes. A transport without a descriptor (one that must be polled)
-    /// makes this a yield instead.
-    fn sleep(&mut self, timeout: Duration) -> Result<()> {
-        let mut fds = Vec::with_capacity(self.transports.len());
-        // The self transport is skipped: only this thread feeds it.
-        for t in &mut self.transports[SELF_TRANSPORT + 1..] {
-            match t.arm_wakeup()? {
-                Some(fd) => fds.push(libc::pollfd {
-                    fd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                }),
-                None => {
-                    std::thread::yield_now();
-                    return Ok(());
-                }
-            }
-        }
-        if fds.is_empty() {
-            std::thread::yield_now();
-            return Ok(());
-        }
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: `fds` is a valid, initialized array of `fds.len()` pollfd
-        // structures that outlives the call.
-        let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-        if rc < 0 {
-            let err = std::io::Error::last_os_error();
-            if err.kind() != std::io::ErrorKind::Interrupted {
-                return Err(Error::os("waiting for network activity (poll)", err));
-            }
-        }
-        Ok(())
     }
 
     /// Finalizes the device: lets every queued send leave, waits for all

@@ -130,6 +130,10 @@ impl Transport for SelfTransport {
         Ok(None)
     }
 
+    fn disarm_wakeup(&mut self) -> Result<()> {
+        Ok(())
+    }
+
     fn has_pending_sends(&self) -> bool {
         !self.queue.is_empty()
     }

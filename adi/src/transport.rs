@@ -115,8 +115,12 @@ pub trait Transport: Send {
     /// wait can sleep in the kernel, or `None` when the transport must be
     /// polled (shared memory). A transport may keep its sockets out of the
     /// kernel's wake-up machinery while the device spins (it costs on every
-    /// arrival) and arm it here; its next `poll` may disarm it again.
+    /// arrival) and arm it here. Wake-ups stay armed, whatever `poll` does,
+    /// until [`Transport::disarm_wakeup`]: other threads may still sleep.
     fn arm_wakeup(&mut self) -> Result<Option<RawFd>>;
+
+    /// The last sleeper woke: the transport may stop arming wake-ups.
+    fn disarm_wakeup(&mut self) -> Result<()>;
 
     /// Whether data accepted by `send`/`send_zcopy` is still waiting to
     /// leave this process. Finalize polls until it is not.

@@ -23,11 +23,15 @@
 //! program is a 1-rank job.
 //!
 //! # Threads
-//! [`initialize_with_threading`] reports the level provided honestly:
-//! [`Threading::Serialized`] at most for now. Every call goes through one
-//! lock around the device, so calls from several threads are memory-safe,
-//! but a thread blocked in a wait holds the device until its request
-//! completes.
+//! [`initialize_with_threading`] provides every level up to
+//! [`Threading::Multiple`]. Every call takes one lock around the device for
+//! as long as it works on it; a blocking call (a wait, a probe) releases it
+//! between polls whenever another thread wants it, and while it sleeps, so
+//! threads blocked in different calls all make progress. Sends from one
+//! thread keep their order. [`Communicator`]s are `Send` and `Sync`;
+//! requests and their [`request::Scope`] stay on the thread that started
+//! them (a scope is not `Sync`), so a buffer lent to MPI cannot be touched
+//! from another thread meanwhile.
 //!
 //! # Environment
 //! Every `OXMPI_*` variable is listed in README.md; the ones this crate
@@ -42,10 +46,11 @@ pub use comm::{AnyProcess, Communicator, Process, Status, ANY_TAG, TAG_UB};
 pub use datatype::{Buffer, BufferMut, Equivalence};
 pub use oxmpi_adi::{Error, ErrorClass, Result};
 
-use oxmpi_adi::device::Device;
+use oxmpi_adi::device::{Device, Idle, SLEEP_AT_MOST};
 use oxmpi_adi::pmi::Pmi;
 use oxmpi_adi::transport::Transport;
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::Instant;
 
 /// Environment variable: which transports may be used, a comma-separated
@@ -67,7 +72,7 @@ pub enum Threading {
 }
 
 /// The most this build provides; see the crate docs.
-const THREADING_PROVIDED: Threading = Threading::Serialized;
+const THREADING_PROVIDED: Threading = Threading::Multiple;
 
 #[derive(Default)]
 enum State {
@@ -79,22 +84,93 @@ enum State {
 
 static STATE: Mutex<State> = Mutex::new(State::Uninitialized);
 
+/// Threads waiting for the device lock. A blocking call that holds the
+/// lock while polling lets go between polls when this is not zero.
+static CONTENDERS: AtomicUsize = AtomicUsize::new(0);
+
 fn lock_state() -> MutexGuard<'static, State> {
     // A panic while the device was locked leaves it as it was; later calls
     // may still work, so the poison is not propagated.
-    STATE.lock().unwrap_or_else(|p| p.into_inner())
+    match STATE.try_lock() {
+        Ok(guard) => guard,
+        Err(TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(TryLockError::WouldBlock) => {
+            CONTENDERS.fetch_add(1, Ordering::Relaxed);
+            let guard = STATE.lock().unwrap_or_else(|p| p.into_inner());
+            CONTENDERS.fetch_sub(1, Ordering::Relaxed);
+            guard
+        }
+    }
 }
 
-/// Runs `f` with the device, or fails if MPI is not running.
-pub(crate) fn with_device<R>(f: impl FnOnce(&mut Device) -> Result<R>) -> Result<R> {
-    match &mut *lock_state() {
-        State::Running(device) => f(device),
+/// The device, or an error saying why MPI is not running.
+fn running(state: &mut State) -> Result<&mut Device> {
+    match state {
+        State::Running(device) => Ok(device),
         State::Uninitialized => Err(Error::new(
             ErrorClass::Other,
             "MPI is not initialized: call oxmpi::initialize() first",
         )),
         State::Finalized => Err(Error::new(ErrorClass::Other, "MPI has been finalized")),
     }
+}
+
+/// Runs `f` with the device, or fails if MPI is not running.
+pub(crate) fn with_device<R>(f: impl FnOnce(&mut Device) -> Result<R>) -> Result<R> {
+    f(running(&mut lock_state())?)
+}
+
+/// Makes progress until `done` gives a value: the loop of every blocking
+/// call. It polls while the wait is short and then sleeps in the kernel
+/// (the device's Check_device policy), and it lets other threads have the
+/// device between polls when they ask for it and while it sleeps.
+pub(crate) fn progress_until<R>(
+    mut done: impl FnMut(&mut Device) -> Result<Option<R>>,
+) -> Result<R> {
+    let mut idle = Idle::new();
+    loop {
+        let sleep = {
+            let mut state = lock_state();
+            let device = running(&mut state)?;
+            loop {
+                if let Some(r) = done(device)? {
+                    return Ok(r);
+                }
+                if device.check_device(false)? {
+                    idle = Idle::new();
+                } else if device.idle(&mut idle) {
+                    break Some(device.prepare_sleep()?);
+                } else if CONTENDERS.load(Ordering::Relaxed) > 0 {
+                    break None;
+                }
+            }
+        };
+        match sleep {
+            Some(mut sleep) => {
+                let slept = sleep.wait(SLEEP_AT_MOST);
+                with_device(|d| d.end_sleep())?;
+                slept?;
+            }
+            None => std::thread::yield_now(),
+        }
+    }
+}
+
+/// Waits for `request` and takes its status (it is freed).
+pub(crate) fn wait_request(
+    request: oxmpi_adi::device::RequestId,
+) -> Result<oxmpi_adi::device::Status> {
+    progress_until(|d| {
+        if !d.is_complete(request) {
+            return Ok(None);
+        }
+        d.take_status(request).map(Some).ok_or_else(|| {
+            Error::new(
+                ErrorClass::Request,
+                "the request was already completed and freed",
+            )
+        })
+    })
 }
 
 /// The MPI environment of this process; MPI is finalized when it is

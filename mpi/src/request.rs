@@ -21,7 +21,7 @@
 //! ```
 
 use crate::comm::{status_result, Status};
-use crate::{with_device, Error, ErrorClass, Result};
+use crate::{progress_until, wait_request, with_device, Error, ErrorClass, Result};
 use oxmpi_adi::device::RequestId;
 use std::cell::RefCell;
 use std::marker::PhantomData;
@@ -71,11 +71,18 @@ impl Drop for Scope<'_> {
                     d.cancel(id);
                 }
             }
-            d.wait_until(|d| started.iter().all(|&id| d.is_complete(id)))?;
-            for &id in &started {
-                d.take_status(id);
-            }
             Ok(())
+        })
+        .and_then(|()| {
+            progress_until(|d| Ok(started.iter().all(|&id| d.is_complete(id)).then_some(())))
+        })
+        .and_then(|()| {
+            with_device(|d| {
+                for &id in &started {
+                    d.take_status(id);
+                }
+                Ok(())
+            })
         });
         if let Err(e) = result {
             // Nothing can be returned from a drop; the requests' buffers
@@ -98,7 +105,7 @@ pub struct Request<'a> {
 impl<'a> Request<'a> {
     /// Waits for the request to complete (`MPI_Wait`).
     pub fn wait(self) -> Result<Status> {
-        with_device(|d| d.wait(self.id)).and_then(status_result)
+        wait_request(self.id).and_then(status_result)
     }
 
     /// Completes the request if it is done (`MPI_Test`): `Ok` with the
@@ -128,12 +135,16 @@ impl<'a> Request<'a> {
 /// Waits for every request (`MPI_Waitall`) and returns their statuses in
 /// order; if any failed, the first failure is returned once all are done.
 pub fn wait_all(requests: Vec<Request<'_>>) -> Result<Vec<Status>> {
-    with_device(|d| {
-        d.wait_until(|d| requests.iter().all(|r| d.is_complete(r.id)))?;
-        Ok(requests
-            .iter()
-            .map(|r| d.take_status(r.id))
-            .collect::<Vec<_>>())
+    progress_until(|d| {
+        if !requests.iter().all(|r| d.is_complete(r.id)) {
+            return Ok(None);
+        }
+        Ok(Some(
+            requests
+                .iter()
+                .map(|r| d.take_status(r.id))
+                .collect::<Vec<_>>(),
+        ))
     })?
     .into_iter()
     .map(taken)
@@ -159,15 +170,11 @@ pub fn wait_any(requests: &mut Vec<Request<'_>>) -> Result<Option<(usize, Result
     if requests.is_empty() {
         return Ok(None);
     }
-    let (index, status) = with_device(|d| {
-        d.wait_until(|d| requests.iter().any(|r| d.is_complete(r.id)))?;
-        let index = requests
+    let (index, status) = progress_until(|d| {
+        Ok(requests
             .iter()
             .position(|r| d.is_complete(r.id))
-            .ok_or_else(|| {
-                Error::new(ErrorClass::Intern, "wait_any woke with no request complete")
-            })?;
-        Ok((index, d.take_status(requests[index].id)))
+            .map(|index| (index, d.take_status(requests[index].id))))
     })?;
     let _completed = requests.remove(index);
     Ok(Some((index, taken(status))))

@@ -118,6 +118,11 @@ fn probe_then_receive_unknown_size() {
 }
 
 #[test]
+fn four_threads_per_rank_at_the_multiple_level() {
+    suite("threads", 2);
+}
+
+#[test]
 fn messages_to_self() {
     suite("self", 2);
 }

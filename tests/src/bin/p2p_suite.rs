@@ -3,12 +3,20 @@
 //! exits non-zero, saying why, when something is wrong.
 
 use oxmpi::request::{scope, wait_all, wait_any};
-use oxmpi::{Communicator, Error, ErrorClass, Result, ANY_TAG};
+use oxmpi::{Communicator, Error, ErrorClass, Result, Threading, ANY_TAG};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let check = std::env::args().nth(1).unwrap_or_default();
-    let result = oxmpi::initialize().and_then(|universe| {
+    let threading = if check == "threads" {
+        Threading::Multiple
+    } else {
+        Threading::Single
+    };
+    let result = oxmpi::initialize_with_threading(threading).and_then(|(universe, provided)| {
+        ensure(provided == threading, || {
+            format!("asked for {threading:?}, got {provided:?}")
+        })?;
         let world = universe.world();
         let outcome = match check.as_str() {
             "all-pairs" => all_pairs(&world),
@@ -19,6 +27,7 @@ fn main() -> ExitCode {
             "probe" => probe_unknown_size(&world),
             "self" => self_messages(&universe.self_comm(), &world),
             "errors" => argument_errors(&world),
+            "threads" => threads(&world),
             // Failures the launcher must notice: rank 1 leaves without
             // finalizing (exit code 0), or aborts the job with code 7.
             "exit-early" => {
@@ -371,4 +380,73 @@ fn argument_errors(world: &Communicator) -> Result<()> {
 fn hold(world: &Communicator) -> Result<()> {
     world.any_process().receive::<u8>()?;
     Err(fail("a message arrived that nobody sent"))
+}
+
+/// Four threads on each of two ranks at once, each pair of same-numbered
+/// threads on its own tag (even pairs send from rank 0, odd pairs from
+/// rank 1): blocking and immediate sends; receives by tag, after a probe,
+/// and from any source; every message checked to arrive in its pair's
+/// order, then a per-pair acknowledgement.
+fn threads(world: &Communicator) -> Result<()> {
+    const THREADS: i32 = 4;
+    const MESSAGES: u64 = 2000;
+    ensure(world.size() == 2, || {
+        "the threads check needs 2 ranks".into()
+    })?;
+    let other = 1 - world.rank();
+    std::thread::scope(|threads| {
+        let pairs: Vec<_> = (0..THREADS)
+            .map(|t| {
+                threads.spawn(move || -> Result<()> {
+                    let peer = world.process_at_rank(other);
+                    let ack_tag = THREADS + t;
+                    if t % 2 == world.rank() {
+                        for i in 0..MESSAGES {
+                            let message = [t as u64, i];
+                            if i % 2 == 0 {
+                                peer.send_with_tag(&message[..], t)?;
+                            } else {
+                                scope(|s| {
+                                    peer.immediate_send_with_tag(s, &message[..], t)?
+                                        .wait()
+                                        .map(drop)
+                                })?;
+                            }
+                        }
+                        let mut ack = [0u64; 1];
+                        peer.receive_into_with_tag(&mut ack[..], ack_tag)?;
+                        ensure(ack[0] == MESSAGES, || {
+                            format!("thread {t}: acknowledged {} of {MESSAGES}", ack[0])
+                        })
+                    } else {
+                        for i in 0..MESSAGES {
+                            let mut message = [0u64; 2];
+                            match i % 3 {
+                                0 => peer.receive_into_with_tag(&mut message[..], t)?,
+                                1 => {
+                                    let probed = peer.probe_with_tag(t)?;
+                                    ensure(probed.tag() == t && probed.byte_count() == 16, || {
+                                        format!("thread {t}: probe found {probed:?}")
+                                    })?;
+                                    peer.receive_into_with_tag(&mut message[..], t)?
+                                }
+                                _ => world
+                                    .any_process()
+                                    .receive_into_with_tag(&mut message[..], t)?,
+                            };
+                            ensure(message == [t as u64, i], || {
+                                format!("thread {t}: message {i} arrived as {message:?}")
+                            })?;
+                        }
+                        peer.send_with_tag(&[MESSAGES][..], ack_tag)
+                    }
+                })
+            })
+            .collect();
+        pairs.into_iter().try_for_each(|pair| {
+            pair.join()
+                .map_err(|_| fail("a thread panicked"))
+                .and_then(|r| r)
+        })
+    })
 }

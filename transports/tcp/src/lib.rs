@@ -264,7 +264,7 @@ pub struct TcpTransport {
     /// watching only the listener: few are established, none handshaking.
     direct_mode: bool,
     /// Whether `arm_wakeup` put the direct connections back under epoll
-    /// for a sleep (the next poll takes them out again).
+    /// for a sleep (until `disarm_wakeup`).
     armed: bool,
     /// A connection opened, closed or finished its handshake since
     /// `direct` and `handshaking` were computed.
@@ -977,20 +977,17 @@ impl Transport for TcpTransport {
             sink.on_peer_failed(peer, error);
             progressed = true;
         }
-        if self.connections_changed || self.armed {
-            if self.connections_changed {
-                self.connections_changed = false;
-                self.direct = self.established.iter().flatten().copied().collect();
-                let handshaking = self
-                    .conns
-                    .iter()
-                    .flatten()
-                    .any(|c| matches!(c.state, State::Handshake(_)));
-                self.direct_mode =
-                    !self.direct.is_empty() && self.direct.len() <= DIRECT_POLL_MAX && !handshaking;
-            }
-            self.armed = false;
-            self.watch_established(!self.direct_mode)?;
+        if self.connections_changed {
+            self.connections_changed = false;
+            self.direct = self.established.iter().flatten().copied().collect();
+            let handshaking = self
+                .conns
+                .iter()
+                .flatten()
+                .any(|c| matches!(c.state, State::Handshake(_)));
+            self.direct_mode =
+                !self.direct.is_empty() && self.direct.len() <= DIRECT_POLL_MAX && !handshaking;
+            self.watch_established(!self.direct_mode || self.armed)?;
         }
         if self.direct_mode {
             // By position: servicing may close a connection and change the
@@ -1034,7 +1031,7 @@ impl Transport for TcpTransport {
     }
 
     fn arm_wakeup(&mut self) -> Result<Option<RawFd>> {
-        if self.direct_mode && !self.armed {
+        if !self.armed {
             // Registering a socket that already holds data makes the epoll
             // descriptor readable at once: nothing that came before the
             // arming is slept through.
@@ -1042,6 +1039,14 @@ impl Transport for TcpTransport {
             self.armed = true;
         }
         Ok(Some(self.poll.as_raw_fd()))
+    }
+
+    fn disarm_wakeup(&mut self) -> Result<()> {
+        self.armed = false;
+        if self.direct_mode {
+            self.watch_established(false)?;
+        }
+        Ok(())
     }
 
     fn has_pending_sends(&self) -> bool {
