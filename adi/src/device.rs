@@ -24,7 +24,7 @@
 use crate::error::{Error, ErrorClass, Result};
 use crate::matching::{Envelope, Pattern, PostedQueue, UnexpectedQueue};
 use crate::pmi::Pmi;
-use crate::proto::{Header, Kind};
+use crate::proto::{Header, Kind, FLAG_SYNC};
 use crate::request::Slab;
 use crate::selfvc::SelfTransport;
 use crate::transport::{JobInfo, PacketSink, PayloadSlot, PeerRank, Transport};
@@ -79,6 +79,8 @@ pub struct ProbeInfo {
 enum Phase {
     /// A long send announced with RTS, waiting for the receiver's CTS.
     AwaitingCts { ptr: *const u8, len: usize },
+    /// A synchronous eager send, waiting for the receiver's match.
+    AwaitingAck,
     /// A long send whose CTS arrived: `accepted` bytes go to the
     /// receiver's request `receiver_token` once the poll returns.
     Cleared {
@@ -109,9 +111,23 @@ struct Request {
     message_len: usize,
     phase: Phase,
     status: Status,
+    /// A send whose cancellation the receiver was asked for.
+    cancel_asked: bool,
 }
 
 impl Request {
+    fn new(peer: Option<PeerRank>, phase: Phase, status: Status) -> Request {
+        Request {
+            peer,
+            buf: std::ptr::null_mut(),
+            cap: 0,
+            message_len: status.count,
+            phase,
+            status,
+            cancel_asked: false,
+        }
+    }
+
     fn fail(&mut self, error: Error) {
         if !matches!(self.phase, Phase::Done) {
             self.status.error = Some(error);
@@ -120,10 +136,18 @@ impl Request {
     }
 }
 
+/// The sender of a synchronous eager message, to be told of its match.
+#[derive(Clone, Copy)]
+struct SyncSender {
+    peer: PeerRank,
+    token: u64,
+}
+
 /// A message that arrived before its receive was posted.
 enum Unexpected {
     Eager {
         data: Vec<u8>,
+        sync: Option<SyncSender>,
     },
     Rts {
         peer: PeerRank,
@@ -135,11 +159,35 @@ enum Unexpected {
 impl Unexpected {
     fn len(&self) -> usize {
         match self {
-            Unexpected::Eager { data } => data.len(),
+            Unexpected::Eager { data, .. } => data.len(),
             Unexpected::Rts { len, .. } => *len,
         }
     }
+
+    /// Whether this is the message `token` of `peer`'s that a cancel names.
+    fn sent_as(&self, from: PeerRank, token: u64) -> bool {
+        match *self {
+            Unexpected::Eager { sync: Some(s), .. } => s.peer == from && s.token == token,
+            Unexpected::Eager { sync: None, .. } => false,
+            Unexpected::Rts {
+                peer, sender_token, ..
+            } => peer == from && sender_token == token,
+        }
+    }
+
+    /// The peer that sent it, when known.
+    fn peer(&self) -> Option<PeerRank> {
+        match *self {
+            Unexpected::Eager { sync, .. } => sync.map(|s| s.peer),
+            Unexpected::Rts { peer, .. } => Some(peer),
+        }
+    }
 }
+
+/// A message taken out of matching by a matched probe (`MPI_Mprobe`),
+/// waiting for its matched receive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MessageId(u64);
 
 #[derive(Clone)]
 enum Binding {
@@ -157,7 +205,7 @@ struct Vc {
     /// payload is still arriving. A VC delivers packets in order, so there
     /// is at most one; it joins the unexpected queue when complete, which
     /// keeps arrival order.
-    arriving: Option<(Envelope, Vec<u8>)>,
+    arriving: Option<(Envelope, Vec<u8>, Option<SyncSender>)>,
 }
 
 /// Index of the self transport in `Device::transports`.
@@ -168,8 +216,16 @@ const ARRIVAL_SLOT: u64 = 1 << 63;
 
 /// Packets to send once the transport that triggered them returns from poll.
 enum Deferred {
-    Cts { peer: PeerRank, header: Header },
-    Data { token: u64 },
+    /// A header-only packet (CTS, SyncAck, CancelReply); if it cannot be
+    /// sent, the request `fails` (a CTS's receive) fails.
+    Packet {
+        peer: PeerRank,
+        header: Header,
+        fails: Option<u64>,
+    },
+    Data {
+        token: u64,
+    },
 }
 
 /// Everything but the transports, so a transport can borrow it as its
@@ -178,6 +234,8 @@ struct Core {
     rank: PeerRank,
     vcs: Vec<Vc>,
     requests: Slab<Request>,
+    /// Messages taken by matched probes, until their matched receives.
+    matched: Slab<(Envelope, Unexpected)>,
     posted: PostedQueue,
     unexpected: UnexpectedQueue<Unexpected>,
     deferred: Vec<Deferred>,
@@ -387,6 +445,7 @@ impl Device {
                 rank: job.rank,
                 vcs,
                 requests: Slab::default(),
+                matched: Slab::default(),
                 posted: PostedQueue::default(),
                 unexpected: UnexpectedQueue::default(),
                 deferred: Vec::new(),
@@ -476,7 +535,9 @@ impl Device {
 
     /// Starts a send of `len` bytes at `buf` to `peer` (world rank) with
     /// `envelope`, choosing the protocol: eager up to the bound transport's
-    /// limit (the request is complete on return), rendezvous beyond.
+    /// limit, rendezvous beyond. A standard eager send is complete on
+    /// return; a `synchronous` one (`MPI_Ssend`) once the receiver reports
+    /// the match; a rendezvous send once its data has left.
     ///
     /// # Safety
     /// `buf` must be valid for reads of `len` bytes and stay valid and
@@ -488,6 +549,7 @@ impl Device {
         envelope: Envelope,
         buf: *const u8,
         len: usize,
+        synchronous: bool,
     ) -> Result<RequestId> {
         let t = self.bind(peer)?;
         let mut header = Header::new(Kind::Eager);
@@ -495,9 +557,23 @@ impl Device {
         header.source = envelope.source;
         header.tag = envelope.tag;
         header.message_len = len as u64;
+        if synchronous {
+            header.flags = FLAG_SYNC;
+        }
         let mut status = Status::empty();
         status.count = len;
-        if len <= self.transports[t].eager_limit() {
+        let eager = len <= self.transports[t].eager_limit();
+        let phase = match (eager, synchronous) {
+            (true, false) => Phase::Done,
+            (true, true) => Phase::AwaitingAck,
+            (false, _) => Phase::AwaitingCts { ptr: buf, len },
+        };
+        let token = self
+            .core
+            .requests
+            .insert(Request::new(Some(peer), phase, status));
+        header.sender_token = token;
+        let sent = if eager {
             header.payload_len = len as u64;
             let payload = if len == 0 {
                 &[][..]
@@ -505,32 +581,26 @@ impl Device {
                 // SAFETY: the caller guarantees `buf` is readable for `len`.
                 unsafe { std::slice::from_raw_parts(buf, len) }
             };
-            self.send_packet(peer, header, payload)?;
-            let token = self.core.requests.insert(Request {
-                peer: Some(peer),
-                buf: std::ptr::null_mut(),
-                cap: 0,
-                message_len: len,
-                phase: Phase::Done,
-                status,
-            });
-            return Ok(RequestId(token));
-        }
-        let token = self.core.requests.insert(Request {
-            peer: Some(peer),
-            buf: std::ptr::null_mut(),
-            cap: 0,
-            message_len: len,
-            phase: Phase::AwaitingCts { ptr: buf, len },
-            status,
-        });
-        header.kind = Kind::Rts;
-        header.sender_token = token;
-        if let Err(e) = self.send_packet(peer, header, &[]) {
+            self.send_packet(peer, header, payload)
+        } else {
+            header.kind = Kind::Rts;
+            self.send_packet(peer, header, &[])
+        };
+        if let Err(e) = sent {
             self.core.requests.remove(token);
             return Err(e);
         }
         Ok(RequestId(token))
+    }
+
+    /// A request that is complete from the start with `status` (an
+    /// operation on `MPI_PROC_NULL`).
+    pub fn completed_request(&mut self, status: Status) -> RequestId {
+        RequestId(
+            self.core
+                .requests
+                .insert(Request::new(None, Phase::Done, status)),
+        )
     }
 
     /// Posts a receive into `cap` bytes at `buf` for a message matching
@@ -549,12 +619,9 @@ impl Device {
         cap: usize,
     ) -> Result<RequestId> {
         let token = self.core.requests.insert(Request {
-            peer,
             buf,
             cap,
-            message_len: 0,
-            phase: Phase::Posted,
-            status: Status::empty(),
+            ..Request::new(peer, Phase::Posted, Status::empty())
         });
         if let Some((envelope, message)) = self.core.unexpected.take_match(&pattern) {
             self.core.receive_unexpected(token, envelope, message);
@@ -585,7 +652,70 @@ impl Device {
                 r.status.cancelled = true;
                 r.phase = Phase::Done;
             }
+            return;
         }
+        // A send the receiver has not matched yet (a rendezvous or a
+        // synchronous one; a standard eager send is already complete):
+        // ask the receiver to withdraw it. Its answer completes the send
+        // as cancelled, or the send completes as usual.
+        let Some(r) = self.core.requests.get_mut(request.0) else {
+            return;
+        };
+        let (Phase::AwaitingCts { .. } | Phase::AwaitingAck, Some(peer), false) =
+            (&r.phase, r.peer, r.cancel_asked)
+        else {
+            return;
+        };
+        r.cancel_asked = true;
+        let mut header = Header::new(Kind::CancelSend);
+        header.sender_token = request.0;
+        if let Err(e) = self.send_packet(peer, header, &[]) {
+            self.core.fail_token(request.0, e);
+        }
+    }
+
+    /// A matched probe (`MPI_Mprobe` without waiting): takes the oldest
+    /// unexpected message `pattern` accepts out of matching, so no other
+    /// receive can have it, until [`Device::start_matched_recv`]. Does not
+    /// make progress.
+    pub fn take_message(&mut self, pattern: &Pattern) -> Option<(MessageId, ProbeInfo)> {
+        let (envelope, message) = self.core.unexpected.take_match(pattern)?;
+        let info = ProbeInfo {
+            source: envelope.source,
+            tag: envelope.tag,
+            len: message.len(),
+        };
+        Some((
+            MessageId(self.core.matched.insert((envelope, message))),
+            info,
+        ))
+    }
+
+    /// Receives the message a matched probe took (`MPI_Mrecv`) into `cap`
+    /// bytes at `buf`.
+    ///
+    /// # Safety
+    /// As for [`Device::start_recv`].
+    pub unsafe fn start_matched_recv(
+        &mut self,
+        message: MessageId,
+        buf: *mut u8,
+        cap: usize,
+    ) -> Result<RequestId> {
+        let (envelope, message) = self.core.matched.remove(message.0).ok_or_else(|| {
+            Error::new(
+                ErrorClass::Request,
+                "this matched message was already received",
+            )
+        })?;
+        let token = self.core.requests.insert(Request {
+            buf,
+            cap,
+            ..Request::new(message.peer(), Phase::Posted, Status::empty())
+        });
+        self.core.receive_unexpected(token, envelope, message);
+        self.flush_deferred();
+        Ok(RequestId(token))
     }
 
     /// Whether `request` has completed. An unknown request counts as
@@ -714,10 +844,18 @@ impl Device {
     fn flush_deferred(&mut self) {
         for action in std::mem::take(&mut self.core.deferred) {
             match action {
-                Deferred::Cts { peer, header } => {
-                    let receiver = header.receiver_token;
+                Deferred::Packet {
+                    peer,
+                    header,
+                    fails,
+                } => {
                     if let Err(e) = self.send_packet(peer, header, &[]) {
-                        self.core.fail_token(receiver, e);
+                        match fails {
+                            Some(token) => self.core.fail_token(token, e),
+                            // The peer is lost; its failure reaches the
+                            // requests that need it.
+                            None => vlog!("rank {}: {e}", self.job.rank),
+                        }
                     }
                 }
                 Deferred::Data { token } => {
@@ -792,7 +930,7 @@ impl Core {
         r.status.source = envelope.source;
         r.status.tag = envelope.tag;
         match message {
-            Unexpected::Eager { data } => {
+            Unexpected::Eager { data, sync } => {
                 r.message_len = data.len();
                 let n = data.len().min(r.cap);
                 if n > 0 {
@@ -801,6 +939,9 @@ impl Core {
                     unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), r.buf, n) };
                 }
                 finish_receive(r, n);
+                if let Some(sender) = sync {
+                    self.acknowledge(sender);
+                }
             }
             Unexpected::Rts {
                 peer,
@@ -825,7 +966,31 @@ impl Core {
         header.message_len = accepted as u64;
         header.sender_token = sender_token;
         header.receiver_token = token;
-        self.deferred.push(Deferred::Cts { peer, header });
+        self.deferred.push(Deferred::Packet {
+            peer,
+            header,
+            fails: Some(token),
+        });
+    }
+
+    /// Tells the sender of a synchronous eager message that it matched.
+    fn acknowledge(&mut self, sender: SyncSender) {
+        let mut header = Header::new(Kind::SyncAck);
+        header.sender_token = sender.token;
+        self.deferred.push(Deferred::Packet {
+            peer: sender.peer,
+            header,
+            fails: None,
+        });
+    }
+
+    /// The send `token` of `peer` that a SyncAck or CancelReply names, if
+    /// it waits for one.
+    fn awaiting_answer(&mut self, peer: PeerRank, token: u64) -> Option<&mut Request> {
+        self.requests.get_mut(token).filter(|r| {
+            r.peer == Some(peer)
+                && matches!(r.phase, Phase::AwaitingAck | Phase::AwaitingCts { .. })
+        })
     }
 
     fn protocol_error(&self, peer: PeerRank, what: impl std::fmt::Display) -> Error {
@@ -880,6 +1045,10 @@ impl Core {
                         ),
                     ));
                 }
+                let sync = (h.flags & FLAG_SYNC != 0).then_some(SyncSender {
+                    peer,
+                    token: h.sender_token,
+                });
                 if let Some(token) = self.posted.take_match(&envelope) {
                     if let Some(r) = self.requests.get_mut(token) {
                         r.peer = Some(peer);
@@ -889,17 +1058,24 @@ impl Core {
                         r.phase = Phase::Arriving;
                         if len == 0 {
                             finish_receive(r, 0);
-                            return Ok(None);
                         }
-                        return Ok(Some(PayloadSlot(token)));
+                        if let Some(sender) = sync {
+                            self.acknowledge(sender);
+                        }
+                        return Ok((len > 0).then_some(PayloadSlot(token)));
                     }
                 }
                 if len == 0 {
-                    self.unexpected
-                        .push(envelope, Unexpected::Eager { data: Vec::new() });
+                    self.unexpected.push(
+                        envelope,
+                        Unexpected::Eager {
+                            data: Vec::new(),
+                            sync,
+                        },
+                    );
                     return Ok(None);
                 }
-                self.vcs[peer].arriving = Some((envelope, vec![0; len]));
+                self.vcs[peer].arriving = Some((envelope, vec![0; len], sync));
                 Ok(Some(PayloadSlot(ARRIVAL_SLOT | peer as u64)))
             }
             Kind::Rts => {
@@ -974,6 +1150,56 @@ impl Core {
                 }
                 Ok(Some(PayloadSlot(token)))
             }
+            Kind::SyncAck => {
+                let token = h.sender_token;
+                match self.awaiting_answer(peer, token) {
+                    Some(r) if matches!(r.phase, Phase::AwaitingAck) => r.phase = Phase::Done,
+                    _ => {
+                        return Err(self.protocol_error(
+                            peer,
+                            format!("match report for unknown synchronous send {token:#x}"),
+                        ))
+                    }
+                }
+                Ok(None)
+            }
+            Kind::CancelSend => {
+                let token = h.sender_token;
+                let withdrawn = self
+                    .unexpected
+                    .take_first(|_, m| m.sent_as(peer, token))
+                    .is_some();
+                let mut reply = Header::new(Kind::CancelReply);
+                reply.sender_token = token;
+                reply.message_len = u64::from(withdrawn);
+                self.deferred.push(Deferred::Packet {
+                    peer,
+                    header: reply,
+                    fails: None,
+                });
+                Ok(None)
+            }
+            Kind::CancelReply => {
+                let token = h.sender_token;
+                if h.message_len == 0 {
+                    // A receive matched first: the send completes as usual.
+                    return Ok(None);
+                }
+                match self.awaiting_answer(peer, token) {
+                    Some(r) if r.cancel_asked => {
+                        r.status.cancelled = true;
+                        r.status.count = 0;
+                        r.phase = Phase::Done;
+                    }
+                    _ => {
+                        return Err(self.protocol_error(
+                            peer,
+                            format!("cancelled a send {token:#x} that asked for no cancel"),
+                        ))
+                    }
+                }
+                Ok(None)
+            }
         }
     }
 
@@ -1040,7 +1266,7 @@ impl PacketSink for Sink<'_> {
                 .get_mut(peer)
                 .and_then(|vc| vc.arriving.as_mut())
             {
-                Some((_, data)) => data,
+                Some((_, data, _)) => data,
                 None => &mut [],
             };
         }
@@ -1061,7 +1287,7 @@ impl PacketSink for Sink<'_> {
 
     fn on_payload(&mut self, peer: PeerRank, slot: PayloadSlot) {
         if slot.0 & ARRIVAL_SLOT != 0 {
-            let Some((envelope, data)) = self
+            let Some((envelope, data, sync)) = self
                 .core
                 .vcs
                 .get_mut(peer)
@@ -1069,19 +1295,16 @@ impl PacketSink for Sink<'_> {
             else {
                 return;
             };
+            let message = Unexpected::Eager { data, sync };
             // A receive may have been posted while the payload arrived.
             match self.core.posted.take_match(&envelope) {
                 Some(token) => {
                     if let Some(r) = self.core.requests.get_mut(token) {
                         r.peer = Some(peer);
                     }
-                    self.core
-                        .receive_unexpected(token, envelope, Unexpected::Eager { data });
+                    self.core.receive_unexpected(token, envelope, message);
                 }
-                None => self
-                    .core
-                    .unexpected
-                    .push(envelope, Unexpected::Eager { data }),
+                None => self.core.unexpected.push(envelope, message),
             }
             return;
         }

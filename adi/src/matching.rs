@@ -108,6 +108,15 @@ impl<T> UnexpectedQueue<T> {
         self.entries.remove(at)
     }
 
+    /// Removes and returns the oldest message for which `wanted` holds.
+    pub(crate) fn take_first(
+        &mut self,
+        mut wanted: impl FnMut(&Envelope, &T) -> bool,
+    ) -> Option<(Envelope, T)> {
+        let at = self.entries.iter().position(|(e, m)| wanted(e, m))?;
+        self.entries.remove(at)
+    }
+
     /// The oldest message that `pattern` accepts, left in place (probe).
     pub(crate) fn find(&self, pattern: &Pattern) -> Option<&(Envelope, T)> {
         self.entries.iter().find(|(e, _)| pattern.matches(e))

@@ -12,15 +12,15 @@
 //! | 8      | 4    | context id       | the communicator's context (matching)                  |
 //! | 12     | 4    | source           | sender's rank in the communicator (matching)           |
 //! | 16     | 4    | tag              | message tag (matching)                                 |
-//! | 20     | 4    | reserved         | must be zero                                           |
+//! | 20     | 4    | flags            | [`FLAG_SYNC`]; any other bit is refused                 |
 //! | 24     | 8    | message length   | total bytes of the message                             |
 //! | 32     | 8    | payload length   | bytes that follow this header                          |
 //! | 40     | 8    | sender token     | the sender's request, for rendezvous replies           |
 //! | 48     | 8    | receiver token   | the receiver's request, for rendezvous data            |
 //!
 //! Decoding never trusts the peer: [`Header::decode`] checks the magic, the
-//! version, the kind, the reserved field, and that the lengths agree with
-//! the kind, and returns a [`DecodeError`] otherwise.
+//! version, the kind, the flags, and that the lengths agree with the kind,
+//! and returns a [`DecodeError`] otherwise.
 
 use crate::error::{Error, ErrorClass};
 use std::fmt;
@@ -30,7 +30,13 @@ pub const HEADER_LEN: usize = 56;
 /// First two bytes of every packet ("OX" little-endian).
 pub const MAGIC: u16 = 0x584f;
 /// Version of the packet format; peers of another version are refused.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
+/// Flag of an [`Kind::Eager`] or [`Kind::Rts`] packet: a synchronous send,
+/// which completes only once a receive matched it. For an eager message the
+/// receiver answers the match with [`Kind::SyncAck`]; a rendezvous is
+/// synchronous by itself (its CTS is the answer).
+pub const FLAG_SYNC: u32 = 1;
+const KNOWN_FLAGS: u32 = FLAG_SYNC;
 
 /// What a packet is. Short messages travel as one [`Kind::Eager`] packet;
 /// long ones as [`Kind::Rts`], [`Kind::Cts`], [`Kind::Data`] (the seed's
@@ -48,6 +54,15 @@ pub enum Kind {
     /// The data of a long message, to the receiver's request named by the
     /// receiver token.
     Data = 4,
+    /// A receive matched the synchronous eager send named by the sender
+    /// token.
+    SyncAck = 5,
+    /// The sender asks to withdraw its unmatched message (named by the
+    /// sender token): `MPI_Cancel` of a send.
+    CancelSend = 6,
+    /// The answer to [`Kind::CancelSend`]: `message_len` is 1 if the
+    /// message was withdrawn, 0 if a receive had already matched it.
+    CancelReply = 7,
 }
 
 impl Kind {
@@ -57,6 +72,9 @@ impl Kind {
             2 => Kind::Rts,
             3 => Kind::Cts,
             4 => Kind::Data,
+            5 => Kind::SyncAck,
+            6 => Kind::CancelSend,
+            7 => Kind::CancelReply,
             _ => return None,
         })
     }
@@ -75,6 +93,8 @@ pub struct Header {
     pub source: i32,
     /// Message tag.
     pub tag: i32,
+    /// Flags ([`FLAG_SYNC`]).
+    pub flags: u32,
     /// Total length of the message in bytes.
     pub message_len: u64,
     /// Length of the payload that follows this header.
@@ -97,8 +117,8 @@ pub enum DecodeError {
     Version(u8),
     /// An unknown packet kind.
     Kind(u8),
-    /// The reserved field was not zero.
-    Reserved(u32),
+    /// Flags this version does not know, or on a kind that takes none.
+    Flags(u32),
     /// The lengths do not agree with the kind or exceed the limit.
     Length {
         /// Packet kind.
@@ -119,7 +139,7 @@ impl fmt::Display for DecodeError {
                 write!(f, "packet format version {v}, this oxmpi speaks {VERSION}")
             }
             DecodeError::Kind(k) => write!(f, "unknown packet kind {k}"),
-            DecodeError::Reserved(r) => write!(f, "reserved header field is {r:#x}, must be 0"),
+            DecodeError::Flags(x) => write!(f, "header flags {x:#x} are not valid for this packet"),
             DecodeError::Length {
                 kind,
                 message_len,
@@ -150,6 +170,7 @@ impl Header {
             context_id: 0,
             source: 0,
             tag: 0,
+            flags: 0,
             message_len: 0,
             payload_len: 0,
             sender_token: 0,
@@ -167,7 +188,7 @@ impl Header {
         b[8..12].copy_from_slice(&self.context_id.to_le_bytes());
         b[12..16].copy_from_slice(&self.source.to_le_bytes());
         b[16..20].copy_from_slice(&self.tag.to_le_bytes());
-        // 20..24 reserved, zero.
+        b[20..24].copy_from_slice(&self.flags.to_le_bytes());
         b[24..32].copy_from_slice(&self.message_len.to_le_bytes());
         b[32..40].copy_from_slice(&self.payload_len.to_le_bytes());
         b[40..48].copy_from_slice(&self.sender_token.to_le_bytes());
@@ -196,9 +217,13 @@ impl Header {
             return Err(DecodeError::Version(b[2]));
         }
         let kind = Kind::from_u8(b[3]).ok_or(DecodeError::Kind(b[3]))?;
-        let reserved = u32_at(20);
-        if reserved != 0 {
-            return Err(DecodeError::Reserved(reserved));
+        let flags = u32_at(20);
+        let flags_ok = match kind {
+            Kind::Eager | Kind::Rts => flags & !KNOWN_FLAGS == 0,
+            _ => flags == 0,
+        };
+        if !flags_ok {
+            return Err(DecodeError::Flags(flags));
         }
         let header = Header {
             kind,
@@ -206,6 +231,7 @@ impl Header {
             context_id: u32_at(8),
             source: u32_at(12) as i32,
             tag: u32_at(16) as i32,
+            flags,
             message_len: u64_at(24),
             payload_len: u64_at(32),
             sender_token: u64_at(40),
@@ -215,6 +241,8 @@ impl Header {
             Kind::Eager => header.payload_len == header.message_len,
             Kind::Rts | Kind::Cts => header.payload_len == 0,
             Kind::Data => header.payload_len == header.message_len,
+            Kind::SyncAck | Kind::CancelSend => header.payload_len == 0 && header.message_len == 0,
+            Kind::CancelReply => header.payload_len == 0 && header.message_len <= 1,
         } && header.message_len <= MAX_MESSAGE_LEN;
         if !lengths_ok {
             return Err(DecodeError::Length {
@@ -235,10 +263,26 @@ pub const MAX_MESSAGE_LEN: u64 = 1 << 48;
 mod tests {
     use super::*;
 
+    const ALL_KINDS: [Kind; 7] = [
+        Kind::Eager,
+        Kind::Rts,
+        Kind::Cts,
+        Kind::Data,
+        Kind::SyncAck,
+        Kind::CancelSend,
+        Kind::CancelReply,
+    ];
+
     fn sample(kind: Kind) -> Header {
         let (message_len, payload_len) = match kind {
             Kind::Eager | Kind::Data => (77, 77),
             Kind::Rts | Kind::Cts => (1 << 33, 0),
+            Kind::SyncAck | Kind::CancelSend => (0, 0),
+            Kind::CancelReply => (1, 0),
+        };
+        let flags = match kind {
+            Kind::Eager | Kind::Rts => FLAG_SYNC,
+            _ => 0,
         };
         Header {
             kind,
@@ -246,6 +290,7 @@ mod tests {
             context_id: 7,
             source: 3,
             tag: -1,
+            flags,
             message_len,
             payload_len,
             sender_token: u64::MAX,
@@ -255,7 +300,7 @@ mod tests {
 
     #[test]
     fn round_trips_every_kind() {
-        for kind in [Kind::Eager, Kind::Rts, Kind::Cts, Kind::Data] {
+        for kind in ALL_KINDS {
             let h = sample(kind);
             assert_eq!(Header::decode(&h.encode()), Ok(h));
         }
@@ -285,7 +330,7 @@ mod tests {
 
     #[test]
     fn rejects_unknown_kind() {
-        for k in [0u8, 5, 200, 255] {
+        for k in [0u8, 8, 200, 255] {
             let mut b = sample(Kind::Eager).encode();
             b[3] = k;
             assert_eq!(Header::decode(&b), Err(DecodeError::Kind(k)));
@@ -293,10 +338,18 @@ mod tests {
     }
 
     #[test]
-    fn rejects_nonzero_reserved() {
-        let mut b = sample(Kind::Eager).encode();
-        b[22] = 1;
-        assert!(matches!(Header::decode(&b), Err(DecodeError::Reserved(_))));
+    fn rejects_unknown_or_misplaced_flags() {
+        let mut unknown = sample(Kind::Eager);
+        unknown.flags = 1 << 20;
+        let mut on_cts = sample(Kind::Cts);
+        on_cts.flags = FLAG_SYNC;
+        for h in [unknown, on_cts] {
+            assert_eq!(
+                Header::decode(&h.encode()),
+                Err(DecodeError::Flags(h.flags)),
+                "{h:?} accepted"
+            );
+        }
     }
 
     #[test]
@@ -312,7 +365,11 @@ mod tests {
         let mut huge = sample(Kind::Eager);
         huge.message_len = MAX_MESSAGE_LEN + 1;
         huge.payload_len = MAX_MESSAGE_LEN + 1;
-        for h in [eager, rts, cts, data, huge] {
+        let mut ack = sample(Kind::SyncAck);
+        ack.message_len = 3;
+        let mut reply = sample(Kind::CancelReply);
+        reply.message_len = 2;
+        for h in [eager, rts, cts, data, huge, ack, reply] {
             assert!(
                 matches!(Header::decode(&h.encode()), Err(DecodeError::Length { .. })),
                 "{h:?} accepted"

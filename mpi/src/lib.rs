@@ -42,7 +42,7 @@ pub mod comm;
 pub mod datatype;
 pub mod request;
 
-pub use comm::{AnyProcess, Communicator, Process, Status, ANY_TAG, TAG_UB};
+pub use comm::{AnyProcess, Communicator, Message, Process, Status, ANY_TAG, PROC_NULL, TAG_UB};
 pub use datatype::{Buffer, BufferMut, Equivalence};
 pub use oxmpi_adi::{Error, ErrorClass, Result};
 

@@ -123,6 +123,26 @@ fn four_threads_per_rank_at_the_multiple_level() {
 }
 
 #[test]
+fn synchronous_and_ready_sends() {
+    suite("modes", 2);
+}
+
+#[test]
+fn proc_null_operations_complete_at_once() {
+    suite("proc-null", 2);
+}
+
+#[test]
+fn unmatched_sends_can_be_cancelled() {
+    suite("cancel-send", 2);
+}
+
+#[test]
+fn matched_probes_race_from_any_source() {
+    suite("mprobe", 4);
+}
+
+#[test]
 fn messages_to_self() {
     suite("self", 2);
 }

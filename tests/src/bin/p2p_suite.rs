@@ -3,12 +3,13 @@
 //! exits non-zero, saying why, when something is wrong.
 
 use oxmpi::request::{scope, wait_all, wait_any};
-use oxmpi::{Communicator, Error, ErrorClass, Result, Threading, ANY_TAG};
+use oxmpi::{Communicator, Error, ErrorClass, Result, Threading, ANY_TAG, PROC_NULL};
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 fn main() -> ExitCode {
     let check = std::env::args().nth(1).unwrap_or_default();
-    let threading = if check == "threads" {
+    let threading = if check == "threads" || check == "mprobe" {
         Threading::Multiple
     } else {
         Threading::Single
@@ -28,6 +29,10 @@ fn main() -> ExitCode {
             "self" => self_messages(&universe.self_comm(), &world),
             "errors" => argument_errors(&world),
             "threads" => threads(&world),
+            "modes" => send_modes(&world),
+            "proc-null" => proc_null(&world),
+            "cancel-send" => cancel_send(&world),
+            "mprobe" => mprobe_race(&world),
             // Failures the launcher must notice: rank 1 leaves without
             // finalizing (exit code 0), or aborts the job with code 7.
             "exit-early" => {
@@ -44,7 +49,12 @@ fn main() -> ExitCode {
             }
             other => Err(fail(format!("unknown check {other:?}"))),
         };
-        outcome?;
+        if let Err(e) = outcome {
+            // The other ranks may be waiting for this one: end the job
+            // now, with the reason, rather than hang in finalize.
+            eprintln!("p2p_suite {check}: rank {}: {e}", world.rank());
+            world.abort(1);
+        }
         universe.finalize()
     });
     match result {
@@ -448,5 +458,241 @@ fn threads(world: &Communicator) -> Result<()> {
                 .map_err(|_| fail("a thread panicked"))
                 .and_then(|r| r)
         })
+    })
+}
+
+/// Synchronous sends complete only once the receive started, eager and
+/// rendezvous alike; a standard eager send completes at once; a ready send
+/// reaches its posted receive.
+fn send_modes(world: &Communicator) -> Result<()> {
+    ensure(world.size() == 2, || "the modes check needs 2 ranks".into())?;
+    const GO: i32 = 100;
+    let sizes = [8usize, threshold() + 1];
+    let peer = world.process_at_rank(1 - world.rank());
+    for (round, &size) in sizes.iter().enumerate() {
+        let tag = round as i32;
+        if world.rank() == 0 {
+            let message = filled(size as u64, size);
+            scope(|s| -> Result<()> {
+                let mut sync = peer.immediate_synchronous_send_with_tag(s, &message[..], tag)?;
+                // The receiver posts nothing until told to go: the send
+                // must stay pending however long it is tested.
+                let until = Instant::now() + Duration::from_millis(200);
+                while Instant::now() < until {
+                    sync = match sync.test() {
+                        Err(pending) => pending,
+                        Ok(_) => {
+                            return Err(fail(format!(
+                                "a synchronous send of {size} bytes completed before its receive was posted"
+                            )))
+                        }
+                    };
+                }
+                peer.send_with_tag(&[1u8][..], GO)?;
+                sync.wait().map(drop)
+            })?;
+            if size <= threshold() {
+                let standard = scope(|s| -> Result<bool> {
+                    let request = peer.immediate_send_with_tag(s, &message[..], tag)?;
+                    let done = request.test().is_ok();
+                    Ok(done)
+                })?;
+                ensure(standard, || {
+                    "a standard eager send did not complete at once".into()
+                })?;
+                peer.send_with_tag(&[1u8][..], GO)?;
+            }
+        } else {
+            let mut go = [0u8; 1];
+            let expected = if size <= threshold() { 2 } else { 1 };
+            for _ in 0..expected {
+                peer.receive_into_with_tag(&mut go[..], GO)?;
+                let mut got = vec![0u8; size];
+                peer.receive_into_with_tag(&mut got[..], tag)?;
+                check_bytes(size as u64, &got, "synchronous or standard send")?;
+            }
+        }
+    }
+    // Ready send: rank 1 posts the receive, then says so.
+    const READY: i32 = 7;
+    if world.rank() == 1 {
+        let mut got = [0u64; 4];
+        scope(|s| -> Result<()> {
+            let request = peer.immediate_receive_into_with_tag(s, &mut got[..], READY)?;
+            peer.send_with_tag(&[1u8][..], GO)?;
+            request.wait().map(drop)
+        })?;
+        ensure(got == [1, 2, 3, 4], || {
+            format!("ready send delivered {got:?}")
+        })
+    } else {
+        let mut go = [0u8; 1];
+        peer.receive_into_with_tag(&mut go[..], GO)?;
+        peer.ready_send_with_tag(&[1u64, 2, 3, 4][..], READY)?;
+        scope(|s| {
+            peer.immediate_ready_send_with_tag(s, &[9u8][..], READY + 1)?
+                .wait()
+                .map(drop)
+        })?;
+        Ok(())
+    }
+    .and_then(|()| {
+        if world.rank() == 1 {
+            let (value, _) = peer.receive::<u8>()?;
+            ensure(value == 9, || {
+                format!("immediate ready send delivered {value}")
+            })
+        } else {
+            Ok(())
+        }
+    })
+}
+
+/// Every operation on PROC_NULL completes at once with the standard's
+/// status.
+fn proc_null(world: &Communicator) -> Result<()> {
+    let nobody = world.process_at_rank(PROC_NULL);
+    nobody.send(&[1u32, 2][..])?;
+    nobody.synchronous_send(&[1u8][..])?;
+    let mut buf = [7u8; 4];
+    let status = nobody.receive_into(&mut buf[..])?;
+    let null_status = |what: &str, status: oxmpi::Status| {
+        ensure(
+            status.source_rank() == PROC_NULL
+                && status.tag() == ANY_TAG
+                && status.byte_count() == 0,
+            || format!("{what} from PROC_NULL gave {status:?}"),
+        )
+    };
+    null_status("receive", status)?;
+    ensure(buf == [7; 4], || {
+        "a receive from PROC_NULL wrote into its buffer".into()
+    })?;
+    null_status("probe", nobody.probe()?)?;
+    let (message, status) = nobody.matched_probe_with_tag(ANY_TAG)?;
+    null_status("matched probe", status)?;
+    null_status("matched receive", message.receive_into(&mut buf[..])?)?;
+    scope(|s| -> Result<()> {
+        let send = nobody.immediate_send(s, &[1u8][..])?;
+        let receive = nobody.immediate_receive_into(s, &mut buf[..])?;
+        let statuses = wait_all(vec![send, receive])?;
+        null_status("immediate receive", statuses[1])
+    })?;
+    // A bad tag is still an error, even to nobody.
+    match nobody.send_with_tag(&[1u8][..], -5) {
+        Err(e) if e.class() == ErrorClass::Tag => Ok(()),
+        other => Err(fail(format!(
+            "a send to PROC_NULL with tag -5 gave {other:?}"
+        ))),
+    }
+}
+
+/// A send that no receive matched can be cancelled (rendezvous and
+/// synchronous eager); the receiver never sees it. A standard eager send
+/// has completed and is not cancelled; it is delivered.
+fn cancel_send(world: &Communicator) -> Result<()> {
+    ensure(world.size() == 2, || {
+        "the cancel-send check needs 2 ranks".into()
+    })?;
+    const LONG: i32 = 3;
+    const SYNC: i32 = 4;
+    const EAGER: i32 = 5;
+    const DONE: i32 = 6;
+    let peer = world.process_at_rank(1 - world.rank());
+    if world.rank() == 0 {
+        let long = filled(1, threshold() * 2);
+        let cancelled = scope(|s| -> Result<Vec<bool>> {
+            let requests = vec![
+                peer.immediate_send_with_tag(s, &long[..], LONG)?,
+                peer.immediate_synchronous_send_with_tag(s, &[5u8; 16][..], SYNC)?,
+                peer.immediate_send_with_tag(s, &[6u8; 16][..], EAGER)?,
+            ];
+            for r in &requests {
+                r.cancel();
+            }
+            Ok(wait_all(requests)?
+                .iter()
+                .map(|st| st.is_cancelled())
+                .collect())
+        })?;
+        ensure(cancelled == [true, true, false], || {
+            format!(
+                "cancelled (long, synchronous, eager): {cancelled:?}, expected [true, true, false]"
+            )
+        })?;
+        peer.send_with_tag(&[1u8][..], DONE)
+    } else {
+        peer.receive_into_with_tag(&mut [0u8; 1][..], DONE)?;
+        // Packets on one connection arrive in order: the cancels came
+        // before DONE, so the withdrawn messages are gone by now.
+        for tag in [LONG, SYNC] {
+            let left = peer.immediate_probe_with_tag(tag)?;
+            ensure(left.is_none(), || {
+                format!("cancelled message with tag {tag} still arrived: {left:?}")
+            })?;
+        }
+        let mut eager = [0u8; 16];
+        peer.receive_into_with_tag(&mut eager[..], EAGER)?;
+        ensure(eager == [6; 16], || {
+            format!("the eager send delivered {eager:?}")
+        })
+    }
+}
+
+/// Ranks 1.. each send 200 messages of their own sizes and tags to rank 0,
+/// where two threads race to take them with matched probes from any source
+/// and receive them: every message is received exactly once, whole, by
+/// exactly one thread.
+fn mprobe_race(world: &Communicator) -> Result<()> {
+    const PER_RANK: usize = 200;
+    ensure(world.size() >= 3, || {
+        "the mprobe check needs at least 3 ranks".into()
+    })?;
+    if world.rank() != 0 {
+        let root = world.process_at_rank(0);
+        for i in 0..PER_RANK {
+            let len = 1 + (i * 37 + world.rank() as usize * 11) % 300;
+            let seed = (world.rank() as u64) << 32 | i as u64;
+            root.send_with_tag(&filled(seed, len)[..], i as i32)?;
+        }
+        return Ok(());
+    }
+    let total = PER_RANK * (world.size() as usize - 1);
+    let taken = std::sync::atomic::AtomicUsize::new(0);
+    let seen = std::sync::Mutex::new(vec![false; total]);
+    std::thread::scope(|threads| {
+        let racers: Vec<_> = (0..2)
+            .map(|_| {
+                threads.spawn(|| -> Result<()> {
+                    while taken.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < total {
+                        let (message, probed) =
+                            world.any_process().matched_probe_with_tag(ANY_TAG)?;
+                        let mut buf = vec![0u8; probed.byte_count()];
+                        let status = message.receive_into(&mut buf[..])?;
+                        ensure(status == probed, || {
+                            format!("probed {probed:?}, received {status:?}")
+                        })?;
+                        let (source, i) = (status.source_rank() as usize, status.tag() as usize);
+                        check_bytes((source as u64) << 32 | i as u64, &buf, "matched receive")?;
+                        let index = (source - 1) * PER_RANK + i;
+                        let mut seen = seen.lock().map_err(|_| fail("a racer panicked"))?;
+                        ensure(!std::mem::replace(&mut seen[index], true), || {
+                            format!("message {i} of rank {source} was received twice")
+                        })?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        racers.into_iter().try_for_each(|racer| {
+            racer
+                .join()
+                .map_err(|_| fail("a racer panicked"))
+                .and_then(|r| r)
+        })
+    })?;
+    let seen = seen.into_inner().map_err(|_| fail("a racer panicked"))?;
+    ensure(seen.iter().all(|&s| s), || {
+        "some messages were never received".into()
     })
 }

@@ -653,7 +653,7 @@ fn malformed_header_from_an_authenticated_peer_fails_only_that_peer() {
         ("bad magic", |h| h[0] ^= 0xff, "magic"),
         ("other version", |h| h[2] += 1, "version"),
         ("unknown kind", |h| h[3] = 9, "kind"),
-        ("reserved field set", |h| h[21] = 1, "reserved"),
+        ("unknown flag set", |h| h[22] = 1, "flags"),
         (
             "payload longer than message",
             |h| h[32] += 1,
