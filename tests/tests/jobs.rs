@@ -143,6 +143,11 @@ fn matched_probes_race_from_any_source() {
 }
 
 #[test]
+fn a_three_gib_message() {
+    suite("huge", 2);
+}
+
+#[test]
 fn messages_to_self() {
     suite("self", 2);
 }

@@ -33,6 +33,7 @@ fn main() -> ExitCode {
             "proc-null" => proc_null(&world),
             "cancel-send" => cancel_send(&world),
             "mprobe" => mprobe_race(&world),
+            "huge" => huge_message(&world),
             // Failures the launcher must notice: rank 1 leaves without
             // finalizing (exit code 0), or aborts the job with code 7.
             "exit-early" => {
@@ -695,4 +696,37 @@ fn mprobe_race(world: &Communicator) -> Result<()> {
     ensure(seen.iter().all(|&s| s), || {
         "some messages were never received".into()
     })
+}
+
+/// Word `i` of the huge test message: cheap to make and to check, and
+/// different at every offset, so a misplaced chunk shows.
+fn huge_word(i: usize) -> u64 {
+    (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x0123_4567_89ab_cdef
+}
+
+/// A 3 GiB message (beyond 2^31 bytes, and beyond what one read or write
+/// system call moves) from rank 0 to rank 1, every word checked, with the
+/// count reported in bytes and in u64 elements.
+fn huge_message(world: &Communicator) -> Result<()> {
+    const WORDS: usize = 3 << 27; // 3 GiB of u64
+    ensure(world.size() == 2, || "the huge check needs 2 ranks".into())?;
+    let peer = world.process_at_rank(1 - world.rank());
+    if world.rank() == 0 {
+        let message: Vec<u64> = (0..WORDS).map(huge_word).collect();
+        peer.send(&message[..])
+    } else {
+        let mut got = vec![0u64; WORDS];
+        let status = peer.receive_into(&mut got[..])?;
+        ensure(
+            status.byte_count() == WORDS * 8 && status.count::<u64>() == Some(WORDS),
+            || format!("3 GiB arrived as {status:?}"),
+        )?;
+        match got.iter().enumerate().find(|&(i, &w)| w != huge_word(i)) {
+            None => Ok(()),
+            Some((i, w)) => Err(fail(format!(
+                "word {i} of the 3 GiB message is {w:#x}, expected {:#x}",
+                huge_word(i)
+            ))),
+        }
+    }
 }
