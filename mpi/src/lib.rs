@@ -28,10 +28,22 @@
 //! as long as it works on it; a blocking call (a wait, a probe) releases it
 //! between polls whenever another thread wants it, and while it sleeps, so
 //! threads blocked in different calls all make progress. Sends from one
-//! thread keep their order. [`Communicator`]s are `Send` and `Sync`;
-//! requests and their [`request::Scope`] stay on the thread that started
-//! them (a scope is not `Sync`), so a buffer lent to MPI cannot be touched
-//! from another thread meanwhile.
+//! thread keep their order. The types say what may cross threads:
+//! [`Communicator`]s are `Send` and `Sync`; a [`request::Request`] is
+//! `Send` (it may be completed on another thread); a [`request::Scope`] is
+//! not `Sync`, so two threads cannot start requests in one scope, and a
+//! buffer lent to MPI stays borrowed until its request completes, whatever
+//! thread completes it. Sharing a scope between threads does not compile:
+//!
+//! ```compile_fail
+//! oxmpi::request::scope(|scope| {
+//!     std::thread::scope(|threads| {
+//!         threads.spawn(|| {
+//!             let _shared = scope;
+//!         });
+//!     });
+//! });
+//! ```
 //!
 //! # Environment
 //! Every `OXMPI_*` variable is listed in README.md; the ones this crate
@@ -334,4 +346,20 @@ pub fn processor_name() -> Result<String> {
     }
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
+#[cfg(test)]
+mod thread_safety {
+    use super::*;
+
+    fn send_and_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+
+    #[test]
+    fn the_types_say_what_crosses_threads() {
+        send_and_sync::<Communicator>();
+        send_and_sync::<Status>();
+        send::<request::Request<'static>>();
+        send::<Universe>();
+    }
 }
