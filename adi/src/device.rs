@@ -736,6 +736,15 @@ impl Device {
         self.core.requests.remove(request.0).map(|r| r.status)
     }
 
+    /// A copy of the status of a completed request, which stays held
+    /// (`MPI_Request_get_status`): a later [`Device::take_status`] still
+    /// returns it. `None` if the request is not complete or is unknown
+    /// (already taken). Does not make progress.
+    pub fn peek_status(&self, request: RequestId) -> Option<Status> {
+        let r = self.core.requests.get(request.0)?;
+        matches!(r.phase, Phase::Done).then(|| r.status.clone())
+    }
+
     /// Number of requests the device holds (live or completed, not taken).
     pub fn outstanding(&self) -> usize {
         self.core.requests.len()

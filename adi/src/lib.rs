@@ -16,10 +16,10 @@
 pub mod auth;
 pub mod device;
 pub mod error;
-mod matching;
+pub mod matching;
 pub mod pmi;
 pub mod proto;
-mod request;
+pub mod request;
 mod selfvc;
 pub mod transport;
 pub mod verbose;

@@ -44,23 +44,24 @@ impl Pattern {
 
 /// Receives that have been posted and not yet matched, oldest first.
 #[derive(Default)]
-pub(crate) struct PostedQueue {
+pub struct PostedQueue {
     entries: VecDeque<(Pattern, u64)>,
 }
 
 impl PostedQueue {
-    pub(crate) fn push(&mut self, pattern: Pattern, token: u64) {
+    /// Posts the receive `token`, which accepts what `pattern` matches.
+    pub fn push(&mut self, pattern: Pattern, token: u64) {
         self.entries.push_back((pattern, token));
     }
 
     /// Removes and returns the oldest receive that accepts `envelope`.
-    pub(crate) fn take_match(&mut self, envelope: &Envelope) -> Option<u64> {
+    pub fn take_match(&mut self, envelope: &Envelope) -> Option<u64> {
         let at = self.entries.iter().position(|(p, _)| p.matches(envelope))?;
         self.entries.remove(at).map(|(_, token)| token)
     }
 
     /// Removes the receive with `token`; false if it is not queued.
-    pub(crate) fn remove(&mut self, token: u64) -> bool {
+    pub fn remove(&mut self, token: u64) -> bool {
         match self.entries.iter().position(|&(_, t)| t == token) {
             Some(at) => {
                 self.entries.remove(at);
@@ -71,7 +72,7 @@ impl PostedQueue {
     }
 
     /// Removes every receive for which `doomed` says so, oldest first.
-    pub(crate) fn drain_where(&mut self, mut doomed: impl FnMut(u64) -> bool) -> Vec<u64> {
+    pub fn drain_where(&mut self, mut doomed: impl FnMut(u64) -> bool) -> Vec<u64> {
         let mut removed = Vec::new();
         self.entries.retain(|&(_, token)| {
             let drop = doomed(token);
@@ -85,7 +86,7 @@ impl PostedQueue {
 }
 
 /// Messages that arrived before a matching receive, oldest first.
-pub(crate) struct UnexpectedQueue<T> {
+pub struct UnexpectedQueue<T> {
     entries: VecDeque<(Envelope, T)>,
 }
 
@@ -98,18 +99,19 @@ impl<T> Default for UnexpectedQueue<T> {
 }
 
 impl<T> UnexpectedQueue<T> {
-    pub(crate) fn push(&mut self, envelope: Envelope, message: T) {
+    /// Queues a message that matched no posted receive.
+    pub fn push(&mut self, envelope: Envelope, message: T) {
         self.entries.push_back((envelope, message));
     }
 
     /// Removes and returns the oldest message that `pattern` accepts.
-    pub(crate) fn take_match(&mut self, pattern: &Pattern) -> Option<(Envelope, T)> {
+    pub fn take_match(&mut self, pattern: &Pattern) -> Option<(Envelope, T)> {
         let at = self.entries.iter().position(|(e, _)| pattern.matches(e))?;
         self.entries.remove(at)
     }
 
     /// Removes and returns the oldest message for which `wanted` holds.
-    pub(crate) fn take_first(
+    pub fn take_first(
         &mut self,
         mut wanted: impl FnMut(&Envelope, &T) -> bool,
     ) -> Option<(Envelope, T)> {
@@ -118,7 +120,7 @@ impl<T> UnexpectedQueue<T> {
     }
 
     /// The oldest message that `pattern` accepts, left in place (probe).
-    pub(crate) fn find(&self, pattern: &Pattern) -> Option<&(Envelope, T)> {
+    pub fn find(&self, pattern: &Pattern) -> Option<&(Envelope, T)> {
         self.entries.iter().find(|(e, _)| pattern.matches(e))
     }
 }

@@ -7,7 +7,7 @@
 //! no valid token is 0.
 
 /// A slab of `T` addressed by generation-checked tokens.
-pub(crate) struct Slab<T> {
+pub struct Slab<T> {
     slots: Vec<Slot<T>>,
     free: Vec<u32>,
 }
@@ -28,7 +28,7 @@ impl<T> Default for Slab<T> {
 
 impl<T> Slab<T> {
     /// Stores `value` and returns its token.
-    pub(crate) fn insert(&mut self, value: T) -> u64 {
+    pub fn insert(&mut self, value: T) -> u64 {
         let index = match self.free.pop() {
             Some(i) => i,
             None => {
@@ -50,17 +50,19 @@ impl<T> Slab<T> {
         (u64::from(slot.generation) == token >> 32).then_some(slot)
     }
 
-    pub(crate) fn get(&self, token: u64) -> Option<&T> {
+    /// The value of `token`, if it is live (a stale token finds nothing).
+    pub fn get(&self, token: u64) -> Option<&T> {
         self.slot(token)?.value.as_ref()
     }
 
-    pub(crate) fn get_mut(&mut self, token: u64) -> Option<&mut T> {
+    /// The value of `token` to change, if it is live.
+    pub fn get_mut(&mut self, token: u64) -> Option<&mut T> {
         self.slot(token)?;
         self.slots[(token & 0xffff_ffff) as usize].value.as_mut()
     }
 
     /// Removes and returns the value of `token`.
-    pub(crate) fn remove(&mut self, token: u64) -> Option<T> {
+    pub fn remove(&mut self, token: u64) -> Option<T> {
         self.slot(token)?;
         let index = (token & 0xffff_ffff) as u32;
         let value = self.slots[index as usize].value.take()?;
@@ -69,7 +71,7 @@ impl<T> Slab<T> {
     }
 
     /// Tokens and values of every live entry.
-    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (u64, &mut T)> {
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (u64, &mut T)> {
         self.slots.iter_mut().enumerate().filter_map(|(i, s)| {
             let token = (u64::from(s.generation) << 32) | i as u64;
             s.value.as_mut().map(|v| (token, v))
@@ -77,8 +79,13 @@ impl<T> Slab<T> {
     }
 
     /// Number of live entries.
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.slots.len() - self.free.len()
+    }
+
+    /// Whether no entry is live.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 

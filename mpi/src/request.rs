@@ -19,10 +19,72 @@
 //!     oxmpi::request::wait_all(vec![recv, send]).unwrap();
 //! });
 //! ```
+//!
+//! # Completion (MPI 4.1 §3.7.3 – §3.7.5)
+//!
+//! | MPI                      | here                    | gives                                       |
+//! |--------------------------|-------------------------|---------------------------------------------|
+//! | `MPI_Wait`, `MPI_Test`   | [`Request::wait`], [`Request::test`] | the request's outcome          |
+//! | `MPI_Request_get_status` | [`Request::get_status`] | the status if complete; the request stays   |
+//! | `MPI_Waitall`            | [`wait_all`]            | every status, or one `MPI_ERR_IN_STATUS`    |
+//! |                          | [`wait_all_outcomes`]   | each request's own outcome                  |
+//! | `MPI_Testall`            | [`test_all`]            | each request's own outcome, if all are done |
+//! | `MPI_Waitany`, `MPI_Testany`   | [`wait_any`], [`test_any`]   | one completed request        |
+//! | `MPI_Waitsome`, `MPI_Testsome` | [`wait_some`], [`test_some`] | every completed request      |
+//!
+//! The blocking ones make progress with the device lock released while
+//! they sleep, so other threads' calls go on meanwhile; the `test` ones
+//! and [`Request::get_status`] make progress once and never block.
+//!
+//! **Outcomes.** Each completed request has its own outcome, a
+//! `Result<Status>`: its error is the Rust form of `MPI_ERROR` in its
+//! status. The outer `Result` of a call over many requests fails only
+//! when the call itself failed (MPI not running, progress failed);
+//! requests it did not complete then are left as they were (and, at the
+//! latest, to their scope). [`Request::get_status`] returns a failed
+//! request's error as its `Err` (and keeps the request).
+//! [`wait_all`] is the one exception, as in MPI: it returns the
+//! statuses alone, so when any request failed it completes all of them
+//! and returns one error of class [`ErrorClass::InStatus`]
+//! (`MPI_ERR_IN_STATUS`) naming each failed request's index and error;
+//! [`wait_all_outcomes`] returns the outcomes instead.
+//!
+//! **Indices.** The calls that take `&mut Vec<Request>` ([`wait_any`],
+//! [`test_any`], [`wait_some`], [`test_some`], [`test_all`]) remove the
+//! requests they complete from the vector, and the rest keep their order.
+//! An index they return is the request's position in the vector *as it was
+//! when the call started*; [`wait_some`] and [`test_some`] list them in
+//! ascending order. Data kept in a parallel vector is removed at the same
+//! indices, last first:
+//!
+//! ```no_run
+//! # let universe = oxmpi::initialize().unwrap();
+//! # let world = universe.world();
+//! let mut bufs = [[0u8; 8]; 4];
+//! oxmpi::request::scope(|scope| {
+//!     let mut tags = Vec::new();
+//!     let mut requests = Vec::new();
+//!     for (tag, buf) in bufs.iter_mut().enumerate() {
+//!         let from = world.any_process();
+//!         requests.push(from.immediate_receive_into_with_tag(scope, buf, tag as i32).unwrap());
+//!         tags.push(tag);
+//!     }
+//!     while let Some(done) = oxmpi::request::wait_some(&mut requests).unwrap() {
+//!         for (index, outcome) in done.into_iter().rev() {
+//!             let tag = tags.remove(index);
+//!             println!("tag {tag}: {:?}", outcome.unwrap());
+//!         }
+//!     }
+//! });
+//! ```
+//!
+//! An empty vector plays the part of MPI's list of null requests:
+//! [`wait_any`], [`wait_some`] and [`test_some`] return `None` for it at
+//! once (MPI's `MPI_UNDEFINED`), and [`test_any`] returns `None`.
 
 use crate::comm::{status_result, Status};
 use crate::{progress_until, wait_request, with_device, Error, ErrorClass, Result};
-use oxmpi_adi::device::RequestId;
+use oxmpi_adi::device::{Device, RequestId};
 use std::cell::RefCell;
 use std::marker::PhantomData;
 
@@ -121,6 +183,27 @@ impl<'a> Request<'a> {
         }
     }
 
+    /// Whether the request is complete, without completing it
+    /// (`MPI_Request_get_status`): makes progress once, then gives
+    /// `Ok(Some(status))` if it is complete and `Ok(None)` if it is still
+    /// pending. The request is not freed and its buffer stays borrowed: a
+    /// later wait or test (or another `get_status`) returns the same
+    /// outcome.
+    ///
+    /// `Err` is the request's own error when it completed with one (it is
+    /// still held, and its wait returns that error again), or the error of
+    /// the progress made here.
+    pub fn get_status(&self) -> Result<Option<Status>> {
+        let status = with_device(|d| {
+            d.check_device(false)?;
+            if !d.is_complete(self.id) {
+                return Ok(None);
+            }
+            d.peek_status(self.id).map(Some).ok_or_else(freed)
+        })?;
+        status.map(status_result).transpose()
+    }
+
     /// Asks to cancel the request (`MPI_Cancel`): a receive that has not
     /// matched completes as cancelled ([`Status::is_cancelled`]); otherwise
     /// the request completes normally.
@@ -133,9 +216,46 @@ impl<'a> Request<'a> {
 }
 
 /// Waits for every request (`MPI_Waitall`) and returns their statuses in
-/// order; if any failed, the first failure is returned once all are done.
+/// order.
+///
+/// If any request failed, every request is still completed (and freed),
+/// and the error returned has class [`ErrorClass::InStatus`]
+/// (`MPI_ERR_IN_STATUS`); its message names each failed request by its
+/// index in `requests` with its error. Use [`wait_all_outcomes`] to have
+/// each request's outcome instead. An error of another class means the
+/// call itself failed (see the module docs).
 pub fn wait_all(requests: Vec<Request<'_>>) -> Result<Vec<Status>> {
-    progress_until(|d| {
+    let outcomes = wait_all_outcomes(requests)?;
+    let failed: Vec<String> = outcomes
+        .iter()
+        .enumerate()
+        .filter_map(|(index, outcome)| {
+            outcome
+                .as_ref()
+                .err()
+                .map(|e| format!("request {index}: {e}"))
+        })
+        .collect();
+    if failed.is_empty() {
+        return outcomes.into_iter().collect();
+    }
+    Err(Error::new(
+        ErrorClass::InStatus,
+        format!(
+            "{} of {} requests failed (all are complete): {}",
+            failed.len(),
+            outcomes.len(),
+            failed.join("; ")
+        ),
+    ))
+}
+
+/// Waits for every request (`MPI_Waitall`) and returns each one's outcome
+/// in order: its status, or its error (what MPI leaves in the `MPI_ERROR`
+/// field of each status when `MPI_Waitall` returns `MPI_ERR_IN_STATUS`).
+/// `Err` only when the call itself failed.
+pub fn wait_all_outcomes(requests: Vec<Request<'_>>) -> Result<Vec<Result<Status>>> {
+    let statuses = progress_until(|d| {
         if !requests.iter().all(|r| d.is_complete(r.id)) {
             return Ok(None);
         }
@@ -145,44 +265,136 @@ pub fn wait_all(requests: Vec<Request<'_>>) -> Result<Vec<Status>> {
                 .map(|r| d.take_status(r.id))
                 .collect::<Vec<_>>(),
         ))
-    })?
-    .into_iter()
-    .map(taken)
-    .collect()
+    })?;
+    Ok(statuses.into_iter().map(taken).collect())
+}
+
+/// The error for a request whose status the device no longer holds.
+fn freed() -> Error {
+    Error::new(
+        ErrorClass::Request,
+        "the request was already completed and freed",
+    )
 }
 
 /// The outcome of a request whose status was taken from the device.
 fn taken(status: Option<oxmpi_adi::device::Status>) -> Result<Status> {
-    status
-        .ok_or_else(|| {
-            Error::new(
-                ErrorClass::Request,
-                "the request was already completed and freed",
-            )
-        })
-        .and_then(status_result)
+    status.ok_or_else(freed).and_then(status_result)
 }
 
 /// Waits until one request completes (`MPI_Waitany`), removes it from
-/// `requests` and returns its index and outcome; `None` if `requests` is
-/// empty.
+/// `requests` and returns its index (in `requests` as it was on entry) and
+/// outcome; `None` if `requests` is empty.
 pub fn wait_any(requests: &mut Vec<Request<'_>>) -> Result<Option<(usize, Result<Status>)>> {
     if requests.is_empty() {
         return Ok(None);
     }
-    let (index, status) = progress_until(|d| {
-        Ok(requests
-            .iter()
-            .position(|r| d.is_complete(r.id))
-            .map(|index| (index, d.take_status(requests[index].id))))
-    })?;
+    let (index, status) = progress_until(|d| Ok(take_any(d, requests)))?;
     let _completed = requests.remove(index);
     Ok(Some((index, taken(status))))
 }
 
+/// Completes one request if any is done (`MPI_Testany`): makes progress
+/// once, then removes a completed request from `requests` and returns its
+/// index (in `requests` as it was on entry) and outcome. `None` if none is
+/// complete, or `requests` is empty (MPI's `MPI_UNDEFINED` index).
+pub fn test_any(requests: &mut Vec<Request<'_>>) -> Result<Option<(usize, Result<Status>)>> {
+    if requests.is_empty() {
+        return Ok(None);
+    }
+    let found = with_device(|d| {
+        d.check_device(false)?;
+        Ok(take_any(d, requests))
+    })?;
+    Ok(found.map(|(index, status)| {
+        let _completed = requests.remove(index);
+        (index, taken(status))
+    }))
+}
+
+/// Takes the status of the first complete request, with its index.
+fn take_any(
+    d: &mut Device,
+    requests: &[Request<'_>],
+) -> Option<(usize, Option<oxmpi_adi::device::Status>)> {
+    let index = requests.iter().position(|r| d.is_complete(r.id))?;
+    Some((index, d.take_status(requests[index].id)))
+}
+
+/// What [`wait_some`] and [`test_some`] complete: each request's index
+/// (in the vector as it was when the call started, ascending) with its
+/// outcome.
+pub type Completed = Vec<(usize, Result<Status>)>;
+
+/// Waits until at least one request completes (`MPI_Waitsome`), then
+/// removes every completed request from `requests` and returns their
+/// indices (in `requests` as it was on entry, ascending) with their
+/// outcomes. `None` if `requests` is empty. The returned list is never
+/// empty.
+pub fn wait_some(requests: &mut Vec<Request<'_>>) -> Result<Option<Completed>> {
+    if requests.is_empty() {
+        return Ok(None);
+    }
+    let statuses = progress_until(|d| {
+        let statuses = take_completed(d, requests);
+        Ok((!statuses.is_empty()).then_some(statuses))
+    })?;
+    Ok(Some(remove_completed(requests, statuses)))
+}
+
+/// Completes every request that is done (`MPI_Testsome`): makes progress
+/// once, then removes the completed requests from `requests` and returns
+/// their indices (in `requests` as it was on entry, ascending) with their
+/// outcomes — an empty list if none is complete. `None` if `requests` is
+/// empty.
+pub fn test_some(requests: &mut Vec<Request<'_>>) -> Result<Option<Completed>> {
+    if requests.is_empty() {
+        return Ok(None);
+    }
+    let statuses = with_device(|d| {
+        d.check_device(false)?;
+        Ok(take_completed(d, requests))
+    })?;
+    Ok(Some(remove_completed(requests, statuses)))
+}
+
+/// Takes the status of every complete request, with its index.
+fn take_completed(
+    d: &mut Device,
+    requests: &[Request<'_>],
+) -> Vec<(usize, Option<oxmpi_adi::device::Status>)> {
+    let mut statuses = Vec::new();
+    for (index, r) in requests.iter().enumerate() {
+        if d.is_complete(r.id) {
+            statuses.push((index, d.take_status(r.id)));
+        }
+    }
+    statuses
+}
+
+/// Removes the requests at the (ascending) indices of `statuses` from
+/// `requests`, and gives each index its outcome.
+fn remove_completed(
+    requests: &mut Vec<Request<'_>>,
+    statuses: Vec<(usize, Option<oxmpi_adi::device::Status>)>,
+) -> Completed {
+    let mut completed = statuses.iter().map(|&(index, _)| index).peekable();
+    let mut index = 0;
+    requests.retain(|_| {
+        let done = completed.next_if_eq(&index).is_some();
+        index += 1;
+        !done
+    });
+    statuses
+        .into_iter()
+        .map(|(index, status)| (index, taken(status)))
+        .collect()
+}
+
 /// Completes every request if all are done (`MPI_Testall`): `Some` with
-/// their outcomes in order (and `requests` emptied), or `None` with
-/// `requests` untouched.
+/// each one's outcome in order (and `requests` emptied), or `None` with
+/// `requests` untouched. A failed request's error is its own outcome, so
+/// nothing is lost as it would be in one `MPI_ERR_IN_STATUS`.
 pub fn test_all(requests: &mut Vec<Request<'_>>) -> Result<Option<Vec<Result<Status>>>> {
     let statuses = with_device(|d| {
         d.check_device(false)?;
