@@ -255,18 +255,20 @@ pub fn wait_all(requests: Vec<Request<'_>>) -> Result<Vec<Status>> {
 /// field of each status when `MPI_Waitall` returns `MPI_ERR_IN_STATUS`).
 /// `Err` only when the call itself failed.
 pub fn wait_all_outcomes(requests: Vec<Request<'_>>) -> Result<Vec<Result<Status>>> {
-    let statuses = progress_until(|d| {
-        if !requests.iter().all(|r| d.is_complete(r.id)) {
-            return Ok(None);
-        }
-        Ok(Some(
-            requests
-                .iter()
-                .map(|r| d.take_status(r.id))
-                .collect::<Vec<_>>(),
-        ))
-    })?;
+    let statuses = progress_until(|d| Ok(take_all_if_complete(d, &requests)))?;
     Ok(statuses.into_iter().map(taken).collect())
+}
+
+/// Every request's status, taken from the device, if all are complete;
+/// otherwise nothing is taken.
+fn take_all_if_complete(
+    d: &mut oxmpi_adi::device::Device,
+    requests: &[Request<'_>],
+) -> Option<Vec<Option<oxmpi_adi::device::Status>>> {
+    if !requests.iter().all(|r| d.is_complete(r.id)) {
+        return None;
+    }
+    Some(requests.iter().map(|r| d.take_status(r.id)).collect())
 }
 
 /// The error for a request whose status the device no longer holds.
@@ -398,15 +400,7 @@ fn remove_completed(
 pub fn test_all(requests: &mut Vec<Request<'_>>) -> Result<Option<Vec<Result<Status>>>> {
     let statuses = with_device(|d| {
         d.check_device(false)?;
-        if !requests.iter().all(|r| d.is_complete(r.id)) {
-            return Ok(None);
-        }
-        Ok(Some(
-            requests
-                .iter()
-                .map(|r| d.take_status(r.id))
-                .collect::<Vec<_>>(),
-        ))
+        Ok(take_all_if_complete(d, requests))
     })?;
     let Some(statuses) = statuses else {
         return Ok(None);
