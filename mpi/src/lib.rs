@@ -50,13 +50,16 @@
 //! reads are `OXMPI_TRANSPORTS` (see [`TRANSPORTS_ENV`]), plus the device's
 //! and the transports' own.
 
+pub mod buffered;
 pub mod comm;
 pub mod datatype;
+pub mod persistent;
 pub mod request;
 
 pub use comm::{AnyProcess, Communicator, Message, Process, Status, ANY_TAG, PROC_NULL, TAG_UB};
 pub use datatype::{Buffer, BufferMut, Equivalence};
 pub use oxmpi_adi::{Error, ErrorClass, Result};
+pub use persistent::PersistentRequest;
 
 use oxmpi_adi::device::{Device, Idle, SLEEP_AT_MOST};
 use oxmpi_adi::pmi::Pmi;
@@ -282,6 +285,9 @@ impl Universe {
             return Ok(());
         }
         self.finalized = true;
+        // Messages still in the attached buffer are sent first (MPI 4.1
+        // §11.2.2): their receivers may be waiting for them.
+        buffered::flush_at_finalize();
         let mut state = lock_state();
         let result = match &mut *state {
             State::Running(device) => device.finalize(),
