@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs what building and testing oxmpi needs on a fresh Debian machine:
-# a C toolchain (for crates with C parts), and MPICH, whose mpiexec (hydra)
-# the tests use to prove oxmpi programs run under another PMI-1 launcher.
+# a C toolchain (for crates with C parts), MPICH, whose mpiexec (hydra) the
+# tests use to prove oxmpi programs run under another PMI-1 launcher, and
+# MPICH's and Open MPI's compilers and launchers, the peers `oxbench compare`
+# measures oxmpi against.
 # Run as root, or with sudo available.
 set -euo pipefail
-packages=(build-essential pkg-config mpich)
+packages=(build-essential pkg-config mpich libmpich-dev openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

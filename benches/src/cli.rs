@@ -3,23 +3,23 @@
 //! status 2) before any process is started or MPI initialized.
 
 use std::fmt;
+use std::path::PathBuf;
 
 /// Number of immediate sends per window in the bandwidth benchmarks, as
-/// OSU's `osu_bw`.
+/// OSU's `osu_bw`, `osu_bibw` and `osu_mbw_mr`.
 pub const WINDOW: usize = 64;
 
 /// Messages larger than this many bytes use the "large" iteration and
 /// warm-up counts (OSU's `LARGE_MESSAGE_SIZE`).
 pub const LARGE_MESSAGE_SIZE: usize = 8192;
 
-/// Timed iterations per size up to [`LARGE_MESSAGE_SIZE`] (OSU's default).
-pub const ITERATIONS_SMALL: usize = 10_000;
-/// Timed iterations per size above [`LARGE_MESSAGE_SIZE`].
-pub const ITERATIONS_LARGE: usize = 1_000;
-/// Untimed warm-up iterations per size up to [`LARGE_MESSAGE_SIZE`].
-pub const WARMUP_SMALL: usize = 100;
-/// Untimed warm-up iterations per size above [`LARGE_MESSAGE_SIZE`].
-pub const WARMUP_LARGE: usize = 10;
+/// OSU's iteration and warm-up counts, the default of every benchmark.
+pub const OSU_COUNTS: Counts = Counts {
+    iterations: 10_000,
+    iterations_large: 1_000,
+    warmup: 100,
+    warmup_large: 10,
+};
 
 /// Default largest message size: 4 MiB, as OSU.
 pub const DEFAULT_MAX_SIZE: usize = 4 << 20;
@@ -27,49 +27,122 @@ pub const DEFAULT_MAX_SIZE: usize = 4 << 20;
 /// window of [`WINDOW`] buffers of the largest size (4 GiB at this limit).
 pub const SIZE_LIMIT: usize = 64 << 20;
 
-/// What a benchmark measures.
+/// What a benchmark measures. Each is the OSU micro-benchmark of the same
+/// name (`osu_latency`, `osu_bw`, `osu_bibw`, `osu_mbw_mr`,
+/// `osu_multi_lat`); see [`crate::mpi_bench`] for the patterns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Benchmark {
-    /// Ping-pong: one-way latency in microseconds (`osu_latency`).
+    /// Ping-pong between 2 ranks: one-way latency in microseconds.
     Latency,
-    /// Streaming: windows of [`WINDOW`] messages then an acknowledgement,
-    /// bandwidth in MB/s (`osu_bw`).
+    /// Streaming from rank 0 to rank 1: windows of [`WINDOW`] messages
+    /// then an acknowledgement, bandwidth in MB/s.
     Bandwidth,
+    /// Windows of [`WINDOW`] messages both ways at once between 2 ranks:
+    /// the bytes of both directions per second, in MB/s.
+    BiBandwidth,
+    /// [`Benchmark::Bandwidth`] between every pair of ranks at once (rank
+    /// `i` of the first half sends to rank `i + n/2`): the pairs' total in
+    /// MB/s, and in messages per second.
+    MultiBandwidth,
+    /// [`Benchmark::Latency`] between every pair of ranks at once: the
+    /// one-way latency averaged over the pairs, in microseconds.
+    MultiLatency,
 }
 
 impl Benchmark {
+    /// Every benchmark, in the order of the usage text.
+    pub const ALL: [Benchmark; 5] = [
+        Benchmark::Latency,
+        Benchmark::Bandwidth,
+        Benchmark::BiBandwidth,
+        Benchmark::MultiBandwidth,
+        Benchmark::MultiLatency,
+    ];
+
     /// The name used on the command line and in JSON output.
     pub fn name(self) -> &'static str {
         match self {
             Benchmark::Latency => "latency",
             Benchmark::Bandwidth => "bw",
+            Benchmark::BiBandwidth => "bibw",
+            Benchmark::MultiBandwidth => "mbw_mr",
+            Benchmark::MultiLatency => "multi_lat",
         }
     }
 
-    /// The unit of the figures.
-    pub fn unit(self) -> &'static str {
+    /// What it measures, in words, for titles.
+    pub fn description(self) -> &'static str {
         match self {
-            Benchmark::Latency => "us",
-            Benchmark::Bandwidth => "MB/s",
+            Benchmark::Latency => "latency",
+            Benchmark::Bandwidth => "bandwidth",
+            Benchmark::BiBandwidth => "bi-directional bandwidth",
+            Benchmark::MultiBandwidth => "multiple bandwidth / message rate",
+            Benchmark::MultiLatency => "multi-pair latency",
+        }
+    }
+
+    /// The unit of the (first) figure.
+    pub fn unit(self) -> &'static str {
+        if self.is_latency() {
+            "us"
+        } else {
+            "MB/s"
+        }
+    }
+
+    /// Whether the figure is a time (lower is better) rather than a rate.
+    pub fn is_latency(self) -> bool {
+        matches!(self, Benchmark::Latency | Benchmark::MultiLatency)
+    }
+
+    /// Whether it streams windows of [`WINDOW`] messages.
+    pub fn is_windowed(self) -> bool {
+        !self.is_latency()
+    }
+
+    /// Whether it runs between any even number of ranks (pairs), rather
+    /// than exactly 2.
+    pub fn is_multi_pair(self) -> bool {
+        matches!(self, Benchmark::MultiBandwidth | Benchmark::MultiLatency)
+    }
+
+    /// The headers of the figure columns, as OSU prints them.
+    pub fn columns(self) -> &'static [&'static str] {
+        match self {
+            Benchmark::Latency | Benchmark::MultiLatency => &["Latency (us)"],
+            Benchmark::Bandwidth | Benchmark::BiBandwidth => &["Bandwidth (MB/s)"],
+            Benchmark::MultiBandwidth => &["MB/s", "Messages/s"],
         }
     }
 
     /// The smallest size the benchmark can measure by default. Zero-byte
     /// messages have a latency, but carry no bandwidth.
     fn default_min_size(self) -> usize {
-        match self {
-            Benchmark::Latency => 0,
-            Benchmark::Bandwidth => 1,
+        if self.is_latency() {
+            0
+        } else {
+            1
         }
     }
 
-    fn parse(word: &str) -> Option<Benchmark> {
-        match word {
-            "latency" => Some(Benchmark::Latency),
-            "bw" => Some(Benchmark::Bandwidth),
-            _ => None,
-        }
+    /// The benchmark named `word` on the command line.
+    pub fn parse(word: &str) -> Option<Benchmark> {
+        Benchmark::ALL.into_iter().find(|b| b.name() == word)
     }
+}
+
+/// Iteration and warm-up counts: one pair for sizes up to
+/// [`LARGE_MESSAGE_SIZE`], one above.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counts {
+    /// Timed iterations per size up to [`LARGE_MESSAGE_SIZE`].
+    pub iterations: usize,
+    /// Timed iterations per size above [`LARGE_MESSAGE_SIZE`].
+    pub iterations_large: usize,
+    /// Untimed warm-up iterations per size up to [`LARGE_MESSAGE_SIZE`].
+    pub warmup: usize,
+    /// Untimed warm-up iterations per size above [`LARGE_MESSAGE_SIZE`].
+    pub warmup_large: usize,
 }
 
 /// The options shared by every benchmark.
@@ -79,15 +152,23 @@ pub struct Options {
     pub min_size: usize,
     /// Largest message size in bytes.
     pub max_size: usize,
-    /// Timed iterations per size; `None`: OSU's defaults by size.
-    pub iterations: Option<usize>,
-    /// Warm-up iterations per size; `None`: OSU's defaults by size.
-    pub warmup: Option<usize>,
+    /// Iteration and warm-up counts.
+    pub counts: Counts,
     /// Print one JSON object instead of the OSU-style table.
     pub json: bool,
 }
 
 impl Options {
+    /// Options for `benchmark` with the defaults: OSU's sizes and counts.
+    pub fn defaults(benchmark: Benchmark) -> Options {
+        Options {
+            min_size: benchmark.default_min_size(),
+            max_size: DEFAULT_MAX_SIZE,
+            counts: OSU_COUNTS,
+            json: false,
+        }
+    }
+
     /// The message sizes to measure: `min_size`, then doubling (0 is
     /// followed by 1), up to `max_size` included, as OSU.
     pub fn sizes(&self) -> Vec<usize> {
@@ -102,37 +183,37 @@ impl Options {
 
     /// Timed iterations for messages of `size` bytes.
     pub fn iterations_for(&self, size: usize) -> usize {
-        self.iterations.unwrap_or(if size > LARGE_MESSAGE_SIZE {
-            ITERATIONS_LARGE
+        if size > LARGE_MESSAGE_SIZE {
+            self.counts.iterations_large
         } else {
-            ITERATIONS_SMALL
-        })
+            self.counts.iterations
+        }
     }
 
     /// Warm-up iterations for messages of `size` bytes.
     pub fn warmup_for(&self, size: usize) -> usize {
-        self.warmup.unwrap_or(if size > LARGE_MESSAGE_SIZE {
-            WARMUP_LARGE
+        if size > LARGE_MESSAGE_SIZE {
+            self.counts.warmup_large
         } else {
-            WARMUP_SMALL
-        })
+            self.counts.warmup
+        }
     }
 
     /// The options as command-line arguments that parse back to the same
-    /// options (for the raw TCP benchmark's second process).
+    /// options (for the jobs and child processes oxbench starts).
     pub fn to_args(&self) -> Vec<String> {
-        let mut args = vec![
-            "--min-size".to_owned(),
-            self.min_size.to_string(),
-            "--max-size".to_owned(),
-            self.max_size.to_string(),
-        ];
-        if let Some(n) = self.iterations {
-            args.extend(["--iterations".to_owned(), n.to_string()]);
-        }
-        if let Some(n) = self.warmup {
-            args.extend(["--warmup".to_owned(), n.to_string()]);
-        }
+        let c = &self.counts;
+        let mut args: Vec<String> = [
+            ("--min-size", self.min_size),
+            ("--max-size", self.max_size),
+            ("--iterations", c.iterations),
+            ("--iterations-large", c.iterations_large),
+            ("--warmup", c.warmup),
+            ("--warmup-large", c.warmup_large),
+        ]
+        .into_iter()
+        .flat_map(|(name, value)| [name.to_owned(), value.to_string()])
+        .collect();
         if self.json {
             args.push("--json".to_owned());
         }
@@ -141,24 +222,66 @@ impl Options {
 
     /// A line describing the iteration counts, for the output's header.
     pub fn describe_iterations(&self) -> String {
-        let part = |fixed: Option<usize>, small: usize, large: usize| match fixed {
-            Some(n) => n.to_string(),
-            None => format!("{small} (≤ {LARGE_MESSAGE_SIZE} B), {large} (larger)"),
+        let part = |small: usize, large: usize| {
+            if small == large {
+                small.to_string()
+            } else {
+                format!("{small} (≤ {LARGE_MESSAGE_SIZE} B), {large} (larger)")
+            }
         };
+        let c = &self.counts;
         format!(
             "iterations: {}; warm-up: {}",
-            part(self.iterations, ITERATIONS_SMALL, ITERATIONS_LARGE),
-            part(self.warmup, WARMUP_SMALL, WARMUP_LARGE)
+            part(c.iterations, c.iterations_large),
+            part(c.warmup, c.warmup_large)
         )
     }
 }
+
+/// What `oxbench compare` runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompareOptions {
+    /// The benchmarks, each compared in a table of its own.
+    pub benchmarks: Vec<Benchmark>,
+    /// Sizes and counts (the smallest size is raised to 1 for windowed
+    /// benchmarks when it was not given).
+    pub options: Options,
+    /// Rounds: each runs every implementation once; the figures are the
+    /// medians of the rounds.
+    pub rounds: usize,
+    /// Ranks of the multi-pair benchmarks' jobs (2 for the others).
+    pub ranks: usize,
+}
+
+/// What `oxbench suite` runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SuiteOptions {
+    /// Sizes and counts (the suite's own lighter counts by default).
+    pub options: Options,
+    /// The transports to measure; empty: every one this build offers.
+    pub transports: Vec<String>,
+    /// Where the plot is written.
+    pub svg: PathBuf,
+}
+
+/// The suite's default counts: enough for a stable picture of every
+/// size in a minute or so per transport, far fewer than OSU's.
+pub const SUITE_COUNTS: Counts = Counts {
+    iterations: 2_000,
+    iterations_large: 100,
+    warmup: 100,
+    warmup_large: 5,
+};
+
+/// Default path of the suite's plot.
+pub const SUITE_SVG: &str = "oxbench-suite.svg";
 
 /// A parsed command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
     /// Print the usage text and exit successfully.
     Help,
-    /// An MPI benchmark between ranks 0 and 1 of a 2-rank job.
+    /// An MPI benchmark in a job of oxmpi ranks.
     Mpi(Benchmark, Options),
     /// The raw TCP baseline: this process and a child it starts.
     RawTcp(Benchmark, Options),
@@ -174,6 +297,10 @@ pub enum Command {
         /// The token the parent gave the child, sent first on connecting.
         token: u64,
     },
+    /// oxmpi beside MPICH and Open MPI.
+    Compare(CompareOptions),
+    /// Every benchmark over every transport, tables and a plot.
+    Suite(SuiteOptions),
 }
 
 /// The hidden subcommand the raw TCP benchmark starts its child with.
@@ -197,26 +324,58 @@ fn usage_error<T>(message: impl Into<String>) -> Result<T, UsageError> {
 
 /// The usage text.
 pub const USAGE: &str = "\
-usage: oxrun -n 2 oxbench latency|bw [OPTIONS]
+usage: oxrun -n 2 oxbench latency|bw|bibw [OPTIONS]
+       oxrun -n N oxbench mbw_mr|multi_lat [OPTIONS]     (N even)
        oxbench raw-tcp latency|bw [OPTIONS]
+       oxbench compare [BENCHMARK...] [OPTIONS] [--rounds N] [--ranks N]
+       oxbench suite [OPTIONS] [--transports LIST] [--svg FILE]
 
-benchmarks:
-  latency          ping-pong one-way latency in us (as OSU's osu_latency)
+benchmarks (as the OSU micro-benchmarks of the same names):
+  latency          ping-pong one-way latency in us (osu_latency)
   bw               bandwidth in MB/s (1 MB = 1e6 bytes) of windows of 64
-                   immediate sends, each window acknowledged (as osu_bw)
-  raw-tcp BENCH    the same pattern between this process and a child over a
+                   immediate sends, each window acknowledged (osu_bw)
+  bibw             windows of 64 immediate sends both ways at once; MB/s
+                   of both directions together (osu_bibw)
+  mbw_mr           bw between N/2 pairs at once (rank i sends to i + N/2):
+                   total MB/s and messages/s (osu_mbw_mr)
+  multi_lat        latency between N/2 pairs at once, averaged (osu_multi_lat)
+
+commands:
+  raw-tcp BENCH    latency or bw between this process and a child over a
                    plain loopback TCP socket (127.0.0.1, TCP_NODELAY, both
                    sides busy-polling non-blocking sockets): the floor
+  compare          runs the benchmarks (default: latency bw) over oxmpi,
+                   MPICH and Open MPI on this machine, all over TCP, and
+                   prints each size's figures and oxmpi's ratio to the
+                   better peer; builds its C benchmark with each peer's
+                   mpicc, installing the Debian packages when root
+  suite            runs latency, bw, bibw and mbw_mr as 2-rank jobs through
+                   oxrun over every transport this build offers, and the
+                   raw TCP floor; prints a table per transport and writes
+                   an SVG plot of latency and bandwidth against size
 
 options:
-  --min-size N     smallest message size (default 0 for latency, 1 for bw
-                   and raw-tcp)
+  --min-size N     smallest message size (default 0 for latency and
+                   multi_lat, 1 for the others; 1 in the suite)
   --max-size N     largest message size (default 4M, at most 64M)
   --size N         measure only this size
-  --iterations N   timed iterations per size (default 10000, 1000 above 8K)
-  --warmup N       untimed warm-up iterations per size (default 100, 10
-                   above 8K)
-  --json           print one JSON object instead of the table
+  --iterations N   timed iterations per size (default 10000, in the suite
+                   2000); also above 8K unless --iterations-large is given
+  --iterations-large N
+                   timed iterations per size above 8K (default 1000, in
+                   the suite 100)
+  --warmup N       untimed warm-up iterations per size (default 100); also
+                   above 8K unless --warmup-large is given
+  --warmup-large N untimed warm-up iterations above 8K (default 10, in the
+                   suite 5)
+  --json           print JSON instead of tables (compare: one object per
+                   benchmark, one per line)
+  --rounds N       compare: run every implementation N times, alternating,
+                   and report medians (default 1)
+  --ranks N        compare: ranks of the mbw_mr and multi_lat jobs (even,
+                   default 2)
+  --transports L   suite: comma-separated transports (default: all)
+  --svg FILE       suite: where to write the plot (default oxbench-suite.svg)
   -h, --help       print this text
 
 Sizes are bytes, with an optional binary suffix: 64K = 65536, 4M = 4194304.
@@ -258,24 +417,24 @@ pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<Command, UsageError> {
     let Some((&first, rest)) = args.split_first() else {
         return usage_error("no benchmark given");
     };
-    let benchmark_at = |rest: &[&str]| -> Result<Benchmark, UsageError> {
-        match rest.first() {
+    // The raw TCP baseline has the two benchmarks a plain socket can do.
+    let raw_benchmark = |rest: &[&str]| -> Result<Benchmark, UsageError> {
+        match rest.first().map(|w| (w, Benchmark::parse(w))) {
             None => usage_error(format!("{first} needs a benchmark: latency or bw")),
-            Some(word) => Benchmark::parse(word).ok_or_else(|| {
-                UsageError(format!(
-                    "unknown benchmark {word:?}: expected latency or bw"
-                ))
-            }),
+            Some((_, Some(b @ (Benchmark::Latency | Benchmark::Bandwidth)))) => Ok(b),
+            Some((word, _)) => usage_error(format!(
+                "{first} has no benchmark {word:?}: expected latency or bw"
+            )),
         }
     };
     match first {
         "raw-tcp" => {
-            let benchmark = benchmark_at(rest)?;
-            let options = parse_options(benchmark, 1, &rest[1..])?;
+            let benchmark = raw_benchmark(rest)?;
+            let (options, _) = parse_options(Some(benchmark), 1, &rest[1..], Extra::None)?;
             Ok(Command::RawTcp(benchmark, options))
         }
         RAW_TCP_PEER => {
-            let benchmark = benchmark_at(rest)?;
+            let benchmark = raw_benchmark(rest)?;
             let [port, token, options @ ..] = &rest[1..] else {
                 return usage_error(format!("{RAW_TCP_PEER} needs a port and a token"));
             };
@@ -285,7 +444,7 @@ pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<Command, UsageError> {
             let token = token
                 .parse()
                 .map_err(|_| UsageError(format!("bad token {token:?}")))?;
-            let options = parse_options(benchmark, 1, options)?;
+            let (options, _) = parse_options(Some(benchmark), 1, options, Extra::None)?;
             Ok(Command::RawTcpPeer {
                 benchmark,
                 options,
@@ -293,31 +452,111 @@ pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<Command, UsageError> {
                 token,
             })
         }
+        "compare" => parse_compare(rest),
+        "suite" => {
+            let (options, extras) = parse_options(None, 1, rest, Extra::Suite)?;
+            Ok(Command::Suite(SuiteOptions {
+                options,
+                transports: extras.transports,
+                svg: extras.svg.unwrap_or_else(|| PathBuf::from(SUITE_SVG)),
+            }))
+        }
         word => match Benchmark::parse(word) {
             Some(benchmark) => {
-                let options = parse_options(benchmark, benchmark.default_min_size(), rest)?;
+                let (options, _) = parse_options(
+                    Some(benchmark),
+                    benchmark.default_min_size(),
+                    rest,
+                    Extra::None,
+                )?;
                 Ok(Command::Mpi(benchmark, options))
             }
             None => usage_error(format!(
-                "unknown benchmark {word:?}: expected latency, bw or raw-tcp"
+                "unknown benchmark {word:?}: expected one of {}, or raw-tcp, compare or suite",
+                benchmark_names()
             )),
         },
     }
 }
 
-/// Parses options. `default_min` is the default smallest size, and also
-/// the least one allowed: 0 for MPI latency, 1 for everything else.
+fn benchmark_names() -> String {
+    Benchmark::ALL.map(Benchmark::name).join(", ")
+}
+
+fn parse_compare(args: &[&str]) -> Result<Command, UsageError> {
+    let named = args.iter().take_while(|a| !a.starts_with('-')).count();
+    let mut benchmarks = Vec::new();
+    for word in &args[..named] {
+        let b = Benchmark::parse(word).ok_or_else(|| {
+            UsageError(format!(
+                "compare: unknown benchmark {word:?}: expected {}",
+                benchmark_names()
+            ))
+        })?;
+        if benchmarks.contains(&b) {
+            return usage_error(format!("compare: {word} is named twice"));
+        }
+        benchmarks.push(b);
+    }
+    if benchmarks.is_empty() {
+        benchmarks = vec![Benchmark::Latency, Benchmark::Bandwidth];
+    }
+    // Latency can start at 0 bytes, the bandwidths at 1: the least of the
+    // chosen benchmarks' smallest sizes is the floor, and each benchmark
+    // starts where it can.
+    let least = if benchmarks.iter().all(|b| b.is_latency()) {
+        0
+    } else {
+        1
+    };
+    let (options, extras) = parse_options(None, least, &args[named..], Extra::Compare)?;
+    Ok(Command::Compare(CompareOptions {
+        benchmarks,
+        options,
+        rounds: extras.rounds,
+        ranks: extras.ranks,
+    }))
+}
+
+/// Which options beyond the shared ones a command takes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Extra {
+    None,
+    Compare,
+    Suite,
+}
+
+/// The values of the options beyond the shared ones (their defaults where
+/// the command takes none).
+struct Extras {
+    rounds: usize,
+    ranks: usize,
+    transports: Vec<String>,
+    svg: Option<PathBuf>,
+}
+
+/// Parses options. `least` is the default smallest size, and also the
+/// least one allowed (0 or 1). `benchmark` is the one they are for, if
+/// one (for messages). `extra` says which further options are accepted,
+/// and which counts are the defaults (the suite's own).
 fn parse_options(
-    benchmark: Benchmark,
-    default_min: usize,
+    benchmark: Option<Benchmark>,
+    least: usize,
     args: &[&str],
-) -> Result<Options, UsageError> {
+    extra: Extra,
+) -> Result<(Options, Extras), UsageError> {
     let mut min_size = None;
     let mut max_size = None;
     let mut size = None;
     let mut iterations = None;
+    let mut iterations_large = None;
     let mut warmup = None;
+    let mut warmup_large = None;
     let mut json = false;
+    let mut rounds = 1;
+    let mut ranks = 2;
+    let mut transports = Vec::new();
+    let mut svg = None;
     let mut i = 0;
     while i < args.len() {
         let arg = args[i];
@@ -338,19 +577,40 @@ fn parse_options(
             i += 1;
             Ok(v)
         };
-        match name {
-            "--min-size" => min_size = Some(parse_size(value(name)?)?),
-            "--max-size" => max_size = Some(parse_size(value(name)?)?),
-            "--size" => size = Some(parse_size(value(name)?)?),
-            "--iterations" => {
-                let n = parse_count(name, value(name)?)?;
-                if n == 0 {
-                    return usage_error("--iterations must be at least 1");
-                }
-                iterations = Some(n);
+        let positive = |name: &str, text: &str| -> Result<usize, UsageError> {
+            match parse_count(name, text)? {
+                0 => usage_error(format!("{name} must be at least 1")),
+                n => Ok(n),
             }
-            "--warmup" => warmup = Some(parse_count(name, value(name)?)?),
-            "--json" if inline.is_none() => json = true,
+        };
+        match (name, extra) {
+            ("--min-size", _) => min_size = Some(parse_size(value(name)?)?),
+            ("--max-size", _) => max_size = Some(parse_size(value(name)?)?),
+            ("--size", _) => size = Some(parse_size(value(name)?)?),
+            ("--iterations", _) => iterations = Some(positive(name, value(name)?)?),
+            ("--iterations-large", _) => iterations_large = Some(positive(name, value(name)?)?),
+            ("--warmup", _) => warmup = Some(parse_count(name, value(name)?)?),
+            ("--warmup-large", _) => warmup_large = Some(parse_count(name, value(name)?)?),
+            ("--json", _) if inline.is_none() => json = true,
+            ("--rounds", Extra::Compare) => rounds = positive(name, value(name)?)?,
+            ("--ranks", Extra::Compare) => {
+                ranks = positive(name, value(name)?)?;
+                if ranks % 2 != 0 {
+                    return usage_error(format!("--ranks must be even (pairs), not {ranks}"));
+                }
+            }
+            ("--transports", Extra::Suite) => {
+                transports = value(name)?
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty())
+                    .map(str::to_owned)
+                    .collect();
+                if transports.is_empty() {
+                    return usage_error("--transports needs at least one transport");
+                }
+            }
+            ("--svg", Extra::Suite) => svg = Some(PathBuf::from(value(name)?)),
             _ => return usage_error(format!("unknown option {arg:?}")),
         }
     }
@@ -362,7 +622,7 @@ fn parse_options(
             (s, s)
         }
         None => (
-            min_size.unwrap_or(default_min),
+            min_size.unwrap_or(least),
             max_size.unwrap_or(DEFAULT_MAX_SIZE),
         ),
     };
@@ -376,22 +636,42 @@ fn parse_options(
             "the smallest size ({min_size}) is larger than the largest ({max_size})"
         ));
     }
-    let least = if default_min == 0 { 0 } else { 1 };
     if min_size < least {
-        let what = if benchmark == Benchmark::Bandwidth {
-            "bandwidth needs messages of at least 1 byte"
-        } else {
-            "raw TCP carries no zero-byte messages: sizes start at 1"
+        let what = match benchmark {
+            Some(b) if b.is_windowed() => "bandwidth needs messages of at least 1 byte",
+            _ if extra == Extra::None => "raw TCP carries no zero-byte messages: sizes start at 1",
+            _ => "sizes start at 1 here: bandwidths and plots need messages of at least 1 byte",
         };
         return usage_error(what);
     }
-    Ok(Options {
+    let defaults = if extra == Extra::Suite {
+        SUITE_COUNTS
+    } else {
+        OSU_COUNTS
+    };
+    // A count given for all sizes applies above 8K too, unless that one is
+    // given as well.
+    let counts = Counts {
+        iterations: iterations.unwrap_or(defaults.iterations),
+        iterations_large: iterations_large
+            .or(iterations)
+            .unwrap_or(defaults.iterations_large),
+        warmup: warmup.unwrap_or(defaults.warmup),
+        warmup_large: warmup_large.or(warmup).unwrap_or(defaults.warmup_large),
+    };
+    let options = Options {
         min_size,
         max_size,
-        iterations,
-        warmup,
+        counts,
         json,
-    })
+    };
+    let extras = Extras {
+        rounds,
+        ranks,
+        transports,
+        svg,
+    };
+    Ok((options, extras))
 }
 
 #[cfg(test)]
@@ -402,8 +682,7 @@ mod tests {
         Options {
             min_size: min,
             max_size: max,
-            iterations: None,
-            warmup: None,
+            counts: OSU_COUNTS,
             json: false,
         }
     }
@@ -414,6 +693,7 @@ mod tests {
             panic!("latency did not parse");
         };
         assert_eq!(o, opts(0, 4 << 20));
+        assert_eq!(o, Options::defaults(Benchmark::Latency));
         let sizes = o.sizes();
         assert_eq!(sizes.len(), 24);
         assert_eq!(&sizes[..4], &[0, 1, 2, 4]);
@@ -421,11 +701,22 @@ mod tests {
         assert_eq!((o.iterations_for(8192), o.warmup_for(8192)), (10_000, 100));
         assert_eq!((o.iterations_for(8193), o.warmup_for(16384)), (1_000, 10));
 
-        let Ok(Command::Mpi(Benchmark::Bandwidth, o)) = parse(&["bw"]) else {
-            panic!("bw did not parse");
+        for b in [
+            Benchmark::Bandwidth,
+            Benchmark::BiBandwidth,
+            Benchmark::MultiBandwidth,
+        ] {
+            let Ok(Command::Mpi(parsed, o)) = parse(&[b.name()]) else {
+                panic!("{} did not parse", b.name());
+            };
+            assert_eq!(parsed, b);
+            assert_eq!(o.sizes()[0], 1);
+            assert_eq!(o.sizes().len(), 23);
+        }
+        let Ok(Command::Mpi(Benchmark::MultiLatency, o)) = parse(&["multi_lat"]) else {
+            panic!("multi_lat did not parse");
         };
-        assert_eq!(o.sizes()[0], 1);
-        assert_eq!(o.sizes().len(), 23);
+        assert_eq!(o.sizes()[0], 0);
 
         let Ok(Command::RawTcp(Benchmark::Latency, o)) = parse(&["raw-tcp", "latency"]) else {
             panic!("raw-tcp latency did not parse");
@@ -449,8 +740,12 @@ mod tests {
         let expected = Options {
             min_size: 2,
             max_size: 1024,
-            iterations: Some(50),
-            warmup: Some(5),
+            counts: Counts {
+                iterations: 50,
+                iterations_large: 50,
+                warmup: 5,
+                warmup_large: 5,
+            },
             json: true,
         };
         assert_eq!(c, Command::Mpi(Benchmark::Latency, expected.clone()));
@@ -462,6 +757,19 @@ mod tests {
         );
         let c = parse(&["raw-tcp", "bw", "--size", "64K"]).unwrap();
         assert_eq!(c, Command::RawTcp(Benchmark::Bandwidth, opts(65536, 65536)));
+        let Command::Mpi(_, o) = parse(&["bw", "--iterations-large", "7", "--warmup=3"]).unwrap()
+        else {
+            panic!("bw did not parse");
+        };
+        assert_eq!(
+            (o.iterations_for(8), o.iterations_for(1 << 20)),
+            (10_000, 7)
+        );
+        assert_eq!((o.warmup_for(8), o.warmup_for(1 << 20)), (3, 3));
+        assert_eq!(
+            o.describe_iterations(),
+            "iterations: 10000 (≤ 8192 B), 7 (larger); warm-up: 3"
+        );
     }
 
     #[test]
@@ -477,14 +785,72 @@ mod tests {
     }
 
     #[test]
+    fn compare_and_suite_parse() {
+        let Command::Compare(c) = parse(&["compare"]).unwrap() else {
+            panic!("compare did not parse");
+        };
+        assert_eq!(c.benchmarks, vec![Benchmark::Latency, Benchmark::Bandwidth]);
+        assert_eq!((c.rounds, c.ranks, c.options.min_size), (1, 2, 1));
+        let Command::Compare(c) = parse(&[
+            "compare",
+            "latency",
+            "mbw_mr",
+            "--rounds",
+            "3",
+            "--ranks=4",
+            "--size",
+            "8",
+        ])
+        .unwrap() else {
+            panic!("compare did not parse");
+        };
+        assert_eq!(
+            c.benchmarks,
+            vec![Benchmark::Latency, Benchmark::MultiBandwidth]
+        );
+        assert_eq!((c.rounds, c.ranks, c.options.sizes()), (3, 4, vec![8]));
+        let Command::Compare(c) = parse(&["compare", "latency"]).unwrap() else {
+            panic!("compare latency did not parse");
+        };
+        assert_eq!(c.options.min_size, 0);
+
+        let Command::Suite(s) = parse(&["suite"]).unwrap() else {
+            panic!("suite did not parse");
+        };
+        assert_eq!(s.options.counts, SUITE_COUNTS);
+        assert_eq!(s.options.sizes()[0], 1);
+        assert!(s.transports.is_empty());
+        assert_eq!(s.svg, PathBuf::from(SUITE_SVG));
+        let Command::Suite(s) = parse(&[
+            "suite",
+            "--transports",
+            "tcp, shm",
+            "--svg=/tmp/x.svg",
+            "--iterations",
+            "9",
+            "--max-size",
+            "64K",
+        ])
+        .unwrap() else {
+            panic!("suite did not parse");
+        };
+        assert_eq!(s.transports, vec!["tcp", "shm"]);
+        assert_eq!(s.svg, PathBuf::from("/tmp/x.svg"));
+        assert_eq!(s.options.counts.iterations_large, 9);
+        assert_eq!(s.options.counts.warmup_large, SUITE_COUNTS.warmup_large);
+    }
+
+    #[test]
     fn bad_command_lines_are_usage_errors() {
         let bad: &[&[&str]] = &[
             &[],
             &["lat"],
             &["raw-tcp"],
             &["raw-tcp", "put"],
+            &["raw-tcp", "bibw"],
             &["latency", "--max-size"],
             &["latency", "--iterations", "0"],
+            &["latency", "--iterations-large", "0"],
             &["latency", "--iterations", "ten"],
             &["latency", "--warmup", "-1"],
             &["latency", "--min-size", "64", "--max-size", "8"],
@@ -492,9 +858,20 @@ mod tests {
             &["latency", "--size", "8", "--max-size", "8"],
             &["latency", "--verbose"],
             &["latency", "--json=yes"],
+            &["latency", "--rounds", "2"],
             &["bw", "--min-size", "0"],
+            &["bibw", "--size", "0"],
             &["raw-tcp", "latency", "--size", "0"],
             &[RAW_TCP_PEER, "latency", "7"],
+            &["compare", "pingpong"],
+            &["compare", "latency", "latency"],
+            &["compare", "--rounds", "0"],
+            &["compare", "--ranks", "3"],
+            &["compare", "bw", "--min-size", "0"],
+            &["compare", "--svg", "x.svg"],
+            &["suite", "--rounds", "2"],
+            &["suite", "--transports", ","],
+            &["suite", "--size", "0"],
         ];
         for args in bad {
             assert!(parse(args).is_err(), "{args:?} parsed: {:?}", parse(args));
@@ -504,12 +881,16 @@ mod tests {
     }
 
     #[test]
-    fn peer_options_round_trip() {
+    fn options_round_trip_through_arguments() {
         let options = Options {
             min_size: 8,
             max_size: 4 << 20,
-            iterations: Some(3),
-            warmup: Some(0),
+            counts: Counts {
+                iterations: 3,
+                iterations_large: 2,
+                warmup: 0,
+                warmup_large: 1,
+            },
             json: true,
         };
         let mut args = vec![
@@ -523,10 +904,16 @@ mod tests {
             parse(&args),
             Ok(Command::RawTcpPeer {
                 benchmark: Benchmark::Bandwidth,
-                options,
+                options: options.clone(),
                 port: 4242,
                 token: 99,
             })
+        );
+        let mut args = vec!["mbw_mr".to_owned()];
+        args.extend(options.to_args());
+        assert_eq!(
+            parse(&args),
+            Ok(Command::Mpi(Benchmark::MultiBandwidth, options))
         );
     }
 }

@@ -1,30 +1,41 @@
 //! oxbench: oxmpi's benchmark programs.
 //!
-//! This crate owns the benchmark programs, nothing else: OSU-style
-//! point-to-point latency and bandwidth over oxmpi (`oxbench latency`,
-//! `oxbench bw`, run as a 2-rank job with `oxrun -n 2`), and the raw TCP
-//! baseline they are compared with (`oxbench raw-tcp latency|bw`, two
-//! plain processes over a loopback socket). It uses the `oxmpi` crate's
-//! public API only, like any MPI program: it must not know the abstract
-//! device, PMI or any transport; which transports a job uses is the
-//! library's business (`OXMPI_TRANSPORTS`), reported as set.
+//! This crate owns the benchmark programs, nothing else:
+//! - the OSU-style MPI benchmarks over oxmpi ([`mpi_bench`]): `latency`,
+//!   `bw`, `bibw` (2 ranks), `mbw_mr` and `multi_lat` (pairs), run as jobs
+//!   with `oxrun -n N oxbench BENCHMARK`;
+//! - the raw TCP floor they are compared with ([`raw_tcp`]: `oxbench
+//!   raw-tcp latency|bw`, two plain processes over a loopback socket);
+//! - `oxbench compare` ([`compare`]): the same benchmarks over MPICH and
+//!   Open MPI on the same machine, through a C program written against
+//!   the MPI C API (`benches/c/peer_bench.c`), side by side with oxmpi;
+//! - `oxbench suite` ([`suite`]): the main job, every benchmark over every
+//!   transport, tables and an SVG plot ([`plot`]).
 //!
-//! The conventions are OSU micro-benchmarks' (`osu_latency`, `osu_bw`):
-//! sizes doubling from 0 (latency) or 1 (bandwidth) to 4 MiB, 10000 timed
-//! iterations after 100 warm-up ones up to 8 KiB and 1000 after 10 above,
-//! windows of 64 messages acknowledged by a small message, MB/s as 10^6
-//! bytes per second, the same table layout (see [`report`]), page-aligned
-//! buffers touched before timing. Beyond OSU, every received message's
-//! size and bytes are checked.
+//! It uses the `oxmpi` crate's public API only, like any MPI program: it
+//! must not know the abstract device, PMI or any transport; which
+//! transports a job uses is the library's business (`OXMPI_TRANSPORTS`),
+//! reported as set.
 //!
-//! Modules: [`cli`] (command line), [`report`] (table and JSON),
-//! [`buffers`] (aligned, patterned buffers), [`mpi_bench`] (the MPI
-//! benchmarks), [`raw_tcp`] (the baseline).
+//! The conventions are the OSU micro-benchmarks': sizes doubling from 0
+//! (latencies) or 1 (bandwidths) to 4 MiB, 10000 timed iterations after
+//! 100 warm-up ones up to 8 KiB and 1000 after 10 above, windows of 64
+//! messages acknowledged by a small message, MB/s as 10^6 bytes per
+//! second, the same table layout (see [`report`]), page-aligned buffers
+//! touched before timing. Beyond OSU, every received message's size and
+//! bytes are checked.
+//!
+//! Other modules: [`cli`] (command line), [`buffers`] (aligned, patterned
+//! buffers), [`runner`] (the jobs compare and suite start).
 
 #![forbid(unsafe_code)]
 
 pub mod buffers;
 pub mod cli;
+pub mod compare;
 pub mod mpi_bench;
+pub mod plot;
 pub mod raw_tcp;
 pub mod report;
+pub mod runner;
+pub mod suite;

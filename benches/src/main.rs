@@ -4,7 +4,7 @@
 #![forbid(unsafe_code)]
 
 use oxmpi_benches::cli::{self, Command, USAGE};
-use oxmpi_benches::{mpi_bench, raw_tcp};
+use oxmpi_benches::{compare, mpi_bench, raw_tcp, suite};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -35,5 +35,7 @@ fn main() -> ExitCode {
             port,
             token,
         }) => raw_tcp::peer_main(benchmark, &options, port, token),
+        Ok(Command::Compare(options)) => compare::main(&options),
+        Ok(Command::Suite(options)) => suite::main(&options),
     }
 }

@@ -31,6 +31,7 @@
 
 use crate::buffers::{check_messages, fill_pattern, AlignedBuf};
 use crate::cli::{Benchmark, Options, RAW_TCP_PEER, WINDOW};
+use crate::mpi_bench;
 use crate::report::Report;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
@@ -168,13 +169,12 @@ fn run_parent(benchmark: Benchmark, options: &Options) -> Result<(), String> {
         "2 processes over 127.0.0.1, TCP_NODELAY, both busy-polling non-blocking sockets"
             .to_owned(),
         options.describe_iterations(),
-        match benchmark {
-            Benchmark::Latency => {
-                "one write per message; one-way latency is half the round trip".to_owned()
-            }
-            Benchmark::Bandwidth => {
-                format!("window: {WINDOW} messages, one write each, then a {ACK_SIZE}-byte acknowledgement")
-            }
+        if benchmark.is_latency() {
+            "one write per message; one-way latency is half the round trip".to_owned()
+        } else {
+            format!(
+                "window: {WINDOW} messages, one write each, then a {ACK_SIZE}-byte acknowledgement"
+            )
         },
     ];
     let report = Report::start(
@@ -348,7 +348,8 @@ impl Stall {
     }
 }
 
-/// Both sides' loop over the sizes; the parent times and reports.
+/// Both sides' loop over the sizes; the parent times and reports. The
+/// benchmark is `latency` or `bw` (the command line allows no other).
 fn exchange(
     link: &mut Link,
     side: Side,
@@ -358,10 +359,11 @@ fn exchange(
 ) -> Result<(), String> {
     let max = options.max_size;
     let mut send = AlignedBuf::new(max)?;
-    let receive_len = match (benchmark, side) {
-        (Benchmark::Bandwidth, Side::Child) => max * WINDOW,
-        (Benchmark::Bandwidth, Side::Parent) => 0,
-        (Benchmark::Latency, _) => max,
+    let latency = benchmark.is_latency();
+    let receive_len = match (latency, side) {
+        (false, Side::Child) => max * WINDOW,
+        (false, Side::Parent) => 0,
+        (true, _) => max,
     };
     let mut receive = AlignedBuf::new(receive_len)?;
     let mut one = [0u8; 1];
@@ -371,10 +373,10 @@ fn exchange(
         let warmup = options.warmup_for(size);
         let send = &mut send.as_mut_slice()[..size];
         fill_pattern(send, size);
-        let receive = match (benchmark, side) {
-            (Benchmark::Bandwidth, Side::Child) => &mut receive.as_mut_slice()[..size * WINDOW],
-            (Benchmark::Bandwidth, Side::Parent) => &mut receive.as_mut_slice()[..0],
-            (Benchmark::Latency, _) => &mut receive.as_mut_slice()[..size],
+        let receive = match (latency, side) {
+            (false, Side::Child) => &mut receive.as_mut_slice()[..size * WINDOW],
+            (false, Side::Parent) => &mut receive.as_mut_slice()[..0],
+            (true, _) => &mut receive.as_mut_slice()[..size],
         };
         receive.fill(0);
         // Synchronize: one byte each way.
@@ -390,22 +392,22 @@ fn exchange(
             if i == warmup {
                 start = Instant::now();
             }
-            match (benchmark, side) {
-                (Benchmark::Latency, Side::Parent) => {
+            match (latency, side) {
+                (true, Side::Parent) => {
                     link.write_all(send)?;
                     link.read_exact(receive)?;
                 }
-                (Benchmark::Latency, Side::Child) => {
+                (true, Side::Child) => {
                     link.read_exact(receive)?;
                     link.write_all(send)?;
                 }
-                (Benchmark::Bandwidth, Side::Parent) => {
+                (false, Side::Parent) => {
                     for _ in 0..WINDOW {
                         link.write_all(send)?;
                     }
                     link.read_exact(&mut ack)?;
                 }
-                (Benchmark::Bandwidth, Side::Child) => {
+                (false, Side::Child) => {
                     for buf in receive.chunks_mut(size) {
                         link.read_exact(buf)?;
                     }
@@ -417,12 +419,9 @@ fn exchange(
         check_messages(receive, send)
             .map_err(|e| format!("{}, {size} bytes: {e}", benchmark.name()))?;
         if let Some(report) = report.as_deref_mut() {
-            let figure = match benchmark {
-                Benchmark::Latency => seconds * 1e6 / (2.0 * iterations as f64),
-                Benchmark::Bandwidth => (size * iterations * WINDOW) as f64 / seconds / 1e6,
-            };
+            let figures = mpi_bench::figures(benchmark, size, iterations, &[seconds]);
             report
-                .row(size, figure)
+                .row(size, &figures)
                 .map_err(|e| format!("writing the report: {e}"))?;
         }
     }

@@ -2,10 +2,12 @@
 //!
 //! The table is what OSU's programs print: `#` header lines, a column
 //! header (`# Size          Latency (us)`), then one line per size, the
-//! size left-aligned in 10 columns and the figure right-aligned in 18 with
-//! 2 decimals. Table lines are written as each size is measured; the JSON
-//! object (`{"benchmark", "implementation", "unit", "notes", "results":
-//! [{"size", "value"}, ...]}`) once, at the end, on one line.
+//! size left-aligned in 10 columns and each figure right-aligned in 18
+//! with 2 decimals (`mbw_mr` has two figures: MB/s and messages/s). Table
+//! lines are written as each size is measured; the JSON object
+//! (`{"benchmark", "implementation", "unit", "notes", "results": [{"size",
+//! "value"}, ...]}`, with `"messages_per_second"` beside `"value"` for
+//! `mbw_mr`) once, at the end, on one line.
 
 use crate::cli::Benchmark;
 use std::io::{self, Write};
@@ -22,7 +24,7 @@ pub struct Report<W: Write> {
     implementation: String,
     notes: Vec<String>,
     json: bool,
-    results: Vec<(usize, f64)>,
+    results: Vec<(usize, Vec<f64>)>,
 }
 
 impl<W: Write> Report<W> {
@@ -54,11 +56,13 @@ impl<W: Write> Report<W> {
         })
     }
 
-    /// Records the figure for one size (and prints its table line).
-    pub fn row(&mut self, size: usize, value: f64) -> io::Result<()> {
-        self.results.push((size, value));
+    /// Records the figures for one size, one per column of the benchmark
+    /// (and prints its table line).
+    pub fn row(&mut self, size: usize, figures: &[f64]) -> io::Result<()> {
+        debug_assert_eq!(figures.len(), self.benchmark.columns().len());
+        self.results.push((size, figures.to_vec()));
         if !self.json {
-            writeln!(self.out, "{}", table_line(size, value))?;
+            writeln!(self.out, "{}", table_line(size, figures))?;
             self.out.flush()?;
         }
         Ok(())
@@ -82,29 +86,37 @@ impl<W: Write> Report<W> {
 
 /// The first header line's text (after `# `).
 pub fn title(benchmark: Benchmark, implementation: &str) -> String {
-    let what = match benchmark {
-        Benchmark::Latency => "latency",
-        Benchmark::Bandwidth => "bandwidth",
-    };
     let who = match implementation {
         "raw-tcp" => "raw TCP",
         other => other,
     };
-    format!("{who} {what} test")
+    format!("{who} {} test", benchmark.description())
 }
 
 /// The column header, as OSU's.
 pub fn column_header(benchmark: Benchmark) -> String {
-    let figure = match benchmark {
-        Benchmark::Latency => "Latency (us)",
-        Benchmark::Bandwidth => "Bandwidth (MB/s)",
-    };
-    format!("{:<SIZE_WIDTH$}{figure:>FIELD_WIDTH$}", "# Size")
+    let mut s = format!("{:<SIZE_WIDTH$}", "# Size");
+    for figure in benchmark.columns() {
+        s.push_str(&format!("{figure:>FIELD_WIDTH$}"));
+    }
+    s
 }
 
 /// One line of the table.
-pub fn table_line(size: usize, value: f64) -> String {
-    format!("{size:<SIZE_WIDTH$}{value:>FIELD_WIDTH$.2}")
+pub fn table_line(size: usize, figures: &[f64]) -> String {
+    let mut s = format!("{size:<SIZE_WIDTH$}");
+    for value in figures {
+        s.push_str(&format!("{value:>FIELD_WIDTH$.2}"));
+    }
+    s
+}
+
+/// The JSON keys of a benchmark's figures, in column order.
+pub fn figure_keys(benchmark: Benchmark) -> &'static [&'static str] {
+    match benchmark {
+        Benchmark::MultiBandwidth => &["value", "messages_per_second"],
+        _ => &["value"],
+    }
 }
 
 /// The JSON object of a whole run, on one line.
@@ -112,25 +124,37 @@ pub fn json(
     benchmark: Benchmark,
     implementation: &str,
     notes: &[String],
-    results: &[(usize, f64)],
+    results: &[(usize, Vec<f64>)],
 ) -> String {
-    let notes: Vec<String> = notes.iter().map(|n| json_string(n)).collect();
     let results: Vec<String> = results
         .iter()
-        .map(|&(size, value)| format!("{{\"size\":{size},\"value\":{}}}", json_number(value)))
+        .map(|(size, figures)| {
+            let mut item = format!("{{\"size\":{size}");
+            for (key, &value) in figure_keys(benchmark).iter().zip(figures) {
+                item.push_str(&format!(",\"{key}\":{}", json_number(value)));
+            }
+            item.push('}');
+            item
+        })
         .collect();
     format!(
-        "{{\"benchmark\":{},\"implementation\":{},\"unit\":{},\"notes\":[{}],\"results\":[{}]}}",
+        "{{\"benchmark\":{},\"implementation\":{},\"unit\":{},\"notes\":{},\"results\":[{}]}}",
         json_string(benchmark.name()),
         json_string(implementation),
         json_string(benchmark.unit()),
-        notes.join(","),
+        json_strings(notes),
         results.join(",")
     )
 }
 
+/// A JSON array of strings.
+pub fn json_strings(texts: &[String]) -> String {
+    let items: Vec<String> = texts.iter().map(|t| json_string(t)).collect();
+    format!("[{}]", items.join(","))
+}
+
 /// A JSON number; JSON has no infinities or NaN, so those are `null`.
-fn json_number(value: f64) -> String {
+pub fn json_number(value: f64) -> String {
     if value.is_finite() {
         // Rust prints finite floats without an exponent, in the shortest
         // form that reads back to the same value: valid JSON.
@@ -141,7 +165,7 @@ fn json_number(value: f64) -> String {
 }
 
 /// A JSON string literal.
-fn json_string(text: &str) -> String {
+pub fn json_string(text: &str) -> String {
     let mut s = String::with_capacity(text.len() + 2);
     s.push('"');
     for c in text.chars() {
@@ -173,9 +197,20 @@ mod tests {
             column_header(Benchmark::Bandwidth),
             "# Size      Bandwidth (MB/s)"
         );
-        assert_eq!(table_line(0, 3.456), "0                       3.46");
-        assert_eq!(table_line(4194304, 5629.0), "4194304              5629.00");
-        assert_eq!(table_line(8, 0.004).len(), SIZE_WIDTH + FIELD_WIDTH);
+        assert_eq!(
+            column_header(Benchmark::MultiBandwidth),
+            "# Size                  MB/s        Messages/s"
+        );
+        assert_eq!(table_line(0, &[3.456]), "0                       3.46");
+        assert_eq!(
+            table_line(4194304, &[5629.0]),
+            "4194304              5629.00"
+        );
+        assert_eq!(table_line(8, &[0.004]).len(), SIZE_WIDTH + FIELD_WIDTH);
+        assert_eq!(
+            table_line(8, &[1.5, 187500.0]),
+            "8                       1.50         187500.00"
+        );
     }
 
     #[test]
@@ -188,8 +223,8 @@ mod tests {
             false,
         )
         .unwrap();
-        r.row(0, 3.0).unwrap();
-        r.row(1, 3.25).unwrap();
+        r.row(0, &[3.0]).unwrap();
+        r.row(1, &[3.25]).unwrap();
         let text = String::from_utf8(r.finish().unwrap()).unwrap();
         assert_eq!(
             text,
@@ -208,9 +243,9 @@ mod tests {
             true,
         )
         .unwrap();
-        r.row(1, 1.5).unwrap();
-        r.row(2, f64::INFINITY).unwrap();
-        r.row(4, 1234.0).unwrap();
+        r.row(1, &[1.5]).unwrap();
+        r.row(2, &[f64::INFINITY]).unwrap();
+        r.row(4, &[1234.0]).unwrap();
         let text = String::from_utf8(r.finish().unwrap()).unwrap();
         assert_eq!(
             text,
@@ -220,6 +255,18 @@ mod tests {
              {\"size\":4,\"value\":1234}]}\n"
         );
         assert_eq!(json_number(1e-7), "0.0000001");
+        let text = json(
+            Benchmark::MultiBandwidth,
+            "oxmpi",
+            &[],
+            &[(8, vec![1.5, 187500.0])],
+        );
+        assert!(
+            text.ends_with(
+                "\"results\":[{\"size\":8,\"value\":1.5,\"messages_per_second\":187500}]}"
+            ),
+            "{text}"
+        );
     }
 
     #[test]
@@ -228,6 +275,10 @@ mod tests {
         assert_eq!(
             title(Benchmark::Bandwidth, "raw-tcp"),
             "raw TCP bandwidth test"
+        );
+        assert_eq!(
+            title(Benchmark::BiBandwidth, "oxmpi"),
+            "oxmpi bi-directional bandwidth test"
         );
     }
 }

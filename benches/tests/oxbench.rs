@@ -19,8 +19,12 @@ fn oxbench() -> &'static str {
 }
 
 fn mpi_job(args: &[&str]) -> Command {
+    mpi_job_of(2, args)
+}
+
+fn mpi_job_of(ranks: usize, args: &[&str]) -> Command {
     let mut c = Command::new(Binaries::new(oxbench()).oxrun());
-    c.args(["-n", "2"]).arg(oxbench()).args(args);
+    c.arg("-n").arg(ranks.to_string()).arg(oxbench()).args(args);
     c
 }
 
@@ -44,6 +48,12 @@ fn sizes(min: usize, max: usize) -> Vec<usize> {
 /// Checks an OSU-style table: `title` first, `#` header lines, the column
 /// header, then one line per size with a positive figure.
 fn check_table(stdout: &str, title: &str, column: &str, expected: &[usize]) {
+    check_rows(stdout, title, column, expected, 1);
+}
+
+/// Checks a table as [`check_table`] does, with `figures` figures per
+/// line.
+fn check_rows(stdout: &str, title: &str, column: &str, expected: &[usize], figures: usize) {
     let mut lines = stdout.lines();
     assert_eq!(lines.next(), Some(title), "first line\n{stdout}");
     let header: Vec<&str> = stdout.lines().take_while(|l| l.starts_with('#')).collect();
@@ -52,19 +62,21 @@ fn check_table(stdout: &str, title: &str, column: &str, expected: &[usize]) {
     let mut seen = Vec::new();
     for row in &rows {
         let fields: Vec<&str> = row.split_whitespace().collect();
-        assert_eq!(fields.len(), 2, "row {row:?}\n{stdout}");
+        assert_eq!(fields.len(), 1 + figures, "row {row:?}\n{stdout}");
         let size: usize = fields[0]
             .parse()
             .unwrap_or_else(|_| panic!("size in {row:?}"));
-        let value: f64 = fields[1]
-            .parse()
-            .unwrap_or_else(|_| panic!("figure in {row:?}"));
-        assert!(
-            value.is_finite() && value > 0.0,
-            "figure in {row:?}\n{stdout}"
-        );
-        let decimals = fields[1].rsplit_once('.').map(|(_, d)| d.len());
-        assert_eq!(decimals, Some(2), "2 decimals in {row:?}");
+        for field in &fields[1..] {
+            let value: f64 = field
+                .parse()
+                .unwrap_or_else(|_| panic!("figure in {row:?}"));
+            assert!(
+                value.is_finite() && value > 0.0,
+                "figure in {row:?}\n{stdout}"
+            );
+            let decimals = field.rsplit_once('.').map(|(_, d)| d.len());
+            assert_eq!(decimals, Some(2), "2 decimals in {row:?}");
+        }
         seen.push(size);
     }
     assert_eq!(seen, expected, "sizes\n{stdout}");
@@ -195,6 +207,85 @@ fn mpi_json_output() {
 }
 
 #[test]
+fn bibw_mbw_mr_and_multi_lat_tables() {
+    let counts = ["--iterations", "5", "--warmup", "1"];
+    let out = run(
+        mpi_job(&[&["bibw", "--max-size", "128K"][..], &counts].concat()),
+        MPI_BOUND,
+    );
+    out.assert_success();
+    check_table(
+        &out.stdout,
+        "# oxmpi bi-directional bandwidth test",
+        "# Size      Bandwidth (MB/s)",
+        &sizes(1, 128 << 10),
+    );
+    // Two pairs, each across the eager limit.
+    let out = run(
+        mpi_job_of(
+            4,
+            &[
+                &["mbw_mr", "--min-size", "32K", "--max-size", "128K"][..],
+                &counts,
+            ]
+            .concat(),
+        ),
+        MPI_BOUND,
+    );
+    out.assert_success();
+    check_rows(
+        &out.stdout,
+        "# oxmpi multiple bandwidth / message rate test",
+        "# Size                  MB/s        Messages/s",
+        &sizes(32 << 10, 128 << 10),
+        2,
+    );
+    assert!(
+        out.stdout.contains("# pairs: 2 (rank i with rank i + 2)"),
+        "{}",
+        out.stdout
+    );
+    let out = run(
+        mpi_job_of(
+            4,
+            &[
+                &["multi_lat", "--max-size", "256"][..],
+                &counts,
+                &["--json"],
+            ]
+            .concat(),
+        ),
+        MPI_BOUND,
+    );
+    out.assert_success();
+    let results = check_json(&out.stdout, "multi_lat", "oxmpi", "us");
+    assert_eq!(
+        results.iter().map(|r| r.0).collect::<Vec<_>>(),
+        sizes(0, 256)
+    );
+}
+
+#[test]
+fn multi_pair_benchmarks_need_pairs() {
+    for ranks in [1, 3] {
+        let out = run(mpi_job_of(ranks, &["mbw_mr", "--size", "8"]), MPI_BOUND);
+        assert!(
+            !out.status.success(),
+            "{ranks} ranks succeeded\n{}",
+            out.stdout
+        );
+        assert!(
+            out.stderr.contains("even number of ranks"),
+            "{}",
+            out.stderr
+        );
+    }
+    let out = run(mpi_job_of(4, &["bibw", "--size", "8"]), MPI_BOUND);
+    assert!(!out.status.success(), "bibw with 4 ranks succeeded");
+    assert!(out.stderr.contains("exactly 2 ranks"), "{}", out.stderr);
+}
+
+#[test]
 fn mpi_benchmarks_need_two_ranks() {
     // Run alone, oxbench is a 1-rank job: refused with a message.
     let out = run(oxbench_with(&["latency", "--size", "8"]), MPI_BOUND);
@@ -219,6 +310,11 @@ fn bad_command_lines_exit_with_2() {
         &["raw-tcp"],
         &["raw-tcp", "latency", "--size", "0"],
         &["raw-tcp", "bw", "--frobnicate"],
+        &["raw-tcp", "bibw"],
+        &["compare", "pingpong"],
+        &["compare", "--ranks", "3"],
+        &["suite", "--transports", ""],
+        &["suite", "--rounds", "2"],
     ];
     for args in bad {
         let out = run(oxbench_with(args), Duration::from_secs(20));
@@ -323,4 +419,213 @@ fn raw_tcp_child_exits_when_the_parent_is_killed() {
     unsafe { libc::kill(job.pid() as libc::pid_t, libc::SIGKILL) };
     let out = job.finish();
     assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{out:?}");
+}
+
+/// Bound of the comparison and suite runs: each starts a dozen jobs.
+const COMMAND_BOUND: Duration = Duration::from_secs(300);
+
+/// The table of one benchmark in `oxbench compare`'s output: from its
+/// title to the next title.
+fn compare_table<'a>(stdout: &'a str, description: &str) -> Vec<&'a str> {
+    let title = format!("# oxmpi compared with MPICH and Open MPI: {description}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    let start = lines
+        .iter()
+        .position(|l| l.starts_with(&title))
+        .unwrap_or_else(|| panic!("no table {title:?}\n{stdout}"));
+    let end = lines[start + 1..]
+        .iter()
+        .position(|l| l.starts_with("# oxmpi compared"))
+        .map_or(lines.len(), |p| start + 1 + p);
+    lines[start..end].to_vec()
+}
+
+#[test]
+fn compare_runs_oxmpi_mpich_and_open_mpi_side_by_side() {
+    // The peers come from ci/install-deps.sh (or compare installs them,
+    // when root).
+    let out = run(
+        oxbench_with(&[
+            "compare",
+            "latency",
+            "bw",
+            "mbw_mr",
+            "--min-size",
+            "8",
+            "--max-size",
+            "16",
+            "--iterations",
+            "20",
+            "--warmup",
+            "2",
+        ]),
+        COMMAND_BOUND,
+    );
+    assert!(
+        out.status.success(),
+        "compare failed ({}): are MPICH and Open MPI installed (ci/install-deps.sh)?\n{}\n{}",
+        out.status,
+        out.stdout,
+        out.stderr
+    );
+    for description in [
+        "latency (us)",
+        "bandwidth (MB/s)",
+        "multiple bandwidth / message rate (MB/s)",
+    ] {
+        let table = compare_table(&out.stdout, description);
+        assert!(
+            table
+                .iter()
+                .any(|l| l.starts_with("# MPICH: MPICH Version")),
+            "{table:#?}"
+        );
+        assert!(
+            table
+                .iter()
+                .any(|l| l.starts_with("# Open MPI: Open MPI v")),
+            "{table:#?}"
+        );
+        let header = table
+            .iter()
+            .position(|l| l.starts_with("# Size"))
+            .expect("a column header");
+        assert_eq!(
+            table[header].split_whitespace().collect::<Vec<_>>(),
+            ["#", "Size", "oxmpi", "MPICH", "Open", "MPI", "oxmpi/best"]
+        );
+        let rows = &table[header + 1..];
+        assert_eq!(rows.len(), 2, "{table:#?}");
+        for (row, size) in rows.iter().zip([8, 16]) {
+            let fields: Vec<&str> = row.split_whitespace().collect();
+            assert_eq!(fields[0], size.to_string(), "{row}");
+            let figures: Vec<f64> = fields[1..]
+                .iter()
+                .map(|f| f.parse().unwrap_or_else(|_| panic!("{row}")))
+                .collect();
+            assert_eq!(figures.len(), 4, "{row}");
+            assert!(figures.iter().all(|f| f.is_finite() && *f > 0.0), "{row}");
+        }
+    }
+    assert!(
+        out.stderr
+            .contains("oxbench compare: latency round 1 of 1: MPICH"),
+        "{}",
+        out.stderr
+    );
+
+    let out = run(
+        oxbench_with(&[
+            "compare",
+            "bibw",
+            "--size",
+            "1K",
+            "--iterations",
+            "5",
+            "--warmup",
+            "1",
+            "--rounds",
+            "2",
+            "--json",
+        ]),
+        COMMAND_BOUND,
+    );
+    out.assert_success();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "{}", out.stdout);
+    let json = lines[0];
+    assert!(
+        json.starts_with("{\"benchmark\":\"bibw\",\"unit\":\"MB/s\",\"rounds\":2,\"notes\":["),
+        "{json}"
+    );
+    for key in ["oxmpi", "mpich", "openmpi"] {
+        let object = format!("{{\"benchmark\":\"bibw\",\"implementation\":\"{key}\"");
+        assert!(json.contains(&object), "{key}: {json}");
+    }
+    assert!(json.contains("rounds with figures: 2 of 2"), "{json}");
+    assert!(!json.contains("unavailable"), "{json}");
+    let ratio = json
+        .split_once("\"ratios\":[{\"size\":1024,\"value\":")
+        .and_then(|(_, rest)| rest.strip_suffix("}]}"))
+        .unwrap_or_else(|| panic!("ratios in {json}"));
+    let ratio: f64 = ratio.parse().unwrap_or_else(|_| panic!("ratio in {json}"));
+    assert!(ratio.is_finite() && ratio > 0.0, "{json}");
+}
+
+#[test]
+fn suite_prints_a_table_per_transport_and_writes_a_plot() {
+    let svg = std::env::temp_dir().join(format!("oxbench-suite-test-{}.svg", std::process::id()));
+    let _ = std::fs::remove_file(&svg);
+    let out = run(
+        oxbench_with(&[
+            "suite",
+            "--max-size",
+            "16K",
+            "--iterations",
+            "20",
+            "--iterations-large",
+            "3",
+            "--warmup",
+            "1",
+            "--svg",
+            svg.to_str().expect("a UTF-8 temporary path"),
+        ]),
+        COMMAND_BOUND,
+    );
+    out.assert_success();
+    let plot = std::fs::read_to_string(&svg);
+    let _ = std::fs::remove_file(&svg);
+    let plot = plot.unwrap_or_else(|e| panic!("no plot at {}: {e}\n{}", svg.display(), out.stderr));
+    assert!(plot.trim_end().ends_with("</svg>"), "{plot}");
+    for text in [
+        "oxmpi tcp",
+        "oxmpi tcp bibw",
+        "raw TCP",
+        "latency (us)",
+        "bandwidth (MB/s)",
+    ] {
+        assert!(plot.contains(text), "{text:?} not in the plot");
+    }
+
+    let expected = sizes(1, 16 << 10);
+    for (title, figures) in [
+        ("# oxmpi over tcp (OXMPI_TRANSPORTS=tcp), 2 ranks", 4),
+        ("# raw TCP between two plain processes: the floor", 2),
+    ] {
+        let lines: Vec<&str> = out.stdout.lines().collect();
+        let start = lines
+            .iter()
+            .position(|l| *l == title)
+            .unwrap_or_else(|| panic!("no table {title:?}\n{}", out.stdout));
+        let rows: Vec<&str> = lines[start..]
+            .iter()
+            .skip_while(|l| l.starts_with('#'))
+            .take_while(|l| !l.is_empty())
+            .copied()
+            .collect();
+        assert_eq!(rows.len(), expected.len(), "{}", out.stdout);
+        for (row, size) in rows.iter().zip(&expected) {
+            let fields: Vec<&str> = row.split_whitespace().collect();
+            assert_eq!(fields.len(), 1 + figures, "{row}");
+            assert_eq!(fields[0], size.to_string(), "{row}");
+            assert!(
+                fields[1..]
+                    .iter()
+                    .all(|f| f.parse::<f64>().is_ok_and(|v| v > 0.0)),
+                "{row}"
+            );
+        }
+    }
+    for progress in [
+        "tcp latency: done",
+        "tcp mbw_mr: done",
+        "raw-tcp bw: done",
+        "wrote the plot",
+    ] {
+        assert!(
+            out.stderr.contains(progress),
+            "{progress:?}\n{}",
+            out.stderr
+        );
+    }
 }

@@ -73,6 +73,10 @@ use std::time::Instant;
 /// always use the self method.
 pub const TRANSPORTS_ENV: &str = "OXMPI_TRANSPORTS";
 
+/// The transports between processes this build of oxmpi has, by the names
+/// [`TRANSPORTS_ENV`] takes, in order of preference.
+pub const TRANSPORT_NAMES: &[&str] = &["tcp"];
+
 /// MPI's thread support levels (MPI 4.1 §11.2.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Threading {
@@ -246,7 +250,10 @@ fn transports_for(job: &oxmpi_adi::transport::JobInfo) -> Result<Vec<Box<dyn Tra
             other => {
                 return Err(Error::new(
                     ErrorClass::Arg,
-                    format!("{TRANSPORTS_ENV} names unknown transport {other:?}; known: tcp"),
+                    format!(
+                        "{TRANSPORTS_ENV} names unknown transport {other:?}; known: {}",
+                        TRANSPORT_NAMES.join(", ")
+                    ),
                 ))
             }
         }

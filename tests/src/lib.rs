@@ -16,7 +16,7 @@
 //! the examples of the `oxmpi` crate; `cargo test --workspace` builds all
 //! of them next to `oxrun`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -139,36 +139,100 @@ fn forward(pipe: impl Read, pieces: Sender<Piece>, piece: fn(String) -> Piece) {
     let _ = pieces.send(Piece::Closed);
 }
 
+/// Why a job failed: what it was, what went wrong, and everything it had
+/// written by then.
+#[derive(Debug)]
+pub struct JobFailure {
+    /// The job, as it was named (by default its command line).
+    pub what: String,
+    /// What went wrong, e.g. "exceeded its bound of 30s and was killed".
+    pub why: String,
+    /// Everything the job wrote to standard output.
+    pub stdout: String,
+    /// Everything the job wrote to standard error.
+    pub stderr: String,
+}
+
+impl JobFailure {
+    /// The failure in one line, followed by at most the last `lines`
+    /// non-blank lines of the job's standard error (or, if it wrote no
+    /// errors, of its standard output), indented: for a report that
+    /// should stay short.
+    pub fn summary(&self, lines: usize) -> String {
+        let text = if self.stderr.trim().is_empty() {
+            &self.stdout
+        } else {
+            &self.stderr
+        };
+        let written: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        let mut s = format!("{} {}", self.what, self.why);
+        if !written.is_empty() {
+            s.push(':');
+            for line in &written[written.len().saturating_sub(lines)..] {
+                s.push_str("\n    ");
+                s.push_str(line);
+            }
+        }
+        s
+    }
+}
+
+impl std::fmt::Display for JobFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {}\n{}",
+            self.what,
+            self.why,
+            transcript(&self.stdout, &self.stderr)
+        )
+    }
+}
+
+impl std::error::Error for JobFailure {}
+
 /// A job started in its own process group, bounded in time: killed with
 /// everything in its group and everything it started if it outlives its
 /// bound, fails a check, or is dropped unfinished (the test panicked).
+///
+/// The `try_` methods report a failure as a [`JobFailure`] (for programs
+/// that supervise jobs, like `oxbench`); the others panic with it (for
+/// tests).
 pub struct Job {
     child: Child,
     what: String,
+    /// When the job must have ended.
+    deadline: Instant,
     started: Instant,
-    bound: Duration,
     pieces: Receiver<Piece>,
     /// Output streams not yet closed.
     open: usize,
     stdout: String,
     stderr: String,
+    /// Lines of standard output not yet handed out by
+    /// [`Job::try_wait_for_line`].
+    unread: VecDeque<String>,
     /// Whether the first process has been waited for.
     reaped: bool,
 }
 
 impl Job {
     /// Starts `command` (typically `oxrun ...`) in a process group of its
-    /// own; it has `bound` from now to end (see [`Job::finish`]).
-    pub fn start(mut command: Command, bound: Duration) -> Job {
+    /// own; it has `bound` from now to end (see [`Job::try_finish`]). It
+    /// is named by its command line in failures.
+    pub fn spawn(mut command: Command, bound: Duration) -> Result<Job, JobFailure> {
         let what = format!("{command:?}");
         command
             .process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let mut child = command
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+        let mut child = command.spawn().map_err(|e| JobFailure {
+            what: what.clone(),
+            why: format!("cannot be started: {e}"),
+            stdout: String::new(),
+            stderr: String::new(),
+        })?;
         let started = Instant::now();
         let (tx, pieces) = mpsc::channel();
         let stdout = child.stdout.take().expect("piped stdout");
@@ -176,17 +240,34 @@ impl Job {
         let tx_err = tx.clone();
         std::thread::spawn(move || forward(stdout, tx, Piece::Stdout));
         std::thread::spawn(move || forward(stderr, tx_err, Piece::Stderr));
-        Job {
+        Ok(Job {
             child,
             what,
+            deadline: started + bound,
             started,
-            bound,
             pieces,
             open: 2,
             stdout: String::new(),
             stderr: String::new(),
+            unread: VecDeque::new(),
             reaped: false,
-        }
+        })
+    }
+
+    /// [`Job::spawn`], panicking if the command cannot be started.
+    pub fn start(command: Command, bound: Duration) -> Job {
+        Job::spawn(command, bound).unwrap_or_else(|f| panic!("{f}"))
+    }
+
+    /// Names the job in failures (instead of its command line).
+    pub fn named(mut self, what: impl Into<String>) -> Job {
+        self.what = what.into();
+        self
+    }
+
+    /// Gives the job `bound` from now to end, instead of what was left.
+    pub fn set_bound(&mut self, bound: Duration) {
+        self.deadline = Instant::now() + bound;
     }
 
     /// Process id of the job's first process (the launcher), which is
@@ -200,48 +281,79 @@ impl Job {
         self.started.elapsed()
     }
 
+    /// Waits up to `bound` (and never past the job's own bound) for the
+    /// next line of standard output, among those not yet handed out, for
+    /// which `wanted` holds; lines passed over are handed out too. Returns
+    /// the line without its newline. If none comes in time, or the job
+    /// closes its output first, the job is killed and the failure
+    /// returned.
+    pub fn try_wait_for_line(
+        &mut self,
+        bound: Duration,
+        wanted: impl Fn(&str) -> bool,
+    ) -> Result<String, JobFailure> {
+        let asked = Instant::now() + bound;
+        let until = self.deadline.min(asked);
+        loop {
+            while let Some(line) = self.unread.pop_front() {
+                let line = line.trim_end_matches(['\n', '\r']).to_owned();
+                if wanted(&line) {
+                    return Ok(line);
+                }
+            }
+            if self.open == 0 {
+                return Err(self.fail("closed its output before the expected line"));
+            }
+            if !self.receive(until) && Instant::now() >= until {
+                let why = if until < asked {
+                    "reached the end of its bound without writing the expected line".to_owned()
+                } else {
+                    format!("wrote no expected line within {bound:.1?}")
+                };
+                return Err(self.fail(&why));
+            }
+        }
+    }
+
     /// Waits up to `bound` for the job's first line of standard output;
     /// kills the job and panics, showing its output, if none comes.
     pub fn wait_for_stdout(&mut self, bound: Duration) {
-        let until = Instant::now() + bound;
-        while self.stdout.is_empty() {
-            if self.open == 0 {
-                self.fail("closed its output without printing anything");
-            }
-            if !self.receive(until) && Instant::now() >= until {
-                self.fail(&format!("printed nothing within {bound:?}"));
-            }
+        if let Err(f) = self.try_wait_for_line(bound, |_| true) {
+            panic!("{f}");
         }
     }
 
     /// Waits for the job to end within its bound: its first process
     /// exits, its output closes (nothing it started still holds it), and
     /// no live process is left in its process group. Past the bound, it
-    /// kills the job and panics, showing its output and what was left.
-    pub fn finish(mut self) -> Outcome {
-        let deadline = self.started + self.bound;
+    /// kills the job and returns the failure, with its output and what
+    /// was left. An exit with a failure status is not a failure here: it
+    /// is in the [`Outcome`].
+    pub fn try_finish(mut self) -> Result<Outcome, JobFailure> {
+        let deadline = self.deadline;
+        let bound = deadline.saturating_duration_since(self.started);
         let status = loop {
             match self.child.try_wait() {
                 Ok(Some(status)) => break status,
-                Ok(None) if Instant::now() >= deadline => self.fail(&format!(
-                    "exceeded its bound of {:?} and was killed",
-                    self.bound
-                )),
+                Ok(None) if Instant::now() >= deadline => {
+                    return Err(
+                        self.fail(&format!("exceeded its bound of {bound:.1?} and was killed"))
+                    )
+                }
                 Ok(None) => {
                     self.receive(deadline.min(Instant::now() + POLL));
                 }
-                Err(e) => self.fail(&format!("cannot be waited for: {e}")),
+                Err(e) => return Err(self.fail(&format!("cannot be waited for: {e}"))),
             }
         };
         self.reaped = true;
         let elapsed = self.started.elapsed();
         while self.open > 0 {
             if !self.receive(deadline) && Instant::now() >= deadline {
-                self.fail(&format!(
+                return Err(self.fail(&format!(
                     "exited with {status}, but something it started still held its output \
-                     open at the end of its bound of {:?}",
-                    self.bound
-                ));
+                     open at the end of its bound of {bound:.1?}"
+                )));
             }
         }
         loop {
@@ -250,20 +362,24 @@ impl Job {
                 break;
             }
             if Instant::now() >= deadline {
-                self.fail(&format!(
+                return Err(self.fail(&format!(
                     "exited with {status}, but left processes alive in its group at the end \
-                     of its bound of {:?}: {left:?}",
-                    self.bound
-                ));
+                     of its bound of {bound:.1?}: {left:?}"
+                )));
             }
             std::thread::sleep(POLL);
         }
-        Outcome {
+        Ok(Outcome {
             status,
             stdout: std::mem::take(&mut self.stdout),
             stderr: std::mem::take(&mut self.stderr),
             elapsed,
-        }
+        })
+    }
+
+    /// [`Job::try_finish`], panicking with the failure.
+    pub fn finish(self) -> Outcome {
+        self.try_finish().unwrap_or_else(|f| panic!("{f}"))
     }
 
     /// Takes in one piece of output, waiting for it until `until` at
@@ -276,7 +392,10 @@ impl Job {
             return false;
         }
         match self.pieces.recv_timeout(wait) {
-            Ok(Piece::Stdout(line)) => self.stdout.push_str(&line),
+            Ok(Piece::Stdout(line)) => {
+                self.stdout.push_str(&line);
+                self.unread.push_back(line);
+            }
             Ok(Piece::Stderr(line)) => self.stderr.push_str(&line),
             Ok(Piece::Closed) => self.open -= 1,
             Err(RecvTimeoutError::Timeout) => return false,
@@ -288,16 +407,18 @@ impl Job {
         true
     }
 
-    /// Kills the job, takes in what it wrote last, and panics with it.
-    fn fail(&mut self, why: &str) -> ! {
+    /// Kills the job, takes in what it wrote last, and returns the
+    /// failure with it.
+    fn fail(&mut self, why: &str) -> JobFailure {
         self.kill();
         let until = Instant::now() + LAST_WORDS;
         while self.open > 0 && Instant::now() < until && self.receive(until) {}
-        panic!(
-            "{} {why}\n{}",
-            self.what,
-            transcript(&self.stdout, &self.stderr)
-        );
+        JobFailure {
+            what: self.what.clone(),
+            why: why.to_owned(),
+            stdout: std::mem::take(&mut self.stdout),
+            stderr: std::mem::take(&mut self.stderr),
+        }
     }
 
     /// Kills the first process's descendants (found while it is not yet

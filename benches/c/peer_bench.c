@@ -1,0 +1,509 @@
+/*
+ * peer_bench: oxbench's MPI benchmarks written against the standard MPI C
+ * API, so that other MPI libraries (MPICH, Open MPI) are measured with
+ * exactly the same patterns as oxmpi. `oxbench compare` builds it with
+ * each library's `mpicc` and runs it under the library's launcher.
+ *
+ * It mirrors benches/src/mpi_bench.rs and benches/src/cli.rs (read their
+ * docs for the patterns), and must be kept in step with them:
+ * - command line: `latency|bw|bibw|mbw_mr|multi_lat [--min-size N]
+ *   [--max-size N] [--size N] [--iterations N] [--iterations-large N]
+ *   [--warmup N] [--warmup-large N]`, `--name value` or `--name=value`,
+ *   sizes in bytes with an optional K, M or G suffix (powers of 1024);
+ *   sizes double from the smallest to the largest (0 is followed by 1);
+ *   a count given for all sizes applies above 8 KiB too unless the
+ *   `-large` one is given;
+ * - OSU's counts: 10000 timed iterations after 100 warm-up ones up to
+ *   8 KiB, 1000 after 10 above, unless given;
+ * - pairs: rank i of the first half with rank i + n/2, the first the
+ *   initiator; latency, bw and bibw need exactly 2 ranks, mbw_mr and
+ *   multi_lat an even number;
+ * - latency, multi_lat: the initiator sends, its partner answers with the
+ *   same size; half the round trip in microseconds, averaged (over the
+ *   pairs too);
+ * - bw, mbw_mr: the initiator starts 64 immediate sends, waits for them,
+ *   and receives a 4-byte acknowledgement; its partner posts 64 immediate
+ *   receives into 64 consecutive buffers, waits, and acknowledges; MB/s,
+ *   10^6 bytes per second, of all pairs over their mean time (and, for
+ *   mbw_mr, messages per second);
+ * - bibw: both post 64 immediate receives, start 64 immediate sends and
+ *   wait for all; MB/s of both directions;
+ * - before each size, every rank sends one byte to rank 0, which answers
+ *   each (the multi-pair benchmarks again after the warm-up); page-aligned
+ *   buffers filled with a size-dependent pattern (bytes 1..=251 cycling)
+ *   before timing; every receive's byte count checked, and the received
+ *   bytes compared with the pattern after the timed loop; initiators send
+ *   their times to rank 0;
+ * - output (rank 0): `#` header lines (one `# library: ...`), the column
+ *   header, then one line per size, the size in 10 columns and each
+ *   figure in 18 with 2 decimals, as oxbench prints it.
+ *
+ * Errors in MPI calls abort the job (MPI's default error handler); a bad
+ * command line exits with status 2 before MPI is initialized.
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WINDOW 64
+#define LARGE_MESSAGE_SIZE 8192
+#define ITERATIONS_SMALL 10000
+#define ITERATIONS_LARGE 1000
+#define WARMUP_SMALL 100
+#define WARMUP_LARGE 10
+#define DEFAULT_MAX_SIZE ((size_t)4 << 20)
+#define SIZE_LIMIT ((size_t)64 << 20)
+#define ALIGNMENT 4096
+#define PERIOD 251
+#define ACK_SIZE 4
+
+#define TAG_SYNC 1
+#define TAG_DATA 2
+#define TAG_ACK 3
+#define TAG_TIME 4
+
+enum benchmark { LATENCY, BANDWIDTH, BIBANDWIDTH, MULTI_BANDWIDTH, MULTI_LATENCY };
+
+static const char *const names[] = {"latency", "bw", "bibw", "mbw_mr", "multi_lat"};
+static const char *const descriptions[] = {"latency", "bandwidth", "bi-directional bandwidth",
+                                           "multiple bandwidth / message rate",
+                                           "multi-pair latency"};
+
+static int is_latency(enum benchmark b) { return b == LATENCY || b == MULTI_LATENCY; }
+static int is_multi_pair(enum benchmark b) { return b == MULTI_BANDWIDTH || b == MULTI_LATENCY; }
+
+struct options {
+    enum benchmark benchmark;
+    size_t min_size;
+    size_t max_size;
+    long iterations, iterations_large;
+    long warmup, warmup_large;
+};
+
+static const char usage[] =
+    "usage: mpiexec -n 2 peer_bench latency|bw|bibw|mbw_mr|multi_lat [--min-size N]\n"
+    "       [--max-size N] [--size N] [--iterations N] [--iterations-large N]\n"
+    "       [--warmup N] [--warmup-large N]\n";
+
+static int usage_error(const char *what, const char *arg)
+{
+    fprintf(stderr, "peer_bench: %s%s%s\n%s", what, arg ? " " : "", arg ? arg : "", usage);
+    return 0;
+}
+
+/* Parses a size: decimal bytes, then nothing, B, K/k/KiB, M/m/MiB or
+ * G/g/GiB. */
+static int parse_size(const char *text, size_t *out)
+{
+    size_t value = 0;
+    const char *p = text;
+    if (*p < '0' || *p > '9')
+        return 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        size_t digit = (size_t)(*p - '0');
+        if (value > ((size_t)-1 - digit) / 10)
+            return 0;
+        value = value * 10 + digit;
+    }
+    int shift;
+    if (!strcmp(p, "") || !strcmp(p, "B"))
+        shift = 0;
+    else if (!strcmp(p, "K") || !strcmp(p, "k") || !strcmp(p, "KiB"))
+        shift = 10;
+    else if (!strcmp(p, "M") || !strcmp(p, "m") || !strcmp(p, "MiB"))
+        shift = 20;
+    else if (!strcmp(p, "G") || !strcmp(p, "g") || !strcmp(p, "GiB"))
+        shift = 30;
+    else
+        return 0;
+    if (value > ((size_t)-1 >> shift))
+        return 0;
+    *out = value << shift;
+    return 1;
+}
+
+static int parse_count(const char *text, long *out)
+{
+    char *end;
+    if (*text < '0' || *text > '9')
+        return 0;
+    unsigned long long value = strtoull(text, &end, 10);
+    if (*end != '\0' || value > 1000000000000ULL)
+        return 0;
+    *out = (long)value;
+    return 1;
+}
+
+/* Parses the command line into `o`; prints what is wrong and returns 0 if
+ * it is bad. */
+static int parse(int argc, char **argv, struct options *o)
+{
+    int have_min = 0, have_max = 0, have_size = 0, found = 0;
+    size_t size = 0;
+    long iterations = -1, iterations_large = -1, warmup = -1, warmup_large = -1;
+    if (argc < 2)
+        return usage_error("no benchmark given", NULL);
+    for (int b = LATENCY; b <= MULTI_LATENCY; b++) {
+        if (!strcmp(argv[1], names[b])) {
+            o->benchmark = (enum benchmark)b;
+            found = 1;
+        }
+    }
+    if (!found)
+        return usage_error("unknown benchmark:", argv[1]);
+    o->min_size = is_latency(o->benchmark) ? 0 : 1;
+    o->max_size = DEFAULT_MAX_SIZE;
+    for (int i = 2; i < argc; i++) {
+        char name[32];
+        const char *value;
+        const char *eq = strchr(argv[i], '=');
+        if (!strncmp(argv[i], "--", 2) && eq && (size_t)(eq - argv[i]) < sizeof name) {
+            memcpy(name, argv[i], (size_t)(eq - argv[i]));
+            name[eq - argv[i]] = '\0';
+            value = eq + 1;
+        } else if (strlen(argv[i]) < sizeof name) {
+            strcpy(name, argv[i]);
+            if (i + 1 >= argc)
+                return usage_error("this option needs a value:", argv[i]);
+            value = argv[++i];
+        } else {
+            return usage_error("unknown option", argv[i]);
+        }
+        if (!strcmp(name, "--min-size")) {
+            if (!parse_size(value, &o->min_size))
+                return usage_error("not a size (bytes, or with K, M or G):", value);
+            have_min = 1;
+        } else if (!strcmp(name, "--max-size")) {
+            if (!parse_size(value, &o->max_size))
+                return usage_error("not a size (bytes, or with K, M or G):", value);
+            have_max = 1;
+        } else if (!strcmp(name, "--size")) {
+            if (!parse_size(value, &size))
+                return usage_error("not a size (bytes, or with K, M or G):", value);
+            have_size = 1;
+        } else if (!strcmp(name, "--iterations")) {
+            if (!parse_count(value, &iterations) || iterations == 0)
+                return usage_error("--iterations takes a whole number of at least 1, not", value);
+        } else if (!strcmp(name, "--iterations-large")) {
+            if (!parse_count(value, &iterations_large) || iterations_large == 0)
+                return usage_error("--iterations-large takes a whole number of at least 1, not",
+                                   value);
+        } else if (!strcmp(name, "--warmup")) {
+            if (!parse_count(value, &warmup))
+                return usage_error("--warmup takes a whole number, not", value);
+        } else if (!strcmp(name, "--warmup-large")) {
+            if (!parse_count(value, &warmup_large))
+                return usage_error("--warmup-large takes a whole number, not", value);
+        } else {
+            return usage_error("unknown option", name);
+        }
+    }
+    o->iterations = iterations >= 0 ? iterations : ITERATIONS_SMALL;
+    o->iterations_large = iterations_large >= 0 ? iterations_large
+                          : iterations >= 0     ? iterations
+                                                : ITERATIONS_LARGE;
+    o->warmup = warmup >= 0 ? warmup : WARMUP_SMALL;
+    o->warmup_large = warmup_large >= 0 ? warmup_large : warmup >= 0 ? warmup : WARMUP_LARGE;
+    if (have_size) {
+        if (have_min || have_max)
+            return usage_error("--size cannot be combined with --min-size or --max-size", NULL);
+        o->min_size = o->max_size = size;
+    }
+    if (o->max_size > SIZE_LIMIT)
+        return usage_error("message sizes are limited to 64 MiB", NULL);
+    if (o->min_size > o->max_size)
+        return usage_error("the smallest size is larger than the largest", NULL);
+    if (!is_latency(o->benchmark) && o->min_size == 0)
+        return usage_error("bandwidth needs messages of at least 1 byte", NULL);
+    return 1;
+}
+
+static long iterations_for(const struct options *o, size_t size)
+{
+    return size > LARGE_MESSAGE_SIZE ? o->iterations_large : o->iterations;
+}
+
+static long warmup_for(const struct options *o, size_t size)
+{
+    return size > LARGE_MESSAGE_SIZE ? o->warmup_large : o->warmup;
+}
+
+static void fail(const char *what, size_t size)
+{
+    fprintf(stderr, "peer_bench: %s (%zu-byte messages)\n", what, size);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+/* A zeroed page-aligned buffer of `len` bytes (at least one page, so that
+ * a zero length still gives a valid pointer). */
+static char *aligned_buffer(size_t len)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, ALIGNMENT, len ? len : ALIGNMENT) != 0)
+        fail("cannot allocate the message buffers", len);
+    memset(p, 0, len);
+    return p;
+}
+
+/* The pattern of a message of `size` bytes, as oxbench's buffers.rs. */
+static void fill_pattern(char *buf, size_t len, size_t size)
+{
+    size_t first = size % PERIOD;
+    for (size_t i = 0; i < len; i++)
+        buf[i] = (char)((first + i) % PERIOD + 1);
+}
+
+/* Checks that `received` holds `count` copies of `expected`. */
+static void check_messages(const char *received, size_t count, const char *expected, size_t size)
+{
+    for (size_t m = 0; m < count; m++) {
+        const char *got = received + m * size;
+        if (memcmp(got, expected, size) != 0) {
+            size_t byte = 0;
+            while (got[byte] == expected[byte])
+                byte++;
+            fprintf(stderr, "peer_bench: received data is wrong: byte %zu of message %zu\n", byte, m);
+            fail("received data is wrong", size);
+        }
+    }
+}
+
+static void check_count(MPI_Status *status, size_t size)
+{
+    int count;
+    MPI_Get_count(status, MPI_BYTE, &count);
+    if ((size_t)count != size)
+        fail("a message arrived with the wrong byte count", size);
+}
+
+static void receive_exact(void *buf, size_t size, int peer, int tag)
+{
+    MPI_Status status;
+    MPI_Recv(buf, (int)size, MPI_BYTE, peer, tag, MPI_COMM_WORLD, &status);
+    check_count(&status, size);
+}
+
+/* Every rank reports to rank 0 with one byte, then rank 0 answers each. */
+static void sync_all(int rank, int ranks)
+{
+    char token = 0, incoming;
+    if (rank == 0) {
+        for (int r = 1; r < ranks; r++)
+            receive_exact(&incoming, 1, r, TAG_SYNC);
+        for (int r = 1; r < ranks; r++)
+            MPI_Send(&token, 1, MPI_BYTE, r, TAG_SYNC, MPI_COMM_WORLD);
+    } else {
+        MPI_Send(&token, 1, MPI_BYTE, 0, TAG_SYNC, MPI_COMM_WORLD);
+        receive_exact(&incoming, 1, 0, TAG_SYNC);
+    }
+}
+
+/* One window: WINDOW immediate receives of `size` bytes into consecutive
+ * buffers of `window` (if not NULL), WINDOW immediate sends of `message`
+ * (if not NULL), then a wait for all of them. */
+static void exchange_window(int peer, const char *message, char *window, size_t size)
+{
+    MPI_Request requests[2 * WINDOW];
+    MPI_Status statuses[2 * WINDOW];
+    int n = 0;
+    if (window)
+        for (int k = 0; k < WINDOW; k++)
+            MPI_Irecv(window + (size_t)k * size, (int)size, MPI_BYTE, peer, TAG_DATA,
+                      MPI_COMM_WORLD, &requests[n++]);
+    if (message)
+        for (int k = 0; k < WINDOW; k++)
+            MPI_Isend(message, (int)size, MPI_BYTE, peer, TAG_DATA, MPI_COMM_WORLD,
+                      &requests[n++]);
+    MPI_Waitall(n, requests, statuses);
+    if (window)
+        for (int k = 0; k < WINDOW; k++)
+            check_count(&statuses[k], size);
+}
+
+/* One iteration of the benchmark in this rank. */
+static void step(enum benchmark b, int peer, int initiator, const char *message, char *received,
+                 size_t size)
+{
+    char ack[ACK_SIZE] = {0};
+    switch (b) {
+    case LATENCY:
+    case MULTI_LATENCY:
+        if (initiator) {
+            MPI_Send(message, (int)size, MPI_BYTE, peer, TAG_DATA, MPI_COMM_WORLD);
+            receive_exact(received, size, peer, TAG_DATA);
+        } else {
+            receive_exact(received, size, peer, TAG_DATA);
+            MPI_Send(message, (int)size, MPI_BYTE, peer, TAG_DATA, MPI_COMM_WORLD);
+        }
+        break;
+    case BANDWIDTH:
+    case MULTI_BANDWIDTH:
+        if (initiator) {
+            exchange_window(peer, message, NULL, size);
+            receive_exact(ack, ACK_SIZE, peer, TAG_ACK);
+        } else {
+            exchange_window(peer, NULL, received, size);
+            MPI_Send(ack, ACK_SIZE, MPI_BYTE, peer, TAG_ACK, MPI_COMM_WORLD);
+        }
+        break;
+    case BIBANDWIDTH:
+        exchange_window(peer, message, received, size);
+        break;
+    }
+}
+
+/* Whether this rank receives windows of messages at once. */
+static int receives_windows(enum benchmark b, int initiator)
+{
+    return b == BIBANDWIDTH || ((b == BANDWIDTH || b == MULTI_BANDWIDTH) && !initiator);
+}
+
+static size_t receive_len(enum benchmark b, int initiator, size_t size)
+{
+    if (receives_windows(b, initiator))
+        return size * WINDOW;
+    return is_latency(b) ? size : 0;
+}
+
+/* The library's name and version: the first line of
+ * MPI_Get_library_version, up to its first comma, blanks collapsed. */
+static void library_version(char *out, size_t len)
+{
+    char text[MPI_MAX_LIBRARY_VERSION_STRING];
+    int n = 0;
+    size_t j = 0;
+    MPI_Get_library_version(text, &n);
+    for (int i = 0; i < n && text[i] && text[i] != '\n' && text[i] != ','; i++) {
+        int blank = text[i] == ' ' || text[i] == '\t' || text[i] == '\r';
+        if (blank && (j == 0 || out[j - 1] == ' '))
+            continue;
+        if (j + 1 < len)
+            out[j++] = blank ? ' ' : text[i];
+    }
+    while (j > 0 && out[j - 1] == ' ')
+        j--;
+    out[j] = '\0';
+}
+
+static void describe_counts(char *out, size_t len, long small, long large)
+{
+    if (small == large)
+        snprintf(out, len, "%ld", small);
+    else
+        snprintf(out, len, "%ld (\u2264 %d B), %ld (larger)", small, LARGE_MESSAGE_SIZE, large);
+}
+
+static void print_header(const struct options *o, int ranks)
+{
+    char version[MPI_MAX_LIBRARY_VERSION_STRING];
+    char iterations[64], warmup[64];
+    enum benchmark b = o->benchmark;
+    library_version(version, sizeof version);
+    describe_counts(iterations, sizeof iterations, o->iterations, o->iterations_large);
+    describe_counts(warmup, sizeof warmup, o->warmup, o->warmup_large);
+    printf("# MPI %s test\n", descriptions[b]);
+    printf("# library: %s\n", version);
+    printf("# ranks: %d; iterations: %s; warm-up: %s\n", ranks, iterations, warmup);
+    if (is_multi_pair(b))
+        printf("# pairs: %d (rank i with rank i + %d), running at once\n", ranks / 2, ranks / 2);
+    if (b == BIBANDWIDTH)
+        printf("# window: %d immediate sends each way at once\n", WINDOW);
+    else if (!is_latency(b))
+        printf("# window: %d immediate sends, then a %d-byte acknowledgement\n", WINDOW, ACK_SIZE);
+    if (is_latency(b))
+        printf("%-10s%18s\n", "# Size", "Latency (us)");
+    else if (b == MULTI_BANDWIDTH)
+        printf("%-10s%18s%18s\n", "# Size", "MB/s", "Messages/s");
+    else
+        printf("%-10s%18s\n", "# Size", "Bandwidth (MB/s)");
+    fflush(stdout);
+}
+
+int main(int argc, char **argv)
+{
+    struct options o;
+    int rank, ranks;
+    if (!parse(argc, argv, &o))
+        return 2;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    enum benchmark b = o.benchmark;
+    if (is_multi_pair(b) ? (ranks < 2 || ranks % 2) : ranks != 2) {
+        if (rank == 0)
+            fprintf(stderr, "peer_bench: %s needs %s ranks, this job has %d\n", names[b],
+                    is_multi_pair(b) ? "an even number of" : "exactly 2", ranks);
+        MPI_Finalize();
+        return 1;
+    }
+    if (rank == 0)
+        print_header(&o, ranks);
+
+    int pairs = ranks / 2;
+    int initiator = rank < pairs;
+    int peer = initiator ? rank + pairs : rank - pairs;
+    size_t max = o.max_size;
+    char *send = aligned_buffer(max);
+    char *receive = aligned_buffer(receive_len(b, initiator, max));
+    double *times = malloc(sizeof(double) * (size_t)pairs);
+    if (!times)
+        fail("cannot allocate the times", 0);
+    for (size_t size = o.min_size; size <= max; size = size ? size * 2 : 1) {
+        long iterations = iterations_for(&o, size);
+        long warmup = warmup_for(&o, size);
+        size_t received_len = receive_len(b, initiator, size);
+        fill_pattern(send, size, size);
+        memset(receive, 0, received_len);
+        sync_all(rank, ranks);
+        for (long i = 0; i < warmup; i++)
+            step(b, peer, initiator, send, receive, size);
+        if (is_multi_pair(b))
+            sync_all(rank, ranks);
+        double start = MPI_Wtime();
+        for (long i = 0; i < iterations; i++)
+            step(b, peer, initiator, send, receive, size);
+        double seconds = MPI_Wtime() - start;
+        if (received_len && size)
+            check_messages(receive, received_len / size, send, size);
+        if (rank == 0) {
+            times[0] = seconds;
+            for (int r = 1; r < pairs; r++)
+                receive_exact(&times[r], sizeof(double), r, TAG_TIME);
+        } else if (initiator) {
+            MPI_Send(&seconds, sizeof(double), MPI_BYTE, 0, TAG_TIME, MPI_COMM_WORLD);
+        }
+        if (rank == 0) {
+            double mean = 0;
+            for (int r = 0; r < pairs; r++)
+                mean += times[r];
+            mean /= pairs;
+            double window_bytes = (double)size * WINDOW * (double)iterations;
+            printf("%-10zu", size);
+            switch (b) {
+            case LATENCY:
+            case MULTI_LATENCY:
+                printf("%18.2f\n", mean * 1e6 / (2.0 * (double)iterations));
+                break;
+            case BANDWIDTH:
+                printf("%18.2f\n", window_bytes / mean / 1e6);
+                break;
+            case BIBANDWIDTH:
+                printf("%18.2f\n", 2.0 * window_bytes / mean / 1e6);
+                break;
+            case MULTI_BANDWIDTH:
+                printf("%18.2f%18.2f\n", pairs * window_bytes / mean / 1e6,
+                       pairs * WINDOW * (double)iterations / mean);
+                break;
+            }
+            fflush(stdout);
+        }
+    }
+    /* Every rank is done before finalizing. */
+    sync_all(rank, ranks);
+    free(times);
+    free(send);
+    free(receive);
+    MPI_Finalize();
+    return 0;
+}
