@@ -1,16 +1,13 @@
 #!/usr/bin/env bash
-# The main job: builds oxmpi optimized and runs the benchmarks between two
-# ranks on this machine, over every transport present (TCP for now).
+# The main job: builds oxmpi optimized, runs the benchmark suite between two
+# ranks over every transport present (with the raw TCP floor; tables, and
+# a plot in target/oxbench-suite.svg), then compares oxmpi with MPICH and
+# Open MPI on this machine, each figure the median of three alternating
+# rounds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ci/install-deps.sh
 cargo build --release --workspace --quiet
 bin=target/release
-for transport in tcp; do
-  echo "== transport: $transport"
-  "$bin/oxrun" -n 2 -x OXMPI_TRANSPORTS="$transport" "$bin/oxbench" latency
-  "$bin/oxrun" -n 2 -x OXMPI_TRANSPORTS="$transport" "$bin/oxbench" bw
-done
-echo "== raw TCP between two plain processes (the floor)"
-"$bin/oxbench" raw-tcp latency
-"$bin/oxbench" raw-tcp bw
+"$bin/oxbench" suite --svg target/oxbench-suite.svg
+"$bin/oxbench" compare latency bw bibw --rounds 3 --iterations-large 100
