@@ -370,7 +370,10 @@ pub const SLEEP_AT_MOST: Duration = Duration::from_millis(100);
 
 /// How long a wait has gone without progress; see [`Device::idle`].
 pub struct Idle {
-    since: Instant,
+    /// When the wait was first seen idle: read at the first clock check,
+    /// [`CLOCK_EVERY`] polls in, so that a wait which progresses sooner
+    /// (every message of a ping-pong) never reads the clock.
+    since: Option<Instant>,
     polls: u32,
 }
 
@@ -378,7 +381,7 @@ impl Idle {
     /// A wait that starts now.
     pub fn new() -> Idle {
         Idle {
-            since: Instant::now(),
+            since: None,
             polls: 0,
         }
     }
@@ -794,7 +797,10 @@ impl Device {
         idle.polls = idle.polls.wrapping_add(1);
         // Reading the clock costs about as much as a poll's own work: look
         // at it only every few polls while spinning.
-        idle.polls.is_multiple_of(CLOCK_EVERY) && idle.since.elapsed() >= self.spin
+        if !idle.polls.is_multiple_of(CLOCK_EVERY) {
+            return false;
+        }
+        idle.since.get_or_insert_with(Instant::now).elapsed() >= self.spin
     }
 
     /// Arms the transports' wake-ups (for the first sleeper) and returns
