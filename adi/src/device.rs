@@ -194,6 +194,11 @@ enum Binding {
     Unbound,
     /// Bound to the transport at this index.
     Bound(usize),
+    /// Bound to the transport at this index by a packet that came over it:
+    /// the transport has not been given the peer's card yet, which
+    /// [`Device::bind`] does before the first send (a transport may need it
+    /// for more connections than the one the peer opened).
+    Arrived(usize),
     Failed(Error),
 }
 
@@ -489,9 +494,22 @@ impl Device {
                 ),
             )
         })?;
-        match &vc.binding {
-            Binding::Bound(t) => return Ok(*t),
-            Binding::Failed(e) => return Err(e.clone()),
+        match vc.binding {
+            Binding::Bound(t) => return Ok(t),
+            Binding::Arrived(t) => {
+                let name = self.transports[t].name();
+                match self.pmi.get(&card_key(name, peer))? {
+                    Some(card) => self.transports[t].add_peer(peer, &card)?,
+                    // The peer reached us, so the VC works without it.
+                    None => vlog!(
+                        "rank {}: rank {peer} published no {name} card",
+                        self.job.rank
+                    ),
+                }
+                self.core.vcs[peer].binding = Binding::Bound(t);
+                return Ok(t);
+            }
+            Binding::Failed(ref e) => return Err(e.clone()),
             Binding::Unbound => {}
         }
         if peer == self.job.rank {
@@ -905,7 +923,8 @@ impl Device {
         header.message_len = accepted as u64;
         header.payload_len = accepted as u64;
         header.receiver_token = receiver_token;
-        self.stamp(peer, &mut header);
+        // Not stamped: data packets are not sequenced, so the transport may
+        // carry them on any of its connections to the peer.
         // SAFETY: `start_send`'s caller keeps the buffer valid and unmodified
         // until this request completes, which happens only on the
         // transport's completion (or failure) report for `token`.
@@ -1028,21 +1047,23 @@ impl Core {
             )
         })?;
         match vc.binding {
-            Binding::Unbound => vc.binding = Binding::Bound(transport),
-            Binding::Bound(t) if t == transport => {}
-            Binding::Bound(_) => {
+            Binding::Unbound => vc.binding = Binding::Arrived(transport),
+            Binding::Bound(t) | Binding::Arrived(t) if t == transport => {}
+            Binding::Bound(_) | Binding::Arrived(_) => {
                 return Err(self.protocol_error(peer, "packet arrived over a second transport"))
             }
             Binding::Failed(ref e) => return Err(e.clone()),
         }
-        if h.sequence != vc.recv_sequence {
-            let expected = vc.recv_sequence;
-            return Err(self.protocol_error(
-                peer,
-                format!("packet sequence {} where {expected} was due", h.sequence),
-            ));
+        if h.kind.is_sequenced() {
+            if h.sequence != vc.recv_sequence {
+                let expected = vc.recv_sequence;
+                return Err(self.protocol_error(
+                    peer,
+                    format!("packet sequence {} where {expected} was due", h.sequence),
+                ));
+            }
+            vc.recv_sequence = vc.recv_sequence.wrapping_add(1);
         }
-        vc.recv_sequence = vc.recv_sequence.wrapping_add(1);
         let envelope = Envelope {
             context_id: h.context_id,
             source: h.source,

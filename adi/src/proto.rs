@@ -8,7 +8,7 @@
 //! | 0      | 2    | magic            | [`MAGIC`], catches a stream that lost its framing      |
 //! | 2      | 1    | version          | [`VERSION`]; another version is refused                |
 //! | 3      | 1    | kind             | [`Kind`]                                               |
-//! | 4      | 4    | sequence         | per-VC packet counter, checked in order by the receiver |
+//! | 4      | 4    | sequence         | per-VC packet counter, checked in order by the receiver; 0 in [`Kind::Data`] |
 //! | 8      | 4    | context id       | the communicator's context (matching)                  |
 //! | 12     | 4    | source           | sender's rank in the communicator (matching)           |
 //! | 16     | 4    | tag              | message tag (matching)                                 |
@@ -18,9 +18,16 @@
 //! | 40     | 8    | sender token     | the sender's request, for rendezvous replies           |
 //! | 48     | 8    | receiver token   | the receiver's request, for rendezvous data            |
 //!
+//! Every packet but [`Kind::Data`] is sequenced: a VC numbers them, and the
+//! receiver checks that they arrive in order. Data packets are not (their
+//! sequence field is 0): each names the receive it fills, so they may
+//! arrive in any order, which lets a transport carry them over more than
+//! one connection (the TCP data lanes).
+//!
 //! Decoding never trusts the peer: [`Header::decode`] checks the magic, the
-//! version, the kind, the flags, and that the lengths agree with the kind,
-//! and returns a [`DecodeError`] otherwise.
+//! version, the kind, the flags, that the lengths agree with the kind, and
+//! that a data packet carries no sequence number, and returns a
+//! [`DecodeError`] otherwise.
 
 use crate::error::{Error, ErrorClass};
 use std::fmt;
@@ -30,7 +37,7 @@ pub const HEADER_LEN: usize = 56;
 /// First two bytes of every packet ("OX" little-endian).
 pub const MAGIC: u16 = 0x584f;
 /// Version of the packet format; peers of another version are refused.
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// Flag of an [`Kind::Eager`] or [`Kind::Rts`] packet: a synchronous send,
 /// which completes only once a receive matched it. For an eager message the
 /// receiver answers the match with [`Kind::SyncAck`]; a rendezvous is
@@ -52,7 +59,7 @@ pub enum Kind {
     /// number of bytes it accepts (less than announced on truncation).
     Cts = 3,
     /// The data of a long message, to the receiver's request named by the
-    /// receiver token.
+    /// receiver token. Not sequenced (see the module docs).
     Data = 4,
     /// A receive matched the synchronous eager send named by the sender
     /// token.
@@ -66,6 +73,12 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// Whether packets of this kind carry a VC sequence number that the
+    /// receiver checks (all but [`Kind::Data`]).
+    pub fn is_sequenced(self) -> bool {
+        self != Kind::Data
+    }
+
     fn from_u8(v: u8) -> Option<Kind> {
         Some(match v {
             1 => Kind::Eager,
@@ -85,7 +98,8 @@ impl Kind {
 pub struct Header {
     /// What the packet is.
     pub kind: Kind,
-    /// Per-VC sequence number, stamped by the transport.
+    /// Per-VC sequence number, stamped by the device; 0 in an unsequenced
+    /// packet ([`Kind::is_sequenced`]).
     pub sequence: u32,
     /// Context id of the communicator.
     pub context_id: u32,
@@ -119,6 +133,13 @@ pub enum DecodeError {
     Kind(u8),
     /// Flags this version does not know, or on a kind that takes none.
     Flags(u32),
+    /// A sequence number in a packet of a kind that is not sequenced.
+    Sequence {
+        /// Packet kind.
+        kind: Kind,
+        /// The sequence number it carried.
+        sequence: u32,
+    },
     /// The lengths do not agree with the kind or exceed the limit.
     Length {
         /// Packet kind.
@@ -140,6 +161,9 @@ impl fmt::Display for DecodeError {
             }
             DecodeError::Kind(k) => write!(f, "unknown packet kind {k}"),
             DecodeError::Flags(x) => write!(f, "header flags {x:#x} are not valid for this packet"),
+            DecodeError::Sequence { kind, sequence } => {
+                write!(f, "{kind:?} packets are not sequenced, yet this one carries {sequence}")
+            }
             DecodeError::Length {
                 kind,
                 message_len,
@@ -225,9 +249,13 @@ impl Header {
         if !flags_ok {
             return Err(DecodeError::Flags(flags));
         }
+        let sequence = u32_at(4);
+        if !kind.is_sequenced() && sequence != 0 {
+            return Err(DecodeError::Sequence { kind, sequence });
+        }
         let header = Header {
             kind,
-            sequence: u32_at(4),
+            sequence,
             context_id: u32_at(8),
             source: u32_at(12) as i32,
             tag: u32_at(16) as i32,
@@ -286,7 +314,7 @@ mod tests {
         };
         Header {
             kind,
-            sequence: 0xdead_beef,
+            sequence: if kind.is_sequenced() { 0xdead_beef } else { 0 },
             context_id: 7,
             source: 3,
             tag: -1,
@@ -350,6 +378,19 @@ mod tests {
                 "{h:?} accepted"
             );
         }
+    }
+
+    #[test]
+    fn rejects_a_sequence_number_in_a_data_packet() {
+        let mut data = sample(Kind::Data);
+        data.sequence = 5;
+        assert_eq!(
+            Header::decode(&data.encode()),
+            Err(DecodeError::Sequence {
+                kind: Kind::Data,
+                sequence: 5
+            })
+        );
     }
 
     #[test]

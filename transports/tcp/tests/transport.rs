@@ -16,13 +16,17 @@
 //!   sends queued to it are dropped without a completion, nothing hangs,
 //!   and the other ranks still talk;
 //! - a send refused at once (no card for the peer) leaves nothing queued;
+//! - data packets spread over the data lanes (none, one or several) arrive
+//!   intact both ways, while the other packets keep their order; a lane
+//!   that carries anything but data fails the peer; a peer lost while data
+//!   waits on a lane to it fails it without completing the data;
 //! - a stranger on the listener (garbage, a wrong secret, or silence) is
 //!   refused and the job's own traffic goes on.
 //!
 //! Every wait has a deadline ([`DEADLINE`]) and fails saying what it waited
 //! for and what each rank had seen.
 
-use oxmpi_adi::auth::{Connector, Verdict, MESSAGE_LEN};
+use oxmpi_adi::auth::{Channel, Connector, Verdict, MESSAGE_LEN};
 use oxmpi_adi::proto::{Header, Kind, HEADER_LEN};
 use oxmpi_adi::transport::{JobInfo, PacketSink, PayloadSlot, PeerRank, Transport};
 use oxmpi_adi::{Error, ErrorClass, Result};
@@ -182,10 +186,11 @@ fn eager(tag: i32, len: usize) -> Header {
     }
 }
 
-/// A rendezvous data packet with `len` bytes of payload.
+/// A rendezvous data packet with `len` bytes of payload (not sequenced).
 fn data(tag: i32, len: usize) -> Header {
     Header {
         kind: Kind::Data,
+        sequence: 0,
         ..eager(tag, len)
     }
 }
@@ -205,12 +210,19 @@ struct Net {
 }
 
 impl Net {
-    /// `size` transports on 127.0.0.1 that know each other's cards.
+    /// `size` transports on 127.0.0.1 that know each other's cards, with
+    /// the default single data lane.
     fn new(size: usize) -> Net {
+        Net::with_lanes(size, 1)
+    }
+
+    /// `size` transports that open `lanes` data lanes to a peer.
+    fn with_lanes(size: usize, lanes: usize) -> Net {
         let mut ranks: Vec<TcpTransport> = (0..size)
             .map(|rank| {
                 let config = TcpConfig {
                     eager_limit: EAGER,
+                    data_lanes: lanes,
                     addr: IpAddr::from([127, 0, 0, 1]),
                 };
                 TcpTransport::new(&job(rank, size), config)
@@ -455,11 +467,12 @@ impl RawPeer {
 }
 
 /// Connects to `net`'s rank `to` as rank `claim` of the job (it knows the
-/// secret) and completes the handshake, polling `to` meanwhile.
-fn impostor(net: &mut Net, to: PeerRank, claim: PeerRank) -> RawPeer {
+/// secret) asking for a connection of `channel`, and completes the
+/// handshake, polling `to` meanwhile.
+fn impostor(net: &mut Net, to: PeerRank, claim: PeerRank, channel: Channel) -> RawPeer {
     let size = net.ranks.len();
     let mut raw = RawPeer::connect(&net.card(to));
-    let (connector, hello) = Connector::new(&job(claim, size), to).expect("hello");
+    let (connector, hello) = Connector::new(&job(claim, size), to, channel).expect("hello");
     raw.write(&hello);
     let mut challenge = None;
     net.run_ranks_until(&[to], "the impostor gets a challenge", |_| {
@@ -536,6 +549,119 @@ fn eager_and_zero_copy_payloads_arrive_intact_both_ways() {
     net.run_for(10);
     assert_eq!(net.sinks[0].completions, [0xa], "completion reported once");
     assert!(!net.t(0).has_pending_sends() && !net.t(1).has_pending_sends());
+}
+
+/// A CTS header, which tells the transport that data from the peer it
+/// goes to is coming.
+fn cts(tag: i32) -> Header {
+    Header {
+        tag,
+        sequence: tag as u32,
+        ..Header::new(Kind::Cts)
+    }
+}
+
+#[test]
+fn data_packets_take_the_lanes_and_arrive_intact_both_ways() {
+    const MIB: usize = 1 << 20;
+    const BATCH: i32 = 24;
+    for lanes in [0, 1, 3] {
+        // Declared before the transports, so they outlive any pointer to
+        // them. Tags 100.. go from 0 to 1, tags 200.. from 1 to 0.
+        let first = pattern(0x5a, MIB);
+        let payloads: Vec<Vec<u8>> = (0..BATCH)
+            .map(|i| pattern(i as u8, MIB + i as usize))
+            .collect();
+        let mut net = Net::with_lanes(2, lanes);
+        net.send(1, 0, &cts(1), &[]);
+        net.run_until("the connection is up", |n| n.sinks[0].tags_from(1) == [1]);
+        // The first data packet to a peer opens the lanes (as the ADI sends
+        // it: after a CTS came over the packet connection).
+        // SAFETY: `first` lives until the end of the test.
+        unsafe { net.send_zcopy(0, 1, &data(2, MIB), &first, 2) };
+        net.run_until("the lanes are open", |n| {
+            n.sinks[1].tags_from(0) == [2]
+                && n.ranks[0].as_ref().unwrap().open_data_lanes(1) == lanes
+        });
+        // A batch each way, with sequenced packets between data packets,
+        // and the CTS packets that announce data as the ADI sends them.
+        for (i, payload) in payloads.iter().enumerate() {
+            let i = i as i32;
+            net.send(1, 0, &cts(10 + i), &[]);
+            net.send(0, 1, &cts(10 + i), &[]);
+            // SAFETY: `payloads` lives until the end of the test.
+            unsafe {
+                net.send_zcopy(0, 1, &data(100 + i, payload.len()), payload, 100 + i as u64);
+                net.send_zcopy(1, 0, &data(200 + i, payload.len()), payload, 200 + i as u64);
+            }
+            net.send(0, 1, &eager(300 + i, 7), &pattern(1, 7));
+        }
+        net.run_until("every packet arrived and every data send completed", |n| {
+            n.sinks[1].tags_from(0).len() == 1 + 3 * BATCH as usize
+                && n.sinks[0].tags_from(1).len() == 1 + 2 * BATCH as usize
+                && n.sinks[0].completions.len() == 1 + BATCH as usize
+                && n.sinks[1].completions.len() == BATCH as usize
+        });
+        for (i, payload) in payloads.iter().enumerate() {
+            let i = i as i32;
+            assert!(
+                net.sinks[1].packet(0, 100 + i).payload == *payload,
+                "lanes {lanes}: tag {}",
+                100 + i
+            );
+            assert!(
+                net.sinks[0].packet(1, 200 + i).payload == *payload,
+                "lanes {lanes}: tag {}",
+                200 + i
+            );
+        }
+        // Sequenced packets keep their order whatever path data took.
+        let sequenced: Vec<i32> = net.sinks[1]
+            .arrivals
+            .iter()
+            .filter(|a| a.header.kind != Kind::Data)
+            .map(|a| a.header.tag)
+            .collect();
+        let expected: Vec<i32> = (0..BATCH).flat_map(|i| [10 + i, 300 + i]).collect();
+        assert_eq!(sequenced, expected, "lanes {lanes}");
+        assert!(
+            net.sinks.iter().all(|s| s.failures.is_empty()),
+            "{}",
+            net.summary()
+        );
+        net.run_for(10);
+        assert_eq!(
+            net.sinks[0].completions.len(),
+            1 + BATCH as usize,
+            "completed once"
+        );
+        assert!(!net.t(0).has_pending_sends() && !net.t(1).has_pending_sends());
+    }
+}
+
+#[test]
+fn a_packet_other_than_data_on_a_data_lane_fails_the_peer() {
+    // An impostor for rank 1 opens a data lane to rank 0 and sends an
+    // eager packet on it.
+    let mut net = Net::new(3);
+    net.drop_rank(1);
+    let mut raw = impostor(&mut net, 0, 1, Channel::Data);
+    raw.write(&eager(1, 3).encode());
+    raw.write(b"bad");
+    net.run_until("rank 0 fails rank 1", |n| n.sinks[0].failure(1).is_some());
+    let error = net.sinks[0].failure(1).unwrap();
+    assert_eq!(error.class(), ErrorClass::ProcFailed, "{error}");
+    assert!(error.message().contains("data lane"), "{error}");
+    assert!(net.sinks[0].tags_from(1).is_empty());
+    net.run_until("rank 0 closes the lane", |_| {
+        raw.pump();
+        raw.closed
+    });
+    // Rank 2 is not affected.
+    net.send(0, 2, &eager(5, 0), &[]);
+    net.run_until("rank 2 hears from rank 0", |n| {
+        n.sinks[2].tags_from(0) == [5]
+    });
 }
 
 // ---------------------------------------------------------------------------
@@ -665,7 +791,7 @@ fn malformed_header_from_an_authenticated_peer_fails_only_that_peer() {
         // place. Ranks 0 and 2 are real.
         let mut net = Net::new(3);
         net.drop_rank(1);
-        let mut raw = impostor(&mut net, 0, 1);
+        let mut raw = impostor(&mut net, 0, 1, Channel::Packets);
         let good = eager(1, 10);
         raw.write(&good.encode());
         raw.write(&pattern(9, 10));
@@ -749,6 +875,44 @@ fn peer_dropped_while_a_large_send_to_it_is_queued() {
 }
 
 #[test]
+fn peer_dropped_while_data_is_queued_on_a_lane_to_it() {
+    const BIG: usize = 64 << 20;
+    let first = vec![0x21u8; 1 << 20];
+    let big = vec![0x77u8; BIG];
+    let mut net = Net::new(2);
+    net.send(0, 1, &eager(1, 0), &[]);
+    net.run_until("the connection is up", |n| n.sinks[1].tags_from(0) == [1]);
+    // SAFETY: `first` and `big` live until the end of the test.
+    unsafe { net.send_zcopy(0, 1, &data(2, first.len()), &first, 1) };
+    net.run_until("the lane is open", |n| {
+        n.sinks[1].tags_from(0) == [1, 2] && n.ranks[0].as_ref().unwrap().open_data_lanes(1) == 1
+    });
+    for tag in 3..7 {
+        // SAFETY: as above.
+        unsafe { net.send_zcopy(0, 1, &data(tag, BIG), &big, tag as u64) };
+    }
+    for _ in 0..50 {
+        net.poll_rank(0);
+    }
+    assert!(net.t(0).has_pending_sends());
+    net.drop_rank(1);
+    net.run_until("rank 0 reports rank 1 failed", |n| {
+        n.sinks[0].failure(1).is_some()
+    });
+    net.run_for(10);
+    assert_eq!(
+        net.sinks[0].completions,
+        [1],
+        "a data send to a lost peer must fail, not complete"
+    );
+    assert!(
+        !net.t(0).has_pending_sends(),
+        "the lane's queue was dropped"
+    );
+    assert_proc_failed(net.t(0).send(1, &eager(9, 0), &[]), "send after loss");
+}
+
+#[test]
 fn peer_dropped_while_sending_a_large_payload_to_us() {
     const BIG: usize = 64 << 20;
     let big = vec![0x33u8; BIG];
@@ -807,6 +971,7 @@ fn a_send_refused_at_once_leaves_nothing_queued() {
     // to memory the caller takes back) in the queue.
     let config = TcpConfig {
         eager_limit: EAGER,
+        data_lanes: 1,
         addr: IpAddr::from([127, 0, 0, 1]),
     };
     let mut t = TcpTransport::new(&job(0, 2), config).expect("transport");
@@ -912,7 +1077,7 @@ fn strangers_are_refused_and_the_job_goes_on() {
         secret: [0x11; 32],
         ..job(1, 2)
     };
-    let (_, hello) = Connector::new(&wrong, 0).expect("hello");
+    let (_, hello) = Connector::new(&wrong, 0, Channel::Packets).expect("hello");
     forger.write(&hello);
     forger.write(&[0u8; MESSAGE_LEN]);
     // One that connects and says nothing.
