@@ -69,13 +69,13 @@ use std::sync::{Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::Instant;
 
 /// Environment variable: which transports may be used, a comma-separated
-/// list in order of preference (default `tcp`). Messages to the own rank
-/// always use the self method.
+/// list in order of preference (default `shm,tcp`). Messages to the own
+/// rank always use the self method.
 pub const TRANSPORTS_ENV: &str = "OXMPI_TRANSPORTS";
 
 /// The transports between processes this build of oxmpi has, by the names
 /// [`TRANSPORTS_ENV`] takes, in order of preference.
-pub const TRANSPORT_NAMES: &[&str] = &["tcp"];
+pub const TRANSPORT_NAMES: &[&str] = &["shm", "tcp"];
 
 /// MPI's thread support levels (MPI 4.1 §11.2.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -237,10 +237,16 @@ pub fn initialize_with_threading(threading: Threading) -> Result<(Universe, Thre
 
 /// The network transports this rank offers, from `OXMPI_TRANSPORTS`.
 fn transports_for(job: &oxmpi_adi::transport::JobInfo) -> Result<Vec<Box<dyn Transport>>> {
-    let list = std::env::var(TRANSPORTS_ENV).unwrap_or_else(|_| "tcp".to_owned());
+    let list = std::env::var(TRANSPORTS_ENV).unwrap_or_else(|_| TRANSPORT_NAMES.join(","));
     let mut transports: Vec<Box<dyn Transport>> = Vec::new();
     for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
         match name {
+            "shm" => {
+                if job.size > 1 {
+                    let config = oxmpi_shm::ShmConfig::from_env()?;
+                    transports.push(Box::new(oxmpi_shm::ShmTransport::new(job, config)?));
+                }
+            }
             "tcp" => {
                 if job.size > 1 {
                     let config = oxmpi_tcp::TcpConfig::from_env()?;

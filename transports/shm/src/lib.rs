@@ -1,0 +1,1265 @@
+//! oxmpi's shared-memory transport: ranks on one host exchange packets
+//! through lock-free queues in memory both of them map.
+//!
+//! This crate owns the shared segments of a rank and everything that moves
+//! through them: for each peer it sends to, a single-producer
+//! single-consumer queue of cache-line cells (module `ring`) in an anonymous
+//! memory file (module `segment`); the rank's listener, an abstract-namespace
+//! Unix socket whose name and the rank's host identity (module `host`) are its
+//! business card; the connections over which queues are handed to peers
+//! after the job-secret handshake ([`oxmpi_adi::auth`]); the wake-ups of a
+//! sleeping rank; and the detection of a peer that died. It implements
+//! [`Transport`] and must not know communicators, requests or matching: on
+//! a packet it asks the [`PacketSink`] where the payload goes and copies it
+//! there.
+//!
+//! # Queues and connections
+//! Nothing is shared up front: the first packet to a peer creates the
+//! queue to it, so memory grows with the pairs that talk, not with the
+//! square of the ranks. The sender (producer) creates the segment, a memfd
+//! with no name in any file system and its size sealed, connects to the
+//! peer's listener, proves the job's secret (HELLO, CHALLENGE, RESPONSE),
+//! sends the segment's descriptor with `SCM_RIGHTS` in a set-up message
+//! that also names its own listener, and writes packets once the peer's
+//! VERDICT accepts. The peer maps the segment as its inbound queue from
+//! the sender, after checking its seals, size, version, layout and ranks.
+//! Each direction of a pair has its own queue and its own connection, so
+//! two ranks that start talking at once need no tie-break. A stranger at
+//! the listener is refused (under `OXMPI_VERBOSE=1` with the reason) and
+//! the rank goes on. Nothing is ever left in /dev/shm or anywhere else:
+//! segments and abstract sockets disappear with the last process holding
+//! them, however it ends.
+//!
+//! # Packets
+//! Short messages (header and payload) are written into the queue at once
+//! when there is room; a long one's payload (`send_zcopy`) streams from the
+//! caller's buffer through the queue in frames of up to 16 KiB, which the
+//! receiver copies straight into the buffer the ADI names while the sender
+//! writes the next (a pipelined copy, for messages of any size). What does
+//! not fit waits in the peer's queue of outgoing packets (copied, for
+//! `send`) and goes from [`Transport::poll`]: a full queue is back-pressure,
+//! never loss.
+//!
+//! # Progress and sleep
+//! [`Transport::poll`] looks at the control word of the next cell of each
+//! inbound queue (the latency path), writes waiting packets, and, every
+//! 128 polls or while a connection is being set up, asks epoll about the
+//! sockets. [`Transport::arm_wakeup`] raises a flag in each queue (the
+//! consumer's "sleeping", or the producer's "waiting" for room) and returns
+//! the epoll descriptor; the other side, seeing the flag after publishing
+//! or freeing cells, writes a byte to the connection of that queue, which
+//! wakes the sleeper. So a rank on an oversubscribed node sleeps in the
+//! kernel and still wakes for every message.
+//!
+//! # Failures
+//! A peer whose connection closes (it ended, or was killed) is reported
+//! failed once, after what it had already published is read; so is a peer
+//! whose queue breaks the protocol (a corrupt cell or head, a malformed
+//! header). Sends queued to it are dropped without a completion, and the
+//! rest of the job goes on.
+//!
+//! # Environment
+//! - `OXMPI_SHM_EAGER_LIMIT`: largest message in bytes sent eagerly
+//!   (default 65536).
+//! - `OXMPI_SHM_QUEUE_SIZE`: bytes of cells in each queue, a power of two
+//!   from 4 KiB to 1 GiB (default 262144).
+
+mod host;
+mod proto;
+mod ring;
+mod segment;
+mod sys;
+
+pub use proto::SHM_VERSION;
+
+use host::{Card, HostId};
+use oxmpi_adi::auth::{Acceptor, Channel, Connector, Verdict, MESSAGE_LEN};
+use oxmpi_adi::proto::{Header, HEADER_LEN};
+use oxmpi_adi::transport::{JobInfo, PacketSink, PayloadSlot, PeerRank, Transport};
+use oxmpi_adi::{vlog, Error, ErrorClass, Result};
+use proto::{FrameKind, CELL, SETUP_LEN};
+use ring::{Consumer, Corrupt, Producer};
+use segment::Segment;
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+
+/// Environment variable: eager limit in bytes.
+pub const EAGER_LIMIT_ENV: &str = "OXMPI_SHM_EAGER_LIMIT";
+/// Environment variable: bytes of cells in each queue.
+pub const QUEUE_SIZE_ENV: &str = "OXMPI_SHM_QUEUE_SIZE";
+
+/// Smallest queue (bytes of cells) [`ShmConfig`] accepts.
+pub const QUEUE_SIZE_MIN: usize = 4 * 1024;
+/// Largest queue (bytes of cells) [`ShmConfig`] accepts.
+pub const QUEUE_SIZE_MAX: usize = 1 << 30;
+
+/// `poll` asks epoll about the sockets once in this many calls (always
+/// while a connection this rank opened is being set up): often enough to
+/// notice a new peer or a lost one within microseconds, rarely enough that
+/// the system call costs next to nothing on the latency path.
+const SOCKETS_EVERY: u32 = 128;
+/// Epoll token of the listener.
+const LISTENER: u64 = u64::MAX;
+/// Epoll token of the eventfd a rank signals itself with.
+const WAKE: u64 = u64::MAX - 1;
+/// Most handshake bytes a connection may hold unread: a stranger cannot
+/// make a rank buffer more.
+const INBOX_MAX: usize = 4096;
+
+/// Settings of the shared-memory transport.
+#[derive(Clone, Debug)]
+pub struct ShmConfig {
+    /// Largest message sent eagerly, in bytes.
+    pub eager_limit: usize,
+    /// Bytes of cells in each queue: a power of two from
+    /// [`QUEUE_SIZE_MIN`] to [`QUEUE_SIZE_MAX`].
+    pub queue_size: usize,
+}
+
+impl ShmConfig {
+    /// Reads `OXMPI_SHM_EAGER_LIMIT` and `OXMPI_SHM_QUEUE_SIZE`.
+    pub fn from_env() -> Result<ShmConfig> {
+        let bytes = |var: &str, default: usize| match std::env::var(var) {
+            Ok(v) => v.trim().parse().map_err(|_| {
+                Error::new(
+                    ErrorClass::Arg,
+                    format!("{var}={v:?} is not a number of bytes"),
+                )
+            }),
+            Err(_) => Ok(default),
+        };
+        let config = ShmConfig {
+            eager_limit: bytes(EAGER_LIMIT_ENV, 64 * 1024)?,
+            queue_size: bytes(QUEUE_SIZE_ENV, 256 * 1024)?,
+        };
+        config.check()?;
+        Ok(config)
+    }
+
+    fn check(&self) -> Result<()> {
+        let q = self.queue_size;
+        if !q.is_power_of_two() || !(QUEUE_SIZE_MIN..=QUEUE_SIZE_MAX).contains(&q) {
+            return Err(Error::new(
+                ErrorClass::Arg,
+                format!(
+                    "a shared-memory queue of {q} bytes ({QUEUE_SIZE_ENV}): it must be a power \
+                     of two from {QUEUE_SIZE_MIN} to {QUEUE_SIZE_MAX}"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A packet waiting to be written into a peer's queue.
+struct Outgoing {
+    header: [u8; HEADER_LEN],
+    payload: Payload,
+    /// `None` until the header went; then how many payload bytes did.
+    sent: Option<usize>,
+}
+
+enum Payload {
+    Owned(Vec<u8>),
+    /// Zero-copy: the caller's memory, valid until `token` is completed.
+    Borrowed {
+        ptr: *const u8,
+        len: usize,
+        token: u64,
+    },
+}
+
+impl Payload {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Payload::Owned(v) => v,
+            // SAFETY: `send_zcopy`'s caller keeps the memory valid and
+            // unmodified until its completion is reported, which happens
+            // only after the last byte was copied into the queue (or the
+            // peer failed and the packet was dropped).
+            Payload::Borrowed { ptr, len, .. } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
+        }
+    }
+}
+
+/// Where a connection's handshake stands, on the side that opened it (to
+/// hand the peer our queue to it).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OutStep {
+    AwaitChallenge,
+    AwaitVerdict,
+    Ready,
+}
+
+/// Where a connection's handshake stands, on the side that accepted it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum InStep {
+    AwaitHello,
+    /// The connector claims to be `peer`; not proven yet.
+    AwaitResponse {
+        peer: PeerRank,
+    },
+    /// `peer` proved the secret; its set-up message is due.
+    AwaitSetup {
+        peer: PeerRank,
+    },
+    Ready {
+        peer: PeerRank,
+    },
+}
+
+enum Role {
+    Out {
+        peer: PeerRank,
+        step: OutStep,
+        connector: Connector,
+    },
+    In {
+        step: InStep,
+        acceptor: Acceptor,
+    },
+}
+
+/// A connection between this rank and a peer: it carries the handshake,
+/// the set-up, then only one-byte wake-ups; its end tells that the peer is
+/// gone.
+struct Conn {
+    stream: UnixStream,
+    /// Handshake bytes received and not yet used.
+    inbox: Vec<u8>,
+    /// Descriptors received and not yet used.
+    fds: Vec<OwnedFd>,
+    role: Role,
+}
+
+impl Conn {
+    fn handshaking(&self) -> bool {
+        !matches!(
+            self.role,
+            Role::Out {
+                step: OutStep::Ready,
+                ..
+            } | Role::In {
+                step: InStep::Ready { .. },
+                ..
+            }
+        )
+    }
+
+    /// Reads everything waiting: handshake bytes into the inbox, wake-up
+    /// bytes of a set-up connection nowhere. Returns whether the stream
+    /// ended.
+    fn read_available(&mut self) -> io::Result<bool> {
+        let mut buf = [0u8; 512];
+        loop {
+            match sys::recv(&self.stream, &mut buf, &mut self.fds) {
+                Ok(0) => return Ok(true),
+                Ok(n) if self.handshaking() => {
+                    self.inbox.extend_from_slice(&buf[..n]);
+                    if self.inbox.len() > INBOX_MAX {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            "too many bytes before the handshake ended",
+                        ));
+                    }
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Wakes the peer: one byte on the connection. A full socket already
+    /// holds a wake-up, and a closed one is the peer's failure, which epoll
+    /// reports: neither is an error here.
+    fn poke(&self) {
+        let _ = sys::send(&self.stream, &[1], None);
+    }
+}
+
+/// The next `N` handshake bytes of `inbox`, if they all arrived.
+fn take_message<const N: usize>(inbox: &mut Vec<u8>) -> Option<[u8; N]> {
+    let msg: [u8; N] = inbox.get(..N)?.try_into().ok()?;
+    inbox.drain(..N);
+    Some(msg)
+}
+
+/// Writes a whole handshake message (a fresh connection's buffer always
+/// takes it), with `fd` attached if given.
+fn write_message(stream: &UnixStream, msg: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
+    if sys::send(stream, msg, fd)? != msg.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            "the socket did not take a whole handshake message",
+        ));
+    }
+    Ok(())
+}
+
+/// This rank's queue to a peer.
+struct OutLink {
+    producer: Producer,
+    /// The connection that hands the queue over; `None` while waiting to
+    /// connect again (the peer's listener had a full backlog).
+    conn: Option<usize>,
+    /// The peer accepted the queue: packets may be written.
+    ready: bool,
+}
+
+/// What an inbound queue's reader is in the middle of.
+#[derive(Clone, Copy)]
+enum ReadState {
+    Header,
+    Payload {
+        slot: Option<PayloadSlot>,
+        /// Payload bytes still to come.
+        remaining: u64,
+        /// Bytes already placed in the slot's buffer.
+        placed: usize,
+    },
+}
+
+/// A peer's queue to this rank.
+struct InLink {
+    peer: PeerRank,
+    consumer: Consumer,
+    /// The connection the peer handed the queue over.
+    conn: usize,
+    read: ReadState,
+}
+
+impl InLink {
+    /// Delivers what the queue holds (at most one queue's worth of cells,
+    /// so that one busy peer does not hold the poll). Returns whether a
+    /// frame was read.
+    fn receive(&mut self, sink: &mut dyn PacketSink) -> Result<bool> {
+        let peer = self.peer;
+        let mut budget = self.consumer.cells() as usize * CELL;
+        let mut progressed = false;
+        while budget > 0 {
+            let Some(frame) = self.consumer.peek().map_err(|c| corrupt(peer, c))? else {
+                break;
+            };
+            let n = frame.payload_len();
+            let (slot, mut remaining, mut placed) = match (frame.kind, self.read) {
+                (FrameKind::Header, ReadState::Header) => {
+                    let header = Header::decode(&self.consumer.header(&frame))?;
+                    if n as u64 > header.payload_len {
+                        return Err(corrupt(
+                            peer,
+                            Corrupt(format!(
+                                "a header frame carries {n} payload bytes of a packet of {}",
+                                header.payload_len
+                            )),
+                        ));
+                    }
+                    let slot = sink
+                        .on_header(peer, &header)
+                        .map_err(|e| broke_protocol(peer, e))?;
+                    (slot, header.payload_len, 0)
+                }
+                (
+                    FrameKind::Data,
+                    ReadState::Payload {
+                        slot,
+                        remaining,
+                        placed,
+                    },
+                ) if n as u64 <= remaining => (slot, remaining, placed),
+                (kind, _) => {
+                    return Err(corrupt(
+                        peer,
+                        Corrupt(format!("a {kind:?} frame of {n} bytes out of place")),
+                    ))
+                }
+            };
+            if n > 0 {
+                let dest: &mut [u8] = match slot {
+                    Some(s) => sink.payload_buffer(s),
+                    None => &mut [],
+                };
+                let keep = n.min(dest.len().saturating_sub(placed));
+                self.consumer
+                    .copy_payload(&frame, &mut dest[placed..placed + keep]);
+                placed += keep;
+                remaining -= n as u64;
+            }
+            self.consumer.advance(&frame);
+            budget = budget.saturating_sub(n + HEADER_LEN);
+            progressed = true;
+            if remaining == 0 {
+                self.read = ReadState::Header;
+                if let Some(s) = slot {
+                    sink.on_payload(peer, s);
+                }
+            } else {
+                self.read = ReadState::Payload {
+                    slot,
+                    remaining,
+                    placed,
+                };
+            }
+        }
+        Ok(progressed)
+    }
+}
+
+/// What this rank knows of one peer.
+#[derive(Default)]
+struct Peer {
+    /// The peer's listener, from its card or its set-up message.
+    name: Option<Vec<u8>>,
+    out: Option<OutLink>,
+    /// Packets waiting for room in (or the set-up of) the queue.
+    queue: VecDeque<Outgoing>,
+    /// The connection the peer opened to hand us its queue.
+    in_conn: Option<usize>,
+    failed: Option<Error>,
+}
+
+/// The shared-memory transport of one rank.
+pub struct ShmTransport {
+    job: JobInfo,
+    config: ShmConfig,
+    host: HostId,
+    card: String,
+    /// The listener's name (bytes of the abstract address).
+    name: Vec<u8>,
+    listener: UnixListener,
+    epoll: sys::Epoll,
+    wake: sys::EventFd,
+    conns: Vec<Option<Conn>>,
+    peers: Vec<Peer>,
+    inbound: Vec<InLink>,
+    /// Peers with packets waiting, each once.
+    backlog: Vec<PeerRank>,
+    /// Peers to connect to again (their listener's backlog was full).
+    retry: Vec<PeerRank>,
+    /// Connections this rank opened whose handshake is not done: while
+    /// there are any, every poll looks at the sockets (the peer answers at
+    /// once). Connections strangers open are looked at only every
+    /// [`SOCKETS_EVERY`] polls, so that they cannot slow the rank down.
+    connecting: usize,
+    /// Zero-copy sends finished outside `poll`, reported next poll.
+    completed: Vec<u64>,
+    /// Peers that failed outside `poll`, reported next poll.
+    failures: Vec<(PeerRank, Error)>,
+    polls_since_sockets: u32,
+    /// Look at the sockets at the next poll (after a sleep: the wake-up
+    /// bytes are read at once).
+    sockets_due: bool,
+    /// Between `arm_wakeup` and `disarm_wakeup`.
+    armed: bool,
+    /// Tokens epoll reported ready (kept to avoid an allocation per look).
+    ready: Vec<u64>,
+}
+
+// SAFETY: the raw pointers in queued zero-copy packets refer to memory the
+// ADI keeps valid until their completion; the mappings and descriptors
+// belong to the process, not to a thread; the transport is used by one
+// thread at a time (through `&mut`).
+unsafe impl Send for ShmTransport {}
+
+fn lost(peer: PeerRank, what: impl std::fmt::Display) -> Error {
+    Error::new(
+        ErrorClass::ProcFailed,
+        format!("shared-memory connection to rank {peer} lost: {what}"),
+    )
+}
+
+fn corrupt(peer: PeerRank, c: Corrupt) -> Error {
+    Error::new(
+        ErrorClass::ProcFailed,
+        format!("rank {peer}'s shared-memory queue is corrupt: {}", c.0),
+    )
+}
+
+/// The error `peer` fails with when the sink refused one of its headers:
+/// the sink's own when it is already `ProcFailed` (the ADI's are), else its
+/// message under that class, since every later send to the peer returns
+/// this error and [`Transport::send`] promises `ProcFailed`.
+fn broke_protocol(peer: PeerRank, refusal: Error) -> Error {
+    if refusal.class() == ErrorClass::ProcFailed {
+        return refusal;
+    }
+    Error::new(
+        ErrorClass::ProcFailed,
+        format!("rank {peer} broke the protocol: {}", refusal.message()),
+    )
+}
+
+impl ShmTransport {
+    /// Opens this rank's listener for `job`.
+    pub fn new(job: &JobInfo, config: ShmConfig) -> Result<ShmTransport> {
+        config.check()?;
+        let host =
+            HostId::current().map_err(|e| Error::os("learning the host identity from /proc", e))?;
+        let (listener, name) = Self::listen()?;
+        let epoll = sys::Epoll::new().map_err(|e| Error::os("creating the shm poller", e))?;
+        let wake = sys::EventFd::new().map_err(|e| Error::os("creating the shm eventfd", e))?;
+        epoll
+            .add(listener.as_fd(), LISTENER)
+            .and_then(|()| epoll.add(wake.as_fd(), WAKE))
+            .map_err(|e| Error::os("registering the shm listener", e))?;
+        Ok(ShmTransport {
+            job: job.clone(),
+            config,
+            card: Card::format(&host, &name),
+            host,
+            name: name.into_bytes(),
+            listener,
+            epoll,
+            wake,
+            conns: Vec::new(),
+            peers: (0..job.size).map(|_| Peer::default()).collect(),
+            inbound: Vec::new(),
+            backlog: Vec::new(),
+            retry: Vec::new(),
+            connecting: 0,
+            completed: Vec::new(),
+            failures: Vec::new(),
+            polls_since_sockets: 0,
+            sockets_due: false,
+            armed: false,
+            ready: Vec::new(),
+        })
+    }
+
+    /// A listener under a fresh random name (another one if someone holds
+    /// the first).
+    fn listen() -> Result<(UnixListener, String)> {
+        let mut tries = 0;
+        loop {
+            let name = host::listener_name(std::process::id())
+                .map_err(|e| Error::os("drawing a listener name", e))?;
+            match sys::listen_abstract(name.as_bytes()) {
+                Ok(listener) => return Ok((listener, name)),
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse && tries < 3 => tries += 1,
+                Err(e) => return Err(Error::os(format!("listening on @{name}"), e)),
+            }
+        }
+    }
+
+    fn cells(&self) -> u64 {
+        (self.config.queue_size / CELL) as u64
+    }
+
+    /// Checks that `peer` is another rank of the job that has not failed.
+    fn check_peer(&self, peer: PeerRank) -> Result<()> {
+        match self.peers.get(peer) {
+            _ if peer == self.job.rank => Err(Error::new(
+                ErrorClass::Intern,
+                "the shared-memory transport was asked to send to its own rank",
+            )),
+            None => Err(Error::new(
+                ErrorClass::Rank,
+                format!("rank {peer} is not in the job"),
+            )),
+            Some(Peer {
+                failed: Some(e), ..
+            }) => Err(e.clone()),
+            Some(_) => Ok(()),
+        }
+    }
+
+    fn insert(&mut self, stream: UnixStream, role: Role) -> io::Result<usize> {
+        let index = self
+            .conns
+            .iter()
+            .position(Option::is_none)
+            .unwrap_or(self.conns.len());
+        self.epoll.add(stream.as_fd(), index as u64)?;
+        let conn = Conn {
+            stream,
+            inbox: Vec::new(),
+            fds: Vec::new(),
+            role,
+        };
+        if matches!(conn.role, Role::Out { .. }) {
+            self.connecting += 1;
+        }
+        if index == self.conns.len() {
+            self.conns.push(Some(conn));
+        } else {
+            self.conns[index] = Some(conn);
+        }
+        Ok(index)
+    }
+
+    fn close(&mut self, index: usize) {
+        if let Some(conn) = self.conns.get_mut(index).and_then(Option::take) {
+            let _ = self.epoll.remove(conn.stream.as_fd());
+            if conn.handshaking() && matches!(conn.role, Role::Out { .. }) {
+                self.connecting -= 1;
+            }
+        }
+    }
+
+    /// `peer` is lost: its connections close, its queues are unmapped, the
+    /// packets waiting for it are dropped (zero-copy ones without a
+    /// completion), and the failure is reported at the next poll.
+    fn fail_peer(&mut self, peer: PeerRank, error: Error) {
+        if self.peers[peer].failed.is_some() {
+            return;
+        }
+        let p = &mut self.peers[peer];
+        let conns = [p.out.take().and_then(|l| l.conn), p.in_conn.take()];
+        p.queue.clear();
+        p.failed = Some(error.clone());
+        for index in conns.into_iter().flatten() {
+            self.close(index);
+        }
+        self.inbound.retain(|l| l.peer != peer);
+        self.backlog.retain(|&p| p != peer);
+        self.retry.retain(|&p| p != peer);
+        vlog!("shm: rank {}: {error}", self.job.rank);
+        self.failures.push((peer, error));
+    }
+
+    /// `peer`'s connection ended or broke: what it published before is
+    /// delivered (or found corrupt), then it fails.
+    fn lose_peer(&mut self, peer: PeerRank, error: Error, sink: &mut dyn PacketSink) {
+        let error = match self.inbound.iter_mut().find(|l| l.peer == peer) {
+            Some(link) => link.receive(sink).err().unwrap_or(error),
+            None => error,
+        };
+        self.fail_peer(peer, error);
+    }
+
+    /// Creates the queue to `peer` and starts handing it over.
+    fn connect(&mut self, peer: PeerRank) -> Result<()> {
+        if self.peers[peer].name.is_none() {
+            return Err(Error::new(
+                ErrorClass::Intern,
+                format!("the shared-memory transport has no card for rank {peer}"),
+            ));
+        }
+        let segment =
+            Segment::create(self.job.rank as u32, peer as u32, self.cells()).map_err(|e| {
+                Error::new(
+                    ErrorClass::Other,
+                    format!("cannot create the shared-memory queue to rank {peer}: {e}"),
+                )
+            })?;
+        self.peers[peer].out = Some(OutLink {
+            producer: Producer::new(segment),
+            conn: None,
+            ready: false,
+        });
+        self.open_connection(peer)
+    }
+
+    /// Connects to `peer`'s listener and sends HELLO; if its backlog is
+    /// full, tries again at the next look at the sockets.
+    fn open_connection(&mut self, peer: PeerRank) -> Result<()> {
+        let name = self.peers[peer].name.clone().unwrap_or_default();
+        let stream = match sys::connect_abstract(&name) {
+            Ok(Some(stream)) => stream,
+            Ok(None) => {
+                self.retry.push(peer);
+                return Ok(());
+            }
+            Err(e) => return Err(lost(peer, format!("cannot connect to its socket: {e}"))),
+        };
+        let (connector, hello) = Connector::new(&self.job, peer, Channel::Packets)
+            .map_err(|e| Error::new(ErrorClass::Other, e.to_string()))?;
+        let index = self
+            .insert(
+                stream,
+                Role::Out {
+                    peer,
+                    step: OutStep::AwaitChallenge,
+                    connector,
+                },
+            )
+            .map_err(|e| Error::os("registering a shm connection", e))?;
+        if let Some(link) = self.peers[peer].out.as_mut() {
+            link.conn = Some(index);
+        }
+        if let Some(conn) = self.conns[index].as_ref() {
+            write_message(&conn.stream, &hello, None)
+                .map_err(|e| lost(peer, format!("sending the handshake: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// Queues `packet` for `peer`, creating the queue to it first if there
+    /// is none.
+    fn enqueue(&mut self, peer: PeerRank, packet: Outgoing) -> Result<()> {
+        if self.peers[peer].out.is_none() {
+            if let Err(e) = self.connect(peer) {
+                if e.class() == ErrorClass::ProcFailed {
+                    self.fail_peer(peer, e.clone());
+                } else {
+                    self.peers[peer].out = None;
+                }
+                return Err(e);
+            }
+        }
+        self.peers[peer].queue.push_back(packet);
+        if !self.backlog.contains(&peer) {
+            self.backlog.push(peer);
+        }
+        Ok(())
+    }
+
+    /// Writes what fits of `peer`'s waiting packets. Returns whether
+    /// anything was written.
+    fn flush(&mut self, peer: PeerRank) -> Result<bool> {
+        let Peer { out, queue, .. } = &mut self.peers[peer];
+        let Some(link) = out.as_mut().filter(|l| l.ready) else {
+            return Ok(false);
+        };
+        let mut wrote = false;
+        while let Some(packet) = queue.front_mut() {
+            let before = packet.sent;
+            let done = link
+                .producer
+                .push_packet(&packet.header, packet.payload.bytes(), &mut packet.sent)
+                .map_err(|c| corrupt(peer, c))?;
+            wrote |= packet.sent != before;
+            if !done {
+                break;
+            }
+            if let Some(Outgoing {
+                payload: Payload::Borrowed { token, .. },
+                ..
+            }) = queue.pop_front()
+            {
+                self.completed.push(token);
+            }
+        }
+        if wrote && link.producer.consumer_sleeping() {
+            if let Some(conn) = link.conn.and_then(|i| self.conns[i].as_ref()) {
+                conn.poke();
+            }
+        }
+        Ok(wrote)
+    }
+
+    /// Flushes every peer with waiting packets.
+    fn flush_backlog(&mut self) -> bool {
+        let mut progressed = false;
+        let mut k = 0;
+        while let Some(&peer) = self.backlog.get(k) {
+            match self.flush(peer) {
+                Ok(wrote) => progressed |= wrote,
+                Err(e) => {
+                    // Takes the peer out of the backlog.
+                    self.fail_peer(peer, e);
+                    progressed = true;
+                    continue;
+                }
+            }
+            if self.peers[peer].queue.is_empty() {
+                self.backlog.swap_remove(k);
+            } else {
+                k += 1;
+            }
+        }
+        progressed
+    }
+
+    /// Reads every inbound queue.
+    fn receive_all(&mut self, sink: &mut dyn PacketSink) -> bool {
+        let mut progressed = false;
+        let mut k = 0;
+        while let Some(link) = self.inbound.get_mut(k) {
+            match link.receive(sink) {
+                Ok(false) => k += 1,
+                Ok(true) => {
+                    progressed = true;
+                    if link.consumer.producer_waiting() {
+                        if let Some(conn) = self.conns[link.conn].as_ref() {
+                            conn.poke();
+                        }
+                    }
+                    k += 1;
+                }
+                Err(e) => {
+                    // Takes the link out of `inbound`.
+                    let peer = link.peer;
+                    self.fail_peer(peer, e);
+                    progressed = true;
+                }
+            }
+        }
+        progressed
+    }
+
+    fn report(&mut self, sink: &mut dyn PacketSink) -> bool {
+        if self.completed.is_empty() && self.failures.is_empty() {
+            return false;
+        }
+        for token in self.completed.drain(..) {
+            sink.on_send_complete(token);
+        }
+        for (peer, error) in self.failures.drain(..) {
+            sink.on_peer_failed(peer, error);
+        }
+        true
+    }
+
+    /// Accepts, sets up, reads wake-ups from and notices the end of
+    /// connections. Returns whether a connection changed.
+    fn service_sockets(&mut self, sink: &mut dyn PacketSink) -> Result<bool> {
+        self.polls_since_sockets = 0;
+        self.sockets_due = false;
+        let mut progressed = false;
+        for peer in std::mem::take(&mut self.retry) {
+            if let Err(e) = self.open_connection(peer) {
+                self.fail_peer(peer, e);
+            }
+            progressed = true;
+        }
+        let mut ready = std::mem::take(&mut self.ready);
+        self.epoll
+            .ready_now(&mut ready)
+            .map_err(|e| Error::os("polling shm sockets", e))?;
+        for &token in &ready {
+            match token {
+                LISTENER => progressed |= self.accept_all(),
+                WAKE => self
+                    .wake
+                    .clear()
+                    .map_err(|e| Error::os("clearing the shm eventfd", e))?,
+                index => progressed |= self.service(index as usize, sink),
+            }
+        }
+        self.ready = ready;
+        Ok(progressed)
+    }
+
+    fn accept_all(&mut self) -> bool {
+        let mut accepted = false;
+        loop {
+            match self.listener.accept() {
+                Ok((stream, _)) => {
+                    let registered = stream
+                        .set_nonblocking(true)
+                        .map_err(|e| e.to_string())
+                        .and_then(|()| Acceptor::new(&self.job).map_err(|e| e.to_string()))
+                        .and_then(|acceptor| {
+                            let role = Role::In {
+                                step: InStep::AwaitHello,
+                                acceptor,
+                            };
+                            self.insert(stream, role).map_err(|e| e.to_string())
+                        });
+                    match registered {
+                        Ok(_) => accepted = true,
+                        Err(e) => vlog!("shm: rank {}: refusing a connection: {e}", self.job.rank),
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return accepted,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    vlog!("shm: rank {}: accept failed: {e}", self.job.rank);
+                    return accepted;
+                }
+            }
+        }
+    }
+
+    /// Handles what connection `index` received. Returns whether its
+    /// state changed.
+    fn service(&mut self, index: usize, sink: &mut dyn PacketSink) -> bool {
+        let Some(conn) = self.conns.get_mut(index).and_then(Option::as_mut) else {
+            return false;
+        };
+        let read = conn.read_available();
+        match conn.role {
+            Role::Out { peer, .. } => {
+                if let Err(e) = read.and_then(|ended| self.advance_out(index, peer, ended)) {
+                    self.lose_peer(peer, lost(peer, e), sink);
+                    return true;
+                }
+            }
+            Role::In {
+                step: InStep::Ready { peer },
+                ..
+            } => match read {
+                Ok(false) if self.conns[index].as_ref().is_some_and(|c| c.fds.is_empty()) => {}
+                outcome => {
+                    let why = match outcome {
+                        Ok(true) => "it closed its connection (it ended)".to_owned(),
+                        Ok(false) => "it sent a descriptor after set-up".to_owned(),
+                        Err(e) => e.to_string(),
+                    };
+                    self.lose_peer(peer, lost(peer, why), sink);
+                    return true;
+                }
+            },
+            Role::In { .. } => {
+                if let Err(why) = read
+                    .map_err(|e| e.to_string())
+                    .and_then(|ended| self.advance_in(index, ended))
+                {
+                    let peer = match self.conns[index].as_ref().map(|c| &c.role) {
+                        Some(Role::In {
+                            step: InStep::AwaitSetup { peer },
+                            ..
+                        }) => Some(*peer),
+                        _ => None,
+                    };
+                    self.close(index);
+                    match peer {
+                        // A job member proved the secret and then failed.
+                        Some(peer) => self.fail_peer(
+                            peer,
+                            Error::new(
+                                ErrorClass::ProcFailed,
+                                format!(
+                                    "rank {peer} cannot share memory with rank {}: {why}",
+                                    self.job.rank
+                                ),
+                            ),
+                        ),
+                        None => vlog!("shm: rank {}: refused a connection: {why}", self.job.rank),
+                    }
+                }
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Advances the handshake of our connection `index` to `peer`.
+    fn advance_out(&mut self, index: usize, peer: PeerRank, ended: bool) -> io::Result<()> {
+        let conn = self.conns[index].as_mut().ok_or(io::ErrorKind::NotFound)?;
+        let Role::Out {
+            step, connector, ..
+        } = &mut conn.role
+        else {
+            return Ok(());
+        };
+        let refused = |e: oxmpi_adi::auth::AuthError| {
+            io::Error::new(io::ErrorKind::InvalidData, e.to_string())
+        };
+        if !conn.fds.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "it sent a descriptor to the rank that opened the connection",
+            ));
+        }
+        if *step == OutStep::AwaitChallenge {
+            if let Some(msg) = take_message::<MESSAGE_LEN>(&mut conn.inbox) {
+                let response = connector.on_challenge(&msg).map_err(refused)?;
+                *step = OutStep::AwaitVerdict;
+                let setup = proto::encode_setup(&self.name);
+                let link = self.peers[peer]
+                    .out
+                    .as_ref()
+                    .ok_or(io::ErrorKind::NotFound)?;
+                write_message(&conn.stream, &response, None)?;
+                write_message(&conn.stream, &setup, Some(link.producer.segment().fd()))?;
+            }
+        }
+        if *step == OutStep::AwaitVerdict {
+            if let Some(msg) = take_message::<MESSAGE_LEN>(&mut conn.inbox) {
+                match connector.on_verdict(&msg).map_err(refused)? {
+                    Verdict::Accept => {
+                        *step = OutStep::Ready;
+                        self.connecting -= 1;
+                        if let Some(link) = self.peers[peer].out.as_mut() {
+                            link.ready = true;
+                        }
+                        vlog!("shm: rank {}: queue to rank {peer} set up", self.job.rank);
+                    }
+                    Verdict::Duplicate => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::AlreadyExists,
+                            "it already has a queue from this rank",
+                        ))
+                    }
+                }
+            }
+        }
+        if ended {
+            let set_up = self.conns[index].as_ref().is_some_and(|c| !c.handshaking());
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                if set_up {
+                    "it closed its connection (it ended)"
+                } else {
+                    "it closed the connection during set-up (it refused the queue, or ended)"
+                },
+            ));
+        }
+        Ok(())
+    }
+
+    /// Advances the handshake of connection `index`, which a peer opened.
+    fn advance_in(&mut self, index: usize, ended: bool) -> std::result::Result<(), String> {
+        loop {
+            let conn = self.conns[index].as_mut().ok_or("gone")?;
+            let Role::In { step, acceptor } = &mut conn.role else {
+                return Ok(());
+            };
+            match *step {
+                InStep::AwaitHello => {
+                    if !conn.fds.is_empty() {
+                        return Err("it sent a descriptor before authenticating".into());
+                    }
+                    let Some(msg) = take_message::<MESSAGE_LEN>(&mut conn.inbox) else {
+                        break;
+                    };
+                    let (peer, channel, challenge) = acceptor
+                        .on_hello(&self.job, &msg)
+                        .map_err(|e| e.to_string())?;
+                    if channel != Channel::Packets {
+                        return Err(format!("rank {peer} asks for a {channel:?} channel"));
+                    }
+                    *step = InStep::AwaitResponse { peer };
+                    write_message(&conn.stream, &challenge, None).map_err(|e| e.to_string())?;
+                }
+                InStep::AwaitResponse { peer } => {
+                    let Some(msg) = take_message::<MESSAGE_LEN>(&mut conn.inbox) else {
+                        break;
+                    };
+                    acceptor
+                        .on_response(&msg)
+                        .map_err(|e| format!("claimed rank {peer}: {e}"))?;
+                    *step = InStep::AwaitSetup { peer };
+                }
+                InStep::AwaitSetup { peer } => {
+                    let Some(msg) = take_message::<SETUP_LEN>(&mut conn.inbox) else {
+                        break;
+                    };
+                    return self.accept_queue(index, peer, &msg);
+                }
+                InStep::Ready { .. } => return Ok(()),
+            }
+        }
+        if ended {
+            return Err("the connection closed during the handshake".into());
+        }
+        Ok(())
+    }
+
+    /// `peer`, authenticated on connection `index`, hands over its queue
+    /// to this rank with `setup`: checks and maps it, and accepts.
+    fn accept_queue(
+        &mut self,
+        index: usize,
+        peer: PeerRank,
+        setup: &[u8; SETUP_LEN],
+    ) -> std::result::Result<(), String> {
+        let name = proto::decode_setup(setup).map_err(|e| e.to_string())?;
+        let conn = self.conns[index].as_mut().ok_or("gone")?;
+        let Role::In { step, acceptor } = &mut conn.role else {
+            return Err("not an inbound connection".into());
+        };
+        if conn.fds.len() != 1 {
+            return Err(format!(
+                "it sent {} descriptors with its set-up message instead of 1",
+                conn.fds.len()
+            ));
+        }
+        let p = &mut self.peers[peer];
+        if p.in_conn.is_some() || p.failed.is_some() {
+            // Not a failure of the peer: keep what exists.
+            let _ = write_message(&conn.stream, &acceptor.verdict(Verdict::Duplicate), None);
+            vlog!(
+                "shm: rank {}: refused a second queue from rank {peer}",
+                self.job.rank
+            );
+            self.close(index);
+            return Ok(());
+        }
+        let file = File::from(conn.fds.remove(0));
+        let segment =
+            Segment::open(file, peer as u32, self.job.rank as u32).map_err(|e| e.to_string())?;
+        write_message(&conn.stream, &acceptor.verdict(Verdict::Accept), None)
+            .map_err(|e| e.to_string())?;
+        *step = InStep::Ready { peer };
+        conn.inbox.clear();
+        p.in_conn = Some(index);
+        p.name.get_or_insert(name);
+        let consumer = Consumer::new(segment);
+        if self.armed {
+            consumer.set_sleeping(true);
+        }
+        self.inbound.push(InLink {
+            peer,
+            consumer,
+            conn: index,
+            read: ReadState::Header,
+        });
+        vlog!("shm: rank {}: queue from rank {peer} set up", self.job.rank);
+        Ok(())
+    }
+}
+
+impl Transport for ShmTransport {
+    fn name(&self) -> &'static str {
+        "shm"
+    }
+
+    fn card(&self) -> &str {
+        &self.card
+    }
+
+    fn reachable(&self, card: &str) -> bool {
+        Card::parse(card).is_some_and(|c| c.host == self.host)
+    }
+
+    fn add_peer(&mut self, peer: PeerRank, card: &str) -> Result<()> {
+        let parsed = Card::parse(card).ok_or_else(|| {
+            Error::new(
+                ErrorClass::Other,
+                format!("rank {peer} published a bad shared-memory card {card:?}"),
+            )
+        })?;
+        if parsed.version != SHM_VERSION {
+            return Err(Error::new(
+                ErrorClass::Other,
+                format!(
+                    "rank {peer} speaks shared-memory version {}, this rank speaks {SHM_VERSION}: \
+                     run the same oxmpi on every rank",
+                    parsed.version
+                ),
+            ));
+        }
+        if parsed.host != self.host {
+            return Err(Error::new(
+                ErrorClass::Other,
+                format!("rank {peer} runs on another host or network namespace ({card})"),
+            ));
+        }
+        let slot = self.peers.get_mut(peer).ok_or_else(|| {
+            Error::new(ErrorClass::Rank, format!("rank {peer} is not in the job"))
+        })?;
+        slot.name = Some(parsed.name);
+        Ok(())
+    }
+
+    fn eager_limit(&self) -> usize {
+        self.config.eager_limit
+    }
+
+    fn send(&mut self, peer: PeerRank, header: &Header, payload: &[u8]) -> Result<()> {
+        self.check_peer(peer)?;
+        let header = header.encode();
+        let mut sent = None;
+        let p = &mut self.peers[peer];
+        if let Some(link) = p.out.as_mut().filter(|l| l.ready && p.queue.is_empty()) {
+            // Fast path: straight into the queue.
+            match link.producer.push_packet(&header, payload, &mut sent) {
+                Ok(done) => {
+                    if sent.is_some() && link.producer.consumer_sleeping() {
+                        if let Some(conn) = link.conn.and_then(|i| self.conns[i].as_ref()) {
+                            conn.poke();
+                        }
+                    }
+                    if done {
+                        return Ok(());
+                    }
+                }
+                Err(c) => {
+                    let error = corrupt(peer, c);
+                    self.fail_peer(peer, error.clone());
+                    return Err(error);
+                }
+            }
+        }
+        // What did not go waits, copied.
+        let rest = &payload[sent.unwrap_or(0)..];
+        self.enqueue(
+            peer,
+            Outgoing {
+                header,
+                payload: Payload::Owned(rest.to_vec()),
+                sent: sent.map(|_| 0),
+            },
+        )
+    }
+
+    unsafe fn send_zcopy(
+        &mut self,
+        peer: PeerRank,
+        header: &Header,
+        payload: *const u8,
+        len: usize,
+        token: u64,
+    ) -> Result<()> {
+        self.check_peer(peer)?;
+        self.enqueue(
+            peer,
+            Outgoing {
+                header: header.encode(),
+                payload: Payload::Borrowed {
+                    ptr: payload,
+                    len,
+                    token,
+                },
+                sent: None,
+            },
+        )?;
+        if let Err(e) = self.flush(peer) {
+            self.fail_peer(peer, e);
+        }
+        Ok(())
+    }
+
+    fn poll(&mut self, sink: &mut dyn PacketSink) -> Result<bool> {
+        let mut progressed = self.report(sink);
+        progressed |= self.receive_all(sink);
+        if !self.backlog.is_empty() {
+            progressed |= self.flush_backlog();
+        }
+        self.polls_since_sockets += 1;
+        if self.sockets_due
+            || self.connecting > 0
+            || !self.retry.is_empty()
+            || self.polls_since_sockets >= SOCKETS_EVERY
+        {
+            progressed |= self.service_sockets(sink)?;
+        }
+        progressed |= self.report(sink);
+        Ok(progressed)
+    }
+
+    fn arm_wakeup(&mut self) -> Result<Option<RawFd>> {
+        self.armed = true;
+        // Anything to do already must not be slept through.
+        let mut work = !self.completed.is_empty() || !self.failures.is_empty();
+        for link in &self.inbound {
+            link.consumer.set_sleeping(true);
+            work |= link.consumer.has_frame();
+        }
+        for &peer in &self.backlog {
+            if let Some(link) = self.peers[peer].out.as_ref().filter(|l| l.ready) {
+                link.producer.set_waiting(true);
+                work |= link.producer.head_moved();
+            }
+        }
+        if work {
+            self.wake
+                .signal()
+                .map_err(|e| Error::os("signalling the shm eventfd", e))?;
+        }
+        Ok(Some(self.epoll.as_raw_fd()))
+    }
+
+    fn disarm_wakeup(&mut self) -> Result<()> {
+        self.armed = false;
+        for link in &self.inbound {
+            link.consumer.set_sleeping(false);
+        }
+        for link in self.peers.iter().filter_map(|p| p.out.as_ref()) {
+            link.producer.set_waiting(false);
+        }
+        // The bytes that woke the sleep are read at once.
+        self.sockets_due = true;
+        Ok(())
+    }
+
+    fn has_pending_sends(&self) -> bool {
+        !self.backlog.is_empty() || !self.completed.is_empty()
+    }
+}

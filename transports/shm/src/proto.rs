@@ -1,0 +1,231 @@
+//! What two ranks of the shared-memory transport agree on: the layout of a
+//! queue segment, the set-up message that hands a segment over, the frame
+//! control word of the queue, and the version that covers all of them.
+//!
+//! # A queue segment
+//! One segment holds one single-producer single-consumer queue, from the
+//! rank that created it (the producer) to one peer (the consumer). It is a
+//! [`SegmentHeader`] followed by `cell_count` cells of [`CELL`] bytes:
+//!
+//! | offset | size | field              | written by | meaning                                        |
+//! |-------:|-----:|--------------------|------------|------------------------------------------------|
+//! | 0      | 8    | magic              | creator    | [`SEGMENT_MAGIC`]                               |
+//! | 8      | 4    | version            | creator    | [`SHM_VERSION`]; another version is refused     |
+//! | 12     | 4    | cells offset       | creator    | where the cells start ([`CELLS_OFFSET`])        |
+//! | 16     | 4    | cell size          | creator    | [`CELL`]                                        |
+//! | 20     | 4    | cell count         | creator    | a power of two                                 |
+//! | 24     | 4    | producer           | creator    | world rank of the producer                      |
+//! | 28     | 4    | consumer           | creator    | world rank of the consumer                      |
+//! | 128    | 8    | head               | consumer   | position of the next cell it will read          |
+//! | 256    | 4    | consumer sleeping  | consumer   | non-zero: poke its socket after publishing      |
+//! | 384    | 4    | producer waiting   | producer   | non-zero: poke its socket after freeing cells   |
+//! | 512    |      | cells              | producer   | frames (see [`crate::ring`])                    |
+//!
+//! Fields written by different sides are [`LINE`] bytes apart, so that a
+//! write by one side never takes a cache line (or the line the hardware
+//! prefetches with it) the other side is reading. The producer's write
+//! position has no field: each frame is published in its own first cell
+//! (the control word), so a consumer that waits reads only the cell it
+//! will consume.
+//!
+//! All integers are little-endian (the two ends run on one host).
+
+use crate::host::NAME_MAX;
+
+/// First bytes of every queue segment.
+pub(crate) const SEGMENT_MAGIC: [u8; 8] = *b"OXMPISHM";
+/// Version of the segment layout, the frame format and the set-up
+/// message; a peer of another version is refused.
+pub const SHM_VERSION: u32 = 1;
+/// Size of a queue cell: one cache line.
+pub(crate) const CELL: usize = 64;
+/// Distance between fields written by different sides: two cache lines,
+/// since x86's adjacent-line prefetcher moves lines in pairs.
+pub(crate) const LINE: usize = 128;
+/// Where the cells start: after the layout and the three shared fields,
+/// each on its own [`LINE`].
+pub(crate) const CELLS_OFFSET: usize = 4 * LINE;
+/// Offset of the consumer's head (`AtomicU64`).
+pub(crate) const HEAD_OFFSET: usize = LINE;
+/// Offset of the consumer's sleeping flag (`AtomicU32`).
+pub(crate) const CONSUMER_SLEEPING_OFFSET: usize = 2 * LINE;
+/// Offset of the producer's waiting flag (`AtomicU32`).
+pub(crate) const PRODUCER_WAITING_OFFSET: usize = 3 * LINE;
+
+/// The part of a segment's header the creator writes once, before handing
+/// the segment over. See the module docs for the whole layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub(crate) struct SegmentLayout {
+    /// [`SEGMENT_MAGIC`]: the descriptor is an oxmpi queue segment.
+    pub magic: [u8; 8],
+    /// The creator's [`SHM_VERSION`].
+    pub version: u32,
+    /// Bytes from the start of the segment to the first cell.
+    pub cells_offset: u32,
+    /// Bytes per cell.
+    pub cell_size: u32,
+    /// Number of cells, a power of two.
+    pub cell_count: u32,
+    /// World rank of the producer (the creator).
+    pub producer: u32,
+    /// World rank of the consumer.
+    pub consumer: u32,
+}
+
+/// Bytes of a frame's control word, at the start of its first cell.
+pub(crate) const CONTROL_LEN: usize = 8;
+
+/// What a frame carries, in the low byte of its control word. A packet is
+/// one [`FrameKind::Header`] frame (the packet header and the first
+/// payload bytes) followed by as many [`FrameKind::Data`] frames as the
+/// rest of its payload needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FrameKind {
+    /// A packet header, then payload bytes.
+    Header = 1,
+    /// Payload bytes of the packet whose header came last.
+    Data = 2,
+}
+
+/// A frame's control word: the frame kind (bits 0-7), the low 16 bits of
+/// the frame's position in the queue (bits 8-23, a check that the consumer
+/// reads the frame it expects), and the number of bytes the frame carries
+/// after the control word (bits 24-63). Never zero: zero marks a cell
+/// where nothing is published yet.
+pub(crate) fn control_word(kind: FrameKind, position: u64, bytes: usize) -> u64 {
+    kind as u64 | (position & 0xffff) << 8 | (bytes as u64) << 24
+}
+
+/// The parts of a control word read from the queue, not yet checked
+/// against anything: `(kind, position check, bytes)`, the kind `None` when
+/// it is not one this version knows.
+pub(crate) fn parse_control_word(word: u64) -> (Option<FrameKind>, u64, u64) {
+    let kind = match word & 0xff {
+        1 => Some(FrameKind::Header),
+        2 => Some(FrameKind::Data),
+        _ => None,
+    };
+    (kind, (word >> 8) & 0xffff, word >> 24)
+}
+
+/// Size of the set-up message.
+pub(crate) const SETUP_LEN: usize = 128;
+/// First bytes of the set-up message.
+const SETUP_MAGIC: &[u8; 4] = b"OXSQ";
+
+/// The set-up message: sent by the rank that opened a connection, right
+/// after its handshake RESPONSE, with the descriptor of the segment of its
+/// queue to the acceptor attached. Layout: magic `OXSQ` (4), version (4),
+/// name length (2), reserved (6), the sender's listener name (at most
+/// [`NAME_MAX`] bytes), zeroes to [`SETUP_LEN`]. The name lets the
+/// acceptor open its own queue back without the sender's card.
+pub(crate) fn encode_setup(name: &[u8]) -> [u8; SETUP_LEN] {
+    let mut b = [0u8; SETUP_LEN];
+    b[0..4].copy_from_slice(SETUP_MAGIC);
+    b[4..8].copy_from_slice(&SHM_VERSION.to_le_bytes());
+    let len = name.len().min(NAME_MAX);
+    b[8..10].copy_from_slice(&(len as u16).to_le_bytes());
+    b[16..16 + len].copy_from_slice(&name[..len]);
+    b
+}
+
+/// Why a set-up message was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum SetupError {
+    /// Not a set-up message.
+    Magic,
+    /// The sender speaks another version.
+    Version {
+        /// The sender's version.
+        theirs: u32,
+    },
+    /// The name does not fit or is not a listener name.
+    Name,
+}
+
+impl std::fmt::Display for SetupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SetupError::Magic => write!(f, "not a shared-memory set-up message"),
+            SetupError::Version { theirs } => write!(
+                f,
+                "it speaks shared-memory version {theirs}, this rank speaks {SHM_VERSION}: \
+                 run the same oxmpi on every rank"
+            ),
+            SetupError::Name => write!(f, "its set-up message names no valid listener"),
+        }
+    }
+}
+
+/// Decodes a set-up message: the sender's listener name.
+pub(crate) fn decode_setup(b: &[u8; SETUP_LEN]) -> Result<Vec<u8>, SetupError> {
+    if &b[0..4] != SETUP_MAGIC {
+        return Err(SetupError::Magic);
+    }
+    let version = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+    if version != SHM_VERSION {
+        return Err(SetupError::Version { theirs: version });
+    }
+    let len = u16::from_le_bytes([b[8], b[9]]) as usize;
+    if len == 0 || len > NAME_MAX {
+        return Err(SetupError::Name);
+    }
+    let name = &b[16..16 + len];
+    if !crate::host::is_listener_name(name) {
+        return Err(SetupError::Name);
+    }
+    Ok(name.to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_layout_is_what_the_docs_say() {
+        assert_eq!(std::mem::size_of::<SegmentLayout>(), 32);
+        assert!(std::mem::size_of::<SegmentLayout>() <= HEAD_OFFSET);
+        assert_eq!(CELLS_OFFSET, 512);
+        assert_eq!(CELLS_OFFSET % CELL, 0);
+    }
+
+    #[test]
+    fn control_words_round_trip_and_are_never_zero() {
+        for kind in [FrameKind::Header, FrameKind::Data] {
+            for (position, bytes) in [(0, 0), (0x1_2345, 56), (u64::MAX, 1 << 30)] {
+                let word = control_word(kind, position, bytes);
+                assert_ne!(word, 0);
+                assert_eq!(
+                    parse_control_word(word),
+                    (Some(kind), position & 0xffff, bytes as u64)
+                );
+            }
+        }
+        assert_eq!(parse_control_word(7).0, None);
+    }
+
+    #[test]
+    fn setup_messages_check_magic_version_and_name() {
+        let name = b"oxmpi-shm-42-0123456789abcdef";
+        assert_eq!(decode_setup(&encode_setup(name)), Ok(name.to_vec()));
+        let mut other = encode_setup(name);
+        other[4] = 9;
+        assert_eq!(decode_setup(&other), Err(SetupError::Version { theirs: 9 }));
+        assert!(decode_setup(&other)
+            .unwrap_err()
+            .to_string()
+            .contains("version 9"));
+        let mut garbage = encode_setup(name);
+        garbage[0] = b'X';
+        assert_eq!(decode_setup(&garbage), Err(SetupError::Magic));
+        assert_eq!(decode_setup(&encode_setup(b"")), Err(SetupError::Name));
+        assert_eq!(
+            decode_setup(&encode_setup(b"not:a listener")),
+            Err(SetupError::Name)
+        );
+        let mut long = encode_setup(name);
+        long[8..10].copy_from_slice(&500u16.to_le_bytes());
+        assert_eq!(decode_setup(&long), Err(SetupError::Name));
+    }
+}

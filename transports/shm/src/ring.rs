@@ -1,0 +1,591 @@
+//! The lock-free single-producer single-consumer queue in a segment.
+//!
+//! The cells form a ring. The producer writes *frames*: a run of
+//! consecutive cells, never wrapping past the end of the ring, whose first
+//! 8 bytes are the control word ([`crate::proto::control_word`]: kind,
+//! position check, length) and whose following bytes (56 in the first
+//! cell, 64 in each next one) carry the contents. A packet is a header
+//! frame (the 56-byte packet header, then the first payload bytes) and as
+//! many data frames as the rest of its payload needs, so a packet may span
+//! several cells, several frames, and the end of the ring.
+//!
+//! # Publication without a shared tail
+//! A frame is published by the release store of its control word, which is
+//! never zero; the consumer waits on the control word of the cell at its
+//! head and so reads nothing but the cell it will consume. Stale bytes
+//! cannot pass for a control word: before publishing a frame the producer
+//! zeroes the control word of the cell that follows it (where the next
+//! frame will start), so when the consumer reaches that cell it finds
+//! either zero or the next frame's control word, never payload bytes left
+//! from the ring's previous lap. Doing so needs one free cell beyond the
+//! frame.
+//!
+//! # Free cells
+//! The consumer publishes its head (the position it reads next) after
+//! copying a frame out; the producer reads it only when the head it saw
+//! last leaves too little room, and refuses a head that moved backwards or
+//! past what was written. A full queue is back-pressure: a push returns
+//! `None` or 0 and the caller tries again later.
+//!
+//! # Sleeping
+//! Each side can sleep in the kernel: the consumer while its queues are
+//! empty, the producer while a queue is full. Before sleeping it raises its
+//! flag and looks once more (at the head's cell, or at the head); after
+//! publishing (or freeing cells) the other side looks at the flag and, if
+//! it is up, pokes the sleeper's socket. A sequentially consistent fence on
+//! each side between its store and its load guarantees that at least one
+//! of the two sees the other's store: no wake-up is lost.
+
+use crate::proto::{control_word, parse_control_word, FrameKind, CELL, CONTROL_LEN};
+use crate::segment::Segment;
+use oxmpi_adi::proto::HEADER_LEN;
+use std::sync::atomic::{fence, Ordering};
+
+/// Most bytes one frame carries. A long payload goes in frames of this
+/// size, so that the consumer copies one out while the producer writes the
+/// next (a pipelined copy).
+const FRAME_MAX: usize = 16 * 1024 - CONTROL_LEN;
+/// A data frame shorter than this waits for more free cells, unless it ends
+/// the payload or meets the end of the ring: a slow consumer must not turn
+/// a long payload into a stream of tiny frames.
+const FRAME_MIN: usize = 1024 - CONTROL_LEN;
+
+/// The cells of a queue hold what the protocol does not allow: the peer
+/// that writes them is faulty. The message says what was found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Corrupt(pub String);
+
+/// Cells taken by a frame carrying `bytes` bytes.
+fn cells_for(bytes: usize) -> u64 {
+    (CONTROL_LEN + bytes).div_ceil(CELL) as u64
+}
+
+/// The producer's end of a queue, over the segment it created.
+pub(crate) struct Producer {
+    segment: Segment,
+    /// Position (counted from the start, never wrapping) of the next cell
+    /// to write.
+    tail: u64,
+    /// The consumer's head as last read.
+    head_seen: u64,
+}
+
+impl Producer {
+    /// The producer of a freshly created segment.
+    pub(crate) fn new(segment: Segment) -> Producer {
+        Producer {
+            segment,
+            tail: 0,
+            head_seen: 0,
+        }
+    }
+
+    /// The segment, to hand its descriptor to the consumer.
+    pub(crate) fn segment(&self) -> &Segment {
+        &self.segment
+    }
+
+    /// Free cells, reading the consumer's head only if the one seen last
+    /// leaves fewer than `wanted`.
+    fn free_cells(&mut self, wanted: u64) -> Result<u64, Corrupt> {
+        let count = self.segment.cells();
+        let free = count - (self.tail - self.head_seen);
+        if free >= wanted {
+            return Ok(free);
+        }
+        // Acquire: pairs with the consumer's release store of its head,
+        // made after it copied the cells out, so they may be overwritten.
+        let head = self.segment.head().load(Ordering::Acquire);
+        if head < self.head_seen || head > self.tail {
+            return Err(Corrupt(format!(
+                "the consumer's head moved to {head}, outside {}..={}",
+                self.head_seen, self.tail
+            )));
+        }
+        self.head_seen = head;
+        Ok(count - (self.tail - head))
+    }
+
+    /// Writes a header frame: `header` and as many bytes from the start of
+    /// `payload` as fit. `None` if the queue has no room for the header.
+    pub(crate) fn push_header(
+        &mut self,
+        header: &[u8; HEADER_LEN],
+        payload: &[u8],
+    ) -> Result<Option<usize>, Corrupt> {
+        self.push(FrameKind::Header, header, payload)
+    }
+
+    /// Writes a data frame with as many bytes from the start of `payload`
+    /// (not empty) as fit; 0 if the queue is full.
+    pub(crate) fn push_data(&mut self, payload: &[u8]) -> Result<usize, Corrupt> {
+        Ok(self.push(FrameKind::Data, &[], payload)?.unwrap_or(0))
+    }
+
+    /// Writes what fits of a packet, going on from `sent`: `None` when
+    /// nothing of it went yet, `Some(n)` when its header and the first `n`
+    /// payload bytes did (updated). Returns whether the whole packet went.
+    pub(crate) fn push_packet(
+        &mut self,
+        header: &[u8; HEADER_LEN],
+        payload: &[u8],
+        sent: &mut Option<usize>,
+    ) -> Result<bool, Corrupt> {
+        let mut done = match *sent {
+            Some(n) => n,
+            None => match self.push_header(header, payload)? {
+                Some(n) => n,
+                None => return Ok(false),
+            },
+        };
+        *sent = Some(done);
+        while done < payload.len() {
+            match self.push_data(&payload[done..])? {
+                0 => return Ok(false),
+                n => done += n,
+            }
+            *sent = Some(done);
+        }
+        Ok(true)
+    }
+
+    fn push(
+        &mut self,
+        kind: FrameKind,
+        prefix: &[u8],
+        payload: &[u8],
+    ) -> Result<Option<usize>, Corrupt> {
+        let count = self.segment.cells();
+        let index = self.tail & (count - 1);
+        let to_end = count - index;
+        let wanted = cells_for((prefix.len() + payload.len()).min(FRAME_MAX));
+        // One cell more than the frame: the one after it is cleared.
+        let free = self.free_cells(wanted + 1)?;
+        if free < 2 {
+            return Ok(None);
+        }
+        let cells = wanted.min(free - 1).min(to_end);
+        let room = cells as usize * CELL - CONTROL_LEN - prefix.len();
+        let n = payload.len().min(room);
+        let smallest = FRAME_MIN.min(count as usize / 4 * CELL);
+        if kind == FrameKind::Data
+            && (n == 0 || n < payload.len() && n < smallest && cells < to_end)
+        {
+            return Ok(None);
+        }
+        let cells = cells_for(prefix.len() + n);
+        let start = index as usize * CELL + CONTROL_LEN;
+        self.segment.write_cells(start, prefix);
+        self.segment
+            .write_cells(start + prefix.len(), &payload[..n]);
+        let next = (self.tail + cells) & (count - 1);
+        // Relaxed: the release store below orders it before the consumer's
+        // first look at `next`, which follows its acquire of this frame.
+        self.segment.control(next).store(0, Ordering::Relaxed);
+        // Release: publishes the frame's bytes and the cleared control word
+        // after it to the consumer's acquire load in `Consumer::peek`.
+        self.segment.control(index).store(
+            control_word(kind, self.tail, prefix.len() + n),
+            Ordering::Release,
+        );
+        self.tail += cells;
+        Ok(Some(n))
+    }
+
+    /// Whether the consumer may be asleep, to be poked after publishing.
+    pub(crate) fn consumer_sleeping(&self) -> bool {
+        // SeqCst: between this side's publications and its look at the
+        // flag; pairs with the fence in `Consumer::set_sleeping` (see the
+        // module docs: one side sees the other's store).
+        fence(Ordering::SeqCst);
+        // Relaxed: the fence orders it.
+        self.segment.consumer_sleeping().load(Ordering::Relaxed) != 0
+    }
+
+    /// Raises (or lowers) this side's flag asking the consumer to poke it
+    /// when it frees cells. After raising it, [`Producer::head_moved`]
+    /// tells whether cells were freed meanwhile.
+    pub(crate) fn set_waiting(&self, waiting: bool) {
+        // Relaxed: the fence orders it before the look at the head.
+        self.segment
+            .producer_waiting()
+            .store(u32::from(waiting), Ordering::Relaxed);
+        // SeqCst: pairs with the fence in `Consumer::producer_waiting`.
+        fence(Ordering::SeqCst);
+    }
+
+    /// Whether the consumer freed cells since the producer last looked.
+    pub(crate) fn head_moved(&self) -> bool {
+        // Relaxed: only compared; `free_cells` reads it again with Acquire
+        // before any cell is reused.
+        self.segment.head().load(Ordering::Relaxed) != self.head_seen
+    }
+}
+
+/// A published frame at the consumer's head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Frame {
+    /// What it carries.
+    pub kind: FrameKind,
+    /// Index of its first cell.
+    index: u64,
+    /// Bytes after the control word.
+    bytes: usize,
+}
+
+impl Frame {
+    /// Payload bytes it carries (after the packet header, in a header
+    /// frame).
+    pub(crate) fn payload_len(&self) -> usize {
+        match self.kind {
+            FrameKind::Header => self.bytes - HEADER_LEN,
+            FrameKind::Data => self.bytes,
+        }
+    }
+
+    fn payload_offset(&self) -> usize {
+        let skip = match self.kind {
+            FrameKind::Header => HEADER_LEN,
+            FrameKind::Data => 0,
+        };
+        self.index as usize * CELL + CONTROL_LEN + skip
+    }
+}
+
+/// The consumer's end of a queue, over a segment a peer handed over.
+pub(crate) struct Consumer {
+    segment: Segment,
+    /// Position of the next cell to read.
+    head: u64,
+}
+
+impl Consumer {
+    /// The consumer of a segment no one has read yet.
+    pub(crate) fn new(segment: Segment) -> Consumer {
+        // Relaxed: nothing was written yet; the producer starts from 0.
+        segment.head().store(0, Ordering::Relaxed);
+        Consumer { segment, head: 0 }
+    }
+
+    /// Number of cells of the queue.
+    pub(crate) fn cells(&self) -> u64 {
+        self.segment.cells()
+    }
+
+    /// The frame at the head, if one is published; checked against the
+    /// ring before anything relies on it.
+    pub(crate) fn peek(&self) -> Result<Option<Frame>, Corrupt> {
+        let count = self.segment.cells();
+        let index = self.head & (count - 1);
+        // Acquire: pairs with the producer's release store of the control
+        // word: the frame's bytes are visible once the word is.
+        let word = self.segment.control(index).load(Ordering::Acquire);
+        if word == 0 {
+            return Ok(None);
+        }
+        let (kind, check, bytes) = parse_control_word(word);
+        let bad = |what: &str| {
+            Corrupt(format!(
+                "{what} in control word {word:#x} at queue position {}",
+                self.head
+            ))
+        };
+        let kind = kind.ok_or_else(|| bad("unknown frame kind"))?;
+        if check != self.head & 0xffff {
+            return Err(bad("wrong position check"));
+        }
+        let least = match kind {
+            FrameKind::Header => HEADER_LEN as u64,
+            FrameKind::Data => 1,
+        };
+        let most = ((count - index) as usize * CELL - CONTROL_LEN) as u64;
+        if bytes < least || bytes > most {
+            return Err(bad("frame length out of bounds"));
+        }
+        Ok(Some(Frame {
+            kind,
+            index,
+            bytes: bytes as usize,
+        }))
+    }
+
+    /// The packet header a header frame carries.
+    pub(crate) fn header(&self, frame: &Frame) -> [u8; HEADER_LEN] {
+        let mut header = [0u8; HEADER_LEN];
+        self.segment
+            .read_cells(frame.index as usize * CELL + CONTROL_LEN, &mut header);
+        header
+    }
+
+    /// Copies the first `dest.len()` payload bytes of `frame` (at most
+    /// [`Frame::payload_len`]) into `dest`.
+    pub(crate) fn copy_payload(&self, frame: &Frame, dest: &mut [u8]) {
+        debug_assert!(dest.len() <= frame.payload_len());
+        self.segment.read_cells(frame.payload_offset(), dest);
+    }
+
+    /// Frees the cells of `frame`, the one [`Consumer::peek`] returned.
+    pub(crate) fn advance(&mut self, frame: &Frame) {
+        self.head += cells_for(frame.bytes);
+        // Release: the copies out of the frame happen before the producer,
+        // acquiring the head, writes the cells again.
+        self.segment.head().store(self.head, Ordering::Release);
+    }
+
+    /// Whether a frame is published at the head (a look after raising the
+    /// sleeping flag).
+    pub(crate) fn has_frame(&self) -> bool {
+        let index = self.head & (self.segment.cells() - 1);
+        // Relaxed: only a yes or no; `peek` reads it again with Acquire.
+        self.segment.control(index).load(Ordering::Relaxed) != 0
+    }
+
+    /// Raises (or lowers) the flag asking the producer to poke this side
+    /// after publishing. After raising it, [`Consumer::has_frame`] tells
+    /// whether a frame came meanwhile.
+    pub(crate) fn set_sleeping(&self, sleeping: bool) {
+        // Relaxed: the fence orders it before the look at the head's cell.
+        self.segment
+            .consumer_sleeping()
+            .store(u32::from(sleeping), Ordering::Relaxed);
+        // SeqCst: pairs with the fence in `Producer::consumer_sleeping`.
+        fence(Ordering::SeqCst);
+    }
+
+    /// Whether the producer may be asleep waiting for cells, to be poked
+    /// after freeing some.
+    pub(crate) fn producer_waiting(&self) -> bool {
+        // SeqCst: between this side's head stores and its look at the
+        // flag; pairs with the fence in `Producer::set_waiting`.
+        fence(Ordering::SeqCst);
+        // Relaxed: the fence orders it.
+        self.segment.producer_waiting().load(Ordering::Relaxed) != 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs::File;
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixStream;
+
+    /// A queue of `cells` cells: its producer, and its consumer over the
+    /// same segment handed over a socket as the transport does.
+    fn queue(cells: u64) -> (Producer, Consumer) {
+        let segment = Segment::create(0, 1, cells).unwrap();
+        let (a, b) = UnixStream::pair().unwrap();
+        crate::sys::send(&a, b"s", Some(segment.fd())).unwrap();
+        let mut fds: Vec<OwnedFd> = Vec::new();
+        crate::sys::recv(&b, &mut [0u8; 1], &mut fds).unwrap();
+        let theirs = Segment::open(File::from(fds.pop().unwrap()), 0, 1).unwrap();
+        (Producer::new(segment), Consumer::new(theirs))
+    }
+
+    fn header(tag: u8, payload_len: usize) -> [u8; HEADER_LEN] {
+        let mut h = [tag; HEADER_LEN];
+        h[..8].copy_from_slice(&(payload_len as u64).to_le_bytes());
+        h
+    }
+
+    fn pattern(seed: usize, len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i * 7 + seed * 13 + i / 251) as u8)
+            .collect()
+    }
+
+    /// A packet read back, as the transport reassembles one.
+    #[derive(Default)]
+    struct Reader {
+        header: Option<[u8; HEADER_LEN]>,
+        payload: Vec<u8>,
+        expected: usize,
+    }
+
+    impl Reader {
+        /// Consumes frames until a packet is complete or the queue is
+        /// empty.
+        fn read(&mut self, c: &mut Consumer) -> Option<([u8; HEADER_LEN], Vec<u8>)> {
+            while let Some(frame) = c.peek().unwrap() {
+                match (frame.kind, self.header) {
+                    (FrameKind::Header, None) => {
+                        let h = c.header(&frame);
+                        self.expected = u64::from_le_bytes(h[..8].try_into().unwrap()) as usize;
+                        self.header = Some(h);
+                    }
+                    (FrameKind::Data, Some(_)) => {}
+                    other => panic!("unexpected frame {other:?}"),
+                }
+                let at = self.payload.len();
+                self.payload.resize(at + frame.payload_len(), 0);
+                c.copy_payload(&frame, &mut self.payload[at..]);
+                c.advance(&frame);
+                if self.payload.len() == self.expected {
+                    let h = self.header.take().unwrap();
+                    return Some((h, std::mem::take(&mut self.payload)));
+                }
+                assert!(self.payload.len() < self.expected, "payload overran");
+            }
+            None
+        }
+    }
+
+    #[test]
+    fn packets_spanning_cells_and_wrapping_arrive_intact() {
+        // 16 cells: packets of up to 2 KiB wrap the ring again and again,
+        // and most of them cannot be written whole.
+        let (mut p, mut c) = queue(16);
+        let mut reader = Reader::default();
+        for k in 0..2000usize {
+            let len = (k * 37) % 2049;
+            let payload = pattern(k, len);
+            let h = header(k as u8, len);
+            let mut sent = None;
+            let mut got = None;
+            while !p.push_packet(&h, &payload, &mut sent).unwrap() {
+                assert!(got.is_none());
+                got = reader.read(&mut c);
+            }
+            let (gh, gp) = got
+                .or_else(|| reader.read(&mut c))
+                .expect("packet complete");
+            assert_eq!(gh, h, "header of packet {k}");
+            assert!(gp == payload, "payload of packet {k} ({len} bytes)");
+        }
+        assert!(p.tail > 100 * 16, "the ring wrapped only {} cells", p.tail);
+    }
+
+    #[test]
+    fn small_packets_take_two_cells_and_headers_alone_one() {
+        let (mut p, mut c) = queue(64);
+        assert_eq!(p.push_header(&header(1, 8), &[9; 8]).unwrap(), Some(8));
+        assert_eq!(p.tail, 2);
+        assert_eq!(p.push_header(&header(2, 0), &[]).unwrap(), Some(0));
+        assert_eq!(p.tail, 3);
+        let f = c.peek().unwrap().unwrap();
+        assert_eq!((f.kind, f.payload_len()), (FrameKind::Header, 8));
+        c.advance(&f);
+        let f = c.peek().unwrap().unwrap();
+        assert_eq!((f.kind, f.payload_len()), (FrameKind::Header, 0));
+        c.advance(&f);
+        assert_eq!(c.peek().unwrap(), None);
+    }
+
+    #[test]
+    fn a_full_queue_refuses_until_the_consumer_frees_cells() {
+        let (mut p, mut c) = queue(64);
+        let payload = [7u8; 8];
+        let mut whole = 0;
+        let mut sent = None;
+        while p.push_packet(&header(7, 8), &payload, &mut sent).unwrap() {
+            whole += 1;
+            sent = None;
+            assert!(whole <= 32, "more packets than cells");
+        }
+        // Two cells each, one cell kept free to clear ahead: 31 whole
+        // packets, and the header of the next in the last free cell.
+        assert_eq!((whole, sent), (31, Some(0)));
+        assert_eq!(p.push_header(&header(8, 0), &[]).unwrap(), None);
+        assert_eq!(p.push_data(&payload).unwrap(), 0);
+        // Freeing cells lets the producer go on, once it reads the head.
+        p.set_waiting(true);
+        assert!(!p.head_moved());
+        let mut reader = Reader::default();
+        assert!(reader.read(&mut c).is_some());
+        assert!(c.producer_waiting());
+        assert!(p.head_moved());
+        p.set_waiting(false);
+        assert!(!c.producer_waiting());
+        assert!(p.push_packet(&header(7, 8), &payload, &mut sent).unwrap());
+        for _ in 1..=whole {
+            let (h, got) = reader.read(&mut c).expect("a packet");
+            assert_eq!((h[8], got), (7, payload.to_vec()));
+        }
+        assert_eq!(c.peek().unwrap(), None);
+    }
+
+    #[test]
+    fn the_sleeping_flag_is_seen_by_the_producer() {
+        let (mut p, c) = queue(64);
+        assert!(!p.consumer_sleeping());
+        c.set_sleeping(true);
+        assert!(!c.has_frame());
+        p.push_header(&header(1, 0), &[]).unwrap();
+        assert!(p.consumer_sleeping());
+        assert!(c.has_frame());
+        c.set_sleeping(false);
+        assert!(!p.consumer_sleeping());
+    }
+
+    #[test]
+    fn corrupt_cells_and_heads_are_errors_not_panics() {
+        let (mut p, c) = queue(64);
+        // Garbage where a control word should be.
+        for word in [0xffu64, 0x1234_5600 | 1, u64::MAX, 1 | 10 << 24, 2] {
+            c.segment.control(0).store(word, Ordering::Relaxed);
+            assert!(c.peek().is_err(), "control word {word:#x} accepted");
+        }
+        // A frame longer than the rest of the ring.
+        c.segment
+            .control(0)
+            .store(control_word(FrameKind::Data, 0, 64 * 64), Ordering::Relaxed);
+        assert!(c.peek().is_err());
+        // A head past what was written.
+        c.segment.head().store(1000, Ordering::Relaxed);
+        for _ in 0..40 {
+            if let Err(e) = p.push_header(&header(1, 8), &[0; 8]) {
+                assert!(e.0.contains("head"), "{}", e.0);
+                return;
+            }
+        }
+        panic!("a corrupt head was never noticed");
+    }
+
+    #[test]
+    fn two_threads_move_millions_of_messages_with_their_checksum() {
+        const MESSAGES: u64 = 2_000_000;
+        let (mut p, mut c) = queue(1024);
+        let producer = std::thread::spawn(move || {
+            let mut sum = 0u64;
+            for i in 0..MESSAGES {
+                // Mostly small, now and then one that spans many cells.
+                let len = if i % 1000 == 0 {
+                    3000
+                } else {
+                    (i % 61) as usize
+                };
+                let payload: Vec<u8> = (0..len).map(|k| (i as usize + k) as u8).collect();
+                sum = payload
+                    .iter()
+                    .fold(sum.wrapping_mul(31).wrapping_add(i), |s, &b| {
+                        s.wrapping_add(u64::from(b))
+                    });
+                let h = header(i as u8, len);
+                let mut sent = None;
+                while !p.push_packet(&h, &payload, &mut sent).unwrap() {
+                    std::hint::spin_loop();
+                }
+            }
+            sum
+        });
+        let mut sum = 0u64;
+        let mut reader = Reader::default();
+        let mut received = 0u64;
+        while received < MESSAGES {
+            match reader.read(&mut c) {
+                Some((h, payload)) => {
+                    assert_eq!(h[8], received as u8, "message {received} out of order");
+                    sum = payload
+                        .iter()
+                        .fold(sum.wrapping_mul(31).wrapping_add(received), |s, &b| {
+                            s.wrapping_add(u64::from(b))
+                        });
+                    received += 1;
+                }
+                None => std::hint::spin_loop(),
+            }
+        }
+        assert_eq!(producer.join().unwrap(), sum);
+        assert_eq!(c.peek().unwrap(), None);
+    }
+}

@@ -1,0 +1,443 @@
+//! A queue segment: an anonymous memory file (memfd) laid out as
+//! [`crate::proto`] describes, created by the producer and opened, after a
+//! check of its seals, size, version and layout, by the consumer.
+//!
+//! A segment has no name in any file system: it is reachable only through
+//! a descriptor, which the producer hands to the one peer it authenticated.
+//! It disappears when the last descriptor and mapping of it go, however the
+//! processes end (SIGKILL included). Its size is sealed before it is
+//! handed over, so neither side can shrink it under the other.
+//!
+//! The rest of the crate reaches a segment's memory only through this
+//! module: the shared fields as atomics, and the cells by bounds-checked
+//! byte copies.
+
+use crate::proto::{
+    SegmentLayout, CELL, CELLS_OFFSET, CONSUMER_SLEEPING_OFFSET, HEAD_OFFSET,
+    PRODUCER_WAITING_OFFSET, SEGMENT_MAGIC, SHM_VERSION,
+};
+use crate::sys;
+use memmap2::MmapMut;
+use std::ffi::CString;
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+/// Why a segment could not be made, or a peer's segment was refused.
+#[derive(Debug)]
+pub(crate) enum SegmentError {
+    /// An OS call failed: what was being done, and the error.
+    Os(&'static str, io::Error),
+    /// The peer's segment can still shrink (its size is not sealed).
+    NotSealed,
+    /// The segment is too small for its header, or its size disagrees with
+    /// its layout.
+    Size(u64),
+    /// The segment does not start with [`SEGMENT_MAGIC`].
+    Magic,
+    /// The peer made the segment with another version.
+    Version {
+        /// The peer's version.
+        theirs: u32,
+    },
+    /// The layout (cell size, cell count, where the cells start) is not
+    /// one this version uses.
+    Layout(SegmentLayout),
+    /// The segment names another producer or consumer.
+    Ranks {
+        /// The producer it names.
+        producer: u32,
+        /// The consumer it names.
+        consumer: u32,
+    },
+}
+
+impl fmt::Display for SegmentError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SegmentError::Os(what, e) => write!(f, "{what}: {e}"),
+            SegmentError::NotSealed => {
+                write!(f, "its shared-memory segment's size is not sealed")
+            }
+            SegmentError::Size(n) => write!(
+                f,
+                "its shared-memory segment has {n} bytes, which does not fit its layout"
+            ),
+            SegmentError::Magic => write!(f, "its descriptor is not an oxmpi queue segment"),
+            SegmentError::Version { theirs } => write!(
+                f,
+                "its shared-memory segment has version {theirs}, this rank speaks \
+                 {SHM_VERSION}: run the same oxmpi on every rank"
+            ),
+            SegmentError::Layout(l) => write!(
+                f,
+                "its shared-memory segment has an unknown layout ({} cells of {} bytes from \
+                 offset {})",
+                l.cell_count, l.cell_size, l.cells_offset
+            ),
+            SegmentError::Ranks { producer, consumer } => write!(
+                f,
+                "its shared-memory segment is the queue from rank {producer} to rank {consumer}"
+            ),
+        }
+    }
+}
+
+/// A mapped queue segment.
+pub(crate) struct Segment {
+    map: MmapMut,
+    /// The memory file, kept to hand its descriptor to the consumer.
+    file: File,
+    /// Number of cells (a power of two).
+    cells: u64,
+}
+
+impl Segment {
+    /// Creates the segment of a queue from `producer` to `consumer` with
+    /// `cells` cells (a power of two), zero-filled, size sealed.
+    pub(crate) fn create(
+        producer: u32,
+        consumer: u32,
+        cells: u64,
+    ) -> Result<Segment, SegmentError> {
+        debug_assert!(cells.is_power_of_two());
+        let label = CString::new(format!("oxmpi-shm-{producer}-to-{consumer}")).map_err(|_| {
+            SegmentError::Os("naming the segment", io::ErrorKind::InvalidInput.into())
+        })?;
+        let file = sys::memfd(&label).map_err(|e| SegmentError::Os("creating a memory file", e))?;
+        file.set_len(CELLS_OFFSET as u64 + cells * CELL as u64)
+            .map_err(|e| SegmentError::Os("sizing the shared segment", e))?;
+        sys::seal_size(&file).map_err(|e| SegmentError::Os("sealing the shared segment", e))?;
+        let mut map =
+            sys::map(&file).map_err(|e| SegmentError::Os("mapping the shared segment", e))?;
+        let layout = SegmentLayout {
+            magic: SEGMENT_MAGIC,
+            version: SHM_VERSION,
+            cells_offset: CELLS_OFFSET as u32,
+            cell_size: CELL as u32,
+            cell_count: cells as u32,
+            producer,
+            consumer,
+        };
+        // SAFETY: the mapping is page-aligned and larger than the layout;
+        // no other process has the segment yet (its descriptor has not been
+        // handed over), so nothing races this write.
+        unsafe { std::ptr::write(map.as_mut_ptr().cast::<SegmentLayout>(), layout) };
+        Ok(Segment { map, file, cells })
+    }
+
+    /// Opens a peer's segment, received as `file`, as the queue from
+    /// `producer` to `consumer`: checks the seals, the size, the magic, the
+    /// version, the layout and the ranks before anything else is read.
+    pub(crate) fn open(file: File, producer: u32, consumer: u32) -> Result<Segment, SegmentError> {
+        let sealed = sys::size_is_sealed(&file).map_err(|e| match e.raw_os_error() {
+            // Not a memory file at all (no seals to read).
+            Some(libc::EINVAL) => SegmentError::Magic,
+            _ => SegmentError::Os("reading the segment's seals", e),
+        })?;
+        if !sealed {
+            return Err(SegmentError::NotSealed);
+        }
+        let size = file
+            .metadata()
+            .map_err(|e| SegmentError::Os("reading the segment's size", e))?
+            .len();
+        if size < CELLS_OFFSET as u64 {
+            return Err(SegmentError::Size(size));
+        }
+        let map = sys::map(&file).map_err(|e| SegmentError::Os("mapping the peer's segment", e))?;
+        // SAFETY: the mapping is page-aligned and at least CELLS_OFFSET
+        // bytes long (checked), so the layout lies inside it; it is copied
+        // out with a volatile read, as the peer could be writing it, and
+        // every field is checked before use.
+        let layout = unsafe { std::ptr::read_volatile(map.as_ptr().cast::<SegmentLayout>()) };
+        if layout.magic != SEGMENT_MAGIC {
+            return Err(SegmentError::Magic);
+        }
+        if layout.version != SHM_VERSION {
+            return Err(SegmentError::Version {
+                theirs: layout.version,
+            });
+        }
+        let cells = u64::from(layout.cell_count);
+        if layout.cells_offset as usize != CELLS_OFFSET
+            || layout.cell_size as usize != CELL
+            || !cells.is_power_of_two()
+            || cells < 4
+        {
+            return Err(SegmentError::Layout(layout));
+        }
+        if size != CELLS_OFFSET as u64 + cells * CELL as u64 {
+            return Err(SegmentError::Size(size));
+        }
+        if (layout.producer, layout.consumer) != (producer, consumer) {
+            return Err(SegmentError::Ranks {
+                producer: layout.producer,
+                consumer: layout.consumer,
+            });
+        }
+        Ok(Segment { map, file, cells })
+    }
+
+    /// The segment's descriptor, to hand to the consumer.
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+
+    /// Number of cells.
+    pub(crate) fn cells(&self) -> u64 {
+        self.cells
+    }
+
+    fn atomic_at<T>(&self, offset: usize) -> &T {
+        debug_assert!(offset + std::mem::size_of::<T>() <= CELLS_OFFSET);
+        // SAFETY: `offset` is one of the header's field offsets, inside the
+        // mapping and aligned for `T` (the mapping is page-aligned and the
+        // offsets are multiples of 8); `T` is an atomic type, for which
+        // shared access from several processes is sound, and the mapping
+        // lives as long as `self`.
+        unsafe { &*self.map.as_ptr().add(offset).cast::<T>() }
+    }
+
+    /// The consumer's head: the position of the next cell it reads.
+    pub(crate) fn head(&self) -> &AtomicU64 {
+        self.atomic_at(HEAD_OFFSET)
+    }
+
+    /// Non-zero while the consumer may sleep.
+    pub(crate) fn consumer_sleeping(&self) -> &AtomicU32 {
+        self.atomic_at(CONSUMER_SLEEPING_OFFSET)
+    }
+
+    /// Non-zero while the producer may sleep waiting for free cells.
+    pub(crate) fn producer_waiting(&self) -> &AtomicU32 {
+        self.atomic_at(PRODUCER_WAITING_OFFSET)
+    }
+
+    /// The control word of cell `index` (its first 8 bytes).
+    pub(crate) fn control(&self, index: u64) -> &AtomicU64 {
+        assert!(index < self.cells, "cell {index} outside the queue");
+        self.atomic_at_cell(index)
+    }
+
+    fn atomic_at_cell(&self, index: u64) -> &AtomicU64 {
+        // SAFETY: `index` is a cell of the queue (checked by the caller),
+        // so the word lies inside the mapping, 64-byte aligned; shared
+        // access to an atomic from several processes is sound, and the
+        // mapping lives as long as `self`.
+        unsafe {
+            &*self
+                .map
+                .as_ptr()
+                .add(CELLS_OFFSET + index as usize * CELL)
+                .cast::<AtomicU64>()
+        }
+    }
+
+    /// Bounds of `len` bytes at byte `offset` of the cell area, as offsets
+    /// in the mapping. Panics outside the cells: callers compute both from
+    /// checked frame positions and lengths.
+    fn cell_range(&self, offset: usize, len: usize) -> usize {
+        let end = offset.checked_add(len);
+        assert!(
+            end.is_some_and(|e| e as u64 <= self.cells * CELL as u64),
+            "{len} bytes at {offset} outside the queue's cells"
+        );
+        CELLS_OFFSET + offset
+    }
+
+    /// Copies `bytes` into the cells, from byte `offset` of the cell area.
+    pub(crate) fn write_cells(&mut self, offset: usize, bytes: &[u8]) {
+        let start = self.cell_range(offset, bytes.len());
+        // SAFETY: the range lies inside the mapping (checked); the peer
+        // does not read these bytes until they are published, and the
+        // copy goes through raw pointers (see `sys`).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.map.as_mut_ptr().add(start),
+                bytes.len(),
+            )
+        };
+    }
+
+    /// Copies bytes out of the cells, from byte `offset` of the cell area,
+    /// into `dest`.
+    pub(crate) fn read_cells(&self, offset: usize, dest: &mut [u8]) {
+        let start = self.cell_range(offset, dest.len());
+        // SAFETY: the range lies inside the mapping (checked) and `dest` is
+        // ours; the bytes are copied through raw pointers, so a faulty
+        // peer writing them at the same time can only make them wrong.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.map.as_ptr().add(start),
+                dest.as_mut_ptr(),
+                dest.len(),
+            )
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixStream;
+
+    /// Hands `segment`'s descriptor over a socket pair, as the transport
+    /// does, and returns the descriptor that arrived.
+    fn pass(segment: &Segment) -> File {
+        let (a, b) = UnixStream::pair().unwrap();
+        assert_eq!(sys::send(&a, b"x", Some(segment.fd())).unwrap(), 1);
+        let mut fds: Vec<OwnedFd> = Vec::new();
+        let mut buf = [0u8; 8];
+        assert_eq!(sys::recv(&b, &mut buf, &mut fds).unwrap(), 1);
+        assert_eq!(fds.len(), 1);
+        File::from(fds.pop().unwrap())
+    }
+
+    #[test]
+    fn a_passed_segment_opens_and_shares_memory() {
+        let mut producer = Segment::create(3, 5, 64).unwrap();
+        let consumer = Segment::open(pass(&producer), 3, 5).unwrap();
+        assert_eq!(consumer.cells(), 64);
+        producer.write_cells(100, b"hello");
+        let mut got = [0u8; 5];
+        consumer.read_cells(100, &mut got);
+        assert_eq!(&got, b"hello");
+        consumer
+            .head()
+            .store(7, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(
+            producer.head().load(std::sync::atomic::Ordering::Relaxed),
+            7
+        );
+        // Nothing about it is in the file system.
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        assert!(maps.contains("/memfd:oxmpi-shm-3-to-5"), "{maps}");
+    }
+
+    #[test]
+    fn the_size_cannot_change_after_creation() {
+        let segment = Segment::create(0, 1, 64).unwrap();
+        let file = pass(&segment);
+        assert!(file.set_len(0).is_err(), "a peer shrank the segment");
+        assert!(file.set_len(1 << 20).is_err(), "a peer grew the segment");
+    }
+
+    /// A memory file like a segment, made by hand so a test can break it.
+    fn forged(layout: SegmentLayout, size: u64, seal: bool) -> File {
+        use std::os::unix::fs::FileExt;
+        let file = sys::memfd(c"forged").unwrap();
+        file.set_len(size).unwrap();
+        let mut bytes = layout.magic.to_vec();
+        for field in [
+            layout.version,
+            layout.cells_offset,
+            layout.cell_size,
+            layout.cell_count,
+            layout.producer,
+            layout.consumer,
+        ] {
+            bytes.extend_from_slice(&field.to_le_bytes());
+        }
+        file.write_all_at(&bytes, 0).unwrap();
+        if seal {
+            sys::seal_size(&file).unwrap();
+        }
+        file
+    }
+
+    fn good_layout() -> SegmentLayout {
+        SegmentLayout {
+            magic: SEGMENT_MAGIC,
+            version: SHM_VERSION,
+            cells_offset: CELLS_OFFSET as u32,
+            cell_size: CELL as u32,
+            cell_count: 64,
+            producer: 1,
+            consumer: 2,
+        }
+    }
+
+    #[test]
+    fn bad_segments_are_refused_with_the_reason() {
+        let size = (CELLS_OFFSET + 64 * CELL) as u64;
+        assert!(Segment::open(forged(good_layout(), size, true), 1, 2).is_ok());
+        let refused = |layout: SegmentLayout, size: u64, seal: bool| match Segment::open(
+            forged(layout, size, seal),
+            1,
+            2,
+        ) {
+            Ok(_) => panic!("{layout:?} ({size} bytes, sealed: {seal}) accepted"),
+            Err(e) => e,
+        };
+        assert!(matches!(
+            refused(good_layout(), size, false),
+            SegmentError::NotSealed
+        ));
+        let version = refused(
+            SegmentLayout {
+                version: SHM_VERSION + 1,
+                ..good_layout()
+            },
+            size,
+            true,
+        );
+        assert!(matches!(version, SegmentError::Version { theirs } if theirs == SHM_VERSION + 1));
+        assert!(
+            version.to_string().contains("run the same oxmpi"),
+            "{version}"
+        );
+        let magic = SegmentLayout {
+            magic: *b"SOMETHIN",
+            ..good_layout()
+        };
+        assert!(matches!(refused(magic, size, true), SegmentError::Magic));
+        for layout in [
+            SegmentLayout {
+                cell_size: 32,
+                ..good_layout()
+            },
+            SegmentLayout {
+                cell_count: 63,
+                ..good_layout()
+            },
+            SegmentLayout {
+                cells_offset: 0,
+                ..good_layout()
+            },
+        ] {
+            assert!(matches!(
+                refused(layout, size, true),
+                SegmentError::Layout(_)
+            ));
+        }
+        assert!(matches!(
+            refused(good_layout(), size - CELL as u64, true),
+            SegmentError::Size(_)
+        ));
+        assert!(matches!(
+            refused(good_layout(), 100, true),
+            SegmentError::Size(100)
+        ));
+        let swapped = SegmentLayout {
+            producer: 2,
+            consumer: 1,
+            ..good_layout()
+        };
+        assert!(matches!(
+            refused(swapped, size, true),
+            SegmentError::Ranks { .. }
+        ));
+        // A descriptor that is no memory file at all.
+        let (a, _b) = UnixStream::pair().unwrap();
+        let not_memfd = File::from(OwnedFd::from(a));
+        assert!(matches!(
+            Segment::open(not_memfd, 1, 2),
+            Err(SegmentError::Magic)
+        ));
+    }
+}

@@ -1,0 +1,410 @@
+//! The operating-system calls of the shared-memory transport, behind safe
+//! wrappers: anonymous memory files (`memfd_create`) and their seals, the
+//! mapping of a segment, abstract-namespace Unix sockets and the passing of
+//! a descriptor over one (`SCM_RIGHTS`), epoll and an eventfd. Nothing
+//! outside this module calls `libc` or maps memory.
+//!
+//! # What the safe layer relies on
+//! - Every descriptor handed out is owned ([`OwnedFd`], [`File`],
+//!   [`UnixStream`], [`UnixListener`]) and close-on-exec: dropping it closes
+//!   it, and a program the rank starts does not inherit it. Descriptors that
+//!   arrive over a socket are owned as soon as they arrive, so a peer that
+//!   sends more than expected cannot leak them into the process.
+//! - Failed calls become [`io::Error`]s from `errno` in one place, [`cvt`].
+//! - [`map`] maps only a file whose size is sealed against shrinking
+//!   (`F_SEAL_SHRINK`), so the mapping stays backed by memory whatever the
+//!   process at the other end does: a peer cannot make an access to it
+//!   fault (SIGBUS).
+//! - Memory another process maps as well is never turned into Rust
+//!   references to plain data: callers reach it through raw pointers (byte
+//!   copies) and atomics only, and check every value they read from it
+//!   before relying on it.
+//! - Writes to sockets use `MSG_NOSIGNAL`: a peer that went away is an
+//!   `EPIPE` error, never a SIGPIPE that would end the rank.
+
+use memmap2::MmapMut;
+use std::ffi::CStr;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+
+/// `errno` as an error when a call returned a negative value.
+fn cvt<T: Copy + PartialOrd + Default>(rc: T) -> io::Result<T> {
+    if rc < T::default() {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+/// Fills `buf` with random bytes from the kernel (`getrandom`).
+pub(crate) fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let rest = &mut buf[filled..];
+        // SAFETY: `rest` is valid for writes of `rest.len()` bytes.
+        match cvt(unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) }) {
+            Ok(n) => filled += n as usize,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// A new anonymous memory file (`memfd_create`), empty, close-on-exec and
+/// open to seals. It has no name in any file system: it lives exactly as
+/// long as a descriptor or a mapping of it does. `name` only labels it in
+/// `/proc/PID/maps`.
+pub(crate) fn memfd(name: &CStr) -> io::Result<File> {
+    // SAFETY: `name` is a valid NUL-terminated string for the call.
+    let fd = cvt(unsafe {
+        libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+    })?;
+    // SAFETY: `fd` was just returned by the kernel and is owned by no one
+    // else.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+/// The seals that fix a segment's size forever: it cannot shrink (which
+/// would make the peer's accesses fault), grow, or lose these seals.
+const SIZE_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+
+/// Seals the size of a memory file made by [`memfd`].
+pub(crate) fn seal_size(file: &File) -> io::Result<()> {
+    // SAFETY: fcntl on a descriptor we own, with an integer argument.
+    cvt(unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, SIZE_SEALS) })?;
+    Ok(())
+}
+
+/// Whether `file` is a memory file whose size can no longer shrink.
+pub(crate) fn size_is_sealed(file: &File) -> io::Result<bool> {
+    // SAFETY: fcntl on a descriptor we own, without an argument.
+    let seals = cvt(unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) })?;
+    Ok(seals & libc::F_SEAL_SHRINK != 0)
+}
+
+/// Maps the whole of `file`, shared and writable. Refuses a file whose size
+/// is not sealed against shrinking (see the module docs).
+pub(crate) fn map(file: &File) -> io::Result<MmapMut> {
+    if !size_is_sealed(file)? {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the segment's size is not sealed (F_SEAL_SHRINK)",
+        ));
+    }
+    // SAFETY: memmap2 asks that the file not be truncated or changed
+    // behind the mapping in ways that break Rust's assumptions. The size is
+    // sealed (checked above), so every page stays backed; the contents may
+    // change under us (the peer writes them), which is why the mapping is
+    // only ever read and written through raw pointers and atomics, never
+    // through references to plain data (see the module docs).
+    unsafe { MmapMut::map_mut(file) }
+}
+
+/// Listens on the abstract Unix socket `name` (no file: it disappears with
+/// its last descriptor), non-blocking.
+pub(crate) fn listen_abstract(name: &[u8]) -> io::Result<UnixListener> {
+    let listener = UnixListener::bind_addr(&SocketAddr::from_abstract_name(name)?)?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+/// Connects a non-blocking stream socket to the abstract Unix socket
+/// `name`. `Ok(None)` when the listener's backlog is full (`EAGAIN`): try
+/// again later.
+pub(crate) fn connect_abstract(name: &[u8]) -> io::Result<Option<UnixStream>> {
+    // SAFETY: an all-zero sockaddr_un is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    // The first byte of `sun_path` stays 0: the abstract namespace.
+    if name.len() + 1 > addr.sun_path.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "abstract socket name too long",
+        ));
+    }
+    for (dst, &src) in addr.sun_path[1..].iter_mut().zip(name) {
+        *dst = src as libc::c_char;
+    }
+    let len = std::mem::offset_of!(libc::sockaddr_un, sun_path) + 1 + name.len();
+    // SAFETY: plain socket creation.
+    let fd = cvt(unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    })?;
+    // SAFETY: `fd` was just returned by the kernel and is owned by no one
+    // else.
+    let stream = UnixStream::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    // SAFETY: `addr` is a valid sockaddr_un and `len` does not exceed its
+    // size.
+    let rc = unsafe {
+        libc::connect(
+            stream.as_raw_fd(),
+            (&raw const addr).cast(),
+            len as libc::socklen_t,
+        )
+    };
+    match cvt(rc) {
+        Ok(_) => Ok(Some(stream)),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Room for the control message of one received batch: a few
+/// descriptors, more than any honest peer sends at once.
+#[repr(C, align(8))]
+struct ControlBuffer([u8; 64]);
+
+/// Writes `bytes` to `stream` without blocking, with `fd` attached
+/// (`SCM_RIGHTS`) if given. Returns how many bytes were taken (the
+/// descriptor travels with the first of them).
+pub(crate) fn send(
+    stream: &UnixStream,
+    bytes: &[u8],
+    fd: Option<BorrowedFd<'_>>,
+) -> io::Result<usize> {
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    let mut control = ControlBuffer([0; 64]);
+    // SAFETY: an all-zero msghdr is a valid value (no name, no data).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if let Some(fd) = fd {
+        let raw: RawFd = fd.as_raw_fd();
+        // SAFETY: CMSG_SPACE is a pure size computation.
+        let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+        msg.msg_control = control.0.as_mut_ptr().cast();
+        msg.msg_controllen = space;
+        // SAFETY: `msg` names `control`, which is aligned and large enough
+        // for one header and one descriptor (`space` bytes), so the first
+        // header and its data lie inside it.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), raw);
+        }
+    }
+    loop {
+        // SAFETY: `msg` points at `iov` (valid for reads of `bytes`) and at
+        // `control`, all alive for the call.
+        let rc = unsafe {
+            libc::sendmsg(
+                stream.as_raw_fd(),
+                &msg,
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            )
+        };
+        match cvt(rc) {
+            Ok(n) => return Ok(n as usize),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Reads what `stream` holds into `buf` without blocking; descriptors that
+/// came with the bytes are appended to `fds`. `Ok(0)` is the end of the
+/// stream; nothing waiting is an error of kind `WouldBlock`. A batch with
+/// more descriptors than fit the control buffer is an error (the kernel
+/// has closed the excess).
+pub(crate) fn recv(
+    stream: &UnixStream,
+    buf: &mut [u8],
+    fds: &mut Vec<OwnedFd>,
+) -> io::Result<usize> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut control = ControlBuffer([0; 64]);
+    // SAFETY: an all-zero msghdr is a valid value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.0.as_mut_ptr().cast();
+    msg.msg_controllen = control.0.len();
+    let n = loop {
+        // SAFETY: `msg` points at `iov` (valid for writes of `buf`) and at
+        // `control`, both alive for the call.
+        let rc = unsafe {
+            libc::recvmsg(
+                stream.as_raw_fd(),
+                &mut msg,
+                libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC,
+            )
+        };
+        match cvt(rc) {
+            Ok(n) => break n as usize,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    };
+    // SAFETY: the kernel filled `msg_controllen` bytes of `control` with
+    // well-formed control headers; CMSG_FIRSTHDR/NXTHDR stay inside them,
+    // and each SCM_RIGHTS header's data holds the descriptors the kernel
+    // just installed in this process, owned by no one else.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(cmsg);
+                let header = data.offset_from(cmsg.cast::<u8>()) as usize;
+                let count = ((*cmsg).cmsg_len as usize - header) / std::mem::size_of::<RawFd>();
+                for i in 0..count {
+                    let fd = std::ptr::read_unaligned(data.cast::<RawFd>().add(i));
+                    fds.push(OwnedFd::from_raw_fd(fd));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "the peer sent more descriptors than expected",
+        ));
+    }
+    Ok(n)
+}
+
+/// A kernel event poller (epoll), level-triggered, watching for input.
+pub(crate) struct Epoll {
+    fd: OwnedFd,
+}
+
+impl Epoll {
+    /// A new, empty poller.
+    pub(crate) fn new() -> io::Result<Epoll> {
+        // SAFETY: plain descriptor creation.
+        let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        // SAFETY: `fd` was just returned by the kernel and is owned by no
+        // one else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Epoll { fd })
+    }
+
+    /// Watches `fd` for input (data, end of stream, or an error), reported
+    /// as `token`.
+    pub(crate) fn add(&self, fd: BorrowedFd<'_>, token: u64) -> io::Result<()> {
+        let mut event = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: token,
+        };
+        // SAFETY: both descriptors are open; `event` is valid for the call.
+        cvt(unsafe {
+            libc::epoll_ctl(
+                self.fd.as_raw_fd(),
+                libc::EPOLL_CTL_ADD,
+                fd.as_raw_fd(),
+                &mut event,
+            )
+        })?;
+        Ok(())
+    }
+
+    /// Stops watching `fd`.
+    pub(crate) fn remove(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        // SAFETY: both descriptors are open; a null event is allowed for
+        // EPOLL_CTL_DEL.
+        cvt(unsafe {
+            libc::epoll_ctl(
+                self.fd.as_raw_fd(),
+                libc::EPOLL_CTL_DEL,
+                fd.as_raw_fd(),
+                std::ptr::null_mut(),
+            )
+        })?;
+        Ok(())
+    }
+
+    /// The tokens of the descriptors ready now, without waiting, into
+    /// `ready` (cleared first).
+    pub(crate) fn ready_now(&self, ready: &mut Vec<u64>) -> io::Result<()> {
+        const BATCH: usize = 64;
+        // SAFETY: epoll_event is plain data; all zeroes is a valid value.
+        let mut events: [libc::epoll_event; BATCH] = unsafe { std::mem::zeroed() };
+        ready.clear();
+        // SAFETY: `events` is valid for writes of BATCH entries.
+        let rc = unsafe {
+            libc::epoll_wait(
+                self.fd.as_raw_fd(),
+                events.as_mut_ptr(),
+                BATCH as libc::c_int,
+                0,
+            )
+        };
+        match cvt(rc) {
+            Ok(n) => {
+                ready.extend(events[..n as usize].iter().map(|e| e.u64));
+                Ok(())
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl AsRawFd for Epoll {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+/// An eventfd: a descriptor a process makes readable for itself.
+pub(crate) struct EventFd {
+    fd: OwnedFd,
+}
+
+impl EventFd {
+    /// A new eventfd, not readable, non-blocking.
+    pub(crate) fn new() -> io::Result<EventFd> {
+        // SAFETY: plain descriptor creation.
+        let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
+        // SAFETY: `fd` was just returned by the kernel and is owned by no
+        // one else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(EventFd { fd })
+    }
+
+    /// Makes the descriptor readable.
+    pub(crate) fn signal(&self) -> io::Result<()> {
+        let one: u64 = 1;
+        // SAFETY: writes the 8 bytes of `one`, valid for the call.
+        let rc = unsafe { libc::write(self.fd.as_raw_fd(), (&raw const one).cast(), 8) };
+        match cvt(rc) {
+            // A full counter is readable already.
+            Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Makes the descriptor unreadable again.
+    pub(crate) fn clear(&self) -> io::Result<()> {
+        let mut count: u64 = 0;
+        // SAFETY: reads at most 8 bytes into `count`, valid for the call.
+        let rc = unsafe { libc::read(self.fd.as_raw_fd(), (&raw mut count).cast(), 8) };
+        match cvt(rc) {
+            // Not signalled: nothing to clear.
+            Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl AsFd for EventFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
