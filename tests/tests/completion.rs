@@ -2,6 +2,8 @@
 //! oxrun: wait_some, test_some, test_any and wait_any over receives that
 //! complete out of order, `Request::get_status`, and MPI_ERR_IN_STATUS
 //! from wait_all. The checks themselves are in `src/bin/completion.rs`.
+//! The jobs run over TCP (`OXMPI_TRANSPORTS=tcp`); `shm.rs` runs them over
+//! shared memory.
 
 use oxmpi_jobs::{run, Binaries};
 use std::process::Command;
@@ -18,6 +20,7 @@ fn check(check: &str, ranks: usize, env: &[(&str, &str)]) {
         .arg(ranks.to_string())
         .arg(bins().bin("completion"))
         .arg(check)
+        .env("OXMPI_TRANSPORTS", "tcp")
         .envs(env.iter().copied());
     let out = run(c, Duration::from_secs(60));
     out.assert_success();

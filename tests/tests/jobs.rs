@@ -1,6 +1,8 @@
-//! Real jobs through oxrun: the point-to-point suite with 2 to 8 ranks
-//! (oversubscribed on small machines), strangers at the ranks' ports, a
-//! rank killed mid-job, and the ring under MPICH's mpiexec.
+//! Real jobs through oxrun over TCP (`OXMPI_TRANSPORTS=tcp`; `shm.rs`
+//! runs the same programs over shared memory): the point-to-point suite
+//! with 2 to 8 ranks (oversubscribed on small machines), strangers at the
+//! ranks' ports, a rank killed mid-job, and the ring under MPICH's mpiexec
+//! (with the default transports).
 
 use oxmpi_jobs::{descendants, listening_ports, rank_of, run, shm_leftovers, Binaries, Job};
 use std::io::Write;
@@ -14,7 +16,11 @@ fn bins() -> Binaries {
 
 fn oxrun(ranks: usize, program: &std::path::Path, args: &[&str]) -> Command {
     let mut c = Command::new(bins().oxrun());
-    c.arg("-n").arg(ranks.to_string()).arg(program).args(args);
+    c.arg("-n")
+        .arg(ranks.to_string())
+        .arg(program)
+        .args(args)
+        .env("OXMPI_TRANSPORTS", "tcp");
     c
 }
 

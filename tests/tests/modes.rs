@@ -1,6 +1,7 @@
 //! Buffered sends, persistent requests, send-receive-replace and element
 //! counts as real jobs through oxrun: the checks of `p2p_modes` with 2 to
-//! 4 ranks.
+//! 4 ranks, over TCP (`OXMPI_TRANSPORTS=tcp`; `shm.rs` runs them over
+//! shared memory).
 
 use oxmpi_jobs::{run, Binaries};
 use std::process::Command;
@@ -16,7 +17,8 @@ fn oxrun(ranks: usize, check: &str) -> Command {
     c.arg("-n")
         .arg(ranks.to_string())
         .arg(bins.bin("p2p_modes"))
-        .arg(check);
+        .arg(check)
+        .env("OXMPI_TRANSPORTS", "tcp");
     c
 }
 

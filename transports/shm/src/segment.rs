@@ -96,16 +96,19 @@ pub(crate) struct Segment {
 
 impl Segment {
     /// Creates the segment of a queue from `producer` to `consumer` with
-    /// `cells` cells (a power of two), zero-filled, size sealed.
+    /// `cells` cells (a power of two), zero-filled, size sealed. It shows
+    /// in `/proc/PID/maps` as `/memfd:oxmpi-shm-PID-PRODUCER-to-CONSUMER`.
     pub(crate) fn create(
         producer: u32,
         consumer: u32,
         cells: u64,
     ) -> Result<Segment, SegmentError> {
         debug_assert!(cells.is_power_of_two());
-        let label = CString::new(format!("oxmpi-shm-{producer}-to-{consumer}")).map_err(|_| {
-            SegmentError::Os("naming the segment", io::ErrorKind::InvalidInput.into())
-        })?;
+        let pid = std::process::id();
+        let label =
+            CString::new(format!("oxmpi-shm-{pid}-{producer}-to-{consumer}")).map_err(|_| {
+                SegmentError::Os("naming the segment", io::ErrorKind::InvalidInput.into())
+            })?;
         let file = sys::memfd(&label).map_err(|e| SegmentError::Os("creating a memory file", e))?;
         file.set_len(CELLS_OFFSET as u64 + cells * CELL as u64)
             .map_err(|e| SegmentError::Os("sizing the shared segment", e))?;
@@ -316,7 +319,8 @@ mod tests {
         );
         // Nothing about it is in the file system.
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        assert!(maps.contains("/memfd:oxmpi-shm-3-to-5"), "{maps}");
+        let label = format!("/memfd:oxmpi-shm-{}-3-to-5", std::process::id());
+        assert!(maps.contains(&label), "{maps}");
     }
 
     #[test]
