@@ -64,7 +64,9 @@
 //! - `OXMPI_SHM_QUEUE_SIZE`: bytes of cells in each queue, a power of two
 //!   from 4 KiB to 1 GiB (default 262144).
 
+mod conn;
 mod host;
+mod inbound;
 mod proto;
 mod ring;
 mod segment;
@@ -72,18 +74,20 @@ mod sys;
 
 pub use proto::SHM_VERSION;
 
+use conn::{take_message, write_message, Conn, InStep, OutStep, Role};
 use host::{Card, HostId};
+use inbound::{InLink, ReadState};
 use oxmpi_adi::auth::{Acceptor, Channel, Connector, Verdict, MESSAGE_LEN};
 use oxmpi_adi::proto::{Header, HEADER_LEN};
-use oxmpi_adi::transport::{JobInfo, PacketSink, PayloadSlot, PeerRank, Transport};
+use oxmpi_adi::transport::{JobInfo, PacketSink, PeerRank, Transport};
 use oxmpi_adi::{vlog, Error, ErrorClass, Result};
-use proto::{FrameKind, CELL, SETUP_LEN};
+use proto::{CELL, SETUP_LEN};
 use ring::{Consumer, Corrupt, Producer};
 use segment::Segment;
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 
 /// Environment variable: eager limit in bytes.
@@ -105,10 +109,6 @@ const SOCKETS_EVERY: u32 = 128;
 const LISTENER: u64 = u64::MAX;
 /// Epoll token of the eventfd a rank signals itself with.
 const WAKE: u64 = u64::MAX - 1;
-/// Most handshake bytes a connection may hold unread: a stranger cannot
-/// make a rank buffer more.
-const INBOX_MAX: usize = 4096;
-
 /// Settings of the shared-memory transport.
 #[derive(Clone, Debug)]
 pub struct ShmConfig {
@@ -176,6 +176,8 @@ impl Payload {
     fn bytes(&self) -> &[u8] {
         match self {
             Payload::Owned(v) => v,
+            // An empty payload's pointer may be anything, even null.
+            Payload::Borrowed { len: 0, .. } => &[],
             // SAFETY: `send_zcopy`'s caller keeps the memory valid and
             // unmodified until its completion is reported, which happens
             // only after the last byte was copied into the queue (or the
@@ -183,121 +185,6 @@ impl Payload {
             Payload::Borrowed { ptr, len, .. } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
         }
     }
-}
-
-/// Where a connection's handshake stands, on the side that opened it (to
-/// hand the peer our queue to it).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum OutStep {
-    AwaitChallenge,
-    AwaitVerdict,
-    Ready,
-}
-
-/// Where a connection's handshake stands, on the side that accepted it.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum InStep {
-    AwaitHello,
-    /// The connector claims to be `peer`; not proven yet.
-    AwaitResponse {
-        peer: PeerRank,
-    },
-    /// `peer` proved the secret; its set-up message is due.
-    AwaitSetup {
-        peer: PeerRank,
-    },
-    Ready {
-        peer: PeerRank,
-    },
-}
-
-enum Role {
-    Out {
-        peer: PeerRank,
-        step: OutStep,
-        connector: Connector,
-    },
-    In {
-        step: InStep,
-        acceptor: Acceptor,
-    },
-}
-
-/// A connection between this rank and a peer: it carries the handshake,
-/// the set-up, then only one-byte wake-ups; its end tells that the peer is
-/// gone.
-struct Conn {
-    stream: UnixStream,
-    /// Handshake bytes received and not yet used.
-    inbox: Vec<u8>,
-    /// Descriptors received and not yet used.
-    fds: Vec<OwnedFd>,
-    role: Role,
-}
-
-impl Conn {
-    fn handshaking(&self) -> bool {
-        !matches!(
-            self.role,
-            Role::Out {
-                step: OutStep::Ready,
-                ..
-            } | Role::In {
-                step: InStep::Ready { .. },
-                ..
-            }
-        )
-    }
-
-    /// Reads everything waiting: handshake bytes into the inbox, wake-up
-    /// bytes of a set-up connection nowhere. Returns whether the stream
-    /// ended.
-    fn read_available(&mut self) -> io::Result<bool> {
-        let mut buf = [0u8; 512];
-        loop {
-            match sys::recv(&self.stream, &mut buf, &mut self.fds) {
-                Ok(0) => return Ok(true),
-                Ok(n) if self.handshaking() => {
-                    self.inbox.extend_from_slice(&buf[..n]);
-                    if self.inbox.len() > INBOX_MAX {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            "too many bytes before the handshake ended",
-                        ));
-                    }
-                }
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    /// Wakes the peer: one byte on the connection. A full socket already
-    /// holds a wake-up, and a closed one is the peer's failure, which epoll
-    /// reports: neither is an error here.
-    fn poke(&self) {
-        let _ = sys::send(&self.stream, &[1], None);
-    }
-}
-
-/// The next `N` handshake bytes of `inbox`, if they all arrived.
-fn take_message<const N: usize>(inbox: &mut Vec<u8>) -> Option<[u8; N]> {
-    let msg: [u8; N] = inbox.get(..N)?.try_into().ok()?;
-    inbox.drain(..N);
-    Some(msg)
-}
-
-/// Writes a whole handshake message (a fresh connection's buffer always
-/// takes it), with `fd` attached if given.
-fn write_message(stream: &UnixStream, msg: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
-    if sys::send(stream, msg, fd)? != msg.len() {
-        return Err(io::Error::new(
-            io::ErrorKind::WriteZero,
-            "the socket did not take a whole handshake message",
-        ));
-    }
-    Ok(())
 }
 
 /// This rank's queue to a peer.
@@ -308,104 +195,6 @@ struct OutLink {
     conn: Option<usize>,
     /// The peer accepted the queue: packets may be written.
     ready: bool,
-}
-
-/// What an inbound queue's reader is in the middle of.
-#[derive(Clone, Copy)]
-enum ReadState {
-    Header,
-    Payload {
-        slot: Option<PayloadSlot>,
-        /// Payload bytes still to come.
-        remaining: u64,
-        /// Bytes already placed in the slot's buffer.
-        placed: usize,
-    },
-}
-
-/// A peer's queue to this rank.
-struct InLink {
-    peer: PeerRank,
-    consumer: Consumer,
-    /// The connection the peer handed the queue over.
-    conn: usize,
-    read: ReadState,
-}
-
-impl InLink {
-    /// Delivers what the queue holds (at most one queue's worth of cells,
-    /// so that one busy peer does not hold the poll). Returns whether a
-    /// frame was read.
-    fn receive(&mut self, sink: &mut dyn PacketSink) -> Result<bool> {
-        let peer = self.peer;
-        let mut budget = self.consumer.cells() as usize * CELL;
-        let mut progressed = false;
-        while budget > 0 {
-            let Some(frame) = self.consumer.peek().map_err(|c| corrupt(peer, c))? else {
-                break;
-            };
-            let n = frame.payload_len();
-            let (slot, mut remaining, mut placed) = match (frame.kind, self.read) {
-                (FrameKind::Header, ReadState::Header) => {
-                    let header = Header::decode(&self.consumer.header(&frame))?;
-                    if n as u64 > header.payload_len {
-                        return Err(corrupt(
-                            peer,
-                            Corrupt(format!(
-                                "a header frame carries {n} payload bytes of a packet of {}",
-                                header.payload_len
-                            )),
-                        ));
-                    }
-                    let slot = sink
-                        .on_header(peer, &header)
-                        .map_err(|e| broke_protocol(peer, e))?;
-                    (slot, header.payload_len, 0)
-                }
-                (
-                    FrameKind::Data,
-                    ReadState::Payload {
-                        slot,
-                        remaining,
-                        placed,
-                    },
-                ) if n as u64 <= remaining => (slot, remaining, placed),
-                (kind, _) => {
-                    return Err(corrupt(
-                        peer,
-                        Corrupt(format!("a {kind:?} frame of {n} bytes out of place")),
-                    ))
-                }
-            };
-            if n > 0 {
-                let dest: &mut [u8] = match slot {
-                    Some(s) => sink.payload_buffer(s),
-                    None => &mut [],
-                };
-                let keep = n.min(dest.len().saturating_sub(placed));
-                self.consumer
-                    .copy_payload(&frame, &mut dest[placed..placed + keep]);
-                placed += keep;
-                remaining -= n as u64;
-            }
-            self.consumer.advance(&frame);
-            budget = budget.saturating_sub(n + HEADER_LEN);
-            progressed = true;
-            if remaining == 0 {
-                self.read = ReadState::Header;
-                if let Some(s) = slot {
-                    sink.on_payload(peer, s);
-                }
-            } else {
-                self.read = ReadState::Payload {
-                    slot,
-                    remaining,
-                    placed,
-                };
-            }
-        }
-        Ok(progressed)
-    }
 }
 
 /// What this rank knows of one peer.
@@ -464,14 +253,14 @@ pub struct ShmTransport {
 // thread at a time (through `&mut`).
 unsafe impl Send for ShmTransport {}
 
-fn lost(peer: PeerRank, what: impl std::fmt::Display) -> Error {
+pub(crate) fn lost(peer: PeerRank, what: impl std::fmt::Display) -> Error {
     Error::new(
         ErrorClass::ProcFailed,
         format!("shared-memory connection to rank {peer} lost: {what}"),
     )
 }
 
-fn corrupt(peer: PeerRank, c: Corrupt) -> Error {
+pub(crate) fn corrupt(peer: PeerRank, c: Corrupt) -> Error {
     Error::new(
         ErrorClass::ProcFailed,
         format!("rank {peer}'s shared-memory queue is corrupt: {}", c.0),
@@ -482,7 +271,7 @@ fn corrupt(peer: PeerRank, c: Corrupt) -> Error {
 /// the sink's own when it is already `ProcFailed` (the ADI's are), else its
 /// message under that class, since every later send to the peer returns
 /// this error and [`Transport::send`] promises `ProcFailed`.
-fn broke_protocol(peer: PeerRank, refusal: Error) -> Error {
+pub(crate) fn broke_protocol(peer: PeerRank, refusal: Error) -> Error {
     if refusal.class() == ErrorClass::ProcFailed {
         return refusal;
     }

@@ -363,24 +363,24 @@ impl Consumer {
     }
 }
 
+/// A queue of `cells` cells from rank 0 to rank 1, for tests: its
+/// producer, and its consumer over the same segment handed over a socket
+/// as the transport does.
+#[cfg(test)]
+pub(crate) fn queue(cells: u64) -> (Producer, Consumer) {
+    use std::os::fd::OwnedFd;
+    let segment = Segment::create(0, 1, cells).unwrap();
+    let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+    crate::sys::send(&a, b"s", Some(segment.fd())).unwrap();
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    crate::sys::recv(&b, &mut [0u8; 1], &mut fds).unwrap();
+    let theirs = Segment::open(std::fs::File::from(fds.pop().unwrap()), 0, 1).unwrap();
+    (Producer::new(segment), Consumer::new(theirs))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::fs::File;
-    use std::os::fd::OwnedFd;
-    use std::os::unix::net::UnixStream;
-
-    /// A queue of `cells` cells: its producer, and its consumer over the
-    /// same segment handed over a socket as the transport does.
-    fn queue(cells: u64) -> (Producer, Consumer) {
-        let segment = Segment::create(0, 1, cells).unwrap();
-        let (a, b) = UnixStream::pair().unwrap();
-        crate::sys::send(&a, b"s", Some(segment.fd())).unwrap();
-        let mut fds: Vec<OwnedFd> = Vec::new();
-        crate::sys::recv(&b, &mut [0u8; 1], &mut fds).unwrap();
-        let theirs = Segment::open(File::from(fds.pop().unwrap()), 0, 1).unwrap();
-        (Producer::new(segment), Consumer::new(theirs))
-    }
 
     fn header(tag: u8, payload_len: usize) -> [u8; HEADER_LEN] {
         let mut h = [tag; HEADER_LEN];

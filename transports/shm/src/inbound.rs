@@ -1,0 +1,207 @@
+//! The reading end of a peer's queue: frames back into packets, delivered
+//! to the ADI's [`PacketSink`] and copied straight into the buffers it
+//! names.
+
+use crate::proto::{FrameKind, CELL};
+use crate::ring::{Consumer, Corrupt};
+use crate::{broke_protocol, corrupt};
+use oxmpi_adi::proto::{Header, HEADER_LEN};
+use oxmpi_adi::transport::{PacketSink, PayloadSlot, PeerRank};
+use oxmpi_adi::{Error, ErrorClass, Result};
+
+/// What an inbound queue's reader is in the middle of.
+#[derive(Clone, Copy)]
+pub(crate) enum ReadState {
+    Header,
+    Payload {
+        slot: Option<PayloadSlot>,
+        /// Payload bytes still to come.
+        remaining: u64,
+        /// Bytes already placed in the slot's buffer.
+        placed: usize,
+    },
+}
+
+/// A peer's queue to this rank.
+pub(crate) struct InLink {
+    pub peer: PeerRank,
+    pub consumer: Consumer,
+    /// The connection the peer handed the queue over.
+    pub conn: usize,
+    pub read: ReadState,
+}
+
+impl InLink {
+    /// Delivers what the queue holds (at most one queue's worth of cells,
+    /// so that one busy peer does not hold the poll). Returns whether a
+    /// frame was read.
+    pub(crate) fn receive(&mut self, sink: &mut dyn PacketSink) -> Result<bool> {
+        let peer = self.peer;
+        let mut budget = self.consumer.cells() as usize * CELL;
+        let mut progressed = false;
+        while budget > 0 {
+            let Some(frame) = self.consumer.peek().map_err(|c| corrupt(peer, c))? else {
+                break;
+            };
+            let n = frame.payload_len();
+            let (slot, mut remaining, mut placed) = match (frame.kind, self.read) {
+                (FrameKind::Header, ReadState::Header) => {
+                    let header = Header::decode(&self.consumer.header(&frame)).map_err(|e| {
+                        Error::new(
+                            ErrorClass::ProcFailed,
+                            format!("rank {peer} sent a malformed packet: {e}"),
+                        )
+                    })?;
+                    if n as u64 > header.payload_len {
+                        return Err(corrupt(
+                            peer,
+                            Corrupt(format!(
+                                "a header frame carries {n} payload bytes of a packet of {}",
+                                header.payload_len
+                            )),
+                        ));
+                    }
+                    let slot = sink
+                        .on_header(peer, &header)
+                        .map_err(|e| broke_protocol(peer, e))?;
+                    (slot, header.payload_len, 0)
+                }
+                (
+                    FrameKind::Data,
+                    ReadState::Payload {
+                        slot,
+                        remaining,
+                        placed,
+                    },
+                ) if n as u64 <= remaining => (slot, remaining, placed),
+                (kind, _) => {
+                    return Err(corrupt(
+                        peer,
+                        Corrupt(format!("a {kind:?} frame of {n} bytes out of place")),
+                    ))
+                }
+            };
+            if n > 0 {
+                let dest: &mut [u8] = match slot {
+                    Some(s) => sink.payload_buffer(s),
+                    None => &mut [],
+                };
+                let keep = n.min(dest.len().saturating_sub(placed));
+                self.consumer
+                    .copy_payload(&frame, &mut dest[placed..placed + keep]);
+                placed += keep;
+                remaining -= n as u64;
+            }
+            self.consumer.advance(&frame);
+            budget = budget.saturating_sub(n + HEADER_LEN);
+            progressed = true;
+            if remaining == 0 {
+                self.read = ReadState::Header;
+                if let Some(s) = slot {
+                    sink.on_payload(peer, s);
+                }
+            } else {
+                self.read = ReadState::Payload {
+                    slot,
+                    remaining,
+                    placed,
+                };
+            }
+        }
+        Ok(progressed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oxmpi_adi::proto::Kind;
+
+    /// A sink that takes every payload into one buffer of 64 bytes.
+    #[derive(Default)]
+    struct Sink {
+        headers: Vec<Header>,
+        buffer: Vec<u8>,
+        placed: usize,
+    }
+
+    impl PacketSink for Sink {
+        fn on_header(&mut self, _peer: PeerRank, header: &Header) -> Result<Option<PayloadSlot>> {
+            self.headers.push(*header);
+            self.buffer = vec![0; 64];
+            Ok(Some(PayloadSlot(0)))
+        }
+        fn payload_buffer(&mut self, _slot: PayloadSlot) -> &mut [u8] {
+            &mut self.buffer
+        }
+        fn on_payload(&mut self, _peer: PeerRank, _slot: PayloadSlot) {
+            self.placed += 1;
+        }
+        fn on_send_complete(&mut self, _token: u64) {}
+        fn on_peer_failed(&mut self, _peer: PeerRank, _error: Error) {}
+    }
+
+    fn link(consumer: Consumer) -> InLink {
+        InLink {
+            peer: 0,
+            consumer,
+            conn: 0,
+            read: ReadState::Header,
+        }
+    }
+
+    fn eager(len: usize) -> [u8; HEADER_LEN] {
+        Header {
+            message_len: len as u64,
+            payload_len: len as u64,
+            ..Header::new(Kind::Eager)
+        }
+        .encode()
+    }
+
+    #[test]
+    fn payloads_land_in_the_sinks_buffer_and_excess_is_dropped() {
+        let (mut p, c) = crate::ring::queue(64);
+        let mut sent = None;
+        let payload: Vec<u8> = (0..100).collect();
+        assert!(p.push_packet(&eager(100), &payload, &mut sent).unwrap());
+        let mut sink = Sink::default();
+        let mut l = link(c);
+        assert!(l.receive(&mut sink).unwrap());
+        assert_eq!(sink.placed, 1);
+        assert_eq!(sink.buffer, payload[..64]);
+        assert!(!l.receive(&mut sink).unwrap());
+    }
+
+    fn refused(frames: impl FnOnce(&mut crate::ring::Producer)) -> Error {
+        let (mut p, c) = crate::ring::queue(64);
+        frames(&mut p);
+        let e = link(c)
+            .receive(&mut Sink::default())
+            .expect_err("a broken queue was read");
+        assert_eq!(e.class(), ErrorClass::ProcFailed, "{e}");
+        assert!(e.message().contains("rank 0"), "{e}");
+        e
+    }
+
+    #[test]
+    fn broken_packets_fail_the_peer_with_the_reason() {
+        let e = refused(|p| {
+            p.push_header(&[0xab; HEADER_LEN], &[]).unwrap();
+        });
+        assert!(e.message().contains("malformed packet"), "{e}");
+        let e = refused(|p| {
+            p.push_data(&[1; 10]).unwrap();
+        });
+        assert!(e.message().contains("out of place"), "{e}");
+        let e = refused(|p| {
+            p.push_header(&eager(3), &[1; 10]).unwrap();
+        });
+        assert!(e.message().contains("carries 10 payload bytes"), "{e}");
+        let e = refused(|p| {
+            p.push_header(&eager(3), &[1; 3]).unwrap();
+            p.push_data(&[1; 3]).unwrap();
+        });
+        assert!(e.message().contains("out of place"), "{e}");
+    }
+}
