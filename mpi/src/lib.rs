@@ -243,7 +243,7 @@ fn transports_for(job: &oxmpi_adi::transport::JobInfo) -> Result<Vec<Box<dyn Tra
         match name {
             "shm" => {
                 if job.size > 1 {
-                    let config = oxmpi_shm::ShmConfig::from_env()?;
+                    let config = oxmpi_shm::ShmConfig::from_env(job)?;
                     transports.push(Box::new(oxmpi_shm::ShmTransport::new(job, config)?));
                 }
             }

@@ -62,7 +62,11 @@
 //! - `OXMPI_SHM_EAGER_LIMIT`: largest message in bytes sent eagerly
 //!   (default 65536).
 //! - `OXMPI_SHM_QUEUE_SIZE`: bytes of cells in each queue, a power of two
-//!   from 4 KiB to 1 GiB (default 262144).
+//!   from 4 KiB to 1 GiB. By default a rank's queues to all the other ranks
+//!   of its node share 8 MiB: 1 MiB each (the most) up to 9 ranks on a
+//!   node, less beyond, 64 KiB at least. So the memory of a node's queues
+//!   grows with its ranks, not with their square; `MPI_LOCALNRANKS` (set
+//!   by the launcher) says how many there are, else the job's size.
 
 mod conn;
 mod host;
@@ -99,6 +103,14 @@ pub const QUEUE_SIZE_ENV: &str = "OXMPI_SHM_QUEUE_SIZE";
 pub const QUEUE_SIZE_MIN: usize = 4 * 1024;
 /// Largest queue (bytes of cells) [`ShmConfig`] accepts.
 pub const QUEUE_SIZE_MAX: usize = 1 << 30;
+/// Bytes the default queues of one rank, to every other rank of its node,
+/// add up to at most (see [`ShmConfig::default_queue_size`]).
+const QUEUE_BUDGET: usize = 8 << 20;
+/// Bounds of the default queue size: a queue much smaller than the eager
+/// limit makes every eager message wait and be copied a second time; one
+/// larger than a core's cache moves no more.
+const DEFAULT_QUEUE_MIN: usize = 64 << 10;
+const DEFAULT_QUEUE_MAX: usize = 1 << 20;
 
 /// `poll` asks epoll about the sockets once in this many calls (always
 /// while a connection this rank opened is being set up): often enough to
@@ -120,8 +132,9 @@ pub struct ShmConfig {
 }
 
 impl ShmConfig {
-    /// Reads `OXMPI_SHM_EAGER_LIMIT` and `OXMPI_SHM_QUEUE_SIZE`.
-    pub fn from_env() -> Result<ShmConfig> {
+    /// Reads `OXMPI_SHM_EAGER_LIMIT` and `OXMPI_SHM_QUEUE_SIZE`, and
+    /// `MPI_LOCALNRANKS` for the default queue size of a rank of `job`.
+    pub fn from_env(job: &JobInfo) -> Result<ShmConfig> {
         let bytes = |var: &str, default: usize| match std::env::var(var) {
             Ok(v) => v.trim().parse().map_err(|_| {
                 Error::new(
@@ -131,12 +144,25 @@ impl ShmConfig {
             }),
             Err(_) => Ok(default),
         };
+        let local_ranks = std::env::var("MPI_LOCALNRANKS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(job.size);
         let config = ShmConfig {
             eager_limit: bytes(EAGER_LIMIT_ENV, 64 * 1024)?,
-            queue_size: bytes(QUEUE_SIZE_ENV, 256 * 1024)?,
+            queue_size: bytes(QUEUE_SIZE_ENV, Self::default_queue_size(local_ranks))?,
         };
         config.check()?;
         Ok(config)
+    }
+
+    /// The default queue size on a node of `local_ranks` ranks: the
+    /// largest power of two within an equal share of 8 MiB
+    /// among the other ranks, from 64 KiB to 1 MiB.
+    pub fn default_queue_size(local_ranks: usize) -> usize {
+        let share = QUEUE_BUDGET / local_ranks.saturating_sub(1).max(1);
+        let power = 1 << (usize::BITS - 1 - share.leading_zeros());
+        power.clamp(DEFAULT_QUEUE_MIN, DEFAULT_QUEUE_MAX)
     }
 
     fn check(&self) -> Result<()> {
@@ -1050,5 +1076,27 @@ impl Transport for ShmTransport {
 
     fn has_pending_sends(&self) -> bool {
         !self.backlog.is_empty() || !self.completed.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_queues_share_a_budget_among_the_nodes_ranks() {
+        let kib = |n: usize| n << 10;
+        for (ranks, size) in [
+            (1, kib(1024)),
+            (2, kib(1024)),
+            (9, kib(1024)),
+            (10, kib(512)),
+            (16, kib(512)),
+            (64, kib(128)),
+            (129, kib(64)),
+            (100_000, kib(64)),
+        ] {
+            assert_eq!(ShmConfig::default_queue_size(ranks), size, "{ranks} ranks");
+        }
     }
 }
