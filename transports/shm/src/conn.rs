@@ -40,16 +40,18 @@ pub(crate) enum InStep {
     },
 }
 
+/// Which end of a connection this rank is, and where its handshake
+/// stands.
 pub(crate) enum Role {
+    /// This rank opened it, to hand `peer` its queue to it.
     Out {
         peer: PeerRank,
         step: OutStep,
         connector: Connector,
     },
-    In {
-        step: InStep,
-        acceptor: Acceptor,
-    },
+    /// Someone opened it (a peer, once it proves the secret) to hand this
+    /// rank a queue.
+    In { step: InStep, acceptor: Acceptor },
 }
 
 /// A connection between this rank and a peer: it carries the handshake,
