@@ -474,6 +474,9 @@ pub struct TcpTransport {
     polls_since_epoll: u32,
     /// Tokens epoll reported ready (kept to avoid an allocation per poll).
     ready: Vec<usize>,
+    /// Where a small packet is put together before its one `send` (kept,
+    /// so that no send allocates or clears a buffer).
+    packet: Vec<u8>,
 }
 
 // SAFETY: the raw pointers in queued zero-copy packets refer to memory the
@@ -531,6 +534,7 @@ impl TcpTransport {
             connections_changed: false,
             polls_since_epoll: 0,
             ready: Vec::new(),
+            packet: Vec::with_capacity(HEADER_LEN + COPY_SEND_MAX),
         })
     }
 
@@ -1257,10 +1261,11 @@ impl Transport for TcpTransport {
                 let attempt = if payload.len() <= COPY_SEND_MAX {
                     // One contiguous `send` rather than a `writev`: the
                     // copy costs less than writev's trip through the VFS.
-                    let mut packet = [0u8; HEADER_LEN + COPY_SEND_MAX];
-                    packet[..HEADER_LEN].copy_from_slice(&header);
-                    packet[HEADER_LEN..total].copy_from_slice(payload);
-                    conn.stream.write(&packet[..total])
+                    let packet = &mut self.packet;
+                    packet.clear();
+                    packet.extend_from_slice(&header);
+                    packet.extend_from_slice(payload);
+                    conn.stream.write(packet)
                 } else {
                     conn.stream
                         .write_vectored(&[IoSlice::new(&header), IoSlice::new(payload)])
