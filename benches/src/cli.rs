@@ -238,6 +238,25 @@ impl Options {
     }
 }
 
+/// The transport `oxbench compare` restricts every implementation to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompareTransport {
+    /// TCP over loopback, also between ranks on one machine.
+    Tcp,
+    /// Shared memory.
+    Shm,
+}
+
+impl CompareTransport {
+    /// The name on the command line (and oxmpi's name for it).
+    pub fn name(self) -> &'static str {
+        match self {
+            CompareTransport::Tcp => "tcp",
+            CompareTransport::Shm => "shm",
+        }
+    }
+}
+
 /// What `oxbench compare` runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CompareOptions {
@@ -251,6 +270,8 @@ pub struct CompareOptions {
     pub rounds: usize,
     /// Ranks of the multi-pair benchmarks' jobs (2 for the others).
     pub ranks: usize,
+    /// The transport every implementation is restricted to.
+    pub transport: CompareTransport,
 }
 
 /// What `oxbench suite` runs.
@@ -285,6 +306,12 @@ pub enum Command {
     Mpi(Benchmark, Options),
     /// The raw TCP baseline: this process and a child it starts.
     RawTcp(Benchmark, Options),
+    /// The shared-memory floor: a cache-line ping-pong between this
+    /// process and a child (latency), or memcpy in this process (bw).
+    RawShm(Benchmark, Options),
+    /// The child of the shared-memory latency floor (internal): the
+    /// shared file is its standard input.
+    RawShmPeer(Options),
     /// The child of the raw TCP baseline (internal): connects to the
     /// parent's port on 127.0.0.1 and proves it is the child with `token`.
     RawTcpPeer {
@@ -305,6 +332,9 @@ pub enum Command {
 
 /// The hidden subcommand the raw TCP benchmark starts its child with.
 pub const RAW_TCP_PEER: &str = "__raw-tcp-peer";
+/// The hidden subcommand the shared-memory latency floor starts its child
+/// with.
+pub const RAW_SHM_PEER: &str = "__raw-shm-peer";
 
 /// A bad command line, with a message for the user.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -327,7 +357,9 @@ pub const USAGE: &str = "\
 usage: oxrun -n 2 oxbench latency|bw|bibw [OPTIONS]
        oxrun -n N oxbench mbw_mr|multi_lat [OPTIONS]     (N even)
        oxbench raw-tcp latency|bw [OPTIONS]
-       oxbench compare [BENCHMARK...] [OPTIONS] [--rounds N] [--ranks N]
+       oxbench raw-shm latency|bw [OPTIONS]
+       oxbench compare [BENCHMARK...] [OPTIONS] [--transport tcp|shm]
+                       [--rounds N] [--ranks N]
        oxbench suite [OPTIONS] [--transports LIST] [--svg FILE]
 
 benchmarks (as the OSU micro-benchmarks of the same names):
@@ -344,11 +376,16 @@ commands:
   raw-tcp BENCH    latency or bw between this process and a child over a
                    plain loopback TCP socket (127.0.0.1, TCP_NODELAY, both
                    sides busy-polling non-blocking sockets): the floor
+  raw-shm BENCH    the shared-memory floor: latency of two processes
+                   spinning on a shared cache line each way (up to 56
+                   bytes); bw as one thread's memcpy of each message into
+                   a window of 64 buffers
   compare          runs the benchmarks (default: latency bw) over oxmpi,
-                   MPICH and Open MPI on this machine, all over TCP, and
-                   prints each size's figures and oxmpi's ratio to the
-                   better peer; builds its C benchmark with each peer's
-                   mpicc, installing the Debian packages when root
+                   MPICH and Open MPI on this machine, all over one
+                   transport, and the floor (raw-tcp or raw-shm); prints
+                   each size's figures and oxmpi's ratios to the better
+                   peer and to the floor; builds its C benchmark with each
+                   peer's mpicc, installing the Debian packages when root
   suite            runs latency, bw, bibw and mbw_mr as 2-rank jobs through
                    oxrun over every transport this build offers, and the
                    raw TCP floor; prints a table per transport and writes
@@ -374,6 +411,7 @@ options:
                    and report medians (default 1)
   --ranks N        compare: ranks of the mbw_mr and multi_lat jobs (even,
                    default 2)
+  --transport T    compare: tcp (default) or shm
   --transports L   suite: comma-separated transports (default: all)
   --svg FILE       suite: where to write the plot (default oxbench-suite.svg)
   -h, --help       print this text
@@ -430,7 +468,8 @@ pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<Command, UsageError> {
     match first {
         "raw-tcp" => {
             let benchmark = raw_benchmark(rest)?;
-            let (options, _) = parse_options(Some(benchmark), 1, &rest[1..], Extra::None)?;
+            let (options, _) =
+                parse_options(Some(benchmark), 1, SIZE_LIMIT, &rest[1..], Extra::None)?;
             Ok(Command::RawTcp(benchmark, options))
         }
         RAW_TCP_PEER => {
@@ -444,7 +483,7 @@ pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<Command, UsageError> {
             let token = token
                 .parse()
                 .map_err(|_| UsageError(format!("bad token {token:?}")))?;
-            let (options, _) = parse_options(Some(benchmark), 1, options, Extra::None)?;
+            let (options, _) = parse_options(Some(benchmark), 1, SIZE_LIMIT, options, Extra::None)?;
             Ok(Command::RawTcpPeer {
                 benchmark,
                 options,
@@ -452,9 +491,24 @@ pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<Command, UsageError> {
                 token,
             })
         }
+        "raw-shm" => {
+            let benchmark = raw_benchmark(rest)?;
+            let most = if benchmark.is_latency() {
+                crate::raw_shm::LINE_PAYLOAD
+            } else {
+                SIZE_LIMIT
+            };
+            let (options, _) = parse_options(Some(benchmark), 1, most, &rest[1..], Extra::None)?;
+            Ok(Command::RawShm(benchmark, options))
+        }
+        RAW_SHM_PEER => {
+            let line = crate::raw_shm::LINE_PAYLOAD;
+            let (options, _) = parse_options(Some(Benchmark::Latency), 1, line, rest, Extra::None)?;
+            Ok(Command::RawShmPeer(options))
+        }
         "compare" => parse_compare(rest),
         "suite" => {
-            let (options, extras) = parse_options(None, 1, rest, Extra::Suite)?;
+            let (options, extras) = parse_options(None, 1, SIZE_LIMIT, rest, Extra::Suite)?;
             Ok(Command::Suite(SuiteOptions {
                 options,
                 transports: extras.transports,
@@ -463,12 +517,9 @@ pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<Command, UsageError> {
         }
         word => match Benchmark::parse(word) {
             Some(benchmark) => {
-                let (options, _) = parse_options(
-                    Some(benchmark),
-                    benchmark.default_min_size(),
-                    rest,
-                    Extra::None,
-                )?;
+                let least = benchmark.default_min_size();
+                let (options, _) =
+                    parse_options(Some(benchmark), least, SIZE_LIMIT, rest, Extra::None)?;
                 Ok(Command::Mpi(benchmark, options))
             }
             None => usage_error(format!(
@@ -509,12 +560,13 @@ fn parse_compare(args: &[&str]) -> Result<Command, UsageError> {
     } else {
         1
     };
-    let (options, extras) = parse_options(None, least, &args[named..], Extra::Compare)?;
+    let (options, extras) = parse_options(None, least, SIZE_LIMIT, &args[named..], Extra::Compare)?;
     Ok(Command::Compare(CompareOptions {
         benchmarks,
         options,
         rounds: extras.rounds,
         ranks: extras.ranks,
+        transport: extras.transport,
     }))
 }
 
@@ -531,17 +583,20 @@ enum Extra {
 struct Extras {
     rounds: usize,
     ranks: usize,
+    transport: CompareTransport,
     transports: Vec<String>,
     svg: Option<PathBuf>,
 }
 
 /// Parses options. `least` is the default smallest size, and also the
-/// least one allowed (0 or 1). `benchmark` is the one they are for, if
-/// one (for messages). `extra` says which further options are accepted,
-/// and which counts are the defaults (the suite's own).
+/// least one allowed (0 or 1); `most` the largest allowed (and the
+/// default largest, when less than 4 MiB). `benchmark` is the one they
+/// are for, if one (for messages). `extra` says which further options are
+/// accepted, and which counts are the defaults (the suite's own).
 fn parse_options(
     benchmark: Option<Benchmark>,
     least: usize,
+    most: usize,
     args: &[&str],
     extra: Extra,
 ) -> Result<(Options, Extras), UsageError> {
@@ -555,6 +610,7 @@ fn parse_options(
     let mut json = false;
     let mut rounds = 1;
     let mut ranks = 2;
+    let mut transport = CompareTransport::Tcp;
     let mut transports = Vec::new();
     let mut svg = None;
     let mut i = 0;
@@ -599,6 +655,15 @@ fn parse_options(
                     return usage_error(format!("--ranks must be even (pairs), not {ranks}"));
                 }
             }
+            ("--transport", Extra::Compare) => {
+                transport = match value(name)? {
+                    "tcp" => CompareTransport::Tcp,
+                    "shm" => CompareTransport::Shm,
+                    other => {
+                        return usage_error(format!("--transport takes tcp or shm, not {other:?}"))
+                    }
+                }
+            }
             ("--transports", Extra::Suite) => {
                 transports = value(name)?
                     .split(',')
@@ -623,12 +688,17 @@ fn parse_options(
         }
         None => (
             min_size.unwrap_or(least),
-            max_size.unwrap_or(DEFAULT_MAX_SIZE),
+            max_size.unwrap_or(DEFAULT_MAX_SIZE.min(most)),
         ),
     };
-    if max_size > SIZE_LIMIT {
+    if max_size > most {
+        let why = if most < SIZE_LIMIT {
+            " (one cache line beside its sequence number)"
+        } else {
+            ""
+        };
         return usage_error(format!(
-            "message size {max_size} is larger than the limit of {SIZE_LIMIT} bytes"
+            "message size {max_size} is larger than the limit of {most} bytes{why}"
         ));
     }
     if min_size > max_size {
@@ -668,6 +738,7 @@ fn parse_options(
     let extras = Extras {
         rounds,
         ranks,
+        transport,
         transports,
         svg,
     };
@@ -722,6 +793,14 @@ mod tests {
             panic!("raw-tcp latency did not parse");
         };
         assert_eq!(o.sizes()[0], 1);
+        let Ok(Command::RawShm(Benchmark::Latency, o)) = parse(&["raw-shm", "latency"]) else {
+            panic!("raw-shm latency did not parse");
+        };
+        assert_eq!((o.min_size, o.max_size), (1, 56));
+        let Ok(Command::RawShm(Benchmark::Bandwidth, o)) = parse(&["raw-shm", "bw"]) else {
+            panic!("raw-shm bw did not parse");
+        };
+        assert_eq!((o.min_size, o.max_size), (1, 4 << 20));
     }
 
     #[test]
@@ -791,6 +870,7 @@ mod tests {
         };
         assert_eq!(c.benchmarks, vec![Benchmark::Latency, Benchmark::Bandwidth]);
         assert_eq!((c.rounds, c.ranks, c.options.min_size), (1, 2, 1));
+        assert_eq!(c.transport, CompareTransport::Tcp);
         let Command::Compare(c) = parse(&[
             "compare",
             "latency",
@@ -800,6 +880,8 @@ mod tests {
             "--ranks=4",
             "--size",
             "8",
+            "--transport",
+            "shm",
         ])
         .unwrap() else {
             panic!("compare did not parse");
@@ -809,6 +891,7 @@ mod tests {
             vec![Benchmark::Latency, Benchmark::MultiBandwidth]
         );
         assert_eq!((c.rounds, c.ranks, c.options.sizes()), (3, 4, vec![8]));
+        assert_eq!(c.transport, CompareTransport::Shm);
         let Command::Compare(c) = parse(&["compare", "latency"]).unwrap() else {
             panic!("compare latency did not parse");
         };
@@ -862,6 +945,8 @@ mod tests {
             &["bw", "--min-size", "0"],
             &["bibw", "--size", "0"],
             &["raw-tcp", "latency", "--size", "0"],
+            &["raw-shm", "latency", "--size", "64"],
+            &["raw-shm", "bibw"],
             &[RAW_TCP_PEER, "latency", "7"],
             &["compare", "pingpong"],
             &["compare", "latency", "latency"],
@@ -869,6 +954,8 @@ mod tests {
             &["compare", "--ranks", "3"],
             &["compare", "bw", "--min-size", "0"],
             &["compare", "--svg", "x.svg"],
+            &["compare", "--transport", "verbs"],
+            &["suite", "--transport", "tcp"],
             &["suite", "--rounds", "2"],
             &["suite", "--transports", ","],
             &["suite", "--size", "0"],

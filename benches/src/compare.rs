@@ -1,6 +1,7 @@
 //! `oxbench compare`: oxmpi's own yardstick, the same benchmarks run over
-//! oxmpi, MPICH and Open MPI on this machine, in the same run, all over
-//! TCP.
+//! oxmpi, MPICH and Open MPI on this machine, in the same run, over one
+//! transport (`--transport tcp`, the default, or `shm`), beside the floor
+//! of that transport where oxbench has one.
 //!
 //! This module owns what the comparison needs beyond oxbench's own
 //! benchmarks and [`crate::runner`]'s jobs:
@@ -19,21 +20,26 @@
 //!   source it was built from, and rebuilt when the embedded source
 //!   differs from that copy.
 //! - **The jobs.** Each implementation runs each benchmark as one job over
-//!   all the sizes (2 ranks, or `--ranks` for `mbw_mr` and `multi_lat`):
-//!   oxbench under `oxrun` with `OXMPI_TRANSPORTS=tcp`; the peer benchmark
-//!   under `mpiexec.mpich` with `MPIR_CVAR_NOLOCAL=1 UCX_TLS=tcp,self`
-//!   (MPICH's ch4:ucx over TCP even between local ranks), and under
-//!   `mpiexec.openmpi` with the ob1 PML and the TCP BTL on the loopback
-//!   interface (plus the run-as-root switches when root). With `--rounds
-//!   N`, each round runs every implementation once, the order rotated from
-//!   round to round, and each figure is the median of the rounds.
+//!   all the sizes (2 ranks, or `--ranks` for `mbw_mr` and `multi_lat`),
+//!   restricted to the transport: over TCP, oxbench under
+//!   `oxrun` with `OXMPI_TRANSPORTS=tcp`, MPICH's ch4:ucx with
+//!   `MPIR_CVAR_NOLOCAL=1 UCX_TLS=tcp,self` (TCP even between local ranks),
+//!   Open MPI with the ob1 PML and the TCP BTL on the loopback interface;
+//!   over shared memory, `OXMPI_TRANSPORTS=shm`, MPICH as it comes (UCX's
+//!   shared-memory transports between local ranks), Open MPI with ob1 and
+//!   the vader BTL (its shared memory, with CMA). The floor is `oxbench
+//!   raw-tcp` or `oxbench raw-shm` (latency and bw only; the shared-memory
+//!   latency floor up to 56 bytes). With `--rounds N`, each round runs
+//!   every contender once, the order rotated from round to round, and each
+//!   figure is the median of the rounds.
 //! - **The result.** Per benchmark, a table (size, oxmpi, MPICH, Open MPI,
-//!   and oxmpi's figure divided by the better peer's; for `mbw_mr` the
-//!   MB/s) or one JSON object. An implementation whose jobs all failed is
-//!   shown as unavailable, the reasons on standard error, and the exit
-//!   status is then 1.
+//!   oxmpi's figure over the better peer's, and where there is one the
+//!   floor and oxmpi's figure over it; for `mbw_mr` the MB/s) or one JSON
+//!   object. A contender whose jobs all failed is shown as unavailable,
+//!   the reasons on standard error, and the exit status is then 1.
 
-use crate::cli::{Benchmark, CompareOptions, Options};
+use crate::cli::{Benchmark, CompareOptions, CompareTransport, Options};
+use crate::raw_shm::LINE_PAYLOAD;
 use crate::report::{self, json_number, json_string, json_strings};
 use crate::runner::{self, median, JobSpec, Measured};
 use oxmpi_jobs::Job;
@@ -58,7 +64,7 @@ const SIZE_WIDTH: usize = 10;
 /// Width of the other columns.
 const COLUMN_WIDTH: usize = 14;
 
-/// An MPI implementation in the comparison.
+/// What runs in the comparison: an MPI implementation, or the floor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Implementation {
     /// This one, through oxrun.
@@ -67,14 +73,20 @@ pub enum Implementation {
     Mpich,
     /// Open MPI, through its mpiexec.
     OpenMpi,
+    /// No MPI at all: `oxbench raw-tcp` or `oxbench raw-shm`.
+    Floor,
 }
 
-/// The implementations in the order of the table's columns.
-pub const IMPLEMENTATIONS: [Implementation; 3] = [
+/// The contenders, in the order of the table's columns.
+pub const IMPLEMENTATIONS: [Implementation; 4] = [
     Implementation::Oxmpi,
     Implementation::Mpich,
     Implementation::OpenMpi,
+    Implementation::Floor,
 ];
+
+/// The MPI implementations oxmpi is measured against.
+const PEERS: [Implementation; 2] = [Implementation::Mpich, Implementation::OpenMpi];
 
 impl Implementation {
     /// The name shown in the table.
@@ -83,6 +95,7 @@ impl Implementation {
             Implementation::Oxmpi => "oxmpi",
             Implementation::Mpich => "MPICH",
             Implementation::OpenMpi => "Open MPI",
+            Implementation::Floor => "floor",
         }
     }
 
@@ -92,13 +105,14 @@ impl Implementation {
             Implementation::Oxmpi => "oxmpi",
             Implementation::Mpich => "mpich",
             Implementation::OpenMpi => "openmpi",
+            Implementation::Floor => "floor",
         }
     }
 
-    /// A peer's compiler and launcher; `None` for oxmpi.
+    /// A peer's compiler and launcher; `None` for oxmpi and the floor.
     fn peer_tools(self) -> Option<(&'static str, &'static str)> {
         match self {
-            Implementation::Oxmpi => None,
+            Implementation::Oxmpi | Implementation::Floor => None,
             Implementation::Mpich => Some(("mpicc.mpich", "mpiexec.mpich")),
             Implementation::OpenMpi => Some(("mpicc.openmpi", "mpiexec.openmpi")),
         }
@@ -107,9 +121,8 @@ impl Implementation {
 
 /// Runs `oxbench compare`: prints a table (or JSON object) per benchmark
 /// on standard output, progress and failures on standard error. Exits
-/// with 0 when every implementation produced figures, 1 otherwise (or
-/// when the peers are missing and cannot be installed, or oxrun is
-/// missing).
+/// with 0 when every contender produced figures, 1 otherwise (or when the
+/// peers are missing and cannot be installed, or oxrun is missing).
 pub fn main(compare: &CompareOptions) -> ExitCode {
     match run(compare) {
         Ok(true) => ExitCode::SUCCESS,
@@ -121,32 +134,50 @@ pub fn main(compare: &CompareOptions) -> ExitCode {
     }
 }
 
-/// How one implementation's jobs are started, or why they cannot be.
+/// How one contender's jobs are started, or why they cannot be.
 struct Contender {
     implementation: Implementation,
-    /// oxmpi: oxrun and oxbench; a peer: its launcher and its benchmark.
+    /// oxmpi: oxrun and oxbench; a peer: its launcher and its benchmark;
+    /// the floor: oxbench twice.
     tools: Result<(PathBuf, PathBuf), String>,
 }
 
 impl Contender {
-    /// The job of `benchmark`.
-    fn job(&self, compare: &CompareOptions, benchmark: Benchmark, root: bool) -> Option<JobSpec> {
+    /// The job of `benchmark` and the options it runs with (the floor's
+    /// may cover fewer sizes); `None` when there is none (the floor of
+    /// some benchmarks) or the contender is unavailable.
+    fn job(
+        &self,
+        compare: &CompareOptions,
+        benchmark: Benchmark,
+        root: bool,
+    ) -> Option<(JobSpec, Options)> {
         let (launcher, program) = self.tools.as_ref().ok()?;
         let ranks = ranks_of(compare, benchmark);
-        Some(match self.implementation {
-            Implementation::Oxmpi => {
-                runner::oxmpi_job(launcher, program, benchmark, &compare.options, ranks, "tcp")
+        let options = &compare.options;
+        let transport = compare.transport;
+        match self.implementation {
+            Implementation::Oxmpi => Some((
+                runner::oxmpi_job(
+                    launcher,
+                    program,
+                    benchmark,
+                    options,
+                    ranks,
+                    transport.name(),
+                ),
+                options.clone(),
+            )),
+            Implementation::Floor => {
+                runner::floor_job(program, transport.name(), benchmark, options)
             }
-            peer => peer_job(
-                peer,
-                launcher,
-                program,
-                benchmark,
-                &compare.options,
-                ranks,
-                root,
-            ),
-        })
+            peer => Some((
+                peer_job(
+                    peer, launcher, program, transport, benchmark, options, ranks, root,
+                ),
+                options.clone(),
+            )),
+        }
     }
 }
 
@@ -170,10 +201,13 @@ fn run(compare: &CompareOptions) -> Result<bool, String> {
     let contenders: Vec<Contender> = IMPLEMENTATIONS
         .iter()
         .map(|&implementation| {
-            let tools = match implementation.peer_tools() {
-                None => Ok((oxrun.clone(), oxbench.clone())),
-                Some((_, launcher)) => build_peer(implementation, &cache)
-                    .map(|binary| (PathBuf::from(launcher), binary)),
+            let tools = match implementation {
+                Implementation::Oxmpi => Ok((oxrun.clone(), oxbench.clone())),
+                Implementation::Floor => Ok((oxbench.clone(), oxbench.clone())),
+                peer => {
+                    let (_, launcher) = peer.peer_tools().expect("a peer has tools");
+                    build_peer(peer, &cache).map(|binary| (PathBuf::from(launcher), binary))
+                }
             };
             if let Err(e) = &tools {
                 eprintln!(
@@ -190,15 +224,14 @@ fn run(compare: &CompareOptions) -> Result<bool, String> {
 
     let mut all_ran = true;
     let mut out = std::io::stdout().lock();
+    let sizes = compare.options.sizes();
     for &benchmark in &compare.benchmarks {
         let columns = compare_one(compare, benchmark, &contenders, root);
         all_ran &= columns.iter().all(|c| c.figures.is_ok());
-        let ratios = ratios(benchmark, &columns);
-        let sizes = compare.options.sizes();
         let text = if compare.options.json {
-            json_report(benchmark, compare, &columns, &sizes, &ratios)
+            json_report(benchmark, compare, &columns, &sizes)
         } else {
-            table(benchmark, compare, &columns, &sizes, &ratios)
+            table(benchmark, compare, &columns, &sizes)
         };
         out.write_all(text.as_bytes())
             .and_then(|()| out.flush())
@@ -207,8 +240,9 @@ fn run(compare: &CompareOptions) -> Result<bool, String> {
     Ok(all_ran)
 }
 
-/// Runs `benchmark` over every contender for every round; returns their
-/// columns in [`IMPLEMENTATIONS`] order.
+/// Runs `benchmark` over every contender that has a job for it, every
+/// round; returns their columns in [`IMPLEMENTATIONS`] order (only those
+/// with a job).
 fn compare_one(
     compare: &CompareOptions,
     benchmark: Benchmark,
@@ -222,19 +256,20 @@ fn compare_one(
         for k in 0..contenders.len() {
             let index = (round + k) % contenders.len();
             let contender = &contenders[index];
-            let Some(spec) = contender.job(compare, benchmark, root) else {
+            let Some((spec, options)) = contender.job(compare, benchmark, root) else {
                 continue;
             };
             let name = contender.implementation.name();
             eprintln!(
-                "oxbench compare: {} round {} of {rounds}: {name} ({} sizes)",
+                "oxbench compare: {} over {} round {} of {rounds}: {name} ({} sizes)",
                 benchmark.name(),
+                compare.transport.name(),
                 round + 1,
-                sizes.len()
+                options.sizes().len()
             );
             let what = format!("{name}'s {} job", benchmark.name());
             let ranks = ranks_of(compare, benchmark);
-            let outcome = runner::run_job(&spec, &what, benchmark, &compare.options, ranks, |_| {});
+            let outcome = runner::run_job(&spec, &what, benchmark, &options, ranks, |_| {});
             if let Err(e) = &outcome {
                 eprintln!("oxbench compare: {name} failed in round {}: {e}", round + 1);
             }
@@ -244,7 +279,10 @@ fn compare_one(
     contenders
         .iter()
         .zip(outcomes)
-        .map(|(contender, rounds)| Column::of(contender, compare, benchmark, root, &rounds))
+        .filter(|(contender, _)| {
+            contender.tools.is_err() || contender.job(compare, benchmark, root).is_some()
+        })
+        .map(|(contender, rounds)| Column::of(contender, compare, benchmark, root, &rounds, &sizes))
         .collect()
 }
 
@@ -400,11 +438,13 @@ fn build_peer(peer: Implementation, cache: &Path) -> Result<PathBuf, String> {
 }
 
 /// A peer's job of `benchmark`: the peer benchmark under the peer's
-/// launcher, restricted to TCP.
+/// launcher, restricted to `transport`.
+#[allow(clippy::too_many_arguments)]
 fn peer_job(
     peer: Implementation,
     launcher: &Path,
     binary: &Path,
+    transport: CompareTransport,
     benchmark: Benchmark,
     options: &Options,
     ranks: usize,
@@ -413,11 +453,17 @@ fn peer_job(
     let ranks = ranks.to_string();
     let mut launch: Vec<&str> = vec!["-n", &ranks];
     let mut env = Vec::new();
-    match peer {
-        Implementation::Mpich => {
+    match (peer, transport) {
+        (Implementation::Mpich, CompareTransport::Tcp) => {
             env.extend([("MPIR_CVAR_NOLOCAL", "1"), ("UCX_TLS", "tcp,self")]);
         }
-        Implementation::OpenMpi => {
+        // As it comes: UCX's shared-memory transports between local ranks.
+        (Implementation::Mpich, CompareTransport::Shm) => {}
+        (Implementation::OpenMpi, _) => {
+            let btl = match transport {
+                CompareTransport::Tcp => "tcp,self",
+                CompareTransport::Shm => "vader,self",
+            };
             launch.extend([
                 "--oversubscribe",
                 "--mca",
@@ -425,13 +471,13 @@ fn peer_job(
                 "ob1",
                 "--mca",
                 "btl",
-                "tcp,self",
+                btl,
+            ]);
+            if transport == CompareTransport::Tcp {
                 // Open MPI leaves the loopback interface out by default;
                 // oxmpi and MPICH use it, and it may be the only one.
-                "--mca",
-                "btl_tcp_if_include",
-                "lo",
-            ]);
+                launch.extend(["--mca", "btl_tcp_if_include", "lo"]);
+            }
             if root {
                 launch.push("--allow-run-as-root");
                 env.extend([
@@ -440,7 +486,9 @@ fn peer_job(
                 ]);
             }
         }
-        Implementation::Oxmpi => unreachable!("oxmpi is no peer"),
+        (Implementation::Oxmpi | Implementation::Floor, _) => {
+            unreachable!("only MPICH and Open MPI are peers")
+        }
     }
     let env_text: String = env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
     let description = format!(
@@ -459,15 +507,17 @@ fn peer_job(
     }
 }
 
-/// One implementation's column: the median figures, or why it has none.
+/// One contender's column: the median figures, or why it has none.
 struct Column {
     implementation: Implementation,
     /// The library and launch command, for the header.
     description: String,
     /// Rounds that produced figures, of those run.
     good_rounds: usize,
-    /// The median (first) figure of each size, or why there are none.
-    figures: Result<Vec<f64>, String>,
+    /// The median (first) figure of each compared size (`None` for a size
+    /// the contender does not measure: the floor's), or why there are
+    /// none.
+    figures: Result<Vec<Option<f64>>, String>,
 }
 
 impl Column {
@@ -477,6 +527,7 @@ impl Column {
         benchmark: Benchmark,
         root: bool,
         rounds: &[Result<Measured, String>],
+        sizes: &[usize],
     ) -> Column {
         let good: Vec<Vec<(usize, f64)>> = rounds
             .iter()
@@ -486,8 +537,8 @@ impl Column {
             .iter()
             .find_map(|r| r.as_ref().ok().and_then(|m| m.library.clone()));
         let description = match (contender.job(compare, benchmark, root), library) {
-            (Some(spec), Some(library)) => format!("{library}; {}", spec.description),
-            (Some(spec), None) => spec.description,
+            (Some((spec, _)), Some(library)) => format!("{library}; {}", spec.description),
+            (Some((spec, _)), None) => spec.description,
             (None, _) => String::new(),
         };
         let figures = match &contender.tools {
@@ -497,8 +548,15 @@ impl Column {
                 .rev()
                 .find_map(|r| r.as_ref().err().cloned())
                 .unwrap_or_else(|| "it did not run".to_owned())),
-            Ok(_) => Ok((0..good[0].len())
-                .map(|i| median(&mut good.iter().map(|m| m[i].1).collect::<Vec<_>>()))
+            Ok(_) => Ok(sizes
+                .iter()
+                .map(|size| {
+                    let mut values: Vec<f64> = good
+                        .iter()
+                        .filter_map(|m| m.iter().find(|(s, _)| s == size).map(|(_, f)| *f))
+                        .collect();
+                    (!values.is_empty()).then(|| median(&mut values))
+                })
                 .collect()),
         };
         Column {
@@ -508,45 +566,65 @@ impl Column {
             figures,
         }
     }
+
+    /// Its figure for the `i`-th compared size, if it has one.
+    fn figure(&self, i: usize) -> Option<f64> {
+        self.figures.as_ref().ok().and_then(|f| f[i])
+    }
 }
 
-/// oxmpi's figure over the better peer's, for each size: the lower latency
-/// or the higher bandwidth. `None` where oxmpi or both peers have none.
-fn ratios(benchmark: Benchmark, columns: &[Column]) -> Vec<Option<f64>> {
-    let figures = |implementation: Implementation| {
+/// oxmpi's figure over others', for one size; `None` where a side has no
+/// figure.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Ratios {
+    /// Over the better peer's: the lower latency or the higher bandwidth.
+    best: Option<f64>,
+    /// Over the floor's.
+    floor: Option<f64>,
+}
+
+/// oxmpi's ratios for the `i`-th size.
+fn ratios(benchmark: Benchmark, columns: &[Column], i: usize) -> Ratios {
+    let figure = |implementation: Implementation| {
         columns
             .iter()
             .find(|c| c.implementation == implementation)
-            .and_then(|c| c.figures.as_ref().ok())
+            .and_then(|c| c.figure(i))
     };
-    let Some(ours) = figures(Implementation::Oxmpi) else {
-        let count = columns
-            .iter()
-            .find_map(|c| c.figures.as_ref().ok().map(Vec::len))
-            .unwrap_or(0);
-        return vec![None; count];
+    let Some(ours) = figure(Implementation::Oxmpi) else {
+        return Ratios {
+            best: None,
+            floor: None,
+        };
     };
-    ours.iter()
-        .enumerate()
-        .map(|(i, &ours)| {
-            let peers = [Implementation::Mpich, Implementation::OpenMpi]
-                .into_iter()
-                .filter_map(|p| figures(p).map(|f| f[i]));
-            let best = if benchmark.is_latency() {
-                peers.min_by(f64::total_cmp)
-            } else {
-                peers.max_by(f64::total_cmp)
-            }?;
-            Some(ours / best)
-        })
-        .collect()
+    let peers = PEERS.into_iter().filter_map(figure);
+    let best = if benchmark.is_latency() {
+        peers.min_by(f64::total_cmp)
+    } else {
+        peers.max_by(f64::total_cmp)
+    };
+    Ratios {
+        best: best.map(|best| ours / best),
+        floor: figure(Implementation::Floor).map(|floor| ours / floor),
+    }
+}
+
+/// Whether the floor has a column in `benchmark`'s table.
+fn has_floor(columns: &[Column]) -> bool {
+    columns
+        .iter()
+        .any(|c| c.implementation == Implementation::Floor)
 }
 
 /// The header lines shared by the table and the JSON object's notes.
-fn notes(benchmark: Benchmark, compare: &CompareOptions) -> Vec<String> {
+fn notes(benchmark: Benchmark, compare: &CompareOptions, columns: &[Column]) -> Vec<String> {
     let ranks = ranks_of(compare, benchmark);
+    let transport = match compare.transport {
+        CompareTransport::Tcp => "TCP",
+        CompareTransport::Shm => "shared memory",
+    };
     let mut notes = vec![
-        format!("{ranks} ranks on this machine, every implementation over TCP"),
+        format!("{ranks} ranks on this machine, every implementation over {transport}"),
         compare.options.describe_iterations(),
     ];
     if benchmark.is_windowed() {
@@ -567,15 +645,26 @@ fn notes(benchmark: Benchmark, compare: &CompareOptions) -> Vec<String> {
     notes.push(if rounds == 1 {
         "rounds: 1".to_owned()
     } else {
-        format!(
-            "rounds: {rounds}, implementations alternating; each figure the median of the rounds"
-        )
+        format!("rounds: {rounds}, contenders alternating; each figure the median of the rounds")
     });
     notes.push(if benchmark.is_latency() {
         "oxmpi/best: oxmpi's latency over the lower peer's (below 1: oxmpi is faster)".to_owned()
     } else {
         "oxmpi/best: oxmpi's bandwidth over the higher peer's (above 1: oxmpi is faster)".to_owned()
     });
+    if has_floor(columns) {
+        notes.push(match (compare.transport, benchmark.is_latency()) {
+            (CompareTransport::Tcp, _) => {
+                "floor: the same pattern between two plain processes over loopback TCP".to_owned()
+            }
+            (CompareTransport::Shm, true) => format!(
+                "floor: two processes spinning on a shared cache line (sizes up to {LINE_PAYLOAD} B)"
+            ),
+            (CompareTransport::Shm, false) => {
+                "floor: one thread's memcpy of each message into the window".to_owned()
+            }
+        });
+    }
     notes
 }
 
@@ -593,57 +682,88 @@ fn column_note(column: &Column, rounds: usize) -> String {
     }
 }
 
+/// A cell of the table: the figure, `-` where there is none, or
+/// `unavailable`.
+fn cell(figures: &Result<Vec<Option<f64>>, String>, i: usize) -> String {
+    match figures {
+        Ok(f) => match f[i] {
+            Some(v) => format!("{v:>COLUMN_WIDTH$.2}"),
+            None => format!("{:>COLUMN_WIDTH$}", "-"),
+        },
+        Err(_) => format!("{:>COLUMN_WIDTH$}", "unavailable"),
+    }
+}
+
 /// The comparison of one benchmark as a table.
 fn table(
     benchmark: Benchmark,
     compare: &CompareOptions,
     columns: &[Column],
     sizes: &[usize],
-    ratios: &[Option<f64>],
 ) -> String {
     let mut s = format!(
-        "# oxmpi compared with MPICH and Open MPI: {} ({})\n",
+        "# oxmpi compared with MPICH and Open MPI: {} ({}) over {}\n",
         benchmark.description(),
-        benchmark.unit()
+        benchmark.unit(),
+        compare.transport.name()
     );
-    for note in notes(benchmark, compare)
+    for note in notes(benchmark, compare, columns)
         .into_iter()
         .chain(columns.iter().map(|c| column_note(c, compare.rounds)))
     {
         s.push_str(&format!("# {note}\n"));
     }
+    let mpi: Vec<&Column> = columns
+        .iter()
+        .filter(|c| c.implementation != Implementation::Floor)
+        .collect();
+    let floor = columns
+        .iter()
+        .find(|c| c.implementation == Implementation::Floor);
     s.push_str(&format!("{:<SIZE_WIDTH$}", "# Size"));
-    for column in columns {
+    for column in &mpi {
         s.push_str(&format!("{:>COLUMN_WIDTH$}", column.implementation.name()));
     }
-    s.push_str(&format!("{:>COLUMN_WIDTH$}\n", "oxmpi/best"));
+    s.push_str(&format!("{:>COLUMN_WIDTH$}", "oxmpi/best"));
+    if floor.is_some() {
+        s.push_str(&format!(
+            "{:>COLUMN_WIDTH$}{:>COLUMN_WIDTH$}",
+            "floor", "oxmpi/floor"
+        ));
+    }
+    s.push('\n');
+    let ratio = |r: Option<f64>| match r {
+        Some(r) => format!("{r:>COLUMN_WIDTH$.2}"),
+        None => format!("{:>COLUMN_WIDTH$}", "-"),
+    };
     for (i, size) in sizes.iter().enumerate() {
         s.push_str(&format!("{size:<SIZE_WIDTH$}"));
-        for column in columns {
-            match &column.figures {
-                Ok(figures) => s.push_str(&format!("{:>COLUMN_WIDTH$.2}", figures[i])),
-                Err(_) => s.push_str(&format!("{:>COLUMN_WIDTH$}", "unavailable")),
-            }
+        for column in &mpi {
+            s.push_str(&cell(&column.figures, i));
         }
-        match ratios.get(i).copied().flatten() {
-            Some(ratio) => s.push_str(&format!("{ratio:>COLUMN_WIDTH$.2}\n")),
-            None => s.push_str(&format!("{:>COLUMN_WIDTH$}\n", "-")),
+        let ratios = ratios(benchmark, columns, i);
+        s.push_str(&ratio(ratios.best));
+        if let Some(floor) = floor {
+            s.push_str(&cell(&floor.figures, i));
+            s.push_str(&ratio(ratios.floor));
         }
+        s.push('\n');
     }
     s
 }
 
 /// The comparison of one benchmark as one JSON object on one line:
-/// `benchmark`, `unit`, `rounds`, `notes`, `implementations` (one object
-/// each, as `oxbench --json` prints it, the median figures as `results`;
-/// an unavailable one has no results and a note `unavailable: REASON`),
-/// and `ratios` (`[{"size", "value"}]`, `null` where there is none).
+/// `benchmark`, `transport`, `unit`, `rounds`, `notes`, `implementations`
+/// (one object each, the floor included, as `oxbench --json` prints it,
+/// the median figures as `results`; an unavailable one has no results
+/// and a note `unavailable: REASON`), `ratios` (oxmpi over the better
+/// peer) and `floor_ratios` (oxmpi over the floor), each `[{"size",
+/// "value"}]` with `null` where there is none.
 fn json_report(
     benchmark: Benchmark,
     compare: &CompareOptions,
     columns: &[Column],
     sizes: &[usize],
-    ratios: &[Option<f64>],
 ) -> String {
     // The medians are of the first figure only: a one-column benchmark
     // as far as the JSON shape goes.
@@ -668,7 +788,7 @@ fn json_report(
                     sizes
                         .iter()
                         .zip(figures)
-                        .map(|(&size, &figure)| (size, vec![figure]))
+                        .filter_map(|(&size, figure)| figure.map(|f| (size, vec![f])))
                         .collect(),
                 ),
                 Err(e) => (vec![format!("unavailable: {e}")], Vec::new()),
@@ -680,23 +800,29 @@ fn json_report(
             )
         })
         .collect();
-    let ratios: Vec<String> = sizes
-        .iter()
-        .zip(ratios)
-        .map(|(size, ratio)| {
-            let value = ratio.map_or_else(|| "null".to_owned(), json_number);
-            format!("{{\"size\":{size},\"value\":{value}}}")
-        })
-        .collect();
+    let ratio_list = |pick: fn(Ratios) -> Option<f64>| -> String {
+        let items: Vec<String> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, size)| {
+                let value = pick(ratios(benchmark, columns, i))
+                    .map_or_else(|| "null".to_owned(), json_number);
+                format!("{{\"size\":{size},\"value\":{value}}}")
+            })
+            .collect();
+        items.join(",")
+    };
     format!(
-        "{{\"benchmark\":{},\"unit\":{},\"rounds\":{},\"notes\":{},\"implementations\":[{}],\
-         \"ratios\":[{}]}}\n",
+        "{{\"benchmark\":{},\"transport\":{},\"unit\":{},\"rounds\":{},\"notes\":{},\
+         \"implementations\":[{}],\"ratios\":[{}],\"floor_ratios\":[{}]}}\n",
         json_string(benchmark.name()),
+        json_string(compare.transport.name()),
         json_string(benchmark.unit()),
         compare.rounds,
-        json_strings(&notes(benchmark, compare)),
+        json_strings(&notes(benchmark, compare, columns)),
         implementations.join(","),
-        ratios.join(",")
+        ratio_list(|r| r.best),
+        ratio_list(|r| r.floor),
     )
 }
 
@@ -714,6 +840,7 @@ mod tests {
             },
             rounds: 1,
             ranks: 2,
+            transport: CompareTransport::Tcp,
         }
     }
 
@@ -722,76 +849,107 @@ mod tests {
             implementation,
             description: "d".to_owned(),
             good_rounds: 1,
-            figures,
+            figures: figures.map(|f| f.into_iter().map(Some).collect()),
         }
     }
 
+    fn r(best: Option<f64>, floor: Option<f64>) -> Ratios {
+        Ratios { best, floor }
+    }
+
     #[test]
-    fn ratios_take_the_better_peer() {
+    fn ratios_take_the_better_peer_and_the_floor() {
         let columns = [
             column(Implementation::Oxmpi, Ok(vec![6.0, 10.0])),
             column(Implementation::Mpich, Ok(vec![3.0, 20.0])),
             column(Implementation::OpenMpi, Ok(vec![4.0, 5.0])),
+            column(Implementation::Floor, Ok(vec![2.0, 40.0])),
         ];
         assert_eq!(
-            ratios(Benchmark::Latency, &columns),
-            vec![Some(2.0), Some(2.0)]
+            ratios(Benchmark::Latency, &columns, 0),
+            r(Some(2.0), Some(3.0))
         );
         assert_eq!(
-            ratios(Benchmark::Bandwidth, &columns),
-            vec![Some(1.5), Some(0.5)]
+            ratios(Benchmark::Latency, &columns, 1),
+            r(Some(2.0), Some(0.25))
+        );
+        assert_eq!(
+            ratios(Benchmark::Bandwidth, &columns, 0),
+            r(Some(1.5), Some(3.0))
+        );
+        assert_eq!(
+            ratios(Benchmark::Bandwidth, &columns, 1),
+            r(Some(0.5), Some(0.25))
         );
         let columns = [
             column(Implementation::Oxmpi, Ok(vec![6.0])),
             column(Implementation::Mpich, Err("gone".to_owned())),
             column(Implementation::OpenMpi, Ok(vec![4.0])),
         ];
-        assert_eq!(ratios(Benchmark::Latency, &columns), vec![Some(1.5)]);
+        assert_eq!(ratios(Benchmark::Latency, &columns, 0), r(Some(1.5), None));
         let columns = [
             column(Implementation::Oxmpi, Err("gone".to_owned())),
             column(Implementation::Mpich, Ok(vec![4.0])),
         ];
-        assert_eq!(ratios(Benchmark::Latency, &columns), vec![None]);
+        assert_eq!(ratios(Benchmark::Latency, &columns, 0), r(None, None));
     }
 
     #[test]
     fn table_and_json_shapes() {
+        let mut floor = column(Implementation::Floor, Ok(vec![]));
+        floor.figures = Ok(vec![None, Some(2.0)]);
         let columns = [
-            column(Implementation::Oxmpi, Ok(vec![6.0])),
-            column(Implementation::Mpich, Ok(vec![3.0])),
+            column(Implementation::Oxmpi, Ok(vec![6.0, 7.0])),
+            column(Implementation::Mpich, Ok(vec![3.0, 3.5])),
             column(Implementation::OpenMpi, Err("no \"mpiexec\"".to_owned())),
+            floor,
         ];
         let c = compare(vec![Benchmark::Latency]);
-        let ratios = ratios(Benchmark::Latency, &columns);
-        let t = table(Benchmark::Latency, &c, &columns, &[8], &ratios);
+        let t = table(Benchmark::Latency, &c, &columns, &[0, 8]);
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(
             lines[0],
-            "# oxmpi compared with MPICH and Open MPI: latency (us)"
+            "# oxmpi compared with MPICH and Open MPI: latency (us) over tcp"
+        );
+        assert_eq!(
+            lines[lines.len() - 3],
+            "# Size             oxmpi         MPICH      Open MPI    oxmpi/best         floor   oxmpi/floor"
         );
         assert_eq!(
             lines[lines.len() - 2],
-            "# Size             oxmpi         MPICH      Open MPI    oxmpi/best"
+            "0                   6.00          3.00   unavailable          2.00             -             -"
         );
         assert_eq!(
             lines[lines.len() - 1],
-            "8                   6.00          3.00   unavailable          2.00"
+            "8                   7.00          3.50   unavailable          2.00          2.00          3.50"
         );
         assert!(t.contains("# Open MPI: unavailable"), "{t}");
-        let j = json_report(Benchmark::Latency, &c, &columns, &[8], &ratios);
+        assert!(
+            t.contains("# floor: the same pattern between two plain processes"),
+            "{t}"
+        );
+        let j = json_report(Benchmark::Latency, &c, &columns, &[0, 8]);
         assert!(
             j.starts_with(
-                "{\"benchmark\":\"latency\",\"unit\":\"us\",\"rounds\":1,\"notes\":[\"2 ranks"
+                "{\"benchmark\":\"latency\",\"transport\":\"tcp\",\"unit\":\"us\",\"rounds\":1,\"notes\":[\"2 ranks"
             ),
             "{j}"
         );
         assert!(j.contains("\"implementation\":\"openmpi\",\"unit\":\"us\",\"notes\":[\"unavailable: no \\\"mpiexec\\\"\"],\"results\":[]}"), "{j}");
-        assert!(j.contains("\"results\":[{\"size\":8,\"value\":6}]"), "{j}");
         assert!(
-            j.ends_with(",\"ratios\":[{\"size\":8,\"value\":2}]}\n"),
+            j.contains("\"results\":[{\"size\":0,\"value\":6},{\"size\":8,\"value\":7}]"),
             "{j}"
         );
-        let j = json_report(Benchmark::MultiBandwidth, &c, &columns, &[8], &ratios);
+        assert!(j.contains("\"implementation\":\"floor\""), "{j}");
+        assert!(j.contains("\"results\":[{\"size\":8,\"value\":2}]"), "{j}");
+        assert!(
+            j.ends_with(
+                ",\"ratios\":[{\"size\":0,\"value\":2},{\"size\":8,\"value\":2}],\
+             \"floor_ratios\":[{\"size\":0,\"value\":null},{\"size\":8,\"value\":3.5}]}\n"
+            ),
+            "{j}"
+        );
+        let j = json_report(Benchmark::MultiBandwidth, &c, &columns[..3], &[0, 8]);
         assert!(
             j.contains("{\"benchmark\":\"mbw_mr\",\"implementation\":\"oxmpi\""),
             "{j}"
@@ -799,32 +957,73 @@ mod tests {
     }
 
     #[test]
-    fn peer_jobs_are_restricted_to_tcp() {
+    fn peer_jobs_are_restricted_to_the_transport() {
         let options = Options::defaults(Benchmark::MultiBandwidth);
-        let mpich = peer_job(
+        let job = |peer, transport, benchmark, ranks| {
+            peer_job(
+                peer,
+                Path::new("mpiexec"),
+                Path::new("/x/peer_bench"),
+                transport,
+                benchmark,
+                &options,
+                ranks,
+                true,
+            )
+        };
+        let mpich = job(
             Implementation::Mpich,
-            Path::new("mpiexec.mpich"),
-            Path::new("/x/peer_bench"),
+            CompareTransport::Tcp,
             Benchmark::MultiBandwidth,
-            &options,
             4,
-            false,
         );
         assert_eq!(&mpich.args[..3], &["-n", "4", "/x/peer_bench"]);
         assert_eq!(mpich.args[3], "mbw_mr");
         assert!(mpich.env.contains(&("UCX_TLS", "tcp,self")));
-        let ompi = peer_job(
-            Implementation::OpenMpi,
-            Path::new("mpiexec.openmpi"),
-            Path::new("/x/peer_bench"),
+        let mpich = job(
+            Implementation::Mpich,
+            CompareTransport::Shm,
             Benchmark::Latency,
-            &options,
             2,
-            true,
+        );
+        assert!(mpich.env.is_empty());
+        let ompi = job(
+            Implementation::OpenMpi,
+            CompareTransport::Tcp,
+            Benchmark::Latency,
+            2,
         );
         let args = ompi.args.join(" ");
-        assert!(args.contains("--mca btl tcp,self"), "{args}");
+        assert!(
+            args.contains("--mca btl tcp,self --mca btl_tcp_if_include lo"),
+            "{args}"
+        );
         assert!(args.contains("--allow-run-as-root"), "{args}");
         assert!(ompi.description.contains("OMPI_ALLOW_RUN_AS_ROOT=1"));
+        let ompi = job(
+            Implementation::OpenMpi,
+            CompareTransport::Shm,
+            Benchmark::Latency,
+            2,
+        );
+        assert!(ompi.args.join(" ").contains("--mca btl vader,self"));
+    }
+
+    #[test]
+    fn floors_cover_what_they_can_measure() {
+        let exe = Path::new("oxbench");
+        let options = Options::defaults(Benchmark::Latency);
+        let (spec, o) = runner::floor_job(exe, "shm", Benchmark::Latency, &options).unwrap();
+        assert_eq!(spec.args[..2], ["raw-shm", "latency"]);
+        assert_eq!((o.min_size, o.max_size), (1, LINE_PAYLOAD));
+        let (spec, o) = runner::floor_job(exe, "tcp", Benchmark::Bandwidth, &options).unwrap();
+        assert_eq!(spec.args[..2], ["raw-tcp", "bw"]);
+        assert_eq!(o.max_size, options.max_size);
+        assert!(runner::floor_job(exe, "tcp", Benchmark::BiBandwidth, &options).is_none());
+        let big = Options {
+            min_size: 1024,
+            ..options
+        };
+        assert!(runner::floor_job(exe, "shm", Benchmark::Latency, &big).is_none());
     }
 }

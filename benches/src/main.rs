@@ -1,10 +1,10 @@
 //! The `oxbench` program; see the `oxmpi_benches` crate docs and
 //! `oxbench --help`.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 use oxmpi_benches::cli::{self, Command, USAGE};
-use oxmpi_benches::{compare, mpi_bench, raw_tcp, suite};
+use oxmpi_benches::{compare, mpi_bench, raw_shm, raw_tcp, suite};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -35,6 +35,8 @@ fn main() -> ExitCode {
             port,
             token,
         }) => raw_tcp::peer_main(benchmark, &options, port, token),
+        Ok(Command::RawShm(benchmark, options)) => raw_shm::main(benchmark, &options),
+        Ok(Command::RawShmPeer(options)) => raw_shm::peer_main(&options),
         Ok(Command::Compare(options)) => compare::main(&options),
         Ok(Command::Suite(options)) => suite::main(&options),
     }

@@ -82,22 +82,30 @@ pub fn peer_main(benchmark: Benchmark, options: &Options, port: u16, token: u64)
     }
 }
 
-/// The child process, killed and reaped unless it was waited for.
-struct ChildGuard {
+/// A child process, killed and reaped unless it was waited for.
+pub(crate) struct ChildGuard {
     child: Child,
     reaped: bool,
 }
 
 impl ChildGuard {
+    /// Guards `child`.
+    pub(crate) fn new(child: Child) -> ChildGuard {
+        ChildGuard {
+            child,
+            reaped: false,
+        }
+    }
+
     /// Has the child exited? (Reaps it if so.)
-    fn exited(&mut self) -> io::Result<Option<ExitStatus>> {
+    pub(crate) fn exited(&mut self) -> io::Result<Option<ExitStatus>> {
         let status = self.child.try_wait()?;
         self.reaped |= status.is_some();
         Ok(status)
     }
 
     /// Waits up to `limit` for the child to exit; kills it after that.
-    fn wait(&mut self, limit: Duration) -> Result<ExitStatus, String> {
+    pub(crate) fn wait(&mut self, limit: Duration) -> Result<ExitStatus, String> {
         let deadline = Instant::now() + limit;
         loop {
             match self.exited() {
@@ -127,7 +135,7 @@ impl Drop for ChildGuard {
 
 /// A token no other process can guess easily: std's per-process random
 /// hash keys, mixed with the time.
-fn random_token() -> u64 {
+pub(crate) fn random_token() -> u64 {
     let mut hasher = RandomState::new().build_hasher();
     hasher.write_u128(
         std::time::SystemTime::now()
@@ -158,10 +166,7 @@ fn run_parent(benchmark: Benchmark, options: &Options) -> Result<(), String> {
         .stdout(Stdio::null())
         .spawn()
         .map_err(|e| format!("starting {}: {e}", exe.display()))?;
-    let mut child = ChildGuard {
-        child,
-        reaped: false,
-    };
+    let mut child = ChildGuard::new(child);
     let stream = accept_child(&listener, &mut child, token)?;
     drop(listener);
     let mut link = Link::new(stream)?;

@@ -88,6 +88,7 @@ impl<W: Write> Report<W> {
 pub fn title(benchmark: Benchmark, implementation: &str) -> String {
     let who = match implementation {
         "raw-tcp" => "raw TCP",
+        "raw-shm" => "raw shared-memory",
         other => other,
     };
     format!("{who} {} test", benchmark.description())

@@ -11,6 +11,7 @@
 //! table; nothing here measures anything itself.
 
 use crate::cli::{Benchmark, Options, WINDOW};
+use crate::raw_shm::LINE_PAYLOAD;
 use oxmpi_jobs::Job;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -105,6 +106,45 @@ pub fn oxmpi_job(
     }
 }
 
+/// The floor of `transport` (`tcp`: `oxbench raw-tcp`, `shm`: `oxbench
+/// raw-shm`) for `benchmark`, and its options: the sizes of `options`
+/// that the floor can measure (from 1 byte; the shared-memory latency
+/// floor up to [`LINE_PAYLOAD`]). `None` when there is no such floor,
+/// benchmark or size.
+pub fn floor_job(
+    oxbench: &Path,
+    transport: &str,
+    benchmark: Benchmark,
+    options: &Options,
+) -> Option<(JobSpec, Options)> {
+    if !matches!(benchmark, Benchmark::Latency | Benchmark::Bandwidth) {
+        return None;
+    }
+    let (command, most) = match transport {
+        "tcp" => ("raw-tcp", usize::MAX),
+        "shm" if benchmark.is_latency() => ("raw-shm", LINE_PAYLOAD),
+        "shm" => ("raw-shm", usize::MAX),
+        _ => return None,
+    };
+    let floor_options = Options {
+        min_size: options.min_size.max(1),
+        max_size: options.max_size.min(most),
+        ..options.clone()
+    };
+    if floor_options.min_size > floor_options.max_size {
+        return None;
+    }
+    let mut args = vec![command.to_owned()];
+    args.extend(benchmark_args(benchmark, &floor_options));
+    let spec = JobSpec {
+        program: oxbench.to_path_buf(),
+        args,
+        env: Vec::new(),
+        description: format!("oxbench {command} {}", benchmark.name()),
+    };
+    Some((spec, floor_options))
+}
+
 /// What one job measured.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Measured {
@@ -197,9 +237,8 @@ fn quote_tail(stderr: &str, stdout: &str) -> String {
     s
 }
 
-/// The bound of each size of a job: [`SIZE_SLACK`] plus the time its
-/// messages would take at [`SLOW_MESSAGE`] each and [`SLOW_RATE`] bytes
-/// per second, all pairs' messages in turn (a small machine may run them
+/// The bound of each size of a job: 30 s plus the time its messages
+/// would take at 200 µs each and 500 MB/s, all pairs' messages in turn (a small machine may run them
 /// one after another).
 pub fn size_bounds(benchmark: Benchmark, options: &Options, ranks: usize) -> Vec<Duration> {
     let pairs = if benchmark.is_multi_pair() {

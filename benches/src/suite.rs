@@ -2,10 +2,11 @@
 //! offers ([`oxmpi::TRANSPORT_NAMES`], or those named with
 //! `--transports`), it runs `latency`, `bw`, `bibw` and `mbw_mr` as 2-rank
 //! jobs through oxrun with `OXMPI_TRANSPORTS` set to that transport alone,
-//! then the raw TCP floor (`raw-tcp latency` and `raw-tcp bw`). It shows
-//! progress on standard error while the jobs run, prints one table per
-//! transport (and one for the floor), and writes an SVG plot of latency
-//! and bandwidth against message size ([`crate::plot`]).
+//! then that transport's floor where oxbench has one (`raw-tcp`,
+//! `raw-shm`: latency and bw). It shows progress on standard error while
+//! the jobs run, prints one table per transport and per floor, and writes
+//! an SVG plot of latency and bandwidth against message size
+//! ([`crate::plot`]).
 //!
 //! The jobs run through [`crate::runner`], bounded in time. A benchmark
 //! that fails is reported on standard error, shown as `failed` in its
@@ -28,21 +29,18 @@ pub const BENCHMARKS: [Benchmark; 4] = [
     Benchmark::MultiBandwidth,
 ];
 
-/// The raw TCP floor's benchmarks.
-const FLOOR: [Benchmark; 2] = [Benchmark::Latency, Benchmark::Bandwidth];
-
-/// Name of the floor in tables, JSON and the plot.
-const FLOOR_NAME: &str = "raw TCP";
-
 /// Width of the size column of the tables.
 const SIZE_WIDTH: usize = 10;
 /// Width of the other columns.
 const COLUMN_WIDTH: usize = 16;
 
-/// The results of one group of jobs: a transport's, or the floor's.
+/// The results of one group of jobs: oxmpi's over a transport, or the
+/// transport's floor.
 struct Group {
-    /// The transport, or [`FLOOR_NAME`].
-    name: String,
+    /// The transport.
+    transport: String,
+    /// Whether these are the floor's (no MPI) rather than oxmpi's.
+    floor: bool,
     /// Each benchmark's figures, or why there are none.
     results: Vec<(Benchmark, Result<Measured, String>)>,
 }
@@ -53,6 +51,29 @@ impl Group {
             .iter()
             .find(|(b, _)| *b == benchmark)
             .and_then(|(_, r)| r.as_ref().ok())
+    }
+
+    /// Its name in the plot's legends and in JSON.
+    fn name(&self) -> String {
+        if self.floor {
+            format!("raw {}", self.transport)
+        } else {
+            format!("oxmpi {}", self.transport)
+        }
+    }
+
+    /// The first line of its table.
+    fn title(&self) -> String {
+        match (self.floor, self.transport.as_str()) {
+            (false, t) => format!("# oxmpi over {t} (OXMPI_TRANSPORTS={t}), 2 ranks"),
+            (true, "tcp") => "# raw TCP between two plain processes: the floor".to_owned(),
+            (true, "shm") => {
+                "# shared memory without MPI, the floor: two processes on a cache line \
+                             (latency), one thread's memcpy into the window (bw)"
+                    .to_owned()
+            }
+            (true, t) => format!("# the floor of {t}"),
+        }
     }
 }
 
@@ -93,44 +114,24 @@ fn run(suite: &SuiteOptions) -> Result<bool, String> {
     let mut progress = Progress::new();
     let mut groups = Vec::new();
     for transport in &transports {
-        let results = BENCHMARKS
+        let jobs = BENCHMARKS.iter().map(|&benchmark| {
+            let spec = runner::oxmpi_job(&oxrun, &oxbench, benchmark, options, 2, transport);
+            (benchmark, spec, options.clone())
+        });
+        groups.push(run_group(transport, false, jobs, &mut progress));
+    }
+    for transport in &transports {
+        let jobs: Vec<(Benchmark, JobSpec, Options)> = BENCHMARKS
             .iter()
-            .map(|&benchmark| {
-                let spec = runner::oxmpi_job(&oxrun, &oxbench, benchmark, options, 2, transport);
-                let label = format!("{transport} {}", benchmark.name());
-                (
-                    benchmark,
-                    run_one(&spec, &label, benchmark, options, &mut progress),
-                )
+            .filter_map(|&benchmark| {
+                let (spec, options) = runner::floor_job(&oxbench, transport, benchmark, options)?;
+                Some((benchmark, spec, options))
             })
             .collect();
-        groups.push(Group {
-            name: transport.clone(),
-            results,
-        });
+        if !jobs.is_empty() {
+            groups.push(run_group(transport, true, jobs.into_iter(), &mut progress));
+        }
     }
-    let floor = FLOOR
-        .iter()
-        .map(|&benchmark| {
-            let mut args = vec!["raw-tcp".to_owned()];
-            args.extend(runner::benchmark_args(benchmark, options));
-            let spec = JobSpec {
-                program: oxbench.clone(),
-                args,
-                env: Vec::new(),
-                description: format!("oxbench raw-tcp {}", benchmark.name()),
-            };
-            let label = format!("raw-tcp {}", benchmark.name());
-            (
-                benchmark,
-                run_one(&spec, &label, benchmark, options, &mut progress),
-            )
-        })
-        .collect();
-    groups.push(Group {
-        name: FLOOR_NAME.to_owned(),
-        results: floor,
-    });
 
     let text = if options.json {
         json_lines(&groups)
@@ -158,21 +159,32 @@ fn run(suite: &SuiteOptions) -> Result<bool, String> {
         .all(|g| g.results.iter().all(|(_, r)| r.is_ok())))
 }
 
-/// Runs one job, showing its progress; a failure is reported at once.
-fn run_one(
-    spec: &JobSpec,
-    label: &str,
-    benchmark: Benchmark,
-    options: &Options,
+/// Runs a group's jobs one after the other, showing their progress; a
+/// failure is reported at once.
+fn run_group(
+    transport: &str,
+    floor: bool,
+    jobs: impl Iterator<Item = (Benchmark, JobSpec, Options)>,
     progress: &mut Progress,
-) -> Result<Measured, String> {
-    let total = options.sizes().len();
-    progress.start(label, total);
-    let result = runner::run_job(spec, label, benchmark, options, 2, |done| {
-        progress.step(label, done, total)
-    });
-    progress.end(label, &result);
-    result
+) -> Group {
+    let kind = if floor { "raw" } else { "oxmpi" };
+    let results = jobs
+        .map(|(benchmark, spec, options)| {
+            let label = format!("{kind} {transport} {}", benchmark.name());
+            let total = options.sizes().len();
+            progress.start(&label, total);
+            let result = runner::run_job(&spec, &label, benchmark, &options, 2, |done| {
+                progress.step(&label, done, total)
+            });
+            progress.end(&label, &result);
+            (benchmark, result)
+        })
+        .collect();
+    Group {
+        transport: transport.to_owned(),
+        floor,
+        results,
+    }
 }
 
 /// Progress on standard error: on a terminal, one line rewritten as each
@@ -236,18 +248,11 @@ fn columns(group: &Group) -> Vec<(Benchmark, usize, &'static str)> {
         .collect()
 }
 
-/// A group's table: one line per size, one column per figure.
+/// A group's table: one line per size, one column per figure; `-` for a
+/// size a floor does not measure.
 fn table(group: &Group, options: &Options) -> String {
-    let title = if group.name == FLOOR_NAME {
-        "# raw TCP between two plain processes: the floor".to_owned()
-    } else {
-        format!(
-            "# oxmpi over {} (OXMPI_TRANSPORTS={0}), 2 ranks",
-            group.name
-        )
-    };
     let columns = columns(group);
-    let mut s = format!("{title}\n# {}\n", options.describe_iterations());
+    let mut s = format!("{}\n# {}\n", group.title(), options.describe_iterations());
     for (benchmark, result) in &group.results {
         if let Err(e) = result {
             let first_line = e.lines().next().unwrap_or_default();
@@ -262,16 +267,14 @@ fn table(group: &Group, options: &Options) -> String {
     for size in options.sizes() {
         s.push_str(&format!("{size:<SIZE_WIDTH$}"));
         for &(benchmark, figure, _) in &columns {
-            let value = group.figures(benchmark).and_then(|m| {
-                m.rows
-                    .iter()
-                    .find(|(s, _)| *s == size)
-                    .map(|(_, f)| f[figure])
-            });
-            match value {
-                Some(v) => s.push_str(&format!("{v:>COLUMN_WIDTH$.2}")),
-                None => s.push_str(&format!("{:>COLUMN_WIDTH$}", "failed")),
-            }
+            let text = match group.figures(benchmark) {
+                None => "failed".to_owned(),
+                Some(m) => match m.rows.iter().find(|(s, _)| *s == size) {
+                    Some((_, f)) => format!("{:.2}", f[figure]),
+                    None => "-".to_owned(),
+                },
+            };
+            s.push_str(&format!("{text:>COLUMN_WIDTH$}"));
         }
         s.push('\n');
     }
@@ -279,16 +282,13 @@ fn table(group: &Group, options: &Options) -> String {
 }
 
 /// The results as JSON lines: one object per job, as `oxbench --json`
-/// prints it, the implementation named `oxmpi/TRANSPORT` or `raw-tcp`;
-/// a failed job has no results and a note `failed: REASON`.
+/// prints it, the implementation named `oxmpi/TRANSPORT` or
+/// `raw/TRANSPORT`; a failed job has no results and a note `failed:
+/// REASON`.
 fn json_lines(groups: &[Group]) -> String {
     let mut s = String::new();
     for group in groups {
-        let implementation = if group.name == FLOOR_NAME {
-            "raw-tcp".to_owned()
-        } else {
-            format!("oxmpi/{}", group.name)
-        };
+        let implementation = group.name().replace(' ', "/");
         for (benchmark, result) in &group.results {
             let (notes, rows) = match result {
                 Ok(m) => (m.library.iter().cloned().collect(), m.rows.clone()),
@@ -309,11 +309,7 @@ fn charts(groups: &[Group]) -> Vec<Chart> {
             .iter()
             .filter(|g| g.results.iter().any(|(b, _)| *b == benchmark))
             .map(|g| Series {
-                name: if g.name == FLOOR_NAME {
-                    format!("{FLOOR_NAME}{suffix}")
-                } else {
-                    format!("oxmpi {}{suffix}", g.name)
-                },
+                name: format!("{}{suffix}", g.name()),
                 points: g
                     .figures(benchmark)
                     .map(Measured::first_figures)
@@ -359,7 +355,8 @@ mod tests {
     #[test]
     fn tables_show_every_figure_and_failures() {
         let group = Group {
-            name: "tcp".to_owned(),
+            transport: "tcp".to_owned(),
+            floor: false,
             results: vec![
                 (
                     Benchmark::Latency,
@@ -392,6 +389,21 @@ mod tests {
         let j = json_lines(std::slice::from_ref(&group));
         assert_eq!(j.lines().count(), 4);
         assert!(j.contains("\"implementation\":\"oxmpi/tcp\""), "{j}");
+        let floor = Group {
+            transport: "shm".to_owned(),
+            floor: true,
+            results: vec![(Benchmark::Latency, measured(vec![(1, vec![0.2])]))],
+        };
+        let t = table(&floor, &options());
+        assert!(
+            t.starts_with("# shared memory without MPI, the floor"),
+            "{t}"
+        );
+        assert!(
+            t.ends_with("1                     0.20\n2                        -\n"),
+            "{t}"
+        );
+        assert!(json_lines(&[floor]).contains("\"implementation\":\"raw/shm\""));
         assert!(
             j.contains("\"notes\":[\"failed: killed\\nmore\"],\"results\":[]"),
             "{j}"

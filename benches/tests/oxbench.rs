@@ -398,6 +398,79 @@ fn raw_tcp_bandwidth_table_and_json() {
 }
 
 #[test]
+fn raw_shm_tables_leave_nothing_in_dev_shm() {
+    let out = run(
+        oxbench_with(&["raw-shm", "latency", "--iterations", "200", "--warmup", "5"]),
+        RAW_BOUND,
+    );
+    out.assert_success();
+    check_table(
+        &out.stdout,
+        "# raw shared-memory latency test",
+        "# Size          Latency (us)",
+        &sizes(1, 32),
+    );
+    let out = run(
+        oxbench_with(&[
+            "raw-shm",
+            "bw",
+            "--min-size",
+            "1K",
+            "--max-size",
+            "1M",
+            "--iterations",
+            "5",
+            "--warmup",
+            "1",
+        ]),
+        RAW_BOUND,
+    );
+    out.assert_success();
+    check_table(
+        &out.stdout,
+        "# raw shared-memory bandwidth test",
+        "# Size      Bandwidth (MB/s)",
+        &sizes(1024, 1 << 20),
+    );
+    let left: Vec<String> = std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("oxbench-raw-shm"))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left in /dev/shm: {left:?}");
+    let out = run(
+        oxbench_with(&["raw-shm", "latency", "--size", "57"]),
+        RAW_BOUND,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("one cache line"), "{}", out.stderr);
+}
+
+#[test]
+fn raw_shm_child_exits_when_the_parent_is_killed() {
+    let mut job = Job::start(
+        oxbench_with(&[
+            "raw-shm",
+            "latency",
+            "--size",
+            "8",
+            "--iterations",
+            "1000000000000",
+        ]),
+        RAW_BOUND,
+    );
+    job.wait_for_stdout(RAW_BOUND);
+    // SAFETY: kill has no memory-safety preconditions; the pid is the
+    // parent's, which the job has not reaped yet.
+    unsafe { libc::kill(job.pid() as libc::pid_t, libc::SIGKILL) };
+    let out = job.finish();
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{out:?}");
+}
+
+#[test]
 fn raw_tcp_child_exits_when_the_parent_is_killed() {
     // A run far too long to finish; once it prints its header the child is
     // connected. Kill only the parent: the child must notice and exit, for
@@ -468,10 +541,11 @@ fn compare_runs_oxmpi_mpich_and_open_mpi_side_by_side() {
         out.stdout,
         out.stderr
     );
-    for description in [
-        "latency (us)",
-        "bandwidth (MB/s)",
-        "multiple bandwidth / message rate (MB/s)",
+    // Latency and bw have a floor (raw TCP), mbw_mr none.
+    for (description, floor) in [
+        ("latency (us) over tcp", true),
+        ("bandwidth (MB/s) over tcp", true),
+        ("multiple bandwidth / message rate (MB/s) over tcp", false),
     ] {
         let table = compare_table(&out.stdout, description);
         assert!(
@@ -490,9 +564,13 @@ fn compare_runs_oxmpi_mpich_and_open_mpi_side_by_side() {
             .iter()
             .position(|l| l.starts_with("# Size"))
             .expect("a column header");
+        let mut columns = vec!["#", "Size", "oxmpi", "MPICH", "Open", "MPI", "oxmpi/best"];
+        if floor {
+            columns.extend(["floor", "oxmpi/floor"]);
+        }
         assert_eq!(
             table[header].split_whitespace().collect::<Vec<_>>(),
-            ["#", "Size", "oxmpi", "MPICH", "Open", "MPI", "oxmpi/best"]
+            columns
         );
         let rows = &table[header + 1..];
         assert_eq!(rows.len(), 2, "{table:#?}");
@@ -503,13 +581,22 @@ fn compare_runs_oxmpi_mpich_and_open_mpi_side_by_side() {
                 .iter()
                 .map(|f| f.parse().unwrap_or_else(|_| panic!("{row}")))
                 .collect();
-            assert_eq!(figures.len(), 4, "{row}");
-            assert!(figures.iter().all(|f| f.is_finite() && *f > 0.0), "{row}");
+            assert_eq!(figures.len(), if floor { 6 } else { 4 }, "{row}");
+            // Figures are positive; a ratio of two may print as 0.00.
+            assert!(figures.iter().all(|f| f.is_finite() && *f >= 0.0), "{row}");
+            let ratio_columns = if floor { [3, 5] } else { [3, 3] };
+            assert!(
+                figures
+                    .iter()
+                    .enumerate()
+                    .all(|(i, f)| ratio_columns.contains(&i) || *f > 0.0),
+                "{row}"
+            );
         }
     }
     assert!(
         out.stderr
-            .contains("oxbench compare: latency round 1 of 1: MPICH"),
+            .contains("oxbench compare: latency over tcp round 1 of 1: MPICH"),
         "{}",
         out.stderr
     );
@@ -535,7 +622,9 @@ fn compare_runs_oxmpi_mpich_and_open_mpi_side_by_side() {
     assert_eq!(lines.len(), 1, "{}", out.stdout);
     let json = lines[0];
     assert!(
-        json.starts_with("{\"benchmark\":\"bibw\",\"unit\":\"MB/s\",\"rounds\":2,\"notes\":["),
+        json.starts_with(
+            "{\"benchmark\":\"bibw\",\"transport\":\"tcp\",\"unit\":\"MB/s\",\"rounds\":2,\"notes\":["
+        ),
         "{json}"
     );
     for key in ["oxmpi", "mpich", "openmpi"] {
@@ -546,10 +635,85 @@ fn compare_runs_oxmpi_mpich_and_open_mpi_side_by_side() {
     assert!(!json.contains("unavailable"), "{json}");
     let ratio = json
         .split_once("\"ratios\":[{\"size\":1024,\"value\":")
-        .and_then(|(_, rest)| rest.strip_suffix("}]}"))
-        .unwrap_or_else(|| panic!("ratios in {json}"));
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .unwrap_or_else(|| panic!("ratios in {json}"))
+        .0;
+    assert!(
+        json.ends_with("\"floor_ratios\":[{\"size\":1024,\"value\":null}]}"),
+        "bibw has no floor: {json}"
+    );
     let ratio: f64 = ratio.parse().unwrap_or_else(|_| panic!("ratio in {json}"));
     assert!(ratio.is_finite() && ratio > 0.0, "{json}");
+}
+
+#[test]
+fn compare_over_shared_memory_with_its_floor() {
+    let out = run(
+        oxbench_with(&[
+            "compare",
+            "latency",
+            "--transport",
+            "shm",
+            "--min-size",
+            "32",
+            "--max-size",
+            "64",
+            "--iterations",
+            "50",
+            "--warmup",
+            "2",
+        ]),
+        COMMAND_BOUND,
+    );
+    assert!(
+        out.status.success(),
+        "compare failed ({}):\n{}\n{}",
+        out.status,
+        out.stdout,
+        out.stderr
+    );
+    let table = compare_table(&out.stdout, "latency (us) over shm");
+    assert!(
+        table
+            .iter()
+            .any(|l| l.contains("every implementation over shared memory")),
+        "{table:#?}"
+    );
+    assert!(
+        table.iter().any(|l| l.contains("--mca btl vader,self")),
+        "{table:#?}"
+    );
+    let header = table
+        .iter()
+        .position(|l| l.starts_with("# Size"))
+        .expect("a column header");
+    assert_eq!(
+        table[header].split_whitespace().collect::<Vec<_>>(),
+        [
+            "#",
+            "Size",
+            "oxmpi",
+            "MPICH",
+            "Open",
+            "MPI",
+            "oxmpi/best",
+            "floor",
+            "oxmpi/floor"
+        ]
+    );
+    let rows: Vec<Vec<&str>> = table[header + 1..]
+        .iter()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{table:#?}");
+    // 32 bytes fit the floor's cache line, 64 do not.
+    assert!(
+        rows[0][1..]
+            .iter()
+            .all(|f| f.parse::<f64>().is_ok_and(|v| v > 0.0)),
+        "{rows:?}"
+    );
+    assert_eq!(&rows[1][5..], ["-", "-"], "{rows:?}");
 }
 
 #[test]
@@ -580,7 +744,10 @@ fn suite_prints_a_table_per_transport_and_writes_a_plot() {
     for text in [
         "oxmpi tcp",
         "oxmpi tcp bibw",
-        "raw TCP",
+        "oxmpi shm",
+        "oxmpi shm bw",
+        "raw tcp",
+        "raw shm bw",
         "latency (us)",
         "bandwidth (MB/s)",
     ] {
@@ -590,7 +757,9 @@ fn suite_prints_a_table_per_transport_and_writes_a_plot() {
     let expected = sizes(1, 16 << 10);
     for (title, figures) in [
         ("# oxmpi over tcp (OXMPI_TRANSPORTS=tcp), 2 ranks", 4),
+        ("# oxmpi over shm (OXMPI_TRANSPORTS=shm), 2 ranks", 4),
         ("# raw TCP between two plain processes: the floor", 2),
+        ("# shared memory without MPI, the floor: two processes on a cache line (latency), one thread's memcpy into the window (bw)", 2),
     ] {
         let lines: Vec<&str> = out.stdout.lines().collect();
         let start = lines
@@ -608,18 +777,22 @@ fn suite_prints_a_table_per_transport_and_writes_a_plot() {
             let fields: Vec<&str> = row.split_whitespace().collect();
             assert_eq!(fields.len(), 1 + figures, "{row}");
             assert_eq!(fields[0], size.to_string(), "{row}");
+            // The shared-memory latency floor stops at one cache line.
+            let floor_gap = |i: usize, f: &str| i == 1 && *size > 56 && f == "-";
             assert!(
                 fields[1..]
                     .iter()
-                    .all(|f| f.parse::<f64>().is_ok_and(|v| v > 0.0)),
+                    .enumerate()
+                    .all(|(i, f)| floor_gap(i + 1, f) || f.parse::<f64>().is_ok_and(|v| v > 0.0)),
                 "{row}"
             );
         }
     }
     for progress in [
-        "tcp latency: done",
-        "tcp mbw_mr: done",
-        "raw-tcp bw: done",
+        "oxmpi tcp latency: done",
+        "oxmpi shm mbw_mr: done",
+        "raw tcp bw: done",
+        "raw shm latency: done",
         "wrote the plot",
     ] {
         assert!(
