@@ -3,10 +3,12 @@
 # a C toolchain (for crates with C parts), MPICH, whose mpiexec (hydra) the
 # tests use to prove oxmpi programs run under another PMI-1 launcher, and
 # MPICH's and Open MPI's compilers and launchers, the peers `oxbench compare`
-# measures oxmpi against.
+# measures oxmpi against; hwloc's headers (oxrun's placement, built with
+# pkg-config); and iproute2, whose `ip netns` the network-namespace job test
+# uses.
 # Run as root, or with sudo available.
 set -euo pipefail
-packages=(build-essential pkg-config mpich libmpich-dev openmpi-bin libopenmpi-dev)
+packages=(build-essential pkg-config libhwloc-dev iproute2 mpich libmpich-dev openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

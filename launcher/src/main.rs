@@ -12,7 +12,16 @@
 //! naming the rank, its PID and what happened, and exits with the abort
 //! code or the highest exit status (128 + signal for a signal), as hydra
 //! does. Programs that never use PMI simply run.
+//!
+//! A job may have several parts (MPMD, `-n 2 a : -n 2 b`, see [`args`]):
+//! ranks are numbered across them in order and each rank's PMI appnum is
+//! its part's index. Before a rank's program starts, its process is bound
+//! to the CPUs [`placement`] chose for it.
 
+mod args;
+mod placement;
+
+use args::{Command as Parsed, Options, USAGE};
 use oxmpi_adi::pmi::{Message, MAX_LINE};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -23,80 +32,6 @@ use std::process::{Command, ExitCode, ExitStatus, Stdio};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
-
-const USAGE: &str = "usage: oxrun -n N [options] program [args...]
-
-Starts N ranks of program on this machine and serves them PMI-1.
-
-options:
-  -n, -np N          number of ranks (required)
-  --tag-output       prefix each output line with [rank]
-  -x NAME[=VALUE]    set NAME in the ranks' environment (without a value:
-                     pass oxrun's own value); may be repeated
-  -h, --help         this help
-
-Each rank gets PMI_FD, PMI_RANK, PMI_SIZE, MPI_LOCALNRANKS,
-MPI_LOCALRANKID and OXMPI_JOB_SECRET (a fresh 32-byte secret per job).";
-
-struct Options {
-    ranks: usize,
-    tag_output: bool,
-    env: Vec<(String, String)>,
-    program: Vec<String>,
-}
-
-fn parse_args(args: &[String]) -> Result<Options, String> {
-    let mut ranks = None;
-    let mut tag_output = false;
-    let mut env = Vec::new();
-    let mut i = 0;
-    while i < args.len() {
-        let a = args[i].as_str();
-        let value = |i: usize| args.get(i + 1).cloned().ok_or(format!("{a} needs a value"));
-        match a {
-            "-n" | "-np" | "--np" => {
-                let v = value(i)?;
-                let n: usize = v.parse().map_err(|_| format!("-n {v:?} is not a number"))?;
-                if n == 0 {
-                    return Err("-n must be at least 1".into());
-                }
-                ranks = Some(n);
-                i += 2;
-            }
-            "--tag-output" => {
-                tag_output = true;
-                i += 1;
-            }
-            "-x" => {
-                let v = value(i)?;
-                match v.split_once('=') {
-                    Some((k, val)) if !k.is_empty() => env.push((k.to_owned(), val.to_owned())),
-                    Some(_) => return Err(format!("-x {v:?} has no name")),
-                    None => match std::env::var(&v) {
-                        Ok(val) => env.push((v, val)),
-                        Err(_) => {
-                            return Err(format!("-x {v}: {v} is not set in oxrun's environment"))
-                        }
-                    },
-                }
-                i += 2;
-            }
-            "-h" | "--help" => return Err(String::new()),
-            _ if a.starts_with('-') => return Err(format!("unknown option {a}")),
-            _ => {
-                let program = args[i..].to_vec();
-                let ranks = ranks.ok_or("-n N is required")?;
-                return Ok(Options {
-                    ranks,
-                    tag_output,
-                    env,
-                    program,
-                });
-            }
-        }
-    }
-    Err("no program given".into())
-}
 
 /// What the PMI server knows of one rank.
 #[derive(Default)]
@@ -109,6 +44,8 @@ struct RankState {
 /// The job's key-value space and barrier, shared by the PMI threads.
 struct Server {
     size: usize,
+    /// Each rank's application number: the index of its part.
+    appnums: Vec<usize>,
     kvsname: String,
     kvs: Mutex<HashMap<String, String>>,
     barrier: Mutex<(usize, u64)>,
@@ -155,7 +92,7 @@ impl Server {
                     ("vallen_max", &(MAX_LINE - 64).to_string()),
                 ],
             ),
-            "get_appnum" => Message::new("appnum", &[("appnum", "0")]),
+            "get_appnum" => Message::new("appnum", &[("appnum", &self.appnums[rank].to_string())]),
             "get_my_kvsname" => Message::new("my_kvsname", &[("kvsname", &self.kvsname)]),
             "get_universe_size" => {
                 Message::new("universe_size", &[("size", &self.size.to_string())])
@@ -356,9 +293,9 @@ fn rank_failure(state: &RankState, status: std::io::Result<ExitStatus>) -> Optio
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let options = match parse_args(&args) {
-        Ok(o) => o,
-        Err(e) if e.is_empty() => {
+    let options = match args::parse(&args) {
+        Ok(Parsed::Run(o)) => o,
+        Ok(Parsed::Help) => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
         }
@@ -377,7 +314,18 @@ fn run(options: Options) -> i32 {
         return 1;
     }
     let secret_hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
-    let n = options.ranks;
+    // Each rank's part, in rank order.
+    let appnums: Vec<usize> = options
+        .parts
+        .iter()
+        .enumerate()
+        .flat_map(|(index, part)| std::iter::repeat_n(index, part.ranks))
+        .collect();
+    let n = appnums.len();
+    let plan = placement::plan(&options.placement, n);
+    if let Some(warning) = &plan.warning {
+        eprintln!("{warning}");
+    }
     let (events, event_queue) = mpsc::channel();
     if let Err(e) = signals_as_events(events.clone()) {
         eprintln!("oxrun: cannot take over SIGINT and SIGTERM: {e}");
@@ -385,6 +333,7 @@ fn run(options: Options) -> i32 {
     }
     let server = Arc::new(Server {
         size: n,
+        appnums: appnums.clone(),
         kvsname: format!("kvs_{}_0", std::process::id()),
         kvs: Mutex::new(HashMap::new()),
         barrier: Mutex::new((0, 0)),
@@ -398,7 +347,8 @@ fn run(options: Options) -> i32 {
     // process group.
     let mut pids: Vec<u32> = Vec::new();
     let mut threads = Vec::new();
-    for rank in 0..n {
+    for (rank, &appnum) in appnums.iter().enumerate() {
+        let part = &options.parts[appnum];
         let (ours, theirs) = match UnixStream::pair() {
             Ok(p) => p,
             Err(e) => {
@@ -408,15 +358,15 @@ fn run(options: Options) -> i32 {
         };
         let theirs: OwnedFd = theirs.into();
         let fd = theirs.as_raw_fd();
-        let mut cmd = Command::new(&options.program[0]);
-        cmd.args(&options.program[1..])
+        let mut cmd = Command::new(&part.program[0]);
+        cmd.args(&part.program[1..])
             .env("PMI_FD", fd.to_string())
             .env("PMI_RANK", rank.to_string())
             .env("PMI_SIZE", n.to_string())
             .env("MPI_LOCALNRANKS", n.to_string())
             .env("MPI_LOCALRANKID", rank.to_string())
             .env("OXMPI_JOB_SECRET", &secret_hex)
-            .envs(options.env.iter().map(|(k, v)| (k, v)))
+            .envs(part.env.iter().map(|(k, v)| (k, v)))
             .stdin(if rank == 0 {
                 Stdio::inherit()
             } else {
@@ -425,14 +375,25 @@ fn run(options: Options) -> i32 {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
+        let binding = plan.bindings[rank].clone();
+        match &binding {
+            Some(b) => cmd.envs(b.env()),
+            None => cmd
+                .env_remove(placement::CPUSET_ENV)
+                .env_remove(placement::NUMA_ENV),
+        };
         // SAFETY: between fork and exec only async-signal-safe calls are
-        // made: sigprocmask, prctl, and fcntl on the inherited descriptor.
+        // made: sigprocmask, prctl, sched_setaffinity (Binding::apply,
+        // which does not allocate), and fcntl on the inherited descriptor.
         unsafe {
             cmd.pre_exec(move || {
                 // oxrun blocks the ending signals; the rank must not.
                 libc::sigprocmask(libc::SIG_UNBLOCK, &signals, std::ptr::null_mut());
                 // Die with oxrun, so no rank outlives the job.
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if let Some(b) = &binding {
+                    b.apply()?;
+                }
                 // Keep the PMI socket open across exec.
                 let flags = libc::fcntl(fd, libc::F_GETFD);
                 libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
@@ -443,6 +404,9 @@ fn run(options: Options) -> i32 {
             Ok(mut child) => {
                 drop(theirs);
                 pids.push(child.id());
+                if options.placement.report {
+                    eprintln!("{}", plan.report(rank));
+                }
                 if let Some(out) = child.stdout.take() {
                     threads.push(forward(out, rank, options.tag_output, false));
                 }
@@ -458,7 +422,14 @@ fn run(options: Options) -> i32 {
                 });
             }
             Err(e) => {
-                eprintln!("oxrun: cannot start {}: {e}", options.program[0]);
+                let bound = plan.bindings[rank]
+                    .as_ref()
+                    .map(|b| format!(" bound to {}", b.describe()))
+                    .unwrap_or_default();
+                eprintln!(
+                    "oxrun: cannot start rank {rank} ({}){bound}: {e}",
+                    part.program[0]
+                );
                 for &pid in &pids {
                     kill_group(pid, libc::SIGKILL);
                 }
@@ -549,40 +520,5 @@ fn run(options: Options) -> i32 {
     match failure {
         Some((_, _, code)) => code.max(worst).max(1),
         None => 0,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn args(s: &str) -> Vec<String> {
-        s.split_whitespace().map(str::to_owned).collect()
-    }
-
-    #[test]
-    fn parses_the_usual_spellings() {
-        let o = parse_args(&args("-np 3 --tag-output -x A=1 prog -n 5")).unwrap();
-        assert_eq!(o.ranks, 3);
-        assert!(o.tag_output);
-        assert_eq!(o.env, vec![("A".to_owned(), "1".to_owned())]);
-        assert_eq!(o.program, args("prog -n 5"));
-        assert_eq!(parse_args(&args("-n 2 hostname")).unwrap().ranks, 2);
-    }
-
-    #[test]
-    fn rejects_bad_command_lines() {
-        for bad in [
-            "",
-            "prog",
-            "-n",
-            "-n x prog",
-            "-n 0 prog",
-            "-n 2",
-            "--bogus -n 2 prog",
-            "-n 2 -x =1 prog",
-        ] {
-            assert!(parse_args(&args(bad)).is_err(), "accepted {bad:?}");
-        }
     }
 }
