@@ -580,3 +580,44 @@ pub fn shm_leftovers() -> Vec<String> {
         })
         .unwrap_or_default()
 }
+
+/// One line of `OXMPI_VERBOSE=1` output saying which transport a rank
+/// bound a VC to: `[RANK] ... VC to rank PEER bound to METHOD (CARD)`, as
+/// oxrun forwards it with `--tag-output`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VcBinding {
+    /// The rank that bound the VC.
+    pub rank: usize,
+    /// The peer at its other end.
+    pub peer: usize,
+    /// The transport: `shm`, `tcp`, ...
+    pub method: String,
+    /// The peer's business card for that transport.
+    pub card: String,
+}
+
+/// The VC bindings a job with `--tag-output` and `OXMPI_VERBOSE=1` logged
+/// on its standard error. A rank logs the VCs it binds by sending first;
+/// one bound by a packet that arrived first is not logged, so of two ranks
+/// that talked at least one end is. Panics on a binding line it cannot
+/// read.
+pub fn vc_bindings(stderr: &str) -> Vec<VcBinding> {
+    stderr
+        .lines()
+        .filter_map(|line| {
+            let (_, rest) = line.split_once(": VC to rank ")?;
+            let parse = || -> Option<VcBinding> {
+                let rank = line.strip_prefix('[')?.split_once(']')?.0.parse().ok()?;
+                let (peer, rest) = rest.split_once(" bound to ")?;
+                let (method, card) = rest.split_once(' ')?;
+                Some(VcBinding {
+                    rank,
+                    peer: peer.parse().ok()?,
+                    method: method.to_owned(),
+                    card: card.strip_prefix('(')?.strip_suffix(')')?.to_owned(),
+                })
+            };
+            Some(parse().unwrap_or_else(|| panic!("unreadable VC binding line {line:?}")))
+        })
+        .collect()
+}

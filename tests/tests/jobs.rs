@@ -1,10 +1,13 @@
 //! Real jobs through oxrun over TCP (`OXMPI_TRANSPORTS=tcp`; `shm.rs`
 //! runs the same programs over shared memory): the point-to-point suite
 //! with 2 to 8 ranks (oversubscribed on small machines), strangers at the
-//! ranks' ports, a rank killed mid-job, and the ring under MPICH's mpiexec
-//! (with the default transports).
+//! ranks' ports, a rank killed mid-job, the ring under MPICH's mpiexec
+//! (with the default transports), and one MPMD job whose parts are given
+//! transports of their own.
 
-use oxmpi_jobs::{descendants, listening_ports, rank_of, run, shm_leftovers, Binaries, Job};
+use oxmpi_jobs::{
+    descendants, listening_ports, rank_of, run, shm_leftovers, vc_bindings, Binaries, Job,
+};
 use std::io::Write;
 use std::net::TcpStream;
 use std::process::Command;
@@ -84,6 +87,41 @@ fn singleton_without_a_launcher() {
 #[test]
 fn all_pairs_with_any_source() {
     suite("all-pairs", 4);
+}
+
+#[test]
+fn mpmd_parts_with_their_own_transports_form_one_job() {
+    // Rank 0 may use TCP only; ranks 1 and 2 (the second part) prefer
+    // shared memory: they talk through it, and to rank 0 over TCP.
+    let p2p_suite = bins().bin("p2p_suite");
+    let mut c = Command::new(bins().oxrun());
+    c.args(["--tag-output", "-n", "1", "-x", "OXMPI_TRANSPORTS=tcp"])
+        .arg(&p2p_suite)
+        .arg("all-pairs")
+        .args([":", "-n", "2", "-x", "OXMPI_TRANSPORTS=shm,tcp"])
+        .arg(&p2p_suite)
+        .arg("all-pairs")
+        .env("OXMPI_VERBOSE", "1");
+    let out = run(c, Duration::from_secs(60));
+    out.assert_success();
+    let bindings = vc_bindings(&out.stderr);
+    for b in &bindings {
+        let expected = if b.rank.min(b.peer) == 0 {
+            "tcp"
+        } else {
+            "shm"
+        };
+        assert_eq!(b.method, expected, "{b:?}");
+    }
+    for (r, p) in [(0, 1), (0, 2), (1, 2)] {
+        assert!(
+            bindings
+                .iter()
+                .any(|b| (b.rank, b.peer) == (r, p) || (b.rank, b.peer) == (p, r)),
+            "no binding logged between ranks {r} and {p}:\n{}",
+            out.stderr
+        );
+    }
 }
 
 #[test]
