@@ -17,7 +17,7 @@
 //! cpuset holds the operating system's CPU numbers and NUMA nodes their OS
 //! numbers (what `taskset`, `numactl` and `/proc/self/status` show).
 
-use hwloc2::{ObjectType, Topology};
+use hwloc2::{CpuBindFlags, ObjectType, Topology};
 use std::collections::BTreeSet;
 
 /// Variable that tells a bound rank its CPUs: a list such as `0-1,4`, in
@@ -210,8 +210,9 @@ fn unbound(ranks: usize, why: String, warning: Option<String>) -> Plan {
     }
 }
 
-/// The machine's cores, in hwloc's logical order, or why they cannot be
-/// known.
+/// The machine's cores that oxrun may use, in hwloc's logical order, or
+/// why they cannot be known. A core holds only the CPUs in oxrun's own
+/// affinity (`taskset -c 2-5 oxrun ...` places the ranks on CPUs 2-5).
 fn machine_cores() -> Result<Vec<Core>, String> {
     let topology = Topology::new().ok_or_else(|| {
         format!(
@@ -219,13 +220,20 @@ fn machine_cores() -> Result<Vec<Core>, String> {
             std::io::Error::last_os_error()
         )
     })?;
+    let own: Option<BTreeSet<u32>> = topology
+        .get_cpubind(CpuBindFlags::CPUBIND_PROCESS)
+        .map(|set| set.into_iter().collect());
     let objects = topology
         .objects_with_type(&ObjectType::Core)
         .map_err(|e| format!("hwloc found no cores on this machine ({e:?})"))?;
     let cores: Vec<Core> = objects
         .iter()
         .filter_map(|o| {
-            let cpus: Vec<u32> = o.cpuset()?.into_iter().collect();
+            let cpus: Vec<u32> = o
+                .cpuset()?
+                .into_iter()
+                .filter(|cpu| own.as_ref().is_none_or(|own| own.contains(cpu)))
+                .collect();
             (!cpus.is_empty()).then(|| Core {
                 index: o.logical_index(),
                 cpus,
@@ -237,7 +245,7 @@ fn machine_cores() -> Result<Vec<Core>, String> {
         })
         .collect();
     if cores.is_empty() {
-        return Err("hwloc found no cores with CPUs on this machine".to_owned());
+        return Err("hwloc found no cores with CPUs oxrun may run on".to_owned());
     }
     Ok(cores)
 }
@@ -255,8 +263,8 @@ pub fn place(cores: &[Core], request: &Request, ranks: usize) -> Plan {
             "--bind-to none".to_owned()
         } else {
             format!(
-                "{ranks} ranks on {} cores: oversubscribed ranks are not bound by default",
-                cores.len()
+                "{ranks} ranks on {}: oversubscribed ranks are not bound by default",
+                count(cores.len(), "core")
             )
         };
         return unbound(ranks, why, None);
@@ -311,8 +319,8 @@ pub fn place(cores: &[Core], request: &Request, ranks: usize) -> Plan {
         .collect();
     let warning = (oversubscribed && request.bind_to.is_some()).then(|| {
         format!(
-            "oxrun: {ranks} ranks bound to the {} cores of this machine: ranks share cores",
-            cores.len()
+            "oxrun: {ranks} ranks bound to {}: ranks share cores",
+            count(cores.len(), "core")
         )
     });
     Plan {
@@ -320,6 +328,11 @@ pub fn place(cores: &[Core], request: &Request, ranks: usize) -> Plan {
         unbound: String::new(),
         warning,
     }
+}
+
+/// `1 core`, `2 cores`.
+fn count(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
 }
 
 /// Numbers as a list of ranges, ascending: `0-3,8,10-11` (the kernel's

@@ -209,8 +209,16 @@ fn a_part_that_cannot_start_ends_the_job() {
 /// (`Cpus_allowed_list`). Each is checked against the others: a bound
 /// rank runs on exactly the cpuset reported and told; an unbound one on
 /// the CPUs this test runs on, and is told nothing.
-fn placement(options: &[&str], ranks: usize, env: &[(&str, &str)]) -> Vec<(String, String)> {
-    let mut c = oxrun();
+/// `launcher` is the command that starts oxrun (oxrun itself, or through
+/// `taskset`). Returns each rank's object (`core 1`, `-` when not bound),
+/// report line and CPUs.
+fn placement(
+    mut launcher: Command,
+    options: &[&str],
+    ranks: usize,
+    env: &[(&str, &str)],
+) -> Vec<(String, String, Vec<u32>)> {
+    let c = &mut launcher;
     c.args(options)
         .arg("--report-bindings")
         .args(["-n", &ranks.to_string()])
@@ -223,7 +231,7 @@ fn placement(options: &[&str], ranks: usize, env: &[(&str, &str)]) -> Vec<(Strin
         // A stale value from oxrun's environment must not reach a rank.
         .env("OXMPI_CPUSET", "stale")
         .envs(env.iter().copied());
-    let out = run(c, Duration::from_secs(60));
+    let out = run(launcher, Duration::from_secs(60));
     out.assert_success();
     let own = allowed_cpus(&std::fs::read_to_string("/proc/self/status").unwrap());
     let mut said: Vec<Vec<String>> = out
@@ -259,15 +267,13 @@ fn placement(options: &[&str], ranks: usize, env: &[(&str, &str)]) -> Vec<(Strin
             assert_ne!(nodes, "unset", "rank {rank}: {fields:?}");
             object.to_owned()
         });
-        match what {
-            Some(object) => found.push((object, report.to_string())),
-            None => {
-                assert!(report.contains(" not bound ("), "{report}");
-                assert_eq!((cpuset.as_str(), nodes.as_str()), ("unset", "unset"));
-                assert_eq!(allowed, own, "rank {rank}: {report}");
-                found.push(("-".to_owned(), report.to_string()));
-            }
-        }
+        let object = what.unwrap_or_else(|| {
+            assert!(report.contains(" not bound ("), "{report}");
+            assert_eq!((cpuset.as_str(), nodes.as_str()), ("unset", "unset"));
+            assert_eq!(allowed, own, "rank {rank}: {report}");
+            "-".to_owned()
+        });
+        found.push((object, report.to_string(), allowed));
     }
     found
 }
@@ -319,31 +325,42 @@ fn cores() -> usize {
 
 #[test]
 fn ranks_bind_to_consecutive_cores_by_default() {
-    let found = placement(&[], 2, &[]);
+    let found = placement(oxrun(), &[], 2, &[]);
     assert_eq!(found[0].0, "core 0", "{found:?}");
     assert_eq!(found[1].0, "core 1", "{found:?}");
     // Also when spread over NUMA nodes: round-robin over one node here,
     // or one rank on each of the first two.
-    let found = placement(&["--map-by", "numa"], 2, &[]);
+    let found = placement(oxrun(), &["--map-by", "numa"], 2, &[]);
     assert!(
-        found.iter().all(|(o, _)| o.starts_with("core ")),
+        found.iter().all(|(o, ..)| o.starts_with("core ")),
         "{found:?}"
     );
 }
 
 #[test]
 fn ranks_bind_to_numa_nodes() {
-    let found = placement(&["--bind-to", "numa"], 2, &[]);
+    let found = placement(oxrun(), &["--bind-to", "numa"], 2, &[]);
     assert!(
-        found.iter().all(|(o, _)| o.starts_with("NUMA node")),
+        found.iter().all(|(o, ..)| o.starts_with("NUMA node")),
         "{found:?}"
     );
 }
 
 #[test]
+fn ranks_stay_within_the_cpus_oxrun_may_use() {
+    let own = allowed_cpus(&std::fs::read_to_string("/proc/self/status").unwrap());
+    let cpu = own.last().expect("this test runs on some CPU").to_string();
+    let mut taskset = Command::new("taskset");
+    taskset.args(["-c", &cpu, env!("CARGO_BIN_EXE_oxrun")]);
+    let found = placement(taskset, &[], 1, &[]);
+    assert!(found[0].0.starts_with("core "), "{found:?}");
+    assert_eq!(found[0].2, [cpu.parse().unwrap()], "{found:?}");
+}
+
+#[test]
 fn bind_to_none_leaves_ranks_where_oxrun_runs() {
-    let found = placement(&["--bind-to", "none"], 2, &[]);
-    for (rank, (object, report)) in found.iter().enumerate() {
+    let found = placement(oxrun(), &["--bind-to", "none"], 2, &[]);
+    for (rank, (object, report, _)) in found.iter().enumerate() {
         assert_eq!(object, "-");
         assert_eq!(
             report,
@@ -355,11 +372,11 @@ fn bind_to_none_leaves_ranks_where_oxrun_runs() {
 #[test]
 fn oversubscribed_ranks_are_not_bound_by_default() {
     let ranks = cores() + 1;
-    let found = placement(&[], ranks, &[]);
-    for (object, report) in found {
+    let found = placement(oxrun(), &[], ranks, &[]);
+    for (object, report, _) in found {
         assert_eq!(object, "-");
         assert!(
-            report.contains(&format!("{ranks} ranks on {} cores", ranks - 1)),
+            report.contains(&format!("{ranks} ranks on {} core", ranks - 1)),
             "{report}"
         );
     }
@@ -368,8 +385,8 @@ fn oversubscribed_ranks_are_not_bound_by_default() {
 #[test]
 fn without_a_topology_the_job_runs_unbound_and_says_why_once() {
     // hwloc's "stop" component ends discovery before any: no topology.
-    let found = placement(&[], 2, &[("HWLOC_COMPONENTS", "stop")]);
-    for (object, report) in &found {
+    let found = placement(oxrun(), &[], 2, &[("HWLOC_COMPONENTS", "stop")]);
+    for (object, report, _) in &found {
         assert_eq!(object, "-");
         assert!(
             report.contains("hwloc could not load this machine's topology"),
