@@ -310,8 +310,14 @@ pub enum Command {
     /// process and a child (latency), or memcpy in this process (bw).
     RawShm(Benchmark, Options),
     /// The child of the shared-memory latency floor (internal): the
-    /// shared file is its standard input.
-    RawShmPeer(Options),
+    /// shared file is its standard input; it ends when its parent, whose
+    /// pid is given, is gone.
+    RawShmPeer {
+        /// The parent's options.
+        options: Options,
+        /// The parent's process id.
+        parent: u32,
+    },
     /// The child of the raw TCP baseline (internal): connects to the
     /// parent's port on 127.0.0.1 and proves it is the child with `token`.
     RawTcpPeer {
@@ -502,9 +508,16 @@ pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<Command, UsageError> {
             Ok(Command::RawShm(benchmark, options))
         }
         RAW_SHM_PEER => {
+            let Some((parent, options)) = rest.split_first() else {
+                return usage_error(format!("{RAW_SHM_PEER} needs the parent's pid"));
+            };
+            let parent = parent
+                .parse()
+                .map_err(|_| UsageError(format!("bad parent pid {parent:?}")))?;
             let line = crate::raw_shm::LINE_PAYLOAD;
-            let (options, _) = parse_options(Some(Benchmark::Latency), 1, line, rest, Extra::None)?;
-            Ok(Command::RawShmPeer(options))
+            let (options, _) =
+                parse_options(Some(Benchmark::Latency), 1, line, options, Extra::None)?;
+            Ok(Command::RawShmPeer { options, parent })
         }
         "compare" => parse_compare(rest),
         "suite" => {
@@ -948,6 +961,9 @@ mod tests {
             &["raw-shm", "latency", "--size", "64"],
             &["raw-shm", "bibw"],
             &[RAW_TCP_PEER, "latency", "7"],
+            &[RAW_SHM_PEER],
+            &[RAW_SHM_PEER, "init"],
+            &[RAW_SHM_PEER, "1", "--size", "64"],
             &["compare", "pingpong"],
             &["compare", "latency", "latency"],
             &["compare", "--rounds", "0"],

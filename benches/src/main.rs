@@ -36,7 +36,7 @@ fn main() -> ExitCode {
             token,
         }) => raw_tcp::peer_main(benchmark, &options, port, token),
         Ok(Command::RawShm(benchmark, options)) => raw_shm::main(benchmark, &options),
-        Ok(Command::RawShmPeer(options)) => raw_shm::peer_main(&options),
+        Ok(Command::RawShmPeer { options, parent }) => raw_shm::peer_main(&options, parent),
         Ok(Command::Compare(options)) => compare::main(&options),
         Ok(Command::Suite(options)) => suite::main(&options),
     }

@@ -61,8 +61,8 @@ pub fn main(benchmark: Benchmark, options: &Options) -> ExitCode {
 }
 
 /// Runs the child side of the latency benchmark: the shared file is its
-/// standard input.
-pub fn peer_main(options: &Options) -> ExitCode {
+/// standard input, `parent` the pid of the process that started it.
+pub fn peer_main(options: &Options, parent: u32) -> ExitCode {
     let result = (|| {
         let file = std::io::stdin()
             .as_fd()
@@ -70,7 +70,10 @@ pub fn peer_main(options: &Options) -> ExitCode {
             .map(File::from)
             .map_err(|e| format!("taking the shared file from standard input: {e}"))?;
         let lines = Lines::map(&file)?;
-        ping_pong(&lines, Side::Child, options, &mut Watch::new(None), None)
+        let mut watch = Watch::new(None, parent);
+        // The parent may have died before this process started watching.
+        watch.parent_alive()?;
+        ping_pong(&lines, Side::Child, options, &mut watch, None)
     })();
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -122,6 +125,7 @@ fn run_parent(options: &Options) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("locating this program: {e}"))?;
     let child = Command::new(&exe)
         .arg(RAW_SHM_PEER)
+        .arg(std::process::id().to_string())
         .args(options.to_args())
         .stdin(Stdio::from(file))
         .stdout(Stdio::null())
@@ -133,7 +137,7 @@ fn run_parent(options: &Options) -> Result<(), String> {
         options,
         "2 processes spinning on one shared cache line each way (a sequence number and the payload)",
     )?;
-    let mut watch = Watch::new(Some(&mut child));
+    let mut watch = Watch::new(Some(&mut child), std::os::unix::process::parent_id());
     ping_pong(&lines, Side::Parent, options, &mut watch, Some(&mut report))?;
     let status = child.wait(EXIT_LIMIT)?;
     if !status.success() {
@@ -215,18 +219,29 @@ fn ping_pong(
 struct Watch<'a> {
     /// The parent's child; `None` in the child.
     child: Option<&'a mut ChildGuard>,
+    /// This process's parent (the child's is the benchmark's parent).
     parent_id: u32,
     spins: u32,
     since: Option<Instant>,
 }
 
 impl<'a> Watch<'a> {
-    fn new(child: Option<&'a mut ChildGuard>) -> Watch<'a> {
+    fn new(child: Option<&'a mut ChildGuard>, parent_id: u32) -> Watch<'a> {
         Watch {
             child,
-            parent_id: std::os::unix::process::parent_id(),
+            parent_id,
             spins: 0,
             since: None,
+        }
+    }
+
+    /// Whether this process's parent is still the one it was started by
+    /// (an orphan is adopted by another process).
+    fn parent_alive(&self) -> Result<(), String> {
+        if std::os::unix::process::parent_id() == self.parent_id {
+            Ok(())
+        } else {
+            Err("the parent died".to_owned())
         }
     }
 
@@ -245,10 +260,7 @@ impl<'a> Watch<'a> {
                     return Err(format!("the child exited ({status}) before answering"));
                 }
             }
-            None if std::os::unix::process::parent_id() != self.parent_id => {
-                return Err("the parent died".to_owned())
-            }
-            None => {}
+            None => self.parent_alive()?,
         }
         let since = *self.since.get_or_insert_with(Instant::now);
         if since.elapsed() > STALL_LIMIT {
