@@ -398,6 +398,25 @@ impl Default for Idle {
     }
 }
 
+/// Environment variable set by oxrun for a rank it bound to CPUs of its
+/// own (it binds only when the node's ranks fit its cores).
+const CPUSET_ENV: &str = "OXMPI_CPUSET";
+
+/// How many cores this node's ranks share. A rank oxrun bound sees only
+/// its own CPU in its affinity mask, so the node's online CPUs count; an
+/// unbound rank shares its mask with the others (all of it, or what
+/// `taskset` left the launcher).
+fn cores_for_local_ranks() -> usize {
+    if std::env::var_os(CPUSET_ENV).is_some() {
+        // SAFETY: sysconf only reads a system parameter.
+        let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        if let Ok(online) = usize::try_from(online) {
+            return online.max(1);
+        }
+    }
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 fn spin_from_env() -> Result<Duration> {
     match std::env::var(SPIN_ENV) {
         Ok(v) => v
@@ -417,8 +436,7 @@ fn spin_from_env() -> Result<Duration> {
                 .ok()
                 .and_then(|v| v.parse::<usize>().ok())
                 .unwrap_or(1);
-            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-            Ok(if local > cores {
+            Ok(if local > cores_for_local_ranks() {
                 Duration::from_micros(50)
             } else {
                 Duration::from_millis(1)

@@ -25,21 +25,25 @@
 //! # Data lanes
 //! Rendezvous data packets ([`Kind::Data`]) are not sequenced, so they may
 //! take another path than the packets around them. The first time a rank
-//! sends one to a peer it opens its data lanes to that peer
+//! sends a peer one of at least 1 MiB it opens its data lanes to that peer
 //! ([`Channel::Data`], `OXMPI_TCP_DATA_LANES` of them): connections that
 //! carry only its data packets, one way. Once one is open, every data
-//! packet goes to the least loaded open lane, and the packet connection
-//! keeps the small packets (RTS, CTS, eager messages) of both directions
-//! free of bulk data: on loopback, 1 MiB messages in the `bw` pattern move
-//! 5-20% more that way than with the data on the packet connection
-//! (in-process A/B; MPICH over UCX's TCP transport also spreads rendezvous
-//! data over a second connection). A rank reads a peer's lanes on every
-//! poll only while it expects data from that peer (it sent a CTS whose
-//! data has not begun to arrive, or a payload is half read), so that idle
-//! lanes cost small-message latency nothing; otherwise every 32nd poll. A
-//! lane that cannot be opened is given up (the data keeps to the packet
-//! connection); a lane lost once open fails the peer, as the packet
-//! connection does.
+//! packet of at least 1 MiB goes to the least loaded open lane, and the
+//! packet connection keeps the small packets (RTS, CTS, eager messages) of
+//! both directions free of bulk data: on loopback, 1 MiB messages in the
+//! `bw` pattern move 6-35% more that way than with the data on the packet
+//! connection, and `bibw` 8% more (MPICH over UCX's TCP transport also
+//! spreads rendezvous data over a second connection). Smaller data stays
+//! on the packet connection: a one-way flow gets no acknowledgements
+//! riding on packets the other way, and its sender stalls until a TCP
+//! loss probe, which costs more than the lane gains below 1 MiB.
+//!
+//! A rank reads a peer's lanes on every poll only while it expects data
+//! from that peer (it sent a CTS whose data has not begun to arrive, or a
+//! payload is half read), so that idle lanes cost small-message latency
+//! nothing; otherwise every 32nd poll. A lane that cannot be opened is
+//! given up (the data keeps to the packet connection); a lane lost once
+//! open fails the peer, as the packet connection does.
 //!
 //! # Environment
 //! - `OXMPI_TCP_EAGER_LIMIT`: largest message in bytes sent eagerly
@@ -89,6 +93,13 @@ const DIRECT_POLL_MAX: usize = 4;
 /// listener (a peer connecting) is served, and read the data lanes that
 /// nothing is expected on, so a lost one is noticed.
 const EPOLL_EVERY: u32 = 32;
+/// Data packets with fewer payload bytes than this keep to the packet
+/// connection. On loopback, 128 KiB messages in the `bw` pattern moved
+/// half as fast over a lane and 512 KiB ones no faster: a one-way flow
+/// gets no acknowledgements riding on packets the other way, and its
+/// sender stalls until a TCP loss probe (50-60 probes a run on a lane,
+/// 0-3 on the packet connection). 1 MiB ones moved faster.
+const LANE_MIN: usize = 1024 * 1024;
 /// Packets with at most this many payload bytes are copied behind their
 /// header and written with one `send`, which is 3-5% faster for a small
 /// message than `writev` of the two parts (measured on loopback).
@@ -794,15 +805,15 @@ impl TcpTransport {
         }
     }
 
-    /// Reads into the connection's buffer.
-    fn fill(conn: &mut Conn) -> io::Result<Fill> {
+    /// Reads into the connection's buffer, at most `limit` bytes.
+    fn fill(conn: &mut Conn, limit: usize) -> io::Result<Fill> {
         if conn.start > 0 {
             conn.buf.copy_within(conn.start..conn.end, 0);
             conn.end -= conn.start;
             conn.start = 0;
         }
-        let room = conn.buf.len() - conn.end;
-        let n = read_some(&mut conn.stream, &mut conn.buf[conn.end..])?;
+        let room = (conn.buf.len() - conn.end).min(limit);
+        let n = read_some(&mut conn.stream, &mut conn.buf[conn.end..conn.end + room])?;
         conn.end += n;
         Ok(Fill::after(n, room))
     }
@@ -854,7 +865,7 @@ impl TcpTransport {
                 continue;
             }
             if conn.end - conn.start < MESSAGE_LEN {
-                match Self::fill(conn) {
+                match Self::fill(conn, usize::MAX) {
                     Ok(Fill::Got { .. }) => continue,
                     Ok(Fill::Empty) => return Ok(()),
                     Err(e) => return Err(e.to_string()),
@@ -1010,6 +1021,10 @@ impl TcpTransport {
         role: Role,
         sink: &mut dyn PacketSink,
     ) -> std::result::Result<bool, Error> {
+        // Every byte read is progress, not only a whole packet: a wait
+        // that counted packets alone would take the middle of a long
+        // payload for idleness and go to sleep in it, and then every few
+        // polls until the payload is in.
         let mut progressed = false;
         // Set once a read came back short: the socket was empty then, and
         // anything arriving later raises a new readiness event (epoll's
@@ -1023,13 +1038,25 @@ impl TcpTransport {
         loop {
             match conn.read {
                 ReadState::Header => {
-                    if conn.end - conn.start < HEADER_LEN {
+                    let buffered = conn.end - conn.start;
+                    if buffered < HEADER_LEN {
                         if drained {
                             return Ok(progressed);
                         }
-                        match Self::fill(conn) {
+                        // A data lane carries only data packets, whose
+                        // payload is read straight into its destination:
+                        // read no further than the header, or up to 64
+                        // KiB of payload would take the detour through
+                        // the buffer. Elsewhere small packets are common,
+                        // and one read takes several.
+                        let limit = match role {
+                            Role::LaneIn => HEADER_LEN - buffered,
+                            Role::Packets | Role::LaneOut => usize::MAX,
+                        };
+                        match Self::fill(conn, limit) {
                             Ok(Fill::Got { drained: d }) => {
                                 drained = d;
+                                progressed = true;
                                 continue;
                             }
                             Ok(Fill::Empty) => return Ok(progressed),
@@ -1095,14 +1122,18 @@ impl TcpTransport {
                             Ok(n) => {
                                 drained = n > 0 && n < direct;
                                 stalled = n == 0;
+                                progressed |= n > 0;
                                 placed += n;
                                 remaining -= n as u64;
                             }
                             Err(e) => return Err(lost(peer, e)),
                         }
                     } else {
-                        match Self::fill(conn) {
-                            Ok(Fill::Got { drained: d }) => drained = d,
+                        match Self::fill(conn, usize::MAX) {
+                            Ok(Fill::Got { drained: d }) => {
+                                drained = d;
+                                progressed = true;
+                            }
                             Ok(Fill::Empty) => stalled = true,
                             Err(e) => return Err(lost(peer, e)),
                         }
@@ -1319,7 +1350,7 @@ impl Transport for TcpTransport {
             },
             offset: 0,
         };
-        if header.kind == Kind::Data && self.peers[peer].failed.is_none() {
+        if header.kind == Kind::Data && len >= LANE_MIN && self.peers[peer].failed.is_none() {
             self.open_lanes(peer);
             if let Some(lane) = self.data_lane(peer) {
                 let lane = &mut self.peers[peer].lanes[lane];
