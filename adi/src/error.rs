@@ -24,8 +24,17 @@ pub enum ErrorClass {
     Tag,
     /// MPI_ERR_COMM: an invalid communicator.
     Comm,
-    /// MPI_ERR_RANK: a rank outside the communicator.
+    /// MPI_ERR_RANK: a rank outside the communicator or group (or given
+    /// twice where ranks must be distinct).
     Rank,
+    /// MPI_ERR_ROOT: a root rank outside the communicator.
+    Root,
+    /// MPI_ERR_GROUP: an invalid group (e.g. not a subset of the
+    /// communicator's).
+    Group,
+    /// MPI_ERR_OP: an operation not defined for the datatype it is applied
+    /// to (e.g. a bitwise operation on floating-point numbers).
+    Op,
     /// MPI_ERR_REQUEST: an invalid request handle.
     Request,
     /// MPI_ERR_ARG: another invalid argument.
@@ -57,6 +66,9 @@ impl ErrorClass {
             ErrorClass::Tag => 4,
             ErrorClass::Comm => 5,
             ErrorClass::Rank => 6,
+            ErrorClass::Root => 7,
+            ErrorClass::Group => 8,
+            ErrorClass::Op => 9,
             ErrorClass::Request => 19,
             ErrorClass::Arg => 12,
             ErrorClass::Truncate => 14,
@@ -78,6 +90,9 @@ impl ErrorClass {
             ErrorClass::Tag => "MPI_ERR_TAG",
             ErrorClass::Comm => "MPI_ERR_COMM",
             ErrorClass::Rank => "MPI_ERR_RANK",
+            ErrorClass::Root => "MPI_ERR_ROOT",
+            ErrorClass::Group => "MPI_ERR_GROUP",
+            ErrorClass::Op => "MPI_ERR_OP",
             ErrorClass::Request => "MPI_ERR_REQUEST",
             ErrorClass::Arg => "MPI_ERR_ARG",
             ErrorClass::Truncate => "MPI_ERR_TRUNCATE",

@@ -6,8 +6,9 @@
 //! the matching engine, requests, and the progress engine
 //! ([`device::Device::check_device`], the seed's `MPID_Check_device`). It
 //! also holds the PMI-1 client ([`pmi`]) through which ranks find each
-//! other, and the connection handshake ([`auth`]) that proves the job's
-//! secret.
+//! other, the connection handshake ([`auth`]) that proves the job's
+//! secret, and the host identity ([`host`]) that says which processes can
+//! share memory.
 //!
 //! It must not know communicators, groups, datatypes or any MPI call: those
 //! are the `oxmpi` crate's. It must not know any particular transport
@@ -16,6 +17,7 @@
 pub mod auth;
 pub mod device;
 pub mod error;
+pub mod host;
 pub mod matching;
 pub mod pmi;
 pub mod proto;

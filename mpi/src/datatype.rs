@@ -6,6 +6,8 @@
 //! single such value, a slice of them, or a vector.
 //! Derived datatypes come with communicators and collectives.
 
+use std::any::TypeId;
+
 /// A type that has an MPI datatype: values are their bytes, and any bytes of
 /// the right size are a valid value.
 ///
@@ -35,20 +37,72 @@ equivalence! {
     f32 => "MPI_FLOAT", f64 => "MPI_DOUBLE",
 }
 
-/// Something that can be sent: its bytes and its element count.
+/// The type of a buffer's elements: which Rust type they are (so that a
+/// reduction finds the kernel of a predefined operation for it, and a
+/// user-defined operation can downcast to it), its MPI name and its size.
+#[derive(Clone, Copy, Debug)]
+pub struct ElementType {
+    id: TypeId,
+    name: &'static str,
+    size: usize,
+}
+
+impl ElementType {
+    /// The element type of buffers of `T`.
+    pub fn of<T: Equivalence>() -> ElementType {
+        ElementType {
+            id: TypeId::of::<T>(),
+            name: T::MPI_NAME,
+            size: std::mem::size_of::<T>(),
+        }
+    }
+
+    /// Whether the elements are of type `T`.
+    pub fn is<T: Equivalence>(&self) -> bool {
+        self.id == TypeId::of::<T>()
+    }
+
+    /// The MPI name of the type (for messages).
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Size of one element in bytes.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+}
+
+impl PartialEq for ElementType {
+    fn eq(&self, other: &ElementType) -> bool {
+        self.id == other.id
+    }
+}
+
+impl Eq for ElementType {}
+
+/// Something that can be sent: its bytes and the type of its elements.
 pub trait Buffer {
     /// The bytes to send.
     fn bytes(&self) -> &[u8];
+    /// The type of the elements.
+    fn element_type(&self) -> ElementType;
     /// Size of one element in bytes (for counts in statuses).
-    fn element_size(&self) -> usize;
+    fn element_size(&self) -> usize {
+        self.element_type().size()
+    }
 }
 
 /// Something that can be received into.
 pub trait BufferMut {
     /// The bytes a message may fill.
     fn bytes_mut(&mut self) -> &mut [u8];
+    /// The type of the elements.
+    fn element_type(&self) -> ElementType;
     /// Size of one element in bytes.
-    fn element_size(&self) -> usize;
+    fn element_size(&self) -> usize {
+        self.element_type().size()
+    }
 }
 
 fn slice_bytes<T: Equivalence>(s: &[T]) -> &[u8] {
@@ -67,8 +121,8 @@ impl<T: Equivalence> Buffer for T {
     fn bytes(&self) -> &[u8] {
         slice_bytes(std::slice::from_ref(self))
     }
-    fn element_size(&self) -> usize {
-        std::mem::size_of::<T>()
+    fn element_type(&self) -> ElementType {
+        ElementType::of::<T>()
     }
 }
 
@@ -76,8 +130,8 @@ impl<T: Equivalence> Buffer for [T] {
     fn bytes(&self) -> &[u8] {
         slice_bytes(self)
     }
-    fn element_size(&self) -> usize {
-        std::mem::size_of::<T>()
+    fn element_type(&self) -> ElementType {
+        ElementType::of::<T>()
     }
 }
 
@@ -85,8 +139,8 @@ impl<T: Equivalence> Buffer for Vec<T> {
     fn bytes(&self) -> &[u8] {
         slice_bytes(self)
     }
-    fn element_size(&self) -> usize {
-        std::mem::size_of::<T>()
+    fn element_type(&self) -> ElementType {
+        ElementType::of::<T>()
     }
 }
 
@@ -94,8 +148,8 @@ impl<T: Equivalence, const N: usize> Buffer for [T; N] {
     fn bytes(&self) -> &[u8] {
         slice_bytes(self)
     }
-    fn element_size(&self) -> usize {
-        std::mem::size_of::<T>()
+    fn element_type(&self) -> ElementType {
+        ElementType::of::<T>()
     }
 }
 
@@ -103,8 +157,8 @@ impl<T: Equivalence> BufferMut for T {
     fn bytes_mut(&mut self) -> &mut [u8] {
         slice_bytes_mut(std::slice::from_mut(self))
     }
-    fn element_size(&self) -> usize {
-        std::mem::size_of::<T>()
+    fn element_type(&self) -> ElementType {
+        ElementType::of::<T>()
     }
 }
 
@@ -112,8 +166,8 @@ impl<T: Equivalence> BufferMut for [T] {
     fn bytes_mut(&mut self) -> &mut [u8] {
         slice_bytes_mut(self)
     }
-    fn element_size(&self) -> usize {
-        std::mem::size_of::<T>()
+    fn element_type(&self) -> ElementType {
+        ElementType::of::<T>()
     }
 }
 
@@ -121,8 +175,8 @@ impl<T: Equivalence> BufferMut for Vec<T> {
     fn bytes_mut(&mut self) -> &mut [u8] {
         slice_bytes_mut(self)
     }
-    fn element_size(&self) -> usize {
-        std::mem::size_of::<T>()
+    fn element_type(&self) -> ElementType {
+        ElementType::of::<T>()
     }
 }
 
@@ -130,8 +184,8 @@ impl<T: Equivalence, const N: usize> BufferMut for [T; N] {
     fn bytes_mut(&mut self) -> &mut [u8] {
         slice_bytes_mut(self)
     }
-    fn element_size(&self) -> usize {
-        std::mem::size_of::<T>()
+    fn element_type(&self) -> ElementType {
+        ElementType::of::<T>()
     }
 }
 
@@ -146,6 +200,9 @@ mod tests {
         let v = vec![1.5f64, -2.0];
         assert_eq!(v.bytes().len(), 16);
         assert_eq!(Buffer::element_size(&v), 8);
+        assert_eq!(Buffer::element_type(&v), ElementType::of::<f64>());
+        assert_ne!(Buffer::element_type(&v), ElementType::of::<u64>());
+        assert!(Buffer::element_type(&v).is::<f64>());
         let mut a = [0u16; 3];
         a.bytes_mut().copy_from_slice(&[1, 0, 2, 0, 3, 0]);
         assert_eq!(a, [[1, 0], [2, 0], [3, 0]].map(u16::from_le_bytes));

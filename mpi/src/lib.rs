@@ -1,10 +1,25 @@
 //! oxmpi: an MPI implementation in Rust.
 //!
 //! This crate is the MPI layer (device independent): initialization and
-//! finalization, communicators, point-to-point messaging with statuses and
-//! requests, errors with MPI error classes, and the safe Rust API over
+//! finalization, groups and communicators with their context ids,
+//! point-to-point messaging with statuses and requests, the collective
+//! operations, errors with MPI error classes, and the safe Rust API over
 //! them. It drives the abstract device ([`oxmpi_adi`]) and never touches a
 //! socket or a packet itself.
+//!
+//! # Modules
+//! - [`comm`]: the [`Communicator`] and point-to-point messaging.
+//! - [`group`]: groups of processes and their set operations.
+//! - `comm_management`: making, comparing and freeing communicators
+//!   (methods of [`Communicator`]; [`Color`], [`CommunicatorRelation`]).
+//! - `context`: the context ids that keep communicators apart, agreed
+//!   between processes and reused after a free.
+//! - [`collective`]: the collective operations (methods of
+//!   [`Communicator`] and [`Process`]), reduction operations, and their
+//!   algorithms.
+//! - [`request`], [`persistent`], [`buffered`]: immediate, persistent
+//!   and buffered point-to-point operations.
+//! - [`datatype`]: which Rust values travel in messages.
 //!
 //! # Quick start
 //! ```no_run
@@ -51,13 +66,19 @@
 //! and the transports' own.
 
 pub mod buffered;
+pub mod collective;
 pub mod comm;
+mod comm_management;
+mod context;
 pub mod datatype;
+pub mod group;
 pub mod persistent;
 pub mod request;
 
 pub use comm::{AnyProcess, Communicator, Message, Process, Status, ANY_TAG, PROC_NULL, TAG_UB};
-pub use datatype::{Buffer, BufferMut, Equivalence};
+pub use comm_management::{Color, CommunicatorRelation};
+pub use datatype::{Buffer, BufferMut, ElementType, Equivalence};
+pub use group::{Group, GroupRelation};
 pub use oxmpi_adi::{Error, ErrorClass, Result};
 pub use persistent::PersistentRequest;
 

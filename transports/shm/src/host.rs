@@ -1,62 +1,19 @@
-//! Who can share memory with whom: the host identity, and the business
-//! card that carries it.
-//!
-//! Two ranks can use shared memory when one can hand the other a memory
-//! file over its abstract Unix socket. Abstract sockets belong to a network
-//! namespace of one running kernel, so the identity is the kernel's boot id
-//! (`/proc/sys/kernel/random/boot_id`, new at every boot of every machine)
-//! and the inode of the network namespace (`/proc/self/ns/net`). Two ranks
-//! on one machine in two network namespaces have different identities, as
-//! two machines do.
+//! Who can share memory with whom: the business card that carries the
+//! host identity ([`oxmpi_adi::host::HostId`]: boot id and network
+//! namespace; two ranks can share memory when theirs are equal).
 //!
 //! A card is `VERSION:BOOT_ID:NETNS:NAME`: the transport's [`SHM_VERSION`],
 //! the identity, and the name of the rank's listener in the abstract
 //! namespace (`oxmpi-shm-PID-RANDOM`, [`is_listener_name`]).
 
 use crate::proto::SHM_VERSION;
+use oxmpi_adi::host::HostId;
 use std::io;
 
 /// Longest listener name this version makes or accepts.
 pub(crate) const NAME_MAX: usize = 64;
 /// What every listener name starts with.
 const NAME_PREFIX: &str = "oxmpi-shm-";
-
-/// The host identity of this process: see the module docs.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct HostId {
-    /// The kernel's boot id, a UUID.
-    boot: String,
-    /// Inode of the network namespace.
-    netns: u64,
-}
-
-impl HostId {
-    /// The identity of this process, from /proc.
-    pub(crate) fn current() -> io::Result<HostId> {
-        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?
-            .trim()
-            .to_owned();
-        let link = std::fs::read_link("/proc/self/ns/net")?;
-        let netns = link
-            .to_str()
-            .and_then(|s| s.strip_prefix("net:["))
-            .and_then(|s| s.strip_suffix(']'))
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| {
-                io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("unexpected /proc/self/ns/net link {link:?}"),
-                )
-            })?;
-        if boot.is_empty() || boot.contains(':') {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("unexpected boot id {boot:?}"),
-            ));
-        }
-        Ok(HostId { boot, netns })
-    }
-}
 
 /// A new listener name for the process `pid`: unpredictable, so that no
 /// one can take it first.
@@ -90,22 +47,22 @@ pub(crate) struct Card {
 impl Card {
     /// The card of a process at `host` listening on `name`.
     pub(crate) fn format(host: &HostId, name: &str) -> String {
-        format!("{SHM_VERSION}:{}:{}:{name}", host.boot, host.netns)
+        format!("{SHM_VERSION}:{}:{}:{name}", host.boot(), host.netns())
     }
 
     /// Parses a card; `None` if it is not one.
     pub(crate) fn parse(card: &str) -> Option<Card> {
         let mut parts = card.split(':');
         let version = parts.next()?.parse().ok()?;
-        let boot = parts.next()?.to_owned();
+        let boot = parts.next()?;
         let netns = parts.next()?.parse().ok()?;
         let name = parts.next()?.as_bytes().to_vec();
-        if parts.next().is_some() || boot.is_empty() || !is_listener_name(&name) {
+        if parts.next().is_some() || !is_listener_name(&name) {
             return None;
         }
         Some(Card {
             version,
-            host: HostId { boot, netns },
+            host: HostId::from_parts(boot, netns)?,
             name,
         })
     }

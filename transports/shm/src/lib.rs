@@ -79,9 +79,10 @@ mod sys;
 pub use proto::SHM_VERSION;
 
 use conn::{take_message, write_message, Conn, InStep, OutStep, Role};
-use host::{Card, HostId};
+use host::Card;
 use inbound::{InLink, ReadState};
 use oxmpi_adi::auth::{Acceptor, Channel, Connector, Verdict, MESSAGE_LEN};
+use oxmpi_adi::host::HostId;
 use oxmpi_adi::proto::{Header, HEADER_LEN};
 use oxmpi_adi::transport::{JobInfo, PacketSink, PeerRank, Transport};
 use oxmpi_adi::{vlog, Error, ErrorClass, Result};

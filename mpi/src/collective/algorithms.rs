@@ -1,0 +1,719 @@
+//! The collective algorithms, over a [`Team`] and plain bytes: the API
+//! (`collective/mod.rs`) checks the arguments and lays out the buffers;
+//! these move and combine the bytes. Each follows MPICH's algorithm of
+//! the same name (`schedule` picks one and gives its shape).
+//!
+//! Reductions keep rank order wherever the operation may not be
+//! commutative: `combine_higher` puts the accumulated (lower ranks')
+//! data first.
+
+use super::op::Reduction;
+use super::schedule::{
+    all_gather_algorithm, binomial_node, broadcast_algorithm, broadcast_chunks, halving_steps,
+    pairwise_partners, reduce_algorithm, split_evenly, subtree_span, AllGatherAlgorithm,
+    AllToAllAlgorithm, BroadcastAlgorithm, Fold, HalvingStep, ReduceAlgorithm, ALL_TO_ALL_THROTTLE,
+};
+use super::team::{Scratch, Team};
+use crate::{Error, ErrorClass, Result};
+use std::ops::Range;
+
+/// Dissemination barrier: in round `k` each process signals the one `2^k`
+/// ahead and waits for the one `2^k` behind.
+pub(crate) fn barrier(t: &Team) -> Result<()> {
+    let (n, r) = (t.size(), t.rank());
+    let mut distance = 1;
+    while distance < n {
+        t.send_receive((r + distance) % n, &[], (r + n - distance) % n, &mut [])?;
+        distance <<= 1;
+    }
+    Ok(())
+}
+
+/// Ranks counted from `root`, and back.
+#[derive(Clone, Copy)]
+struct Relative {
+    root: usize,
+    size: usize,
+}
+
+impl Relative {
+    fn of(t: &Team, root: usize) -> Relative {
+        Relative {
+            root,
+            size: t.size(),
+        }
+    }
+
+    fn to_relative(self, rank: usize) -> usize {
+        (rank + self.size - self.root) % self.size
+    }
+
+    fn to_rank(self, relative: usize) -> usize {
+        (relative + self.root) % self.size
+    }
+}
+
+/// Broadcast of `buf` from `root`.
+pub(crate) fn broadcast(t: &Team, root: usize, buf: &mut [u8]) -> Result<()> {
+    let n = t.size();
+    if n == 1 {
+        return Ok(());
+    }
+    let rel = Relative::of(t, root);
+    match broadcast_algorithm(buf.len(), n) {
+        BroadcastAlgorithm::Binomial => binomial_broadcast(t, rel, buf),
+        algorithm => {
+            let bounds = broadcast_chunks(buf.len(), n);
+            scatter_for_broadcast(t, rel, &bounds, buf)?;
+            if algorithm == BroadcastAlgorithm::ScatterDoubling {
+                doubling_all_gather(t, rel, &bounds, buf)
+            } else {
+                let chunks: Vec<Range<usize>> = bounds.windows(2).map(|w| w[0]..w[1]).collect();
+                ring_all_gather(t, rel, &chunks, buf)
+            }
+        }
+    }
+}
+
+/// The whole buffer from each node to its children.
+fn binomial_broadcast(t: &Team, rel: Relative, buf: &mut [u8]) -> Result<()> {
+    let node = binomial_node(rel.to_relative(t.rank()), t.size());
+    if let Some(parent) = node.parent {
+        t.receive(rel.to_rank(parent), buf)?;
+    }
+    let sends: Vec<(usize, &[u8])> = node
+        .children
+        .iter()
+        .map(|&child| (rel.to_rank(child), &*buf))
+        .collect();
+    t.exchange(&sends, &mut [])
+}
+
+/// Scatters the chunks of a broadcast (bounds by relative rank) down the
+/// binomial tree: each process receives the chunks of its subtree, in
+/// place.
+fn scatter_for_broadcast(t: &Team, rel: Relative, bounds: &[usize], buf: &mut [u8]) -> Result<()> {
+    let n = t.size();
+    let me = rel.to_relative(t.rank());
+    let node = binomial_node(me, n);
+    if let Some(parent) = node.parent {
+        t.receive(
+            rel.to_rank(parent),
+            &mut buf[bounds[me]..bounds[me + node.span]],
+        )?;
+    }
+    let sends: Vec<(usize, &[u8])> = node
+        .children
+        .iter()
+        .map(|&child| {
+            let end = child + subtree_span(child, n);
+            (rel.to_rank(child), &buf[bounds[child]..bounds[end]])
+        })
+        .collect();
+    t.exchange(&sends, &mut [])
+}
+
+/// A part of `buf` to read and another to write at once; they must not
+/// overlap unless one is empty.
+fn read_and_write(
+    buf: &mut [u8],
+    read: Range<usize>,
+    write: Range<usize>,
+) -> Result<(&[u8], &mut [u8])> {
+    if read.is_empty() {
+        return Ok((&[], &mut buf[write]));
+    }
+    if write.is_empty() {
+        return Ok((&buf[read], &mut []));
+    }
+    if read.end <= write.start {
+        let (low, high) = buf.split_at_mut(write.start);
+        Ok((&low[read], &mut high[..write.len()]))
+    } else if write.end <= read.start {
+        let (low, high) = buf.split_at_mut(read.start);
+        Ok((&high[..read.len()], &mut low[write]))
+    } else {
+        Err(Error::new(
+            ErrorClass::Intern,
+            format!("a collective step reads {read:?} and writes {write:?} of one buffer"),
+        ))
+    }
+}
+
+/// Recursive-doubling all-gather in place over a power-of-two team:
+/// blocks by relative rank with byte bounds `bounds` (`size + 1`
+/// offsets, in relative order); each process holds its own block.
+fn doubling_all_gather(t: &Team, rel: Relative, bounds: &[usize], buf: &mut [u8]) -> Result<()> {
+    let me = rel.to_relative(t.rank());
+    let mut mask = 1;
+    while mask < t.size() {
+        let partner = me ^ mask;
+        let (mine, theirs) = (me & !(mask - 1), partner & !(mask - 1));
+        let (send, recv) = read_and_write(
+            buf,
+            bounds[mine]..bounds[mine + mask],
+            bounds[theirs]..bounds[theirs + mask],
+        )?;
+        let peer = rel.to_rank(partner);
+        t.send_receive(peer, send, peer, recv)?;
+        mask <<= 1;
+    }
+    Ok(())
+}
+
+/// Ring all-gather in place: `blocks` by relative rank; each process
+/// holds its own block, and in `size - 1` steps passes on to the next one
+/// the block it received last.
+fn ring_all_gather(t: &Team, rel: Relative, blocks: &[Range<usize>], buf: &mut [u8]) -> Result<()> {
+    let n = t.size();
+    let me = rel.to_relative(t.rank());
+    let (right, left) = (rel.to_rank((me + 1) % n), rel.to_rank((me + n - 1) % n));
+    for step in 0..n - 1 {
+        let outgoing = (me + n - step) % n;
+        let incoming = (me + n - step - 1) % n;
+        let (send, recv) = read_and_write(buf, blocks[outgoing].clone(), blocks[incoming].clone())?;
+        t.send_receive(right, send, left, recv)?;
+    }
+    Ok(())
+}
+
+/// Bruck's all-gather of equal blocks: `mine` from each process into
+/// `recv` (`size` blocks by rank).
+fn bruck_all_gather(t: &Team, mine: &[u8], recv: &mut [u8]) -> Result<()> {
+    let (n, r, b) = (t.size(), t.rank(), mine.len());
+    // Block i of `gathered` is that of rank r + i.
+    let mut gathered = vec![0u8; n * b];
+    gathered[..b].copy_from_slice(mine);
+    let mut distance = 1;
+    while distance < n {
+        let count = distance.min(n - distance);
+        let (held, rest) = gathered.split_at_mut(distance * b);
+        t.send_receive(
+            (r + n - distance) % n,
+            &held[..count * b],
+            (r + distance) % n,
+            &mut rest[..count * b],
+        )?;
+        distance <<= 1;
+    }
+    let split = (n - r) * b;
+    recv[r * b..].copy_from_slice(&gathered[..split]);
+    recv[..r * b].copy_from_slice(&gathered[split..]);
+    Ok(())
+}
+
+/// All-gather of equal blocks: `mine` from each process into `recv`
+/// (`size` blocks by rank).
+pub(crate) fn all_gather(t: &Team, mine: &[u8], recv: &mut [u8]) -> Result<()> {
+    let (n, r, b) = (t.size(), t.rank(), mine.len());
+    let rel = Relative::of(t, 0);
+    match all_gather_algorithm(recv.len(), n) {
+        AllGatherAlgorithm::Bruck => bruck_all_gather(t, mine, recv),
+        algorithm => {
+            recv[r * b..(r + 1) * b].copy_from_slice(mine);
+            if algorithm == AllGatherAlgorithm::RecursiveDoubling {
+                let bounds: Vec<usize> = (0..=n).map(|i| i * b).collect();
+                doubling_all_gather(t, rel, &bounds, recv)
+            } else {
+                let blocks: Vec<Range<usize>> = (0..n).map(|i| i * b..(i + 1) * b).collect();
+                ring_all_gather(t, rel, &blocks, recv)
+            }
+        }
+    }
+}
+
+/// All-gather of blocks of any lengths around a ring: `blocks` of
+/// `recv` by rank (disjoint); this process's is `mine`, or already in
+/// place if `None`.
+pub(crate) fn all_gather_varcount(
+    t: &Team,
+    mine: Option<&[u8]>,
+    blocks: &[Range<usize>],
+    recv: &mut [u8],
+) -> Result<()> {
+    if let Some(mine) = mine {
+        copy_own(t, mine, &mut recv[blocks[t.rank()].clone()]);
+    }
+    ring_all_gather(t, Relative::of(t, 0), blocks, recv)
+}
+
+/// Binomial gather of equal blocks to `root`: each process collects its
+/// subtree's blocks (in relative order) and sends them to its parent;
+/// `recv` (at the root only) gets `size` blocks by rank.
+pub(crate) fn gather(t: &Team, root: usize, mine: &[u8], recv: Option<&mut [u8]>) -> Result<()> {
+    let (n, b) = (t.size(), mine.len());
+    let rel = Relative::of(t, root);
+    let me = rel.to_relative(t.rank());
+    let node = binomial_node(me, n);
+    if node.children.is_empty() {
+        if let Some(parent) = node.parent {
+            return t.send(rel.to_rank(parent), mine);
+        }
+    }
+    let mut collected = vec![0u8; node.span * b];
+    collected[..b].copy_from_slice(mine);
+    // The children's subtrees follow this node's own block, the smallest
+    // subtree (the last child) first.
+    let mut rest = &mut collected[b..];
+    let mut recvs = Vec::with_capacity(node.children.len());
+    for &child in node.children.iter().rev() {
+        let (part, after) = rest.split_at_mut(subtree_span(child, n) * b);
+        recvs.push((rel.to_rank(child), part));
+        rest = after;
+    }
+    t.exchange(&[], &mut recvs)?;
+    match (node.parent, recv) {
+        (Some(parent), _) => t.send(rel.to_rank(parent), &collected),
+        (None, Some(recv)) => {
+            // Relative order starts at the root: rotate into rank order.
+            let split = (n - root) * b;
+            recv[root * b..].copy_from_slice(&collected[..split]);
+            recv[..root * b].copy_from_slice(&collected[split..]);
+            Ok(())
+        }
+        (None, None) => Err(Error::new(
+            ErrorClass::Intern,
+            "the root of a gather has no receive buffer",
+        )),
+    }
+}
+
+/// Binomial scatter of equal blocks from `root`: `send` (at the root
+/// only) holds `size` blocks by rank; each process receives its
+/// subtree's blocks from its parent and passes on its children's.
+pub(crate) fn scatter(t: &Team, root: usize, send: Option<&[u8]>, mine: &mut [u8]) -> Result<()> {
+    let (n, b) = (t.size(), mine.len());
+    let rel = Relative::of(t, root);
+    let me = rel.to_relative(t.rank());
+    let node = binomial_node(me, n);
+    let subtree = match (node.parent, send) {
+        (Some(parent), _) if node.children.is_empty() => {
+            return t.receive(rel.to_rank(parent), mine);
+        }
+        (Some(parent), _) => {
+            let mut subtree = vec![0u8; node.span * b];
+            t.receive(rel.to_rank(parent), &mut subtree)?;
+            subtree
+        }
+        (None, Some(send)) => {
+            // Into relative order, which starts at the root.
+            let mut subtree = Vec::with_capacity(n * b);
+            subtree.extend_from_slice(&send[root * b..]);
+            subtree.extend_from_slice(&send[..root * b]);
+            subtree
+        }
+        (None, None) => {
+            return Err(Error::new(
+                ErrorClass::Intern,
+                "the root of a scatter has no send buffer",
+            ))
+        }
+    };
+    let sends: Vec<(usize, &[u8])> = node
+        .children
+        .iter()
+        .map(|&child| {
+            let start = (child - me) * b;
+            let len = subtree_span(child, n) * b;
+            (rel.to_rank(child), &subtree[start..start + len])
+        })
+        .collect();
+    t.exchange(&sends, &mut [])?;
+    mine.copy_from_slice(&subtree[..b]);
+    Ok(())
+}
+
+/// Gather of blocks of any lengths to `root`, straight from each process:
+/// `recvs` (at the root only) are the blocks by rank, the root's own
+/// filled from `mine`.
+pub(crate) fn gather_varcount(
+    t: &Team,
+    root: usize,
+    mine: &[u8],
+    recvs: Option<Vec<&mut [u8]>>,
+) -> Result<()> {
+    let Some(mut recvs) = recvs else {
+        return t.send(root, mine);
+    };
+    let own = std::mem::take(&mut recvs[root]);
+    copy_own(t, mine, own);
+    let mut posted: Vec<(usize, &mut [u8])> = recvs
+        .into_iter()
+        .enumerate()
+        .filter(|&(rank, _)| rank != root)
+        .collect();
+    t.exchange(&[], &mut posted)
+}
+
+/// Scatter of blocks of any lengths from `root`, straight to each
+/// process: `sends` (at the root only) are the blocks by rank.
+pub(crate) fn scatter_varcount(
+    t: &Team,
+    root: usize,
+    sends: Option<&[&[u8]]>,
+    mine: &mut [u8],
+) -> Result<()> {
+    let Some(sends) = sends else {
+        return t.receive(root, mine);
+    };
+    copy_own(t, sends[root], mine);
+    let posted: Vec<(usize, &[u8])> = sends
+        .iter()
+        .enumerate()
+        .filter(|&(rank, _)| rank != root)
+        .map(|(rank, &bytes)| (rank, bytes))
+        .collect();
+    t.exchange(&posted, &mut [])
+}
+
+/// A process's own block, copied from what it sends to what it
+/// receives; different lengths are a mismatch, noted as one between
+/// processes is (see [`Team::run`]).
+fn copy_own(t: &Team, from: &[u8], to: &mut [u8]) {
+    if from.len() != to.len() {
+        t.note_mismatch(Error::new(
+            ErrorClass::Count,
+            format!(
+                "this process sends itself {} bytes but expects {}",
+                from.len(),
+                to.len()
+            ),
+        ));
+    }
+    let len = from.len().min(to.len());
+    to[..len].copy_from_slice(&from[..len]);
+}
+
+/// All-to-all: `sends[i]` goes to rank `i` and `recvs[i]` comes from it
+/// (this process's own copied).
+pub(crate) fn all_to_all(
+    t: &Team,
+    sends: &[&[u8]],
+    mut recvs: Vec<&mut [u8]>,
+    algorithm: AllToAllAlgorithm,
+) -> Result<()> {
+    let (n, r) = (t.size(), t.rank());
+    copy_own(t, sends[r], std::mem::take(&mut recvs[r]));
+    let steps: Vec<usize> = (1..n).collect();
+    let batch = match algorithm {
+        AllToAllAlgorithm::Scattered => ALL_TO_ALL_THROTTLE,
+        AllToAllAlgorithm::Pairwise => 1,
+    };
+    for batch in steps.chunks(batch) {
+        let mut posted_sends = Vec::with_capacity(batch.len());
+        let mut posted_recvs = Vec::with_capacity(batch.len());
+        for &step in batch {
+            let (from, to) = pairwise_partners(r, n, step);
+            posted_sends.push((to, sends[to]));
+            posted_recvs.push((from, std::mem::take(&mut recvs[from])));
+        }
+        t.exchange(&posted_sends, &mut posted_recvs)?;
+    }
+    Ok(())
+}
+
+/// `acc = acc op higher`, where `higher` holds data of higher ranks
+/// (clobbered).
+fn combine_higher(red: &Reduction, acc: &mut [u8], higher: &mut [u8]) -> Result<()> {
+    if red.is_commutative() {
+        red.apply(higher, acc)
+    } else {
+        red.apply(acc, higher)?;
+        acc.copy_from_slice(higher);
+        Ok(())
+    }
+}
+
+/// Reduction to `root`: `acc` holds this process's data, and at the root
+/// ends with the result (elsewhere it is clobbered).
+pub(crate) fn reduce(t: &Team, root: usize, acc: &mut [u8], red: &Reduction) -> Result<()> {
+    if t.size() == 1 {
+        return Ok(());
+    }
+    let count = acc.len() / red.element_size();
+    match reduce_algorithm(acc.len(), count, t.size(), red.is_commutative()) {
+        ReduceAlgorithm::Short => binomial_reduce(t, root, acc, red),
+        ReduceAlgorithm::Rabenseifner => rabenseifner_reduce(t, root, acc, red),
+    }
+}
+
+/// Up a binomial tree: each process combines its children's results into
+/// its own and sends that to its parent. A non-commutative operation is
+/// reduced to rank 0, where ranks and relative ranks agree so each
+/// subtree is a run of consecutive ranks, and then sent to the root.
+fn binomial_reduce(t: &Team, root: usize, acc: &mut [u8], red: &Reduction) -> Result<()> {
+    let (n, r) = (t.size(), t.rank());
+    let tree_root = if red.is_commutative() { root } else { 0 };
+    let rel = Relative::of(t, tree_root);
+    let me = rel.to_relative(r);
+    let mut incoming = Scratch::zeroed(acc.len());
+    let mut mask = 1;
+    while mask < n {
+        if me & mask != 0 {
+            t.send(rel.to_rank(me & !mask), acc)?;
+            break;
+        }
+        let child = me | mask;
+        if child < n {
+            t.receive(rel.to_rank(child), incoming.bytes_mut())?;
+            combine_higher(red, acc, incoming.bytes_mut())?;
+        }
+        mask <<= 1;
+    }
+    if tree_root != root {
+        if r == tree_root {
+            t.send(root, acc)?;
+        } else if r == root {
+            t.receive(tree_root, acc)?;
+        }
+    }
+    Ok(())
+}
+
+/// The first half of the fold (see [`Fold`]): the even processes below
+/// `2 * rem` send their data to the next one, which combines it (lower
+/// ranks first). The new rank, or `None` for a process that handed its
+/// data on.
+fn fold_in(
+    t: &Team,
+    fold: &Fold,
+    acc: &mut [u8],
+    incoming: &mut Scratch,
+    red: &Reduction,
+) -> Result<Option<usize>> {
+    let r = t.rank();
+    let new_rank = fold.new_rank(r);
+    if r < 2 * fold.rem {
+        if new_rank.is_none() {
+            t.send(r + 1, acc)?;
+        } else {
+            t.receive(r - 1, incoming.bytes_mut())?;
+            red.apply(incoming.bytes(), acc)?;
+        }
+    }
+    Ok(new_rank)
+}
+
+/// The second half of the fold: the result back to the processes that
+/// handed their data on.
+fn fold_out(t: &Team, fold: &Fold, acc: &mut [u8]) -> Result<()> {
+    let r = t.rank();
+    if r < 2 * fold.rem {
+        if fold.new_rank(r).is_none() {
+            t.receive(r + 1, acc)?;
+        } else {
+            t.send(r - 1, acc)?;
+        }
+    }
+    Ok(())
+}
+
+/// Byte range of the blocks `blocks` (by block bounds in elements).
+fn block_bytes(bounds: &[usize], blocks: &Range<usize>, element: usize) -> Range<usize> {
+    bounds[blocks.start] * element..bounds[blocks.end] * element
+}
+
+/// Reduce-scatter by recursive halving (commutative operations): after
+/// it, each block of `acc` that `steps` keep last holds the reduction of
+/// everyone's.
+fn halving_reduce_scatter(
+    t: &Team,
+    fold: &Fold,
+    steps: &[HalvingStep],
+    bounds: &[usize],
+    acc: &mut [u8],
+    incoming: &mut Scratch,
+    red: &Reduction,
+) -> Result<()> {
+    let element = red.element_size();
+    for step in steps {
+        let peer = fold.rank_of(step.partner);
+        let keep = block_bytes(bounds, &step.keep, element);
+        let give = block_bytes(bounds, &step.give, element);
+        t.send_receive(
+            peer,
+            &acc[give],
+            peer,
+            &mut incoming.bytes_mut()[keep.clone()],
+        )?;
+        red.apply(&incoming.bytes()[keep.clone()], &mut acc[keep])?;
+    }
+    Ok(())
+}
+
+/// Rabenseifner's reduction to `root`: fold, reduce-scatter by recursive
+/// halving, then gather the blocks by the halving steps run backwards
+/// towards the process that holds the root's data.
+fn rabenseifner_reduce(t: &Team, root: usize, acc: &mut [u8], red: &Reduction) -> Result<()> {
+    let r = t.rank();
+    let fold = Fold::new(t.size());
+    let mut incoming = Scratch::zeroed(acc.len());
+    let new_root = fold.new_rank_holding(root);
+    if let Some(new_rank) = fold_in(t, &fold, acc, &mut incoming, red)? {
+        let bounds = split_evenly(acc.len() / red.element_size(), fold.pof2);
+        let steps = halving_steps(new_rank, fold.pof2);
+        halving_reduce_scatter(t, &fold, &steps, &bounds, acc, &mut incoming, red)?;
+        let element = red.element_size();
+        for step in steps.iter().rev() {
+            let peer = fold.rank_of(step.partner);
+            let mask = new_rank ^ step.partner;
+            if (new_rank ^ new_root) & mask == 0 {
+                t.receive(peer, &mut acc[block_bytes(&bounds, &step.give, element)])?;
+            } else {
+                t.send(peer, &acc[block_bytes(&bounds, &step.keep, element)])?;
+                break;
+            }
+        }
+    }
+    let holder = fold.rank_of(new_root);
+    if holder != root {
+        if r == holder {
+            t.send(root, acc)?;
+        } else if r == root {
+            t.receive(holder, acc)?;
+        }
+    }
+    Ok(())
+}
+
+/// Reduction to every process: `acc` holds this process's data and ends
+/// with the result.
+pub(crate) fn all_reduce(t: &Team, acc: &mut [u8], red: &Reduction) -> Result<()> {
+    if t.size() == 1 {
+        return Ok(());
+    }
+    let fold = Fold::new(t.size());
+    let mut incoming = Scratch::zeroed(acc.len());
+    let count = acc.len() / red.element_size();
+    let algorithm = reduce_algorithm(acc.len(), count, t.size(), red.is_commutative());
+    if let Some(new_rank) = fold_in(t, &fold, acc, &mut incoming, red)? {
+        match algorithm {
+            ReduceAlgorithm::Short => {
+                doubling_all_reduce(t, &fold, new_rank, acc, &mut incoming, red)?
+            }
+            ReduceAlgorithm::Rabenseifner => {
+                let bounds = split_evenly(count, fold.pof2);
+                let steps = halving_steps(new_rank, fold.pof2);
+                halving_reduce_scatter(t, &fold, &steps, &bounds, acc, &mut incoming, red)?;
+                let element = red.element_size();
+                for step in steps.iter().rev() {
+                    let peer = fold.rank_of(step.partner);
+                    let (send, recv) = read_and_write(
+                        acc,
+                        block_bytes(&bounds, &step.keep, element),
+                        block_bytes(&bounds, &step.give, element),
+                    )?;
+                    t.send_receive(peer, send, peer, recv)?;
+                }
+            }
+        }
+    }
+    fold_out(t, &fold, acc)
+}
+
+/// Recursive doubling among the folded processes: whole vectors with
+/// partners that differ in one bit more at each step.
+fn doubling_all_reduce(
+    t: &Team,
+    fold: &Fold,
+    new_rank: usize,
+    acc: &mut [u8],
+    incoming: &mut Scratch,
+    red: &Reduction,
+) -> Result<()> {
+    let r = t.rank();
+    let mut mask = 1;
+    while mask < fold.pof2 {
+        let peer = fold.rank_of(new_rank ^ mask);
+        t.send_receive(peer, acc, peer, incoming.bytes_mut())?;
+        if peer < r {
+            red.apply(incoming.bytes(), acc)?;
+        } else {
+            combine_higher(red, acc, incoming.bytes_mut())?;
+        }
+        mask <<= 1;
+    }
+    Ok(())
+}
+
+/// Reduce-scatter: `input` holds this process's contribution to every
+/// block (`blocks` by rank); `out` gets the reduction of this rank's
+/// block. A commutative operation goes pairwise (each process receives
+/// everyone's contribution to its block); another is reduced to rank 0
+/// in rank order and scattered from there.
+pub(crate) fn reduce_scatter(
+    t: &Team,
+    input: &[u8],
+    blocks: &[Range<usize>],
+    out: &mut [u8],
+    red: &Reduction,
+) -> Result<()> {
+    let (n, r) = (t.size(), t.rank());
+    if red.is_commutative() {
+        out.copy_from_slice(&input[blocks[r].clone()]);
+        let mut incoming = Scratch::zeroed(out.len());
+        for step in 1..n {
+            let (from, to) = ((r + n - step) % n, (r + step) % n);
+            t.send_receive(to, &input[blocks[to].clone()], from, incoming.bytes_mut())?;
+            red.apply(incoming.bytes(), out)?;
+        }
+        return Ok(());
+    }
+    let mut acc = Scratch::copy_of(input);
+    binomial_reduce(t, 0, acc.bytes_mut(), red)?;
+    let sends: Vec<&[u8]> = blocks.iter().map(|b| &acc.bytes()[b.clone()]).collect();
+    scatter_varcount(t, 0, (r == 0).then_some(&sends[..]), out)
+}
+
+/// Inclusive scan by recursive doubling: `acc` holds this process's data
+/// and ends with the reduction of ranks `0..=rank`.
+pub(crate) fn scan(t: &Team, acc: &mut [u8], red: &Reduction) -> Result<()> {
+    let (n, r) = (t.size(), t.rank());
+    // The reduction of the run of ranks this process has heard of so far.
+    let mut partial = Scratch::copy_of(acc);
+    let mut incoming = Scratch::zeroed(acc.len());
+    let mut mask = 1;
+    while mask < n {
+        let peer = r ^ mask;
+        if peer < n {
+            t.send_receive(peer, partial.bytes(), peer, incoming.bytes_mut())?;
+            if peer < r {
+                red.apply(incoming.bytes(), partial.bytes_mut())?;
+                red.apply(incoming.bytes(), acc)?;
+            } else {
+                combine_higher(red, partial.bytes_mut(), incoming.bytes_mut())?;
+            }
+        }
+        mask <<= 1;
+    }
+    Ok(())
+}
+
+/// Exclusive scan by recursive doubling: `out` gets the reduction of
+/// ranks `0..rank` of `mine`; rank 0's is left as it is.
+pub(crate) fn exclusive_scan(t: &Team, mine: &[u8], out: &mut [u8], red: &Reduction) -> Result<()> {
+    let (n, r) = (t.size(), t.rank());
+    let mut partial = Scratch::copy_of(mine);
+    let mut incoming = Scratch::zeroed(mine.len());
+    let mut have_lower = false;
+    let mut mask = 1;
+    while mask < n {
+        let peer = r ^ mask;
+        if peer < n {
+            t.send_receive(peer, partial.bytes(), peer, incoming.bytes_mut())?;
+            if peer < r {
+                red.apply(incoming.bytes(), partial.bytes_mut())?;
+                if have_lower {
+                    red.apply(incoming.bytes(), out)?;
+                } else {
+                    out.copy_from_slice(incoming.bytes());
+                    have_lower = true;
+                }
+            } else {
+                combine_higher(red, partial.bytes_mut(), incoming.bytes_mut())?;
+            }
+        }
+        mask <<= 1;
+    }
+    Ok(())
+}

@@ -1,0 +1,775 @@
+//! Collective operations (MPI 4.1 §6).
+//!
+//! The collectives are methods of [`Communicator`] (those without a root:
+//! [`Communicator::barrier`], [`Communicator::all_reduce_into`], ...) and of
+//! [`Process`] as the root (`let root = world.process_at_rank(0)`, then
+//! [`Process::broadcast_into`], [`Process::reduce_into_root`] at the root
+//! and [`Process::reduce_into`] elsewhere, ...), with rsmpi's names. Every
+//! process of the communicator calls the same collectives in the same
+//! order. A variant that takes its input from the output buffer
+//! (`MPI_IN_PLACE`) is named `..._in_place`. Varying counts
+//! (`..._varcount_...`) take a [`Partition`] or [`PartitionMut`]: counts
+//! and displacements in elements, as MPI's `v` variants do.
+//!
+//! ```no_run
+//! use oxmpi::collective::SystemOperation;
+//! let universe = oxmpi::initialize().unwrap();
+//! let world = universe.world();
+//! let root = world.process_at_rank(0);
+//! let mut data = [0u64; 4];
+//! if world.rank() == 0 {
+//!     data = [1, 2, 3, 4];
+//! }
+//! root.broadcast_into(&mut data).unwrap();
+//! let mut sum = [0u64; 4];
+//! world.all_reduce_into(&data, &mut sum, SystemOperation::sum()).unwrap();
+//! assert_eq!(sum[3], 4 * world.size() as u64);
+//! ```
+//!
+//! # Algorithms
+//! Chosen by size and number of processes as MPICH chooses them: a
+//! dissemination barrier; broadcast down a binomial tree (short), or
+//! scattered and all-gathered by recursive doubling or around a ring
+//! (long); reduce up a binomial tree, or Rabenseifner's reduce-scatter and
+//! gather (long, commutative); all-reduce by recursive doubling, or
+//! Rabenseifner's reduce-scatter and all-gather; all-gather by recursive
+//! doubling, Bruck's algorithm or a ring; all-to-all all at once (small
+//! blocks) or by pairwise exchange; scans by recursive doubling. A
+//! non-power-of-two number of processes is folded into a power of two.
+//! The messages travel on the communicator's collective context, so they
+//! never match the program's own.
+//!
+//! # Errors
+//! Arguments a process can check alone fail before anything is sent:
+//! a root outside the communicator (`MPI_ERR_ROOT`, also for calling a
+//! root's method at another process or the reverse), buffers whose
+//! lengths do not fit (`MPI_ERR_COUNT`), send and receive buffers of
+//! different types (`MPI_ERR_TYPE`), a predefined operation on a type it
+//! is not defined for (`MPI_ERR_OP`), a freed communicator
+//! (`MPI_ERR_COMM`). When the processes' counts disagree, a process that
+//! receives more than it expects fails with `MPI_ERR_TRUNCATE` and one
+//! that receives less with `MPI_ERR_COUNT`, after taking its part in the
+//! whole operation.
+
+pub(crate) mod algorithms;
+pub(crate) mod op;
+mod partition;
+pub(crate) mod schedule;
+pub(crate) mod team;
+
+pub use op::{
+    reduce_local_into, DynBuffer, DynBufferMut, Operation, SystemOperation, UserOperation,
+    ValueIndex,
+};
+pub use partition::{Partition, PartitionMut};
+
+use crate::comm::{Communicator, Process};
+use crate::datatype::{Buffer, BufferMut, ElementType};
+use crate::{Error, ErrorClass, Result};
+use op::{same_element_type, Reduction};
+use partition::{consecutive_blocks, disjoint_blocks, uniform_blocks};
+use schedule::{all_to_all_algorithm, AllToAllAlgorithm};
+use team::{CollectiveTag, Scratch};
+
+/// `MPI_ERR_COUNT`: `what` is wrong with the lengths.
+fn count_error(what: String) -> Error {
+    Error::new(ErrorClass::Count, what)
+}
+
+/// Checks that `len` bytes split into `parts` whole blocks of elements
+/// of `element_type`, and returns the block's length in bytes.
+fn block_of(len: usize, parts: usize, element_type: ElementType, what: &str) -> Result<usize> {
+    let element = element_type.size();
+    if !len.is_multiple_of(parts * element) {
+        return Err(count_error(format!(
+            "{what} of {} elements does not split into {parts} equal blocks, one per process",
+            len / element
+        )));
+    }
+    Ok(len / parts)
+}
+
+/// Checks that `actual` bytes are the `expected`.
+fn expect_len(actual: usize, expected: usize, element_type: ElementType, what: &str) -> Result<()> {
+    if actual != expected {
+        let element = element_type.size();
+        return Err(count_error(format!(
+            "{what} holds {} elements where {} are needed",
+            actual / element,
+            expected / element
+        )));
+    }
+    Ok(())
+}
+
+impl Communicator {
+    /// Waits until every process of the communicator has called it
+    /// (`MPI_Barrier`, §6.3).
+    pub fn barrier(&self) -> Result<()> {
+        let team = self.team(CollectiveTag::Barrier)?;
+        team.run(algorithms::barrier)
+    }
+
+    /// Gathers every process's `send` into `recv` at every process, in
+    /// rank order (`MPI_Allgather`, §6.7). `recv` holds `size` times
+    /// `send`.
+    pub fn all_gather_into<S, R>(&self, send: &S, recv: &mut R) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        let element_type = same_element_type(send.element_type(), recv.element_type())?;
+        let (send, recv) = (send.bytes(), recv.bytes_mut());
+        let n = self.size() as usize;
+        expect_len(
+            recv.len(),
+            n * send.len(),
+            element_type,
+            "the receive buffer",
+        )?;
+        let team = self.team(CollectiveTag::AllGather)?;
+        team.run(|t| algorithms::all_gather(t, send, recv))
+    }
+
+    /// [`Communicator::all_gather_into`] in place: each process's block
+    /// of `buf` (its rank's) is its input (`MPI_Allgather` with
+    /// `MPI_IN_PLACE`).
+    pub fn all_gather_in_place<R: BufferMut + ?Sized>(&self, buf: &mut R) -> Result<()> {
+        let n = self.size() as usize;
+        let block = block_of(buf.bytes_mut().len(), n, buf.element_type(), "the buffer")?;
+        let buf = buf.bytes_mut();
+        let r = self.rank() as usize;
+        let mine = buf[r * block..(r + 1) * block].to_vec();
+        let team = self.team(CollectiveTag::AllGather)?;
+        team.run(|t| algorithms::all_gather(t, &mine, buf))
+    }
+
+    /// Gathers every process's `send`, of any length, into the blocks of
+    /// `recv` at every process (`MPI_Allgatherv`, §6.7): block `i` (count
+    /// and displacement `i`, which must not overlap) receives rank `i`'s.
+    pub fn all_gather_varcount_into<S, R, C, D>(
+        &self,
+        send: &S,
+        recv: &mut PartitionMut<'_, R, C, D>,
+    ) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        C: std::borrow::Borrow<[i32]>,
+        D: std::borrow::Borrow<[i32]>,
+    {
+        same_element_type(send.element_type(), recv.element_type())?;
+        let n = self.size() as usize;
+        let (parts, buf) = recv.parts(n)?;
+        disjoint_blocks(buf.len(), &parts)?;
+        let send = send.bytes();
+        let team = self.team(CollectiveTag::AllGather)?;
+        team.run(|t| algorithms::all_gather_varcount(t, Some(send), &parts, buf))
+    }
+
+    /// [`Communicator::all_gather_varcount_into`] in place: each
+    /// process's block of `buf` is its input (`MPI_Allgatherv` with
+    /// `MPI_IN_PLACE`).
+    pub fn all_gather_varcount_in_place<R, C, D>(
+        &self,
+        buf: &mut PartitionMut<'_, R, C, D>,
+    ) -> Result<()>
+    where
+        R: BufferMut + ?Sized,
+        C: std::borrow::Borrow<[i32]>,
+        D: std::borrow::Borrow<[i32]>,
+    {
+        let n = self.size() as usize;
+        let (parts, buf) = buf.parts(n)?;
+        disjoint_blocks(buf.len(), &parts)?;
+        let team = self.team(CollectiveTag::AllGather)?;
+        team.run(|t| algorithms::all_gather_varcount(t, None, &parts, buf))
+    }
+
+    /// Sends block `i` of `send` to rank `i` and receives block `j` of
+    /// `recv` from rank `j` (`MPI_Alltoall`, §6.8). Both hold `size`
+    /// equal blocks.
+    pub fn all_to_all_into<S, R>(&self, send: &S, recv: &mut R) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        let element_type = same_element_type(send.element_type(), recv.element_type())?;
+        let (send, recv) = (send.bytes(), recv.bytes_mut());
+        let n = self.size() as usize;
+        let block = block_of(send.len(), n, element_type, "the send buffer")?;
+        expect_len(recv.len(), send.len(), element_type, "the receive buffer")?;
+        self.all_to_all_blocks(send, recv, block)
+    }
+
+    /// [`Communicator::all_to_all_into`] in place: `buf` is sent and then
+    /// replaced (`MPI_Alltoall` with `MPI_IN_PLACE`).
+    pub fn all_to_all_in_place<R: BufferMut + ?Sized>(&self, buf: &mut R) -> Result<()> {
+        let n = self.size() as usize;
+        let block = block_of(buf.bytes_mut().len(), n, buf.element_type(), "the buffer")?;
+        let buf = buf.bytes_mut();
+        let send = buf.to_vec();
+        self.all_to_all_blocks(&send, buf, block)
+    }
+
+    fn all_to_all_blocks(&self, send: &[u8], recv: &mut [u8], block: usize) -> Result<()> {
+        let parts = uniform_blocks(self.size() as usize, block);
+        let sends: Vec<&[u8]> = parts.iter().map(|p| &send[p.clone()]).collect();
+        let recvs = disjoint_blocks(recv.len(), &parts)?.split(recv);
+        let team = self.team(CollectiveTag::AllToAll)?;
+        team.run(|t| algorithms::all_to_all(t, &sends, recvs, all_to_all_algorithm(block)))
+    }
+
+    /// Sends block `i` of `send` to rank `i` and receives block `j` of
+    /// `recv` from rank `j`, blocks of any lengths (`MPI_Alltoallv`,
+    /// §6.8). The receive blocks must not overlap.
+    pub fn all_to_all_varcount_into<S, SC, SD, R, RC, RD>(
+        &self,
+        send: &Partition<'_, S, SC, SD>,
+        recv: &mut PartitionMut<'_, R, RC, RD>,
+    ) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        SC: std::borrow::Borrow<[i32]>,
+        SD: std::borrow::Borrow<[i32]>,
+        R: BufferMut + ?Sized,
+        RC: std::borrow::Borrow<[i32]>,
+        RD: std::borrow::Borrow<[i32]>,
+    {
+        same_element_type(send.element_type(), recv.element_type())?;
+        let n = self.size() as usize;
+        let (send_parts, send) = send.parts(n)?;
+        let (recv_parts, recv) = recv.parts(n)?;
+        let recvs = disjoint_blocks(recv.len(), &recv_parts)?.split(recv);
+        let sends: Vec<&[u8]> = send_parts.iter().map(|p| &send[p.clone()]).collect();
+        let team = self.team(CollectiveTag::AllToAll)?;
+        team.run(|t| algorithms::all_to_all(t, &sends, recvs, AllToAllAlgorithm::Scattered))
+    }
+
+    /// [`Communicator::all_to_all_varcount_into`] in place: the blocks of
+    /// `buf` are sent and then replaced (`MPI_Alltoallv` with
+    /// `MPI_IN_PLACE`), so a block's count is what goes to and comes from
+    /// one process.
+    pub fn all_to_all_varcount_in_place<R, C, D>(
+        &self,
+        buf: &mut PartitionMut<'_, R, C, D>,
+    ) -> Result<()>
+    where
+        R: BufferMut + ?Sized,
+        C: std::borrow::Borrow<[i32]>,
+        D: std::borrow::Borrow<[i32]>,
+    {
+        let n = self.size() as usize;
+        let (parts, buf) = buf.parts(n)?;
+        let layout = disjoint_blocks(buf.len(), &parts)?;
+        let send = buf.to_vec();
+        let sends: Vec<&[u8]> = parts.iter().map(|p| &send[p.clone()]).collect();
+        let recvs = layout.split(buf);
+        let team = self.team(CollectiveTag::AllToAll)?;
+        team.run(|t| algorithms::all_to_all(t, &sends, recvs, AllToAllAlgorithm::Scattered))
+    }
+
+    /// Sends `send[i]` to rank `i` and receives `recv[j]` from rank `j`:
+    /// one buffer per process, each of its own type and length
+    /// (`MPI_Alltoallw`, §6.8, whose per-process datatypes and byte
+    /// displacements these buffers stand for). Both lists have `size`
+    /// entries (else `MPI_ERR_COUNT`).
+    pub fn all_to_all_w_into(
+        &self,
+        send: &[&dyn Buffer],
+        recv: &mut [&mut dyn BufferMut],
+    ) -> Result<()> {
+        let n = self.size() as usize;
+        if send.len() != n || recv.len() != n {
+            return Err(count_error(format!(
+                "{} send and {} receive buffers for {n} processes",
+                send.len(),
+                recv.len()
+            )));
+        }
+        let sends: Vec<&[u8]> = send.iter().map(|b| b.bytes()).collect();
+        let recvs: Vec<&mut [u8]> = recv.iter_mut().map(|b| b.bytes_mut()).collect();
+        let team = self.team(CollectiveTag::AllToAll)?;
+        team.run(|t| algorithms::all_to_all(t, &sends, recvs, AllToAllAlgorithm::Scattered))
+    }
+
+    /// [`Communicator::all_to_all_w_into`] in place: `bufs[i]` is sent to
+    /// rank `i` and then replaced by what it sends (`MPI_Alltoallw` with
+    /// `MPI_IN_PLACE`).
+    pub fn all_to_all_w_in_place(&self, bufs: &mut [&mut dyn BufferMut]) -> Result<()> {
+        let n = self.size() as usize;
+        if bufs.len() != n {
+            return Err(count_error(format!(
+                "{} buffers for {n} processes",
+                bufs.len()
+            )));
+        }
+        let copies: Vec<Vec<u8>> = bufs.iter_mut().map(|b| b.bytes_mut().to_vec()).collect();
+        let sends: Vec<&[u8]> = copies.iter().map(Vec::as_slice).collect();
+        let recvs: Vec<&mut [u8]> = bufs.iter_mut().map(|b| b.bytes_mut()).collect();
+        let team = self.team(CollectiveTag::AllToAll)?;
+        team.run(|t| algorithms::all_to_all(t, &sends, recvs, AllToAllAlgorithm::Scattered))
+    }
+
+    /// Reduces every process's `send` with `op` into `recv` at every
+    /// process (`MPI_Allreduce`, §6.9.6).
+    pub fn all_reduce_into<S, R, O>(&self, send: &S, recv: &mut R, op: O) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        let element_type = same_element_type(send.element_type(), recv.element_type())?;
+        let red = Reduction::new(&op, element_type)?;
+        let recv = copy_input(send.bytes(), recv.bytes_mut(), element_type)?;
+        let team = self.team(CollectiveTag::AllReduce)?;
+        team.run(|t| algorithms::all_reduce(t, recv, &red))
+    }
+
+    /// [`Communicator::all_reduce_into`] in place: `buf` is the input and
+    /// receives the result (`MPI_Allreduce` with `MPI_IN_PLACE`).
+    pub fn all_reduce_in_place<R, O>(&self, buf: &mut R, op: O) -> Result<()>
+    where
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        let red = Reduction::new(&op, buf.element_type())?;
+        let team = self.team(CollectiveTag::AllReduce)?;
+        team.run(|t| algorithms::all_reduce(t, buf.bytes_mut(), &red))
+    }
+
+    /// Reduces every process's `send` (`size` equal blocks) with `op` and
+    /// leaves block `i` of the result in rank `i`'s `recv`
+    /// (`MPI_Reduce_scatter_block`, §6.10.1).
+    pub fn reduce_scatter_block_into<S, R, O>(&self, send: &S, recv: &mut R, op: O) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        let element_type = same_element_type(send.element_type(), recv.element_type())?;
+        let red = Reduction::new(&op, element_type)?;
+        let (send, recv) = (send.bytes(), recv.bytes_mut());
+        let n = self.size() as usize;
+        expect_len(send.len(), n * recv.len(), element_type, "the send buffer")?;
+        let parts = uniform_blocks(n, recv.len());
+        let team = self.team(CollectiveTag::ReduceScatter)?;
+        team.run(|t| algorithms::reduce_scatter(t, send, &parts, recv, &red))
+    }
+
+    /// [`Communicator::reduce_scatter_block_into`] in place: `buf` (`size`
+    /// blocks) is the input, and its first block receives this rank's
+    /// block of the result (`MPI_Reduce_scatter_block` with
+    /// `MPI_IN_PLACE`).
+    pub fn reduce_scatter_block_in_place<R, O>(&self, buf: &mut R, op: O) -> Result<()>
+    where
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        let red = Reduction::new(&op, buf.element_type())?;
+        let n = self.size() as usize;
+        let block = block_of(buf.bytes_mut().len(), n, buf.element_type(), "the buffer")?;
+        let buf = buf.bytes_mut();
+        let input = buf.to_vec();
+        let parts = uniform_blocks(n, block);
+        let team = self.team(CollectiveTag::ReduceScatter)?;
+        team.run(|t| algorithms::reduce_scatter(t, &input, &parts, &mut buf[..block], &red))
+    }
+
+    /// Reduces every process's `send` with `op` and leaves the elements
+    /// of rank `i`'s block in its `recv`: the blocks follow each other,
+    /// `counts[i]` elements long (`MPI_Reduce_scatter`, §6.10.2). `send`
+    /// holds the sum of `counts`, `recv` this rank's count.
+    pub fn reduce_scatter_into<S, R, O>(
+        &self,
+        send: &S,
+        recv: &mut R,
+        counts: &[i32],
+        op: O,
+    ) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        let element_type = same_element_type(send.element_type(), recv.element_type())?;
+        let red = Reduction::new(&op, element_type)?;
+        let (send, recv) = (send.bytes(), recv.bytes_mut());
+        let parts = consecutive_blocks(counts, self.size() as usize, element_type)?;
+        let total = parts.last().map_or(0, |p| p.end);
+        expect_len(send.len(), total, element_type, "the send buffer")?;
+        let mine = parts[self.rank() as usize].len();
+        expect_len(recv.len(), mine, element_type, "the receive buffer")?;
+        let team = self.team(CollectiveTag::ReduceScatter)?;
+        team.run(|t| algorithms::reduce_scatter(t, send, &parts, recv, &red))
+    }
+
+    /// [`Communicator::reduce_scatter_into`] in place: `buf` is the input,
+    /// and its first `counts[rank]` elements receive this rank's block of
+    /// the result (`MPI_Reduce_scatter` with `MPI_IN_PLACE`).
+    pub fn reduce_scatter_in_place<R, O>(&self, buf: &mut R, counts: &[i32], op: O) -> Result<()>
+    where
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        let element_type = buf.element_type();
+        let red = Reduction::new(&op, element_type)?;
+        let buf = buf.bytes_mut();
+        let parts = consecutive_blocks(counts, self.size() as usize, element_type)?;
+        let total = parts.last().map_or(0, |p| p.end);
+        expect_len(buf.len(), total, element_type, "the buffer")?;
+        let input = buf.to_vec();
+        let mine = parts[self.rank() as usize].len();
+        let team = self.team(CollectiveTag::ReduceScatter)?;
+        team.run(|t| algorithms::reduce_scatter(t, &input, &parts, &mut buf[..mine], &red))
+    }
+
+    /// Leaves in `recv` the reduction with `op` of the `send` of ranks
+    /// `0..=rank` (`MPI_Scan`, §6.11.1).
+    pub fn scan_into<S, R, O>(&self, send: &S, recv: &mut R, op: O) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        let element_type = same_element_type(send.element_type(), recv.element_type())?;
+        let red = Reduction::new(&op, element_type)?;
+        let recv = copy_input(send.bytes(), recv.bytes_mut(), element_type)?;
+        let team = self.team(CollectiveTag::Scan)?;
+        team.run(|t| algorithms::scan(t, recv, &red))
+    }
+
+    /// [`Communicator::scan_into`] in place: `buf` is the input and
+    /// receives the result (`MPI_Scan` with `MPI_IN_PLACE`).
+    pub fn scan_in_place<R, O>(&self, buf: &mut R, op: O) -> Result<()>
+    where
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        let red = Reduction::new(&op, buf.element_type())?;
+        let team = self.team(CollectiveTag::Scan)?;
+        team.run(|t| algorithms::scan(t, buf.bytes_mut(), &red))
+    }
+
+    /// Leaves in `recv` the reduction with `op` of the `send` of ranks
+    /// `0..rank` (`MPI_Exscan`, §6.11.2); rank 0's `recv` is left as it
+    /// is.
+    pub fn exclusive_scan_into<S, R, O>(&self, send: &S, recv: &mut R, op: O) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        let element_type = same_element_type(send.element_type(), recv.element_type())?;
+        let red = Reduction::new(&op, element_type)?;
+        let (send, recv) = (send.bytes(), recv.bytes_mut());
+        expect_len(recv.len(), send.len(), element_type, "the receive buffer")?;
+        let team = self.team(CollectiveTag::ExclusiveScan)?;
+        team.run(|t| algorithms::exclusive_scan(t, send, recv, &red))
+    }
+
+    /// [`Communicator::exclusive_scan_into`] in place: `buf` is the input
+    /// and receives the result (`MPI_Exscan` with `MPI_IN_PLACE`); rank
+    /// 0's is left as it is.
+    pub fn exclusive_scan_in_place<R, O>(&self, buf: &mut R, op: O) -> Result<()>
+    where
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        let red = Reduction::new(&op, buf.element_type())?;
+        let buf = buf.bytes_mut();
+        let mine = buf.to_vec();
+        let team = self.team(CollectiveTag::ExclusiveScan)?;
+        team.run(|t| algorithms::exclusive_scan(t, &mine, buf, &red))
+    }
+}
+
+/// Copies `send` into `recv`, which must be as long: the start of a
+/// reduction whose result replaces its input.
+fn copy_input<'r>(
+    send: &[u8],
+    recv: &'r mut [u8],
+    element_type: ElementType,
+) -> Result<&'r mut [u8]> {
+    expect_len(recv.len(), send.len(), element_type, "the receive buffer")?;
+    recv.copy_from_slice(send);
+    Ok(recv)
+}
+
+impl Process<'_> {
+    /// The root's rank as an index; an `MPI_ERR_ROOT` error if it is not
+    /// in the communicator, or if this process is (`at_root`) or is not
+    /// the root when the method called says otherwise.
+    fn root(&self, at_root: bool) -> Result<usize> {
+        let (rank, size) = (self.comm.rank(), self.comm.size());
+        if !(0..size).contains(&self.rank) {
+            return Err(Error::new(
+                ErrorClass::Root,
+                format!(
+                    "root {} is not in this communicator of {size} processes",
+                    self.rank
+                ),
+            ));
+        }
+        if at_root != (rank == self.rank) {
+            let (called, should) = if at_root {
+                ("a root's method", "the non-root method (without `_root`)")
+            } else {
+                ("a non-root method", "the `_root` method")
+            };
+            return Err(Error::new(
+                ErrorClass::Root,
+                format!(
+                    "rank {rank} called {called} with root {}: call {should}",
+                    self.rank
+                ),
+            ));
+        }
+        Ok(self.rank as usize)
+    }
+
+    /// Broadcasts the root's `buf` into every other process's `buf`
+    /// (`MPI_Bcast`, §6.4). Called by every process, the root included.
+    pub fn broadcast_into<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<()> {
+        let at_root = self.comm.rank() == self.rank;
+        let root = self.root(at_root)?;
+        let team = self.comm.team(CollectiveTag::Broadcast)?;
+        team.run(|t| algorithms::broadcast(t, root, buf.bytes_mut()))
+    }
+
+    /// This process's part of a gather to this root (`MPI_Gather`, §6.5),
+    /// at every process but the root: sends `send`.
+    pub fn gather_into<S: Buffer + ?Sized>(&self, send: &S) -> Result<()> {
+        let root = self.root(false)?;
+        let team = self.comm.team(CollectiveTag::Gather)?;
+        team.run(|t| algorithms::gather(t, root, send.bytes(), None))
+    }
+
+    /// The root's part of a gather (`MPI_Gather`, §6.5): `recv` receives
+    /// every process's `send` in rank order (`size` times `send`).
+    pub fn gather_into_root<S, R>(&self, send: &S, recv: &mut R) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        let root = self.root(true)?;
+        let element_type = same_element_type(send.element_type(), recv.element_type())?;
+        let (send, recv) = (send.bytes(), recv.bytes_mut());
+        let n = self.comm.size() as usize;
+        expect_len(
+            recv.len(),
+            n * send.len(),
+            element_type,
+            "the receive buffer",
+        )?;
+        let team = self.comm.team(CollectiveTag::Gather)?;
+        team.run(|t| algorithms::gather(t, root, send, Some(recv)))
+    }
+
+    /// [`Process::gather_into_root`] in place: the root's own block of
+    /// `recv` is its input (`MPI_Gather` with `MPI_IN_PLACE`).
+    pub fn gather_into_root_in_place<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<()> {
+        let root = self.root(true)?;
+        let n = self.comm.size() as usize;
+        let block = block_of(
+            recv.bytes_mut().len(),
+            n,
+            recv.element_type(),
+            "the receive buffer",
+        )?;
+        let recv = recv.bytes_mut();
+        let mine = recv[root * block..(root + 1) * block].to_vec();
+        let team = self.comm.team(CollectiveTag::Gather)?;
+        team.run(|t| algorithms::gather(t, root, &mine, Some(recv)))
+    }
+
+    /// This process's part of a gather of varying counts to this root
+    /// (`MPI_Gatherv`, §6.5), at every process but the root: sends
+    /// `send`.
+    pub fn gather_varcount_into<S: Buffer + ?Sized>(&self, send: &S) -> Result<()> {
+        let root = self.root(false)?;
+        let team = self.comm.team(CollectiveTag::Gather)?;
+        team.run(|t| algorithms::gather_varcount(t, root, send.bytes(), None))
+    }
+
+    /// The root's part of a gather of varying counts (`MPI_Gatherv`,
+    /// §6.5): block `i` of `recv` (which must not overlap another)
+    /// receives rank `i`'s `send`.
+    pub fn gather_varcount_into_root<S, R, C, D>(
+        &self,
+        send: &S,
+        recv: &mut PartitionMut<'_, R, C, D>,
+    ) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        C: std::borrow::Borrow<[i32]>,
+        D: std::borrow::Borrow<[i32]>,
+    {
+        let root = self.root(true)?;
+        same_element_type(send.element_type(), recv.element_type())?;
+        let n = self.comm.size() as usize;
+        let (parts, recv) = recv.parts(n)?;
+        let recvs = disjoint_blocks(recv.len(), &parts)?.split(recv);
+        let send = send.bytes();
+        let team = self.comm.team(CollectiveTag::Gather)?;
+        team.run(|t| algorithms::gather_varcount(t, root, send, Some(recvs)))
+    }
+
+    /// [`Process::gather_varcount_into_root`] in place: the root's own
+    /// block of `recv` is its input (`MPI_Gatherv` with `MPI_IN_PLACE`).
+    pub fn gather_varcount_into_root_in_place<R, C, D>(
+        &self,
+        recv: &mut PartitionMut<'_, R, C, D>,
+    ) -> Result<()>
+    where
+        R: BufferMut + ?Sized,
+        C: std::borrow::Borrow<[i32]>,
+        D: std::borrow::Borrow<[i32]>,
+    {
+        let root = self.root(true)?;
+        let n = self.comm.size() as usize;
+        let (parts, recv) = recv.parts(n)?;
+        let mine = recv[parts[root].clone()].to_vec();
+        let recvs = disjoint_blocks(recv.len(), &parts)?.split(recv);
+        let team = self.comm.team(CollectiveTag::Gather)?;
+        team.run(|t| algorithms::gather_varcount(t, root, &mine, Some(recvs)))
+    }
+
+    /// This process's part of a scatter from this root (`MPI_Scatter`,
+    /// §6.6), at every process but the root: `recv` receives its block.
+    pub fn scatter_into<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<()> {
+        let root = self.root(false)?;
+        let team = self.comm.team(CollectiveTag::Scatter)?;
+        team.run(|t| algorithms::scatter(t, root, None, recv.bytes_mut()))
+    }
+
+    /// The root's part of a scatter (`MPI_Scatter`, §6.6): block `i` of
+    /// `send` (`size` equal blocks) goes to rank `i`, the root's into
+    /// `recv`.
+    pub fn scatter_into_root<S, R>(&self, send: &S, recv: &mut R) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        let root = self.root(true)?;
+        let element_type = same_element_type(send.element_type(), recv.element_type())?;
+        let (send, recv) = (send.bytes(), recv.bytes_mut());
+        let n = self.comm.size() as usize;
+        expect_len(send.len(), n * recv.len(), element_type, "the send buffer")?;
+        let team = self.comm.team(CollectiveTag::Scatter)?;
+        team.run(|t| algorithms::scatter(t, root, Some(send), recv))
+    }
+
+    /// [`Process::scatter_into_root`] in place: the root keeps its own
+    /// block where it is in `send` (`MPI_Scatter` with `MPI_IN_PLACE`).
+    pub fn scatter_into_root_in_place<S: Buffer + ?Sized>(&self, send: &S) -> Result<()> {
+        let root = self.root(true)?;
+        let n = self.comm.size() as usize;
+        let block = block_of(
+            send.bytes().len(),
+            n,
+            send.element_type(),
+            "the send buffer",
+        )?;
+        let mut mine = vec![0u8; block];
+        let team = self.comm.team(CollectiveTag::Scatter)?;
+        team.run(|t| algorithms::scatter(t, root, Some(send.bytes()), &mut mine))
+    }
+
+    /// This process's part of a scatter of varying counts from this root
+    /// (`MPI_Scatterv`, §6.6), at every process but the root: `recv`
+    /// receives its block.
+    pub fn scatter_varcount_into<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<()> {
+        let root = self.root(false)?;
+        let team = self.comm.team(CollectiveTag::Scatter)?;
+        team.run(|t| algorithms::scatter_varcount(t, root, None, recv.bytes_mut()))
+    }
+
+    /// The root's part of a scatter of varying counts (`MPI_Scatterv`,
+    /// §6.6): block `i` of `send` goes to rank `i`, the root's into
+    /// `recv`.
+    pub fn scatter_varcount_into_root<S, C, D, R>(
+        &self,
+        send: &Partition<'_, S, C, D>,
+        recv: &mut R,
+    ) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        C: std::borrow::Borrow<[i32]>,
+        D: std::borrow::Borrow<[i32]>,
+        R: BufferMut + ?Sized,
+    {
+        let root = self.root(true)?;
+        same_element_type(send.element_type(), recv.element_type())?;
+        let n = self.comm.size() as usize;
+        let (parts, send) = send.parts(n)?;
+        let sends: Vec<&[u8]> = parts.iter().map(|p| &send[p.clone()]).collect();
+        let team = self.comm.team(CollectiveTag::Scatter)?;
+        team.run(|t| algorithms::scatter_varcount(t, root, Some(&sends), recv.bytes_mut()))
+    }
+
+    /// [`Process::scatter_varcount_into_root`] in place: the root keeps
+    /// its own block where it is in `send` (`MPI_Scatterv` with
+    /// `MPI_IN_PLACE`).
+    pub fn scatter_varcount_into_root_in_place<S, C, D>(
+        &self,
+        send: &Partition<'_, S, C, D>,
+    ) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        C: std::borrow::Borrow<[i32]>,
+        D: std::borrow::Borrow<[i32]>,
+    {
+        let root = self.root(true)?;
+        let n = self.comm.size() as usize;
+        let (parts, send) = send.parts(n)?;
+        let sends: Vec<&[u8]> = parts.iter().map(|p| &send[p.clone()]).collect();
+        let mut mine = vec![0u8; parts[root].len()];
+        let team = self.comm.team(CollectiveTag::Scatter)?;
+        team.run(|t| algorithms::scatter_varcount(t, root, Some(&sends), &mut mine))
+    }
+
+    /// This process's part of a reduction to this root (`MPI_Reduce`,
+    /// §6.9.1), at every process but the root: contributes `send`.
+    pub fn reduce_into<S, O>(&self, send: &S, op: O) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        O: Operation,
+    {
+        let root = self.root(false)?;
+        let red = Reduction::new(&op, send.element_type())?;
+        let mut acc = Scratch::copy_of(send.bytes());
+        let team = self.comm.team(CollectiveTag::Reduce)?;
+        team.run(|t| algorithms::reduce(t, root, acc.bytes_mut(), &red))
+    }
+
+    /// The root's part of a reduction (`MPI_Reduce`, §6.9.1): `recv`
+    /// receives the reduction with `op` of every process's `send`.
+    pub fn reduce_into_root<S, R, O>(&self, send: &S, recv: &mut R, op: O) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        let root = self.root(true)?;
+        let element_type = same_element_type(send.element_type(), recv.element_type())?;
+        let red = Reduction::new(&op, element_type)?;
+        let recv = copy_input(send.bytes(), recv.bytes_mut(), element_type)?;
+        let team = self.comm.team(CollectiveTag::Reduce)?;
+        team.run(|t| algorithms::reduce(t, root, recv, &red))
+    }
+
+    /// [`Process::reduce_into_root`] in place: the root's `buf` is its
+    /// input and receives the result (`MPI_Reduce` with `MPI_IN_PLACE`).
+    pub fn reduce_into_root_in_place<R, O>(&self, buf: &mut R, op: O) -> Result<()>
+    where
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        let root = self.root(true)?;
+        let red = Reduction::new(&op, buf.element_type())?;
+        let team = self.comm.team(CollectiveTag::Reduce)?;
+        team.run(|t| algorithms::reduce(t, root, buf.bytes_mut(), &red))
+    }
+}

@@ -1,0 +1,878 @@
+//! Reduction operations (MPI 4.1 §6.9): the predefined ones
+//! ([`SystemOperation`]) with the types each is defined for, and
+//! user-defined ones ([`UserOperation`]).
+//!
+//! An operation combines two buffers element by element: `inout[i] =
+//! input[i] op inout[i]` (the argument order of MPI's user functions). A
+//! reduction applies it in rank order, lower ranks' data as `input`, so a
+//! non-commutative operation sees `x0 op x1 op ... op x(n-1)`.
+//!
+//! Which predefined operation goes with which type follows the standard's
+//! table (§6.9.2); any other pairing is an `MPI_ERR_OP` error:
+//!
+//! | operation | types |
+//! |---|---|
+//! | `max`, `min`, `sum`, `product` | integers, floating point |
+//! | `logical_and`, `logical_or`, `logical_xor` | integers (0 is false; the result is 0 or 1) |
+//! | `bitwise_and`, `bitwise_or`, `bitwise_xor` | integers |
+//! | `min_loc`, `max_loc` | [`ValueIndex`] pairs |
+//!
+//! Integer sums and products wrap around on overflow. `max` and `min`
+//! compare as MPICH does (`a > b ? a : b`), so a NaN is kept only where
+//! it was already the accumulated value.
+
+use crate::datatype::{Buffer, BufferMut, ElementType, Equivalence};
+use crate::{Error, ErrorClass, Result};
+
+/// A reduction operation: a [`SystemOperation`] or a [`UserOperation`]
+/// (or a reference to one).
+pub trait Operation: sealed::Sealed {
+    /// Whether the operation is commutative (`MPI_Op_commutative`).
+    fn is_commutative(&self) -> bool {
+        match self.as_op() {
+            OpRef::System(_) => true,
+            OpRef::User(user) => user.commutative,
+        }
+    }
+}
+
+mod sealed {
+    /// What an [`Operation`](super::Operation) is; only this crate's
+    /// operations have it.
+    pub trait Sealed {
+        fn as_op(&self) -> super::OpRef<'_>;
+    }
+}
+
+/// An operation as the reductions see it. (`pub` only so that the sealed
+/// trait can name it; the module is private to the crate.)
+#[derive(Clone, Copy)]
+pub enum OpRef<'a> {
+    /// A predefined operation.
+    System(SystemOp),
+    /// A user-defined operation.
+    User(&'a UserOperation<'a>),
+}
+
+/// The predefined operations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SystemOp {
+    Max,
+    Min,
+    Sum,
+    Product,
+    LogicalAnd,
+    LogicalOr,
+    LogicalXor,
+    BitwiseAnd,
+    BitwiseOr,
+    BitwiseXor,
+    MinLoc,
+    MaxLoc,
+}
+
+impl SystemOp {
+    fn mpi_name(self) -> &'static str {
+        match self {
+            SystemOp::Max => "MPI_MAX",
+            SystemOp::Min => "MPI_MIN",
+            SystemOp::Sum => "MPI_SUM",
+            SystemOp::Product => "MPI_PROD",
+            SystemOp::LogicalAnd => "MPI_LAND",
+            SystemOp::LogicalOr => "MPI_LOR",
+            SystemOp::LogicalXor => "MPI_LXOR",
+            SystemOp::BitwiseAnd => "MPI_BAND",
+            SystemOp::BitwiseOr => "MPI_BOR",
+            SystemOp::BitwiseXor => "MPI_BXOR",
+            SystemOp::MinLoc => "MPI_MINLOC",
+            SystemOp::MaxLoc => "MPI_MAXLOC",
+        }
+    }
+}
+
+/// A predefined operation (MPI 4.1 §6.9.2), e.g. `MPI_SUM`. All are
+/// commutative.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SystemOperation(SystemOp);
+
+impl SystemOperation {
+    /// The maximum (`MPI_MAX`).
+    pub fn max() -> SystemOperation {
+        SystemOperation(SystemOp::Max)
+    }
+    /// The minimum (`MPI_MIN`).
+    pub fn min() -> SystemOperation {
+        SystemOperation(SystemOp::Min)
+    }
+    /// The sum (`MPI_SUM`).
+    pub fn sum() -> SystemOperation {
+        SystemOperation(SystemOp::Sum)
+    }
+    /// The product (`MPI_PROD`).
+    pub fn product() -> SystemOperation {
+        SystemOperation(SystemOp::Product)
+    }
+    /// Logical and (`MPI_LAND`).
+    pub fn logical_and() -> SystemOperation {
+        SystemOperation(SystemOp::LogicalAnd)
+    }
+    /// Logical or (`MPI_LOR`).
+    pub fn logical_or() -> SystemOperation {
+        SystemOperation(SystemOp::LogicalOr)
+    }
+    /// Logical exclusive or (`MPI_LXOR`).
+    pub fn logical_xor() -> SystemOperation {
+        SystemOperation(SystemOp::LogicalXor)
+    }
+    /// Bitwise and (`MPI_BAND`).
+    pub fn bitwise_and() -> SystemOperation {
+        SystemOperation(SystemOp::BitwiseAnd)
+    }
+    /// Bitwise or (`MPI_BOR`).
+    pub fn bitwise_or() -> SystemOperation {
+        SystemOperation(SystemOp::BitwiseOr)
+    }
+    /// Bitwise exclusive or (`MPI_BXOR`).
+    pub fn bitwise_xor() -> SystemOperation {
+        SystemOperation(SystemOp::BitwiseXor)
+    }
+    /// The smallest value and its index (`MPI_MINLOC`), on [`ValueIndex`]
+    /// pairs: among equal values, the smallest index.
+    pub fn min_loc() -> SystemOperation {
+        SystemOperation(SystemOp::MinLoc)
+    }
+    /// The largest value and its index (`MPI_MAXLOC`), on [`ValueIndex`]
+    /// pairs: among equal values, the smallest index.
+    pub fn max_loc() -> SystemOperation {
+        SystemOperation(SystemOp::MaxLoc)
+    }
+}
+
+impl sealed::Sealed for SystemOperation {
+    fn as_op(&self) -> OpRef<'_> {
+        OpRef::System(self.0)
+    }
+}
+
+impl Operation for SystemOperation {}
+
+/// The function of a [`UserOperation`].
+type UserFunction<'a> = dyn Fn(DynBuffer<'_>, DynBufferMut<'_>) + Sync + 'a;
+
+/// An operation defined by a closure (`MPI_Op_create`): it is called with
+/// `input` and `inout` buffers of equal length and must leave `inout[i] =
+/// input[i] op inout[i]`. The buffers are typed at run time: downcast them
+/// to the element type of the reduction.
+///
+/// ```no_run
+/// # let universe = oxmpi::initialize().unwrap();
+/// # let world = universe.world();
+/// use oxmpi::collective::UserOperation;
+/// let sum = UserOperation::commutative(|input, inout| {
+///     let input: &[i32] = input.downcast().unwrap();
+///     let inout: &mut [i32] = inout.downcast().unwrap();
+///     for (x, y) in input.iter().zip(inout) {
+///         *y += x;
+///     }
+/// });
+/// let mut total = 0;
+/// world.all_reduce_into(&world.rank(), &mut total, &sum).unwrap();
+/// ```
+pub struct UserOperation<'a> {
+    function: Box<UserFunction<'a>>,
+    commutative: bool,
+}
+
+impl<'a> UserOperation<'a> {
+    /// A commutative (and associative) operation: reductions may combine
+    /// the ranks' data in any order.
+    pub fn commutative<F>(function: F) -> UserOperation<'a>
+    where
+        F: Fn(DynBuffer<'_>, DynBufferMut<'_>) + Sync + 'a,
+    {
+        UserOperation {
+            function: Box::new(function),
+            commutative: true,
+        }
+    }
+
+    /// An associative, not necessarily commutative operation: reductions
+    /// combine the ranks' data in rank order.
+    pub fn associative<F>(function: F) -> UserOperation<'a>
+    where
+        F: Fn(DynBuffer<'_>, DynBufferMut<'_>) + Sync + 'a,
+    {
+        UserOperation {
+            function: Box::new(function),
+            commutative: false,
+        }
+    }
+}
+
+impl std::fmt::Debug for UserOperation<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserOperation")
+            .field("commutative", &self.commutative)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> sealed::Sealed for UserOperation<'a> {
+    fn as_op(&self) -> OpRef<'_> {
+        OpRef::User(self)
+    }
+}
+
+impl Operation for UserOperation<'_> {}
+
+impl<T: Operation + ?Sized> sealed::Sealed for &T {
+    fn as_op(&self) -> OpRef<'_> {
+        (**self).as_op()
+    }
+}
+
+impl<T: Operation + ?Sized> Operation for &T {}
+
+/// The input of a [`UserOperation`]: elements of a type known at run time.
+#[derive(Clone, Copy, Debug)]
+pub struct DynBuffer<'a> {
+    bytes: &'a [u8],
+    element_type: ElementType,
+}
+
+impl<'a> DynBuffer<'a> {
+    /// The elements as `T`s, if they are `T`s.
+    pub fn downcast<T: Equivalence>(self) -> Option<&'a [T]> {
+        if !self.element_type.is::<T>() {
+            return None;
+        }
+        typed(self.bytes)
+    }
+
+    /// The type of the elements.
+    pub fn element_type(&self) -> ElementType {
+        self.element_type
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.bytes.len() / self.element_type.size()
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+}
+
+/// The accumulating buffer of a [`UserOperation`], which it updates.
+#[derive(Debug)]
+pub struct DynBufferMut<'a> {
+    bytes: &'a mut [u8],
+    element_type: ElementType,
+}
+
+impl<'a> DynBufferMut<'a> {
+    /// The elements as `T`s, if they are `T`s.
+    pub fn downcast<T: Equivalence>(self) -> Option<&'a mut [T]> {
+        if !self.element_type.is::<T>() {
+            return None;
+        }
+        typed_mut(self.bytes)
+    }
+
+    /// The type of the elements.
+    pub fn element_type(&self) -> ElementType {
+        self.element_type
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.bytes.len() / self.element_type.size()
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+}
+
+/// A value and its index, the element type of `min_loc` and `max_loc`
+/// (MPI's pair types, e.g. `MPI_2INT`, `MPI_FLOAT_INT`). Defined for a
+/// 32-bit value (`i32`, `u32`, `f32`) with an `i32` index and a 64-bit one
+/// (`i64`, `u64`, `f64`) with an `i64` index: pairs of equal sizes, which
+/// have no padding.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ValueIndex<V, I> {
+    /// The value compared.
+    pub value: V,
+    /// Its index (e.g. the rank that holds it).
+    pub index: I,
+}
+
+macro_rules! value_index {
+    ($($v:ty, $i:ty => $name:literal;)*) => {$(
+        const _: () = assert!(
+            std::mem::size_of::<ValueIndex<$v, $i>>()
+                == std::mem::size_of::<$v>() + std::mem::size_of::<$i>()
+        );
+        // SAFETY: `repr(C)` with two fields of equal size and alignment:
+        // no padding (checked above), and both fields take any bits.
+        unsafe impl Equivalence for ValueIndex<$v, $i> {
+            const MPI_NAME: &'static str = $name;
+        }
+    )*};
+}
+
+value_index! {
+    i32, i32 => "MPI_2INT";
+    u32, i32 => "ValueIndex<u32, i32>";
+    f32, i32 => "MPI_FLOAT_INT";
+    i64, i64 => "ValueIndex<i64, i64>";
+    u64, i64 => "ValueIndex<u64, i64>";
+    f64, i64 => "ValueIndex<f64, i64>";
+}
+
+/// Combines `input` into `inout`: `inout[i] = input[i] op inout[i]`.
+/// `None` if the bytes are not aligned for the element type.
+type Kernel = fn(&[u8], &mut [u8]) -> Option<()>;
+
+/// An operation ready to apply to elements of one type: see
+/// [`Reduction::new`].
+#[derive(Clone, Copy)]
+pub(crate) struct Reduction<'o> {
+    op: OpRef<'o>,
+    element_type: ElementType,
+    kernel: Option<Kernel>,
+}
+
+impl<'o> Reduction<'o> {
+    /// `op` on elements of `element_type`; an `MPI_ERR_OP` error if `op`
+    /// is a predefined operation not defined for that type.
+    pub(crate) fn new<O: Operation + ?Sized>(
+        op: &'o O,
+        element_type: ElementType,
+    ) -> Result<Reduction<'o>> {
+        let op = op.as_op();
+        let kernel = match op {
+            OpRef::System(system) => Some(kernel(system, element_type).ok_or_else(|| {
+                Error::new(
+                    ErrorClass::Op,
+                    format!(
+                        "{} is not defined for {} (MPI 4.1 §6.9.2 lists the types of each operation)",
+                        system.mpi_name(),
+                        element_type.name()
+                    ),
+                )
+            })?),
+            OpRef::User(_) => None,
+        };
+        Ok(Reduction {
+            op,
+            element_type,
+            kernel,
+        })
+    }
+
+    /// Whether the data may be combined in any order.
+    pub(crate) fn is_commutative(&self) -> bool {
+        match self.op {
+            OpRef::System(_) => true,
+            OpRef::User(user) => user.commutative,
+        }
+    }
+
+    /// Size of one element in bytes.
+    pub(crate) fn element_size(&self) -> usize {
+        self.element_type.size()
+    }
+
+    /// `inout[i] = input[i] op inout[i]` for every element (the two are
+    /// equally long, a whole number of elements, aligned for them).
+    pub(crate) fn apply(&self, input: &[u8], inout: &mut [u8]) -> Result<()> {
+        debug_assert_eq!(input.len(), inout.len());
+        let applied = match (self.kernel, self.op) {
+            (Some(kernel), _) => kernel(input, inout),
+            (None, OpRef::User(user)) => {
+                (user.function)(
+                    DynBuffer {
+                        bytes: input,
+                        element_type: self.element_type,
+                    },
+                    DynBufferMut {
+                        bytes: inout,
+                        element_type: self.element_type,
+                    },
+                );
+                Some(())
+            }
+            (None, OpRef::System(_)) => None,
+        };
+        applied.ok_or_else(|| {
+            Error::new(
+                ErrorClass::Intern,
+                format!(
+                    "a reduction buffer of {} is not aligned for its elements",
+                    self.element_type.name()
+                ),
+            )
+        })
+    }
+}
+
+/// Applies `op` to `input` and `inout` on this process alone, leaving
+/// `inout[i] = input[i] op inout[i]` (`MPI_Reduce_local`). The two must
+/// hold equally many elements (else `MPI_ERR_COUNT`) of one type (else
+/// `MPI_ERR_TYPE`).
+pub fn reduce_local_into<S, R, O>(input: &S, inout: &mut R, op: O) -> Result<()>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation,
+{
+    let element_type = same_element_type(input.element_type(), inout.element_type())?;
+    let reduction = Reduction::new(&op, element_type)?;
+    let (input, inout) = (input.bytes(), inout.bytes_mut());
+    if input.len() != inout.len() {
+        return Err(Error::new(
+            ErrorClass::Count,
+            format!(
+                "the input holds {} elements and the result buffer {}",
+                input.len() / element_type.size(),
+                inout.len() / element_type.size()
+            ),
+        ));
+    }
+    reduction.apply(input, inout)
+}
+
+/// The element type two buffers share, or an `MPI_ERR_TYPE` error.
+pub(crate) fn same_element_type(a: ElementType, b: ElementType) -> Result<ElementType> {
+    if a != b {
+        return Err(Error::new(
+            ErrorClass::Type,
+            format!(
+                "the buffers hold different types ({} and {})",
+                a.name(),
+                b.name()
+            ),
+        ));
+    }
+    Ok(a)
+}
+
+/// `bytes` as a slice of `T`, if they are aligned for it.
+fn typed<T: Equivalence>(bytes: &[u8]) -> Option<&[T]> {
+    // SAFETY: `T: Equivalence` has no padding and no invalid bit patterns,
+    // so any aligned run of bytes is a valid run of `T`s; `align_to` only
+    // takes the aligned middle, and anything outside it is refused below.
+    let (head, body, tail) = unsafe { bytes.align_to::<T>() };
+    (head.is_empty() && tail.is_empty()).then_some(body)
+}
+
+/// `bytes` as a mutable slice of `T`, if they are aligned for it.
+fn typed_mut<T: Equivalence>(bytes: &mut [u8]) -> Option<&mut [T]> {
+    // SAFETY: as in `typed`; any `T` written back is valid bytes.
+    let (head, body, tail) = unsafe { bytes.align_to_mut::<T>() };
+    (head.is_empty() && tail.is_empty()).then_some(body)
+}
+
+/// `inout[i] = f(input[i], inout[i])` over elements of `T`.
+#[inline(always)]
+fn elementwise<T: Equivalence>(
+    input: &[u8],
+    inout: &mut [u8],
+    f: impl Fn(T, T) -> T,
+) -> Option<()> {
+    let input = typed::<T>(input)?;
+    let inout = typed_mut::<T>(inout)?;
+    for (x, y) in input.iter().zip(inout) {
+        *y = f(*x, *y);
+    }
+    Some(())
+}
+
+/// Integers and floating-point numbers: what `max`, `min`, `sum` and
+/// `product` apply to.
+trait Number: Equivalence + PartialOrd {
+    fn plus(self, other: Self) -> Self;
+    fn times(self, other: Self) -> Self;
+}
+
+/// Integers: what the logical and bitwise operations apply to.
+trait Integer:
+    Number
+    + std::ops::BitAnd<Output = Self>
+    + std::ops::BitOr<Output = Self>
+    + std::ops::BitXor<Output = Self>
+{
+    fn is_true(self) -> bool;
+    fn from_bool(b: bool) -> Self;
+}
+
+macro_rules! integers {
+    ($($t:ty),*) => {$(
+        impl Number for $t {
+            fn plus(self, other: $t) -> $t {
+                self.wrapping_add(other)
+            }
+            fn times(self, other: $t) -> $t {
+                self.wrapping_mul(other)
+            }
+        }
+        impl Integer for $t {
+            fn is_true(self) -> bool {
+                self != 0
+            }
+            fn from_bool(b: bool) -> $t {
+                <$t>::from(b)
+            }
+        }
+    )*};
+}
+
+integers!(i8, i16, i32, i64, i128, isize, u8, u16, u32, u64, u128, usize);
+
+macro_rules! floats {
+    ($($t:ty),*) => {$(
+        impl Number for $t {
+            fn plus(self, other: $t) -> $t {
+                self + other
+            }
+            fn times(self, other: $t) -> $t {
+                self * other
+            }
+        }
+    )*};
+}
+
+floats!(f32, f64);
+
+fn max<T: Number>(input: &[u8], inout: &mut [u8]) -> Option<()> {
+    elementwise(input, inout, |a: T, b: T| if a > b { a } else { b })
+}
+
+fn min<T: Number>(input: &[u8], inout: &mut [u8]) -> Option<()> {
+    elementwise(input, inout, |a: T, b: T| if a < b { a } else { b })
+}
+
+fn sum<T: Number>(input: &[u8], inout: &mut [u8]) -> Option<()> {
+    elementwise(input, inout, T::plus)
+}
+
+fn product<T: Number>(input: &[u8], inout: &mut [u8]) -> Option<()> {
+    elementwise(input, inout, T::times)
+}
+
+fn logical_and<T: Integer>(input: &[u8], inout: &mut [u8]) -> Option<()> {
+    elementwise(input, inout, |a: T, b: T| {
+        T::from_bool(a.is_true() && b.is_true())
+    })
+}
+
+fn logical_or<T: Integer>(input: &[u8], inout: &mut [u8]) -> Option<()> {
+    elementwise(input, inout, |a: T, b: T| {
+        T::from_bool(a.is_true() || b.is_true())
+    })
+}
+
+fn logical_xor<T: Integer>(input: &[u8], inout: &mut [u8]) -> Option<()> {
+    elementwise(input, inout, |a: T, b: T| {
+        T::from_bool(a.is_true() != b.is_true())
+    })
+}
+
+fn bitwise_and<T: Integer>(input: &[u8], inout: &mut [u8]) -> Option<()> {
+    elementwise(input, inout, |a: T, b: T| a & b)
+}
+
+fn bitwise_or<T: Integer>(input: &[u8], inout: &mut [u8]) -> Option<()> {
+    elementwise(input, inout, |a: T, b: T| a | b)
+}
+
+fn bitwise_xor<T: Integer>(input: &[u8], inout: &mut [u8]) -> Option<()> {
+    elementwise(input, inout, |a: T, b: T| a ^ b)
+}
+
+/// `MPI_MINLOC` (`smaller_first`) or `MPI_MAXLOC`: the winning value,
+/// and the smaller index on a tie.
+fn pick_loc<V: Number, I: Number>(
+    a: ValueIndex<V, I>,
+    b: ValueIndex<V, I>,
+    smaller_first: bool,
+) -> ValueIndex<V, I>
+where
+    ValueIndex<V, I>: Equivalence,
+{
+    let a_wins = if smaller_first {
+        a.value < b.value
+    } else {
+        a.value > b.value
+    };
+    let b_wins = if smaller_first {
+        b.value < a.value
+    } else {
+        b.value > a.value
+    };
+    match (a_wins, b_wins) {
+        (true, _) => a,
+        (_, true) => b,
+        _ => ValueIndex {
+            value: a.value,
+            index: if b.index < a.index { b.index } else { a.index },
+        },
+    }
+}
+
+fn min_loc<V: Number, I: Number>(input: &[u8], inout: &mut [u8]) -> Option<()>
+where
+    ValueIndex<V, I>: Equivalence,
+{
+    elementwise(input, inout, |a, b| pick_loc::<V, I>(a, b, true))
+}
+
+fn max_loc<V: Number, I: Number>(input: &[u8], inout: &mut [u8]) -> Option<()>
+where
+    ValueIndex<V, I>: Equivalence,
+{
+    elementwise(input, inout, |a, b| pick_loc::<V, I>(a, b, false))
+}
+
+/// The kernel of a predefined operation on integers of type `T`.
+fn integer_kernel<T: Integer>(op: SystemOp) -> Option<Kernel> {
+    Some(match op {
+        SystemOp::Max => max::<T>,
+        SystemOp::Min => min::<T>,
+        SystemOp::Sum => sum::<T>,
+        SystemOp::Product => product::<T>,
+        SystemOp::LogicalAnd => logical_and::<T>,
+        SystemOp::LogicalOr => logical_or::<T>,
+        SystemOp::LogicalXor => logical_xor::<T>,
+        SystemOp::BitwiseAnd => bitwise_and::<T>,
+        SystemOp::BitwiseOr => bitwise_or::<T>,
+        SystemOp::BitwiseXor => bitwise_xor::<T>,
+        SystemOp::MinLoc | SystemOp::MaxLoc => return None,
+    })
+}
+
+/// The kernel of a predefined operation on floating-point numbers.
+fn float_kernel<T: Number>(op: SystemOp) -> Option<Kernel> {
+    Some(match op {
+        SystemOp::Max => max::<T>,
+        SystemOp::Min => min::<T>,
+        SystemOp::Sum => sum::<T>,
+        SystemOp::Product => product::<T>,
+        _ => return None,
+    })
+}
+
+/// The kernel of a predefined operation on value-index pairs.
+fn pair_kernel<V: Number, I: Number>(op: SystemOp) -> Option<Kernel>
+where
+    ValueIndex<V, I>: Equivalence,
+{
+    Some(match op {
+        SystemOp::MinLoc => min_loc::<V, I>,
+        SystemOp::MaxLoc => max_loc::<V, I>,
+        _ => return None,
+    })
+}
+
+/// The kernel of `op` on `element_type`, if the standard defines it.
+fn kernel(op: SystemOp, element_type: ElementType) -> Option<Kernel> {
+    macro_rules! pick {
+        ($class:ident: $($t:ty),*) => {$(
+            if element_type.is::<$t>() {
+                return $class::<$t>(op);
+            }
+        )*};
+    }
+    macro_rules! pick_pairs {
+        ($($v:ty, $i:ty);*) => {$(
+            if element_type.is::<ValueIndex<$v, $i>>() {
+                return pair_kernel::<$v, $i>(op);
+            }
+        )*};
+    }
+    pick!(integer_kernel: i8, i16, i32, i64, i128, isize, u8, u16, u32, u64, u128, usize);
+    pick!(float_kernel: f32, f64);
+    pick_pairs!(i32, i32; u32, i32; f32, i32; i64, i64; u64, i64; f64, i64);
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn apply<T: Equivalence>(op: SystemOperation, input: &[T], inout: &mut [T]) -> Result<()> {
+        reduce_local_into(input, inout, op)
+    }
+
+    #[test]
+    fn every_predefined_operation_on_integers() {
+        let a = [6i32, -3, 0, 5];
+        let cases: [(SystemOperation, [i32; 4]); 10] = [
+            (SystemOperation::max(), [6, 2, 0, 5]),
+            (SystemOperation::min(), [1, -3, 0, 0]),
+            (SystemOperation::sum(), [7, -1, 0, 5]),
+            (SystemOperation::product(), [6, -6, 0, 0]),
+            (SystemOperation::logical_and(), [1, 1, 0, 0]),
+            (SystemOperation::logical_or(), [1, 1, 0, 1]),
+            (SystemOperation::logical_xor(), [0, 0, 0, 1]),
+            (SystemOperation::bitwise_and(), [0, 0, 0, 0]),
+            (SystemOperation::bitwise_or(), [7, -1, 0, 5]),
+            (SystemOperation::bitwise_xor(), [7, -1, 0, 5]),
+        ];
+        for (op, expected) in cases {
+            let mut b = [1i32, 2, 0, 0];
+            apply(op, &a, &mut b).unwrap();
+            assert_eq!(b, expected, "{op:?}");
+        }
+        let mut wrapped = [u8::MAX];
+        apply(SystemOperation::sum(), &[2u8], &mut wrapped).unwrap();
+        assert_eq!(wrapped, [1]);
+    }
+
+    #[test]
+    fn floats_take_arithmetic_and_refuse_bitwise_and_logical_operations() {
+        let mut b = [1.5f64, -2.0];
+        apply(SystemOperation::sum(), &[0.25, 4.0], &mut b).unwrap();
+        assert_eq!(b, [1.75, 2.0]);
+        apply(SystemOperation::max(), &[3.0, 1.0], &mut b).unwrap();
+        assert_eq!(b, [3.0, 2.0]);
+        apply(SystemOperation::product(), &[2.0, 0.5], &mut b).unwrap();
+        assert_eq!(b, [6.0, 1.0]);
+        for op in [
+            SystemOperation::bitwise_and(),
+            SystemOperation::bitwise_or(),
+            SystemOperation::bitwise_xor(),
+            SystemOperation::logical_and(),
+            SystemOperation::logical_or(),
+            SystemOperation::logical_xor(),
+            SystemOperation::min_loc(),
+            SystemOperation::max_loc(),
+        ] {
+            let e = apply(op, &[1.0f32], &mut [2.0f32]).unwrap_err();
+            assert_eq!(e.class(), ErrorClass::Op, "{op:?}");
+        }
+    }
+
+    #[test]
+    fn the_table_covers_every_type_class() {
+        let ints = [
+            ElementType::of::<i8>(),
+            ElementType::of::<i16>(),
+            ElementType::of::<i32>(),
+            ElementType::of::<i64>(),
+            ElementType::of::<i128>(),
+            ElementType::of::<isize>(),
+            ElementType::of::<u8>(),
+            ElementType::of::<u16>(),
+            ElementType::of::<u32>(),
+            ElementType::of::<u64>(),
+            ElementType::of::<u128>(),
+            ElementType::of::<usize>(),
+        ];
+        let floats = [ElementType::of::<f32>(), ElementType::of::<f64>()];
+        let pairs = [
+            ElementType::of::<ValueIndex<i32, i32>>(),
+            ElementType::of::<ValueIndex<u32, i32>>(),
+            ElementType::of::<ValueIndex<f32, i32>>(),
+            ElementType::of::<ValueIndex<i64, i64>>(),
+            ElementType::of::<ValueIndex<u64, i64>>(),
+            ElementType::of::<ValueIndex<f64, i64>>(),
+        ];
+        use SystemOp::*;
+        let all = [
+            Max, Min, Sum, Product, LogicalAnd, LogicalOr, LogicalXor, BitwiseAnd, BitwiseOr,
+            BitwiseXor, MinLoc, MaxLoc,
+        ];
+        for op in all {
+            let arithmetic = matches!(op, Max | Min | Sum | Product);
+            let location = matches!(op, MinLoc | MaxLoc);
+            for t in ints {
+                assert_eq!(kernel(op, t).is_some(), !location, "{op:?} {}", t.name());
+            }
+            for t in floats {
+                assert_eq!(kernel(op, t).is_some(), arithmetic, "{op:?} {}", t.name());
+            }
+            for t in pairs {
+                assert_eq!(kernel(op, t).is_some(), location, "{op:?} {}", t.name());
+            }
+        }
+    }
+
+    #[test]
+    fn locations_prefer_the_smaller_index_on_ties() {
+        let a = [
+            ValueIndex {
+                value: 1.0f64,
+                index: 4i64,
+            },
+            ValueIndex {
+                value: 5.0,
+                index: 1,
+            },
+            ValueIndex {
+                value: 2.0,
+                index: 7,
+            },
+        ];
+        let mut b = [
+            ValueIndex {
+                value: 1.0,
+                index: 2,
+            },
+            ValueIndex {
+                value: 3.0,
+                index: 0,
+            },
+            ValueIndex {
+                value: 2.0,
+                index: 9,
+            },
+        ];
+        let mut c = b;
+        apply(SystemOperation::min_loc(), &a, &mut b).unwrap();
+        assert_eq!(
+            b.map(|p| (p.value, p.index)),
+            [(1.0, 2), (3.0, 0), (2.0, 7)]
+        );
+        apply(SystemOperation::max_loc(), &a, &mut c).unwrap();
+        assert_eq!(
+            c.map(|p| (p.value, p.index)),
+            [(1.0, 2), (5.0, 1), (2.0, 7)]
+        );
+    }
+
+    #[test]
+    fn user_operations_see_typed_buffers_in_mpi_argument_order() {
+        // inout = input - inout: not commutative, so the order shows.
+        let minus = UserOperation::associative(|input, inout| {
+            let input: &[i64] = input.downcast().unwrap();
+            let inout: &mut [i64] = inout.downcast().unwrap();
+            for (x, y) in input.iter().zip(inout) {
+                *y = x - *y;
+            }
+        });
+        assert!(!minus.is_commutative());
+        let mut b = [1i64, 2];
+        reduce_local_into(&[10i64, 20][..], &mut b[..], &minus).unwrap();
+        assert_eq!(b, [9, 18]);
+        let wrong_type = UserOperation::commutative(|input, _| {
+            assert!(input.downcast::<i32>().is_none());
+            assert_eq!(input.len(), 1);
+        });
+        assert!(wrong_type.is_commutative());
+        reduce_local_into(&1u64, &mut 2u64, &wrong_type).unwrap();
+    }
+
+    #[test]
+    fn mismatched_buffers_are_count_and_type_errors() {
+        let e = reduce_local_into(&[1i32, 2][..], &mut [0i32][..], SystemOperation::sum());
+        assert_eq!(e.unwrap_err().class(), ErrorClass::Count);
+        let e = reduce_local_into(&1i32, &mut 0u32, SystemOperation::sum());
+        assert_eq!(e.unwrap_err().class(), ErrorClass::Type);
+    }
+}

@@ -1,0 +1,286 @@
+//! Buffers split into one block per process, for the collectives of
+//! varying counts: [`Partition`] (sent from) and [`PartitionMut`]
+//! (received into), as rsmpi has them.
+
+use crate::datatype::{Buffer, BufferMut, ElementType};
+use crate::{Error, ErrorClass, Result};
+use std::borrow::Borrow;
+use std::ops::Range;
+
+/// A buffer to send from, in one block per process: block `i` is
+/// `counts[i]` elements from element `displs[i]` (MPI's `sendcounts` and
+/// `sdispls`). Blocks may overlap.
+#[derive(Debug)]
+pub struct Partition<'b, B: ?Sized, C, D> {
+    buf: &'b B,
+    counts: C,
+    displs: D,
+}
+
+impl<'b, B, C, D> Partition<'b, B, C, D>
+where
+    B: Buffer + ?Sized,
+    C: Borrow<[i32]>,
+    D: Borrow<[i32]>,
+{
+    /// `buf` in blocks of `counts` elements at element displacements
+    /// `displs`; they are checked when the partition is used.
+    pub fn new(buf: &'b B, counts: C, displs: D) -> Partition<'b, B, C, D> {
+        Partition {
+            buf,
+            counts,
+            displs,
+        }
+    }
+
+    /// The counts of the blocks, in elements.
+    pub fn counts(&self) -> &[i32] {
+        self.counts.borrow()
+    }
+
+    /// The displacements of the blocks, in elements.
+    pub fn displs(&self) -> &[i32] {
+        self.displs.borrow()
+    }
+
+    pub(crate) fn element_type(&self) -> ElementType {
+        self.buf.element_type()
+    }
+
+    /// The blocks in bytes for `size` processes, and the bytes.
+    pub(crate) fn parts(&self, size: usize) -> Result<(Vec<Range<usize>>, &'b [u8])> {
+        let bytes = self.buf.bytes();
+        let parts = blocks(
+            self.counts(),
+            self.displs(),
+            size,
+            self.element_type(),
+            bytes.len(),
+        )?;
+        Ok((parts, bytes))
+    }
+}
+
+/// A buffer to receive into, in one block per process: block `i` is
+/// `counts[i]` elements from element `displs[i]` (MPI's `recvcounts` and
+/// `displs`). Blocks must not overlap (else `MPI_ERR_ARG`).
+#[derive(Debug)]
+pub struct PartitionMut<'b, B: ?Sized, C, D> {
+    buf: &'b mut B,
+    counts: C,
+    displs: D,
+}
+
+impl<'b, B, C, D> PartitionMut<'b, B, C, D>
+where
+    B: BufferMut + ?Sized,
+    C: Borrow<[i32]>,
+    D: Borrow<[i32]>,
+{
+    /// `buf` in blocks of `counts` elements at element displacements
+    /// `displs`; they are checked when the partition is used.
+    pub fn new(buf: &'b mut B, counts: C, displs: D) -> PartitionMut<'b, B, C, D> {
+        PartitionMut {
+            buf,
+            counts,
+            displs,
+        }
+    }
+
+    /// The counts of the blocks, in elements.
+    pub fn counts(&self) -> &[i32] {
+        self.counts.borrow()
+    }
+
+    /// The displacements of the blocks, in elements.
+    pub fn displs(&self) -> &[i32] {
+        self.displs.borrow()
+    }
+
+    pub(crate) fn element_type(&self) -> ElementType {
+        self.buf.element_type()
+    }
+
+    /// The blocks in bytes for `size` processes, and the bytes.
+    pub(crate) fn parts(&mut self, size: usize) -> Result<(Vec<Range<usize>>, &mut [u8])> {
+        let element_type = self.element_type();
+        let bytes = self.buf.bytes_mut();
+        let parts = blocks(
+            self.counts.borrow(),
+            self.displs.borrow(),
+            size,
+            element_type,
+            bytes.len(),
+        )?;
+        Ok((parts, bytes))
+    }
+}
+
+/// The byte ranges of `size` blocks of `counts` elements at element
+/// displacements `displs` in a buffer of `len` bytes.
+fn blocks(
+    counts: &[i32],
+    displs: &[i32],
+    size: usize,
+    element_type: ElementType,
+    len: usize,
+) -> Result<Vec<Range<usize>>> {
+    if counts.len() != size || displs.len() != size {
+        return Err(Error::new(
+            ErrorClass::Arg,
+            format!(
+                "{} counts and {} displacements for {size} processes",
+                counts.len(),
+                displs.len()
+            ),
+        ));
+    }
+    let element = element_type.size();
+    counts
+        .iter()
+        .zip(displs)
+        .enumerate()
+        .map(|(rank, (&count, &displ))| {
+            let count = usize::try_from(count).map_err(|_| {
+                Error::new(
+                    ErrorClass::Count,
+                    format!("the count of rank {rank}'s block is negative ({count})"),
+                )
+            })?;
+            let displ = usize::try_from(displ).map_err(|_| {
+                Error::new(
+                    ErrorClass::Arg,
+                    format!("the displacement of rank {rank}'s block is negative ({displ})"),
+                )
+            })?;
+            let start = displ * element;
+            let end = start + count * element;
+            if end > len {
+                return Err(Error::new(
+                    ErrorClass::Count,
+                    format!(
+                        "rank {rank}'s block (elements {displ}..{}) does not fit the buffer of {} elements",
+                        displ + count,
+                        len / element
+                    ),
+                ));
+            }
+            Ok(start..end)
+        })
+        .collect()
+}
+
+/// `size` blocks of `block` bytes, one after the other.
+pub(crate) fn uniform_blocks(size: usize, block: usize) -> Vec<Range<usize>> {
+    (0..size).map(|i| i * block..(i + 1) * block).collect()
+}
+
+/// The byte ranges of `size` blocks of `counts` elements one after the
+/// other (`MPI_Reduce_scatter`'s `recvcounts`).
+pub(crate) fn consecutive_blocks(
+    counts: &[i32],
+    size: usize,
+    element_type: ElementType,
+) -> Result<Vec<Range<usize>>> {
+    let mut displs = Vec::with_capacity(counts.len());
+    let mut at = 0i64;
+    for &count in counts {
+        displs.push(i32::try_from(at).map_err(|_| {
+            Error::new(ErrorClass::Count, "the counts add up to more than i32::MAX")
+        })?);
+        at += i64::from(count.max(0));
+    }
+    let total = usize::try_from(at).unwrap_or(usize::MAX);
+    blocks(
+        counts,
+        &displs,
+        size,
+        element_type,
+        total * element_type.size(),
+    )
+}
+
+/// Blocks of one buffer that do not overlap, to receive into at once.
+pub(crate) struct DisjointBlocks<'p> {
+    parts: &'p [Range<usize>],
+    /// Indices of the non-empty blocks, by where they start.
+    order: Vec<usize>,
+}
+
+/// Checks that no two non-empty `parts` of a buffer of `len` bytes
+/// overlap (else `MPI_ERR_ARG`).
+pub(crate) fn disjoint_blocks(len: usize, parts: &[Range<usize>]) -> Result<DisjointBlocks<'_>> {
+    let mut order: Vec<usize> = (0..parts.len()).filter(|&i| !parts[i].is_empty()).collect();
+    order.sort_by_key(|&i| parts[i].start);
+    for pair in order.windows(2) {
+        let (a, b) = (&parts[pair[0]], &parts[pair[1]]);
+        if a.end > b.start {
+            return Err(Error::new(
+                ErrorClass::Arg,
+                format!(
+                    "the receive blocks of ranks {} and {} overlap: each element may be written once",
+                    pair[0], pair[1]
+                ),
+            ));
+        }
+    }
+    debug_assert!(order.last().is_none_or(|&i| parts[i].end <= len));
+    Ok(DisjointBlocks { parts, order })
+}
+
+impl DisjointBlocks<'_> {
+    /// `buf` split into the blocks, by block index.
+    pub(crate) fn split(self, buf: &mut [u8]) -> Vec<&mut [u8]> {
+        let mut pieces: Vec<&mut [u8]> =
+            (0..self.parts.len()).map(|_| Default::default()).collect();
+        let mut rest = buf;
+        let mut offset = 0;
+        for i in self.order {
+            let part = &self.parts[i];
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut(part.start - offset);
+            let (piece, tail) = tail.split_at_mut(part.len());
+            pieces[i] = piece;
+            rest = tail;
+            offset = part.end;
+        }
+        pieces
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_are_checked_against_the_buffer() {
+        let t = ElementType::of::<u32>();
+        assert_eq!(blocks(&[1, 2], &[3, 0], 2, t, 16).unwrap(), [12..16, 0..8]);
+        let class = |r: Result<Vec<Range<usize>>>| r.unwrap_err().class();
+        assert_eq!(class(blocks(&[1], &[0], 2, t, 16)), ErrorClass::Arg);
+        assert_eq!(
+            class(blocks(&[-1, 0], &[0, 0], 2, t, 16)),
+            ErrorClass::Count
+        );
+        assert_eq!(class(blocks(&[1, 0], &[-1, 0], 2, t, 16)), ErrorClass::Arg);
+        assert_eq!(class(blocks(&[2, 0], &[3, 0], 2, t, 16)), ErrorClass::Count);
+        assert_eq!(
+            consecutive_blocks(&[2, 0, 1], 3, t).unwrap(),
+            [0..8, 8..8, 8..12]
+        );
+    }
+
+    #[test]
+    fn receive_blocks_split_without_overlap() {
+        let parts = [8..12, 0..4, 4..4, 4..8];
+        let mut buf: Vec<u8> = (0..12).collect();
+        let pieces = disjoint_blocks(12, &parts).unwrap().split(&mut buf);
+        let lens: Vec<&[u8]> = pieces.iter().map(|p| &**p).collect();
+        assert_eq!(
+            lens,
+            [&[8, 9, 10, 11][..], &[0, 1, 2, 3], &[], &[4, 5, 6, 7]]
+        );
+        let overlapping = [0..4, 3..6];
+        let e = disjoint_blocks(6, &overlapping).err().unwrap();
+        assert_eq!(e.class(), ErrorClass::Arg);
+    }
+}

@@ -1,0 +1,295 @@
+//! Making, comparing and freeing communicators (MPI 4.1 §7.4).
+//!
+//! Every constructor is collective: over the parent communicator
+//! ([`Communicator::duplicate`], the splits,
+//! [`Communicator::split_by_subgroup_collective`]) or over the new
+//! communicator's members only ([`Communicator::split_by_subgroup`]). Each
+//! agrees with the other processes on the new communicator's context id
+//! (see `context`), so its messages never match another communicator's.
+//!
+//! A communicator the program made is freed when its last handle is
+//! dropped, or by [`Communicator::free`]; its context id then goes back
+//! to the pool, to be agreed on again by a later communicator.
+
+use crate::collective::algorithms::all_gather;
+use crate::collective::team::{CollectiveTag, Team};
+use crate::comm::{Communicator, TAG_UB};
+use crate::context;
+use crate::datatype::{Buffer, BufferMut};
+use crate::group::{Group, GroupRelation};
+use crate::{Error, ErrorClass, Result};
+use oxmpi_adi::host::HostId;
+use oxmpi_adi::transport::PeerRank;
+
+/// The colour of a process in a split ([`Communicator::split_by_color`]):
+/// processes of one colour form one new communicator; those of the
+/// undefined colour (`MPI_UNDEFINED`) get none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Color(Option<i32>);
+
+impl Color {
+    /// The undefined colour (`MPI_UNDEFINED`): no new communicator.
+    pub fn undefined() -> Color {
+        Color(None)
+    }
+
+    /// The colour `value`, which must not be negative (else the split is
+    /// an `MPI_ERR_ARG` error).
+    pub fn with_value(value: i32) -> Color {
+        Color(Some(value))
+    }
+}
+
+/// How two communicators relate (`MPI_Comm_compare`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommunicatorRelation {
+    /// Handles on the same communicator (`MPI_IDENT`).
+    Identical,
+    /// Different contexts, the same members in the same order
+    /// (`MPI_CONGRUENT`).
+    Congruent,
+    /// Different contexts, the same members in another order
+    /// (`MPI_SIMILAR`).
+    Similar,
+    /// Different members (`MPI_UNEQUAL`).
+    Unequal,
+}
+
+/// A split's key for a process of undefined colour, in the exchange of
+/// colours (real colours are not negative).
+const UNDEFINED_COLOR: i32 = -1;
+
+impl Communicator {
+    /// A new communicator with the same members in the same order and a
+    /// new context (`MPI_Comm_dup`). Collective.
+    pub fn duplicate(&self) -> Result<Communicator> {
+        let team = self.team(CollectiveTag::Communicator)?;
+        let id = team.run(|t| context::agree(t, self.agreement_priority(0), true))?;
+        Communicator::with_context(&self.group(), id).ok_or_else(not_a_member)
+    }
+
+    /// Splits the communicator by colour (`MPI_Comm_split` with key 0):
+    /// the processes of each colour form a new communicator, ranked as
+    /// they are here; the undefined colour gives `None`. Collective.
+    pub fn split_by_color(&self, color: Color) -> Result<Option<Communicator>> {
+        self.split_by_color_with_key(color, 0)
+    }
+
+    /// Splits the communicator by colour (`MPI_Comm_split`): the
+    /// processes of each colour form a new communicator, ranked by `key`
+    /// and, among equal keys, by their rank here; the undefined colour
+    /// gives `None`. Collective.
+    pub fn split_by_color_with_key(&self, color: Color, key: i32) -> Result<Option<Communicator>> {
+        if let Color(Some(value)) = color {
+            if value < 0 {
+                return Err(Error::new(
+                    ErrorClass::Arg,
+                    format!(
+                        "colour {value} is negative: use Color::undefined() for no communicator"
+                    ),
+                ));
+            }
+        }
+        let team = self.team(CollectiveTag::Communicator)?;
+        team.run(|t| self.split(t, color.0, key))
+    }
+
+    /// Splits the communicator into one per host
+    /// (`MPI_Comm_split_type` with `MPI_COMM_TYPE_SHARED`): the processes
+    /// that can share memory, as the shared-memory transport sees them
+    /// (one kernel and network namespace, [`HostId`]), ranked by `key`
+    /// and then by their rank here. Collective.
+    pub fn split_shared(&self, key: i32) -> Result<Communicator> {
+        let team = self.team(CollectiveTag::Communicator)?;
+        let host = HostId::current().map_err(|e| Error::os("learning the host identity", e));
+        // A process that cannot tell its host still takes part (with no
+        // colour), so that the others do not wait for it.
+        let mine = host.as_ref().map_or([0; 32], HostId::key);
+        let split = team.run(|t| {
+            let mut keys = vec![0u8; 32 * t.size()];
+            all_gather(t, &mine, &mut keys)?;
+            let color = host
+                .is_ok()
+                .then(|| {
+                    let first = keys.chunks_exact(32).position(|k| k == mine.as_slice());
+                    first.map(|rank| rank as i32)
+                })
+                .flatten();
+            self.split(t, color, key)
+        })?;
+        host?;
+        split.ok_or_else(not_a_member)
+    }
+
+    /// The split of `t` (all members of this communicator): exchanges
+    /// colours and keys, agrees on one context id for all the new
+    /// communicators (their members are disjoint), and makes this
+    /// process's.
+    fn split(&self, t: &Team, color: Option<i32>, key: i32) -> Result<Option<Communicator>> {
+        let mine = [color.unwrap_or(UNDEFINED_COLOR), key];
+        let mut all = vec![0i32; 2 * t.size()];
+        all_gather(t, mine.bytes(), all.bytes_mut())?;
+        let id = context::agree(t, self.agreement_priority(0), color.is_some())?;
+        let Some(color) = color else {
+            return Ok(None);
+        };
+        let pairs: Vec<(i32, i32)> = all.chunks_exact(2).map(|p| (p[0], p[1])).collect();
+        let world = self.group();
+        let members: Vec<PeerRank> = split_members(&pairs, color)
+            .into_iter()
+            .map(|rank| world.world_ranks()[rank])
+            .collect();
+        Ok(Communicator::with_context(&world.with_members(members), id))
+    }
+
+    /// A communicator of the members of `group`, a subgroup of this
+    /// communicator's (`MPI_Comm_create`): `None` at the processes
+    /// outside it. Collective over this communicator; each process may
+    /// pass another group as long as the groups are disjoint or equal.
+    /// A group with processes outside this communicator is an
+    /// `MPI_ERR_GROUP` error.
+    pub fn split_by_subgroup_collective(&self, group: &Group) -> Result<Option<Communicator>> {
+        let team = self.team(CollectiveTag::Communicator)?;
+        self.ranks_of(group)?;
+        let id =
+            team.run(|t| context::agree(t, self.agreement_priority(0), group.rank().is_some()))?;
+        Ok(Communicator::with_context(group, id))
+    }
+
+    /// A communicator of the members of `group`, a subgroup of this
+    /// communicator's (`MPI_Comm_create_group` with tag 0): collective
+    /// over the group's members only. `None` at a process outside the
+    /// group (which takes no part).
+    pub fn split_by_subgroup(&self, group: &Group) -> Result<Option<Communicator>> {
+        self.split_by_subgroup_with_tag(group, 0)
+    }
+
+    /// [`Communicator::split_by_subgroup`] with `tag` (`0..=TAG_UB`),
+    /// which tells apart concurrent calls of several threads
+    /// (`MPI_Comm_create_group`).
+    pub fn split_by_subgroup_with_tag(
+        &self,
+        group: &Group,
+        tag: i32,
+    ) -> Result<Option<Communicator>> {
+        self.live()?;
+        if !(0..=TAG_UB).contains(&tag) {
+            return Err(Error::new(
+                ErrorClass::Tag,
+                format!("tag {tag} is invalid: tags are 0..={TAG_UB}"),
+            ));
+        }
+        let sources = self.ranks_of(group)?;
+        let Some(rank) = group.rank() else {
+            return Ok(None);
+        };
+        // The group's own collective, on this communicator's collective
+        // context: the program's tag (collectives use negative ones) and
+        // the members' ranks here as sources keep it apart from every
+        // other group's.
+        let team = Team::new(
+            context::collective(self.context_id()),
+            tag,
+            rank as usize,
+            group.world_ranks(),
+            Some(&sources),
+        );
+        let id = team.run(|t| context::agree(t, self.agreement_priority(tag as u32 + 1), true))?;
+        Ok(Communicator::with_context(group, id))
+    }
+
+    /// How this communicator relates to `other` (`MPI_Comm_compare`).
+    pub fn compare(&self, other: &Communicator) -> CommunicatorRelation {
+        if self.same_as(other) {
+            return CommunicatorRelation::Identical;
+        }
+        match self.group().compare(&other.group()) {
+            GroupRelation::Identical => CommunicatorRelation::Congruent,
+            GroupRelation::Similar => CommunicatorRelation::Similar,
+            GroupRelation::Unequal => CommunicatorRelation::Unequal,
+        }
+    }
+
+    /// Frees the communicator (`MPI_Comm_free`): its other handles fail
+    /// every call with `MPI_ERR_COMM` from now on, and its context id
+    /// goes back to the pool once the last of them is dropped (dropping
+    /// every handle frees it as well). Operations already started
+    /// complete normally. Freeing the world or self communicator, or one
+    /// already freed, is an `MPI_ERR_COMM` error.
+    pub fn free(self) -> Result<()> {
+        if !self.is_created() {
+            return Err(Error::new(
+                ErrorClass::Comm,
+                "the world and self communicators cannot be freed",
+            ));
+        }
+        if !self.mark_freed() {
+            return Err(Error::new(
+                ErrorClass::Comm,
+                "this communicator was already freed",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The rank here of each member of `group`; an `MPI_ERR_GROUP` error
+    /// if one is not a member of this communicator.
+    fn ranks_of(&self, group: &Group) -> Result<Vec<i32>> {
+        let ranks: Vec<i32> = (0..group.size()).collect();
+        group
+            .translate_ranks(&ranks, &self.group())?
+            .into_iter()
+            .collect::<Option<Vec<i32>>>()
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorClass::Group,
+                    "the group has processes that are not in the communicator",
+                )
+            })
+    }
+
+    /// The priority of an agreement on a context id over this
+    /// communicator (see `context::agree`); `detail` tells apart
+    /// agreements on one communicator.
+    fn agreement_priority(&self, detail: u32) -> u64 {
+        (u64::from(self.context_id()) << 32) | u64::from(detail)
+    }
+}
+
+/// The ranks (indices of `pairs`, each a rank's colour and key) of the
+/// new communicator of `color`, in their new order: by key, then by rank.
+fn split_members(pairs: &[(i32, i32)], color: i32) -> Vec<usize> {
+    let mut chosen: Vec<(i32, usize)> = pairs
+        .iter()
+        .enumerate()
+        .filter(|(_, &(c, _))| c == color)
+        .map(|(rank, &(_, key))| (key, rank))
+        .collect();
+    chosen.sort_unstable();
+    chosen.into_iter().map(|(_, rank)| rank).collect()
+}
+
+/// The error of a process that should be in the communicator it made.
+fn not_a_member() -> Error {
+    Error::new(
+        ErrorClass::Intern,
+        "this process is not a member of the communicator it made",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_orders_by_key_then_rank() {
+        // Colours and keys of ranks 0..10; rank 2 takes no part.
+        let colors = [0, 0, UNDEFINED_COLOR, 3, 0, 3, 0, 0, 5, 3];
+        let keys = [3, 1, 2, 5, 1, 1, 1, 2, 1, 0];
+        let pairs: Vec<(i32, i32)> = colors.into_iter().zip(keys).collect();
+        assert_eq!(split_members(&pairs, 0), [1, 4, 6, 7, 0]);
+        assert_eq!(split_members(&pairs, 3), [9, 5, 3]);
+        assert_eq!(split_members(&pairs, 5), [8]);
+        assert_eq!(split_members(&pairs, 7), Vec::<usize>::new());
+    }
+}

@@ -1,0 +1,1103 @@
+//! Collective operations run as real jobs: `collectives CHECK`, started by
+//! the harness through oxrun with 1 to 8 ranks. Every result is compared
+//! with a sequential reference that each rank computes alone from the
+//! inputs every rank makes (a function of its rank). Sizes sit on both
+//! sides of each algorithm switch, plus one large. A check exits non-zero,
+//! saying why, when something is wrong.
+//!
+//! Checks: `data` (every collective, in place and not, with predefined
+//! and user-defined operations, commutative and not), `operations` (every
+//! predefined operation on every type, `MPI_ERR_OP` on the others,
+//! min/max-loc), `mismatch` (processes that pass different counts fail
+//! alone and the job goes on), `errors` (the error classes of bad
+//! arguments).
+
+use oxmpi::collective::{
+    DynBuffer, DynBufferMut, Partition, PartitionMut, SystemOperation, UserOperation, ValueIndex,
+};
+use oxmpi::{Buffer, BufferMut, Communicator, Equivalence, Error, ErrorClass, Result};
+use std::fmt::Debug;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let check = std::env::args().nth(1).unwrap_or_default();
+    let result = oxmpi::initialize().and_then(|universe| {
+        let world = universe.world();
+        let outcome = match check.as_str() {
+            "data" => data(&world),
+            "operations" => operations(&world),
+            "mismatch" => mismatch(&world),
+            "errors" => errors(&world),
+            other => Err(fail(format!("unknown check {other:?}"))),
+        };
+        if let Err(e) = outcome {
+            eprintln!("collectives {check}: rank {}: {e}", world.rank());
+            world.abort(1);
+        }
+        universe.finalize()
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("collectives {check}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn fail(message: impl Into<String>) -> Error {
+    Error::new(ErrorClass::Other, message)
+}
+
+fn ensure(ok: bool, message: impl FnOnce() -> String) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(fail(message()))
+    }
+}
+
+/// Checks that `got` equals `expected`, naming the first difference.
+fn same<T: PartialEq + Debug>(got: &[T], expected: &[T], what: &str) -> Result<()> {
+    ensure(got.len() == expected.len(), || {
+        format!(
+            "{what}: {} elements, expected {}",
+            got.len(),
+            expected.len()
+        )
+    })?;
+    match got.iter().zip(expected).position(|(g, e)| g != e) {
+        None => Ok(()),
+        Some(i) => Err(fail(format!(
+            "{what}: element {i} of {} is {:?}, expected {:?}",
+            got.len(),
+            got[i],
+            expected[i]
+        ))),
+    }
+}
+
+/// Checks that `result` failed with `class`.
+fn expect_class<T: Debug>(result: Result<T>, class: ErrorClass, what: &str) -> Result<()> {
+    match result {
+        Err(e) if e.class() == class => Ok(()),
+        other => Err(fail(format!("{what}: expected {class}, got {other:?}"))),
+    }
+}
+
+/// Byte `i` of rank `rank`'s message `seed`.
+fn byte(seed: usize, rank: usize, i: usize) -> u8 {
+    let x = (i as u64)
+        .wrapping_add((seed as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+        .wrapping_add((rank as u64) << 40);
+    (x ^ (x >> 7) ^ (x >> 17) ^ (x >> 40)) as u8
+}
+
+fn bytes(seed: usize, rank: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|i| byte(seed, rank, i)).collect()
+}
+
+/// Element `i` of rank `rank`'s `u32` data `seed`.
+fn word(seed: usize, rank: usize, i: usize) -> u32 {
+    (seed as u32).wrapping_mul(1_000_003) ^ ((rank as u32) << 24) ^ (i as u32)
+}
+
+fn words(seed: usize, rank: usize, len: usize) -> Vec<u32> {
+    (0..len).map(|i| word(seed, rank, i)).collect()
+}
+
+/// A small integer for element `i` of rank `rank`: sums and products of
+/// up to 8 of them are exact in every type.
+fn small(rank: usize, i: usize, signed: bool) -> i64 {
+    let v = ((rank * 7 + i * 3) % 5) as i64;
+    if signed {
+        v - 2
+    } else {
+        v
+    }
+}
+
+fn data(world: &Communicator) -> Result<()> {
+    barrier(world)?;
+    broadcast(world)?;
+    gather_and_scatter(world)?;
+    gather_and_scatter_varcount(world)?;
+    all_gather(world)?;
+    all_to_all(world)?;
+    reductions(world)?;
+    reduce_scatter(world)?;
+    scans(world)?;
+    Ok(())
+}
+
+/// Nobody leaves a barrier before everybody entered it: rank 0 enters
+/// late, and every rank leaves after it entered (the ranks share the
+/// host's clock).
+fn barrier(world: &Communicator) -> Result<()> {
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    };
+    for _ in 0..3 {
+        world.barrier()?;
+    }
+    let mut entered = 0u64;
+    if world.rank() == 0 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        entered = now();
+    }
+    world.barrier()?;
+    let left = now();
+    world.process_at_rank(0).broadcast_into(&mut entered)?;
+    ensure(left >= entered, || {
+        format!(
+            "left the barrier {} us before rank 0 entered it",
+            (entered - left) / 1000
+        )
+    })
+}
+
+fn broadcast(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let sizes = [
+        0,
+        1,
+        12 * 1024 - 1,
+        12 * 1024,
+        12 * 1024 + 5,
+        100_000,
+        512 * 1024 - 1,
+        512 * 1024,
+    ];
+    for (seed, &len) in sizes.iter().enumerate() {
+        for root in 0..size {
+            let mut buf = if rank == root {
+                bytes(seed, root, len)
+            } else {
+                vec![0; len]
+            };
+            world
+                .process_at_rank(root as i32)
+                .broadcast_into(&mut buf[..])?;
+            same(
+                &buf,
+                &bytes(seed, root, len),
+                &format!("broadcast of {len} bytes from {root}"),
+            )?;
+        }
+    }
+    // One large broadcast, from a root in the middle.
+    let root = size / 2;
+    let len = 8 << 20;
+    let mut big = if rank == root {
+        bytes(99, root, len)
+    } else {
+        vec![0; len]
+    };
+    world
+        .process_at_rank(root as i32)
+        .broadcast_into(&mut big[..])?;
+    same(&big, &bytes(99, root, len), "broadcast of 8 MiB")
+}
+
+fn gather_and_scatter(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    for (seed, &len) in [0usize, 1, 100, 4096, 70_000].iter().enumerate() {
+        let everyone: Vec<u8> = (0..size).flat_map(|r| bytes(seed, r, len)).collect();
+        for root in 0..size {
+            let p = world.process_at_rank(root as i32);
+            let mine = bytes(seed, rank, len);
+            let what = format!("gather of {len} bytes to {root}");
+            if rank == root {
+                let mut all = vec![0u8; len * size];
+                p.gather_into_root(&mine[..], &mut all[..])?;
+                same(&all, &everyone, &what)?;
+            } else {
+                p.gather_into(&mine[..])?;
+            }
+            // In place: the root's block is already where it goes.
+            if rank == root {
+                let mut all = vec![0u8; len * size];
+                all[root * len..(root + 1) * len].copy_from_slice(&mine);
+                p.gather_into_root_in_place(&mut all[..])?;
+                same(&all, &everyone, &format!("in-place {what}"))?;
+            } else {
+                p.gather_into(&mine[..])?;
+            }
+            let what = format!("scatter of {len} bytes from {root}");
+            let mut got = vec![0u8; len];
+            if rank == root {
+                p.scatter_into_root(&everyone[..], &mut got[..])?;
+            } else {
+                p.scatter_into(&mut got[..])?;
+            }
+            same(&got, &bytes(seed, rank, len), &what)?;
+            if rank == root {
+                p.scatter_into_root_in_place(&everyone[..])?;
+            } else {
+                let mut got = vec![0u8; len];
+                p.scatter_into(&mut got[..])?;
+                same(&got, &bytes(seed, rank, len), &format!("in-place {what}"))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Counts of varying blocks: rank `r`'s block holds `varying(r) * scale`
+/// elements (some empty).
+fn varying(rank: usize, scale: usize) -> usize {
+    (rank * 37 + 5) % 11 * scale
+}
+
+/// Displacements of blocks of `counts` laid out in reverse rank order
+/// with a gap of 3 elements after each; and the length they need.
+fn reversed_layout(counts: &[i32]) -> (Vec<i32>, usize) {
+    let mut displs = vec![0; counts.len()];
+    let mut at = 0;
+    for r in (0..counts.len()).rev() {
+        displs[r] = at;
+        at += counts[r] + 3;
+    }
+    (displs, at as usize)
+}
+
+fn gather_and_scatter_varcount(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    for scale in [1, 3000] {
+        let counts: Vec<i32> = (0..size).map(|r| varying(r, scale) as i32).collect();
+        let (displs, len) = reversed_layout(&counts);
+        // The root's buffer as it should end: every block in place, the
+        // gaps as they were (zero).
+        let mut expected = vec![0u32; len];
+        for r in 0..size {
+            let at = displs[r] as usize;
+            expected[at..at + counts[r] as usize].copy_from_slice(&words(
+                scale,
+                r,
+                counts[r] as usize,
+            ));
+        }
+        let mine = words(scale, rank, counts[rank] as usize);
+        for root in 0..size {
+            let p = world.process_at_rank(root as i32);
+            let what = format!("gatherv (scale {scale}) to {root}");
+            if rank == root {
+                let mut all = vec![0u32; len];
+                let mut partition = PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
+                p.gather_varcount_into_root(&mine[..], &mut partition)?;
+                same(&all, &expected, &what)?;
+                let mut all = vec![0u32; len];
+                let at = displs[root] as usize;
+                all[at..at + mine.len()].copy_from_slice(&mine);
+                let mut partition = PartitionMut::new(&mut all[..], counts.clone(), displs.clone());
+                p.gather_varcount_into_root_in_place(&mut partition)?;
+                same(&all, &expected, &format!("in-place {what}"))?;
+            } else {
+                p.gather_varcount_into(&mine[..])?;
+                p.gather_varcount_into(&mine[..])?;
+            }
+            let what = format!("scatterv (scale {scale}) from {root}");
+            let mut got = vec![0u32; counts[rank] as usize];
+            if rank == root {
+                let partition = Partition::new(&expected[..], &counts[..], &displs[..]);
+                p.scatter_varcount_into_root(&partition, &mut got[..])?;
+                p.scatter_varcount_into_root_in_place(&partition)?;
+            } else {
+                p.scatter_varcount_into(&mut got[..])?;
+                let mut again = vec![0u32; counts[rank] as usize];
+                p.scatter_varcount_into(&mut again[..])?;
+                same(&again, &mine, &format!("in-place {what}"))?;
+            }
+            same(&got, &mine, &what)?;
+        }
+    }
+    Ok(())
+}
+
+fn all_gather(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    // Totals below and above 80 KiB and 512 KiB, whatever the size.
+    let blocks = [
+        0,
+        8,
+        1000,
+        80 * 1024 / size + 64,
+        512 * 1024 / size + 64,
+        (4 << 20) / size,
+    ];
+    for (seed, &len) in blocks.iter().enumerate() {
+        let everyone: Vec<u8> = (0..size).flat_map(|r| bytes(seed, r, len)).collect();
+        let mine = bytes(seed, rank, len);
+        let mut all = vec![0u8; len * size];
+        world.all_gather_into(&mine[..], &mut all[..])?;
+        same(&all, &everyone, &format!("all-gather of {len}-byte blocks"))?;
+        let mut all = vec![0u8; len * size];
+        all[rank * len..(rank + 1) * len].copy_from_slice(&mine);
+        world.all_gather_in_place(&mut all[..])?;
+        same(
+            &all,
+            &everyone,
+            &format!("in-place all-gather of {len}-byte blocks"),
+        )?;
+    }
+    for scale in [1, 2000] {
+        let counts: Vec<i32> = (0..size).map(|r| varying(r, scale) as i32).collect();
+        let (displs, len) = reversed_layout(&counts);
+        let mut expected = vec![0u32; len];
+        for r in 0..size {
+            let at = displs[r] as usize;
+            expected[at..at + counts[r] as usize].copy_from_slice(&words(
+                scale,
+                r,
+                counts[r] as usize,
+            ));
+        }
+        let mine = words(scale, rank, counts[rank] as usize);
+        let mut all = vec![0u32; len];
+        world.all_gather_varcount_into(
+            &mine[..],
+            &mut PartitionMut::new(&mut all[..], &counts[..], &displs[..]),
+        )?;
+        same(&all, &expected, &format!("all-gatherv (scale {scale})"))?;
+        let mut all = vec![0u32; len];
+        let at = displs[rank] as usize;
+        all[at..at + mine.len()].copy_from_slice(&mine);
+        world.all_gather_varcount_in_place(&mut PartitionMut::new(
+            &mut all[..],
+            &counts[..],
+            &displs[..],
+        ))?;
+        same(
+            &all,
+            &expected,
+            &format!("in-place all-gatherv (scale {scale})"),
+        )?;
+    }
+    Ok(())
+}
+
+/// Elements rank `from` sends rank `to` in the all-to-all of varying
+/// counts.
+fn pair_count(from: usize, to: usize, scale: usize) -> usize {
+    (from * 3 + to * 5) % 7 * scale
+}
+
+fn all_to_all(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    // Block `to` of rank `from`'s data is seeded with both.
+    let block = |seed: usize, from: usize, to: usize, len: usize| bytes(seed * 64 + to, from, len);
+    for (seed, &len) in [0usize, 4, 1000, 32 * 1024 - 4, 32 * 1024, 100_000]
+        .iter()
+        .enumerate()
+    {
+        let send: Vec<u8> = (0..size)
+            .flat_map(|to| block(seed, rank, to, len))
+            .collect();
+        let expected: Vec<u8> = (0..size)
+            .flat_map(|from| block(seed, from, rank, len))
+            .collect();
+        let mut recv = vec![0u8; len * size];
+        world.all_to_all_into(&send[..], &mut recv[..])?;
+        same(
+            &recv,
+            &expected,
+            &format!("all-to-all of {len}-byte blocks"),
+        )?;
+        let mut buf = send.clone();
+        world.all_to_all_in_place(&mut buf[..])?;
+        same(
+            &buf,
+            &expected,
+            &format!("in-place all-to-all of {len}-byte blocks"),
+        )?;
+    }
+    for scale in [1, 5000] {
+        let send_counts: Vec<i32> = (0..size)
+            .map(|to| pair_count(rank, to, scale) as i32)
+            .collect();
+        let recv_counts: Vec<i32> = (0..size)
+            .map(|from| pair_count(from, rank, scale) as i32)
+            .collect();
+        let (send_displs, send_len) = reversed_layout(&send_counts);
+        let (recv_displs, recv_len) = reversed_layout(&recv_counts);
+        let mut send = vec![0u32; send_len];
+        for to in 0..size {
+            let at = send_displs[to] as usize;
+            let n = send_counts[to] as usize;
+            send[at..at + n].copy_from_slice(&words(scale * 64 + to, rank, n));
+        }
+        let mut expected = vec![0u32; recv_len];
+        for from in 0..size {
+            let at = recv_displs[from] as usize;
+            let n = recv_counts[from] as usize;
+            expected[at..at + n].copy_from_slice(&words(scale * 64 + rank, from, n));
+        }
+        let mut recv = vec![0u32; recv_len];
+        world.all_to_all_varcount_into(
+            &Partition::new(&send[..], &send_counts[..], &send_displs[..]),
+            &mut PartitionMut::new(&mut recv[..], &recv_counts[..], &recv_displs[..]),
+        )?;
+        same(&recv, &expected, &format!("all-to-allv (scale {scale})"))?;
+    }
+    // In place, the counts to and from each process are the same: a
+    // symmetric count.
+    let counts: Vec<i32> = (0..size).map(|p| ((p + rank) % 4 * 100) as i32).collect();
+    let (displs, len) = reversed_layout(&counts);
+    let mut buf = vec![0u32; len];
+    let mut expected = vec![0u32; len];
+    for p in 0..size {
+        let (at, n) = (displs[p] as usize, counts[p] as usize);
+        buf[at..at + n].copy_from_slice(&words(7 * 64 + p, rank, n));
+        expected[at..at + n].copy_from_slice(&words(7 * 64 + rank, p, n));
+    }
+    world.all_to_all_varcount_in_place(&mut PartitionMut::new(
+        &mut buf[..],
+        &counts[..],
+        &displs[..],
+    ))?;
+    same(&buf, &expected, "in-place all-to-allv")?;
+    // All-to-allw: to even ranks u16 values, to odd ones f64 values.
+    let sends_u16: Vec<Vec<u16>> = (0..size)
+        .map(|to| {
+            (0..pair_count(rank, to, 10))
+                .map(|i| (rank * 1000 + to * 10 + i) as u16)
+                .collect()
+        })
+        .collect();
+    let sends_f64: Vec<Vec<f64>> = (0..size)
+        .map(|to| {
+            (0..pair_count(rank, to, 10))
+                .map(|i| (rank * 1000 + to * 10 + i) as f64 + 0.5)
+                .collect()
+        })
+        .collect();
+    let sends: Vec<&dyn Buffer> = (0..size)
+        .map(|to| -> &dyn Buffer {
+            if to % 2 == 0 {
+                &sends_u16[to]
+            } else {
+                &sends_f64[to]
+            }
+        })
+        .collect();
+    let n_from = |from: usize| pair_count(from, rank, 10);
+    let mut recv_u16: Vec<Vec<u16>> = (0..size).map(|from| vec![0; n_from(from)]).collect();
+    let mut recv_f64: Vec<Vec<f64>> = (0..size).map(|from| vec![0.0; n_from(from)]).collect();
+    {
+        let mut recvs: Vec<&mut dyn BufferMut> = if rank % 2 == 0 {
+            recv_u16
+                .iter_mut()
+                .map(|v| v as &mut dyn BufferMut)
+                .collect()
+        } else {
+            recv_f64
+                .iter_mut()
+                .map(|v| v as &mut dyn BufferMut)
+                .collect()
+        };
+        world.all_to_all_w_into(&sends, &mut recvs)?;
+    }
+    for from in 0..size {
+        let values = (0..n_from(from)).map(|i| from * 1000 + rank * 10 + i);
+        if rank % 2 == 0 {
+            same(
+                &recv_u16[from],
+                &values.map(|v| v as u16).collect::<Vec<_>>(),
+                "all-to-allw u16",
+            )?;
+        } else {
+            same(
+                &recv_f64[from],
+                &values.map(|v| v as f64 + 0.5).collect::<Vec<_>>(),
+                "all-to-allw f64",
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// An affine map `x -> m x + c` modulo 2^16, packed as `m << 16 | c`.
+/// Composition is associative and not commutative: reducing with it
+/// shows the order in which the ranks' data were combined.
+fn affine(rank: usize, i: usize) -> u32 {
+    let m = (2 * (rank * 7 + i * 3) + 1) as u32 & 0xffff;
+    let c = (rank * 13 + i * 5) as u32 & 0xffff;
+    (m << 16) | c
+}
+
+/// `a` then `b`.
+fn compose(a: u32, b: u32) -> u32 {
+    let (ma, ca) = (a >> 16, a & 0xffff);
+    let (mb, cb) = (b >> 16, b & 0xffff);
+    ((mb.wrapping_mul(ma) & 0xffff) << 16) | (mb.wrapping_mul(ca).wrapping_add(cb) & 0xffff)
+}
+
+/// Composition as an MPI operation: `inout = input then inout`.
+fn composition() -> UserOperation<'static> {
+    UserOperation::associative(|input: DynBuffer, inout: DynBufferMut| {
+        let input: &[u32] = input.downcast().expect("u32 elements");
+        let inout: &mut [u32] = inout.downcast().expect("u32 elements");
+        for (a, b) in input.iter().zip(inout) {
+            *b = compose(*a, *b);
+        }
+    })
+}
+
+/// The composition of ranks `ranks`' maps, in order.
+fn composed(ranks: std::ops::Range<usize>, count: usize) -> Vec<u32> {
+    (0..count)
+        .map(|i| {
+            ranks
+                .clone()
+                .map(|r| affine(r, i))
+                .reduce(compose)
+                .unwrap_or(0)
+        })
+        .collect()
+}
+
+fn sum_i64(ranks: std::ops::Range<usize>, count: usize) -> Vec<i64> {
+    (0..count)
+        .map(|i| ranks.clone().map(|r| (r * 1000 + i) as i64).sum())
+        .collect()
+}
+
+fn reductions(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let sum = SystemOperation::sum();
+    // A sum written by the program: commutative, so the long algorithms
+    // apply to it too.
+    let user_sum = UserOperation::commutative(|input, inout| {
+        let input: &[i64] = input.downcast().expect("i64 elements");
+        let inout: &mut [i64] = inout.downcast().expect("i64 elements");
+        for (a, b) in input.iter().zip(inout) {
+            *b += a;
+        }
+    });
+    let compose_op = composition();
+    // Counts of 8-byte elements on both sides of 2048 bytes, and one of
+    // 1 MiB.
+    for count in [0, 1, 256, 257, 1000, 1 << 17] {
+        let mine: Vec<i64> = (0..count).map(|i| (rank * 1000 + i) as i64).collect();
+        let expected = sum_i64(0..size, count);
+        let roots: Vec<usize> = if count > 1000 {
+            vec![size - 1]
+        } else {
+            (0..size).collect()
+        };
+        for &root in &roots {
+            let p = world.process_at_rank(root as i32);
+            let what = format!("reduce of {count} i64 to {root}");
+            if rank == root {
+                let mut got = vec![0i64; count];
+                p.reduce_into_root(&mine[..], &mut got[..], sum)?;
+                same(&got, &expected, &what)?;
+                let mut got = vec![0i64; count];
+                p.reduce_into_root(&mine[..], &mut got[..], &user_sum)?;
+                same(&got, &expected, &format!("{what} (user sum)"))?;
+                let mut buf = mine.clone();
+                p.reduce_into_root_in_place(&mut buf[..], sum)?;
+                same(&buf, &expected, &format!("in-place {what}"))?;
+            } else {
+                p.reduce_into(&mine[..], sum)?;
+                p.reduce_into(&mine[..], &user_sum)?;
+                p.reduce_into(&mine[..], sum)?;
+            }
+        }
+        let mut got = vec![0i64; count];
+        world.all_reduce_into(&mine[..], &mut got[..], sum)?;
+        same(&got, &expected, &format!("all-reduce of {count} i64"))?;
+        let mut got = vec![0i64; count];
+        world.all_reduce_into(&mine[..], &mut got[..], &user_sum)?;
+        same(
+            &got,
+            &expected,
+            &format!("all-reduce of {count} i64 (user sum)"),
+        )?;
+        let mut buf = mine.clone();
+        world.all_reduce_in_place(&mut buf[..], sum)?;
+        same(
+            &buf,
+            &expected,
+            &format!("in-place all-reduce of {count} i64"),
+        )?;
+    }
+    // A large all-reduce of floating-point numbers (exact: small integers).
+    let count = 1 << 20;
+    let mine: Vec<f64> = (0..count).map(|i| ((rank + i) % 17) as f64).collect();
+    let expected: Vec<f64> = (0..count)
+        .map(|i| (0..size).map(|r| ((r + i) % 17) as f64).sum())
+        .collect();
+    let mut got = vec![0f64; count];
+    world.all_reduce_into(&mine[..], &mut got[..], sum)?;
+    same(&got, &expected, "all-reduce of 8 MiB of f64")?;
+    let p = world.process_at_rank(0);
+    if rank == 0 {
+        let mut got = vec![0f64; count];
+        p.reduce_into_root(&mine[..], &mut got[..], sum)?;
+        same(&got, &expected, "reduce of 8 MiB of f64")?;
+    } else {
+        p.reduce_into(&mine[..], sum)?;
+    }
+    // Not commutative: combined in rank order, whatever the root.
+    for count in [1, 100, 600, 20_000] {
+        let mine: Vec<u32> = (0..count).map(|i| affine(rank, i)).collect();
+        let expected = composed(0..size, count);
+        for root in [0, size - 1, size / 2] {
+            let p = world.process_at_rank(root as i32);
+            if rank == root {
+                let mut got = vec![0u32; count];
+                p.reduce_into_root(&mine[..], &mut got[..], &compose_op)?;
+                same(
+                    &got,
+                    &expected,
+                    &format!("non-commutative reduce of {count} to {root}"),
+                )?;
+            } else {
+                p.reduce_into(&mine[..], &compose_op)?;
+            }
+        }
+        let mut got = vec![0u32; count];
+        world.all_reduce_into(&mine[..], &mut got[..], &compose_op)?;
+        same(
+            &got,
+            &expected,
+            &format!("non-commutative all-reduce of {count}"),
+        )?;
+    }
+    Ok(())
+}
+
+fn reduce_scatter(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let compose_op = composition();
+    for block in [0, 1, 100, 50_000] {
+        let total = block * size;
+        let mine: Vec<i64> = (0..total).map(|i| (rank * 1000 + i) as i64).collect();
+        let expected = sum_i64(0..size, total)[rank * block..(rank + 1) * block].to_vec();
+        let mut got = vec![0i64; block];
+        world.reduce_scatter_block_into(&mine[..], &mut got[..], SystemOperation::sum())?;
+        same(&got, &expected, &format!("reduce-scatter-block of {block}"))?;
+        let mut buf = mine.clone();
+        world.reduce_scatter_block_in_place(&mut buf[..], SystemOperation::sum())?;
+        same(
+            &buf[..block],
+            &expected,
+            &format!("in-place reduce-scatter-block of {block}"),
+        )?;
+        let mine: Vec<u32> = (0..total).map(|i| affine(rank, i)).collect();
+        let expected = composed(0..size, total)[rank * block..(rank + 1) * block].to_vec();
+        let mut got = vec![0u32; block];
+        world.reduce_scatter_block_into(&mine[..], &mut got[..], &compose_op)?;
+        same(
+            &got,
+            &expected,
+            &format!("non-commutative reduce-scatter-block of {block}"),
+        )?;
+    }
+    for scale in [1, 4000] {
+        let counts: Vec<i32> = (0..size).map(|r| varying(r, scale) as i32).collect();
+        let total: usize = counts.iter().map(|&c| c as usize).sum();
+        let start: usize = counts[..rank].iter().map(|&c| c as usize).sum();
+        let mine_len = counts[rank] as usize;
+        let input: Vec<i64> = (0..total).map(|i| (rank * 1000 + i) as i64).collect();
+        let expected = sum_i64(0..size, total)[start..start + mine_len].to_vec();
+        let mut got = vec![0i64; mine_len];
+        world.reduce_scatter_into(&input[..], &mut got[..], &counts, SystemOperation::sum())?;
+        same(&got, &expected, &format!("reduce-scatter (scale {scale})"))?;
+        let mut buf = input.clone();
+        world.reduce_scatter_in_place(&mut buf[..], &counts, SystemOperation::sum())?;
+        same(
+            &buf[..mine_len],
+            &expected,
+            &format!("in-place reduce-scatter (scale {scale})"),
+        )?;
+        let input: Vec<u32> = (0..total).map(|i| affine(rank, i)).collect();
+        let expected = composed(0..size, total)[start..start + mine_len].to_vec();
+        let mut got = vec![0u32; mine_len];
+        world.reduce_scatter_into(&input[..], &mut got[..], &counts, &compose_op)?;
+        same(
+            &got,
+            &expected,
+            &format!("non-commutative reduce-scatter (scale {scale})"),
+        )?;
+    }
+    Ok(())
+}
+
+fn scans(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let compose_op = composition();
+    let _ = size;
+    for count in [0, 1, 1000, 100_000] {
+        let mine: Vec<i64> = (0..count).map(|i| (rank * 1000 + i) as i64).collect();
+        let inclusive = sum_i64(0..rank + 1, count);
+        let mut got = vec![0i64; count];
+        world.scan_into(&mine[..], &mut got[..], SystemOperation::sum())?;
+        same(&got, &inclusive, &format!("scan of {count}"))?;
+        let mut buf = mine.clone();
+        world.scan_in_place(&mut buf[..], SystemOperation::sum())?;
+        same(&buf, &inclusive, &format!("in-place scan of {count}"))?;
+        // Rank 0's result of an exclusive scan is left as it was.
+        let exclusive = if rank == 0 {
+            vec![-7i64; count]
+        } else {
+            sum_i64(0..rank, count)
+        };
+        let mut got = vec![-7i64; count];
+        world.exclusive_scan_into(&mine[..], &mut got[..], SystemOperation::sum())?;
+        same(&got, &exclusive, &format!("exclusive scan of {count}"))?;
+        let mut buf = mine.clone();
+        world.exclusive_scan_in_place(&mut buf[..], SystemOperation::sum())?;
+        if rank > 0 {
+            same(
+                &buf,
+                &exclusive,
+                &format!("in-place exclusive scan of {count}"),
+            )?;
+        }
+        let mine: Vec<u32> = (0..count).map(|i| affine(rank, i)).collect();
+        let mut got = vec![0u32; count];
+        world.scan_into(&mine[..], &mut got[..], &compose_op)?;
+        same(
+            &got,
+            &composed(0..rank + 1, count),
+            &format!("non-commutative scan of {count}"),
+        )?;
+        let mut got = vec![0u32; count];
+        world.exclusive_scan_into(&mine[..], &mut got[..], &compose_op)?;
+        if rank > 0 {
+            same(
+                &got,
+                &composed(0..rank, count),
+                &format!("non-commutative exclusive scan of {count}"),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The predefined operations by name, with what they compute on the small
+/// integers of `small` (in `i128`, which every type's values fit; the
+/// result is then taken into the type as it wraps).
+/// A predefined operation: its name, its constructor, and what it
+/// computes on two values.
+type Case = (
+    &'static str,
+    fn() -> SystemOperation,
+    fn(i128, i128) -> i128,
+);
+
+const OPERATIONS: [Case; 10] = [
+    ("max", SystemOperation::max, |a, b| a.max(b)),
+    ("min", SystemOperation::min, |a, b| a.min(b)),
+    ("sum", SystemOperation::sum, |a, b| a.wrapping_add(b)),
+    ("product", SystemOperation::product, |a, b| {
+        a.wrapping_mul(b)
+    }),
+    ("logical and", SystemOperation::logical_and, |a, b| {
+        i128::from(a != 0 && b != 0)
+    }),
+    ("logical or", SystemOperation::logical_or, |a, b| {
+        i128::from(a != 0 || b != 0)
+    }),
+    ("logical xor", SystemOperation::logical_xor, |a, b| {
+        i128::from((a != 0) != (b != 0))
+    }),
+    ("bitwise and", SystemOperation::bitwise_and, |a, b| a & b),
+    ("bitwise or", SystemOperation::bitwise_or, |a, b| a | b),
+    ("bitwise xor", SystemOperation::bitwise_xor, |a, b| a ^ b),
+];
+
+/// A type the operations are checked on.
+trait Value: Equivalence + PartialEq + Debug {
+    const SIGNED: bool;
+    /// Whether it is an integer (else floating point: only the first four
+    /// operations apply).
+    const INTEGER: bool;
+    fn from_i128(v: i128) -> Self;
+}
+
+macro_rules! values {
+    ($($t:ty: $signed:expr, $integer:expr;)*) => {$(
+        impl Value for $t {
+            const SIGNED: bool = $signed;
+            const INTEGER: bool = $integer;
+            fn from_i128(v: i128) -> $t {
+                v as $t
+            }
+        }
+    )*};
+}
+
+values! {
+    i8: true, true; i16: true, true; i32: true, true; i64: true, true; i128: true, true;
+    isize: true, true; u8: false, true; u16: false, true; u32: false, true; u64: false, true;
+    u128: false, true; usize: false, true; f32: true, false; f64: true, false;
+}
+
+/// Every predefined operation on `T`, all-reduced and reduced to the last
+/// rank, against the reference; `MPI_ERR_OP` where the standard does not
+/// define it.
+fn every_operation<T: Value>(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    const COUNT: usize = 13;
+    let mine: Vec<T> = (0..COUNT)
+        .map(|i| T::from_i128(small(rank, i, T::SIGNED).into()))
+        .collect();
+    for (k, (name, op, apply)) in OPERATIONS.iter().enumerate() {
+        let what = format!("{name} on {}", T::MPI_NAME);
+        let mut got: Vec<T> = (0..COUNT).map(|_| T::from_i128(0)).collect();
+        let result = world.all_reduce_into(&mine[..], &mut got[..], op());
+        if !T::INTEGER && k >= 4 {
+            expect_class(result, ErrorClass::Op, &what)?;
+            continue;
+        }
+        result?;
+        let expected: Vec<T> = (0..COUNT)
+            .map(|i| {
+                let values = (0..size).map(|r| i128::from(small(r, i, T::SIGNED)));
+                T::from_i128(values.reduce(apply).unwrap_or(0))
+            })
+            .collect();
+        same(&got, &expected, &what)?;
+        let root = world.process_at_rank(size as i32 - 1);
+        if rank == size - 1 {
+            let mut got: Vec<T> = (0..COUNT).map(|_| T::from_i128(0)).collect();
+            root.reduce_into_root(&mine[..], &mut got[..], op())?;
+            same(&got, &expected, &format!("reduce of {what}"))?;
+        } else {
+            root.reduce_into(&mine[..], op())?;
+        }
+    }
+    for op in [SystemOperation::min_loc(), SystemOperation::max_loc()] {
+        let mut got: Vec<T> = (0..COUNT).map(|_| T::from_i128(0)).collect();
+        let result = world.all_reduce_into(&mine[..], &mut got[..], op);
+        expect_class(
+            result,
+            ErrorClass::Op,
+            &format!("{op:?} on {}", T::MPI_NAME),
+        )?;
+    }
+    Ok(())
+}
+
+fn operations(world: &Communicator) -> Result<()> {
+    every_operation::<i8>(world)?;
+    every_operation::<i16>(world)?;
+    every_operation::<i32>(world)?;
+    every_operation::<i64>(world)?;
+    every_operation::<i128>(world)?;
+    every_operation::<isize>(world)?;
+    every_operation::<u8>(world)?;
+    every_operation::<u16>(world)?;
+    every_operation::<u32>(world)?;
+    every_operation::<u64>(world)?;
+    every_operation::<u128>(world)?;
+    every_operation::<usize>(world)?;
+    every_operation::<f32>(world)?;
+    every_operation::<f64>(world)?;
+    locations(world)
+}
+
+/// `min_loc` and `max_loc`: the extreme value and the lowest rank that
+/// holds it.
+fn locations(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let value = |r: usize, i: usize| ((r * 7 + i) % 5) as f64 - 1.5;
+    let mine: Vec<ValueIndex<f64, i64>> = (0..20)
+        .map(|i| ValueIndex {
+            value: value(rank, i),
+            index: rank as i64,
+        })
+        .collect();
+    for (name, op, pick) in [
+        (
+            "min_loc",
+            SystemOperation::min_loc(),
+            f64::min as fn(f64, f64) -> f64,
+        ),
+        ("max_loc", SystemOperation::max_loc(), f64::max),
+    ] {
+        let mut got = vec![ValueIndex::default(); 20];
+        world.all_reduce_into(&mine[..], &mut got[..], op)?;
+        let expected: Vec<ValueIndex<f64, i64>> = (0..20)
+            .map(|i| {
+                let best = (0..size).map(|r| value(r, i)).fold(value(0, i), pick);
+                let index = (0..size).find(|&r| value(r, i) == best).unwrap_or(0);
+                ValueIndex {
+                    value: best,
+                    index: index as i64,
+                }
+            })
+            .collect();
+        same(&got, &expected, name)?;
+    }
+    let mut ints = vec![
+        ValueIndex {
+            value: 0i32,
+            index: 0i32
+        };
+        3
+    ];
+    let mine = [ValueIndex {
+        value: -(rank as i32),
+        index: rank as i32,
+    }; 3];
+    world.all_reduce_into(&mine[..], &mut ints[..], SystemOperation::min_loc())?;
+    same(
+        &ints,
+        &[ValueIndex {
+            value: 1 - size as i32,
+            index: size as i32 - 1,
+        }; 3],
+        "min_loc of MPI_2INT",
+    )?;
+    let e = world.all_reduce_into(&mine[..], &mut ints[..], SystemOperation::sum());
+    expect_class(e, ErrorClass::Op, "sum of MPI_2INT")
+}
+
+/// Processes that pass different counts: the one that receives too much
+/// fails with `MPI_ERR_TRUNCATE`, too little with `MPI_ERR_COUNT`, the
+/// others succeed, and the next collectives work.
+fn mismatch(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let last = size - 1;
+    let root = world.process_at_rank(0);
+    for (len_at_last, class) in [(99, ErrorClass::Truncate), (101, ErrorClass::Count)] {
+        // The last rank is a leaf of the broadcast's tree: nobody waits
+        // for what it received.
+        let len = if rank == last && size > 1 {
+            len_at_last
+        } else {
+            100
+        };
+        let mut buf = if rank == 0 {
+            bytes(5, 0, 100)
+        } else {
+            vec![0; len]
+        };
+        let result = root.broadcast_into(&mut buf[..]);
+        if rank == last && size > 1 {
+            expect_class(result, class, "broadcast into the wrong length")?;
+        } else {
+            result?;
+            same(&buf, &bytes(5, 0, 100), "broadcast beside a mismatch")?;
+        }
+        world.barrier()?;
+        let mut total = 0u64;
+        world.all_reduce_into(&1u64, &mut total, SystemOperation::sum())?;
+        ensure(total == size as u64, || {
+            format!("all-reduce after a mismatch gave {total}")
+        })?;
+    }
+    Ok(())
+}
+
+/// Bad arguments, the same at every rank so that all fail alike.
+fn errors(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank(), world.size());
+    let mut buf = [0u8; 4];
+    expect_class(
+        world.process_at_rank(size).broadcast_into(&mut buf),
+        ErrorClass::Root,
+        "root = size",
+    )?;
+    expect_class(
+        world.process_at_rank(-1).broadcast_into(&mut buf),
+        ErrorClass::Root,
+        "root = -1",
+    )?;
+    // Each rank calls the root's method with another rank as root (or the
+    // other way round when alone).
+    let other = world.process_at_rank((rank + 1) % size);
+    if size > 1 {
+        expect_class(
+            other.gather_into_root(&buf, &mut [0u8; 64]),
+            ErrorClass::Root,
+            "root method at a non-root",
+        )?;
+        expect_class(
+            other.reduce_into_root(&buf, &mut [0u8; 4], SystemOperation::sum()),
+            ErrorClass::Root,
+            "reduce_into_root at a non-root",
+        )?;
+    } else {
+        expect_class(
+            other.gather_into(&buf),
+            ErrorClass::Root,
+            "non-root method at the root",
+        )?;
+    }
+    let me = world.process_at_rank(rank);
+    expect_class(
+        me.gather_into_root(&buf, &mut vec![0u8; 4 * size as usize + 1]),
+        ErrorClass::Count,
+        "gather into a buffer of the wrong length",
+    )?;
+    expect_class(
+        world.all_reduce_into(
+            &[1i32, 2, 3][..],
+            &mut [0i32; 2][..],
+            SystemOperation::sum(),
+        ),
+        ErrorClass::Count,
+        "all-reduce into a shorter buffer",
+    )?;
+    expect_class(
+        world.all_reduce_into(&1i32, &mut 0u32, SystemOperation::sum()),
+        ErrorClass::Type,
+        "all-reduce of i32 into u32",
+    )?;
+    expect_class(
+        world.all_reduce_into(&1.0f64, &mut 0.0f64, SystemOperation::bitwise_and()),
+        ErrorClass::Op,
+        "bitwise and of f64",
+    )?;
+    let uneven = world.all_to_all_into(&[0u8; 3][..], &mut [0u8; 3][..]);
+    if 3 % size == 0 {
+        uneven?;
+    } else {
+        expect_class(
+            uneven,
+            ErrorClass::Count,
+            "all-to-all of blocks that do not split",
+        )?;
+    }
+    let one_count = world.reduce_scatter_into(
+        &[0i32; 4][..],
+        &mut [0i32; 4][..],
+        &[4],
+        SystemOperation::sum(),
+    );
+    if size == 1 {
+        one_count?;
+    } else {
+        expect_class(one_count, ErrorClass::Arg, "reduce-scatter with one count")?;
+    }
+    let counts = vec![2; size as usize];
+    let displs = vec![0; size as usize];
+    if size > 1 {
+        let mut recv = [0u32; 2];
+        let e = world.all_gather_varcount_into(
+            &[0u32; 2][..],
+            &mut PartitionMut::new(&mut recv[..], &counts[..], &displs[..]),
+        );
+        expect_class(e, ErrorClass::Arg, "overlapping receive blocks")?;
+    }
+    let negative = vec![-1; size as usize];
+    let mut recv = vec![0u32; 2 * size as usize];
+    let e = world.all_gather_varcount_into(
+        &[0u32; 2][..],
+        &mut PartitionMut::new(&mut recv[..], &negative[..], &displs[..]),
+    );
+    expect_class(e, ErrorClass::Count, "negative counts")?;
+    // The job goes on.
+    let mut total = 0i32;
+    world.all_reduce_into(&1i32, &mut total, SystemOperation::sum())?;
+    ensure(total == size, || {
+        format!("all-reduce after the errors gave {total}")
+    })
+}

@@ -1,0 +1,90 @@
+//! Collectives, groups and communicators as real jobs through oxrun: the
+//! checks of the `collectives` and `communicators` programs over the
+//! default transports (shared memory between the ranks of this host),
+//! every collective with 1 to 8 ranks (oversubscribed on small machines),
+//! and a subset over TCP alone.
+
+use oxmpi_jobs::{run, shm_leftovers, Binaries};
+use std::process::Command;
+use std::time::Duration;
+
+fn bins() -> Binaries {
+    Binaries::new(env!("CARGO_BIN_EXE_collectives"))
+}
+
+/// Runs `program check` on `ranks` ranks with `env` set, within `bound`;
+/// it must succeed and leave nothing in /dev/shm. Returns its standard
+/// output.
+fn job(program: &str, check: &str, ranks: usize, env: &[(&str, &str)], bound: u64) -> String {
+    let mut c = Command::new(bins().oxrun());
+    c.arg("-n")
+        .arg(ranks.to_string())
+        .arg(bins().bin(program))
+        .arg(check)
+        .envs(env.iter().copied());
+    let out = run(c, Duration::from_secs(bound));
+    out.assert_success();
+    assert!(
+        shm_leftovers().is_empty(),
+        "shared segments left: {:?}",
+        shm_leftovers()
+    );
+    out.stdout
+}
+
+const TCP: [(&str, &str); 1] = [("OXMPI_TRANSPORTS", "tcp")];
+
+#[test]
+fn every_collective_with_1_to_8_ranks() {
+    for ranks in 1..=8 {
+        job("collectives", "data", ranks, &[], 120);
+    }
+}
+
+#[test]
+fn every_predefined_operation_on_every_type() {
+    for ranks in [1, 3, 4] {
+        job("collectives", "operations", ranks, &[], 60);
+    }
+}
+
+#[test]
+fn processes_that_pass_different_counts_fail_alone() {
+    for ranks in [2, 5] {
+        job("collectives", "mismatch", ranks, &[], 60);
+    }
+}
+
+#[test]
+fn bad_arguments_have_their_error_classes() {
+    for ranks in [1, 2, 3, 4] {
+        job("collectives", "errors", ranks, &[], 60);
+    }
+}
+
+#[test]
+fn communicators_are_made_compared_and_freed() {
+    for ranks in [1, 2, 4, 7] {
+        job("communicators", "manage", ranks, &[], 60);
+    }
+}
+
+#[test]
+fn ten_thousand_communicators_made_and_freed() {
+    let out = job("communicators", "many", 4, &[], 90);
+    assert!(out.contains("10000 communicators made and freed"), "{out}");
+}
+
+#[test]
+fn threads_make_communicators_at_once() {
+    job("communicators", "threads", 3, &[], 60);
+}
+
+#[test]
+fn collectives_and_communicators_over_tcp() {
+    for ranks in [3, 4] {
+        job("collectives", "data", ranks, &TCP, 120);
+    }
+    job("collectives", "mismatch", 3, &TCP, 60);
+    job("communicators", "manage", 4, &TCP, 60);
+}
