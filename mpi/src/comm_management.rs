@@ -55,6 +55,10 @@ pub enum CommunicatorRelation {
     Unequal,
 }
 
+/// The longest communicator name kept, in bytes (MPICH's
+/// `MPI_MAX_OBJECT_NAME` less the C string's terminator).
+pub const MAX_OBJECT_NAME: usize = 127;
+
 /// A split's key for a process of undefined colour, in the exchange of
 /// colours (real colours are not negative).
 const UNDEFINED_COLOR: i32 = -1;
@@ -230,6 +234,30 @@ impl Communicator {
             ));
         }
         Ok(())
+    }
+
+    /// Names the communicator, at this process only (`MPI_Comm_set_name`,
+    /// MPI 4.1 §7.10): trailing spaces are dropped, and a name longer
+    /// than [`MAX_OBJECT_NAME`] bytes is cut there. A new communicator,
+    /// duplicates included, starts without a name.
+    pub fn set_name(&self, name: &str) -> Result<()> {
+        let mut name = name.trim_end_matches(' ');
+        if name.len() > MAX_OBJECT_NAME {
+            let cut = (0..=MAX_OBJECT_NAME)
+                .rev()
+                .find(|&i| name.is_char_boundary(i))
+                .unwrap_or(0);
+            name = &name[..cut];
+        }
+        *self.name()? = name.to_owned();
+        Ok(())
+    }
+
+    /// The communicator's name (`MPI_Comm_get_name`): `MPI_COMM_WORLD`
+    /// and `MPI_COMM_SELF` for those, else what [`Communicator::set_name`]
+    /// gave it here, or the empty string.
+    pub fn get_name(&self) -> Result<String> {
+        Ok(self.name()?.clone())
     }
 
     /// The rank here of each member of `group`; an `MPI_ERR_GROUP` error

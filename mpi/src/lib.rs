@@ -10,8 +10,9 @@
 //! # Modules
 //! - [`comm`]: the [`Communicator`] and point-to-point messaging.
 //! - [`group`]: groups of processes and their set operations.
-//! - `comm_management`: making, comparing and freeing communicators
-//!   (methods of [`Communicator`]; [`Color`], [`CommunicatorRelation`]).
+//! - `comm_management`: making, comparing, naming and freeing
+//!   communicators (methods of [`Communicator`]; [`Color`],
+//!   [`CommunicatorRelation`]).
 //! - `context`: the context ids that keep communicators apart, agreed
 //!   between processes and reused after a free.
 //! - [`collective`]: the collective operations (methods of
@@ -76,7 +77,7 @@ pub mod persistent;
 pub mod request;
 
 pub use comm::{AnyProcess, Communicator, Message, Process, Status, ANY_TAG, PROC_NULL, TAG_UB};
-pub use comm_management::{Color, CommunicatorRelation};
+pub use comm_management::{Color, CommunicatorRelation, MAX_OBJECT_NAME};
 pub use datatype::{Buffer, BufferMut, ElementType, Equivalence};
 pub use group::{Group, GroupRelation};
 pub use oxmpi_adi::{Error, ErrorClass, Result};

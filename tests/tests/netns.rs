@@ -8,7 +8,8 @@
 //!       -n 2 -x OXMPI_TCP_ADDR=10.231.0.2 ip netns exec B p2p_suite CHECK
 //! ```
 //!
-//! with the default transports. Ranks 0 and 1 (in A) and ranks 2 and 3 (in
+//! with the default transports (and the same with the `collectives` and
+//! `communicators` programs). Ranks 0 and 1 (in A) and ranks 2 and 3 (in
 //! B) must talk through shared memory, the others over TCP across the veth
 //! (the shared-memory card carries the network namespace): every VC bound
 //! in the job is checked from `OXMPI_VERBOSE` output.
@@ -157,10 +158,10 @@ fn as_root(name: &str) -> bool {
     }
 }
 
-/// The MPMD job: ranks 0 and 1 in namespace A, 2 and 3 in B, each part
-/// with its namespace's address for TCP, default transports, and VC
-/// bindings logged.
-fn job(ns: &Namespaces, check: &str, per_part: usize) -> Command {
+/// The MPMD job of `program args`: ranks 0 and 1 in namespace A, 2 and 3
+/// in B, each part with its namespace's address for TCP, default
+/// transports, and VC bindings logged.
+fn job(ns: &Namespaces, program: &str, args: &[&str], per_part: usize) -> Command {
     let mut c = Command::new(bins().oxrun());
     c.arg("--tag-output");
     for (part, (name, addr)) in ns.names.iter().zip(ADDRS).enumerate() {
@@ -170,18 +171,19 @@ fn job(ns: &Namespaces, check: &str, per_part: usize) -> Command {
         c.args(["-n", &per_part.to_string()])
             .args(["-x", &format!("OXMPI_TCP_ADDR={addr}")])
             .args(["ip", "netns", "exec", name])
-            .arg(bins().bin("p2p_suite"))
-            .arg(check);
+            .arg(bins().bin(program))
+            .args(args);
     }
     c.env_remove("OXMPI_TRANSPORTS").env("OXMPI_VERBOSE", "1");
     c
 }
 
-/// Runs `check` in the job and checks every VC binding it logged: shared
-/// memory within a namespace, TCP to the peer's own address across, and
-/// for each pair of ranks that talked, at least one end's binding.
-fn check_in_job(ns: &Namespaces, check: &str, per_part: usize) {
-    let out = run(job(ns, check, per_part), Duration::from_secs(120));
+/// Runs `program check args` in the job and checks every VC binding it
+/// logged: shared memory within a namespace, TCP to the peer's own
+/// address across, and for each pair of ranks that talked, at least one
+/// end's binding.
+fn check_in_job(ns: &Namespaces, program: &str, check: &[&str], per_part: usize) {
+    let out = run(job(ns, program, check, per_part), Duration::from_secs(120));
     out.assert_success();
     let ranks = 2 * per_part;
     let namespace = |rank: usize| rank / per_part;
@@ -196,9 +198,9 @@ fn check_in_job(ns: &Namespaces, check: &str, per_part: usize) {
         }
         bound[b.rank][b.peer] = true;
     }
-    let talked: Vec<(usize, usize)> = match check {
+    let talked: Vec<(usize, usize)> = match check[0] {
         // Every rank to every other.
-        "all-pairs" => (0..ranks)
+        "all-pairs" | "data" => (0..ranks)
             .flat_map(|r| (r + 1..ranks).map(move |p| (r, p)))
             .collect(),
         // Every rank to rank 0.
@@ -240,11 +242,16 @@ fn one_job_over_shm_within_and_tcp_across_two_network_namespaces() {
     let ns = Namespaces::create();
     // Two ranks in each namespace: all pairs with receives from any
     // source, then matched probes racing from any source on rank 0.
-    check_in_job(&ns, "all-pairs", 2);
-    check_in_job(&ns, "mprobe", 2);
+    check_in_job(&ns, "p2p_suite", &["all-pairs"], 2);
+    check_in_job(&ns, "p2p_suite", &["mprobe"], 2);
+    // Every collective over both transports at once (every rank talks to
+    // every other in the all-to-alls); a split by host gives one
+    // communicator per namespace.
+    check_in_job(&ns, "collectives", &["data"], 2);
+    check_in_job(&ns, "communicators", &["hosts", "2"], 2);
     // One rank in each: messages across the eager threshold up to 64 MiB,
     // rank 0 and rank 1 over TCP through the veth pair.
-    check_in_job(&ns, "sizes", 1);
+    check_in_job(&ns, "p2p_suite", &["sizes"], 1);
     let names = ns.names.clone();
     let veths = ns.veths.clone();
     drop(ns);

@@ -3,11 +3,13 @@
 //! why, when something is wrong.
 //!
 //! Checks: `manage` (duplicate, split by colour and key, split by host,
-//! from a group over the parent or over the group alone, compare, free,
+//! from a group over the parent or over the group alone, compare, names,
+//! free,
 //! groups of communicators, and traffic that stays on its communicator),
 //! `many` (10,000 communicators made and freed, a thousand alive at
 //! once), `threads` (threads making communicators at once on different
-//! parents).
+//! parents), `hosts PER_HOST` (a split by host, in a job whose ranks run
+//! `PER_HOST` to a host (or network namespace), in rank order).
 
 use oxmpi::collective::SystemOperation;
 use oxmpi::{
@@ -30,6 +32,7 @@ fn main() -> ExitCode {
             "manage" => manage(&world, &universe.self_comm()),
             "many" => many(&world),
             "threads" if provided == Threading::Multiple => threads(&world),
+            "hosts" => hosts(&world),
             other => Err(fail(format!("unknown check {other:?}"))),
         };
         if let Err(e) = outcome {
@@ -214,6 +217,28 @@ fn manage(world: &Communicator, self_comm: &Communicator) -> Result<()> {
     }
     world.barrier()?;
 
+    // Names, local to each process.
+    ensure(world.get_name()? == "MPI_COMM_WORLD", || {
+        "world's name".into()
+    })?;
+    ensure(self_comm.get_name()? == "MPI_COMM_SELF", || {
+        "self's name".into()
+    })?;
+    ensure(dup.get_name()?.is_empty(), || {
+        "a new communicator's name".into()
+    })?;
+    dup.set_name(&format!("copy at {rank}   "))?;
+    ensure(dup.get_name()? == format!("copy at {rank}"), || {
+        "a set name".into()
+    })?;
+    ensure(dup.duplicate()?.get_name()?.is_empty(), || {
+        "a duplicate's name".into()
+    })?;
+    dup.set_name(&"é".repeat(100))?;
+    ensure(dup.get_name()? == "é".repeat(63), || {
+        "a name cut at 127 bytes".into()
+    })?;
+
     // Freeing.
     expect_class(world.clone().free(), ErrorClass::Comm, "freeing the world")?;
     expect_class(self_comm.clone().free(), ErrorClass::Comm, "freeing self")?;
@@ -233,6 +258,11 @@ fn manage(world: &Communicator, self_comm: &Communicator) -> Result<()> {
         handle.duplicate(),
         ErrorClass::Comm,
         "duplicating a freed communicator",
+    )?;
+    expect_class(
+        handle.get_name(),
+        ErrorClass::Comm,
+        "the name of a freed communicator",
     )?;
     expect_class(handle.free(), ErrorClass::Comm, "freeing twice")?;
     expect_class(
@@ -392,4 +422,18 @@ fn threads(world: &Communicator) -> Result<()> {
             .collect::<Result<Vec<()>>>()
     })?;
     world.barrier()
+}
+
+/// A split by host in a job of `PER_HOST` consecutive ranks per host:
+/// each rank's communicator holds exactly the ranks of its host.
+fn hosts(world: &Communicator) -> Result<()> {
+    let per_host: i32 = std::env::args()
+        .nth(2)
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| fail("usage: communicators hosts PER_HOST"))?;
+    let rank = world.rank();
+    let first = rank - rank % per_host;
+    let expected: Vec<i32> = (first..(first + per_host).min(world.size())).collect();
+    let host = world.split_shared(rank)?;
+    check_members(&host, world, &expected, "split by host")
 }
