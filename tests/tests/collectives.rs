@@ -42,6 +42,17 @@ fn every_collective_with_1_to_8_ranks() {
 }
 
 #[test]
+fn every_collective_with_most_messages_by_rendezvous() {
+    // Eager limits of 1000 bytes: nearly every step of the algorithms
+    // waits for its receiver, which must never wait for it in turn.
+    let small_eager = [
+        ("OXMPI_SHM_EAGER_LIMIT", "1000"),
+        ("OXMPI_TCP_EAGER_LIMIT", "1000"),
+    ];
+    job("collectives", "data", 5, &small_eager, 120);
+}
+
+#[test]
 fn every_predefined_operation_on_every_type() {
     for ranks in [1, 3, 4] {
         job("collectives", "operations", ranks, &[], 60);
