@@ -50,6 +50,10 @@
 //! reads are `OXMPI_TRANSPORTS` (see [`TRANSPORTS_ENV`]), plus the device's
 //! and the transports' own.
 
+// `#[derive(Equivalence)]` writes `::oxmpi::...`; this lets the crate's
+// own tests use it.
+extern crate self as oxmpi;
+
 pub mod buffered;
 pub mod comm;
 pub mod datatype;
@@ -58,6 +62,12 @@ pub mod request;
 
 pub use comm::{AnyProcess, Communicator, Message, Process, Status, ANY_TAG, PROC_NULL, TAG_UB};
 pub use datatype::{Buffer, BufferMut, Equivalence};
+
+/// The traits a program calls methods of, to import at once
+/// (`use oxmpi::traits::*`), as rsmpi's `mpi::traits`.
+pub mod traits {
+    pub use crate::datatype::{Buffer, BufferMut, Datatype, Equivalence, UncommittedDatatype};
+}
 pub use oxmpi_adi::{Error, ErrorClass, Result};
 pub use persistent::PersistentRequest;
 
