@@ -2,8 +2,9 @@
 //!
 //! This crate is the MPI layer (device independent): initialization and
 //! finalization, communicators, point-to-point messaging with statuses and
-//! requests, errors with MPI error classes, and the safe Rust API over
-//! them. It drives the abstract device ([`oxmpi_adi`]) and never touches a
+//! requests, datatypes (derived ones, `#[derive(Equivalence)]` for structs,
+//! pack and external32: see [`datatype`]), errors with MPI error classes,
+//! and the safe Rust API over them. It drives the abstract device ([`oxmpi_adi`]) and never touches a
 //! socket or a packet itself.
 //!
 //! # Quick start

@@ -63,6 +63,13 @@
 //!
 //! A persistent request refers to its scope, which is not `Sync`, so it
 //! stays on the thread that made it.
+//!
+//! A buffer described by a datatype that is not contiguous (a
+//! [`View`](crate::datatype::View) or [`MutView`](crate::datatype::MutView))
+//! is packed into a copy at each start of a send, and received into a
+//! staging buffer that the request's wait or test unpacks into it. A
+//! request dropped while such a receive is active is still completed by
+//! its scope, but its data is not unpacked: the buffer keeps what it held.
 
 use crate::comm::{sent_status, Communicator, SendMode, Status, PROC_NULL};
 use crate::datatype::{unpack_received, Incoming, MutView, Staging, View};

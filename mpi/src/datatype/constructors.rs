@@ -494,3 +494,84 @@ impl fmt::Debug for UncommittedUserDatatype {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::datatype::Equivalence;
+
+    fn class<T>(r: Result<T>) -> ErrorClass {
+        match r {
+            Ok(_) => panic!("expected an error"),
+            Err(e) => e.class(),
+        }
+    }
+
+    #[test]
+    fn bad_arguments_have_their_error_classes() {
+        let int = i32::equivalent_datatype();
+        assert_eq!(class(UserDatatype::contiguous(-1, &int)), ErrorClass::Count);
+        assert_eq!(
+            class(UserDatatype::vector(-2, 1, 1, &int)),
+            ErrorClass::Count
+        );
+        assert_eq!(class(UserDatatype::vector(2, -1, 1, &int)), ErrorClass::Arg);
+        assert_eq!(
+            class(UserDatatype::indexed(&[1, -1], &[0, 4], &int)),
+            ErrorClass::Arg
+        );
+        assert_eq!(
+            class(UserDatatype::heterogeneous_indexed(&[1], &[0, 4], &int)),
+            ErrorClass::Arg
+        );
+        assert_eq!(
+            class(UserDatatype::indexed_block(-1, &[0], &int)),
+            ErrorClass::Arg
+        );
+        assert_eq!(
+            class(UserDatatype::structured(&[1, 1], &[0, 8], &[&int])),
+            ErrorClass::Arg
+        );
+        for (sizes, subsizes, starts) in [
+            (&[][..], &[][..], &[][..]),
+            (&[4], &[0], &[0]),
+            (&[4], &[5], &[0]),
+            (&[4], &[2], &[3]),
+            (&[4], &[2], &[-1]),
+            (&[4, 4], &[2], &[0]),
+        ] {
+            let r = UserDatatype::subarray(sizes, subsizes, starts, Order::C, &int);
+            assert_eq!(
+                class(r),
+                ErrorClass::Arg,
+                "{sizes:?} {subsizes:?} {starts:?}"
+            );
+        }
+        let huge = UserDatatype::contiguous(i32::MAX, &u64::equivalent_datatype()).unwrap();
+        let r = UserDatatype::vector(i32::MAX, 1, i32::MAX, &huge);
+        assert_eq!(class(r), ErrorClass::Type);
+    }
+
+    #[test]
+    fn subarrays_follow_their_storage_order() {
+        // A 2 x 2 block at (1, 1) of a 3 x 4 array of bytes.
+        let byte = u8::equivalent_datatype();
+        let c = UserDatatype::subarray(&[3, 4], &[2, 2], &[1, 1], Order::C, &byte).unwrap();
+        let f = UserDatatype::subarray(&[3, 4], &[2, 2], &[1, 1], Order::Fortran, &byte).unwrap();
+        let segments = |d: &UserDatatype| {
+            let mut out = Vec::new();
+            let _ = d.handle().0.for_each_segment(1, |o, l| {
+                out.push((o, l));
+                std::ops::ControlFlow::Continue(())
+            });
+            out
+        };
+        // Row-major: rows 1 and 2, columns 1-2: bytes 5-6 and 9-10.
+        assert_eq!(segments(&c), [(5, 2), (9, 2)]);
+        // Column-major (3 rows per column): columns 1 and 2, rows 1-2.
+        assert_eq!(segments(&f), [(4, 2), (7, 2)]);
+        for d in [&c, &f] {
+            assert_eq!((d.lower_bound(), d.extent(), d.size()), (0, 12, 4));
+        }
+    }
+}
