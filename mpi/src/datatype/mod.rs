@@ -142,6 +142,15 @@ pub use view::{Buffer, BufferMut, MutView, View};
 ///     flag: bool, // not every byte value is a bool
 /// }
 /// ```
+///
+/// ```compile_fail
+/// # use oxmpi::datatype::Equivalence;
+/// #[derive(Equivalence, Clone, Copy)]
+/// #[repr(C)]
+/// struct Generic<T: Copy> {
+///     value: T,
+/// }
+/// ```
 pub use oxmpi_derive::Equivalence;
 
 /// MPI's `int` for counts and block lengths; a negative one is an error
