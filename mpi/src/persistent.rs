@@ -65,7 +65,7 @@
 //! stays on the thread that made it.
 //!
 //! A buffer described by a datatype that is not contiguous (a
-//! [`View`](crate::datatype::View) or [`MutView`](crate::datatype::MutView))
+//! [`View`] or [`MutView`])
 //! is packed into a copy at each start of a send, and received into a
 //! staging buffer that the request's wait or test unpacks into it. A
 //! request dropped while such a receive is active is still completed by
