@@ -247,3 +247,70 @@ impl Communicator {
         packed_size(count, datatype)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::datatype::{Equivalence, UserDatatype};
+
+    #[derive(Equivalence, Clone, Copy)]
+    #[repr(C)]
+    struct Plain {
+        a: u32,
+        b: [u16; 2],
+    }
+
+    #[derive(Equivalence, Clone, Copy)]
+    #[repr(C)]
+    struct Padded {
+        a: u8,
+        b: u32,
+    }
+
+    /// Whether `data` goes to the device as the buffer's own bytes, from
+    /// byte `at` of `base`.
+    fn borrowed_at(data: View<'_>, base: *const u8, at: usize) -> bool {
+        match Outgoing::new(&data).unwrap() {
+            Outgoing::Borrowed(bytes) => bytes.as_ptr() == base.wrapping_add(at),
+            Outgoing::Packed(_) => false,
+        }
+    }
+
+    #[test]
+    fn contiguous_data_is_sent_without_a_copy() {
+        let numbers = [1.0f64; 12];
+        let base = numbers.as_ptr().cast::<u8>();
+        assert!(borrowed_at(numbers.view(), base, 0));
+        let f64t = f64::equivalent_datatype();
+        let three = UserDatatype::contiguous(3, &f64t).unwrap();
+        let dense_vector = UserDatatype::vector(2, 2, 2, &f64t).unwrap();
+        let one_block = UserDatatype::heterogeneous_indexed(&[4], &[16], &f64t).unwrap();
+        for (datatype, count, at) in [(&three, 4, 0), (&dense_vector, 3, 0), (&one_block, 1, 16)] {
+            let view = View::with_count_and_datatype(&numbers[..], count, datatype).unwrap();
+            assert!(borrowed_at(view, base, at));
+        }
+        let plain = [Plain { a: 1, b: [2, 3] }; 4];
+        assert!(borrowed_at(plain.view(), plain.as_ptr().cast(), 0));
+        // Not contiguous: packed.
+        let padded = [Padded { a: 1, b: 2 }; 4];
+        assert!(!borrowed_at(padded.view(), padded.as_ptr().cast(), 0));
+        let gaps = UserDatatype::vector(2, 1, 2, &f64t).unwrap();
+        let view = View::with_count_and_datatype(&numbers[..], 1, &gaps).unwrap();
+        assert!(!borrowed_at(view, base, 0));
+    }
+
+    #[test]
+    fn contiguous_receives_land_in_the_buffer_and_others_are_staged() {
+        let mut numbers = [0u32; 8];
+        match Incoming::new(numbers.view_mut()).unwrap() {
+            Incoming::Direct(bytes) => assert_eq!(bytes.len(), 32),
+            Incoming::Staged { .. } => panic!("a slice of numbers was staged"),
+        }
+        let gaps = UserDatatype::vector(4, 1, 2, &u32::equivalent_datatype()).unwrap();
+        let view = MutView::with_count_and_datatype(&mut numbers[..], 1, &gaps).unwrap();
+        let mut incoming = Incoming::new(view).unwrap();
+        incoming.device_buffer()[..8].copy_from_slice(&[1, 0, 0, 0, 2, 0, 0, 0]);
+        incoming.finish(8).unwrap();
+        assert_eq!(numbers, [1, 0, 2, 0, 0, 0, 0, 0].map(u32::from_le));
+    }
+}
