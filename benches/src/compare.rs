@@ -733,6 +733,12 @@ fn table(
     }
     s.push('\n');
     let ratio = |r: Option<f64>| match r {
+        // Two significant digits below 0.1, so that a far smaller figure
+        // (a floor measured on a loaded machine) is not shown as 0.
+        Some(r) if r > 0.0 && r < 0.1 => {
+            let decimals = 1 - r.log10().floor() as usize;
+            format!("{r:>COLUMN_WIDTH$.decimals$}")
+        }
         Some(r) => format!("{r:>COLUMN_WIDTH$.2}"),
         None => format!("{:>COLUMN_WIDTH$}", "-"),
     };

@@ -49,6 +49,7 @@
 //! space is given back.
 
 use crate::comm::{Communicator, SendMode, PROC_NULL};
+use crate::datatype::View;
 use crate::{progress_until, with_device, Error, ErrorClass, Result};
 use oxmpi_adi::device::RequestId;
 use std::mem::ManuallyDrop;
@@ -218,16 +219,18 @@ fn wait_for(pending: &[RequestId]) -> Result<()> {
     progress_until(|d| Ok(pending.iter().all(|&id| d.is_complete(id)).then_some(())))
 }
 
-/// Starts a buffered send of `bytes` to `rank` of `comm` with `tag`: copies
-/// them into the attached buffer and starts a standard send from the
-/// copy. Returns once the send is started; the copy's space is given back
-/// when it completes.
-pub(crate) fn send(comm: &Communicator, rank: i32, tag: i32, bytes: &[u8]) -> Result<()> {
+/// Starts a buffered send of `data` to `rank` of `comm` with `tag`: packs
+/// it into the attached buffer and starts a standard send from the copy.
+/// Returns the message's length once the send is started; the copy's
+/// space is given back when it completes.
+pub(crate) fn send(comm: &Communicator, rank: i32, tag: i32, data: &View<'_>) -> Result<usize> {
     comm.check_destination(rank, tag)?;
+    let layout = data.layout()?;
+    let len = layout.len;
     if rank == PROC_NULL {
-        return Ok(());
+        return Ok(len);
     }
-    let need = bytes.len().saturating_add(BSEND_OVERHEAD);
+    let need = len.saturating_add(BSEND_OVERHEAD);
     let mut guard = lock_buffer();
     let Some(a) = guard.as_mut() else {
         return Err(Error::new(
@@ -236,8 +239,7 @@ pub(crate) fn send(comm: &Communicator, rank: i32, tag: i32, bytes: &[u8]) -> Re
                 "a buffered send of {} bytes needs {need} bytes of an attached buffer \
                  ({} + BSEND_OVERHEAD {BSEND_OVERHEAD}), and no buffer is attached \
                  (0 bytes free): attach one with oxmpi::buffered::attach_buffer",
-                bytes.len(),
-                bytes.len()
+                len, len
             ),
         ));
     };
@@ -247,7 +249,7 @@ pub(crate) fn send(comm: &Communicator, rank: i32, tag: i32, bytes: &[u8]) -> Re
             format!(
                 "a buffered send of {} bytes needs {need} bytes of the attached buffer, \
                  and the buffer is being detached",
-                bytes.len()
+                len
             ),
         ));
     }
@@ -259,18 +261,16 @@ pub(crate) fn send(comm: &Communicator, rank: i32, tag: i32, bytes: &[u8]) -> Re
         None => {
             with_device(|d| d.check_device(false))?;
             a.reap()?;
-            a.fit(need).ok_or_else(|| a.no_room(bytes.len(), need))?
+            a.fit(need).ok_or_else(|| a.no_room(len, need))?
         }
     };
-    // SAFETY: `offset + bytes.len() <= offset + need <= a.len` (`fit`), so
-    // the range lies in the attached allocation; no pending send reads it
-    // (segments do not overlap) and the program's `bytes` cannot be part
-    // of memory this module owns.
-    let copy = unsafe {
-        let at = a.base.add(offset);
-        std::ptr::copy_nonoverlapping(bytes.as_ptr(), at, bytes.len());
-        std::slice::from_raw_parts(at, bytes.len())
-    };
+    // SAFETY: `offset + len <= offset + need <= a.len` (`fit`), so the
+    // range lies in the attached allocation, whose bytes are initialized
+    // (they were a `Vec<u8>`'s); no pending send reads it (segments do not
+    // overlap), and the program's `data` cannot be part of memory this
+    // module owns.
+    let copy = unsafe { std::slice::from_raw_parts_mut(a.base.add(offset), len) };
+    data.pack_into(&layout, copy)?;
     // `start_send` needs the copy valid and unmodified until the send
     // completes: the range stays in `segments` until `reap` sees the send
     // complete, no other message is placed over it meanwhile, and the
@@ -283,11 +283,11 @@ pub(crate) fn send(comm: &Communicator, rank: i32, tag: i32, bytes: &[u8]) -> Re
             offset,
             size: need,
             request,
-            len: bytes.len(),
+            len,
             destination: rank,
         },
     );
-    Ok(())
+    Ok(len)
 }
 
 impl Attached {

@@ -13,9 +13,9 @@
 
 use crate::collective::algorithms::all_gather;
 use crate::collective::team::{CollectiveTag, Team};
+use crate::collective::typed::{Input, Output};
 use crate::comm::{Communicator, TAG_UB};
 use crate::context;
-use crate::datatype::{Buffer, BufferMut};
 use crate::group::{Group, GroupRelation};
 use crate::{Error, ErrorClass, Result};
 use oxmpi_adi::host::HostId;
@@ -132,7 +132,10 @@ impl Communicator {
     fn split(&self, t: &Team, color: Option<i32>, key: i32) -> Result<Option<Communicator>> {
         let mine = [color.unwrap_or(UNDEFINED_COLOR), key];
         let mut all = vec![0i32; 2 * t.size()];
-        all_gather(t, mine.bytes(), all.bytes_mut())?;
+        let mine = Input::new(&mine)?;
+        let mut gathered = Output::new(&mut all[..])?;
+        all_gather(t, mine.bytes(), gathered.bytes_mut())?;
+        gathered.finish()?;
         let id = context::agree(t, self.agreement_priority(0), color.is_some())?;
         let Some(color) = color else {
             return Ok(None);

@@ -26,7 +26,8 @@
 use crate::collective::algorithms::all_reduce;
 use crate::collective::op::{Reduction, SystemOperation};
 use crate::collective::team::Team;
-use crate::datatype::{BufferMut, ElementType};
+use crate::collective::typed::Output;
+use crate::datatype::ElementType;
 use crate::{Error, ErrorClass, Result};
 use std::sync::{Mutex, MutexGuard};
 
@@ -110,7 +111,10 @@ fn agree_waiting(team: &Team, priority: u64, reserve: bool) -> Result<u32> {
             }
             lend
         };
-        let reduced = all_reduce(team, words[..].bytes_mut(), &reduction);
+        let reduced = Output::new(&mut words[..]).and_then(|mut words| {
+            all_reduce(team, words.bytes_mut(), &reduction)?;
+            words.finish()
+        });
         let mut pool = pool();
         if lent {
             pool.lent = false;

@@ -2,9 +2,11 @@
 //!
 //! This crate is the MPI layer (device independent): initialization and
 //! finalization, groups and communicators with their context ids,
-//! point-to-point messaging with statuses and requests, the collective
-//! operations, errors with MPI error classes, and the safe Rust API over
-//! them. It drives the abstract device ([`oxmpi_adi`]) and never touches a
+//! point-to-point messaging with statuses and requests, datatypes (derived
+//! ones, `#[derive(Equivalence)]` for structs, pack and external32), the
+//! collective operations, errors with MPI error classes, and the safe Rust
+//! API over them. It drives the abstract device ([`oxmpi_adi`]) and never
+//! touches a
 //! socket or a packet itself.
 //!
 //! # Modules
@@ -20,7 +22,8 @@
 //!   algorithms.
 //! - [`request`], [`persistent`], [`buffered`]: immediate, persistent
 //!   and buffered point-to-point operations.
-//! - [`datatype`]: which Rust values travel in messages.
+//! - [`datatype`]: which Rust values travel in messages, and how they lie
+//!   in memory (derived datatypes, pack, external32).
 //!
 //! # Quick start
 //! ```no_run
@@ -66,6 +69,10 @@
 //! reads are `OXMPI_TRANSPORTS` (see [`TRANSPORTS_ENV`]), plus the device's
 //! and the transports' own.
 
+// `#[derive(Equivalence)]` writes `::oxmpi::...`; this lets the crate's
+// own tests use it.
+extern crate self as oxmpi;
+
 pub mod buffered;
 pub mod collective;
 pub mod comm;
@@ -80,6 +87,12 @@ pub use comm::{AnyProcess, Communicator, Message, Process, Status, ANY_TAG, PROC
 pub use comm_management::{Color, CommunicatorRelation, MAX_OBJECT_NAME};
 pub use datatype::{Buffer, BufferMut, ElementType, Equivalence};
 pub use group::{Group, GroupRelation};
+
+/// The traits a program calls methods of, to import at once
+/// (`use oxmpi::traits::*`), as rsmpi's `mpi::traits`.
+pub mod traits {
+    pub use crate::datatype::{Buffer, BufferMut, Datatype, Equivalence, UncommittedDatatype};
+}
 pub use oxmpi_adi::{Error, ErrorClass, Result};
 pub use persistent::PersistentRequest;
 

@@ -63,11 +63,18 @@
 //!
 //! A persistent request refers to its scope, which is not `Sync`, so it
 //! stays on the thread that made it.
+//!
+//! A buffer described by a datatype that is not contiguous (a
+//! [`View`] or [`MutView`])
+//! is packed into a copy at each start of a send, and received into a
+//! staging buffer that the request's wait or test unpacks into it. A
+//! request dropped while such a receive is active is still completed by
+//! its scope, but its data is not unpacked: the buffer keeps what it held.
 
-use crate::comm::{status_result, Communicator, SendMode, Status, PROC_NULL};
-use crate::request::Scope;
+use crate::comm::{sent_status, Communicator, SendMode, Status, PROC_NULL};
+use crate::datatype::{unpack_received, Incoming, MutView, Staging, View};
+use crate::request::{Request, Scope, StagingSlot};
 use crate::{buffered, progress_until, wait_request, with_device, Error, ErrorClass, Result};
-use oxmpi_adi::device::RequestId;
 use std::fmt;
 
 /// A buffer lent to a persistent send for `'a`: `&'a B` (shared: sent as
@@ -129,19 +136,17 @@ impl<B: ?Sized> Lent<'_, B> {
 
 /// What a persistent request does each time it is started.
 pub(crate) enum Operation<B: ?Sized> {
-    /// A send in `mode` of the bytes `bytes` gives.
+    /// A send in `mode` of the data `view` gives.
     Send {
         mode: SendMode,
-        bytes: for<'b> fn(&'b B) -> &'b [u8],
+        view: for<'b> fn(&'b B) -> View<'b>,
     },
     /// A buffered send (`MPI_Bsend_init`): each start copies the message
     /// into the attached buffer and completes at once.
-    BufferedSend {
-        bytes: for<'b> fn(&'b B) -> &'b [u8],
-    },
-    /// A receive into the bytes `bytes` gives.
+    BufferedSend { view: for<'b> fn(&'b B) -> View<'b> },
+    /// A receive into the data `view` gives.
     Receive {
-        bytes: for<'b> fn(&'b mut B) -> &'b mut [u8],
+        view: for<'b> fn(&'b mut B) -> MutView<'b>,
     },
 }
 
@@ -179,7 +184,7 @@ pub struct PersistentRequest<'s, 'a, B: ?Sized> {
     operation: Operation<B>,
     buf: Lent<'a, B>,
     /// The operation of the current start, until it is completed.
-    active: Option<RequestId>,
+    active: Option<Request<'a>>,
 }
 
 impl<'s, 'a, B: ?Sized> PersistentRequest<'s, 'a, B> {
@@ -224,36 +229,58 @@ impl<'s, 'a, B: ?Sized> PersistentRequest<'s, 'a, B> {
             ));
         }
         let rank = self.rank;
-        let id = match &self.operation {
-            Operation::Send { mode, bytes } => {
-                let bytes = bytes(self.buf.get());
-                self.comm
-                    .start_send(rank.unwrap_or(PROC_NULL), self.tag, bytes, *mode)?
+        // Each operation is registered with the scope, which completes it
+        // at its end if the program does not, and keeps the staging of
+        // non-contiguous data alive until then.
+        let request = match &self.operation {
+            Operation::Send { mode, view } => {
+                let (id, packed) = self.comm.start_send_packed(
+                    rank.unwrap_or(PROC_NULL),
+                    self.tag,
+                    view(self.buf.get()),
+                    *mode,
+                )?;
+                self.scope.register(id, packed.map(Staging::keep))
             }
-            Operation::BufferedSend { bytes } => {
-                let bytes = bytes(self.buf.get());
-                buffered::send(&self.comm, rank.unwrap_or(PROC_NULL), self.tag, bytes)?;
-                let len = bytes.len();
-                with_device(|d| Ok(d.completed_request(crate::comm::sent_status(len))))?
+            Operation::BufferedSend { view } => {
+                let data = view(self.buf.get());
+                let len = buffered::send(&self.comm, rank.unwrap_or(PROC_NULL), self.tag, &data)?;
+                let id = with_device(|d| Ok(d.completed_request(sent_status(len))))?;
+                self.scope.register(id, None)
             }
-            Operation::Receive { bytes } => {
-                let buf = self.buf.get_mut().ok_or_else(|| {
-                    Error::new(
-                        ErrorClass::Intern,
-                        "a persistent receive without its buffer",
-                    )
-                })?;
-                // The scope (registered below) keeps `buf` borrowed until
-                // this receive completes; `buffer` and `buffer_mut` refuse
-                // to lend it while the request is active.
-                self.comm.start_recv(rank, self.tag, bytes(buf))?
+            Operation::Receive { view } => {
+                let buf = self.buf.get_mut().ok_or_else(missing_buffer)?;
+                // The scope keeps `buf` borrowed until this receive
+                // completes; `buffer` and `buffer_mut` refuse to lend it
+                // while the request is active. A staged message is
+                // unpacked by `complete`, which has the buffer.
+                let mut incoming = Incoming::new(view(buf))?;
+                let id = self
+                    .comm
+                    .start_recv(rank, self.tag, incoming.device_buffer())?;
+                self.scope
+                    .register(id, incoming.into_staging_bytes().map(Staging::keep))
             }
         };
-        // The scope completes the operation at its end if the program does
-        // not; the request's own handle is `id`.
-        let _ = self.scope.register(id);
-        self.active = Some(id);
+        self.active = Some(request);
         Ok(())
+    }
+
+    /// Ends the current operation, whose status was taken from the device
+    /// (`None`: it was not there), leaving the request inactive: a staged
+    /// receive is unpacked into the buffer. An inactive request gives an
+    /// empty status.
+    fn complete(&mut self, status: Option<oxmpi_adi::device::Status>) -> Result<Status> {
+        let Some(request) = self.active.take() else {
+            return Ok(Status::inactive());
+        };
+        let staged = request.staging().and_then(StagingSlot::take);
+        let status = request.complete(status)?;
+        if let (Some(staged), Operation::Receive { view }) = (staged, &self.operation) {
+            let buf = self.buf.get_mut().ok_or_else(missing_buffer)?;
+            unpack_received(view(buf), &staged.into_bytes(), status.byte_count())?;
+        }
+        Ok(status)
     }
 
     /// Waits for the current operation to complete (`MPI_Wait`) and
@@ -261,33 +288,29 @@ impl<'s, 'a, B: ?Sized> PersistentRequest<'s, 'a, B> {
     /// request it returns at once with an empty status (tag
     /// [`ANY_TAG`](crate::ANY_TAG), count 0).
     pub fn wait(&mut self) -> Result<Status> {
-        let Some(id) = self.active else {
+        let Some(request) = &self.active else {
             return Ok(Status::inactive());
         };
         // Only a status taken from the device ends the operation: if MPI
         // itself fails here, the request stays active (and its buffer
         // lent).
-        let status = wait_request(id)?;
-        self.active = None;
-        status_result(status)
+        let status = wait_request(request.id)?;
+        self.complete(Some(status))
     }
 
     /// Completes the current operation if it is done (`MPI_Test`):
     /// `Some` with its outcome (the request is then inactive), `None` if
     /// it is still going. An inactive request gives an empty status.
     pub fn test(&mut self) -> Result<Option<Status>> {
-        let Some(id) = self.active else {
+        let Some(request) = &self.active else {
             return Ok(Some(Status::inactive()));
         };
         let status = with_device(|d| {
             d.check_device(false)?;
-            Ok(d.take_status(id))
+            Ok(d.take_status(request.id))
         })?;
         match status {
-            Some(status) => {
-                self.active = None;
-                status_result(status).map(Some)
-            }
+            Some(status) => self.complete(Some(status)).map(Some),
             None => Ok(None),
         }
     }
@@ -295,9 +318,9 @@ impl<'s, 'a, B: ?Sized> PersistentRequest<'s, 'a, B> {
     /// Asks to cancel the current operation (`MPI_Cancel`); it still has
     /// to be completed. See [`Request::cancel`](crate::request::Request::cancel).
     pub fn cancel(&self) {
-        if let Some(id) = self.active {
+        if let Some(request) = &self.active {
             let _ = with_device(|d| {
-                d.cancel(id);
+                d.cancel(request.id);
                 Ok(())
             });
         }
@@ -343,6 +366,13 @@ impl<'s, 'a, B: ?Sized> PersistentRequest<'s, 'a, B> {
             )),
         }
     }
+}
+
+fn missing_buffer() -> Error {
+    Error::new(
+        ErrorClass::Intern,
+        "a persistent receive without its buffer",
+    )
 }
 
 impl<B: ?Sized> fmt::Debug for PersistentRequest<'_, '_, B> {
@@ -416,7 +446,10 @@ pub fn wait_all<B: ?Sized>(requests: &mut [PersistentRequest<'_, '_, B>]) -> Res
 pub fn wait_all_outcomes<B: ?Sized>(
     requests: &mut [PersistentRequest<'_, '_, B>],
 ) -> Result<Vec<Result<Status>>> {
-    let ids: Vec<Option<RequestId>> = requests.iter().map(|r| r.active).collect();
+    let ids: Vec<_> = requests
+        .iter()
+        .map(|r| r.active.as_ref().map(|a| a.id))
+        .collect();
     let statuses = progress_until(|d| {
         if !ids.iter().flatten().all(|&id| d.is_complete(id)) {
             return Ok(None);
@@ -430,16 +463,6 @@ pub fn wait_all_outcomes<B: ?Sized>(
     Ok(requests
         .iter_mut()
         .zip(statuses)
-        .map(|(request, status)| {
-            request.active = None;
-            match status {
-                None => Ok(Status::inactive()),
-                Some(Some(status)) => status_result(status),
-                Some(None) => Err(Error::new(
-                    ErrorClass::Request,
-                    "the request was already completed and freed",
-                )),
-            }
-        })
+        .map(|(request, status)| request.complete(status.flatten()))
         .collect())
 }

@@ -83,15 +83,52 @@
 //! once (MPI's `MPI_UNDEFINED`), and [`test_any`] returns `None`.
 
 use crate::comm::{status_result, Status};
+use crate::datatype::Staging;
 use crate::{progress_until, wait_request, with_device, Error, ErrorClass, Result};
 use oxmpi_adi::device::{Device, RequestId};
 use std::cell::RefCell;
+use std::fmt;
 use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
+
+/// The staging of an operation on non-contiguous data (see
+/// [`crate::datatype`]), shared by its request and its scope: the memory
+/// the device uses stays alive until both are done with it, and whichever
+/// completes the operation first finishes it (unpacks a receive).
+#[derive(Clone)]
+pub(crate) struct StagingSlot<'a>(Arc<Mutex<Option<Staging<'a>>>>);
+
+impl<'a> StagingSlot<'a> {
+    /// Takes the staging out, for an owner that finishes it itself.
+    pub(crate) fn take(&self) -> Option<Staging<'a>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// Finishes the staging of an operation that completed with `status`
+    /// (none: its status is lost), unless it was finished already.
+    fn finish(&self, status: Option<&oxmpi_adi::device::Status>) -> Result<()> {
+        let received = status.filter(|s| s.error.is_none()).map(|s| s.count);
+        self.take()
+            .map_or(Ok(()), |staging| staging.finish(received))
+    }
+
+    /// Whether the scope holds the only handle (the request was dropped).
+    fn orphaned(&self) -> bool {
+        Arc::strong_count(&self.0) == 1
+    }
+}
+
+impl fmt::Debug for StagingSlot<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("StagingSlot")
+    }
+}
 
 /// The region within which immediate operations may borrow buffers for
 /// `'a`. See the module docs and [`scope`].
 pub struct Scope<'a> {
-    started: RefCell<Vec<RequestId>>,
+    /// Every request started in the scope, with its staging if it has one.
+    started: RefCell<Vec<(RequestId, Option<StagingSlot<'a>>)>>,
     /// Invariant in `'a`, so the borrow checker cannot shrink it.
     _lifetime: PhantomData<std::cell::Cell<&'a mut ()>>,
 }
@@ -106,21 +143,43 @@ pub fn scope<'a, R>(f: impl FnOnce(&Scope<'a>) -> R) -> R {
     f(&scope)
 }
 
-impl Scope<'_> {
-    pub(crate) fn register<'a>(&self, id: RequestId) -> Request<'a> {
+impl<'a> Scope<'a> {
+    /// Registers the operation `id` with the scope, with the staging it
+    /// keeps if its data is not contiguous.
+    pub(crate) fn register(&self, id: RequestId, staging: Option<Staging<'a>>) -> Request<'a> {
         let mut started = self.started.borrow_mut();
         // Keep the list short when a long-lived scope starts many requests.
         if started.len() >= 1024 && started.len().is_power_of_two() {
             let _ = with_device(|d| {
-                started.retain(|&r| !d.is_complete(r));
+                started.retain(|(r, slot)| {
+                    if !d.is_complete(*r) {
+                        return true;
+                    }
+                    // A completed operation whose request was dropped is
+                    // finished here, while its status is at hand.
+                    if let Some(slot) = slot.as_ref().filter(|s| s.orphaned()) {
+                        report(slot.finish(d.take_status(*r).as_ref()));
+                    }
+                    false
+                });
                 Ok(())
             });
         }
-        started.push(id);
+        let staging = staging.map(|s| StagingSlot(Arc::new(Mutex::new(Some(s)))));
+        started.push((id, staging.clone()));
         Request {
             id,
+            staging,
             _buffer: PhantomData,
         }
+    }
+}
+
+/// Reports what a scope could not finish: nothing can be returned from a
+/// drop.
+fn report(outcome: Result<()>) {
+    if let Err(e) = outcome {
+        eprintln!("oxmpi: completing the requests left at the end of a scope failed: {e}");
     }
 }
 
@@ -128,7 +187,7 @@ impl Drop for Scope<'_> {
     fn drop(&mut self) {
         let started = std::mem::take(self.started.get_mut());
         let result = with_device(|d| {
-            for &id in &started {
+            for &(id, _) in &started {
                 if !d.is_complete(id) {
                     d.cancel(id);
                 }
@@ -136,22 +195,27 @@ impl Drop for Scope<'_> {
             Ok(())
         })
         .and_then(|()| {
-            progress_until(|d| Ok(started.iter().all(|&id| d.is_complete(id)).then_some(())))
+            progress_until(|d| {
+                Ok(started
+                    .iter()
+                    .all(|&(id, _)| d.is_complete(id))
+                    .then_some(()))
+            })
         })
         .and_then(|()| {
             with_device(|d| {
-                for &id in &started {
-                    d.take_status(id);
+                for (id, slot) in &started {
+                    let status = d.take_status(*id);
+                    if let Some(slot) = slot {
+                        report(slot.finish(status.as_ref()));
+                    }
                 }
                 Ok(())
             })
         });
-        if let Err(e) = result {
-            // Nothing can be returned from a drop; the requests' buffers
-            // are no longer used either way (a failed peer's requests are
-            // failed, not pending).
-            eprintln!("oxmpi: completing the requests left at the end of a scope failed: {e}");
-        }
+        // The requests' buffers are no longer used either way (a failed
+        // peer's requests are failed, not pending).
+        report(result);
     }
 }
 
@@ -160,14 +224,32 @@ impl Drop for Scope<'_> {
 #[must_use = "a request must be waited for or tested to learn its outcome"]
 #[derive(Debug)]
 pub struct Request<'a> {
-    id: RequestId,
+    pub(crate) id: RequestId,
+    /// The staging of non-contiguous data, shared with the scope.
+    staging: Option<StagingSlot<'a>>,
     _buffer: PhantomData<&'a mut [u8]>,
 }
 
 impl<'a> Request<'a> {
     /// Waits for the request to complete (`MPI_Wait`).
     pub fn wait(self) -> Result<Status> {
-        wait_request(self.id).and_then(status_result)
+        let status = wait_request(self.id)?;
+        self.complete(Some(status))
+    }
+
+    /// The outcome of the request, whose status was taken from the device
+    /// (`None`: it was not there): its staging is finished first, so a
+    /// receive's data is in its buffer.
+    pub(crate) fn complete(&self, status: Option<oxmpi_adi::device::Status>) -> Result<Status> {
+        if let Some(slot) = &self.staging {
+            slot.finish(status.as_ref())?;
+        }
+        status.ok_or_else(freed).and_then(status_result)
+    }
+
+    /// The request's staging, for an owner that finishes it itself.
+    pub(crate) fn staging(&self) -> Option<&StagingSlot<'a>> {
+        self.staging.as_ref()
     }
 
     /// Completes the request if it is done (`MPI_Test`): `Ok` with the
@@ -177,7 +259,7 @@ impl<'a> Request<'a> {
             d.check_device(false)?;
             Ok(d.take_status(self.id))
         }) {
-            Ok(Some(status)) => Ok(status_result(status)),
+            Ok(Some(status)) => Ok(self.complete(Some(status))),
             Ok(None) => Err(self),
             Err(e) => Ok(Err(e)),
         }
@@ -256,7 +338,7 @@ pub fn wait_all(requests: Vec<Request<'_>>) -> Result<Vec<Status>> {
 /// `Err` only when the call itself failed.
 pub fn wait_all_outcomes(requests: Vec<Request<'_>>) -> Result<Vec<Result<Status>>> {
     let statuses = progress_until(|d| Ok(take_all_if_complete(d, &requests)))?;
-    Ok(statuses.into_iter().map(taken).collect())
+    Ok(complete_all(&requests, statuses))
 }
 
 /// Every request's status, taken from the device, if all are complete;
@@ -279,9 +361,16 @@ fn freed() -> Error {
     )
 }
 
-/// The outcome of a request whose status was taken from the device.
-fn taken(status: Option<oxmpi_adi::device::Status>) -> Result<Status> {
-    status.ok_or_else(freed).and_then(status_result)
+/// The outcomes of `requests`, whose statuses were taken in order.
+fn complete_all(
+    requests: &[Request<'_>],
+    statuses: Vec<Option<oxmpi_adi::device::Status>>,
+) -> Vec<Result<Status>> {
+    requests
+        .iter()
+        .zip(statuses)
+        .map(|(request, status)| request.complete(status))
+        .collect()
 }
 
 /// Waits until one request completes (`MPI_Waitany`), removes it from
@@ -292,8 +381,8 @@ pub fn wait_any(requests: &mut Vec<Request<'_>>) -> Result<Option<(usize, Result
         return Ok(None);
     }
     let (index, status) = progress_until(|d| Ok(take_any(d, requests)))?;
-    let _completed = requests.remove(index);
-    Ok(Some((index, taken(status))))
+    let completed = requests.remove(index);
+    Ok(Some((index, completed.complete(status))))
 }
 
 /// Completes one request if any is done (`MPI_Testany`): makes progress
@@ -309,8 +398,8 @@ pub fn test_any(requests: &mut Vec<Request<'_>>) -> Result<Option<(usize, Result
         Ok(take_any(d, requests))
     })?;
     Ok(found.map(|(index, status)| {
-        let _completed = requests.remove(index);
-        (index, taken(status))
+        let completed = requests.remove(index);
+        (index, completed.complete(status))
     }))
 }
 
@@ -380,17 +469,18 @@ fn remove_completed(
     requests: &mut Vec<Request<'_>>,
     statuses: Vec<(usize, Option<oxmpi_adi::device::Status>)>,
 ) -> Completed {
-    let mut completed = statuses.iter().map(|&(index, _)| index).peekable();
+    let outcomes: Completed = statuses
+        .into_iter()
+        .map(|(index, status)| (index, requests[index].complete(status)))
+        .collect();
+    let mut completed = outcomes.iter().map(|&(index, _)| index).peekable();
     let mut index = 0;
     requests.retain(|_| {
         let done = completed.next_if_eq(&index).is_some();
         index += 1;
         !done
     });
-    statuses
-        .into_iter()
-        .map(|(index, status)| (index, taken(status)))
-        .collect()
+    outcomes
 }
 
 /// Completes every request if all are done (`MPI_Testall`): `Some` with
@@ -405,6 +495,7 @@ pub fn test_all(requests: &mut Vec<Request<'_>>) -> Result<Option<Vec<Result<Sta
     let Some(statuses) = statuses else {
         return Ok(None);
     };
+    let outcomes = complete_all(requests, statuses);
     requests.clear();
-    Ok(Some(statuses.into_iter().map(taken).collect()))
+    Ok(Some(outcomes))
 }

@@ -53,6 +53,14 @@ fn every_collective_with_most_messages_by_rendezvous() {
 }
 
 #[test]
+fn derived_datatypes_and_structs_in_collectives() {
+    for ranks in [1, 2, 3] {
+        job("collectives", "datatypes", ranks, &[], 60);
+    }
+    job("collectives", "datatypes", 3, &TCP, 60);
+}
+
+#[test]
 fn every_predefined_operation_on_every_type() {
     for ranks in [1, 3, 4] {
         job("collectives", "operations", ranks, &[], 60);

@@ -56,6 +56,7 @@ pub(crate) mod op;
 mod partition;
 pub(crate) mod schedule;
 pub(crate) mod team;
+pub(crate) mod typed;
 
 pub use op::{
     reduce_local_into, DynBuffer, DynBufferMut, Operation, SystemOperation, UserOperation,
@@ -70,6 +71,7 @@ use op::{same_element_type, Reduction};
 use partition::{consecutive_blocks, disjoint_blocks, uniform_blocks};
 use schedule::{all_to_all_algorithm, AllToAllAlgorithm};
 use team::{CollectiveTag, Scratch};
+use typed::{Input, Output};
 
 /// `MPI_ERR_COUNT`: `what` is wrong with the lengths.
 fn count_error(what: String) -> Error {
@@ -118,8 +120,9 @@ impl Communicator {
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
-        let element_type = same_element_type(send.element_type(), recv.element_type())?;
-        let (send, recv) = (send.bytes(), recv.bytes_mut());
+        let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
+        let element_type = same_element_type(send.element_type(), output.element_type())?;
+        let (send, recv) = (send.bytes(), output.bytes_mut());
         let n = self.size() as usize;
         expect_len(
             recv.len(),
@@ -128,7 +131,8 @@ impl Communicator {
             "the receive buffer",
         )?;
         let team = self.team(CollectiveTag::AllGather)?;
-        team.run(|t| algorithms::all_gather(t, send, recv))
+        team.run(|t| algorithms::all_gather(t, send, recv))?;
+        output.finish()
     }
 
     /// [`Communicator::all_gather_into`] in place: each process's block
@@ -136,12 +140,19 @@ impl Communicator {
     /// `MPI_IN_PLACE`).
     pub fn all_gather_in_place<R: BufferMut + ?Sized>(&self, buf: &mut R) -> Result<()> {
         let n = self.size() as usize;
-        let block = block_of(buf.bytes_mut().len(), n, buf.element_type(), "the buffer")?;
-        let buf = buf.bytes_mut();
+        let mut output = Output::new(buf)?;
+        let block = block_of(
+            output.bytes_mut().len(),
+            n,
+            output.element_type(),
+            "the buffer",
+        )?;
+        let buf = output.bytes_mut();
         let r = self.rank() as usize;
         let mine = buf[r * block..(r + 1) * block].to_vec();
         let team = self.team(CollectiveTag::AllGather)?;
-        team.run(|t| algorithms::all_gather(t, &mine, buf))
+        team.run(|t| algorithms::all_gather(t, &mine, buf))?;
+        output.finish()
     }
 
     /// Gathers every process's `send`, of any length, into the blocks of
@@ -158,13 +169,15 @@ impl Communicator {
         C: std::borrow::Borrow<[i32]>,
         D: std::borrow::Borrow<[i32]>,
     {
+        let send = Input::new(send)?;
         same_element_type(send.element_type(), recv.element_type())?;
         let n = self.size() as usize;
-        let (parts, buf) = recv.parts(n)?;
+        let (parts, mut output) = recv.parts(n)?;
+        let buf = output.bytes_mut();
         disjoint_blocks(buf.len(), &parts)?;
-        let send = send.bytes();
         let team = self.team(CollectiveTag::AllGather)?;
-        team.run(|t| algorithms::all_gather_varcount(t, Some(send), &parts, buf))
+        team.run(|t| algorithms::all_gather_varcount(t, Some(send.bytes()), &parts, buf))?;
+        output.finish()
     }
 
     /// [`Communicator::all_gather_varcount_into`] in place: each
@@ -180,10 +193,12 @@ impl Communicator {
         D: std::borrow::Borrow<[i32]>,
     {
         let n = self.size() as usize;
-        let (parts, buf) = buf.parts(n)?;
+        let (parts, mut output) = buf.parts(n)?;
+        let buf = output.bytes_mut();
         disjoint_blocks(buf.len(), &parts)?;
         let team = self.team(CollectiveTag::AllGather)?;
-        team.run(|t| algorithms::all_gather_varcount(t, None, &parts, buf))
+        team.run(|t| algorithms::all_gather_varcount(t, None, &parts, buf))?;
+        output.finish()
     }
 
     /// Sends block `i` of `send` to rank `i` and receives block `j` of
@@ -194,22 +209,31 @@ impl Communicator {
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
-        let element_type = same_element_type(send.element_type(), recv.element_type())?;
-        let (send, recv) = (send.bytes(), recv.bytes_mut());
+        let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
+        let element_type = same_element_type(send.element_type(), output.element_type())?;
+        let (send, recv) = (send.bytes(), output.bytes_mut());
         let n = self.size() as usize;
         let block = block_of(send.len(), n, element_type, "the send buffer")?;
         expect_len(recv.len(), send.len(), element_type, "the receive buffer")?;
-        self.all_to_all_blocks(send, recv, block)
+        self.all_to_all_blocks(send, recv, block)?;
+        output.finish()
     }
 
     /// [`Communicator::all_to_all_into`] in place: `buf` is sent and then
     /// replaced (`MPI_Alltoall` with `MPI_IN_PLACE`).
     pub fn all_to_all_in_place<R: BufferMut + ?Sized>(&self, buf: &mut R) -> Result<()> {
         let n = self.size() as usize;
-        let block = block_of(buf.bytes_mut().len(), n, buf.element_type(), "the buffer")?;
-        let buf = buf.bytes_mut();
+        let mut output = Output::new(buf)?;
+        let block = block_of(
+            output.bytes_mut().len(),
+            n,
+            output.element_type(),
+            "the buffer",
+        )?;
+        let buf = output.bytes_mut();
         let send = buf.to_vec();
-        self.all_to_all_blocks(&send, buf, block)
+        self.all_to_all_blocks(&send, buf, block)?;
+        output.finish()
     }
 
     fn all_to_all_blocks(&self, send: &[u8], recv: &mut [u8], block: usize) -> Result<()> {
@@ -239,11 +263,16 @@ impl Communicator {
         same_element_type(send.element_type(), recv.element_type())?;
         let n = self.size() as usize;
         let (send_parts, send) = send.parts(n)?;
-        let (recv_parts, recv) = recv.parts(n)?;
+        let (recv_parts, mut output) = recv.parts(n)?;
+        let recv = output.bytes_mut();
         let recvs = disjoint_blocks(recv.len(), &recv_parts)?.split(recv);
-        let sends: Vec<&[u8]> = send_parts.iter().map(|p| &send[p.clone()]).collect();
+        let sends: Vec<&[u8]> = send_parts
+            .iter()
+            .map(|p| &send.bytes()[p.clone()])
+            .collect();
         let team = self.team(CollectiveTag::AllToAll)?;
-        team.run(|t| algorithms::all_to_all(t, &sends, recvs, AllToAllAlgorithm::Scattered))
+        team.run(|t| algorithms::all_to_all(t, &sends, recvs, AllToAllAlgorithm::Scattered))?;
+        output.finish()
     }
 
     /// [`Communicator::all_to_all_varcount_into`] in place: the blocks of
@@ -260,13 +289,15 @@ impl Communicator {
         D: std::borrow::Borrow<[i32]>,
     {
         let n = self.size() as usize;
-        let (parts, buf) = buf.parts(n)?;
+        let (parts, mut output) = buf.parts(n)?;
+        let buf = output.bytes_mut();
         let layout = disjoint_blocks(buf.len(), &parts)?;
         let send = buf.to_vec();
         let sends: Vec<&[u8]> = parts.iter().map(|p| &send[p.clone()]).collect();
         let recvs = layout.split(buf);
         let team = self.team(CollectiveTag::AllToAll)?;
-        team.run(|t| algorithms::all_to_all(t, &sends, recvs, AllToAllAlgorithm::Scattered))
+        team.run(|t| algorithms::all_to_all(t, &sends, recvs, AllToAllAlgorithm::Scattered))?;
+        output.finish()
     }
 
     /// Sends `send[i]` to rank `i` and receives `recv[j]` from rank `j`:
@@ -287,10 +318,19 @@ impl Communicator {
                 recv.len()
             )));
         }
-        let sends: Vec<&[u8]> = send.iter().map(|b| b.bytes()).collect();
-        let recvs: Vec<&mut [u8]> = recv.iter_mut().map(|b| b.bytes_mut()).collect();
+        let inputs = send
+            .iter()
+            .map(|b| Input::new(*b))
+            .collect::<Result<Vec<_>>>()?;
+        let mut outputs = recv
+            .iter_mut()
+            .map(|b| Output::new(&mut **b))
+            .collect::<Result<Vec<_>>>()?;
+        let sends: Vec<&[u8]> = inputs.iter().map(Input::bytes).collect();
+        let recvs: Vec<&mut [u8]> = outputs.iter_mut().map(Output::bytes_mut).collect();
         let team = self.team(CollectiveTag::AllToAll)?;
-        team.run(|t| algorithms::all_to_all(t, &sends, recvs, AllToAllAlgorithm::Scattered))
+        team.run(|t| algorithms::all_to_all(t, &sends, recvs, AllToAllAlgorithm::Scattered))?;
+        outputs.into_iter().try_for_each(Output::finish)
     }
 
     /// [`Communicator::all_to_all_w_into`] in place: `bufs[i]` is sent to
@@ -304,11 +344,16 @@ impl Communicator {
                 bufs.len()
             )));
         }
-        let copies: Vec<Vec<u8>> = bufs.iter_mut().map(|b| b.bytes_mut().to_vec()).collect();
+        let mut outputs = bufs
+            .iter_mut()
+            .map(|b| Output::new(&mut **b))
+            .collect::<Result<Vec<_>>>()?;
+        let copies: Vec<Vec<u8>> = outputs.iter_mut().map(|o| o.bytes_mut().to_vec()).collect();
         let sends: Vec<&[u8]> = copies.iter().map(Vec::as_slice).collect();
-        let recvs: Vec<&mut [u8]> = bufs.iter_mut().map(|b| b.bytes_mut()).collect();
+        let recvs: Vec<&mut [u8]> = outputs.iter_mut().map(Output::bytes_mut).collect();
         let team = self.team(CollectiveTag::AllToAll)?;
-        team.run(|t| algorithms::all_to_all(t, &sends, recvs, AllToAllAlgorithm::Scattered))
+        team.run(|t| algorithms::all_to_all(t, &sends, recvs, AllToAllAlgorithm::Scattered))?;
+        outputs.into_iter().try_for_each(Output::finish)
     }
 
     /// Reduces every process's `send` with `op` into `recv` at every
@@ -319,11 +364,13 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        let element_type = same_element_type(send.element_type(), recv.element_type())?;
+        let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
+        let element_type = same_element_type(send.element_type(), output.element_type())?;
         let red = Reduction::new(&op, element_type)?;
-        let recv = copy_input(send.bytes(), recv.bytes_mut(), element_type)?;
+        let recv = copy_input(send.bytes(), output.bytes_mut(), element_type)?;
         let team = self.team(CollectiveTag::AllReduce)?;
-        team.run(|t| algorithms::all_reduce(t, recv, &red))
+        team.run(|t| algorithms::all_reduce(t, recv, &red))?;
+        output.finish()
     }
 
     /// [`Communicator::all_reduce_into`] in place: `buf` is the input and
@@ -333,9 +380,11 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        let red = Reduction::new(&op, buf.element_type())?;
+        let mut output = Output::new(buf)?;
+        let red = Reduction::new(&op, output.element_type())?;
         let team = self.team(CollectiveTag::AllReduce)?;
-        team.run(|t| algorithms::all_reduce(t, buf.bytes_mut(), &red))
+        team.run(|t| algorithms::all_reduce(t, output.bytes_mut(), &red))?;
+        output.finish()
     }
 
     /// Reduces every process's `send` (`size` equal blocks) with `op` and
@@ -347,14 +396,16 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        let element_type = same_element_type(send.element_type(), recv.element_type())?;
+        let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
+        let element_type = same_element_type(send.element_type(), output.element_type())?;
         let red = Reduction::new(&op, element_type)?;
-        let (send, recv) = (send.bytes(), recv.bytes_mut());
+        let (send, recv) = (send.bytes(), output.bytes_mut());
         let n = self.size() as usize;
         expect_len(send.len(), n * recv.len(), element_type, "the send buffer")?;
         let parts = uniform_blocks(n, recv.len());
         let team = self.team(CollectiveTag::ReduceScatter)?;
-        team.run(|t| algorithms::reduce_scatter(t, send, &parts, recv, &red))
+        team.run(|t| algorithms::reduce_scatter(t, send, &parts, recv, &red))?;
+        output.finish()
     }
 
     /// [`Communicator::reduce_scatter_block_into`] in place: `buf` (`size`
@@ -366,14 +417,21 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        let red = Reduction::new(&op, buf.element_type())?;
         let n = self.size() as usize;
-        let block = block_of(buf.bytes_mut().len(), n, buf.element_type(), "the buffer")?;
-        let buf = buf.bytes_mut();
+        let mut output = Output::new(buf)?;
+        let red = Reduction::new(&op, output.element_type())?;
+        let block = block_of(
+            output.bytes_mut().len(),
+            n,
+            output.element_type(),
+            "the buffer",
+        )?;
+        let buf = output.bytes_mut();
         let input = buf.to_vec();
         let parts = uniform_blocks(n, block);
         let team = self.team(CollectiveTag::ReduceScatter)?;
-        team.run(|t| algorithms::reduce_scatter(t, &input, &parts, &mut buf[..block], &red))
+        team.run(|t| algorithms::reduce_scatter(t, &input, &parts, &mut buf[..block], &red))?;
+        output.finish()
     }
 
     /// Reduces every process's `send` with `op` and leaves the elements
@@ -392,16 +450,18 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        let element_type = same_element_type(send.element_type(), recv.element_type())?;
+        let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
+        let element_type = same_element_type(send.element_type(), output.element_type())?;
         let red = Reduction::new(&op, element_type)?;
-        let (send, recv) = (send.bytes(), recv.bytes_mut());
+        let (send, recv) = (send.bytes(), output.bytes_mut());
         let parts = consecutive_blocks(counts, self.size() as usize, element_type)?;
         let total = parts.last().map_or(0, |p| p.end);
         expect_len(send.len(), total, element_type, "the send buffer")?;
         let mine = parts[self.rank() as usize].len();
         expect_len(recv.len(), mine, element_type, "the receive buffer")?;
         let team = self.team(CollectiveTag::ReduceScatter)?;
-        team.run(|t| algorithms::reduce_scatter(t, send, &parts, recv, &red))
+        team.run(|t| algorithms::reduce_scatter(t, send, &parts, recv, &red))?;
+        output.finish()
     }
 
     /// [`Communicator::reduce_scatter_into`] in place: `buf` is the input,
@@ -412,16 +472,18 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        let element_type = buf.element_type();
+        let mut output = Output::new(buf)?;
+        let element_type = output.element_type();
         let red = Reduction::new(&op, element_type)?;
-        let buf = buf.bytes_mut();
+        let buf = output.bytes_mut();
         let parts = consecutive_blocks(counts, self.size() as usize, element_type)?;
         let total = parts.last().map_or(0, |p| p.end);
         expect_len(buf.len(), total, element_type, "the buffer")?;
         let input = buf.to_vec();
         let mine = parts[self.rank() as usize].len();
         let team = self.team(CollectiveTag::ReduceScatter)?;
-        team.run(|t| algorithms::reduce_scatter(t, &input, &parts, &mut buf[..mine], &red))
+        team.run(|t| algorithms::reduce_scatter(t, &input, &parts, &mut buf[..mine], &red))?;
+        output.finish()
     }
 
     /// Leaves in `recv` the reduction with `op` of the `send` of ranks
@@ -432,11 +494,13 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        let element_type = same_element_type(send.element_type(), recv.element_type())?;
+        let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
+        let element_type = same_element_type(send.element_type(), output.element_type())?;
         let red = Reduction::new(&op, element_type)?;
-        let recv = copy_input(send.bytes(), recv.bytes_mut(), element_type)?;
+        let recv = copy_input(send.bytes(), output.bytes_mut(), element_type)?;
         let team = self.team(CollectiveTag::Scan)?;
-        team.run(|t| algorithms::scan(t, recv, &red))
+        team.run(|t| algorithms::scan(t, recv, &red))?;
+        output.finish()
     }
 
     /// [`Communicator::scan_into`] in place: `buf` is the input and
@@ -446,9 +510,11 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        let red = Reduction::new(&op, buf.element_type())?;
+        let mut output = Output::new(buf)?;
+        let red = Reduction::new(&op, output.element_type())?;
         let team = self.team(CollectiveTag::Scan)?;
-        team.run(|t| algorithms::scan(t, buf.bytes_mut(), &red))
+        team.run(|t| algorithms::scan(t, output.bytes_mut(), &red))?;
+        output.finish()
     }
 
     /// Leaves in `recv` the reduction with `op` of the `send` of ranks
@@ -460,12 +526,14 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        let element_type = same_element_type(send.element_type(), recv.element_type())?;
+        let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
+        let element_type = same_element_type(send.element_type(), output.element_type())?;
         let red = Reduction::new(&op, element_type)?;
-        let (send, recv) = (send.bytes(), recv.bytes_mut());
+        let (send, recv) = (send.bytes(), output.bytes_mut());
         expect_len(recv.len(), send.len(), element_type, "the receive buffer")?;
         let team = self.team(CollectiveTag::ExclusiveScan)?;
-        team.run(|t| algorithms::exclusive_scan(t, send, recv, &red))
+        team.run(|t| algorithms::exclusive_scan(t, send, recv, &red))?;
+        output.finish()
     }
 
     /// [`Communicator::exclusive_scan_into`] in place: `buf` is the input
@@ -476,11 +544,13 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        let red = Reduction::new(&op, buf.element_type())?;
-        let buf = buf.bytes_mut();
+        let mut output = Output::new(buf)?;
+        let red = Reduction::new(&op, output.element_type())?;
+        let buf = output.bytes_mut();
         let mine = buf.to_vec();
         let team = self.team(CollectiveTag::ExclusiveScan)?;
-        team.run(|t| algorithms::exclusive_scan(t, &mine, buf, &red))
+        team.run(|t| algorithms::exclusive_scan(t, &mine, buf, &red))?;
+        output.finish()
     }
 }
 
@@ -534,7 +604,9 @@ impl Process<'_> {
         let at_root = self.comm.rank() == self.rank;
         let root = self.root(at_root)?;
         let team = self.comm.team(CollectiveTag::Broadcast)?;
-        team.run(|t| algorithms::broadcast(t, root, buf.bytes_mut()))
+        let mut output = Output::new(buf)?;
+        team.run(|t| algorithms::broadcast(t, root, output.bytes_mut()))?;
+        output.finish()
     }
 
     /// This process's part of a gather to this root (`MPI_Gather`, §6.5),
@@ -542,6 +614,7 @@ impl Process<'_> {
     pub fn gather_into<S: Buffer + ?Sized>(&self, send: &S) -> Result<()> {
         let root = self.root(false)?;
         let team = self.comm.team(CollectiveTag::Gather)?;
+        let send = Input::new(send)?;
         team.run(|t| algorithms::gather(t, root, send.bytes(), None))
     }
 
@@ -553,8 +626,9 @@ impl Process<'_> {
         R: BufferMut + ?Sized,
     {
         let root = self.root(true)?;
-        let element_type = same_element_type(send.element_type(), recv.element_type())?;
-        let (send, recv) = (send.bytes(), recv.bytes_mut());
+        let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
+        let element_type = same_element_type(send.element_type(), output.element_type())?;
+        let (send, recv) = (send.bytes(), output.bytes_mut());
         let n = self.comm.size() as usize;
         expect_len(
             recv.len(),
@@ -563,7 +637,8 @@ impl Process<'_> {
             "the receive buffer",
         )?;
         let team = self.comm.team(CollectiveTag::Gather)?;
-        team.run(|t| algorithms::gather(t, root, send, Some(recv)))
+        team.run(|t| algorithms::gather(t, root, send, Some(recv)))?;
+        output.finish()
     }
 
     /// [`Process::gather_into_root`] in place: the root's own block of
@@ -571,16 +646,18 @@ impl Process<'_> {
     pub fn gather_into_root_in_place<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<()> {
         let root = self.root(true)?;
         let n = self.comm.size() as usize;
+        let mut output = Output::new(recv)?;
         let block = block_of(
-            recv.bytes_mut().len(),
+            output.bytes_mut().len(),
             n,
-            recv.element_type(),
+            output.element_type(),
             "the receive buffer",
         )?;
-        let recv = recv.bytes_mut();
+        let recv = output.bytes_mut();
         let mine = recv[root * block..(root + 1) * block].to_vec();
         let team = self.comm.team(CollectiveTag::Gather)?;
-        team.run(|t| algorithms::gather(t, root, &mine, Some(recv)))
+        team.run(|t| algorithms::gather(t, root, &mine, Some(recv)))?;
+        output.finish()
     }
 
     /// This process's part of a gather of varying counts to this root
@@ -589,6 +666,7 @@ impl Process<'_> {
     pub fn gather_varcount_into<S: Buffer + ?Sized>(&self, send: &S) -> Result<()> {
         let root = self.root(false)?;
         let team = self.comm.team(CollectiveTag::Gather)?;
+        let send = Input::new(send)?;
         team.run(|t| algorithms::gather_varcount(t, root, send.bytes(), None))
     }
 
@@ -607,13 +685,15 @@ impl Process<'_> {
         D: std::borrow::Borrow<[i32]>,
     {
         let root = self.root(true)?;
+        let send = Input::new(send)?;
         same_element_type(send.element_type(), recv.element_type())?;
         let n = self.comm.size() as usize;
-        let (parts, recv) = recv.parts(n)?;
+        let (parts, mut output) = recv.parts(n)?;
+        let recv = output.bytes_mut();
         let recvs = disjoint_blocks(recv.len(), &parts)?.split(recv);
-        let send = send.bytes();
         let team = self.comm.team(CollectiveTag::Gather)?;
-        team.run(|t| algorithms::gather_varcount(t, root, send, Some(recvs)))
+        team.run(|t| algorithms::gather_varcount(t, root, send.bytes(), Some(recvs)))?;
+        output.finish()
     }
 
     /// [`Process::gather_varcount_into_root`] in place: the root's own
@@ -629,11 +709,13 @@ impl Process<'_> {
     {
         let root = self.root(true)?;
         let n = self.comm.size() as usize;
-        let (parts, recv) = recv.parts(n)?;
+        let (parts, mut output) = recv.parts(n)?;
+        let recv = output.bytes_mut();
         let mine = recv[parts[root].clone()].to_vec();
         let recvs = disjoint_blocks(recv.len(), &parts)?.split(recv);
         let team = self.comm.team(CollectiveTag::Gather)?;
-        team.run(|t| algorithms::gather_varcount(t, root, &mine, Some(recvs)))
+        team.run(|t| algorithms::gather_varcount(t, root, &mine, Some(recvs)))?;
+        output.finish()
     }
 
     /// This process's part of a scatter from this root (`MPI_Scatter`,
@@ -641,7 +723,9 @@ impl Process<'_> {
     pub fn scatter_into<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<()> {
         let root = self.root(false)?;
         let team = self.comm.team(CollectiveTag::Scatter)?;
-        team.run(|t| algorithms::scatter(t, root, None, recv.bytes_mut()))
+        let mut output = Output::new(recv)?;
+        team.run(|t| algorithms::scatter(t, root, None, output.bytes_mut()))?;
+        output.finish()
     }
 
     /// The root's part of a scatter (`MPI_Scatter`, §6.6): block `i` of
@@ -653,12 +737,14 @@ impl Process<'_> {
         R: BufferMut + ?Sized,
     {
         let root = self.root(true)?;
-        let element_type = same_element_type(send.element_type(), recv.element_type())?;
-        let (send, recv) = (send.bytes(), recv.bytes_mut());
+        let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
+        let element_type = same_element_type(send.element_type(), output.element_type())?;
+        let (send, recv) = (send.bytes(), output.bytes_mut());
         let n = self.comm.size() as usize;
         expect_len(send.len(), n * recv.len(), element_type, "the send buffer")?;
         let team = self.comm.team(CollectiveTag::Scatter)?;
-        team.run(|t| algorithms::scatter(t, root, Some(send), recv))
+        team.run(|t| algorithms::scatter(t, root, Some(send), recv))?;
+        output.finish()
     }
 
     /// [`Process::scatter_into_root`] in place: the root keeps its own
@@ -666,6 +752,7 @@ impl Process<'_> {
     pub fn scatter_into_root_in_place<S: Buffer + ?Sized>(&self, send: &S) -> Result<()> {
         let root = self.root(true)?;
         let n = self.comm.size() as usize;
+        let send = Input::new(send)?;
         let block = block_of(
             send.bytes().len(),
             n,
@@ -683,7 +770,9 @@ impl Process<'_> {
     pub fn scatter_varcount_into<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<()> {
         let root = self.root(false)?;
         let team = self.comm.team(CollectiveTag::Scatter)?;
-        team.run(|t| algorithms::scatter_varcount(t, root, None, recv.bytes_mut()))
+        let mut output = Output::new(recv)?;
+        team.run(|t| algorithms::scatter_varcount(t, root, None, output.bytes_mut()))?;
+        output.finish()
     }
 
     /// The root's part of a scatter of varying counts (`MPI_Scatterv`,
@@ -701,12 +790,14 @@ impl Process<'_> {
         R: BufferMut + ?Sized,
     {
         let root = self.root(true)?;
-        same_element_type(send.element_type(), recv.element_type())?;
+        let mut output = Output::new(recv)?;
+        same_element_type(send.element_type(), output.element_type())?;
         let n = self.comm.size() as usize;
         let (parts, send) = send.parts(n)?;
-        let sends: Vec<&[u8]> = parts.iter().map(|p| &send[p.clone()]).collect();
+        let sends: Vec<&[u8]> = parts.iter().map(|p| &send.bytes()[p.clone()]).collect();
         let team = self.comm.team(CollectiveTag::Scatter)?;
-        team.run(|t| algorithms::scatter_varcount(t, root, Some(&sends), recv.bytes_mut()))
+        team.run(|t| algorithms::scatter_varcount(t, root, Some(&sends), output.bytes_mut()))?;
+        output.finish()
     }
 
     /// [`Process::scatter_varcount_into_root`] in place: the root keeps
@@ -724,7 +815,7 @@ impl Process<'_> {
         let root = self.root(true)?;
         let n = self.comm.size() as usize;
         let (parts, send) = send.parts(n)?;
-        let sends: Vec<&[u8]> = parts.iter().map(|p| &send[p.clone()]).collect();
+        let sends: Vec<&[u8]> = parts.iter().map(|p| &send.bytes()[p.clone()]).collect();
         let mut mine = vec![0u8; parts[root].len()];
         let team = self.comm.team(CollectiveTag::Scatter)?;
         team.run(|t| algorithms::scatter_varcount(t, root, Some(&sends), &mut mine))
@@ -738,6 +829,7 @@ impl Process<'_> {
         O: Operation,
     {
         let root = self.root(false)?;
+        let send = Input::new(send)?;
         let red = Reduction::new(&op, send.element_type())?;
         let mut acc = Scratch::copy_of(send.bytes());
         let team = self.comm.team(CollectiveTag::Reduce)?;
@@ -753,11 +845,13 @@ impl Process<'_> {
         O: Operation,
     {
         let root = self.root(true)?;
-        let element_type = same_element_type(send.element_type(), recv.element_type())?;
+        let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
+        let element_type = same_element_type(send.element_type(), output.element_type())?;
         let red = Reduction::new(&op, element_type)?;
-        let recv = copy_input(send.bytes(), recv.bytes_mut(), element_type)?;
+        let recv = copy_input(send.bytes(), output.bytes_mut(), element_type)?;
         let team = self.comm.team(CollectiveTag::Reduce)?;
-        team.run(|t| algorithms::reduce(t, root, recv, &red))
+        team.run(|t| algorithms::reduce(t, root, recv, &red))?;
+        output.finish()
     }
 
     /// [`Process::reduce_into_root`] in place: the root's `buf` is its
@@ -768,8 +862,10 @@ impl Process<'_> {
         O: Operation,
     {
         let root = self.root(true)?;
-        let red = Reduction::new(&op, buf.element_type())?;
+        let mut output = Output::new(buf)?;
+        let red = Reduction::new(&op, output.element_type())?;
         let team = self.comm.team(CollectiveTag::Reduce)?;
-        team.run(|t| algorithms::reduce(t, root, buf.bytes_mut(), &red))
+        team.run(|t| algorithms::reduce(t, root, output.bytes_mut(), &red))?;
+        output.finish()
     }
 }

@@ -21,8 +21,13 @@
 //! compare as MPICH does (`a > b ? a : b`), so a NaN is kept only where
 //! it was already the accumulated value.
 
-use crate::datatype::{Buffer, BufferMut, ElementType, Equivalence};
+use super::typed::{Input, Output};
+use crate::datatype::{
+    Buffer, BufferMut, Datatype, DatatypeRef, ElementType, Equivalence, UserDatatype,
+};
 use crate::{Error, ErrorClass, Result};
+use std::mem::offset_of;
+use std::sync::OnceLock;
 
 /// A reduction operation: a [`SystemOperation`] or a [`UserOperation`]
 /// (or a reference to one).
@@ -312,26 +317,41 @@ pub struct ValueIndex<V, I> {
 }
 
 macro_rules! value_index {
-    ($($v:ty, $i:ty => $name:literal;)*) => {$(
+    ($($v:ty, $i:ty;)*) => {$(
         const _: () = assert!(
             std::mem::size_of::<ValueIndex<$v, $i>>()
                 == std::mem::size_of::<$v>() + std::mem::size_of::<$i>()
         );
         // SAFETY: `repr(C)` with two fields of equal size and alignment:
-        // no padding (checked above), and both fields take any bits.
+        // no padding (checked above), both fields take any bits, and the
+        // datatype names the two fields at their offsets, resized to the
+        // pair's size (as `#[derive(Equivalence)]` makes it).
         unsafe impl Equivalence for ValueIndex<$v, $i> {
-            const MPI_NAME: &'static str = $name;
+            fn equivalent_datatype() -> DatatypeRef<'static> {
+                static DATATYPE: OnceLock<UserDatatype> = OnceLock::new();
+                DATATYPE
+                    .get_or_init(|| {
+                        UserDatatype::of_struct_fields(
+                            std::mem::size_of::<ValueIndex<$v, $i>>(),
+                            &[
+                                (offset_of!(ValueIndex<$v, $i>, value), 1, <$v>::equivalent_datatype()),
+                                (offset_of!(ValueIndex<$v, $i>, index), 1, <$i>::equivalent_datatype()),
+                            ],
+                        )
+                    })
+                    .as_datatype_ref()
+            }
         }
     )*};
 }
 
 value_index! {
-    i32, i32 => "MPI_2INT";
-    u32, i32 => "ValueIndex<u32, i32>";
-    f32, i32 => "MPI_FLOAT_INT";
-    i64, i64 => "ValueIndex<i64, i64>";
-    u64, i64 => "ValueIndex<u64, i64>";
-    f64, i64 => "ValueIndex<f64, i64>";
+    i32, i32;
+    u32, i32;
+    f32, i32;
+    i64, i64;
+    u64, i64;
+    f64, i64;
 }
 
 /// Combines `input` into `inout`: `inout[i] = input[i] op inout[i]`.
@@ -431,9 +451,10 @@ where
     R: BufferMut + ?Sized,
     O: Operation,
 {
-    let element_type = same_element_type(input.element_type(), inout.element_type())?;
+    let (input, mut output) = (Input::new(input)?, Output::new(inout)?);
+    let element_type = same_element_type(input.element_type(), output.element_type())?;
     let reduction = Reduction::new(&op, element_type)?;
-    let (input, inout) = (input.bytes(), inout.bytes_mut());
+    let (input, inout) = (input.bytes(), output.bytes_mut());
     if input.len() != inout.len() {
         return Err(Error::new(
             ErrorClass::Count,
@@ -444,7 +465,8 @@ where
             ),
         ));
     }
-    reduction.apply(input, inout)
+    reduction.apply(input, inout)?;
+    output.finish()
 }
 
 /// The element type two buffers share, or an `MPI_ERR_TYPE` error.
@@ -695,9 +717,13 @@ fn kernel(op: SystemOp, element_type: ElementType) -> Option<Kernel> {
             }
         )*};
     }
+    if matches!(op, SystemOp::MinLoc | SystemOp::MaxLoc) {
+        // Before the numbers: a pair of `i32`s is also two `i32`s.
+        pick_pairs!(i32, i32; u32, i32; f32, i32; i64, i64; u64, i64; f64, i64);
+        return None;
+    }
     pick!(integer_kernel: i8, i16, i32, i64, i128, isize, u8, u16, u32, u64, u128, usize);
     pick!(float_kernel: f32, f64);
-    pick_pairs!(i32, i32; u32, i32; f32, i32; i64, i64; u64, i64; f64, i64);
     None
 }
 
@@ -776,12 +802,12 @@ mod tests {
         ];
         let floats = [ElementType::of::<f32>(), ElementType::of::<f64>()];
         let pairs = [
-            ElementType::of::<ValueIndex<i32, i32>>(),
-            ElementType::of::<ValueIndex<u32, i32>>(),
-            ElementType::of::<ValueIndex<f32, i32>>(),
-            ElementType::of::<ValueIndex<i64, i64>>(),
-            ElementType::of::<ValueIndex<u64, i64>>(),
-            ElementType::of::<ValueIndex<f64, i64>>(),
+            (ElementType::of::<ValueIndex<i32, i32>>(), true),
+            (ElementType::of::<ValueIndex<u32, i32>>(), false),
+            (ElementType::of::<ValueIndex<f32, i32>>(), false),
+            (ElementType::of::<ValueIndex<i64, i64>>(), true),
+            (ElementType::of::<ValueIndex<u64, i64>>(), false),
+            (ElementType::of::<ValueIndex<f64, i64>>(), false),
         ];
         use SystemOp::*;
         let all = [
@@ -797,8 +823,11 @@ mod tests {
             for t in floats {
                 assert_eq!(kernel(op, t).is_some(), arithmetic, "{op:?} {}", t.name());
             }
-            for t in pairs {
-                assert_eq!(kernel(op, t).is_some(), location, "{op:?} {}", t.name());
+            for (t, same_types) in pairs {
+                // A pair of two values of one type has the signature of
+                // two of them, so the numbers' operations apply too.
+                let defined = location || same_types;
+                assert_eq!(kernel(op, t).is_some(), defined, "{op:?} {}", t.name());
             }
         }
     }

@@ -2,6 +2,7 @@
 //! varying counts: [`Partition`] (sent from) and [`PartitionMut`]
 //! (received into), as rsmpi has them.
 
+use super::typed::{Input, Output};
 use crate::datatype::{Buffer, BufferMut, ElementType};
 use crate::{Error, ErrorClass, Result};
 use std::borrow::Borrow;
@@ -44,20 +45,21 @@ where
     }
 
     pub(crate) fn element_type(&self) -> ElementType {
-        self.buf.element_type()
+        ElementType::of_datatype(self.buf.view().datatype())
     }
 
-    /// The blocks in bytes for `size` processes, and the bytes.
-    pub(crate) fn parts(&self, size: usize) -> Result<(Vec<Range<usize>>, &'b [u8])> {
-        let bytes = self.buf.bytes();
+    /// The blocks in bytes of packed data for `size` processes, and the
+    /// data.
+    pub(crate) fn parts(&self, size: usize) -> Result<(Vec<Range<usize>>, Input<'b>)> {
+        let input = Input::new(self.buf)?;
         let parts = blocks(
             self.counts(),
             self.displs(),
             size,
-            self.element_type(),
-            bytes.len(),
+            input.element_type(),
+            input.bytes().len(),
         )?;
-        Ok((parts, bytes))
+        Ok((parts, input))
     }
 }
 
@@ -97,22 +99,22 @@ where
         self.displs.borrow()
     }
 
-    pub(crate) fn element_type(&self) -> ElementType {
-        self.buf.element_type()
+    pub(crate) fn element_type(&mut self) -> ElementType {
+        ElementType::of_datatype(self.buf.view_mut().datatype())
     }
 
-    /// The blocks in bytes for `size` processes, and the bytes.
-    pub(crate) fn parts(&mut self, size: usize) -> Result<(Vec<Range<usize>>, &mut [u8])> {
-        let element_type = self.element_type();
-        let bytes = self.buf.bytes_mut();
+    /// The blocks in bytes of packed data for `size` processes, and the
+    /// data (which blocks not written keep).
+    pub(crate) fn parts(&mut self, size: usize) -> Result<(Vec<Range<usize>>, Output<'_>)> {
+        let mut output = Output::new(self.buf)?;
         let parts = blocks(
             self.counts.borrow(),
             self.displs.borrow(),
             size,
-            element_type,
-            bytes.len(),
+            output.element_type(),
+            output.bytes_mut().len(),
         )?;
-        Ok((parts, bytes))
+        Ok((parts, output))
     }
 }
 

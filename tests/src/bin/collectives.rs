@@ -10,12 +10,15 @@
 //! predefined operation on every type, `MPI_ERR_OP` on the others,
 //! min/max-loc), `mismatch` (processes that pass different counts fail
 //! alone and the job goes on), `errors` (the error classes of bad
-//! arguments).
+//! arguments), `datatypes` (derived datatypes and structs in collectives:
+//! strided data in and out, padding skipped, gaps left alone).
 
 use oxmpi::collective::{
     DynBuffer, DynBufferMut, Partition, PartitionMut, SystemOperation, UserOperation, ValueIndex,
 };
-use oxmpi::{Buffer, BufferMut, Communicator, Equivalence, Error, ErrorClass, Result};
+use oxmpi::datatype::{MutView, UserDatatype, View};
+use oxmpi::traits::*;
+use oxmpi::{Communicator, Error, ErrorClass, Result};
 use std::fmt::Debug;
 use std::process::ExitCode;
 
@@ -28,6 +31,7 @@ fn main() -> ExitCode {
             "operations" => operations(&world),
             "mismatch" => mismatch(&world),
             "errors" => errors(&world),
+            "datatypes" => datatypes(&world),
             other => Err(fail(format!("unknown check {other:?}"))),
         };
         if let Err(e) = outcome {
@@ -848,7 +852,7 @@ fn every_operation<T: Value>(world: &Communicator) -> Result<()> {
         .map(|i| T::from_i128(small(rank, i, T::SIGNED).into()))
         .collect();
     for (k, (name, op, apply)) in OPERATIONS.iter().enumerate() {
-        let what = format!("{name} on {}", T::MPI_NAME);
+        let what = format!("{name} on {}", std::any::type_name::<T>());
         let mut got: Vec<T> = (0..COUNT).map(|_| T::from_i128(0)).collect();
         let result = world.all_reduce_into(&mine[..], &mut got[..], op());
         if !T::INTEGER && k >= 4 {
@@ -878,7 +882,7 @@ fn every_operation<T: Value>(world: &Communicator) -> Result<()> {
         expect_class(
             result,
             ErrorClass::Op,
-            &format!("{op:?} on {}", T::MPI_NAME),
+            &format!("{op:?} on {}", std::any::type_name::<T>()),
         )?;
     }
     Ok(())
@@ -955,8 +959,15 @@ fn locations(world: &Communicator) -> Result<()> {
         }; 3],
         "min_loc of MPI_2INT",
     )?;
-    let e = world.all_reduce_into(&mine[..], &mut ints[..], SystemOperation::sum());
-    expect_class(e, ErrorClass::Op, "sum of MPI_2INT")
+    // Sums are not defined on value-index pairs of two types (a pair of
+    // two i32s has the type signature of two i32s, which do add up).
+    let floats = [ValueIndex {
+        value: 1.5f32,
+        index: rank as i32,
+    }];
+    let mut float_sums = floats;
+    let e = world.all_reduce_into(&floats, &mut float_sums, SystemOperation::sum());
+    expect_class(e, ErrorClass::Op, "sum of MPI_FLOAT_INT")
 }
 
 /// Processes that pass different counts: the one that receives too much
@@ -1100,4 +1111,160 @@ fn errors(world: &Communicator) -> Result<()> {
     ensure(total == size, || {
         format!("all-reduce after the errors gave {total}")
     })
+}
+
+/// A struct with padding (7 bytes after `charge`) that travels by its
+/// derived datatype.
+#[derive(Equivalence, Clone, Copy, Debug, PartialEq)]
+#[repr(C)]
+struct Particle {
+    position: [f64; 2],
+    charge: i8,
+    id: u64,
+}
+
+fn particle(rank: usize, i: usize) -> Particle {
+    Particle {
+        position: [rank as f64, i as f64 * 0.5],
+        charge: (rank as i8) - (i as i8),
+        id: ((rank as u64) << 32) | i as u64,
+    }
+}
+
+/// A plain struct (no padding) that user operations can read.
+#[derive(Equivalence, Clone, Copy, Debug, PartialEq)]
+#[repr(C)]
+struct Sample {
+    weight: f64,
+    count: i64,
+}
+
+fn datatypes(world: &Communicator) -> Result<()> {
+    let (rank, n) = (world.rank() as usize, world.size() as usize);
+    let root = world.process_at_rank(0);
+    // A column of a rows x 3 matrix of f64: a strided vector.
+    let rows = 1000;
+    let column = UserDatatype::vector(rows as i32, 1, 3, &f64::equivalent_datatype())?;
+    let matrix: Vec<f64> = (0..rows * 3).map(|i| (rank * 10_000 + i) as f64).collect();
+    let column_1 = View::with_count_and_datatype(&matrix[1..], 1, &column)?;
+    let mut sums = vec![0.0f64; rows];
+    world.all_reduce_into(&column_1, &mut sums[..], SystemOperation::sum())?;
+    let expected: Vec<f64> = (0..rows)
+        .map(|r| (0..n).map(|k| (k * 10_000 + 3 * r + 1) as f64).sum())
+        .collect();
+    same(&sums, &expected, "all_reduce of a strided column")?;
+
+    // The same sums into a strided column of another matrix, in place:
+    // the other columns keep what they held.
+    let mut target: Vec<f64> = matrix.clone();
+    {
+        let mut column_2 = MutView::with_count_and_datatype(&mut target[2..], 1, &column)?;
+        world.all_reduce_in_place(&mut column_2, SystemOperation::max())?;
+    }
+    let expected_max: Vec<f64> = (0..rows * 3)
+        .map(|i| match i % 3 {
+            2 => ((n - 1) * 10_000 + i) as f64,
+            _ => matrix[i],
+        })
+        .collect();
+    same(&target, &expected_max, "in-place max into a strided column")?;
+
+    // Structs with padding: broadcast and all_to_all.
+    let mut particles: Vec<Particle> = (0..7).map(|i| particle(rank, i)).collect();
+    root.broadcast_into(&mut particles[..])?;
+    let mut from_root: Vec<Particle> = (0..7).map(|i| particle(0, i)).collect();
+    same(&particles, &from_root, "broadcast of structs with padding")?;
+    let outgoing: Vec<Particle> = (0..n * 2).map(|i| particle(rank, i)).collect();
+    let mut incoming = vec![particle(99, 99); n * 2];
+    world.all_to_all_into(&outgoing[..], &mut incoming[..])?;
+    let expected: Vec<Particle> = (0..n)
+        .flat_map(|from| (0..2).map(move |j| particle(from, rank * 2 + j)))
+        .collect();
+    same(&incoming, &expected, "all_to_all of structs with padding")?;
+
+    // Gather of one strided column from each rank into the columns of
+    // the root's matrix (3 columns: up to 3 ranks), whose gaps keep their
+    // values.
+    let mine = View::with_count_and_datatype(&matrix[0..], 1, &column)?;
+    let column_0 = UserDatatype::resized(&column, 0, 8)?;
+    if n > 3 {
+        // More columns than the matrix has: the blocks would overlap.
+    } else if rank == 0 {
+        let mut gathered = vec![-1.0f64; rows * 3 + n];
+        {
+            let mut columns =
+                MutView::with_count_and_datatype(&mut gathered[..], n as i32, &column_0)?;
+            root.gather_into_root(&mine, &mut columns)?;
+        }
+        // Rank k's column lands at offset k with stride 3 (the resized
+        // type's extent is one f64).
+        let mut expected = vec![-1.0f64; rows * 3 + n];
+        for k in 0..n {
+            for r in 0..rows {
+                expected[k + 3 * r] = (k * 10_000 + 3 * r) as f64;
+            }
+        }
+        same(&gathered, &expected, "gather into resized strided columns")?;
+    } else {
+        root.gather_into(&mine)?;
+    }
+
+    // A user operation on a plain struct, and min_loc on pairs.
+    let weighted = UserOperation::commutative(|input: DynBuffer, inout: DynBufferMut| {
+        let input: &[Sample] = input.downcast().expect("Sample elements");
+        let inout: &mut [Sample] = inout.downcast().expect("Sample elements");
+        for (a, b) in input.iter().zip(inout) {
+            b.weight += a.weight;
+            b.count += a.count;
+        }
+    });
+    let samples: Vec<Sample> = (0..50)
+        .map(|i| Sample {
+            weight: (rank + i) as f64,
+            count: 1,
+        })
+        .collect();
+    let mut total = vec![
+        Sample {
+            weight: 0.0,
+            count: 0
+        };
+        50
+    ];
+    world.all_reduce_into(&samples[..], &mut total[..], &weighted)?;
+    let expected: Vec<Sample> = (0..50)
+        .map(|i| Sample {
+            weight: (0..n).map(|k| (k + i) as f64).sum(),
+            count: n as i64,
+        })
+        .collect();
+    same(&total, &expected, "user operation on structs")?;
+    let pair = ValueIndex {
+        value: ((rank * 37) % 11) as f64,
+        index: rank as i64,
+    };
+    let mut lowest = ValueIndex::default();
+    world.all_reduce_into(&pair, &mut lowest, SystemOperation::min_loc())?;
+    let best = (0..n)
+        .map(|k| ValueIndex {
+            value: ((k * 37) % 11) as f64,
+            index: k as i64,
+        })
+        .min_by(|a, b| a.value.total_cmp(&b.value).then(a.index.cmp(&b.index)))
+        .expect("one rank at least");
+    same(&[lowest], &[best], "min_loc")?;
+
+    // Types that do not match, and an operation a struct has not got.
+    let mut ints = vec![0i64; rows];
+    expect_class(
+        world.all_reduce_into(&column_1, &mut ints[..], SystemOperation::sum()),
+        ErrorClass::Type,
+        "f64 column into i64",
+    )?;
+    expect_class(
+        world.all_reduce_into(&particles[..], &mut from_root[..], SystemOperation::sum()),
+        ErrorClass::Op,
+        "sum of structs",
+    )?;
+    Ok(())
 }
