@@ -4,9 +4,11 @@
  * exactly the same patterns as oxmpi. `oxbench compare` builds it with
  * each library's `mpicc` and runs it under the library's launcher.
  *
- * It mirrors benches/src/mpi_bench.rs and benches/src/cli.rs (read their
- * docs for the patterns), and must be kept in step with them:
- * - command line: `latency|bw|bibw|mbw_mr|multi_lat [--min-size N]
+ * It mirrors benches/src/mpi_bench.rs, benches/src/coll_bench.rs and
+ * benches/src/cli.rs (read their docs for the patterns), and must be kept
+ * in step with them:
+ * - command line: `latency|bw|bibw|mbw_mr|multi_lat|barrier|bcast|
+ *   allreduce|alltoall [--min-size N]
  *   [--max-size N] [--size N] [--iterations N] [--iterations-large N]
  *   [--warmup N] [--warmup-large N]`, `--name value` or `--name=value`,
  *   sizes in bytes with an optional K, M or G suffix (powers of 1024);
@@ -34,6 +36,14 @@
  *   before timing; every receive's byte count checked, and the received
  *   bytes compared with the pattern after the timed loop; initiators send
  *   their times to rank 0;
+ * - barrier, bcast, allreduce, alltoall: every rank takes part (any
+ *   number); each operation is timed alone and followed by an untimed
+ *   barrier (barrier: barriers back to back, one row of size 0); bcast
+ *   from rank 0, allreduce the sum of size/4 floats (sizes from 4),
+ *   alltoall a block of `size` bytes to and from every rank; each rank's
+ *   mean time per operation in microseconds, averaged over the ranks with
+ *   MPI_Reduce; after the timed loop the root's bytes, the exact sums and
+ *   each sender's block are checked;
  * - output (rank 0): `#` header lines (one `# library: ...`), the column
  *   header, then one line per size, the size in 10 columns and each
  *   figure in 18 with 2 decimals, as oxbench prints it.
@@ -63,15 +73,51 @@
 #define TAG_ACK 3
 #define TAG_TIME 4
 
-enum benchmark { LATENCY, BANDWIDTH, BIBANDWIDTH, MULTI_BANDWIDTH, MULTI_LATENCY };
+enum benchmark {
+    LATENCY,
+    BANDWIDTH,
+    BIBANDWIDTH,
+    MULTI_BANDWIDTH,
+    MULTI_LATENCY,
+    BARRIER,
+    BCAST,
+    ALLREDUCE,
+    ALLTOALL
+};
 
-static const char *const names[] = {"latency", "bw", "bibw", "mbw_mr", "multi_lat"};
-static const char *const descriptions[] = {"latency", "bandwidth", "bi-directional bandwidth",
+static const char *const names[] = {"latency", "bw",      "bibw",      "mbw_mr",  "multi_lat",
+                                    "barrier", "bcast",   "allreduce", "alltoall"};
+static const char *const descriptions[] = {"latency",
+                                           "bandwidth",
+                                           "bi-directional bandwidth",
                                            "multiple bandwidth / message rate",
-                                           "multi-pair latency"};
+                                           "multi-pair latency",
+                                           "barrier latency",
+                                           "broadcast latency",
+                                           "all-reduce latency",
+                                           "all-to-all latency"};
 
-static int is_latency(enum benchmark b) { return b == LATENCY || b == MULTI_LATENCY; }
+static int is_collective(enum benchmark b) { return b >= BARRIER; }
+static int is_latency(enum benchmark b)
+{
+    return b == LATENCY || b == MULTI_LATENCY || is_collective(b);
+}
 static int is_multi_pair(enum benchmark b) { return b == MULTI_BANDWIDTH || b == MULTI_LATENCY; }
+
+/* The smallest size a benchmark measures, as cli.rs's Benchmark::min_size. */
+static size_t min_size_of(enum benchmark b)
+{
+    switch (b) {
+    case LATENCY:
+    case MULTI_LATENCY:
+    case BARRIER:
+        return 0;
+    case ALLREDUCE:
+        return sizeof(float);
+    default:
+        return 1;
+    }
+}
 
 struct options {
     enum benchmark benchmark;
@@ -82,7 +128,8 @@ struct options {
 };
 
 static const char usage[] =
-    "usage: mpiexec -n 2 peer_bench latency|bw|bibw|mbw_mr|multi_lat [--min-size N]\n"
+    "usage: mpiexec -n 2 peer_bench latency|bw|bibw|mbw_mr|multi_lat|barrier|bcast|\n"
+    "       allreduce|alltoall [--min-size N]\n"
     "       [--max-size N] [--size N] [--iterations N] [--iterations-large N]\n"
     "       [--warmup N] [--warmup-large N]\n";
 
@@ -144,7 +191,7 @@ static int parse(int argc, char **argv, struct options *o)
     long iterations = -1, iterations_large = -1, warmup = -1, warmup_large = -1;
     if (argc < 2)
         return usage_error("no benchmark given", NULL);
-    for (int b = LATENCY; b <= MULTI_LATENCY; b++) {
+    for (int b = LATENCY; b <= ALLTOALL; b++) {
         if (!strcmp(argv[1], names[b])) {
             o->benchmark = (enum benchmark)b;
             found = 1;
@@ -152,7 +199,7 @@ static int parse(int argc, char **argv, struct options *o)
     }
     if (!found)
         return usage_error("unknown benchmark:", argv[1]);
-    o->min_size = is_latency(o->benchmark) ? 0 : 1;
+    o->min_size = min_size_of(o->benchmark);
     o->max_size = DEFAULT_MAX_SIZE;
     for (int i = 2; i < argc; i++) {
         char name[32];
@@ -214,8 +261,10 @@ static int parse(int argc, char **argv, struct options *o)
         return usage_error("message sizes are limited to 64 MiB", NULL);
     if (o->min_size > o->max_size)
         return usage_error("the smallest size is larger than the largest", NULL);
-    if (!is_latency(o->benchmark) && o->min_size == 0)
-        return usage_error("bandwidth needs messages of at least 1 byte", NULL);
+    if (o->min_size < min_size_of(o->benchmark))
+        return usage_error("messages are too small for this benchmark", NULL);
+    if (o->benchmark == BARRIER)
+        o->min_size = o->max_size = 0;
     return 1;
 }
 
@@ -350,6 +399,8 @@ static void step(enum benchmark b, int peer, int initiator, const char *message,
     case BIBANDWIDTH:
         exchange_window(peer, message, received, size);
         break;
+    default:
+        fail("not a point-to-point benchmark", size);
     }
 }
 
@@ -407,17 +458,135 @@ static void print_header(const struct options *o, int ranks)
     printf("# ranks: %d; iterations: %s; warm-up: %s\n", ranks, iterations, warmup);
     if (is_multi_pair(b))
         printf("# pairs: %d (rank i with rank i + %d), running at once\n", ranks / 2, ranks / 2);
-    if (b == BIBANDWIDTH)
+    if (is_collective(b))
+        printf("# each operation timed alone, then an untimed barrier; the figure is each "
+               "rank's mean time per operation, averaged over the ranks\n");
+    else if (b == BIBANDWIDTH)
         printf("# window: %d immediate sends each way at once\n", WINDOW);
     else if (!is_latency(b))
         printf("# window: %d immediate sends, then a %d-byte acknowledgement\n", WINDOW, ACK_SIZE);
-    if (is_latency(b))
+    if (is_collective(b))
+        printf("%-10s%18s\n", "# Size", "Avg Latency (us)");
+    else if (is_latency(b))
         printf("%-10s%18s\n", "# Size", "Latency (us)");
     else if (b == MULTI_BANDWIDTH)
         printf("%-10s%18s%18s\n", "# Size", "MB/s", "Messages/s");
     else
         printf("%-10s%18s\n", "# Size", "Bandwidth (MB/s)");
     fflush(stdout);
+}
+
+/* The pattern's start for the alltoall block from `from` to `to`, as
+ * coll_bench.rs's block_pattern. */
+static size_t block_pattern(size_t size, int from, int to)
+{
+    return size + 7 * (size_t)from + 13 * (size_t)to;
+}
+
+/* Element `i` of `rank`'s allreduce input: small integers, whose sums are
+ * exact in float in any order. */
+static float addend(size_t i, int rank) { return (float)((i + (size_t)rank) % 16); }
+
+/* One operation of a collective benchmark with data. */
+static void operate(enum benchmark b, char *send, char *receive, float *floats, float *sums,
+                    size_t size)
+{
+    switch (b) {
+    case BCAST:
+        MPI_Bcast(send, (int)size, MPI_BYTE, 0, MPI_COMM_WORLD);
+        break;
+    case ALLREDUCE:
+        MPI_Allreduce(floats, sums, (int)(size / sizeof(float)), MPI_FLOAT, MPI_SUM,
+                      MPI_COMM_WORLD);
+        break;
+    case ALLTOALL:
+        MPI_Alltoall(send, (int)size, MPI_BYTE, receive, (int)size, MPI_BYTE, MPI_COMM_WORLD);
+        break;
+    default:
+        fail("not a collective with data", size);
+    }
+}
+
+/* The collective benchmarks: see the comment at the top. */
+static void run_collective(const struct options *o, int rank, int ranks)
+{
+    enum benchmark b = o->benchmark;
+    size_t max = o->max_size;
+    size_t bytes = b == BCAST ? max : b == ALLTOALL ? max * (size_t)ranks : 0;
+    size_t count_max = b == ALLREDUCE ? max / sizeof(float) : 0;
+    char *send = aligned_buffer(bytes);
+    char *receive = aligned_buffer(b == ALLTOALL ? bytes : 0);
+    char *expected = aligned_buffer(max);
+    float *floats = malloc(sizeof(float) * (count_max ? count_max : 1));
+    float *sums = malloc(sizeof(float) * (count_max ? count_max : 1));
+    if (!floats || !sums)
+        fail("cannot allocate the all-reduce buffers", max);
+    for (size_t size = o->min_size; size <= max; size = size ? size * 2 : 1) {
+        long iterations = iterations_for(o, size);
+        long warmup = warmup_for(o, size);
+        size_t count = size / sizeof(float);
+        if (b == BCAST) {
+            if (rank == 0)
+                fill_pattern(send, size, size);
+            else
+                memset(send, 0, size);
+        } else if (b == ALLTOALL) {
+            for (int to = 0; to < ranks; to++)
+                fill_pattern(send + (size_t)to * size, size, block_pattern(size, rank, to));
+            memset(receive, 0, size * (size_t)ranks);
+        } else if (b == ALLREDUCE) {
+            for (size_t i = 0; i < count; i++)
+                floats[i] = addend(i, rank);
+            memset(sums, 0, sizeof(float) * count);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        double seconds = 0;
+        if (b == BARRIER) {
+            for (long i = 0; i < warmup; i++)
+                MPI_Barrier(MPI_COMM_WORLD);
+            double start = MPI_Wtime();
+            for (long i = 0; i < iterations; i++)
+                MPI_Barrier(MPI_COMM_WORLD);
+            seconds = MPI_Wtime() - start;
+        } else {
+            for (long i = 0; i < warmup + iterations; i++) {
+                double start = MPI_Wtime();
+                operate(b, send, receive, floats, sums, size);
+                if (i >= warmup)
+                    seconds += MPI_Wtime() - start;
+                MPI_Barrier(MPI_COMM_WORLD);
+            }
+        }
+        if (b == BCAST) {
+            fill_pattern(expected, size, size);
+            check_messages(send, size ? 1 : 0, expected, size);
+        } else if (b == ALLTOALL) {
+            for (int from = 0; from < ranks; from++) {
+                fill_pattern(expected, size, block_pattern(size, from, rank));
+                check_messages(receive + (size_t)from * size, size ? 1 : 0, expected, size);
+            }
+        } else if (b == ALLREDUCE) {
+            for (size_t i = 0; i < count; i++) {
+                float exact = 0;
+                for (int k = 0; k < ranks; k++)
+                    exact += addend(i, k);
+                if (sums[i] != exact)
+                    fail("an all-reduce sum is not exact", size);
+            }
+        }
+        double mean_us = seconds * 1e6 / (double)iterations, sum = 0;
+        MPI_Reduce(&mean_us, &sum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+        if (rank == 0) {
+            printf("%-10zu%18.2f\n", size, sum / ranks);
+            fflush(stdout);
+        }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    free(floats);
+    free(sums);
+    free(send);
+    free(receive);
+    free(expected);
 }
 
 int main(int argc, char **argv)
@@ -430,6 +599,13 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &ranks);
     enum benchmark b = o.benchmark;
+    if (is_collective(b)) {
+        if (rank == 0)
+            print_header(&o, ranks);
+        run_collective(&o, rank, ranks);
+        MPI_Finalize();
+        return 0;
+    }
     if (is_multi_pair(b) ? (ranks < 2 || ranks % 2) : ranks != 2) {
         if (rank == 0)
             fprintf(stderr, "peer_bench: %s needs %s ranks, this job has %d\n", names[b],
@@ -495,6 +671,8 @@ int main(int argc, char **argv)
                 printf("%18.2f%18.2f\n", pairs * window_bytes / mean / 1e6,
                        pairs * WINDOW * (double)iterations / mean);
                 break;
+            default:
+                fail("not a point-to-point benchmark", size);
             }
             fflush(stdout);
         }

@@ -47,16 +47,32 @@ pub enum Benchmark {
     /// [`Benchmark::Latency`] between every pair of ranks at once: the
     /// one-way latency averaged over the pairs, in microseconds.
     MultiLatency,
+    /// `barrier` over every rank: microseconds per barrier, averaged over
+    /// the ranks.
+    Barrier,
+    /// `broadcast_into` from rank 0 of messages of each size: microseconds
+    /// per broadcast, averaged over the ranks.
+    Broadcast,
+    /// `all_reduce_into` with the sum of `f32`s, each size in bytes:
+    /// microseconds per all-reduce, averaged over the ranks.
+    AllReduce,
+    /// `all_to_all_into` with blocks of each size to and from every rank:
+    /// microseconds per all-to-all, averaged over the ranks.
+    AllToAll,
 }
 
 impl Benchmark {
     /// Every benchmark, in the order of the usage text.
-    pub const ALL: [Benchmark; 5] = [
+    pub const ALL: [Benchmark; 9] = [
         Benchmark::Latency,
         Benchmark::Bandwidth,
         Benchmark::BiBandwidth,
         Benchmark::MultiBandwidth,
         Benchmark::MultiLatency,
+        Benchmark::Barrier,
+        Benchmark::Broadcast,
+        Benchmark::AllReduce,
+        Benchmark::AllToAll,
     ];
 
     /// The name used on the command line and in JSON output.
@@ -67,6 +83,10 @@ impl Benchmark {
             Benchmark::BiBandwidth => "bibw",
             Benchmark::MultiBandwidth => "mbw_mr",
             Benchmark::MultiLatency => "multi_lat",
+            Benchmark::Barrier => "barrier",
+            Benchmark::Broadcast => "bcast",
+            Benchmark::AllReduce => "allreduce",
+            Benchmark::AllToAll => "alltoall",
         }
     }
 
@@ -78,6 +98,10 @@ impl Benchmark {
             Benchmark::BiBandwidth => "bi-directional bandwidth",
             Benchmark::MultiBandwidth => "multiple bandwidth / message rate",
             Benchmark::MultiLatency => "multi-pair latency",
+            Benchmark::Barrier => "barrier latency",
+            Benchmark::Broadcast => "broadcast latency",
+            Benchmark::AllReduce => "all-reduce latency",
+            Benchmark::AllToAll => "all-to-all latency",
         }
     }
 
@@ -92,7 +116,16 @@ impl Benchmark {
 
     /// Whether the figure is a time (lower is better) rather than a rate.
     pub fn is_latency(self) -> bool {
-        matches!(self, Benchmark::Latency | Benchmark::MultiLatency)
+        matches!(self, Benchmark::Latency | Benchmark::MultiLatency) || self.is_collective()
+    }
+
+    /// Whether it times a collective operation over every rank of the job
+    /// (any number of ranks).
+    pub fn is_collective(self) -> bool {
+        matches!(
+            self,
+            Benchmark::Barrier | Benchmark::Broadcast | Benchmark::AllReduce | Benchmark::AllToAll
+        )
     }
 
     /// Whether it streams windows of [`WINDOW`] messages.
@@ -112,16 +145,21 @@ impl Benchmark {
             Benchmark::Latency | Benchmark::MultiLatency => &["Latency (us)"],
             Benchmark::Bandwidth | Benchmark::BiBandwidth => &["Bandwidth (MB/s)"],
             Benchmark::MultiBandwidth => &["MB/s", "Messages/s"],
+            Benchmark::Barrier
+            | Benchmark::Broadcast
+            | Benchmark::AllReduce
+            | Benchmark::AllToAll => &["Avg Latency (us)"],
         }
     }
 
-    /// The smallest size the benchmark can measure by default. Zero-byte
-    /// messages have a latency, but carry no bandwidth.
-    fn default_min_size(self) -> usize {
-        if self.is_latency() {
-            0
-        } else {
-            1
+    /// The smallest size the benchmark can measure. Zero-byte messages
+    /// have a latency, but carry no bandwidth; a barrier has no message
+    /// (its one row is size 0); an all-reduce adds `f32`s.
+    pub fn min_size(self) -> usize {
+        match self {
+            Benchmark::Latency | Benchmark::MultiLatency | Benchmark::Barrier => 0,
+            Benchmark::AllReduce => std::mem::size_of::<f32>(),
+            _ => 1,
         }
     }
 
@@ -162,7 +200,7 @@ impl Options {
     /// Options for `benchmark` with the defaults: OSU's sizes and counts.
     pub fn defaults(benchmark: Benchmark) -> Options {
         Options {
-            min_size: benchmark.default_min_size(),
+            min_size: benchmark.min_size(),
             max_size: DEFAULT_MAX_SIZE,
             counts: OSU_COUNTS,
             json: false,
@@ -179,6 +217,20 @@ impl Options {
             size = if size == 0 { 1 } else { size * 2 };
         }
         sizes
+    }
+
+    /// These options as `benchmark` runs them: sizes from its smallest
+    /// ([`Benchmark::min_size`]), and only size 0 for the barrier.
+    pub fn for_benchmark(&self, benchmark: Benchmark) -> Options {
+        let (min_size, max_size) = match benchmark {
+            Benchmark::Barrier => (0, 0),
+            _ => (self.min_size.max(benchmark.min_size()), self.max_size),
+        };
+        Options {
+            min_size,
+            max_size,
+            ..self.clone()
+        }
     }
 
     /// Timed iterations for messages of `size` bytes.
@@ -362,6 +414,7 @@ fn usage_error<T>(message: impl Into<String>) -> Result<T, UsageError> {
 pub const USAGE: &str = "\
 usage: oxrun -n 2 oxbench latency|bw|bibw [OPTIONS]
        oxrun -n N oxbench mbw_mr|multi_lat [OPTIONS]     (N even)
+       oxrun -n N oxbench barrier|bcast|allreduce|alltoall [OPTIONS]
        oxbench raw-tcp latency|bw [OPTIONS]
        oxbench raw-shm latency|bw [OPTIONS]
        oxbench compare [BENCHMARK...] [OPTIONS] [--transport tcp|shm]
@@ -377,6 +430,14 @@ benchmarks (as the OSU micro-benchmarks of the same names):
   mbw_mr           bw between N/2 pairs at once (rank i sends to i + N/2):
                    total MB/s and messages/s (osu_mbw_mr)
   multi_lat        latency between N/2 pairs at once, averaged (osu_multi_lat)
+  barrier          time per barrier over all N ranks (osu_barrier)
+  bcast            time per broadcast from rank 0 (osu_bcast)
+  allreduce        time per all-reduce, sum of f32s, sizes in bytes from 4
+                   (osu_allreduce)
+  alltoall         time per all-to-all, each size a block to every rank
+                   (osu_alltoall)
+  (the collectives time each operation alone, with a barrier between
+  operations, and report each rank's mean averaged over the ranks)
 
 commands:
   raw-tcp BENCH    latency or bw between this process and a child over a
@@ -415,8 +476,8 @@ options:
                    benchmark, one per line)
   --rounds N       compare: run every implementation N times, alternating,
                    and report medians (default 1)
-  --ranks N        compare: ranks of the mbw_mr and multi_lat jobs (even,
-                   default 2)
+  --ranks N        compare: ranks of the mbw_mr and multi_lat jobs (even)
+                   and of the collectives' (default 2)
   --transport T    compare: tcp (default) or shm
   --transports L   suite: comma-separated transports (default: all)
   --svg FILE       suite: where to write the plot (default oxbench-suite.svg)
@@ -530,10 +591,10 @@ pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<Command, UsageError> {
         }
         word => match Benchmark::parse(word) {
             Some(benchmark) => {
-                let least = benchmark.default_min_size();
+                let least = benchmark.min_size();
                 let (options, _) =
                     parse_options(Some(benchmark), least, SIZE_LIMIT, rest, Extra::None)?;
-                Ok(Command::Mpi(benchmark, options))
+                Ok(Command::Mpi(benchmark, options.for_benchmark(benchmark)))
             }
             None => usage_error(format!(
                 "unknown benchmark {word:?}: expected one of {}, or raw-tcp, compare or suite",
@@ -574,6 +635,12 @@ fn parse_compare(args: &[&str]) -> Result<Command, UsageError> {
         1
     };
     let (options, extras) = parse_options(None, least, SIZE_LIMIT, &args[named..], Extra::Compare)?;
+    let ranks = extras.ranks;
+    if ranks % 2 != 0 && benchmarks.iter().any(|b| b.is_multi_pair()) {
+        return usage_error(format!(
+            "--ranks must be even for mbw_mr and multi_lat (pairs), not {ranks}"
+        ));
+    }
     Ok(Command::Compare(CompareOptions {
         benchmarks,
         options,
@@ -662,12 +729,7 @@ fn parse_options(
             ("--warmup-large", _) => warmup_large = Some(parse_count(name, value(name)?)?),
             ("--json", _) if inline.is_none() => json = true,
             ("--rounds", Extra::Compare) => rounds = positive(name, value(name)?)?,
-            ("--ranks", Extra::Compare) => {
-                ranks = positive(name, value(name)?)?;
-                if ranks % 2 != 0 {
-                    return usage_error(format!("--ranks must be even (pairs), not {ranks}"));
-                }
-            }
+            ("--ranks", Extra::Compare) => ranks = positive(name, value(name)?)?,
             ("--transport", Extra::Compare) => {
                 transport = match value(name)? {
                     "tcp" => CompareTransport::Tcp,
@@ -722,6 +784,10 @@ fn parse_options(
     if min_size < least {
         let what = match benchmark {
             Some(b) if b.is_windowed() => "bandwidth needs messages of at least 1 byte",
+            Some(Benchmark::AllReduce) => "allreduce needs messages of at least 4 bytes (one f32)",
+            Some(Benchmark::Broadcast | Benchmark::AllToAll) => {
+                "collectives are measured from 1 byte"
+            }
             _ if extra == Extra::None => "raw TCP carries no zero-byte messages: sizes start at 1",
             _ => "sizes start at 1 here: bandwidths and plots need messages of at least 1 byte",
         };
@@ -967,7 +1033,7 @@ mod tests {
             &["compare", "pingpong"],
             &["compare", "latency", "latency"],
             &["compare", "--rounds", "0"],
-            &["compare", "--ranks", "3"],
+            &["compare", "mbw_mr", "--ranks", "3"],
             &["compare", "bw", "--min-size", "0"],
             &["compare", "--svg", "x.svg"],
             &["compare", "--transport", "verbs"],

@@ -154,7 +154,7 @@ impl Contender {
     ) -> Option<(JobSpec, Options)> {
         let (launcher, program) = self.tools.as_ref().ok()?;
         let ranks = ranks_of(compare, benchmark);
-        let options = &compare.options;
+        let options = &compare.options.for_benchmark(benchmark);
         let transport = compare.transport;
         match self.implementation {
             Implementation::Oxmpi => Some((
@@ -183,7 +183,7 @@ impl Contender {
 
 /// Ranks of `benchmark`'s jobs.
 fn ranks_of(compare: &CompareOptions, benchmark: Benchmark) -> usize {
-    if benchmark.is_multi_pair() {
+    if benchmark.is_multi_pair() || benchmark.is_collective() {
         compare.ranks
     } else {
         2
@@ -224,8 +224,8 @@ fn run(compare: &CompareOptions) -> Result<bool, String> {
 
     let mut all_ran = true;
     let mut out = std::io::stdout().lock();
-    let sizes = compare.options.sizes();
     for &benchmark in &compare.benchmarks {
+        let sizes = compare.options.for_benchmark(benchmark).sizes();
         let columns = compare_one(compare, benchmark, &contenders, root);
         all_ran &= columns.iter().all(|c| c.figures.is_ok());
         let text = if compare.options.json {
@@ -250,7 +250,7 @@ fn compare_one(
     root: bool,
 ) -> Vec<Column> {
     let rounds = compare.rounds;
-    let sizes = compare.options.sizes();
+    let sizes = compare.options.for_benchmark(benchmark).sizes();
     let mut outcomes: Vec<Vec<Result<Measured, String>>> = vec![Vec::new(); contenders.len()];
     for round in 0..rounds {
         for k in 0..contenders.len() {

@@ -2,8 +2,10 @@
 //!
 //! This crate owns the benchmark programs, nothing else:
 //! - the OSU-style MPI benchmarks over oxmpi ([`mpi_bench`]): `latency`,
-//!   `bw`, `bibw` (2 ranks), `mbw_mr` and `multi_lat` (pairs), run as jobs
-//!   with `oxrun -n N oxbench BENCHMARK`;
+//!   `bw`, `bibw` (2 ranks), `mbw_mr` and `multi_lat` (pairs), and the
+//!   collectives `barrier`, `bcast`, `allreduce` and `alltoall` (any
+//!   number of ranks, [`coll_bench`]), run as jobs with
+//!   `oxrun -n N oxbench BENCHMARK`;
 //! - the raw TCP floor they are compared with ([`raw_tcp`]: `oxbench
 //!   raw-tcp latency|bw`, two plain processes over a loopback socket);
 //! - `oxbench compare` ([`compare`]): the same benchmarks over MPICH and
@@ -34,6 +36,7 @@
 
 pub mod buffers;
 pub mod cli;
+pub mod coll_bench;
 pub mod compare;
 pub mod mpi_bench;
 pub mod plot;

@@ -73,7 +73,12 @@ pub fn main(benchmark: Benchmark, options: &Options) -> ExitCode {
         let _ = universe.finalize();
         return ExitCode::FAILURE;
     }
-    if let Err(e) = run(&world, benchmark, options) {
+    let outcome = if benchmark.is_collective() {
+        crate::coll_bench::run(&world, benchmark, options)
+    } else {
+        run(&world, benchmark, options)
+    };
+    if let Err(e) = outcome {
         eprintln!("oxbench: rank {rank}: {e}");
         world.abort(1);
     }
@@ -86,10 +91,13 @@ pub fn main(benchmark: Benchmark, options: &Options) -> ExitCode {
     }
 }
 
-/// Whether `benchmark` can run with `ranks` ranks: exactly 2, or for the
-/// multi-pair benchmarks any even number.
+/// Whether `benchmark` can run with `ranks` ranks: exactly 2, for the
+/// multi-pair benchmarks any even number, for the collectives any.
 pub fn check_ranks(benchmark: Benchmark, ranks: i32) -> Result<(), String> {
     let name = benchmark.name();
+    if benchmark.is_collective() {
+        return Ok(());
+    }
     if benchmark.is_multi_pair() {
         if ranks < 2 || ranks % 2 != 0 {
             return Err(format!(
@@ -108,7 +116,7 @@ pub fn check_ranks(benchmark: Benchmark, ranks: i32) -> Result<(), String> {
 
 /// Describes the transports in use as far as the MPI layer's public API
 /// tells: the `OXMPI_TRANSPORTS` setting.
-fn transports_note() -> String {
+pub fn transports_note() -> String {
     let var = oxmpi::TRANSPORTS_ENV;
     match std::env::var(var) {
         Ok(v) => format!("{var}={v}"),
@@ -147,7 +155,7 @@ impl<'c> Pairing<'c> {
         match benchmark {
             Benchmark::BiBandwidth => true,
             Benchmark::Bandwidth | Benchmark::MultiBandwidth => !self.initiator,
-            Benchmark::Latency | Benchmark::MultiLatency => false,
+            _ => false,
         }
     }
 
@@ -251,6 +259,9 @@ pub fn figures(benchmark: Benchmark, size: usize, iterations: usize, times: &[f6
             let messages = pairs * WINDOW as f64 * iterations / mean;
             vec![pairs * window_bytes / mean / 1e6, messages]
         }
+        Benchmark::Barrier | Benchmark::Broadcast | Benchmark::AllReduce | Benchmark::AllToAll => {
+            vec![mean * 1e6 / iterations]
+        }
     }
 }
 
@@ -306,6 +317,10 @@ fn step(
         Benchmark::BiBandwidth => {
             exchange_window(peer, Some(message), Some((received, message.len())))
         }
+        other => Err(format!(
+            "{} is not a point-to-point benchmark",
+            other.name()
+        )),
     }
 }
 

@@ -251,6 +251,12 @@ pub fn size_bounds(benchmark: Benchmark, options: &Options, ranks: usize) -> Vec
             Benchmark::Latency | Benchmark::MultiLatency => 2,
             Benchmark::Bandwidth | Benchmark::MultiBandwidth => WINDOW + 1,
             Benchmark::BiBandwidth => 2 * WINDOW,
+            // Every rank may exchange a message with every other, and
+            // the barrier after each operation.
+            Benchmark::Barrier
+            | Benchmark::Broadcast
+            | Benchmark::AllReduce
+            | Benchmark::AllToAll => 2 * ranks * ranks,
         };
     options
         .sizes()

@@ -266,6 +266,103 @@ fn bibw_mbw_mr_and_multi_lat_tables() {
 }
 
 #[test]
+fn collective_tables_for_any_number_of_ranks() {
+    let counts = ["--iterations", "5", "--warmup", "1"];
+    for ranks in [1, 3] {
+        let out = run(
+            mpi_job_of(ranks, &[&["barrier"][..], &counts].concat()),
+            MPI_BOUND,
+        );
+        out.assert_success();
+        check_table(
+            &out.stdout,
+            "# oxmpi barrier latency test",
+            "# Size      Avg Latency (us)",
+            &[0],
+        );
+        for (benchmark, title, min) in [
+            ("bcast", "# oxmpi broadcast latency test", 1),
+            ("allreduce", "# oxmpi all-reduce latency test", 4),
+            ("alltoall", "# oxmpi all-to-all latency test", 1),
+        ] {
+            // Across the eager limit, so that long messages are checked too.
+            let args = [&[benchmark, "--max-size", "128K"][..], &counts].concat();
+            let out = run(mpi_job_of(ranks, &args), MPI_BOUND);
+            out.assert_success();
+            check_table(
+                &out.stdout,
+                title,
+                "# Size      Avg Latency (us)",
+                &sizes(min, 128 << 10),
+            );
+            assert!(
+                out.stdout.contains(&format!("# ranks: {ranks};")),
+                "{}",
+                out.stdout
+            );
+        }
+    }
+    let out = run(oxbench_with(&["allreduce", "--size", "2"]), MPI_BOUND);
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("at least 4 bytes"), "{}", out.stderr);
+}
+
+#[test]
+fn compare_collectives_with_three_ranks() {
+    let out = run(
+        oxbench_with(&[
+            "compare",
+            "barrier",
+            "allreduce",
+            "--ranks",
+            "3",
+            "--transport",
+            "shm",
+            "--max-size",
+            "64",
+            "--iterations",
+            "20",
+            "--warmup",
+            "2",
+        ]),
+        COMMAND_BOUND,
+    );
+    assert!(
+        out.status.success(),
+        "compare failed ({}):\n{}\n{}",
+        out.status,
+        out.stdout,
+        out.stderr
+    );
+    for (description, sizes) in [
+        ("barrier latency (us) over shm", vec![0]),
+        ("all-reduce latency (us) over shm", sizes(4, 64)),
+    ] {
+        let table = compare_table(&out.stdout, description);
+        assert!(
+            table.iter().any(|l| l.contains("3 ranks on this machine")),
+            "{table:#?}"
+        );
+        let header = table
+            .iter()
+            .position(|l| l.starts_with("# Size"))
+            .expect("a column header");
+        assert!(!table[header].contains("floor"), "{table:#?}");
+        let rows: Vec<usize> = table[header + 1..]
+            .iter()
+            .map(|l| {
+                l.split_whitespace()
+                    .next()
+                    .unwrap_or("")
+                    .parse()
+                    .unwrap_or(usize::MAX)
+            })
+            .collect();
+        assert_eq!(rows, sizes, "{table:#?}");
+    }
+}
+
+#[test]
 fn multi_pair_benchmarks_need_pairs() {
     for ranks in [1, 3] {
         let out = run(mpi_job_of(ranks, &["mbw_mr", "--size", "8"]), MPI_BOUND);
