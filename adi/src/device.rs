@@ -495,6 +495,12 @@ impl Device {
         self.job.size
     }
 
+    /// Whether a transport named `name` runs in this process (e.g. `"shm"`
+    /// where the shared-memory transport started).
+    pub fn offers(&self, name: &str) -> bool {
+        self.transports.iter().any(|t| t.name() == name)
+    }
+
     /// The PMI client, for the MPI layer's own use of the KVS.
     pub fn pmi(&mut self) -> &mut Pmi {
         &mut self.pmi

@@ -42,6 +42,21 @@ fn every_collective_with_1_to_8_ranks() {
 }
 
 #[test]
+fn every_collective_by_messages_alone() {
+    // The shared-memory collectives off: the message algorithms at every
+    // size, on one host.
+    for ranks in [2, 3, 5, 8] {
+        job(
+            "collectives",
+            "data",
+            ranks,
+            &[("OXMPI_COLL_SHM", "0")],
+            120,
+        );
+    }
+}
+
+#[test]
 fn every_collective_with_most_messages_by_rendezvous() {
     // Eager limits of 1000 bytes: nearly every step of the algorithms
     // waits for its receiver, which must never wait for it in turn.

@@ -52,6 +52,7 @@
 //! whole operation.
 
 pub(crate) mod algorithms;
+pub(crate) mod node;
 pub(crate) mod op;
 mod partition;
 pub(crate) mod schedule;
@@ -108,8 +109,41 @@ impl Communicator {
     /// Waits until every process of the communicator has called it
     /// (`MPI_Barrier`, §6.3).
     pub fn barrier(&self) -> Result<()> {
+        if let Some(node) = self.node()? {
+            return node.barrier();
+        }
         let team = self.team(CollectiveTag::Barrier)?;
         team.run(algorithms::barrier)
+    }
+
+    /// All-reduces `acc` in place: through the shared region when the
+    /// processes share one and the data fits, else by messages.
+    fn all_reduce_bytes(&self, acc: &mut [u8], red: &Reduction) -> Result<()> {
+        if let Some(node) = self.node()?.filter(|node| node.fits(acc.len())) {
+            return node.all_reduce(acc, red);
+        }
+        let team = self.team(CollectiveTag::AllReduce)?;
+        team.run(|t| algorithms::all_reduce(t, acc, red))
+    }
+
+    /// Reduces `acc` in place to `root`, as [`Communicator::all_reduce_bytes`]
+    /// chooses the way.
+    fn reduce_bytes(&self, root: usize, acc: &mut [u8], red: &Reduction) -> Result<()> {
+        if let Some(node) = self.node()?.filter(|node| node.fits(acc.len())) {
+            return node.reduce(root, acc, red);
+        }
+        let team = self.team(CollectiveTag::Reduce)?;
+        team.run(|t| algorithms::reduce(t, root, acc, red))
+    }
+
+    /// Broadcasts `buf` from `root`, as [`Communicator::all_reduce_bytes`]
+    /// chooses the way.
+    fn broadcast_bytes(&self, root: usize, buf: &mut [u8]) -> Result<()> {
+        if let Some(node) = self.node()?.filter(|node| node.fits(buf.len())) {
+            return node.broadcast(root, buf);
+        }
+        let team = self.team(CollectiveTag::Broadcast)?;
+        team.run(|t| algorithms::broadcast(t, root, buf))
     }
 
     /// Gathers every process's `send` into `recv` at every process, in
@@ -368,8 +402,7 @@ impl Communicator {
         let element_type = same_element_type(send.element_type(), output.element_type())?;
         let red = Reduction::new(&op, element_type)?;
         let recv = copy_input(send.bytes(), output.bytes_mut(), element_type)?;
-        let team = self.team(CollectiveTag::AllReduce)?;
-        team.run(|t| algorithms::all_reduce(t, recv, &red))?;
+        self.all_reduce_bytes(recv, &red)?;
         output.finish()
     }
 
@@ -382,8 +415,7 @@ impl Communicator {
     {
         let mut output = Output::new(buf)?;
         let red = Reduction::new(&op, output.element_type())?;
-        let team = self.team(CollectiveTag::AllReduce)?;
-        team.run(|t| algorithms::all_reduce(t, output.bytes_mut(), &red))?;
+        self.all_reduce_bytes(output.bytes_mut(), &red)?;
         output.finish()
     }
 
@@ -603,9 +635,8 @@ impl Process<'_> {
     pub fn broadcast_into<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<()> {
         let at_root = self.comm.rank() == self.rank;
         let root = self.root(at_root)?;
-        let team = self.comm.team(CollectiveTag::Broadcast)?;
         let mut output = Output::new(buf)?;
-        team.run(|t| algorithms::broadcast(t, root, output.bytes_mut()))?;
+        self.comm.broadcast_bytes(root, output.bytes_mut())?;
         output.finish()
     }
 
@@ -832,8 +863,7 @@ impl Process<'_> {
         let send = Input::new(send)?;
         let red = Reduction::new(&op, send.element_type())?;
         let mut acc = Scratch::copy_of(send.bytes());
-        let team = self.comm.team(CollectiveTag::Reduce)?;
-        team.run(|t| algorithms::reduce(t, root, acc.bytes_mut(), &red))
+        self.comm.reduce_bytes(root, acc.bytes_mut(), &red)
     }
 
     /// The root's part of a reduction (`MPI_Reduce`, §6.9.1): `recv`
@@ -849,8 +879,7 @@ impl Process<'_> {
         let element_type = same_element_type(send.element_type(), output.element_type())?;
         let red = Reduction::new(&op, element_type)?;
         let recv = copy_input(send.bytes(), output.bytes_mut(), element_type)?;
-        let team = self.comm.team(CollectiveTag::Reduce)?;
-        team.run(|t| algorithms::reduce(t, root, recv, &red))?;
+        self.comm.reduce_bytes(root, recv, &red)?;
         output.finish()
     }
 
@@ -864,8 +893,7 @@ impl Process<'_> {
         let root = self.root(true)?;
         let mut output = Output::new(buf)?;
         let red = Reduction::new(&op, output.element_type())?;
-        let team = self.comm.team(CollectiveTag::Reduce)?;
-        team.run(|t| algorithms::reduce(t, root, output.bytes_mut(), &red))?;
+        self.comm.reduce_bytes(root, output.bytes_mut(), &red)?;
         output.finish()
     }
 }

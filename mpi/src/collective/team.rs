@@ -36,6 +36,8 @@ pub(crate) enum CollectiveTag {
     /// The agreement on a new communicator's context id, and the exchange
     /// of colours and keys of a split.
     Communicator = -13,
+    /// The making of a communicator's shared region (`node`).
+    Node = -14,
 }
 
 /// The processes of one collective operation, as seen from one of them.

@@ -58,6 +58,9 @@
 //! header). Sends queued to it are dropped without a completion, and the
 //! rest of the job goes on.
 //!
+//! [`region`] gives the MPI layer memory shared by several processes of a
+//! host outside the queues (its collectives over shared memory).
+//!
 //! # Environment
 //! - `OXMPI_SHM_EAGER_LIMIT`: largest message in bytes sent eagerly
 //!   (default 65536).
@@ -72,6 +75,7 @@ mod conn;
 mod host;
 mod inbound;
 mod proto;
+pub mod region;
 mod ring;
 mod segment;
 mod sys;

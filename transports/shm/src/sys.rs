@@ -104,6 +104,28 @@ pub(crate) fn map(file: &File) -> io::Result<MmapMut> {
     unsafe { MmapMut::map_mut(file) }
 }
 
+/// A copy of descriptor `fd` of process `pid` (`pidfd_open` then
+/// `pidfd_getfd`), close-on-exec: how a process of the host takes a
+/// memory file another one made, without a name in any file system. The
+/// kernel allows it where it allows cross-memory attach to that process
+/// (ptrace access mode; `EPERM` otherwise).
+pub(crate) fn descriptor_of(pid: u32, fd: i32) -> io::Result<File> {
+    let pid = libc::pid_t::try_from(pid)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "process id out of range"))?;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor
+    // or -1; no memory is passed.
+    let pidfd = cvt(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
+    // SAFETY: the descriptor was just returned by the kernel and is owned
+    // by no one else.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
+    // SAFETY: pidfd_getfd takes a pidfd, a descriptor number of that
+    // process and flags (0), and returns a new close-on-exec descriptor or
+    // -1; no memory is passed.
+    let copy = cvt(unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) })?;
+    // SAFETY: as above, a fresh descriptor owned by no one else.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(copy as RawFd) }))
+}
+
 /// Listens on the abstract Unix socket `name` (no file: it disappears with
 /// its last descriptor), non-blocking.
 pub(crate) fn listen_abstract(name: &[u8]) -> io::Result<UnixListener> {

@@ -1,0 +1,210 @@
+//! Shared regions: memory that several processes of one host map at once,
+//! beside the transport's queues — what the MPI layer's collectives over
+//! shared memory work in.
+//!
+//! One process makes a region ([`SharedRegion::create`]): a sealed memory
+//! file, zeroed, mapped. Its [`RegionName`] (the maker's pid, the
+//! descriptor's number and the size) travels to the other processes in an
+//! ordinary message, and each takes its own copy of the descriptor from
+//! the maker (`pidfd_getfd`) and maps it ([`SharedRegion::attach`]). The
+//! file has no name in any file system, so nothing outlives the processes,
+//! however they end. The maker keeps its region, and so the descriptor,
+//! until every other process has attached; the kernel allows the copy
+//! where it allows cross-memory attach (`EPERM` where ptrace is
+//! restricted), so callers must be ready to do without a region.
+//!
+//! The memory is reached through atomics ([`SharedRegion::word`]) and byte
+//! copies ([`SharedRegion::write`], [`SharedRegion::read`]) only, never
+//! through references to plain data: other processes write it at any
+//! time. Publishing data is the caller's protocol: copy, then a release
+//! store of a word; an acquire load of the word, then copy.
+
+use crate::sys;
+use memmap2::MmapMut;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::AtomicU64;
+
+/// What another process of the host needs to attach a region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegionName {
+    /// The process that made it.
+    pub pid: u32,
+    /// Its descriptor of the memory file.
+    pub fd: i32,
+    /// The size in bytes.
+    pub len: u64,
+}
+
+impl RegionName {
+    /// The name as three words, to send in a message.
+    pub fn to_words(self) -> [u64; 3] {
+        [u64::from(self.pid), self.fd as u32 as u64, self.len]
+    }
+
+    /// The name sent as [`RegionName::to_words`]; `None` if a word is out
+    /// of its range.
+    pub fn from_words(words: [u64; 3]) -> Option<RegionName> {
+        Some(RegionName {
+            pid: u32::try_from(words[0]).ok()?,
+            fd: i32::try_from(words[1]).ok()?,
+            len: words[2],
+        })
+    }
+}
+
+/// A mapped shared region: see the module docs.
+#[derive(Debug)]
+pub struct SharedRegion {
+    /// The mapping; `base` points into it.
+    _map: MmapMut,
+    base: *mut u8,
+    len: usize,
+    /// The memory file, kept open so that other processes can attach.
+    file: File,
+}
+
+// SAFETY: the region is a mapping owned by this value; every access goes
+// through atomics or byte copies through `base`, which are as valid from
+// any thread as from the one that made it.
+unsafe impl Send for SharedRegion {}
+// SAFETY: as above; `&self` methods only do atomic accesses and copies,
+// whose ordering the callers' protocol provides.
+unsafe impl Sync for SharedRegion {}
+
+impl SharedRegion {
+    /// A new zeroed region of `len` bytes (at least one), and its name.
+    pub fn create(len: usize) -> io::Result<(SharedRegion, RegionName)> {
+        let file = sys::memfd(c"oxmpi-region")?;
+        file.set_len(len.max(1) as u64)?;
+        sys::seal_size(&file)?;
+        let name = RegionName {
+            pid: std::process::id(),
+            fd: file.as_raw_fd(),
+            len: len.max(1) as u64,
+        };
+        Ok((SharedRegion::map(file)?, name))
+    }
+
+    /// Attaches the region another process of this host made and named
+    /// `name`: checks that it is a sealed memory file of the named size.
+    pub fn attach(name: &RegionName) -> io::Result<SharedRegion> {
+        let file = sys::descriptor_of(name.pid, name.fd)?;
+        let len = file.metadata()?.len();
+        if len != name.len {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the region of process {} is {len} bytes, not the {} it was named with",
+                    name.pid, name.len
+                ),
+            ));
+        }
+        SharedRegion::map(file)
+    }
+
+    fn map(file: File) -> io::Result<SharedRegion> {
+        let mut map = sys::map(&file)?;
+        Ok(SharedRegion {
+            base: map.as_mut_ptr(),
+            len: map.len(),
+            _map: map,
+            file,
+        })
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the region has no bytes (never: regions have at least one).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// This process's descriptor of the memory file.
+    pub fn fd(&self) -> i32 {
+        self.file.as_raw_fd()
+    }
+
+    /// The 8-byte word at `offset`, if it is aligned and in the region.
+    pub fn word(&self, offset: usize) -> Option<&AtomicU64> {
+        if !offset.is_multiple_of(8) || offset.checked_add(8)? > self.len {
+            return None;
+        }
+        // SAFETY: `offset..offset + 8` lies in the mapping (checked), which
+        // is page-aligned, so the word is 8-aligned; the mapping lives as
+        // long as `self`, and the memory is only ever accessed atomically
+        // where it is used as a word (the callers' layout).
+        Some(unsafe { AtomicU64::from_ptr(self.base.add(offset).cast()) })
+    }
+
+    /// Copies `bytes` into the region at `offset`; `false` (nothing
+    /// copied) if they do not fit.
+    pub fn write(&self, offset: usize, bytes: &[u8]) -> bool {
+        if offset
+            .checked_add(bytes.len())
+            .is_none_or(|end| end > self.len)
+        {
+            return false;
+        }
+        // SAFETY: the destination lies in the mapping (checked) and cannot
+        // overlap `bytes`, which is this process's own memory; no reference
+        // to the destination exists (module docs).
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.base.add(offset), bytes.len())
+        };
+        true
+    }
+
+    /// Copies bytes of the region at `offset` into `out`; `false` (nothing
+    /// copied) if they are not all in the region.
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> bool {
+        if offset
+            .checked_add(out.len())
+            .is_none_or(|end| end > self.len)
+        {
+            return false;
+        }
+        // SAFETY: the source lies in the mapping (checked) and cannot
+        // overlap `out`, which is this process's own memory.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.base.add(offset), out.as_mut_ptr(), out.len())
+        };
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn a_region_attached_twice_is_one_memory() {
+        let (made, name) = SharedRegion::create(4096).unwrap();
+        assert_eq!(name, RegionName::from_words(name.to_words()).unwrap());
+        // This process attaches its own region as another would.
+        let attached = SharedRegion::attach(&name).unwrap();
+        assert_eq!((made.len(), attached.len()), (4096, 4096));
+        assert!(made.write(100, b"hello"));
+        made.word(8).unwrap().store(7, Ordering::Release);
+        assert_eq!(attached.word(8).unwrap().load(Ordering::Acquire), 7);
+        let mut out = [0u8; 5];
+        assert!(attached.read(100, &mut out));
+        assert_eq!(&out, b"hello");
+        assert!(!attached.write(4094, b"abc"));
+        assert!(!attached.read(usize::MAX, &mut out));
+        assert!(made.word(4).is_none() && made.word(4096).is_none());
+    }
+
+    #[test]
+    fn a_wrong_name_is_an_error() {
+        let (_made, name) = SharedRegion::create(64).unwrap();
+        let wrong_size = RegionName { len: 128, ..name };
+        assert!(SharedRegion::attach(&wrong_size).is_err());
+        assert!(RegionName::from_words([u64::MAX, 0, 0]).is_none());
+    }
+}
