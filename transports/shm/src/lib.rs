@@ -309,9 +309,20 @@ pub(crate) fn broke_protocol(peer: PeerRank, refusal: Error) -> Error {
 }
 
 impl ShmTransport {
-    /// Opens this rank's listener for `job`.
+    /// Opens this rank's listener for `job`, after making sure it can make
+    /// segments at all. Fails (class `MPI_ERR_OTHER`) where this rank cannot make shared
+    /// segments (`memfd_create` forbidden, say by a seccomp policy): a
+    /// rank that published a card there would fail its peers' first
+    /// messages instead.
     pub fn new(job: &JobInfo, config: ShmConfig) -> Result<ShmTransport> {
         config.check()?;
+        let rank = job.rank as u32;
+        Segment::create(rank, rank, 4).map_err(|e| {
+            Error::new(
+                ErrorClass::Other,
+                format!("this rank cannot make shared-memory segments: {e}"),
+            )
+        })?;
         let host =
             HostId::current().map_err(|e| Error::os("learning the host identity from /proc", e))?;
         let (listener, name) = Self::listen()?;
