@@ -315,6 +315,8 @@ fn bad_command_lines_exit_with_2() {
         &["compare", "--ranks", "3"],
         &["suite", "--transports", ""],
         &["suite", "--rounds", "2"],
+        &["memory", "--pattern", "star"],
+        &["memory", "--size", "8"],
     ];
     for args in bad {
         let out = run(oxbench_with(args), Duration::from_secs(20));
@@ -800,5 +802,38 @@ fn suite_prints_a_table_per_transport_and_writes_a_plot() {
             "{progress:?}\n{}",
             out.stderr
         );
+    }
+}
+
+#[test]
+fn memory_counts_the_segments_each_pattern_maps() {
+    // With 5 ranks the ring's pairs are a strict subset of all pairs.
+    for (pattern, segments) in [("ring", 4), ("all", 8)] {
+        let mut c = mpi_job_of(5, &["memory", "--pattern", pattern]);
+        c.env("OXMPI_TRANSPORTS", "shm");
+        let out = run(c, Duration::from_secs(60));
+        out.assert_success();
+        assert!(
+            out.stdout.contains(&format!("5 ranks, pattern {pattern}")),
+            "{}",
+            out.stdout
+        );
+        let rows: Vec<Vec<u64>> = out
+            .stdout
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| l.split_whitespace().map(|w| w.parse().unwrap()).collect())
+            .collect();
+        assert_eq!(rows.len(), 5, "{}", out.stdout);
+        for (rank, row) in rows.iter().enumerate() {
+            let [r, n, mapped, rss, pss] = row[..] else {
+                panic!("row {row:?}");
+            };
+            assert_eq!((r, n), (rank as u64, segments), "{}", out.stdout);
+            // Every queue lapped, so every page is resident, and each is
+            // shared by two ranks.
+            assert_eq!(rss, mapped, "{}", out.stdout);
+            assert!(pss.abs_diff(mapped / 2) <= 4, "{}", out.stdout);
+        }
     }
 }
