@@ -12,7 +12,7 @@
 //! handing it over, stays where it was allocated.
 //!
 //! The nodes: `OXMPI_NUMA_NODES` (set by oxrun for a rank it bound, from
-//! hwloc); else the nodes whose CPUs the rank may run on, from the kernel
+//! hwloc; empty is the same as unset); else the nodes whose CPUs the rank may run on, from the kernel
 //! (`/sys/devices/system/node`, no hwloc needed), when they are fewer than
 //! the machine's nodes with memory. Otherwise, on a machine with one node,
 //! for an unbound rank, or without NUMA information, placement is left to
@@ -58,8 +58,9 @@ impl Placement {
     /// The placement of this rank: see the module docs.
     pub(crate) fn from_env() -> Result<Placement> {
         match std::env::var(NUMA_NODES_ENV) {
-            Ok(v) => Placement::named(&v),
-            Err(_) => Ok(Placement::from_affinity(
+            // Empty where oxrun's hwloc knew no node for the rank's CPUs.
+            Ok(v) if !v.trim().is_empty() => Placement::named(&v),
+            _ => Ok(Placement::from_affinity(
                 read_list("/proc/thread-self/status", Some("Cpus_allowed_list:")),
                 machine_nodes(),
             )),
@@ -243,7 +244,7 @@ mod tests {
                 from: NUMA_NODES_ENV
             }
         );
-        for bad in ["", "node0", "1-0"] {
+        for bad in [",", "node0", "1-0"] {
             let e = Placement::named(bad).unwrap_err();
             assert_eq!(e.class(), ErrorClass::Arg, "{e}");
             assert!(e.message().contains("OXMPI_NUMA_NODES"), "{e}");
