@@ -327,10 +327,10 @@ pub(crate) fn broke_protocol(peer: PeerRank, refusal: Error) -> Error {
 
 impl ShmTransport {
     /// Opens this rank's listener for `job`, after making sure it can make
-    /// segments at all. Fails (class `MPI_ERR_OTHER`) where this rank cannot make shared
-    /// segments (`memfd_create` forbidden, say by a seccomp policy): a
-    /// rank that published a card there would fail its peers' first
-    /// messages instead.
+    /// segments at all: where it cannot (`memfd_create` forbidden, say by
+    /// a seccomp policy) this fails with `MPI_ERR_OTHER`, since a rank
+    /// that published a card there would fail its peers' first messages
+    /// instead.
     pub fn new(job: &JobInfo, config: ShmConfig) -> Result<ShmTransport> {
         config.check()?;
         let rank = job.rank as u32;
