@@ -5,7 +5,9 @@
 //!   first use to the best transport both ends have (late binding, seed
 //!   "multi-method device"): self for the own rank, then the transports in
 //!   the order given to [`Device::new`], the first whose card the peer
-//!   published and that can reach it;
+//!   published and that can reach it. Which one is decided for every peer
+//!   at initialize ([`crate::select`]), so a peer that no transport reaches
+//!   fails [`Device::new`] rather than its first message;
 //! - the requests, and the matching queues (posted receives, unexpected
 //!   messages);
 //! - the choice of protocol for each send, in one place
@@ -26,6 +28,7 @@ use crate::matching::{Envelope, Pattern, PostedQueue, UnexpectedQueue};
 use crate::pmi::Pmi;
 use crate::proto::{Header, Kind, FLAG_SYNC};
 use crate::request::Slab;
+use crate::select::{card_key, Routes};
 use crate::selfvc::SelfTransport;
 use crate::transport::{JobInfo, PacketSink, PayloadSlot, PeerRank, Transport};
 use crate::vlog;
@@ -253,6 +256,8 @@ pub struct Device {
     core: Core,
     /// Index 0 is the self transport; the rest in order of preference.
     transports: Vec<Box<dyn Transport>>,
+    /// The transport chosen for each peer whose VC is not bound yet.
+    routes: Routes,
     pmi: Pmi,
     job: JobInfo,
     spin: Duration,
@@ -304,10 +309,6 @@ pub const SPIN_ENV: &str = "OXMPI_SPIN_US";
 /// Environment variable: the job's secret, 64 hex digits (set by oxrun).
 pub const SECRET_ENV: &str = "OXMPI_JOB_SECRET";
 const SECRET_KEY: &str = "oxmpi-job-secret";
-
-fn card_key(method: &str, rank: PeerRank) -> String {
-    format!("oxmpi-card-{method}-{rank}")
-}
 
 fn parse_secret(hex: &str) -> Result<[u8; 32]> {
     let bad = || {
@@ -447,17 +448,22 @@ fn spin_from_env() -> Result<Duration> {
 
 impl Device {
     /// Builds the device of this process: publishes each transport's
-    /// business card in the KVS and waits until every rank has (a PMI
-    /// barrier). `transports` are in order of preference.
+    /// business card and what it offers in the KVS, waits until every rank
+    /// has (a PMI barrier), then chooses the transport to every peer
+    /// (`select::Routes::plan`): a peer that none of `transports` can
+    /// reach fails this call, naming it. `transports` are in order of
+    /// preference.
     pub fn new(mut pmi: Pmi, job: JobInfo, transports: Vec<Box<dyn Transport>>) -> Result<Device> {
         for t in &transports {
             pmi.put(&card_key(t.name(), job.rank), t.card())?;
         }
-        if job.size > 1 {
-            pmi.barrier()?;
-        }
         let mut all: Vec<Box<dyn Transport>> = vec![Box::new(SelfTransport::new(job.rank))];
         all.extend(transports);
+        if job.size > 1 {
+            Routes::publish_offer(&mut pmi, job.rank, &all[SELF_TRANSPORT + 1..])?;
+            pmi.barrier()?;
+        }
+        let routes = Routes::plan(&mut pmi, &job, &all, SELF_TRANSPORT + 1)?;
         let vcs = (0..job.size)
             .map(|_| Vc {
                 binding: Binding::Unbound,
@@ -478,6 +484,7 @@ impl Device {
                 eager_limits: all.iter().map(|t| t.eager_limit()).collect(),
             },
             transports: all,
+            routes,
             pmi,
             job,
             spin: spin_from_env()?,
@@ -522,7 +529,12 @@ impl Device {
             Binding::Bound(t) => return Ok(t),
             Binding::Arrived(t) => {
                 let name = self.transports[t].name();
-                match self.pmi.get(&card_key(name, peer))? {
+                let card = match self.routes.card_for(peer, t) {
+                    Some(card) => Some(card.to_owned()),
+                    // The peer prefers another transport than this rank.
+                    None => self.pmi.get(&card_key(name, peer))?,
+                };
+                match card {
                     Some(card) => self.transports[t].add_peer(peer, &card)?,
                     // The peer reached us, so the VC works without it.
                     None => vlog!(
@@ -530,6 +542,7 @@ impl Device {
                         self.job.rank
                     ),
                 }
+                self.routes.take(peer);
                 self.core.vcs[peer].binding = Binding::Bound(t);
                 return Ok(t);
             }
@@ -540,30 +553,23 @@ impl Device {
             self.core.vcs[peer].binding = Binding::Bound(SELF_TRANSPORT);
             return Ok(SELF_TRANSPORT);
         }
-        let mut tried = Vec::new();
-        for index in 1..self.transports.len() {
-            let name = self.transports[index].name();
-            tried.push(name);
-            let Some(card) = self.pmi.get(&card_key(name, peer))? else {
-                continue;
-            };
-            if self.transports[index].reachable(&card) {
-                self.transports[index].add_peer(peer, &card)?;
-                vlog!(
-                    "rank {}: VC to rank {peer} bound to {name} ({card})",
-                    self.job.rank
-                );
-                self.core.vcs[peer].binding = Binding::Bound(index);
-                return Ok(index);
-            }
-        }
-        Err(Error::new(
-            ErrorClass::Other,
-            format!(
-                "rank {peer} cannot be reached by any transport this rank has ({}); check OXMPI_TRANSPORTS on both ranks",
-                tried.join(", ")
-            ),
-        ))
+        // Every other peer has a route: `Device::new` checked.
+        let Some(route) = self.routes.take(peer) else {
+            return Err(Error::new(
+                ErrorClass::Intern,
+                format!("no transport was chosen for rank {peer} at initialize"),
+            ));
+        };
+        let index = route.transport;
+        self.transports[index].add_peer(peer, &route.card)?;
+        vlog!(
+            "rank {}: VC to rank {peer} bound to {} ({})",
+            self.job.rank,
+            self.transports[index].name(),
+            route.card
+        );
+        self.core.vcs[peer].binding = Binding::Bound(index);
+        Ok(index)
     }
 
     fn stamp(&mut self, peer: PeerRank, header: &mut Header) {

@@ -326,6 +326,40 @@ pub struct CompareOptions {
     pub transport: CompareTransport,
 }
 
+/// Which ranks talk to which in `oxbench memory`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pattern {
+    /// Every rank with every other: every pair connects.
+    All,
+    /// Each rank with its two ring neighbours: the sparse case.
+    Ring,
+}
+
+impl Pattern {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Pattern::All => "all",
+            Pattern::Ring => "ring",
+        }
+    }
+
+    /// What it means, for reports.
+    pub fn description(self) -> &'static str {
+        match self {
+            Pattern::All => "every rank with every other",
+            Pattern::Ring => "each rank with its two ring neighbours",
+        }
+    }
+}
+
+/// What `oxbench memory` measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryOptions {
+    /// Which ranks exchange messages before the measurement.
+    pub pattern: Pattern,
+}
+
 /// What `oxbench suite` runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SuiteOptions {
@@ -386,6 +420,8 @@ pub enum Command {
     Compare(CompareOptions),
     /// Every benchmark over every transport, tables and a plot.
     Suite(SuiteOptions),
+    /// The shared memory each rank of a job maps.
+    Memory(MemoryOptions),
 }
 
 /// The hidden subcommand the raw TCP benchmark starts its child with.
@@ -420,6 +456,7 @@ usage: oxrun -n 2 oxbench latency|bw|bibw [OPTIONS]
        oxbench compare [BENCHMARK...] [OPTIONS] [--transport tcp|shm]
                        [--rounds N] [--ranks N]
        oxbench suite [OPTIONS] [--transports LIST] [--svg FILE]
+       oxrun -n N oxbench memory [--pattern all|ring]
 
 benchmarks (as the OSU micro-benchmarks of the same names):
   latency          ping-pong one-way latency in us (osu_latency)
@@ -457,6 +494,11 @@ commands:
                    oxrun over every transport this build offers, and the
                    raw TCP floor; prints a table per transport and writes
                    an SVG plot of latency and bandwidth against size
+  memory           each rank exchanges 32 messages of 64K each way with
+                   every other rank (--pattern all, the default) or its
+                   ring neighbours (--pattern ring), then rank 0 prints the
+                   shared segments each rank maps: size, Rss and Pss in KiB
+                   from /proc/self/smaps
 
 options:
   --min-size N     smallest message size (default 0 for latency and
@@ -581,6 +623,19 @@ pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<Command, UsageError> {
             Ok(Command::RawShmPeer { options, parent })
         }
         "compare" => parse_compare(rest),
+        "memory" => {
+            let pattern = match rest {
+                [] => Pattern::All,
+                ["--pattern", word] => [Pattern::All, Pattern::Ring]
+                    .into_iter()
+                    .find(|p| p.name() == *word)
+                    .ok_or_else(|| {
+                        UsageError(format!("memory: --pattern {word:?}: expected all or ring"))
+                    })?,
+                _ => return usage_error("memory takes only --pattern all|ring"),
+            };
+            Ok(Command::Memory(MemoryOptions { pattern }))
+        }
         "suite" => {
             let (options, extras) = parse_options(None, 1, SIZE_LIMIT, rest, Extra::Suite)?;
             Ok(Command::Suite(SuiteOptions {
@@ -597,7 +652,8 @@ pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<Command, UsageError> {
                 Ok(Command::Mpi(benchmark, options.for_benchmark(benchmark)))
             }
             None => usage_error(format!(
-                "unknown benchmark {word:?}: expected one of {}, or raw-tcp, compare or suite",
+                "unknown benchmark {word:?}: expected one of {}, or raw-tcp, raw-shm, compare, \
+                 suite or memory",
                 benchmark_names()
             )),
         },
@@ -940,6 +996,22 @@ mod tests {
         for bad in ["", "K", "-1", "1.5M", "4 M", "4T", "99999999999999999999"] {
             assert!(parse_size(bad).is_err(), "{bad:?} parsed");
         }
+    }
+
+    #[test]
+    fn memory_parses_its_pattern() {
+        for (args, pattern) in [
+            (&["memory"][..], Pattern::All),
+            (&["memory", "--pattern", "ring"][..], Pattern::Ring),
+            (&["memory", "--pattern", "all"][..], Pattern::All),
+        ] {
+            assert_eq!(
+                parse(args),
+                Ok(Command::Memory(MemoryOptions { pattern })),
+                "{args:?}"
+            );
+        }
+        assert!(parse(&["memory", "--pattern"]).is_err());
     }
 
     #[test]

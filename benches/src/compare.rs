@@ -603,9 +603,12 @@ fn ratios(benchmark: Benchmark, columns: &[Column], i: usize) -> Ratios {
     } else {
         peers.max_by(f64::total_cmp)
     };
+    // A figure printed as 0.00 (a rate too small for two decimals on a
+    // loaded machine) makes no ratio.
+    let over = |other: f64| (other > 0.0).then(|| ours / other);
     Ratios {
-        best: best.map(|best| ours / best),
-        floor: figure(Implementation::Floor).map(|floor| ours / floor),
+        best: best.and_then(over),
+        floor: figure(Implementation::Floor).and_then(over),
     }
 }
 
@@ -736,7 +739,7 @@ fn table(
         // Two significant digits below 0.1, so that a far smaller figure
         // (a floor measured on a loaded machine) is not shown as 0.
         Some(r) if r > 0.0 && r < 0.1 => {
-            let decimals = 1 - r.log10().floor() as usize;
+            let decimals = (1.0 - r.log10().floor()) as usize;
             format!("{r:>COLUMN_WIDTH$.decimals$}")
         }
         Some(r) => format!("{r:>COLUMN_WIDTH$.2}"),

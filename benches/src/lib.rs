@@ -12,7 +12,9 @@
 //!   Open MPI on the same machine, through a C program written against
 //!   the MPI C API (`benches/c/peer_bench.c`), side by side with oxmpi;
 //! - `oxbench suite` ([`suite`]): the main job, every benchmark over every
-//!   transport, tables and an SVG plot ([`plot`]).
+//!   transport, tables and an SVG plot ([`plot`]);
+//! - `oxbench memory` ([`memory`]): the shared memory each rank of a job
+//!   maps, after all-to-all or ring traffic.
 //!
 //! It uses the `oxmpi` crate's public API only, like any MPI program: it
 //! must not know the abstract device, PMI or any transport; which
@@ -38,6 +40,7 @@ pub mod buffers;
 pub mod cli;
 pub mod coll_bench;
 pub mod compare;
+pub mod memory;
 pub mod mpi_bench;
 pub mod plot;
 pub mod raw_shm;

@@ -4,7 +4,7 @@
 #![deny(unsafe_code)]
 
 use oxmpi_benches::cli::{self, Command, USAGE};
-use oxmpi_benches::{compare, mpi_bench, raw_shm, raw_tcp, suite};
+use oxmpi_benches::{compare, memory, mpi_bench, raw_shm, raw_tcp, suite};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -39,5 +39,6 @@ fn main() -> ExitCode {
         Ok(Command::RawShmPeer { options, parent }) => raw_shm::peer_main(&options, parent),
         Ok(Command::Compare(options)) => compare::main(&options),
         Ok(Command::Suite(options)) => suite::main(&options),
+        Ok(Command::Memory(options)) => memory::main(&options),
     }
 }

@@ -116,7 +116,7 @@ pub fn check_ranks(benchmark: Benchmark, ranks: i32) -> Result<(), String> {
 
 /// Describes the transports in use as far as the MPI layer's public API
 /// tells: the `OXMPI_TRANSPORTS` setting.
-pub fn transports_note() -> String {
+pub(crate) fn transports_note() -> String {
     let var = oxmpi::TRANSPORTS_ENV;
     match std::env::var(var) {
         Ok(v) => format!("{var}={v}"),

@@ -279,7 +279,7 @@ fn is_result_line(line: &str) -> bool {
 /// names the library), then `size figure...` lines with one figure per
 /// column of `benchmark`. Other lines (a launcher's warnings) are
 /// skipped. The sizes must be `sizes`, in order, and every figure a
-/// positive number.
+/// number of at least 0 (a rate can print as 0.00 on a loaded machine).
 pub fn parse_table(
     stdout: &str,
     benchmark: Benchmark,
@@ -301,7 +301,7 @@ pub fn parse_table(
         let figures: Vec<f64> = fields.filter_map(|f| f.parse::<f64>().ok()).collect();
         let well_formed = figures.len() == columns
             && line.split_whitespace().count() == columns + 1
-            && figures.iter().all(|f| f.is_finite() && *f > 0.0);
+            && figures.iter().all(|f| f.is_finite() && *f >= 0.0);
         match size {
             Some(size) if well_formed => rows.push((size, figures)),
             _ => return Err(format!("unexpected result line {line:?} in its output")),
@@ -355,7 +355,8 @@ mod tests {
         assert_eq!(m.library.as_deref(), Some("MPICH Version: 4.0.2"));
         assert_eq!(m.first_figures(), vec![(1, 3.46), (2, 3.5)]);
         assert!(parse_table(text, Benchmark::Latency, &[1, 2, 4]).is_err());
-        assert!(parse_table("1   0.00\n", Benchmark::Latency, &[1]).is_err());
+        assert!(parse_table("1   -1.00\n", Benchmark::Latency, &[1]).is_err());
+        assert!(parse_table("1   0.00\n", Benchmark::Bandwidth, &[1]).is_ok());
         assert!(parse_table("1   3.0 extra\n", Benchmark::Latency, &[1]).is_err());
         assert!(parse_table("1   3.0 4.0\n", Benchmark::Latency, &[1]).is_err());
         assert!(parse_table("", Benchmark::Latency, &[])

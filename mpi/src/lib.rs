@@ -98,19 +98,38 @@ pub use persistent::PersistentRequest;
 
 use oxmpi_adi::device::{Device, Idle, SLEEP_AT_MOST};
 use oxmpi_adi::pmi::Pmi;
-use oxmpi_adi::transport::Transport;
+use oxmpi_adi::select::{start_transports, TransportFactory};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::Instant;
 
-/// Environment variable: which transports may be used, a comma-separated
-/// list in order of preference (default `shm,tcp`). Messages to the own
-/// rank always use the self method.
-pub const TRANSPORTS_ENV: &str = "OXMPI_TRANSPORTS";
+pub use oxmpi_adi::select::TRANSPORTS_ENV;
+
+/// The shared-memory transport, as [`TRANSPORTS_ENV`] names it.
+const SHM: TransportFactory = TransportFactory {
+    name: "shm",
+    start: |job| {
+        let config = oxmpi_shm::ShmConfig::from_env(job)?;
+        Ok(Box::new(oxmpi_shm::ShmTransport::new(job, config)?))
+    },
+};
+
+/// The TCP transport, as [`TRANSPORTS_ENV`] names it.
+const TCP: TransportFactory = TransportFactory {
+    name: "tcp",
+    start: |job| {
+        let config = oxmpi_tcp::TcpConfig::from_env()?;
+        Ok(Box::new(oxmpi_tcp::TcpTransport::new(job, config)?))
+    },
+};
+
+/// The transports between processes this build has, in the default order
+/// of preference (shared memory where both ends share a host).
+const TRANSPORTS: &[TransportFactory] = &[SHM, TCP];
 
 /// The transports between processes this build of oxmpi has, by the names
-/// [`TRANSPORTS_ENV`] takes, in order of preference.
-pub const TRANSPORT_NAMES: &[&str] = &["shm", "tcp"];
+/// [`TRANSPORTS_ENV`] takes, in the default order of preference.
+pub const TRANSPORT_NAMES: &[&str] = &[SHM.name, TCP.name];
 
 /// MPI's thread support levels (MPI 4.1 §11.2.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -259,7 +278,8 @@ pub fn initialize_with_threading(threading: Threading) -> Result<(Universe, Thre
     start_clock();
     let mut pmi = Pmi::from_env()?;
     let job = oxmpi_adi::device::job_info(&mut pmi)?;
-    let transports = transports_for(&job)?;
+    let setting = std::env::var(TRANSPORTS_ENV).ok();
+    let transports = start_transports(setting.as_deref(), TRANSPORTS, &job)?;
     let device = Device::new(pmi, job.clone(), transports)?;
     *state = State::Running(Box::new(device));
     let universe = Universe {
@@ -268,47 +288,6 @@ pub fn initialize_with_threading(threading: Threading) -> Result<(Universe, Thre
         finalized: false,
     };
     Ok((universe, threading.min(THREADING_PROVIDED)))
-}
-
-/// The network transports this rank offers, from `OXMPI_TRANSPORTS`.
-fn transports_for(job: &oxmpi_adi::transport::JobInfo) -> Result<Vec<Box<dyn Transport>>> {
-    let list = std::env::var(TRANSPORTS_ENV).unwrap_or_else(|_| TRANSPORT_NAMES.join(","));
-    let mut transports: Vec<Box<dyn Transport>> = Vec::new();
-    for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-        match name {
-            "shm" => {
-                if job.size > 1 {
-                    let config = oxmpi_shm::ShmConfig::from_env(job)?;
-                    transports.push(Box::new(oxmpi_shm::ShmTransport::new(job, config)?));
-                }
-            }
-            "tcp" => {
-                if job.size > 1 {
-                    let config = oxmpi_tcp::TcpConfig::from_env()?;
-                    transports.push(Box::new(oxmpi_tcp::TcpTransport::new(job, config)?));
-                }
-            }
-            other => {
-                return Err(Error::new(
-                    ErrorClass::Arg,
-                    format!(
-                        "{TRANSPORTS_ENV} names unknown transport {other:?}; known: {}",
-                        TRANSPORT_NAMES.join(", ")
-                    ),
-                ))
-            }
-        }
-    }
-    if job.size > 1 && transports.is_empty() {
-        return Err(Error::new(
-            ErrorClass::Arg,
-            format!(
-                "{TRANSPORTS_ENV}={list:?} leaves no transport to reach the other {} ranks",
-                job.size - 1
-            ),
-        ));
-    }
-    Ok(transports)
 }
 
 impl Universe {

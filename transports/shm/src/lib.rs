@@ -40,6 +40,16 @@
 //! `send`) and goes from [`Transport::poll`]: a full queue is back-pressure,
 //! never loss.
 //!
+//! # Placement
+//! The queues a rank reads are bound to its NUMA node(s) (module `numa`):
+//! the consumer sets the policy of each inbound segment (`mbind`) when it
+//! maps it, before the producer writes a packet, to `OXMPI_NUMA_NODES`
+//! (oxrun sets it for the ranks it binds), or to the nodes of the rank's
+//! CPU affinity when that is a strict subset of the machine's; else the
+//! kernel's first touch places them. `OXMPI_VERBOSE=1` says which.
+//! Starting the transport fails where no segment can be made
+//! (`memfd_create` refused), so that such a rank offers no shared memory.
+//!
 //! # Progress and sleep
 //! [`Transport::poll`] looks at the control word of the next cell of each
 //! inbound queue (the latency path), writes waiting packets, and, every
@@ -70,21 +80,26 @@
 //!   node, less beyond, 64 KiB at least. So the memory of a node's queues
 //!   grows with its ranks, not with their square; `MPI_LOCALNRANKS` (set
 //!   by the launcher) says how many there are, else the job's size.
+//! - `OXMPI_NUMA_NODES`: the NUMA nodes the queues this rank reads are
+//!   bound to, a list like `0-1,4` (set by oxrun for a rank it binds).
 
 mod conn;
 mod host;
 mod inbound;
+mod numa;
 mod proto;
 pub mod region;
 mod ring;
 mod segment;
 mod sys;
 
+pub use numa::NUMA_NODES_ENV;
 pub use proto::SHM_VERSION;
 
 use conn::{take_message, write_message, Conn, InStep, OutStep, Role};
 use host::Card;
 use inbound::{InLink, ReadState};
+use numa::Placement;
 use oxmpi_adi::auth::{Acceptor, Channel, Connector, Verdict, MESSAGE_LEN};
 use oxmpi_adi::host::HostId;
 use oxmpi_adi::proto::{Header, HEADER_LEN};
@@ -250,6 +265,8 @@ pub struct ShmTransport {
     /// The listener's name (bytes of the abstract address).
     name: Vec<u8>,
     listener: UnixListener,
+    /// Where the segments of the queues this rank reads are placed.
+    placement: Placement,
     epoll: sys::Epoll,
     wake: sys::EventFd,
     conns: Vec<Option<Conn>>,
@@ -313,11 +330,27 @@ pub(crate) fn broke_protocol(peer: PeerRank, refusal: Error) -> Error {
 }
 
 impl ShmTransport {
-    /// Opens this rank's listener for `job`.
+    /// Opens this rank's listener for `job`, after making sure it can make
+    /// segments at all: where it cannot (`memfd_create` forbidden, say by
+    /// a seccomp policy) this fails with `MPI_ERR_OTHER`, since a rank
+    /// that published a card there would fail its peers' first messages
+    /// instead.
     pub fn new(job: &JobInfo, config: ShmConfig) -> Result<ShmTransport> {
         config.check()?;
+        let rank = job.rank as u32;
+        Segment::create(rank, rank, 4).map_err(|e| {
+            Error::new(
+                ErrorClass::Other,
+                format!("this rank cannot make shared-memory segments: {e}"),
+            )
+        })?;
         let host =
             HostId::current().map_err(|e| Error::os("learning the host identity from /proc", e))?;
+        let placement = Placement::from_env()?;
+        vlog!(
+            "shm: rank {}: queues this rank reads are {placement}",
+            job.rank
+        );
         let (listener, name) = Self::listen()?;
         let epoll = sys::Epoll::new().map_err(|e| Error::os("creating the shm poller", e))?;
         let wake = sys::EventFd::new().map_err(|e| Error::os("creating the shm eventfd", e))?;
@@ -330,6 +363,7 @@ impl ShmTransport {
             config,
             card: Card::format(&host, &name),
             host,
+            placement,
             name: name.into_bytes(),
             listener,
             epoll,
@@ -894,6 +928,18 @@ impl ShmTransport {
         let file = File::from(conn.fds.remove(0));
         let segment =
             Segment::open(file, peer as u32, self.job.rank as u32).map_err(|e| e.to_string())?;
+        // Before the VERDICT: the producer writes no packet until it has it.
+        if let Placement::Bind { nodes, .. } = &self.placement {
+            if let Err(e) = segment.bind_to_nodes(nodes) {
+                self.placement
+                    .refused(&format!("the queue from rank {peer}"), &e);
+                vlog!(
+                    "shm: rank {}: queues this rank reads are now {}",
+                    self.job.rank,
+                    self.placement
+                );
+            }
+        }
         write_message(&conn.stream, &acceptor.verdict(Verdict::Accept), None)
             .map_err(|e| e.to_string())?;
         *step = InStep::Ready { peer };

@@ -184,6 +184,12 @@ impl Segment {
         Ok(Segment { map, file, cells })
     }
 
+    /// Places the segment's pages on the NUMA `nodes` (see `crate::numa`):
+    /// those not allocated yet, whoever touches them first.
+    pub(crate) fn bind_to_nodes(&self, nodes: &[u32]) -> io::Result<()> {
+        sys::bind_memory(&self.map, nodes)
+    }
+
     /// The segment's descriptor, to hand to the consumer.
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.file.as_fd()
@@ -321,6 +327,39 @@ mod tests {
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
         let label = format!("/memfd:oxmpi-shm-{}-3-to-5", std::process::id());
         assert!(maps.contains(&label), "{maps}");
+    }
+
+    /// The `/proc/self/numa_maps` lines of the mappings of the queue from
+    /// `producer` to `consumer` made by this process.
+    fn numa_maps(producer: u32, consumer: u32) -> Vec<String> {
+        let label = format!(
+            "/memfd:oxmpi-shm-{}-{producer}-to-{consumer}",
+            std::process::id()
+        );
+        std::fs::read_to_string("/proc/self/numa_maps")
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains(&label))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn the_consumers_binding_holds_for_the_producers_pages() {
+        let mut producer = Segment::create(7, 8, 64).unwrap();
+        let consumer = Segment::open(pass(&producer), 7, 8).unwrap();
+        // Node 0 exists on every machine with NUMA support.
+        consumer.bind_to_nodes(&[0]).unwrap();
+        // The producer touches the cells first; the policy is the file's.
+        producer.write_cells(0, &[1; 64 * CELL]);
+        let lines = numa_maps(7, 8);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        for line in &lines {
+            assert!(line.contains(" bind:0 "), "{line}");
+            assert!(line.contains(" N0="), "{line}");
+        }
+        // A node that does not exist is refused, not ignored.
+        assert!(consumer.bind_to_nodes(&[4000]).is_err());
     }
 
     #[test]

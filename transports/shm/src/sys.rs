@@ -1,7 +1,8 @@
 //! The operating-system calls of the shared-memory transport, behind safe
 //! wrappers: anonymous memory files (`memfd_create`) and their seals, the
 //! mapping of a segment, abstract-namespace Unix sockets and the passing of
-//! a descriptor over one (`SCM_RIGHTS`), epoll and an eventfd. Nothing
+//! a descriptor over one (`SCM_RIGHTS`), epoll and an eventfd, and the
+//! NUMA memory policy of a mapping (`mbind`). Nothing
 //! outside this module calls `libc` or maps memory.
 //!
 //! # What the safe layer relies on
@@ -124,6 +125,36 @@ pub(crate) fn descriptor_of(pid: u32, fd: i32) -> io::Result<File> {
     let copy = cvt(unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) })?;
     // SAFETY: as above, a fresh descriptor owned by no one else.
     Ok(File::from(unsafe { OwnedFd::from_raw_fd(copy as RawFd) }))
+}
+
+/// Binds the pages of `map` to the NUMA `nodes` (`mbind` with
+/// `MPOL_BIND`): pages not yet allocated will be, on those nodes. For a
+/// memory file the policy is the file's, so it holds for every process
+/// that maps it. Pages allocated already stay where they are.
+pub(crate) fn bind_memory(map: &MmapMut, nodes: &[u32]) -> io::Result<()> {
+    let bits = libc::c_ulong::BITS;
+    let highest = nodes.iter().copied().max().unwrap_or(0);
+    let mut mask: Vec<libc::c_ulong> = vec![0; (highest / bits + 1) as usize];
+    for &node in nodes {
+        mask[(node / bits) as usize] |= 1 << (node % bits);
+    }
+    // The kernel reads `maxnode - 1` bits of the mask.
+    let maxnode = mask.len() as libc::c_ulong * libc::c_ulong::from(bits) + 1;
+    // SAFETY: the range is the whole of a live mapping (page-aligned, as
+    // every mapping is), and `mask` is valid for reads of `maxnode - 1`
+    // bits for the call; mbind changes no memory contents.
+    cvt(unsafe {
+        libc::syscall(
+            libc::SYS_mbind,
+            map.as_ptr(),
+            map.len(),
+            libc::MPOL_BIND,
+            mask.as_ptr(),
+            maxnode,
+            0,
+        )
+    })?;
+    Ok(())
 }
 
 /// Listens on the abstract Unix socket `name` (no file: it disappears with
