@@ -17,6 +17,10 @@
 //!   [`CommunicatorRelation`]).
 //! - `context`: the context ids that keep communicators apart, agreed
 //!   between processes and reused after a free.
+//! - `intercomm`: intercommunicators (methods of [`Communicator`]).
+//! - [`topology`]: Cartesian, graph and distributed graph topologies.
+//! - [`attribute`], [`info`], [`errhandler`]: attributes cached on
+//!   communicators, hints, and what errors do.
 //! - [`collective`]: the collective operations (methods of
 //!   [`Communicator`] and [`Process`]), reduction operations, and their
 //!   algorithms.
@@ -73,20 +77,29 @@
 // own tests use it.
 extern crate self as oxmpi;
 
+pub mod attribute;
 pub mod buffered;
 pub mod collective;
 pub mod comm;
 mod comm_management;
 mod context;
 pub mod datatype;
+pub mod errhandler;
 pub mod group;
+pub mod info;
+mod intercomm;
 pub mod persistent;
 pub mod request;
+pub mod topology;
 
+pub use attribute::{Keyval, PredefinedAttribute};
 pub use comm::{AnyProcess, Communicator, Message, Process, Status, ANY_TAG, PROC_NULL, TAG_UB};
 pub use comm_management::{Color, CommunicatorRelation, MAX_OBJECT_NAME};
 pub use datatype::{Buffer, BufferMut, ElementType, Equivalence};
+pub use errhandler::ErrorHandler;
 pub use group::{Group, GroupRelation};
+pub use info::{Info, MAX_INFO_KEY, MAX_INFO_VAL};
+pub use topology::{dims_create, CartesianLayout, DistributedGraphNeighbors, TopologyKind};
 
 /// The traits a program calls methods of, to import at once
 /// (`use oxmpi::traits::*`), as rsmpi's `mpi::traits`.
@@ -259,6 +272,10 @@ pub fn initialize_with_threading(threading: Threading) -> Result<(Universe, Thre
     start_clock();
     let mut pmi = Pmi::from_env()?;
     let job = oxmpi_adi::device::job_info(&mut pmi)?;
+    attribute::set_job_attributes(attribute::JobAttributes {
+        appnum: pmi.appnum(),
+        universe_size: job.size as i32,
+    });
     let transports = transports_for(&job)?;
     let device = Device::new(pmi, job.clone(), transports)?;
     *state = State::Running(Box::new(device));
@@ -333,6 +350,11 @@ impl Universe {
             return Ok(());
         }
         self.finalized = true;
+        // The attributes of the self communicator are deleted first, so
+        // that their delete callbacks can still use MPI (MPI 4.1 §11.2.2).
+        if let Err(e) = std::mem::take(&mut *self.self_comm.attributes()?).delete_all() {
+            eprintln!("oxmpi: deleting the attributes of the self communicator at finalize: {e}");
+        }
         // Messages still in the attached buffer are sent first (MPI 4.1
         // §11.2.2): their receivers may be waiting for them.
         buffered::flush_at_finalize();
