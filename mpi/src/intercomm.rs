@@ -201,15 +201,14 @@ impl Communicator {
         }
         let leader = local_leader as usize;
         let leads = self.rank() == local_leader;
-        let link = if leads {
-            Some(Link::new(peer, remote_leader, tag)?)
-        } else {
-            None
-        };
+        // A leader's bad arguments fail its whole group below, not the
+        // leader alone: its group mates would wait for it.
+        let link = leads.then(|| Link::new(peer, remote_leader, tag));
         let team = self.team(CollectiveTag::Communicator)?;
         let remote = team.run(|t| {
             let swapped = match &link {
-                Some(link) => link.swap_groups(self.members()),
+                Some(Ok(link)) => link.swap_groups(self.members()),
+                Some(Err(e)) => Err(e.clone()),
                 None => Ok(Vec::new()),
             };
             // The leader tells its group the remote group's size, or that
@@ -249,7 +248,7 @@ impl Communicator {
             team.run(|t| {
                 context::and_over(t, words)?;
                 let mut combined = Ok(());
-                if let Some(link) = &link {
+                if let Some(Ok(link)) = &link {
                     combined = link.and_with_remote(words);
                 }
                 // As above: a failed swap at the leader reaches its group.
