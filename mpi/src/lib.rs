@@ -18,7 +18,9 @@
 //! - `context`: the context ids that keep communicators apart, agreed
 //!   between processes and reused after a free.
 //! - `intercomm`: intercommunicators (methods of [`Communicator`]).
-//! - [`topology`]: Cartesian, graph and distributed graph topologies.
+//! - [`topology`]: Cartesian, graph and distributed graph topologies;
+//!   `neighborhood`: their neighbourhood collectives (methods of
+//!   [`Communicator`]).
 //! - [`attribute`], [`info`], [`errhandler`]: attributes cached on
 //!   communicators, hints, and what errors do.
 //! - [`collective`]: the collective operations (methods of
@@ -88,6 +90,7 @@ pub mod errhandler;
 pub mod group;
 pub mod info;
 mod intercomm;
+mod neighborhood;
 pub mod persistent;
 pub mod request;
 pub mod topology;

@@ -15,7 +15,9 @@
 //! standard allows ignoring it). Grids are laid out in row-major order:
 //! the last coordinate varies fastest.
 //!
-//! Not provided: the neighbourhood collectives, `MPI_Dist_graph_create`
+//! The neighbourhood collectives are in `neighborhood`.
+//!
+//! Not provided: `MPI_Dist_graph_create`
 //! (the form where each process gives any edges), and `MPI_Cart_map` /
 //! `MPI_Graph_map`.
 
@@ -141,6 +143,12 @@ fn prime_factors(mut n: i32) -> Vec<i32> {
         factors.push(n);
     }
     factors
+}
+
+/// The neighbours of `node` (in range) of a graph of `index` and `edges`.
+pub(crate) fn node_edges<'g>(index: &[i32], edges: &'g [i32], node: usize) -> &'g [i32] {
+    let start = if node == 0 { 0 } else { index[node - 1] };
+    &edges[start as usize..index[node] as usize]
 }
 
 /// The rank of `coords` (all in range) in a grid of `dims`, row-major.
@@ -350,7 +358,8 @@ impl Communicator {
         self.handled(self.grid_shift(direction, displacement))
     }
 
-    fn grid_shift(&self, direction: usize, displacement: i32) -> Result<(i32, i32)> {
+    /// [`Communicator::cartesian_shift`], its errors not handled.
+    pub(crate) fn grid_shift(&self, direction: usize, displacement: i32) -> Result<(i32, i32)> {
         let (dims, periods) = self.grid("cartesian_shift")?;
         if direction >= dims.len() {
             return Err(Error::new(
@@ -531,8 +540,7 @@ impl Communicator {
                         format!("rank {rank} is not a node of this graph of {}", index.len()),
                     )
                 })?;
-            let start = if node == 0 { 0 } else { index[node - 1] };
-            Ok(edges[start as usize..index[node] as usize].to_vec())
+            Ok(node_edges(index, edges, node).to_vec())
         });
         self.handled(neighbors)
     }

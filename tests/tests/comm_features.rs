@@ -51,7 +51,7 @@ fn intercommunicators_over_tcp() {
 }
 
 #[test]
-fn cartesian_and_graph_topologies_with_1_to_8_ranks() {
+fn cartesian_and_graph_topologies_and_neighbourhood_collectives_with_1_to_8_ranks() {
     for ranks in 1..=8 {
         job("topology", ranks, &[], &format!("topology: {ranks} ranks"));
     }

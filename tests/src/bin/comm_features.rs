@@ -7,7 +7,8 @@
 //! and the odd world ranks, messages both ways, barrier, broadcast each
 //! way, duplicate, merge in both orders, errors), `topology` (Cartesian
 //! grids of 2 and 3 dimensions with shifts and subgrids, a grid smaller
-//! than the job, a ring graph, a distributed graph, errors), `state`
+//! than the job, a ring graph, a distributed graph, the neighbourhood
+//! all-gather and all-to-all on each, errors), `state`
 //! (attributes with their callbacks on duplicate and free, predefined
 //! attributes, info objects and hints, error handlers), `fatal` (rank 1
 //! makes an error on world with `ErrorHandler::Fatal`, which ends the
@@ -422,6 +423,8 @@ fn topology(world: &Communicator) -> Result<()> {
     })?;
     shift_exchange(&grid, source, dest, "non-periodic shift")?;
 
+    grid_neighborhood(&grid)?;
+
     // Subgrids: rows, columns and a point.
     let row = grid.cartesian_subgroup(&[false, true])?;
     let row_ranks: Vec<i32> = (0..dims[1]).map(|c| at(coords[0], c)).collect();
@@ -539,6 +542,33 @@ fn topology(world: &Communicator) -> Result<()> {
     )?;
     // Each sends its rank to its right neighbour and receives from its left.
     shift_exchange(&ring, neighbors[0], neighbors[1], "ring graph")?;
+    let mut gathered = [-1i32; 2];
+    ring.neighbor_all_gather_into(&rank, &mut gathered[..])?;
+    ensure(gathered[..] == neighbors[..], || {
+        format!("ring all-gather {gathered:?}")
+    })?;
+    let mut blocks = [-1i32; 2];
+    ring.neighbor_all_to_all_into(&[rank * 10, rank * 10 + 1][..], &mut blocks[..])?;
+    // Repeated edges between two processes (1 or 2 ranks) pair off in
+    // order; else the left neighbour sends its block 1 (to its right).
+    let expected = if size <= 2 {
+        [neighbors[0] * 10, neighbors[1] * 10 + 1]
+    } else {
+        [neighbors[0] * 10 + 1, neighbors[1] * 10]
+    };
+    ensure(blocks == expected, || {
+        format!("ring all-to-all {blocks:?}, expected {expected:?}")
+    })?;
+    expect_class(
+        ring.neighbor_all_gather_into(&rank, &mut gathered[..1]),
+        ErrorClass::Count,
+        "a receive buffer for one of two neighbours",
+    )?;
+    expect_class(
+        world.neighbor_all_gather_into(&rank, &mut gathered[..]),
+        ErrorClass::Topology,
+        "a neighbourhood collective without a topology",
+    )?;
     expect_class(
         ring.graph_neighbors(size),
         ErrorClass::Rank,
@@ -585,6 +615,15 @@ fn topology(world: &Communicator) -> Result<()> {
         || format!("dist neighbours {n:?}"),
     )?;
     shift_exchange(&dist, left, right, "distributed graph")?;
+    let mut from_left = [-1i32];
+    dist.neighbor_all_gather_into(&rank, &mut from_left[..])?;
+    ensure(from_left == [left], || {
+        format!("distributed all-gather {from_left:?}")
+    })?;
+    dist.neighbor_all_to_all_into(&[rank * 10][..], &mut from_left[..])?;
+    ensure(from_left == [left * 10], || {
+        format!("distributed all-to-all {from_left:?}")
+    })?;
     let unweighted = world.create_distributed_graph_adjacent(&[], None, &[], None, false)?;
     ensure(
         unweighted.distributed_graph_neighbors_count()? == (0, 0, false),
@@ -605,6 +644,36 @@ fn topology(world: &Communicator) -> Result<()> {
         println!("topology: {size} ranks as {dims:?} and {dims3:?}");
     }
     Ok(())
+}
+
+/// The neighbourhood collectives of a 2-d grid: for each dimension, the
+/// neighbour at -1 and then the one at +1; nothing from off the grid.
+fn grid_neighborhood(grid: &Communicator) -> Result<()> {
+    let rank = grid.rank();
+    let mut neighbors = Vec::new();
+    for d in 0..2 {
+        let (down, up) = grid.cartesian_shift(d, 1)?;
+        neighbors.extend([down, up]);
+    }
+    let or_untouched = |n: i32, value: i32| if n == PROC_NULL { -1 } else { value };
+    let mut gathered = [-1i32; 4];
+    grid.neighbor_all_gather_into(&rank, &mut gathered[..])?;
+    let expected: Vec<i32> = neighbors.iter().map(|&n| or_untouched(n, n)).collect();
+    ensure(gathered[..] == expected[..], || {
+        format!("grid all-gather {gathered:?}, expected {expected:?}")
+    })?;
+    // Block j goes to neighbour j. From the neighbour at -1 comes the
+    // block it sent to its +1, and the reverse, also when one process is
+    // both (a periodic dimension of 1 or 2).
+    let send: Vec<i32> = (0..4).map(|j| rank * 10 + j).collect();
+    let mut received = [-1i32; 4];
+    grid.neighbor_all_to_all_into(&send[..], &mut received[..])?;
+    let expected: Vec<i32> = (0..4)
+        .map(|i| or_untouched(neighbors[i], neighbors[i] * 10 + (i ^ 1) as i32))
+        .collect();
+    ensure(received[..] == expected[..], || {
+        format!("grid all-to-all {received:?}, expected {expected:?}")
+    })
 }
 
 /// Sends this rank to `dest` while receiving from `source` (either may be
