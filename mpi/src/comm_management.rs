@@ -250,8 +250,11 @@ impl Communicator {
             return CommunicatorRelation::Identical;
         }
         let mut relation = self.group().compare(&other.group());
-        match (self.remote_group(), other.remote_group()) {
-            (Ok(mine), Ok(theirs)) => {
+        match (self.remote_members(), other.remote_members()) {
+            (Some(mine), Some(theirs)) => {
+                let me = self.group();
+                let mine = me.with_members(mine.members().to_vec());
+                let theirs = me.with_members(theirs.members().to_vec());
                 relation = match (relation, mine.compare(&theirs)) {
                     (GroupRelation::Unequal, _) | (_, GroupRelation::Unequal) => {
                         GroupRelation::Unequal
@@ -262,7 +265,7 @@ impl Communicator {
                     _ => GroupRelation::Identical,
                 }
             }
-            (Err(_), Err(_)) => {}
+            (None, None) => {}
             _ => relation = GroupRelation::Unequal,
         }
         match relation {

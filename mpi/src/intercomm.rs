@@ -444,8 +444,9 @@ impl<'a> Link<'a> {
     /// same length into `theirs`.
     fn swap<T: crate::Equivalence>(&self, mine: &[T], theirs: &mut [T]) -> Result<()> {
         let other = self.peer.process_at_rank(self.remote_leader);
+        // The error is the intercommunicator call's, for its handler.
         self.peer
-            .send_receive_into_with_tags(mine, &other, self.tag, theirs, &other, self.tag)
+            .send_receive_unhandled(mine, &other, self.tag, theirs, &other, self.tag)
             .map(|_| ())
     }
 

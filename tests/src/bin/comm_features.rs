@@ -916,6 +916,11 @@ fn handlers(world: &Communicator) -> Result<()> {
         *seen.lock().unwrap() == [ErrorClass::Rank, ErrorClass::Tag],
         || format!("the handler saw {:?}", seen.lock().unwrap()),
     )?;
+    // Calls that succeed call no handler.
+    ensure(
+        comm.compare(world) == CommunicatorRelation::Congruent && seen.lock().unwrap().len() == 2,
+        || "compare called the handler".into(),
+    )?;
     // Inherited by a duplicate; one error, one call of the handler.
     let dup = comm.duplicate()?;
     let mut buf = [0u8; 1];
