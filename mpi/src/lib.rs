@@ -354,10 +354,13 @@ impl Universe {
         }
         self.finalized = true;
         // The attributes of the self communicator are deleted first, so
-        // that their delete callbacks can still use MPI (MPI 4.1 §11.2.2).
-        if let Err(e) = std::mem::take(&mut *self.self_comm.attributes()?).delete_all() {
-            eprintln!("oxmpi: deleting the attributes of the self communicator at finalize: {e}");
-        }
+        // that their delete callbacks can still use MPI (MPI 4.1 §11.2.2);
+        // a callback's error is finalize's, once MPI is finalized.
+        let deleted = self
+            .self_comm
+            .attributes()
+            .map(|mut attributes| std::mem::take(&mut *attributes))
+            .and_then(|mut taken| taken.delete_all());
         // Messages still in the attached buffer are sent first (MPI 4.1
         // §11.2.2): their receivers may be waiting for them.
         buffered::flush_at_finalize();
@@ -367,7 +370,7 @@ impl Universe {
             _ => Ok(()),
         };
         *state = State::Finalized;
-        result
+        result.and(deleted)
     }
 }
 

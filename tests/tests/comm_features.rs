@@ -62,6 +62,12 @@ fn attributes_info_and_error_handlers() {
     for ranks in [1, 3] {
         job("state", ranks, &[], "state: attributes");
     }
+    job(
+        "state",
+        2,
+        &[],
+        "rank 1: self attribute deleted at finalize",
+    );
     job("state", 2, &TCP, "state: attributes");
 }
 

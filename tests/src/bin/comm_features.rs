@@ -9,7 +9,8 @@
 //! grids of 2 and 3 dimensions with shifts and subgrids, a grid smaller
 //! than the job, a ring graph, a distributed graph, the neighbourhood
 //! all-gather and all-to-all on each, errors), `state`
-//! (attributes with their callbacks on duplicate and free, predefined
+//! (attributes with their callbacks on duplicate and free, and on self at
+//! finalize, predefined
 //! attributes, info objects and hints, error handlers), `fatal` (rank 1
 //! makes an error on world with `ErrorHandler::Fatal`, which ends the
 //! job).
@@ -30,7 +31,7 @@ fn main() -> ExitCode {
         let outcome = match check.as_str() {
             "inter" => inter(&world),
             "topology" => topology(&world),
-            "state" => state(&world),
+            "state" => state(&world, &universe.self_comm()),
             "fatal" => fatal(&world),
             other => Err(fail(format!("unknown check {other:?}"))),
         };
@@ -697,7 +698,16 @@ fn shift_exchange(comm: &Communicator, source: i32, dest: i32, what: &str) -> Re
 
 // ---------------------------------------------------------------- state
 
-fn state(world: &Communicator) -> Result<()> {
+fn state(world: &Communicator, self_comm: &Communicator) -> Result<()> {
+    // Deleted first at finalize, while MPI still works.
+    let at_finalize = Keyval::<i32>::new(
+        |_| Ok(None),
+        |rank| {
+            println!("rank {rank}: self attribute deleted at finalize");
+            Ok(())
+        },
+    );
+    self_comm.set_attribute(&at_finalize, world.rank())?;
     attributes(world)?;
     info(world)?;
     handlers(world)?;
