@@ -12,6 +12,24 @@
 //! [`Communicator::delete_attribute`], on a new value for the key, and
 //! when the communicator is freed; an error fails that call).
 //!
+//! ```no_run
+//! use oxmpi::Keyval;
+//! let universe = oxmpi::initialize().unwrap();
+//! let world = universe.world();
+//! // Copied into duplicates with one more level; announced when deleted.
+//! let depth = Keyval::<u32>::new(
+//!     |d| Ok(Some(d + 1)),
+//!     |d| {
+//!         println!("depth {d} deleted");
+//!         Ok(())
+//!     },
+//! );
+//! world.set_attribute(&depth, 0).unwrap();
+//! let dup = world.duplicate().unwrap();
+//! assert_eq!(dup.attribute(&depth).unwrap(), Some(1));
+//! dup.free().unwrap(); // prints "depth 1 deleted"
+//! ```
+//!
 //! Values are kept per process: setting one at a process sets it there
 //! only. A keyval may be freed ([`Keyval::free`], or dropped) while
 //! values under it are still cached; their callbacks stay until they go.

@@ -76,6 +76,17 @@ impl Communicator {
         self.handled(self.duplicate_unhandled())
     }
 
+    /// [`Communicator::duplicate`] with the hints `info` instead of this
+    /// communicator's (`MPI_Comm_dup_with_info`). Collective.
+    #[doc(alias = "MPI_Comm_dup_with_info")]
+    pub fn duplicate_with_info(&self, info: &crate::Info) -> Result<Communicator> {
+        let duplicate = self.duplicate_unhandled().and_then(|dup| {
+            *dup.info_slot()? = info.clone();
+            Ok(dup)
+        });
+        self.handled(duplicate)
+    }
+
     fn duplicate_unhandled(&self) -> Result<Communicator> {
         if self.is_inter_communicator() {
             return self.duplicate_inter();

@@ -9,6 +9,19 @@
 //! communicator of a group, a new topology, an intercommunicator or a
 //! merge).
 //!
+//! ```no_run
+//! use oxmpi::ErrorHandler;
+//! let universe = oxmpi::initialize().unwrap();
+//! let world = universe.world();
+//! world.set_error_handler(ErrorHandler::user(|comm, error| {
+//!     eprintln!("rank {}: {error}", comm.rank());
+//! }));
+//! // Rank `size` does not exist: the handler prints, the call returns Err.
+//! assert!(world.process_at_rank(world.size()).send(&1u8).is_err());
+//! // The standard's default: any error ends the job.
+//! world.set_error_handler(ErrorHandler::Fatal);
+//! ```
+//!
 //! # The default, against the standard's wording
 //! MPI 4.1 §9.3 makes `MPI_ERRORS_ARE_FATAL` the handler of
 //! `MPI_COMM_WORLD` and `MPI_COMM_SELF` at start-up: "the default

@@ -11,6 +11,29 @@
 //! [`Communicator::merge`] turns one into an intracommunicator of both
 //! groups.
 //!
+//! ```no_run
+//! use oxmpi::Color;
+//! let universe = oxmpi::initialize().unwrap();
+//! let world = universe.world();
+//! // Even and odd world ranks; their leaders are world ranks 0 and 1.
+//! let even = world.rank() % 2 == 0;
+//! let half = world
+//!     .split_by_color(Color::with_value(world.rank() % 2))
+//!     .unwrap()
+//!     .unwrap();
+//! let inter = half
+//!     .create_intercommunicator(0, &world, if even { 1 } else { 0 }, 99)
+//!     .unwrap();
+//! // Rank 0 of each group sends to rank 0 of the other.
+//! if inter.rank() == 0 {
+//!     let other = inter.process_at_rank(0);
+//!     let mut got = 0i32;
+//!     inter.send_receive_into(&world.rank(), &other, &mut got, &other).unwrap();
+//! }
+//! // One intracommunicator again: the odd ranks first (they pass false).
+//! let all = inter.merge(even).unwrap();
+//! ```
+//!
 //! Both groups agree on one context id, as for any communicator, but over
 //! both groups: each group reduces its members' free ids, the leaders
 //! swap the two results and each broadcasts their and in its group (see

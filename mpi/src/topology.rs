@@ -15,6 +15,30 @@
 //! standard allows ignoring it). Grids are laid out in row-major order:
 //! the last coordinate varies fastest.
 //!
+//! ```no_run
+//! let universe = oxmpi::initialize().unwrap();
+//! let world = universe.world();
+//! let mut dims = [0, 0];
+//! oxmpi::dims_create(world.size(), &mut dims).unwrap();
+//! let grid = world
+//!     .create_cartesian_communicator(&dims, &[true, false], false)
+//!     .unwrap()
+//!     .expect("every rank is in a grid of every rank");
+//! // A halo exchange along dimension 0: send up, receive from below.
+//! let (below, above) = grid.cartesian_shift(0, 1).unwrap();
+//! let mut halo = 0.0f64;
+//! grid.send_receive_into(
+//!     &1.5f64,
+//!     &grid.process_at_rank(above),
+//!     &mut halo,
+//!     &grid.process_at_rank(below),
+//! )
+//! .unwrap();
+//! // Or every neighbour's value at once (-1 then +1, per dimension).
+//! let mut neighbours = [0.0f64; 4];
+//! grid.neighbor_all_gather_into(&1.5f64, &mut neighbours[..]).unwrap();
+//! ```
+//!
 //! The neighbourhood collectives are in `neighborhood`.
 //!
 //! Not provided: `MPI_Dist_graph_create`

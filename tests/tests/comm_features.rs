@@ -55,6 +55,7 @@ fn cartesian_and_graph_topologies_and_neighbourhood_collectives_with_1_to_8_rank
     for ranks in 1..=8 {
         job("topology", ranks, &[], &format!("topology: {ranks} ranks"));
     }
+    job("topology", 6, &TCP, "topology: 6 ranks");
 }
 
 #[test]

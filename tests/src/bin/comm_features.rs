@@ -891,6 +891,8 @@ fn info(world: &Communicator) -> Result<()> {
     ensure(comm.info()? == copy, || "hints".into())?;
     let dup = comm.duplicate()?;
     ensure(dup.info()? == copy, || "a duplicate keeps the hints".into())?;
+    let other = dup.duplicate_with_info(&info)?;
+    ensure(other.info()? == info, || "duplicate_with_info".into())?;
     let split = comm
         .split_by_color(Color::with_value(1))?
         .ok_or_else(|| fail("split"))?;
