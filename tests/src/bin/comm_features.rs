@@ -5,7 +5,8 @@
 //!
 //! Checks: `inter` (2 or more ranks: an intercommunicator of the even
 //! and the odd world ranks, messages both ways, barrier, broadcast each
-//! way, duplicate, merge in both orders, errors), `topology` (Cartesian
+//! way, duplicate, merge in both orders, pairs made from self
+//! communicators, errors), `topology` (Cartesian
 //! grids of 2 and 3 dimensions with shifts and subgrids, a grid smaller
 //! than the job, a ring graph, a distributed graph, the neighbourhood
 //! all-gather and all-to-all on each, errors), `state`
@@ -29,7 +30,7 @@ fn main() -> ExitCode {
     let result = oxmpi::initialize().and_then(|universe| {
         let world = universe.world();
         let outcome = match check.as_str() {
-            "inter" => inter(&world),
+            "inter" => inter(&world, &universe.self_comm()),
             "topology" => topology(&world),
             "state" => state(&world, &universe.self_comm()),
             "fatal" => fatal(&world),
@@ -100,7 +101,7 @@ fn half(size: i32, a: bool) -> Vec<i32> {
     (0..size).filter(|r| (r % 2 == 0) == a).collect()
 }
 
-fn inter(world: &Communicator) -> Result<()> {
+fn inter(world: &Communicator, self_comm: &Communicator) -> Result<()> {
     let size = world.size();
     ensure(size >= 2, || "inter needs 2 or more ranks".into())?;
     let (local, inter, in_a) = make_inter(world)?;
@@ -256,6 +257,22 @@ fn inter(world: &Communicator) -> Result<()> {
         ErrorClass::Other
     };
     expect_class(own, expected, "remote leader is the local leader")?;
+
+    // Pairs of processes, each from its self communicator: groups of one,
+    // several intercommunicators made at once through world.
+    let partner = world.rank() ^ 1;
+    if partner < size {
+        let pair = self_comm.create_intercommunicator(0, world, partner, 3)?;
+        ensure(pair.size() == 1 && pair.remote_size()? == 1, || {
+            "pair sizes".into()
+        })?;
+        round_trips(&pair, world, &[partner], "pair")?;
+        let merged = pair.merge(false)?;
+        let expected = vec![world.rank().min(partner), world.rank().max(partner)];
+        ensure(world_ranks_of(&merged, world)? == expected, || {
+            "pair merge".into()
+        })?;
+    }
 
     dup.free()?;
     inter.free()?;
