@@ -92,7 +92,9 @@ impl<T: Send + Sync + 'static> Keyval<T> {
     /// Frees the keyval (`MPI_Comm_free_keyval`); values cached under it
     /// keep their callbacks until they go. Dropping it does the same.
     #[doc(alias = "MPI_Comm_free_keyval")]
-    pub fn free(self) {}
+    pub fn free(self) {
+        drop(self);
+    }
 }
 
 impl<T: Clone + Send + Sync + 'static> Keyval<T> {

@@ -61,7 +61,7 @@ use crate::comm::{Communicator, Inherit, TAG_UB};
 use crate::context;
 use crate::datatype::{Buffer, BufferMut};
 use crate::group::Group;
-use crate::{Error, ErrorClass, Result};
+use crate::{with_device, Error, ErrorClass, Result};
 use oxmpi_adi::transport::PeerRank;
 use std::sync::Arc;
 
@@ -255,6 +255,20 @@ impl Communicator {
             broadcast_values(t, leader, &mut members)?;
             Ok(members)
         })?;
+        // The list came from another process: every rank in it must be
+        // one of the job's, each once.
+        let job_size = with_device(|d| Ok(d.size() as u64))?;
+        let mut distinct = remote.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        if distinct.len() != remote.len() || remote.iter().any(|&w| w >= job_size) {
+            return Err(Error::new(
+                ErrorClass::Intern,
+                format!(
+                    "the remote leader sent a group that is not a list of distinct ranks of this job of {job_size}: {remote:?}"
+                ),
+            ));
+        }
         if let Some(shared) = remote
             .iter()
             .find(|w| self.members().contains(&(**w as PeerRank)))
@@ -479,6 +493,18 @@ impl<'a> Link<'a> {
         let mine: Vec<u64> = local.iter().map(|&w| w as u64).collect();
         let mut len = [0u64];
         self.swap(&[mine.len() as u64], &mut len)?;
+        // A group is never larger than the job; a larger length is not
+        // allocated.
+        let job_size = with_device(|d| Ok(d.size() as u64))?;
+        if len[0] > job_size {
+            return Err(Error::new(
+                ErrorClass::Intern,
+                format!(
+                    "the remote leader announced a group of {} processes in a job of {job_size}",
+                    len[0]
+                ),
+            ));
+        }
         let mut theirs = vec![0u64; len[0] as usize];
         self.swap(&mine, &mut theirs)?;
         Ok(theirs)
