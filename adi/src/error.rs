@@ -59,8 +59,6 @@ pub enum ErrorClass {
     Topology,
     /// MPI_ERR_DIMS: invalid dimensions of a Cartesian topology.
     Dims,
-    /// MPI_ERR_KEYVAL: an attribute key that was freed or does not fit.
-    Keyval,
     /// MPI_ERR_INFO_KEY: an info key that is empty or too long.
     InfoKey,
     /// MPI_ERR_INFO_VALUE: an info value that is too long.
@@ -93,7 +91,6 @@ impl ErrorClass {
             ErrorClass::ProcFailed => 101,
             ErrorClass::Topology => 10,
             ErrorClass::Dims => 11,
-            ErrorClass::Keyval => 48,
             ErrorClass::InfoKey => 29,
             ErrorClass::InfoValue => 30,
             ErrorClass::InfoNoKey => 31,
@@ -123,7 +120,6 @@ impl ErrorClass {
             ErrorClass::ProcFailed => "MPI_ERR_PROC_FAILED",
             ErrorClass::Topology => "MPI_ERR_TOPOLOGY",
             ErrorClass::Dims => "MPI_ERR_DIMS",
-            ErrorClass::Keyval => "MPI_ERR_KEYVAL",
             ErrorClass::InfoKey => "MPI_ERR_INFO_KEY",
             ErrorClass::InfoValue => "MPI_ERR_INFO_VALUE",
             ErrorClass::InfoNoKey => "MPI_ERR_INFO_NOKEY",
