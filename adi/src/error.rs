@@ -54,6 +54,17 @@ pub enum ErrorClass {
     /// MPI_ERR_PROC_FAILED (MPICH's MPIX_ERR_PROC_FAILED): a peer process
     /// is gone or its connection broke; the operations that need it fail.
     ProcFailed,
+    /// MPI_ERR_TOPOLOGY: the communicator has no topology of the kind the
+    /// call needs, or the topology given is invalid.
+    Topology,
+    /// MPI_ERR_DIMS: invalid dimensions of a Cartesian topology.
+    Dims,
+    /// MPI_ERR_INFO_KEY: an info key that is empty or too long.
+    InfoKey,
+    /// MPI_ERR_INFO_VALUE: an info value that is too long.
+    InfoValue,
+    /// MPI_ERR_INFO_NOKEY: an info key that is not set.
+    InfoNoKey,
 }
 
 impl ErrorClass {
@@ -78,6 +89,11 @@ impl ErrorClass {
             ErrorClass::NoMem => 34,
             ErrorClass::UnsupportedOperation => 52,
             ErrorClass::ProcFailed => 101,
+            ErrorClass::Topology => 10,
+            ErrorClass::Dims => 11,
+            ErrorClass::InfoKey => 29,
+            ErrorClass::InfoValue => 30,
+            ErrorClass::InfoNoKey => 31,
         }
     }
 
@@ -102,6 +118,11 @@ impl ErrorClass {
             ErrorClass::NoMem => "MPI_ERR_NO_MEM",
             ErrorClass::UnsupportedOperation => "MPI_ERR_UNSUPPORTED_OPERATION",
             ErrorClass::ProcFailed => "MPI_ERR_PROC_FAILED",
+            ErrorClass::Topology => "MPI_ERR_TOPOLOGY",
+            ErrorClass::Dims => "MPI_ERR_DIMS",
+            ErrorClass::InfoKey => "MPI_ERR_INFO_KEY",
+            ErrorClass::InfoValue => "MPI_ERR_INFO_VALUE",
+            ErrorClass::InfoNoKey => "MPI_ERR_INFO_NOKEY",
         }
     }
 }

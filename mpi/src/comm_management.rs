@@ -14,7 +14,7 @@
 use crate::collective::algorithms::all_gather;
 use crate::collective::team::{CollectiveTag, Team};
 use crate::collective::typed::{Input, Output};
-use crate::comm::{Communicator, TAG_UB};
+use crate::comm::{Communicator, Inherit, TAG_UB};
 use crate::context;
 use crate::group::{Group, GroupRelation};
 use crate::{Error, ErrorClass, Result};
@@ -66,10 +66,35 @@ const UNDEFINED_COLOR: i32 = -1;
 impl Communicator {
     /// A new communicator with the same members in the same order and a
     /// new context (`MPI_Comm_dup`). Collective.
+    ///
+    /// The duplicate has this communicator's error handler, hints
+    /// ([`Communicator::set_info`]), topology, and the attributes whose
+    /// keyvals' copy callbacks copy them ([`crate::attribute`]); a copy
+    /// callback's error fails the call. An intercommunicator's duplicate
+    /// is an intercommunicator of the same groups.
     pub fn duplicate(&self) -> Result<Communicator> {
+        self.handled(self.duplicate_unhandled())
+    }
+
+    /// [`Communicator::duplicate`] with the hints `info` instead of this
+    /// communicator's (`MPI_Comm_dup_with_info`). Collective.
+    #[doc(alias = "MPI_Comm_dup_with_info")]
+    pub fn duplicate_with_info(&self, info: &crate::Info) -> Result<Communicator> {
+        let duplicate = self.duplicate_unhandled().and_then(|dup| {
+            *dup.info_slot()? = info.clone();
+            Ok(dup)
+        });
+        self.handled(duplicate)
+    }
+
+    fn duplicate_unhandled(&self) -> Result<Communicator> {
+        if self.is_inter_communicator() {
+            return self.duplicate_inter();
+        }
         let team = self.team(CollectiveTag::Communicator)?;
         let id = team.run(|t| context::agree(t, self.agreement_priority(0), true))?;
-        Communicator::with_context(&self.group(), id).ok_or_else(not_a_member)
+        self.with_context(&self.group(), id, Inherit::Everything)?
+            .ok_or_else(not_a_member)
     }
 
     /// Splits the communicator by colour (`MPI_Comm_split` with key 0):
@@ -84,6 +109,12 @@ impl Communicator {
     /// and, among equal keys, by their rank here; the undefined colour
     /// gives `None`. Collective.
     pub fn split_by_color_with_key(&self, color: Color, key: i32) -> Result<Option<Communicator>> {
+        self.handled(self.split_unhandled(color, key))
+    }
+
+    /// [`Communicator::split_by_color_with_key`], its errors not handled.
+    pub(crate) fn split_unhandled(&self, color: Color, key: i32) -> Result<Option<Communicator>> {
+        self.require_intra("a split")?;
         if let Color(Some(value)) = color {
             if value < 0 {
                 return Err(Error::new(
@@ -104,6 +135,11 @@ impl Communicator {
     /// (one kernel and network namespace, [`HostId`]), ranked by `key`
     /// and then by their rank here. Collective.
     pub fn split_shared(&self, key: i32) -> Result<Communicator> {
+        self.handled(self.split_shared_unhandled(key))
+    }
+
+    fn split_shared_unhandled(&self, key: i32) -> Result<Communicator> {
+        self.require_intra("a split by host")?;
         let team = self.team(CollectiveTag::Communicator)?;
         let host = HostId::current().map_err(|e| Error::os("learning the host identity", e));
         // A process that cannot tell its host still takes part (with no
@@ -146,7 +182,7 @@ impl Communicator {
             .into_iter()
             .map(|rank| world.world_ranks()[rank])
             .collect();
-        Ok(Communicator::with_context(&world.with_members(members), id))
+        self.with_context(&world.with_members(members), id, Inherit::ErrorHandler)
     }
 
     /// A communicator of the members of `group`, a subgroup of this
@@ -156,11 +192,18 @@ impl Communicator {
     /// A group with processes outside this communicator is an
     /// `MPI_ERR_GROUP` error.
     pub fn split_by_subgroup_collective(&self, group: &Group) -> Result<Option<Communicator>> {
+        self.handled(self.subgroup_collective(group))
+    }
+
+    /// [`Communicator::split_by_subgroup_collective`], its errors not
+    /// handled.
+    pub(crate) fn subgroup_collective(&self, group: &Group) -> Result<Option<Communicator>> {
+        self.require_intra("a communicator of a subgroup")?;
         let team = self.team(CollectiveTag::Communicator)?;
         self.ranks_of(group)?;
         let id =
             team.run(|t| context::agree(t, self.agreement_priority(0), group.rank().is_some()))?;
-        Ok(Communicator::with_context(group, id))
+        self.with_context(group, id, Inherit::ErrorHandler)
     }
 
     /// A communicator of the members of `group`, a subgroup of this
@@ -179,7 +222,11 @@ impl Communicator {
         group: &Group,
         tag: i32,
     ) -> Result<Option<Communicator>> {
-        self.live()?;
+        self.handled(self.subgroup_with_tag(group, tag))
+    }
+
+    fn subgroup_with_tag(&self, group: &Group, tag: i32) -> Result<Option<Communicator>> {
+        self.require_intra("a communicator of a subgroup")?;
         if !(0..=TAG_UB).contains(&tag) {
             return Err(Error::new(
                 ErrorClass::Tag,
@@ -202,15 +249,37 @@ impl Communicator {
             Some(&sources),
         );
         let id = team.run(|t| context::agree(t, self.agreement_priority(tag as u32 + 1), true))?;
-        Ok(Communicator::with_context(group, id))
+        self.with_context(group, id, Inherit::ErrorHandler)
     }
 
-    /// How this communicator relates to `other` (`MPI_Comm_compare`).
+    /// How this communicator relates to `other` (`MPI_Comm_compare`). Two
+    /// intercommunicators compare by both their local and their remote
+    /// groups (the weaker relation of the two); an intercommunicator and
+    /// an intracommunicator are unequal.
     pub fn compare(&self, other: &Communicator) -> CommunicatorRelation {
         if self.same_as(other) {
             return CommunicatorRelation::Identical;
         }
-        match self.group().compare(&other.group()) {
+        let mut relation = self.group().compare(&other.group());
+        match (self.remote_members(), other.remote_members()) {
+            (Some(mine), Some(theirs)) => {
+                let me = self.group();
+                let mine = me.with_members(mine.members().to_vec());
+                let theirs = me.with_members(theirs.members().to_vec());
+                relation = match (relation, mine.compare(&theirs)) {
+                    (GroupRelation::Unequal, _) | (_, GroupRelation::Unequal) => {
+                        GroupRelation::Unequal
+                    }
+                    (GroupRelation::Similar, _) | (_, GroupRelation::Similar) => {
+                        GroupRelation::Similar
+                    }
+                    _ => GroupRelation::Identical,
+                }
+            }
+            (None, None) => {}
+            _ => relation = GroupRelation::Unequal,
+        }
+        match relation {
             GroupRelation::Identical => CommunicatorRelation::Congruent,
             GroupRelation::Similar => CommunicatorRelation::Similar,
             GroupRelation::Unequal => CommunicatorRelation::Unequal,
@@ -223,20 +292,33 @@ impl Communicator {
     /// every handle frees it as well). Operations already started
     /// complete normally. Freeing the world or self communicator, or one
     /// already freed, is an `MPI_ERR_COMM` error.
+    ///
+    /// The delete callbacks of its attributes run first
+    /// ([`crate::attribute`]); if one fails, the communicator is freed
+    /// all the same and the call returns that error.
     pub fn free(self) -> Result<()> {
+        let result = self.free_unhandled();
+        self.handled(result)
+    }
+
+    fn free_unhandled(&self) -> Result<()> {
         if !self.is_created() {
             return Err(Error::new(
                 ErrorClass::Comm,
                 "the world and self communicators cannot be freed",
             ));
         }
+        // The callbacks run without the attributes locked: they may use
+        // the communicator's other attributes.
+        let mut attributes = std::mem::take(&mut *self.attributes()?);
+        let deleted = attributes.delete_all();
         if !self.mark_freed() {
             return Err(Error::new(
                 ErrorClass::Comm,
                 "this communicator was already freed",
             ));
         }
-        Ok(())
+        deleted
     }
 
     /// Names the communicator, at this process only (`MPI_Comm_set_name`,
@@ -252,15 +334,15 @@ impl Communicator {
                 .unwrap_or(0);
             name = &name[..cut];
         }
-        *self.name()? = name.to_owned();
-        Ok(())
+        let named = self.name().map(|mut slot| *slot = name.to_owned());
+        self.handled(named)
     }
 
     /// The communicator's name (`MPI_Comm_get_name`): `MPI_COMM_WORLD`
     /// and `MPI_COMM_SELF` for those, else what [`Communicator::set_name`]
     /// gave it here, or the empty string.
     pub fn get_name(&self) -> Result<String> {
-        Ok(self.name()?.clone())
+        self.handled(self.name().map(|name| name.clone()))
     }
 
     /// The rank here of each member of `group`; an `MPI_ERR_GROUP` error
@@ -282,7 +364,7 @@ impl Communicator {
     /// The priority of an agreement on a context id over this
     /// communicator (see `context::agree`); `detail` tells apart
     /// agreements on one communicator.
-    fn agreement_priority(&self, detail: u32) -> u64 {
+    pub(crate) fn agreement_priority(&self, detail: u32) -> u64 {
         (u64::from(self.context_id()) << 32) | u64::from(detail)
     }
 }

@@ -85,8 +85,30 @@ fn pool() -> MutexGuard<'static, Pool> {
 /// agreements of concurrent threads: the parent's context id, made unique
 /// within a process by whatever else tells them apart.
 pub(crate) fn agree(team: &Team, priority: u64, reserve: bool) -> Result<u32> {
+    agree_by(priority, reserve, |words| and_over(team, words))
+}
+
+/// The bitwise and of `words` over the members of `team` (an all-reduce),
+/// left in `words` at every member.
+pub(crate) fn and_over(team: &Team, words: &mut [u32]) -> Result<()> {
+    let band = SystemOperation::bitwise_and();
+    let reduction = Reduction::new(&band, ElementType::of::<u32>())?;
+    let mut output = Output::new(words)?;
+    all_reduce(team, output.bytes_mut(), &reduction)?;
+    output.finish()
+}
+
+/// [`agree`] among the processes that `and_all` reduces over: it leaves
+/// in its argument the bitwise and of every process's (the same result
+/// at each). An intercommunicator's two groups agree this way (see
+/// `intercomm`).
+pub(crate) fn agree_by(
+    priority: u64,
+    reserve: bool,
+    and_all: impl FnMut(&mut [u32]) -> Result<()>,
+) -> Result<u32> {
     pool().waiting.push(priority);
-    let agreed = agree_waiting(team, priority, reserve);
+    let agreed = agree_waiting(priority, reserve, and_all);
     let mut pool = pool();
     if let Some(at) = pool.waiting.iter().position(|&p| p == priority) {
         pool.waiting.swap_remove(at);
@@ -94,9 +116,11 @@ pub(crate) fn agree(team: &Team, priority: u64, reserve: bool) -> Result<u32> {
     agreed
 }
 
-fn agree_waiting(team: &Team, priority: u64, reserve: bool) -> Result<u32> {
-    let band = SystemOperation::bitwise_and();
-    let reduction = Reduction::new(&band, ElementType::of::<u32>())?;
+fn agree_waiting(
+    priority: u64,
+    reserve: bool,
+    mut and_all: impl FnMut(&mut [u32]) -> Result<()>,
+) -> Result<u32> {
     loop {
         // The free ids, then a word that is all ones if this process lent
         // its mask: after the and, all ones if every member did.
@@ -111,10 +135,7 @@ fn agree_waiting(team: &Team, priority: u64, reserve: bool) -> Result<u32> {
             }
             lend
         };
-        let reduced = Output::new(&mut words[..]).and_then(|mut words| {
-            all_reduce(team, words.bytes_mut(), &reduction)?;
-            words.finish()
-        });
+        let reduced = and_all(&mut words[..]);
         let mut pool = pool();
         if lent {
             pool.lent = false;

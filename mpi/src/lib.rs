@@ -17,6 +17,12 @@
 //!   [`CommunicatorRelation`]).
 //! - `context`: the context ids that keep communicators apart, agreed
 //!   between processes and reused after a free.
+//! - `intercomm`: intercommunicators (methods of [`Communicator`]).
+//! - [`topology`]: Cartesian, graph and distributed graph topologies;
+//!   `neighborhood`: their neighbourhood collectives (methods of
+//!   [`Communicator`]).
+//! - [`attribute`], [`info`], [`errhandler`]: attributes cached on
+//!   communicators, hints, and what errors do.
 //! - [`collective`]: the collective operations (methods of
 //!   [`Communicator`] and [`Process`]), reduction operations, and their
 //!   algorithms.
@@ -73,20 +79,30 @@
 // own tests use it.
 extern crate self as oxmpi;
 
+pub mod attribute;
 pub mod buffered;
 pub mod collective;
 pub mod comm;
 mod comm_management;
 mod context;
 pub mod datatype;
+pub mod errhandler;
 pub mod group;
+pub mod info;
+mod intercomm;
+mod neighborhood;
 pub mod persistent;
 pub mod request;
+pub mod topology;
 
+pub use attribute::{Keyval, PredefinedAttribute};
 pub use comm::{AnyProcess, Communicator, Message, Process, Status, ANY_TAG, PROC_NULL, TAG_UB};
 pub use comm_management::{Color, CommunicatorRelation, MAX_OBJECT_NAME};
 pub use datatype::{Buffer, BufferMut, ElementType, Equivalence};
+pub use errhandler::ErrorHandler;
 pub use group::{Group, GroupRelation};
+pub use info::{Info, MAX_INFO_KEY, MAX_INFO_VAL};
+pub use topology::{dims_create, CartesianLayout, DistributedGraphNeighbors, TopologyKind};
 
 /// The traits a program calls methods of, to import at once
 /// (`use oxmpi::traits::*`), as rsmpi's `mpi::traits`.
@@ -278,6 +294,10 @@ pub fn initialize_with_threading(threading: Threading) -> Result<(Universe, Thre
     start_clock();
     let mut pmi = Pmi::from_env()?;
     let job = oxmpi_adi::device::job_info(&mut pmi)?;
+    attribute::set_job_attributes(attribute::JobAttributes {
+        appnum: pmi.appnum(),
+        universe_size: job.size as i32,
+    });
     let setting = std::env::var(TRANSPORTS_ENV).ok();
     let transports = start_transports(setting.as_deref(), TRANSPORTS, &job)?;
     let device = Device::new(pmi, job.clone(), transports)?;
@@ -312,6 +332,14 @@ impl Universe {
             return Ok(());
         }
         self.finalized = true;
+        // The attributes of the self communicator are deleted first, so
+        // that their delete callbacks can still use MPI (MPI 4.1 §11.2.2);
+        // a callback's error is finalize's, once MPI is finalized.
+        let deleted = self
+            .self_comm
+            .attributes()
+            .map(|mut attributes| std::mem::take(&mut *attributes))
+            .and_then(|mut taken| taken.delete_all());
         // Messages still in the attached buffer are sent first (MPI 4.1
         // §11.2.2): their receivers may be waiting for them.
         buffered::flush_at_finalize();
@@ -321,7 +349,7 @@ impl Universe {
             _ => Ok(()),
         };
         *state = State::Finalized;
-        result
+        result.and(deleted)
     }
 }
 

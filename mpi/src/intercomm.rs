@@ -1,0 +1,551 @@
+//! Intercommunicators (MPI 4.1 §7.6): two disjoint groups of processes
+//! that talk to each other.
+//!
+//! An intercommunicator is a [`Communicator`] with a remote group beside
+//! its local one. [`Communicator::rank`], [`Communicator::size`] and
+//! [`Communicator::group`] are about the local group, and the ranks of
+//! point-to-point calls address the remote group: rank `r` is the remote
+//! group's `r`, and a message's source rank is the sender's rank in its
+//! own group. [`Communicator::create_intercommunicator`] makes one of two
+//! intracommunicators' processes through their leaders, and
+//! [`Communicator::merge`] turns one into an intracommunicator of both
+//! groups.
+//!
+//! ```no_run
+//! use oxmpi::Color;
+//! let universe = oxmpi::initialize().unwrap();
+//! let world = universe.world();
+//! // Even and odd world ranks; their leaders are world ranks 0 and 1.
+//! let even = world.rank() % 2 == 0;
+//! let half = world
+//!     .split_by_color(Color::with_value(world.rank() % 2))
+//!     .unwrap()
+//!     .unwrap();
+//! let inter = half
+//!     .create_intercommunicator(0, &world, if even { 1 } else { 0 }, 99)
+//!     .unwrap();
+//! // Rank 0 of each group sends to rank 0 of the other.
+//! if inter.rank() == 0 {
+//!     let other = inter.process_at_rank(0);
+//!     let mut got = 0i32;
+//!     inter.send_receive_into(&world.rank(), &other, &mut got, &other).unwrap();
+//! }
+//! // One intracommunicator again: the odd ranks first (they pass false).
+//! let all = inter.merge(even).unwrap();
+//! ```
+//!
+//! Both groups agree on one context id, as for any communicator, but over
+//! both groups: each group reduces its members' free ids, the leaders
+//! swap the two results and each broadcasts their and in its group (see
+//! `context::agree_by`). Traffic between the two groups then needs no
+//! second id: a receive names its source in the remote group, and no
+//! message on an intercommunicator goes between members of one group,
+//! but those of its collectives. The collectives run as teams of both
+//! groups in one order (the group whose first member has the lower world
+//! rank first), on the collective context.
+//!
+//! Collectives available on an intercommunicator: [`Communicator::barrier`]
+//! (no process leaves before every process of both groups has entered),
+//! and broadcast from one group to the other
+//! ([`Communicator::broadcast_to_remote_group`] at the root,
+//! [`Communicator::broadcast_from_remote_group`] in the other group; the
+//! root's group mates take no part, as with `MPI_PROC_NULL`). The others
+//! fail with `MPI_ERR_COMM`: merge the intercommunicator to use them.
+//! Duplicating works; splitting, topologies and communicators of
+//! subgroups need an intracommunicator.
+
+use crate::collective::algorithms::{all_gather, broadcast};
+use crate::collective::team::{CollectiveTag, Team};
+use crate::collective::typed::{Input, Output};
+use crate::comm::{Communicator, Inherit, TAG_UB};
+use crate::context;
+use crate::datatype::{Buffer, BufferMut};
+use crate::group::Group;
+use crate::{with_device, Error, ErrorClass, Result};
+use oxmpi_adi::transport::PeerRank;
+use std::sync::Arc;
+
+/// The remote group of an intercommunicator, and the team of both groups
+/// its collectives use.
+#[derive(Debug)]
+pub(crate) struct RemoteGroup {
+    /// World rank of each member of the remote group, by rank there.
+    members: Arc<[PeerRank]>,
+    /// World rank of every member of both groups: the group whose first
+    /// member has the lower world rank first (the same order at every
+    /// process of both groups).
+    both: Arc<[PeerRank]>,
+    /// Whether the local group comes first in `both`.
+    local_first: bool,
+}
+
+impl RemoteGroup {
+    /// The remote group `members` of a local group `local`.
+    pub(crate) fn new(local: &[PeerRank], members: Arc<[PeerRank]>) -> RemoteGroup {
+        let local_first = local.first() < members.first();
+        let (first, second) = if local_first {
+            (local, &members[..])
+        } else {
+            (&members[..], local)
+        };
+        let both = first.iter().chain(second).copied().collect();
+        RemoteGroup {
+            members,
+            both,
+            local_first,
+        }
+    }
+
+    /// World rank of each member of the remote group.
+    pub(crate) fn members(&self) -> &Arc<[PeerRank]> {
+        &self.members
+    }
+
+    /// The index in the team of both groups of the member of rank `rank`
+    /// in the local group (`local` true) or the remote group, where the
+    /// local group has `local_size` members.
+    fn index(&self, local: bool, rank: usize, local_size: usize) -> usize {
+        let first = local == self.local_first;
+        match (first, self.local_first) {
+            (true, _) => rank,
+            (false, true) => local_size + rank,
+            (false, false) => self.members.len() + rank,
+        }
+    }
+}
+
+impl Communicator {
+    /// Whether this is an intercommunicator (`MPI_Comm_test_inter`).
+    #[doc(alias = "MPI_Comm_test_inter")]
+    pub fn is_inter_communicator(&self) -> bool {
+        self.remote_members().is_some()
+    }
+
+    /// The number of processes in the remote group of an
+    /// intercommunicator (`MPI_Comm_remote_size`); `MPI_ERR_COMM` for an
+    /// intracommunicator.
+    #[doc(alias = "MPI_Comm_remote_size")]
+    pub fn remote_size(&self) -> Result<i32> {
+        self.handled(self.remote().map(|r| r.members.len() as i32))
+    }
+
+    /// The remote group of an intercommunicator (`MPI_Comm_remote_group`);
+    /// `MPI_ERR_COMM` for an intracommunicator.
+    #[doc(alias = "MPI_Comm_remote_group")]
+    pub fn remote_group(&self) -> Result<Group> {
+        let me = self.members()[self.rank() as usize];
+        self.handled(self.remote().map(|r| Group::new(r.members.clone(), me)))
+    }
+
+    /// The remote group, or `MPI_ERR_COMM` for an intracommunicator.
+    fn remote(&self) -> Result<&RemoteGroup> {
+        self.live()?;
+        self.remote_members().ok_or_else(|| {
+            Error::new(
+                ErrorClass::Comm,
+                "this is an intracommunicator; the call needs an intercommunicator",
+            )
+        })
+    }
+
+    /// Fails with `MPI_ERR_COMM` for an intercommunicator: `what` needs an
+    /// intracommunicator.
+    pub(crate) fn require_intra(&self, what: &str) -> Result<()> {
+        self.live()?;
+        if self.is_inter_communicator() {
+            return Err(Error::new(
+                ErrorClass::Comm,
+                format!("{what} needs an intracommunicator; this is an intercommunicator (merge it first)"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The team of every process of both groups of an intercommunicator,
+    /// for a collective of kind `tag`.
+    pub(crate) fn both_groups_team(&self, tag: CollectiveTag) -> Result<Team<'_>> {
+        let remote = self.remote()?;
+        let index = remote.index(true, self.rank() as usize, self.members().len());
+        Ok(Team::new(
+            context::collective(self.context_id()),
+            tag as i32,
+            index,
+            &remote.both,
+            None,
+        ))
+    }
+
+    /// An intercommunicator between this communicator's processes and
+    /// those of another, disjoint intracommunicator
+    /// (`MPI_Intercomm_create`). Collective over both groups.
+    ///
+    /// `local_leader` is a rank here; every process of this communicator
+    /// passes the same. The leaders of the two groups reach each other on
+    /// `peer`, a communicator of which both are members (world, often),
+    /// where the local leader is known by the remote group as
+    /// `remote_leader` is here; `remote_leader` and `peer` matter at the
+    /// local leader only, and the leaders' messages on `peer` carry `tag`,
+    /// which must not match the program's own traffic between them there.
+    /// Groups that share a process are an `MPI_ERR_ARG` error at every
+    /// process.
+    #[doc(alias = "MPI_Intercomm_create")]
+    pub fn create_intercommunicator(
+        &self,
+        local_leader: i32,
+        peer: &Communicator,
+        remote_leader: i32,
+        tag: i32,
+    ) -> Result<Communicator> {
+        self.handled(self.create_inter(local_leader, peer, remote_leader, tag))
+    }
+
+    fn create_inter(
+        &self,
+        local_leader: i32,
+        peer: &Communicator,
+        remote_leader: i32,
+        tag: i32,
+    ) -> Result<Communicator> {
+        self.require_intra("creating an intercommunicator")?;
+        if !(0..self.size()).contains(&local_leader) {
+            return Err(Error::new(
+                ErrorClass::Rank,
+                format!(
+                    "local leader {local_leader} is not in this communicator of {} processes",
+                    self.size()
+                ),
+            ));
+        }
+        if !(0..=TAG_UB).contains(&tag) {
+            return Err(Error::new(
+                ErrorClass::Tag,
+                format!("tag {tag} is invalid: tags are 0..={TAG_UB}"),
+            ));
+        }
+        let leader = local_leader as usize;
+        let leads = self.rank() == local_leader;
+        // A leader's bad arguments fail its whole group below, not the
+        // leader alone: its group mates would wait for it.
+        let link = leads.then(|| Link::new(peer, remote_leader, tag));
+        let team = self.team(CollectiveTag::Communicator)?;
+        let remote = team.run(|t| {
+            let swapped = match &link {
+                Some(Ok(link)) => link.swap_groups(self.members()),
+                Some(Err(e)) => Err(e.clone()),
+                None => Ok(Vec::new()),
+            };
+            // The leader tells its group the remote group's size, or that
+            // the swap failed (`u64::MAX`), so that no member waits for a
+            // list that never comes.
+            let mut len = [match &swapped {
+                Ok(members) => members.len() as u64,
+                Err(_) => u64::MAX,
+            }];
+            broadcast_values(t, leader, &mut len)?;
+            if len[0] == u64::MAX {
+                return Err(swapped.err().unwrap_or_else(|| {
+                    Error::new(
+                        ErrorClass::Other,
+                        format!("the local leader (rank {local_leader}) could not reach the remote group's leader"),
+                    )
+                }));
+            }
+            let mut members = swapped.unwrap_or_else(|_| Vec::new());
+            members.resize(len[0] as usize, 0);
+            broadcast_values(t, leader, &mut members)?;
+            Ok(members)
+        })?;
+        // The list came from another process: every rank in it must be
+        // one of the job's, each once.
+        let job_size = with_device(|d| Ok(d.size() as u64))?;
+        let mut distinct = remote.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        if distinct.len() != remote.len() || remote.iter().any(|&w| w >= job_size) {
+            return Err(Error::new(
+                ErrorClass::Intern,
+                format!(
+                    "the remote leader sent a group that is not a list of distinct ranks of this job of {job_size}: {remote:?}"
+                ),
+            ));
+        }
+        if let Some(shared) = remote
+            .iter()
+            .find(|w| self.members().contains(&(**w as PeerRank)))
+        {
+            return Err(Error::new(
+                ErrorClass::Arg,
+                format!(
+                    "the local and remote groups of an intercommunicator must be disjoint; world rank {shared} is in both"
+                ),
+            ));
+        }
+        let remote: Arc<[PeerRank]> = remote.iter().map(|&w| w as PeerRank).collect();
+        let id = context::agree_by(self.agreement_priority(0), true, |words| {
+            team.run(|t| {
+                context::and_over(t, words)?;
+                let mut combined = Ok(());
+                if let Some(Ok(link)) = &link {
+                    combined = link.and_with_remote(words);
+                }
+                // As above: a failed swap at the leader reaches its group.
+                let mut status = [u32::from(combined.is_err())];
+                broadcast_values(t, leader, &mut status)?;
+                combined?;
+                if status[0] != 0 {
+                    return Err(Error::new(
+                        ErrorClass::Other,
+                        format!("the local leader (rank {local_leader}) could not reach the remote group's leader"),
+                    ));
+                }
+                broadcast_values(t, leader, words)
+            })
+        })?;
+        self.inter_with_context(&self.group(), remote, id, Inherit::ErrorHandler)
+    }
+
+    /// An intracommunicator of both groups of this intercommunicator
+    /// (`MPI_Intercomm_merge`). Every process of a group passes the same
+    /// `high`; the group that passes false comes first, and if both pass
+    /// the same, the group whose first member has the lower world rank
+    /// does. Ranks within each group keep their order. Collective over
+    /// both groups.
+    #[doc(alias = "MPI_Intercomm_merge")]
+    pub fn merge(&self, high: bool) -> Result<Communicator> {
+        self.handled(self.merge_groups(high))
+    }
+
+    fn merge_groups(&self, high: bool) -> Result<Communicator> {
+        let remote = self.remote()?;
+        let team = self.both_groups_team(CollectiveTag::Communicator)?;
+        let local_size = self.members().len();
+        let (local_first, id) = team.run(|t| {
+            let mut flags = vec![0u8; t.size()];
+            all_gather(t, &[u8::from(high)], &mut flags)?;
+            // A group's choice is its first member's.
+            let local_high = flags[remote.index(true, 0, local_size)] != 0;
+            let remote_high = flags[remote.index(false, 0, local_size)] != 0;
+            let local_first = if local_high == remote_high {
+                remote.local_first
+            } else {
+                !local_high
+            };
+            let id = context::agree(t, self.agreement_priority(0), true)?;
+            Ok((local_first, id))
+        })?;
+        let local = self.members().iter();
+        let members: Vec<PeerRank> = if local_first {
+            local.chain(remote.members.iter()).copied().collect()
+        } else {
+            remote.members.iter().chain(local).copied().collect()
+        };
+        let group = self.group().with_members(members);
+        self.with_context(&group, id, Inherit::ErrorHandler)?
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorClass::Intern,
+                    "this process is not in the merge of its own intercommunicator",
+                )
+            })
+    }
+
+    /// A duplicate of this intercommunicator (see
+    /// [`Communicator::duplicate`]).
+    pub(crate) fn duplicate_inter(&self) -> Result<Communicator> {
+        let remote = self.remote()?;
+        let team = self.both_groups_team(CollectiveTag::Communicator)?;
+        let id = team.run(|t| context::agree(t, self.agreement_priority(0), true))?;
+        self.inter_with_context(
+            &self.group(),
+            remote.members.clone(),
+            id,
+            Inherit::Everything,
+        )
+    }
+
+    /// Broadcasts `buf` from this process, the root, to every process of
+    /// the remote group of this intercommunicator (`MPI_Bcast` with
+    /// `MPI_ROOT`); they call [`Communicator::broadcast_from_remote_group`]
+    /// with this process's rank. The root's group mates take no part
+    /// (`MPI_PROC_NULL`).
+    pub fn broadcast_to_remote_group<B: Buffer + ?Sized>(&self, buf: &B) -> Result<()> {
+        // The algorithm takes one mutable buffer at every member; the
+        // root's is a copy of its data.
+        let result = Input::new(buf)
+            .and_then(|input| self.broadcast_inter(None, &mut input.bytes().to_vec()));
+        self.handled(result)
+    }
+
+    /// Receives into `buf` the broadcast of the process of rank `root` in
+    /// the remote group of this intercommunicator (`MPI_Bcast` with the
+    /// root's rank): every process of this group calls it.
+    pub fn broadcast_from_remote_group<B: BufferMut + ?Sized>(
+        &self,
+        root: i32,
+        buf: &mut B,
+    ) -> Result<()> {
+        let result = Output::new(buf).and_then(|mut output| {
+            self.broadcast_inter(Some(root), output.bytes_mut())?;
+            output.finish()
+        });
+        self.handled(result)
+    }
+
+    /// A broadcast of `bytes` between the groups: from this process
+    /// (`root` `None`) or from `root` of the remote group.
+    fn broadcast_inter(&self, root: Option<i32>, bytes: &mut [u8]) -> Result<()> {
+        let remote = self.remote()?;
+        let local_size = self.members().len();
+        let (root_world, root_index, receivers, receivers_local) = match root {
+            None => {
+                let rank = self.rank() as usize;
+                (
+                    self.members()[rank],
+                    remote.index(true, rank, local_size),
+                    &remote.members,
+                    false,
+                )
+            }
+            Some(root) => {
+                let rank = usize::try_from(root)
+                    .ok()
+                    .filter(|&r| r < remote.members.len())
+                    .ok_or_else(|| {
+                        Error::new(
+                            ErrorClass::Root,
+                            format!(
+                                "root {root} is not in the remote group of {} processes",
+                                remote.members.len()
+                            ),
+                        )
+                    })?;
+                (
+                    remote.members[rank],
+                    remote.index(false, rank, local_size),
+                    self.members(),
+                    true,
+                )
+            }
+        };
+        // The team is the root and the receiving group; each member's
+        // messages carry its index among both groups, which keeps them
+        // apart from those of any other team on the context.
+        let world: Vec<PeerRank> = std::iter::once(root_world)
+            .chain(receivers.iter().copied())
+            .collect();
+        let sources: Vec<i32> = std::iter::once(root_index)
+            .chain((0..receivers.len()).map(|r| remote.index(receivers_local, r, local_size)))
+            .map(|i| i as i32)
+            .collect();
+        let me = if root.is_some() {
+            1 + self.rank() as usize
+        } else {
+            0
+        };
+        let team = Team::new(
+            context::collective(self.context_id()),
+            CollectiveTag::Broadcast as i32,
+            me,
+            &world,
+            Some(&sources),
+        );
+        team.run(|t| broadcast(t, 0, bytes))
+    }
+}
+
+/// A leader's line to the other group's leader while an intercommunicator
+/// is made.
+struct Link<'a> {
+    peer: &'a Communicator,
+    remote_leader: i32,
+    tag: i32,
+}
+
+impl<'a> Link<'a> {
+    fn new(peer: &'a Communicator, remote_leader: i32, tag: i32) -> Result<Link<'a>> {
+        peer.check_destination(remote_leader, tag)?;
+        if remote_leader == peer.rank() {
+            return Err(Error::new(
+                ErrorClass::Rank,
+                format!("remote leader {remote_leader} is this process itself, on the peer communicator"),
+            ));
+        }
+        Ok(Link {
+            peer,
+            remote_leader,
+            tag,
+        })
+    }
+
+    /// Sends `mine` to the remote leader while receiving its words of the
+    /// same length into `theirs`.
+    fn swap<T: crate::Equivalence>(&self, mine: &[T], theirs: &mut [T]) -> Result<()> {
+        let other = self.peer.process_at_rank(self.remote_leader);
+        // The error is the intercommunicator call's, for its handler.
+        self.peer
+            .send_receive_unhandled(mine, &other, self.tag, theirs, &other, self.tag)
+            .map(|_| ())
+    }
+
+    /// Sends the world ranks of the local group, receives those of the
+    /// remote group.
+    fn swap_groups(&self, local: &[PeerRank]) -> Result<Vec<u64>> {
+        let mine: Vec<u64> = local.iter().map(|&w| w as u64).collect();
+        let mut len = [0u64];
+        self.swap(&[mine.len() as u64], &mut len)?;
+        // A group is never larger than the job; a larger length is not
+        // allocated.
+        let job_size = with_device(|d| Ok(d.size() as u64))?;
+        if len[0] > job_size {
+            return Err(Error::new(
+                ErrorClass::Intern,
+                format!(
+                    "the remote leader announced a group of {} processes in a job of {job_size}",
+                    len[0]
+                ),
+            ));
+        }
+        let mut theirs = vec![0u64; len[0] as usize];
+        self.swap(&mine, &mut theirs)?;
+        Ok(theirs)
+    }
+
+    /// Leaves in `words` their and with the remote group's.
+    fn and_with_remote(&self, words: &mut [u32]) -> Result<()> {
+        let mine = words.to_vec();
+        self.swap(&mine, words)?;
+        for (w, m) in words.iter_mut().zip(mine) {
+            *w &= m;
+        }
+        Ok(())
+    }
+}
+
+/// Broadcasts `values` over `t` from `root`.
+fn broadcast_values<T: crate::Equivalence>(t: &Team, root: usize, values: &mut [T]) -> Result<()> {
+    let mut output = Output::new(values)?;
+    broadcast(t, root, output.bytes_mut())?;
+    output.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_groups_are_ordered_the_same_from_either_side() {
+        let a: Arc<[PeerRank]> = Arc::from([4, 1, 6]);
+        let b: Arc<[PeerRank]> = Arc::from([0, 5]);
+        let from_a = RemoteGroup::new(&a, b.clone());
+        let from_b = RemoteGroup::new(&b, a.clone());
+        assert_eq!(&*from_a.both, &[0, 5, 4, 1, 6]);
+        assert_eq!(from_a.both, from_b.both);
+        assert!(!from_a.local_first && from_b.local_first);
+        // Rank 2 of group a, seen from either side.
+        assert_eq!(from_a.index(true, 2, 3), 4);
+        assert_eq!(from_b.index(false, 2, 2), 4);
+        // Rank 1 of group b.
+        assert_eq!(from_a.index(false, 1, 3), 1);
+        assert_eq!(from_b.index(true, 1, 2), 1);
+    }
+}
