@@ -24,6 +24,7 @@
 //! same order at every process, so some agreement always succeeds.
 
 use crate::collective::algorithms::all_reduce;
+use crate::collective::engine::block_on;
 use crate::collective::op::{Reduction, SystemOperation};
 use crate::collective::team::Team;
 use crate::collective::typed::Output;
@@ -112,7 +113,7 @@ fn agree_waiting(team: &Team, priority: u64, reserve: bool) -> Result<u32> {
             lend
         };
         let reduced = Output::new(&mut words[..]).and_then(|mut words| {
-            all_reduce(team, words.bytes_mut(), &reduction)?;
+            block_on(all_reduce(team, words.bytes_mut(), &reduction))?;
             words.finish()
         });
         let mut pool = pool();
