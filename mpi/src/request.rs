@@ -235,10 +235,11 @@ pub struct Request<'a> {
     _buffer: PhantomData<&'a mut [u8]>,
 }
 
-impl Request<'static> {
+impl<'a> Request<'a> {
     /// The request of an operation `id` that borrows nothing, so needs no
-    /// scope.
-    pub(crate) fn unscoped(id: RequestId) -> Request<'static> {
+    /// scope, and may be held as borrowing for any `'a` (a request is
+    /// invariant in `'a`), to wait for it in a list with others.
+    pub(crate) fn unscoped(id: RequestId) -> Request<'a> {
         Request {
             id,
             staging: None,

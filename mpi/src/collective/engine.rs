@@ -98,10 +98,10 @@ pub(crate) fn start<'a>(
 }
 
 /// Starts the non-blocking collective `operation`, which borrows nothing,
-/// and returns its request (see [`launch`]).
-pub(crate) fn start_static(
+/// and returns its request, which needs no scope (see [`launch`]).
+pub(crate) fn start_static<'a>(
     operation: impl Future<Output = Result<()>> + 'static,
-) -> Result<Request<'static>> {
+) -> Result<Request<'a>> {
     // SAFETY: `operation` borrows nothing.
     let request = unsafe { launch(operation) }?;
     Ok(Request::unscoped(request))

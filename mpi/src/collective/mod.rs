@@ -114,9 +114,11 @@ impl Communicator {
     }
 
     /// The non-blocking form of [`Communicator::barrier`] (`MPI_Ibarrier`,
-    /// §6.12): starts it and returns its request; complete once every process
-    /// has started it.
-    pub fn immediate_barrier(&self) -> Result<Request<'static>> {
+    /// §6.12): starts it and returns its request, complete once every
+    /// process has started it. It borrows nothing, so it needs no scope
+    /// and may be given any lifetime (to be waited for in a list with
+    /// requests of a scope).
+    pub fn immediate_barrier<'a>(&self) -> Result<Request<'a>> {
         let comm = self.clone();
         engine::start_static(async move { comm.barrier_future().await })
     }
@@ -241,17 +243,17 @@ impl Communicator {
         &self,
         scope: &Scope<'a>,
         send: &'a S,
-        recv: &'a mut PartitionMut<'_, R, C, D>,
+        mut recv: PartitionMut<'a, R, C, D>,
     ) -> Result<Request<'a>>
     where
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
-        C: std::borrow::Borrow<[i32]>,
-        D: std::borrow::Borrow<[i32]>,
+        C: std::borrow::Borrow<[i32]> + 'a,
+        D: std::borrow::Borrow<[i32]> + 'a,
     {
         let comm = self.clone();
         engine::start(scope, async move {
-            comm.all_gather_varcount_into_future(send, recv).await
+            comm.all_gather_varcount_into_future(send, &mut recv).await
         })
     }
 
@@ -305,16 +307,16 @@ impl Communicator {
     pub fn immediate_all_gather_varcount_in_place<'a, R, C, D>(
         &self,
         scope: &Scope<'a>,
-        buf: &'a mut PartitionMut<'_, R, C, D>,
+        mut buf: PartitionMut<'a, R, C, D>,
     ) -> Result<Request<'a>>
     where
         R: BufferMut + ?Sized,
-        C: std::borrow::Borrow<[i32]>,
-        D: std::borrow::Borrow<[i32]>,
+        C: std::borrow::Borrow<[i32]> + 'a,
+        D: std::borrow::Borrow<[i32]> + 'a,
     {
         let comm = self.clone();
         engine::start(scope, async move {
-            comm.all_gather_varcount_in_place_future(buf).await
+            comm.all_gather_varcount_in_place_future(&mut buf).await
         })
     }
 
@@ -457,20 +459,20 @@ impl Communicator {
     pub fn immediate_all_to_all_varcount_into<'a, S, SC, SD, R, RC, RD>(
         &self,
         scope: &Scope<'a>,
-        send: &'a Partition<'_, S, SC, SD>,
-        recv: &'a mut PartitionMut<'_, R, RC, RD>,
+        send: Partition<'a, S, SC, SD>,
+        mut recv: PartitionMut<'a, R, RC, RD>,
     ) -> Result<Request<'a>>
     where
         S: Buffer + ?Sized,
-        SC: std::borrow::Borrow<[i32]>,
-        SD: std::borrow::Borrow<[i32]>,
+        SC: std::borrow::Borrow<[i32]> + 'a,
+        SD: std::borrow::Borrow<[i32]> + 'a,
         R: BufferMut + ?Sized,
-        RC: std::borrow::Borrow<[i32]>,
-        RD: std::borrow::Borrow<[i32]>,
+        RC: std::borrow::Borrow<[i32]> + 'a,
+        RD: std::borrow::Borrow<[i32]> + 'a,
     {
         let comm = self.clone();
         engine::start(scope, async move {
-            comm.all_to_all_varcount_into_future(send, recv).await
+            comm.all_to_all_varcount_into_future(&send, &mut recv).await
         })
     }
 
@@ -531,16 +533,16 @@ impl Communicator {
     pub fn immediate_all_to_all_varcount_in_place<'a, R, C, D>(
         &self,
         scope: &Scope<'a>,
-        buf: &'a mut PartitionMut<'_, R, C, D>,
+        mut buf: PartitionMut<'a, R, C, D>,
     ) -> Result<Request<'a>>
     where
         R: BufferMut + ?Sized,
-        C: std::borrow::Borrow<[i32]>,
-        D: std::borrow::Borrow<[i32]>,
+        C: std::borrow::Borrow<[i32]> + 'a,
+        D: std::borrow::Borrow<[i32]> + 'a,
     {
         let comm = self.clone();
         engine::start(scope, async move {
-            comm.all_to_all_varcount_in_place_future(buf).await
+            comm.all_to_all_varcount_in_place_future(&mut buf).await
         })
     }
 
@@ -1459,18 +1461,18 @@ impl Process<'_> {
         &self,
         scope: &Scope<'a>,
         send: &'a S,
-        recv: &'a mut PartitionMut<'_, R, C, D>,
+        mut recv: PartitionMut<'a, R, C, D>,
     ) -> Result<Request<'a>>
     where
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
-        C: std::borrow::Borrow<[i32]>,
-        D: std::borrow::Borrow<[i32]>,
+        C: std::borrow::Borrow<[i32]> + 'a,
+        D: std::borrow::Borrow<[i32]> + 'a,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
         engine::start(scope, async move {
             comm.process_at_rank(rank)
-                .gather_varcount_into_root_future(send, recv)
+                .gather_varcount_into_root_future(send, &mut recv)
                 .await
         })
     }
@@ -1525,17 +1527,17 @@ impl Process<'_> {
     pub fn immediate_gather_varcount_into_root_in_place<'a, R, C, D>(
         &self,
         scope: &Scope<'a>,
-        recv: &'a mut PartitionMut<'_, R, C, D>,
+        mut recv: PartitionMut<'a, R, C, D>,
     ) -> Result<Request<'a>>
     where
         R: BufferMut + ?Sized,
-        C: std::borrow::Borrow<[i32]>,
-        D: std::borrow::Borrow<[i32]>,
+        C: std::borrow::Borrow<[i32]> + 'a,
+        D: std::borrow::Borrow<[i32]> + 'a,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
         engine::start(scope, async move {
             comm.process_at_rank(rank)
-                .gather_varcount_into_root_in_place_future(recv)
+                .gather_varcount_into_root_in_place_future(&mut recv)
                 .await
         })
     }
@@ -1745,19 +1747,19 @@ impl Process<'_> {
     pub fn immediate_scatter_varcount_into_root<'a, S, C, D, R>(
         &self,
         scope: &Scope<'a>,
-        send: &'a Partition<'_, S, C, D>,
+        send: Partition<'a, S, C, D>,
         recv: &'a mut R,
     ) -> Result<Request<'a>>
     where
         S: Buffer + ?Sized,
-        C: std::borrow::Borrow<[i32]>,
-        D: std::borrow::Borrow<[i32]>,
+        C: std::borrow::Borrow<[i32]> + 'a,
+        D: std::borrow::Borrow<[i32]> + 'a,
         R: BufferMut + ?Sized,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
         engine::start(scope, async move {
             comm.process_at_rank(rank)
-                .scatter_varcount_into_root_future(send, recv)
+                .scatter_varcount_into_root_future(&send, recv)
                 .await
         })
     }
@@ -1812,17 +1814,17 @@ impl Process<'_> {
     pub fn immediate_scatter_varcount_into_root_in_place<'a, S, C, D>(
         &self,
         scope: &Scope<'a>,
-        send: &'a Partition<'_, S, C, D>,
+        send: Partition<'a, S, C, D>,
     ) -> Result<Request<'a>>
     where
         S: Buffer + ?Sized,
-        C: std::borrow::Borrow<[i32]>,
-        D: std::borrow::Borrow<[i32]>,
+        C: std::borrow::Borrow<[i32]> + 'a,
+        D: std::borrow::Borrow<[i32]> + 'a,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
         engine::start(scope, async move {
             comm.process_at_rank(rank)
-                .scatter_varcount_into_root_in_place_future(send)
+                .scatter_varcount_into_root_in_place_future(&send)
                 .await
         })
     }
