@@ -26,6 +26,40 @@
 //! assert_eq!(sum[3], 4 * world.size() as u64);
 //! ```
 //!
+//! # Non-blocking collectives
+//! Each collective, in place or not, also has a non-blocking form
+//! (`MPI_Ibarrier` ... `MPI_Iexscan`, §6.12) named `immediate_...`, which
+//! borrows its buffers for the lifetime of a [`Scope`] (as immediate
+//! point-to-point operations do; varying counts take the [`Partition`] or
+//! [`PartitionMut`] by value) and returns a [`Request`]. It runs the same
+//! algorithm as the blocking form, step by step: every call that makes
+//! progress advances it (a wait or test of any request, a probe, a
+//! blocking call), so a process that only tests another request still
+//! moves it on. Any number may be under way at once on one communicator,
+//! together with point-to-point messages, and be completed in any order;
+//! every process starts a communicator's collectives (blocking or not) in
+//! the same order. Arguments a process can check alone fail at the call.
+//!
+//! ```no_run
+//! use oxmpi::collective::SystemOperation;
+//! let universe = oxmpi::initialize().unwrap();
+//! let world = universe.world();
+//! let mine = [world.rank() as u64; 4];
+//! let mut sum = [0u64; 4];
+//! let mut data = [0u8; 100];
+//! oxmpi::request::scope(|scope| {
+//!     let reduce = world
+//!         .immediate_all_reduce_into(scope, &mine, &mut sum, SystemOperation::sum())
+//!         .unwrap();
+//!     let broadcast = world
+//!         .process_at_rank(0)
+//!         .immediate_broadcast_into(scope, &mut data)
+//!         .unwrap();
+//!     // ... work, or other communication, meanwhile ...
+//!     oxmpi::request::wait_all(vec![broadcast, reduce]).unwrap();
+//! });
+//! ```
+//!
 //! # Algorithms
 //! Chosen by size and number of processes as MPICH chooses them: a
 //! dissemination barrier; broadcast down a binomial tree (short), or

@@ -383,3 +383,36 @@ impl Scratch {
         unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr().cast::<u8>(), self.len) }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbered_tags_are_internal_and_distinct() {
+        let kinds = [
+            CollectiveTag::Barrier,
+            CollectiveTag::Broadcast,
+            CollectiveTag::AllReduce,
+            CollectiveTag::ExclusiveScan,
+            CollectiveTag::Communicator,
+        ];
+        let sequences = [0, 1, 2, 1000, SEQUENCE_SPAN - 1, u32::MAX];
+        let mut tags = Vec::new();
+        for kind in kinds {
+            for sequence in sequences {
+                let tag = kind.numbered(sequence);
+                assert!(tag < -1, "{kind:?} {sequence}: {tag}");
+                tags.push(tag);
+            }
+        }
+        // u32::MAX comes round to SEQUENCE_SPAN - 1; all others differ.
+        tags.sort_unstable();
+        tags.dedup();
+        assert_eq!(tags.len(), kinds.len() * (sequences.len() - 1));
+        assert_eq!(
+            CollectiveTag::Scan.numbered(SEQUENCE_SPAN),
+            CollectiveTag::Scan.numbered(0)
+        );
+    }
+}
