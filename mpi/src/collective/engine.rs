@@ -79,6 +79,8 @@ pub(crate) fn block_on<R>(operation: impl Future<Output = Result<R>>) -> Result<
         }
         let ids = WAITING_FOR.take();
         progress_until(|d| Ok(ids.iter().all(|&id| d.is_complete(id)).then_some(())))?;
+        // Given back for its capacity: the next step notes its own.
+        WAITING_FOR.set(ids);
     }
 }
 

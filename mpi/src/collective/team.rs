@@ -22,7 +22,7 @@
 
 use super::engine;
 use crate::{progress_until, with_device, Error, ErrorClass, Result};
-use oxmpi_adi::device::{MatchPattern, MessageEnvelope, RequestId, Status};
+use oxmpi_adi::device::{Device, MatchPattern, MessageEnvelope, RequestId, Status};
 use oxmpi_adi::transport::PeerRank;
 use std::cell::RefCell;
 use std::future::Future;
@@ -200,12 +200,17 @@ impl<'a> Team<'a> {
                 }?;
                 messages.ids.push(id);
             }
-            Ok(())
+            // Often all are done at once (eager sends, receives of
+            // messages that had arrived): then no wait, and no second
+            // turn of the device lock.
+            messages.take_if_complete(d)
         });
         // A failure to post drops `messages`, which takes back or waits
         // for what was posted.
-        posted?;
-        let statuses = (&mut messages).await?;
+        let statuses = match posted? {
+            Some(statuses) => statuses,
+            None => (&mut messages).await?,
+        };
         let (received, sent) = statuses.split_at(recvs.len());
         for (status, (from, buf)) in received.iter().zip(recvs.iter()) {
             self.judge_receive(status, *from, buf.len())?;
@@ -281,29 +286,34 @@ struct Messages {
     ids: Vec<RequestId>,
 }
 
+impl Messages {
+    /// Every request's status, taken from the device, if all are
+    /// complete; otherwise nothing is taken.
+    fn take_if_complete(&mut self, d: &mut Device) -> Result<Option<Vec<Status>>> {
+        if !self.ids.iter().all(|&id| d.is_complete(id)) {
+            return Ok(None);
+        }
+        std::mem::take(&mut self.ids)
+            .into_iter()
+            .map(|id| {
+                d.take_status(id).ok_or_else(|| {
+                    Error::new(
+                        ErrorClass::Intern,
+                        "a collective's request was freed by someone else",
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
+    }
+}
+
 impl Future for &mut Messages {
     type Output = Result<Vec<Status>>;
 
     fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Self::Output> {
         let messages = self.get_mut();
-        let statuses = with_device(|d| {
-            if !messages.ids.iter().all(|&id| d.is_complete(id)) {
-                return Ok(None);
-            }
-            std::mem::take(&mut messages.ids)
-                .into_iter()
-                .map(|id| {
-                    d.take_status(id).ok_or_else(|| {
-                        Error::new(
-                            ErrorClass::Intern,
-                            "a collective's request was freed by someone else",
-                        )
-                    })
-                })
-                .collect::<Result<Vec<_>>>()
-                .map(Some)
-        });
-        match statuses {
+        match with_device(|d| messages.take_if_complete(d)) {
             Ok(Some(statuses)) => Poll::Ready(Ok(statuses)),
             Ok(None) => {
                 engine::waiting_for(&messages.ids);
