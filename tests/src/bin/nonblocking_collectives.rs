@@ -9,14 +9,16 @@
 //! arguments a process can check alone fail when the collective starts),
 //! `overlap` (many collectives, of one kind and of several, under way at
 //! once on one communicator with point-to-point traffic between them,
-//! completed in other orders than they were started), `progress` (a rank
-//! that only tests an unrelated request, or only tests the collective's
-//! own, moves its collectives on).
+//! completed in other orders than they were started, or by the end of
+//! their scope), `progress` (a rank that only tests an unrelated request,
+//! or only tests the collective's own, moves its collectives on). `data`
+//! also checks that counts that disagree between processes fail at
+//! completion, with the error each process sees.
 
 use oxmpi::collective::{
     DynBuffer, DynBufferMut, Partition, PartitionMut, SystemOperation, UserOperation,
 };
-use oxmpi::request::{scope, wait_all, wait_any, Request};
+use oxmpi::request::{scope, test_some, wait_all, wait_any, Request};
 use oxmpi::traits::*;
 use oxmpi::{Communicator, Error, ErrorClass, Result};
 use std::fmt::Debug;
@@ -775,6 +777,35 @@ fn errors(world: &Communicator) -> Result<()> {
         }
         Ok::<_, Error>(())
     })?;
+
+    // Counts that disagree between processes fail at completion, at the
+    // processes that see it: rank 0 sends two elements to every process,
+    // which all expect one from it. Every other process receives too
+    // much from rank 0 (MPI_ERR_TRUNCATE); rank 0 sends itself two where
+    // it expects one (MPI_ERR_COUNT).
+    let n = size as usize;
+    let sends_from_me = if rank == 0 { 2 } else { 1 };
+    let send_counts = vec![sends_from_me; n];
+    let send_displs: Vec<i32> = (0..n as i32).map(|i| i * sends_from_me).collect();
+    let outgoing = vec![5u32; 2 * n];
+    let recv_counts = vec![1i32; n];
+    let recv_displs: Vec<i32> = (0..n as i32).collect();
+    let mut incoming = vec![0u32; n];
+    let outcome = scope(|s| {
+        world
+            .immediate_all_to_all_varcount_into(
+                s,
+                Partition::new(&outgoing[..], &send_counts[..], &send_displs[..]),
+                PartitionMut::new(&mut incoming[..], &recv_counts[..], &recv_displs[..]),
+            )?
+            .wait()
+    });
+    let class = if rank == 0 {
+        ErrorClass::Count
+    } else {
+        ErrorClass::Truncate
+    };
+    expect_class(outcome, class, "an all-to-allv whose counts disagree")?;
     // The communicator still works, and its collectives still match.
     done(world.immediate_barrier()?)
 }
@@ -787,7 +818,7 @@ fn overlap(world: &Communicator) -> Result<()> {
     let (right, left) = ((rank + 1) % size, (rank + size - 1) % size);
     let sum = SystemOperation::sum();
     let compose_op = composition();
-    for round in 0..6 {
+    for round in 0..8 {
         // Eight all-reduces of different sizes, one kind, all at once.
         let counts = [1, 700, 3000, 0, 40_000, 5, 300_000, 64];
         let inputs: Vec<Vec<u32>> = counts
@@ -870,7 +901,7 @@ fn overlap(world: &Communicator) -> Result<()> {
                     .process_at_rank(right as i32)
                     .immediate_send_with_tag(s, &small_to_right[..], 8)?,
             ];
-            match round % 3 {
+            match round % 4 {
                 0 => {
                     requests.reverse();
                     for request in requests {
@@ -880,6 +911,17 @@ fn overlap(world: &Communicator) -> Result<()> {
                 1 => {
                     while let Some((_, outcome)) = wait_any(&mut requests)? {
                         outcome?;
+                    }
+                }
+                2 => {
+                    // Tests alone, of the whole list.
+                    while let Some(completed) = test_some(&mut requests)? {
+                        for (_, outcome) in completed {
+                            outcome?;
+                        }
+                        if requests.is_empty() {
+                            break;
+                        }
                     }
                 }
                 _ => {
@@ -949,6 +991,24 @@ fn overlap(world: &Communicator) -> Result<()> {
             "blocking all-reduce amid a pending one",
         )?;
     }
+    // Requests dropped without a wait: the end of their scope completes
+    // them, and their results are in place after it.
+    let inputs: Vec<Vec<u32>> = (0..3).map(|k| words(900 + k, rank, 30_000)).collect();
+    let mut outputs = vec![vec![0u32; 30_000]; 3];
+    scope(|s| {
+        for (input, output) in inputs.iter().zip(outputs.iter_mut()) {
+            drop(world.immediate_all_reduce_into(s, &input[..], &mut output[..], sum)?);
+        }
+        Ok::<_, Error>(())
+    })?;
+    for (k, output) in outputs.iter().enumerate() {
+        same(
+            output,
+            &summed(900 + k, 0..size, 30_000),
+            "all-reduce completed by its scope",
+        )?;
+    }
+
     // A duplicate communicator's collectives stay apart from world's.
     let dup = world.duplicate()?;
     let mut on_world = vec![0u32; 5000];
@@ -969,10 +1029,10 @@ fn overlap(world: &Communicator) -> Result<()> {
 }
 
 /// Progress without waiting on the collectives: rank 0 starts collectives
-/// of several rounds, then only tests a receive that the last rank
-/// answers once its collectives are complete, so they must advance in
-/// those tests; the other ranks only test their collectives' own
-/// requests.
+/// of several rounds, then only tests (or looks at the status of) a
+/// receive that the last rank answers once its collectives are complete,
+/// so they must advance in those calls; the other ranks only test their
+/// collectives' own requests.
 fn progress(world: &Communicator) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     let sum = SystemOperation::sum();
@@ -997,13 +1057,19 @@ fn progress(world: &Communicator) -> Result<()> {
                 let mut answer = world
                     .process_at_rank(last as i32)
                     .immediate_receive_into_with_tag(s, &mut token[..], 9)?;
-                loop {
-                    match answer.test() {
-                        Ok(outcome) => {
-                            outcome?;
-                            break;
+                if round == 1 {
+                    // Looks without completing, then completes.
+                    while answer.get_status()?.is_none() {}
+                    done(answer)?;
+                } else {
+                    loop {
+                        match answer.test() {
+                            Ok(outcome) => {
+                                outcome?;
+                                break;
+                            }
+                            Err(pending) => answer = pending,
                         }
-                        Err(pending) => answer = pending,
                     }
                 }
             } else {
