@@ -216,8 +216,10 @@ impl Drop for Scope<'_> {
         });
         // Non-blocking collectives the wait could not finish are dropped
         // now, while their buffers are still borrowed.
-        let ids: Vec<RequestId> = started.iter().map(|&(id, _)| id).collect();
-        engine::abandon(&ids);
+        if engine::has_pending() {
+            let ids: Vec<RequestId> = started.iter().map(|&(id, _)| id).collect();
+            engine::abandon(&ids);
+        }
         // The requests' buffers are no longer used either way (a failed
         // peer's requests are failed, not pending).
         report(result);

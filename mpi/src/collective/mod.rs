@@ -39,6 +39,9 @@
 //! together with point-to-point messages, and be completed in any order;
 //! every process starts a communicator's collectives (blocking or not) in
 //! the same order. Arguments a process can check alone fail at the call.
+//! A collective advances in the calls of the thread that started it: a
+//! request waited for in another thread completes only while that
+//! thread also makes calls.
 //!
 //! ```no_run
 //! use oxmpi::collective::SystemOperation;
