@@ -99,6 +99,9 @@ enum Phase {
     Arriving,
     /// A receive that sent CTS and waits for the data.
     AwaitingData { accepted: usize },
+    /// An operation the layer above carries out itself (a generalized
+    /// request): it completes by [`Device::complete_generalized`] alone.
+    Generalized,
     /// Finished; the status is final.
     Done,
 }
@@ -652,6 +655,31 @@ impl Device {
                 .requests
                 .insert(Request::new(None, Phase::Done, status)),
         )
+    }
+
+    /// A pending request that the layer above completes itself with
+    /// [`Device::complete_generalized`] (as MPI's generalized requests): an
+    /// operation made of others, such as a non-blocking collective, that
+    /// the program waits for, tests and frees as any other request. The
+    /// device never completes it, and cancelling it does nothing.
+    pub fn start_generalized(&mut self) -> RequestId {
+        RequestId(self.core.requests.insert(Request::new(
+            None,
+            Phase::Generalized,
+            Status::empty(),
+        )))
+    }
+
+    /// Completes the generalized request `request` with `error` (none: it
+    /// succeeded). A request of another kind, or one already complete, is
+    /// left as it is.
+    pub fn complete_generalized(&mut self, request: RequestId, error: Option<Error>) {
+        if let Some(r) = self.core.requests.get_mut(request.0) {
+            if matches!(r.phase, Phase::Generalized) {
+                r.status.error = error;
+                r.phase = Phase::Done;
+            }
+        }
     }
 
     /// Posts a receive into `cap` bytes at `buf` for a message matching

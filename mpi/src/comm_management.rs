@@ -12,6 +12,7 @@
 //! to the pool, to be agreed on again by a later communicator.
 
 use crate::collective::algorithms::all_gather;
+use crate::collective::engine::block_on;
 use crate::collective::team::{CollectiveTag, Team};
 use crate::collective::typed::{Input, Output};
 use crate::comm::{Communicator, Inherit, TAG_UB};
@@ -147,7 +148,7 @@ impl Communicator {
         let mine = host.as_ref().map_or([0; 32], HostId::key);
         let split = team.run(|t| {
             let mut keys = vec![0u8; 32 * t.size()];
-            all_gather(t, &mine, &mut keys)?;
+            block_on(all_gather(t, &mine, &mut keys))?;
             let color = host
                 .is_ok()
                 .then(|| {
@@ -170,7 +171,7 @@ impl Communicator {
         let mut all = vec![0i32; 2 * t.size()];
         let mine = Input::new(&mine)?;
         let mut gathered = Output::new(&mut all[..])?;
-        all_gather(t, mine.bytes(), gathered.bytes_mut())?;
+        block_on(all_gather(t, mine.bytes(), gathered.bytes_mut()))?;
         gathered.finish()?;
         let id = context::agree(t, self.agreement_priority(0), color.is_some())?;
         let Some(color) = color else {

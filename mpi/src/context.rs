@@ -24,6 +24,7 @@
 //! same order at every process, so some agreement always succeeds.
 
 use crate::collective::algorithms::all_reduce;
+use crate::collective::engine::block_on;
 use crate::collective::op::{Reduction, SystemOperation};
 use crate::collective::team::Team;
 use crate::collective::typed::Output;
@@ -94,7 +95,7 @@ pub(crate) fn and_over(team: &Team, words: &mut [u32]) -> Result<()> {
     let band = SystemOperation::bitwise_and();
     let reduction = Reduction::new(&band, ElementType::of::<u32>())?;
     let mut output = Output::new(words)?;
-    all_reduce(team, output.bytes_mut(), &reduction)?;
+    block_on(all_reduce(team, output.bytes_mut(), &reduction))?;
     output.finish()
 }
 

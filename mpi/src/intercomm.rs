@@ -55,7 +55,8 @@
 //! subgroups need an intracommunicator.
 
 use crate::collective::algorithms::{all_gather, broadcast};
-use crate::collective::team::{CollectiveTag, Team};
+use crate::collective::engine::block_on;
+use crate::collective::team::{unnumbered_tag, CollectiveTag, Team};
 use crate::collective::typed::{Input, Output};
 use crate::comm::{Communicator, Inherit, TAG_UB};
 use crate::context;
@@ -64,6 +65,10 @@ use crate::group::Group;
 use crate::{with_device, Error, ErrorClass, Result};
 use oxmpi_adi::transport::PeerRank;
 use std::sync::Arc;
+
+/// The unnumbered exchange of a broadcast between the groups (see
+/// `team::unnumbered_tag`).
+const BROADCAST_EXCHANGE: u32 = 1 << 20;
 
 /// The remote group of an intercommunicator, and the team of both groups
 /// its collectives use.
@@ -168,7 +173,7 @@ impl Communicator {
         let index = remote.index(true, self.rank() as usize, self.members().len());
         Ok(Team::new(
             context::collective(self.context_id()),
-            tag as i32,
+            tag.numbered(self.next_collective()),
             index,
             &remote.both,
             None,
@@ -321,7 +326,7 @@ impl Communicator {
         let local_size = self.members().len();
         let (local_first, id) = team.run(|t| {
             let mut flags = vec![0u8; t.size()];
-            all_gather(t, &[u8::from(high)], &mut flags)?;
+            block_on(all_gather(t, &[u8::from(high)], &mut flags))?;
             // A group's choice is its first member's.
             let local_high = flags[remote.index(true, 0, local_size)] != 0;
             let remote_high = flags[remote.index(false, 0, local_size)] != 0;
@@ -442,14 +447,16 @@ impl Communicator {
         } else {
             0
         };
+        // Unnumbered: the processes of the root's group other than the
+        // root take no part, so they could not count it.
         let team = Team::new(
             context::collective(self.context_id()),
-            CollectiveTag::Broadcast as i32,
+            unnumbered_tag(BROADCAST_EXCHANGE),
             me,
             &world,
             Some(&sources),
         );
-        team.run(|t| broadcast(t, 0, bytes))
+        team.run(|t| block_on(broadcast(t, 0, bytes)))
     }
 }
 
@@ -524,7 +531,7 @@ impl<'a> Link<'a> {
 /// Broadcasts `values` over `t` from `root`.
 fn broadcast_values<T: crate::Equivalence>(t: &Team, root: usize, values: &mut [T]) -> Result<()> {
     let mut output = Output::new(values)?;
-    broadcast(t, root, output.bytes_mut())?;
+    block_on(broadcast(t, root, output.bytes_mut()))?;
     output.finish()
 }
 

@@ -212,13 +212,21 @@ pub(crate) fn with_device<R>(f: impl FnOnce(&mut Device) -> Result<R>) -> Result
 /// Makes progress until `done` gives a value: the loop of every blocking
 /// call. It polls while the wait is short and then sleeps in the kernel
 /// (the device's Check_device policy), and it lets other threads have the
-/// device between polls when they ask for it and while it sleeps.
+/// device between polls when they ask for it and while it sleeps. While
+/// this thread has non-blocking collectives under way, it lets go of the
+/// device after each poll to advance them (see `collective::engine`).
 pub(crate) fn progress_until<R>(
     mut done: impl FnMut(&mut Device) -> Result<Option<R>>,
 ) -> Result<R> {
+    /// What the loop does with the device let go.
+    enum Next {
+        Sleep(oxmpi_adi::device::Sleep),
+        Yield,
+        AdvanceCollectives,
+    }
     let mut idle = Idle::new();
     loop {
-        let sleep = {
+        let next = {
             let mut state = lock_state();
             let device = running(&mut state)?;
             loop {
@@ -228,21 +236,34 @@ pub(crate) fn progress_until<R>(
                 if device.check_device(false)? {
                     idle = Idle::new();
                 } else if device.idle(&mut idle) {
-                    break Some(device.prepare_sleep()?);
-                } else if CONTENDERS.load(Ordering::Relaxed) > 0 {
-                    break None;
+                    break Next::Sleep(device.prepare_sleep()?);
+                }
+                if collective::engine::has_pending() {
+                    break Next::AdvanceCollectives;
+                }
+                if CONTENDERS.load(Ordering::Relaxed) > 0 {
+                    break Next::Yield;
                 }
             }
         };
-        match sleep {
-            Some(mut sleep) => {
+        match next {
+            Next::Sleep(mut sleep) => {
                 let slept = sleep.wait(SLEEP_AT_MOST);
                 with_device(|d| d.end_sleep())?;
                 slept?;
             }
-            None => std::thread::yield_now(),
+            Next::Yield => std::thread::yield_now(),
+            Next::AdvanceCollectives => collective::engine::advance()?,
         }
     }
+}
+
+/// Makes progress once without blocking (the progress of every `test`
+/// call and immediate probe): polls the device, then advances this
+/// thread's non-blocking collectives.
+pub(crate) fn progress_once() -> Result<()> {
+    with_device(|d| d.check_device(false).map(drop))?;
+    collective::engine::advance()
 }
 
 /// Waits for `request` and takes its status (it is freed).

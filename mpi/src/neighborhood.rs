@@ -16,8 +16,9 @@
 //! and its block from -1 must be the one the other sent to +1. In graphs,
 //! repeated edges between two processes pair off in order.
 
+use crate::collective::engine::block_on;
 use crate::collective::op::same_element_type;
-use crate::collective::team::Team;
+use crate::collective::team::{unnumbered_tag, Team};
 use crate::collective::typed::{Input, Output};
 use crate::comm::{Communicator, PROC_NULL};
 use crate::context;
@@ -26,9 +27,9 @@ use crate::topology::{node_edges, Topology};
 use crate::{Error, ErrorClass, Result};
 
 /// The tag of a graph's neighbourhood messages; a grid's messages along
-/// dimension `d` carry `GRAPH_TAG - 1 - 2 d` towards +1 and one less
-/// towards -1. Far below the collectives' own tags (`CollectiveTag`).
-const GRAPH_TAG: i32 = -1000;
+/// dimension `d` carry the unnumbered tag `1 + 2 d` towards +1 and `2 + 2 d`
+/// towards -1: never a numbered collective's (`team::unnumbered_tag`).
+const GRAPH_TAG: u32 = 0;
 
 /// One exchange step: the destination and source of each block, by the
 /// block's index in the send and the receive buffer.
@@ -48,7 +49,7 @@ impl Communicator {
         let rank = self.rank();
         let lists = |sources: Vec<i32>, destinations: Vec<i32>| {
             let step = Step {
-                tag: GRAPH_TAG,
+                tag: unnumbered_tag(GRAPH_TAG),
                 sends: destinations.iter().copied().zip(0..).collect(),
                 recvs: sources.iter().copied().zip(0..).collect(),
             };
@@ -71,9 +72,9 @@ impl Communicator {
                             .into_iter()
                             .collect(),
                     };
-                    let tag_up = GRAPH_TAG - 1 - 2 * d as i32;
-                    steps.push(towards(up, down, above, below, tag_up));
-                    steps.push(towards(down, up, below, above, tag_up - 1));
+                    let tag_up = 1 + 2 * d as u32;
+                    steps.push(towards(up, down, above, below, unnumbered_tag(tag_up)));
+                    steps.push(towards(down, up, below, above, unnumbered_tag(tag_up + 1)));
                 }
                 Ok((2 * dims.len(), 2 * dims.len(), steps))
             }
@@ -199,7 +200,7 @@ impl Communicator {
                 };
                 recvs.push((from as usize, buf));
             }
-            team.run(|t| t.exchange(&sends, &mut recvs))?;
+            team.run(|t| block_on(t.exchange(&sends, &mut recvs)))?;
         }
         Ok(())
     }

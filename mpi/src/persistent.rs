@@ -305,10 +305,8 @@ impl<'s, 'a, B: ?Sized> PersistentRequest<'s, 'a, B> {
         let Some(request) = &self.active else {
             return Ok(Some(Status::inactive()));
         };
-        let status = with_device(|d| {
-            d.check_device(false)?;
-            Ok(d.take_status(request.id))
-        })?;
+        crate::progress_once()?;
+        let status = with_device(|d| Ok(d.take_status(request.id)))?;
         match status {
             Some(status) => self.complete(Some(status)).map(Some),
             None => Ok(None),

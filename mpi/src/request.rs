@@ -82,9 +82,10 @@
 //! [`wait_any`], [`wait_some`] and [`test_some`] return `None` for it at
 //! once (MPI's `MPI_UNDEFINED`), and [`test_any`] returns `None`.
 
+use crate::collective::engine;
 use crate::comm::{status_result, Status};
 use crate::datatype::Staging;
-use crate::{progress_until, wait_request, with_device, Error, ErrorClass, Result};
+use crate::{progress_once, progress_until, wait_request, with_device, Error, ErrorClass, Result};
 use oxmpi_adi::device::{Device, RequestId};
 use std::cell::RefCell;
 use std::fmt;
@@ -213,6 +214,12 @@ impl Drop for Scope<'_> {
                 Ok(())
             })
         });
+        // Non-blocking collectives the wait could not finish are dropped
+        // now, while their buffers are still borrowed.
+        if engine::has_pending() {
+            let ids: Vec<RequestId> = started.iter().map(|&(id, _)| id).collect();
+            engine::abandon(&ids);
+        }
         // The requests' buffers are no longer used either way (a failed
         // peer's requests are failed, not pending).
         report(result);
@@ -228,6 +235,19 @@ pub struct Request<'a> {
     /// The staging of non-contiguous data, shared with the scope.
     staging: Option<StagingSlot<'a>>,
     _buffer: PhantomData<&'a mut [u8]>,
+}
+
+impl<'a> Request<'a> {
+    /// The request of an operation `id` that borrows nothing, so needs no
+    /// scope, and may be held as borrowing for any `'a` (a request is
+    /// invariant in `'a`), to wait for it in a list with others.
+    pub(crate) fn unscoped(id: RequestId) -> Request<'a> {
+        Request {
+            id,
+            staging: None,
+            _buffer: PhantomData,
+        }
+    }
 }
 
 impl<'a> Request<'a> {
@@ -255,10 +275,7 @@ impl<'a> Request<'a> {
     /// Completes the request if it is done (`MPI_Test`): `Ok` with the
     /// outcome, or `Err` giving the still-pending request back.
     pub fn test(self) -> std::result::Result<Result<Status>, Request<'a>> {
-        match with_device(|d| {
-            d.check_device(false)?;
-            Ok(d.take_status(self.id))
-        }) {
+        match progress_once().and_then(|()| with_device(|d| Ok(d.take_status(self.id)))) {
             Ok(Some(status)) => Ok(self.complete(Some(status))),
             Ok(None) => Err(self),
             Err(e) => Ok(Err(e)),
@@ -276,8 +293,8 @@ impl<'a> Request<'a> {
     /// still held, and its wait returns that error again), or the error of
     /// the progress made here.
     pub fn get_status(&self) -> Result<Option<Status>> {
+        progress_once()?;
         let status = with_device(|d| {
-            d.check_device(false)?;
             if !d.is_complete(self.id) {
                 return Ok(None);
             }
@@ -393,10 +410,8 @@ pub fn test_any(requests: &mut Vec<Request<'_>>) -> Result<Option<(usize, Result
     if requests.is_empty() {
         return Ok(None);
     }
-    let found = with_device(|d| {
-        d.check_device(false)?;
-        Ok(take_any(d, requests))
-    })?;
+    progress_once()?;
+    let found = with_device(|d| Ok(take_any(d, requests)))?;
     Ok(found.map(|(index, status)| {
         let completed = requests.remove(index);
         (index, completed.complete(status))
@@ -442,10 +457,8 @@ pub fn test_some(requests: &mut Vec<Request<'_>>) -> Result<Option<Completed>> {
     if requests.is_empty() {
         return Ok(None);
     }
-    let statuses = with_device(|d| {
-        d.check_device(false)?;
-        Ok(take_completed(d, requests))
-    })?;
+    progress_once()?;
+    let statuses = with_device(|d| Ok(take_completed(d, requests)))?;
     Ok(Some(remove_completed(requests, statuses)))
 }
 
@@ -488,10 +501,8 @@ fn remove_completed(
 /// `requests` untouched. A failed request's error is its own outcome, so
 /// nothing is lost as it would be in one `MPI_ERR_IN_STATUS`.
 pub fn test_all(requests: &mut Vec<Request<'_>>) -> Result<Option<Vec<Result<Status>>>> {
-    let statuses = with_device(|d| {
-        d.check_device(false)?;
-        Ok(take_all_if_complete(d, requests))
-    })?;
+    progress_once()?;
+    let statuses = with_device(|d| Ok(take_all_if_complete(d, requests)))?;
     let Some(statuses) = statuses else {
         return Ok(None);
     };

@@ -19,11 +19,12 @@ use std::ops::Range;
 
 /// Dissemination barrier: in round `k` each process signals the one `2^k`
 /// ahead and waits for the one `2^k` behind.
-pub(crate) fn barrier(t: &Team) -> Result<()> {
+pub(crate) async fn barrier(t: &Team<'_>) -> Result<()> {
     let (n, r) = (t.size(), t.rank());
     let mut distance = 1;
     while distance < n {
-        t.send_receive((r + distance) % n, &[], (r + n - distance) % n, &mut [])?;
+        t.send_receive((r + distance) % n, &[], (r + n - distance) % n, &mut [])
+            .await?;
         distance <<= 1;
     }
     Ok(())
@@ -37,7 +38,7 @@ struct Relative {
 }
 
 impl Relative {
-    fn of(t: &Team, root: usize) -> Relative {
+    fn of(t: &Team<'_>, root: usize) -> Relative {
         Relative {
             root,
             size: t.size(),
@@ -54,45 +55,50 @@ impl Relative {
 }
 
 /// Broadcast of `buf` from `root`.
-pub(crate) fn broadcast(t: &Team, root: usize, buf: &mut [u8]) -> Result<()> {
+pub(crate) async fn broadcast(t: &Team<'_>, root: usize, buf: &mut [u8]) -> Result<()> {
     let n = t.size();
     if n == 1 {
         return Ok(());
     }
     let rel = Relative::of(t, root);
     match broadcast_algorithm(buf.len(), n) {
-        BroadcastAlgorithm::Binomial => binomial_broadcast(t, rel, buf),
+        BroadcastAlgorithm::Binomial => binomial_broadcast(t, rel, buf).await,
         algorithm => {
             let bounds = broadcast_chunks(buf.len(), n);
-            scatter_for_broadcast(t, rel, &bounds, buf)?;
+            scatter_for_broadcast(t, rel, &bounds, buf).await?;
             if algorithm == BroadcastAlgorithm::ScatterDoubling {
-                doubling_all_gather(t, rel, &bounds, buf)
+                doubling_all_gather(t, rel, &bounds, buf).await
             } else {
                 let chunks: Vec<Range<usize>> = bounds.windows(2).map(|w| w[0]..w[1]).collect();
-                ring_all_gather(t, rel, &chunks, buf)
+                ring_all_gather(t, rel, &chunks, buf).await
             }
         }
     }
 }
 
 /// The whole buffer from each node to its children.
-fn binomial_broadcast(t: &Team, rel: Relative, buf: &mut [u8]) -> Result<()> {
+async fn binomial_broadcast(t: &Team<'_>, rel: Relative, buf: &mut [u8]) -> Result<()> {
     let node = binomial_node(rel.to_relative(t.rank()), t.size());
     if let Some(parent) = node.parent {
-        t.receive(rel.to_rank(parent), buf)?;
+        t.receive(rel.to_rank(parent), buf).await?;
     }
     let sends: Vec<(usize, &[u8])> = node
         .children
         .iter()
         .map(|&child| (rel.to_rank(child), &*buf))
         .collect();
-    t.exchange(&sends, &mut [])
+    t.exchange(&sends, &mut []).await
 }
 
 /// Scatters the chunks of a broadcast (bounds by relative rank) down the
 /// binomial tree: each process receives the chunks of its subtree, in
 /// place.
-fn scatter_for_broadcast(t: &Team, rel: Relative, bounds: &[usize], buf: &mut [u8]) -> Result<()> {
+async fn scatter_for_broadcast(
+    t: &Team<'_>,
+    rel: Relative,
+    bounds: &[usize],
+    buf: &mut [u8],
+) -> Result<()> {
     let n = t.size();
     let me = rel.to_relative(t.rank());
     let node = binomial_node(me, n);
@@ -100,7 +106,8 @@ fn scatter_for_broadcast(t: &Team, rel: Relative, bounds: &[usize], buf: &mut [u
         t.receive(
             rel.to_rank(parent),
             &mut buf[bounds[me]..bounds[me + node.span]],
-        )?;
+        )
+        .await?;
     }
     let sends: Vec<(usize, &[u8])> = node
         .children
@@ -110,7 +117,7 @@ fn scatter_for_broadcast(t: &Team, rel: Relative, bounds: &[usize], buf: &mut [u
             (rel.to_rank(child), &buf[bounds[child]..bounds[end]])
         })
         .collect();
-    t.exchange(&sends, &mut [])
+    t.exchange(&sends, &mut []).await
 }
 
 /// A part of `buf` to read and another to write at once; they must not
@@ -143,7 +150,12 @@ fn read_and_write(
 /// Recursive-doubling all-gather in place over a power-of-two team:
 /// blocks by relative rank with byte bounds `bounds` (`size + 1`
 /// offsets, in relative order); each process holds its own block.
-fn doubling_all_gather(t: &Team, rel: Relative, bounds: &[usize], buf: &mut [u8]) -> Result<()> {
+async fn doubling_all_gather(
+    t: &Team<'_>,
+    rel: Relative,
+    bounds: &[usize],
+    buf: &mut [u8],
+) -> Result<()> {
     let me = rel.to_relative(t.rank());
     let mut mask = 1;
     while mask < t.size() {
@@ -155,7 +167,7 @@ fn doubling_all_gather(t: &Team, rel: Relative, bounds: &[usize], buf: &mut [u8]
             bounds[theirs]..bounds[theirs + mask],
         )?;
         let peer = rel.to_rank(partner);
-        t.send_receive(peer, send, peer, recv)?;
+        t.send_receive(peer, send, peer, recv).await?;
         mask <<= 1;
     }
     Ok(())
@@ -164,7 +176,12 @@ fn doubling_all_gather(t: &Team, rel: Relative, bounds: &[usize], buf: &mut [u8]
 /// Ring all-gather in place: `blocks` by relative rank; each process
 /// holds its own block, and in `size - 1` steps passes on to the next one
 /// the block it received last.
-fn ring_all_gather(t: &Team, rel: Relative, blocks: &[Range<usize>], buf: &mut [u8]) -> Result<()> {
+async fn ring_all_gather(
+    t: &Team<'_>,
+    rel: Relative,
+    blocks: &[Range<usize>],
+    buf: &mut [u8],
+) -> Result<()> {
     let n = t.size();
     let me = rel.to_relative(t.rank());
     let (right, left) = (rel.to_rank((me + 1) % n), rel.to_rank((me + n - 1) % n));
@@ -172,14 +189,14 @@ fn ring_all_gather(t: &Team, rel: Relative, blocks: &[Range<usize>], buf: &mut [
         let outgoing = (me + n - step) % n;
         let incoming = (me + n - step - 1) % n;
         let (send, recv) = read_and_write(buf, blocks[outgoing].clone(), blocks[incoming].clone())?;
-        t.send_receive(right, send, left, recv)?;
+        t.send_receive(right, send, left, recv).await?;
     }
     Ok(())
 }
 
 /// Bruck's all-gather of equal blocks: `mine` from each process into
 /// `recv` (`size` blocks by rank).
-fn bruck_all_gather(t: &Team, mine: &[u8], recv: &mut [u8]) -> Result<()> {
+async fn bruck_all_gather(t: &Team<'_>, mine: &[u8], recv: &mut [u8]) -> Result<()> {
     let (n, r, b) = (t.size(), t.rank(), mine.len());
     // Block i of `gathered` is that of rank r + i.
     let mut gathered = vec![0u8; n * b];
@@ -193,7 +210,8 @@ fn bruck_all_gather(t: &Team, mine: &[u8], recv: &mut [u8]) -> Result<()> {
             &held[..count * b],
             (r + distance) % n,
             &mut rest[..count * b],
-        )?;
+        )
+        .await?;
         distance <<= 1;
     }
     let split = (n - r) * b;
@@ -204,19 +222,19 @@ fn bruck_all_gather(t: &Team, mine: &[u8], recv: &mut [u8]) -> Result<()> {
 
 /// All-gather of equal blocks: `mine` from each process into `recv`
 /// (`size` blocks by rank).
-pub(crate) fn all_gather(t: &Team, mine: &[u8], recv: &mut [u8]) -> Result<()> {
+pub(crate) async fn all_gather(t: &Team<'_>, mine: &[u8], recv: &mut [u8]) -> Result<()> {
     let (n, r, b) = (t.size(), t.rank(), mine.len());
     let rel = Relative::of(t, 0);
     match all_gather_algorithm(recv.len(), n) {
-        AllGatherAlgorithm::Bruck => bruck_all_gather(t, mine, recv),
+        AllGatherAlgorithm::Bruck => bruck_all_gather(t, mine, recv).await,
         algorithm => {
             recv[r * b..(r + 1) * b].copy_from_slice(mine);
             if algorithm == AllGatherAlgorithm::RecursiveDoubling {
                 let bounds: Vec<usize> = (0..=n).map(|i| i * b).collect();
-                doubling_all_gather(t, rel, &bounds, recv)
+                doubling_all_gather(t, rel, &bounds, recv).await
             } else {
                 let blocks: Vec<Range<usize>> = (0..n).map(|i| i * b..(i + 1) * b).collect();
-                ring_all_gather(t, rel, &blocks, recv)
+                ring_all_gather(t, rel, &blocks, recv).await
             }
         }
     }
@@ -225,8 +243,8 @@ pub(crate) fn all_gather(t: &Team, mine: &[u8], recv: &mut [u8]) -> Result<()> {
 /// All-gather of blocks of any lengths around a ring: `blocks` of
 /// `recv` by rank (disjoint); this process's is `mine`, or already in
 /// place if `None`.
-pub(crate) fn all_gather_varcount(
-    t: &Team,
+pub(crate) async fn all_gather_varcount(
+    t: &Team<'_>,
     mine: Option<&[u8]>,
     blocks: &[Range<usize>],
     recv: &mut [u8],
@@ -234,20 +252,25 @@ pub(crate) fn all_gather_varcount(
     if let Some(mine) = mine {
         copy_own(t, mine, &mut recv[blocks[t.rank()].clone()]);
     }
-    ring_all_gather(t, Relative::of(t, 0), blocks, recv)
+    ring_all_gather(t, Relative::of(t, 0), blocks, recv).await
 }
 
 /// Binomial gather of equal blocks to `root`: each process collects its
 /// subtree's blocks (in relative order) and sends them to its parent;
 /// `recv` (at the root only) gets `size` blocks by rank.
-pub(crate) fn gather(t: &Team, root: usize, mine: &[u8], recv: Option<&mut [u8]>) -> Result<()> {
+pub(crate) async fn gather(
+    t: &Team<'_>,
+    root: usize,
+    mine: &[u8],
+    recv: Option<&mut [u8]>,
+) -> Result<()> {
     let (n, b) = (t.size(), mine.len());
     let rel = Relative::of(t, root);
     let me = rel.to_relative(t.rank());
     let node = binomial_node(me, n);
     if node.children.is_empty() {
         if let Some(parent) = node.parent {
-            return t.send(rel.to_rank(parent), mine);
+            return t.send(rel.to_rank(parent), mine).await;
         }
     }
     let mut collected = vec![0u8; node.span * b];
@@ -261,9 +284,9 @@ pub(crate) fn gather(t: &Team, root: usize, mine: &[u8], recv: Option<&mut [u8]>
         recvs.push((rel.to_rank(child), part));
         rest = after;
     }
-    t.exchange(&[], &mut recvs)?;
+    t.exchange(&[], &mut recvs).await?;
     match (node.parent, recv) {
-        (Some(parent), _) => t.send(rel.to_rank(parent), &collected),
+        (Some(parent), _) => t.send(rel.to_rank(parent), &collected).await,
         (None, Some(recv)) => {
             // Relative order starts at the root: rotate into rank order.
             let split = (n - root) * b;
@@ -281,18 +304,23 @@ pub(crate) fn gather(t: &Team, root: usize, mine: &[u8], recv: Option<&mut [u8]>
 /// Binomial scatter of equal blocks from `root`: `send` (at the root
 /// only) holds `size` blocks by rank; each process receives its
 /// subtree's blocks from its parent and passes on its children's.
-pub(crate) fn scatter(t: &Team, root: usize, send: Option<&[u8]>, mine: &mut [u8]) -> Result<()> {
+pub(crate) async fn scatter(
+    t: &Team<'_>,
+    root: usize,
+    send: Option<&[u8]>,
+    mine: &mut [u8],
+) -> Result<()> {
     let (n, b) = (t.size(), mine.len());
     let rel = Relative::of(t, root);
     let me = rel.to_relative(t.rank());
     let node = binomial_node(me, n);
     let subtree = match (node.parent, send) {
         (Some(parent), _) if node.children.is_empty() => {
-            return t.receive(rel.to_rank(parent), mine);
+            return t.receive(rel.to_rank(parent), mine).await;
         }
         (Some(parent), _) => {
             let mut subtree = vec![0u8; node.span * b];
-            t.receive(rel.to_rank(parent), &mut subtree)?;
+            t.receive(rel.to_rank(parent), &mut subtree).await?;
             subtree
         }
         (None, Some(send)) => {
@@ -318,7 +346,7 @@ pub(crate) fn scatter(t: &Team, root: usize, send: Option<&[u8]>, mine: &mut [u8
             (rel.to_rank(child), &subtree[start..start + len])
         })
         .collect();
-    t.exchange(&sends, &mut [])?;
+    t.exchange(&sends, &mut []).await?;
     mine.copy_from_slice(&subtree[..b]);
     Ok(())
 }
@@ -326,14 +354,14 @@ pub(crate) fn scatter(t: &Team, root: usize, send: Option<&[u8]>, mine: &mut [u8
 /// Gather of blocks of any lengths to `root`, straight from each process:
 /// `recvs` (at the root only) are the blocks by rank, the root's own
 /// filled from `mine`.
-pub(crate) fn gather_varcount(
-    t: &Team,
+pub(crate) async fn gather_varcount(
+    t: &Team<'_>,
     root: usize,
     mine: &[u8],
     recvs: Option<Vec<&mut [u8]>>,
 ) -> Result<()> {
     let Some(mut recvs) = recvs else {
-        return t.send(root, mine);
+        return t.send(root, mine).await;
     };
     let own = std::mem::take(&mut recvs[root]);
     copy_own(t, mine, own);
@@ -342,19 +370,19 @@ pub(crate) fn gather_varcount(
         .enumerate()
         .filter(|&(rank, _)| rank != root)
         .collect();
-    t.exchange(&[], &mut posted)
+    t.exchange(&[], &mut posted).await
 }
 
 /// Scatter of blocks of any lengths from `root`, straight to each
 /// process: `sends` (at the root only) are the blocks by rank.
-pub(crate) fn scatter_varcount(
-    t: &Team,
+pub(crate) async fn scatter_varcount(
+    t: &Team<'_>,
     root: usize,
     sends: Option<&[&[u8]]>,
     mine: &mut [u8],
 ) -> Result<()> {
     let Some(sends) = sends else {
-        return t.receive(root, mine);
+        return t.receive(root, mine).await;
     };
     copy_own(t, sends[root], mine);
     let posted: Vec<(usize, &[u8])> = sends
@@ -363,13 +391,13 @@ pub(crate) fn scatter_varcount(
         .filter(|&(rank, _)| rank != root)
         .map(|(rank, &bytes)| (rank, bytes))
         .collect();
-    t.exchange(&posted, &mut [])
+    t.exchange(&posted, &mut []).await
 }
 
 /// A process's own block, copied from what it sends to what it
 /// receives; different lengths are a mismatch, noted as one between
 /// processes is (see [`Team::run`]).
-fn copy_own(t: &Team, from: &[u8], to: &mut [u8]) {
+fn copy_own(t: &Team<'_>, from: &[u8], to: &mut [u8]) {
     if from.len() != to.len() {
         t.note_mismatch(Error::new(
             ErrorClass::Count,
@@ -386,8 +414,8 @@ fn copy_own(t: &Team, from: &[u8], to: &mut [u8]) {
 
 /// All-to-all: `sends[i]` goes to rank `i` and `recvs[i]` comes from it
 /// (this process's own copied).
-pub(crate) fn all_to_all(
-    t: &Team,
+pub(crate) async fn all_to_all(
+    t: &Team<'_>,
     sends: &[&[u8]],
     mut recvs: Vec<&mut [u8]>,
     algorithm: AllToAllAlgorithm,
@@ -407,14 +435,14 @@ pub(crate) fn all_to_all(
             posted_sends.push((to, sends[to]));
             posted_recvs.push((from, std::mem::take(&mut recvs[from])));
         }
-        t.exchange(&posted_sends, &mut posted_recvs)?;
+        t.exchange(&posted_sends, &mut posted_recvs).await?;
     }
     Ok(())
 }
 
 /// `acc = acc op higher`, where `higher` holds data of higher ranks
 /// (clobbered).
-fn combine_higher(red: &Reduction, acc: &mut [u8], higher: &mut [u8]) -> Result<()> {
+fn combine_higher(red: &Reduction<'_>, acc: &mut [u8], higher: &mut [u8]) -> Result<()> {
     if red.is_commutative() {
         red.apply(higher, acc)
     } else {
@@ -426,14 +454,19 @@ fn combine_higher(red: &Reduction, acc: &mut [u8], higher: &mut [u8]) -> Result<
 
 /// Reduction to `root`: `acc` holds this process's data, and at the root
 /// ends with the result (elsewhere it is clobbered).
-pub(crate) fn reduce(t: &Team, root: usize, acc: &mut [u8], red: &Reduction) -> Result<()> {
+pub(crate) async fn reduce(
+    t: &Team<'_>,
+    root: usize,
+    acc: &mut [u8],
+    red: &Reduction<'_>,
+) -> Result<()> {
     if t.size() == 1 {
         return Ok(());
     }
     let count = acc.len() / red.element_size();
     match reduce_algorithm(acc.len(), count, t.size(), red.is_commutative()) {
-        ReduceAlgorithm::Short => binomial_reduce(t, root, acc, red),
-        ReduceAlgorithm::Rabenseifner => rabenseifner_reduce(t, root, acc, red),
+        ReduceAlgorithm::Short => binomial_reduce(t, root, acc, red).await,
+        ReduceAlgorithm::Rabenseifner => rabenseifner_reduce(t, root, acc, red).await,
     }
 }
 
@@ -441,7 +474,12 @@ pub(crate) fn reduce(t: &Team, root: usize, acc: &mut [u8], red: &Reduction) -> 
 /// its own and sends that to its parent. A non-commutative operation is
 /// reduced to rank 0, where ranks and relative ranks agree so each
 /// subtree is a run of consecutive ranks, and then sent to the root.
-fn binomial_reduce(t: &Team, root: usize, acc: &mut [u8], red: &Reduction) -> Result<()> {
+async fn binomial_reduce(
+    t: &Team<'_>,
+    root: usize,
+    acc: &mut [u8],
+    red: &Reduction<'_>,
+) -> Result<()> {
     let (n, r) = (t.size(), t.rank());
     let tree_root = if red.is_commutative() { root } else { 0 };
     let rel = Relative::of(t, tree_root);
@@ -450,21 +488,21 @@ fn binomial_reduce(t: &Team, root: usize, acc: &mut [u8], red: &Reduction) -> Re
     let mut mask = 1;
     while mask < n {
         if me & mask != 0 {
-            t.send(rel.to_rank(me & !mask), acc)?;
+            t.send(rel.to_rank(me & !mask), acc).await?;
             break;
         }
         let child = me | mask;
         if child < n {
-            t.receive(rel.to_rank(child), incoming.bytes_mut())?;
+            t.receive(rel.to_rank(child), incoming.bytes_mut()).await?;
             combine_higher(red, acc, incoming.bytes_mut())?;
         }
         mask <<= 1;
     }
     if tree_root != root {
         if r == tree_root {
-            t.send(root, acc)?;
+            t.send(root, acc).await?;
         } else if r == root {
-            t.receive(tree_root, acc)?;
+            t.receive(tree_root, acc).await?;
         }
     }
     Ok(())
@@ -474,20 +512,20 @@ fn binomial_reduce(t: &Team, root: usize, acc: &mut [u8], red: &Reduction) -> Re
 /// `2 * rem` send their data to the next one, which combines it (lower
 /// ranks first). The new rank, or `None` for a process that handed its
 /// data on.
-fn fold_in(
-    t: &Team,
+async fn fold_in(
+    t: &Team<'_>,
     fold: &Fold,
     acc: &mut [u8],
     incoming: &mut Scratch,
-    red: &Reduction,
+    red: &Reduction<'_>,
 ) -> Result<Option<usize>> {
     let r = t.rank();
     let new_rank = fold.new_rank(r);
     if r < 2 * fold.rem {
         if new_rank.is_none() {
-            t.send(r + 1, acc)?;
+            t.send(r + 1, acc).await?;
         } else {
-            t.receive(r - 1, incoming.bytes_mut())?;
+            t.receive(r - 1, incoming.bytes_mut()).await?;
             red.apply(incoming.bytes(), acc)?;
         }
     }
@@ -496,13 +534,13 @@ fn fold_in(
 
 /// The second half of the fold: the result back to the processes that
 /// handed their data on.
-fn fold_out(t: &Team, fold: &Fold, acc: &mut [u8]) -> Result<()> {
+async fn fold_out(t: &Team<'_>, fold: &Fold, acc: &mut [u8]) -> Result<()> {
     let r = t.rank();
     if r < 2 * fold.rem {
         if fold.new_rank(r).is_none() {
-            t.receive(r + 1, acc)?;
+            t.receive(r + 1, acc).await?;
         } else {
-            t.send(r - 1, acc)?;
+            t.send(r - 1, acc).await?;
         }
     }
     Ok(())
@@ -516,14 +554,14 @@ fn block_bytes(bounds: &[usize], blocks: &Range<usize>, element: usize) -> Range
 /// Reduce-scatter by recursive halving (commutative operations): after
 /// it, each block of `acc` that `steps` keep last holds the reduction of
 /// everyone's.
-fn halving_reduce_scatter(
-    t: &Team,
+async fn halving_reduce_scatter(
+    t: &Team<'_>,
     fold: &Fold,
     steps: &[HalvingStep],
     bounds: &[usize],
     acc: &mut [u8],
     incoming: &mut Scratch,
-    red: &Reduction,
+    red: &Reduction<'_>,
 ) -> Result<()> {
     let element = red.element_size();
     for step in steps {
@@ -535,7 +573,8 @@ fn halving_reduce_scatter(
             &acc[give],
             peer,
             &mut incoming.bytes_mut()[keep.clone()],
-        )?;
+        )
+        .await?;
         red.apply(&incoming.bytes()[keep.clone()], &mut acc[keep])?;
     }
     Ok(())
@@ -544,23 +583,30 @@ fn halving_reduce_scatter(
 /// Rabenseifner's reduction to `root`: fold, reduce-scatter by recursive
 /// halving, then gather the blocks by the halving steps run backwards
 /// towards the process that holds the root's data.
-fn rabenseifner_reduce(t: &Team, root: usize, acc: &mut [u8], red: &Reduction) -> Result<()> {
+async fn rabenseifner_reduce(
+    t: &Team<'_>,
+    root: usize,
+    acc: &mut [u8],
+    red: &Reduction<'_>,
+) -> Result<()> {
     let r = t.rank();
     let fold = Fold::new(t.size());
     let mut incoming = Scratch::zeroed(acc.len());
     let new_root = fold.new_rank_holding(root);
-    if let Some(new_rank) = fold_in(t, &fold, acc, &mut incoming, red)? {
+    if let Some(new_rank) = fold_in(t, &fold, acc, &mut incoming, red).await? {
         let bounds = split_evenly(acc.len() / red.element_size(), fold.pof2);
         let steps = halving_steps(new_rank, fold.pof2);
-        halving_reduce_scatter(t, &fold, &steps, &bounds, acc, &mut incoming, red)?;
+        halving_reduce_scatter(t, &fold, &steps, &bounds, acc, &mut incoming, red).await?;
         let element = red.element_size();
         for step in steps.iter().rev() {
             let peer = fold.rank_of(step.partner);
             let mask = new_rank ^ step.partner;
             if (new_rank ^ new_root) & mask == 0 {
-                t.receive(peer, &mut acc[block_bytes(&bounds, &step.give, element)])?;
+                t.receive(peer, &mut acc[block_bytes(&bounds, &step.give, element)])
+                    .await?;
             } else {
-                t.send(peer, &acc[block_bytes(&bounds, &step.keep, element)])?;
+                t.send(peer, &acc[block_bytes(&bounds, &step.keep, element)])
+                    .await?;
                 break;
             }
         }
@@ -568,9 +614,9 @@ fn rabenseifner_reduce(t: &Team, root: usize, acc: &mut [u8], red: &Reduction) -
     let holder = fold.rank_of(new_root);
     if holder != root {
         if r == holder {
-            t.send(root, acc)?;
+            t.send(root, acc).await?;
         } else if r == root {
-            t.receive(holder, acc)?;
+            t.receive(holder, acc).await?;
         }
     }
     Ok(())
@@ -578,7 +624,7 @@ fn rabenseifner_reduce(t: &Team, root: usize, acc: &mut [u8], red: &Reduction) -
 
 /// Reduction to every process: `acc` holds this process's data and ends
 /// with the result.
-pub(crate) fn all_reduce(t: &Team, acc: &mut [u8], red: &Reduction) -> Result<()> {
+pub(crate) async fn all_reduce(t: &Team<'_>, acc: &mut [u8], red: &Reduction<'_>) -> Result<()> {
     if t.size() == 1 {
         return Ok(());
     }
@@ -586,15 +632,15 @@ pub(crate) fn all_reduce(t: &Team, acc: &mut [u8], red: &Reduction) -> Result<()
     let mut incoming = Scratch::zeroed(acc.len());
     let count = acc.len() / red.element_size();
     let algorithm = reduce_algorithm(acc.len(), count, t.size(), red.is_commutative());
-    if let Some(new_rank) = fold_in(t, &fold, acc, &mut incoming, red)? {
+    if let Some(new_rank) = fold_in(t, &fold, acc, &mut incoming, red).await? {
         match algorithm {
             ReduceAlgorithm::Short => {
-                doubling_all_reduce(t, &fold, new_rank, acc, &mut incoming, red)?
+                doubling_all_reduce(t, &fold, new_rank, acc, &mut incoming, red).await?
             }
             ReduceAlgorithm::Rabenseifner => {
                 let bounds = split_evenly(count, fold.pof2);
                 let steps = halving_steps(new_rank, fold.pof2);
-                halving_reduce_scatter(t, &fold, &steps, &bounds, acc, &mut incoming, red)?;
+                halving_reduce_scatter(t, &fold, &steps, &bounds, acc, &mut incoming, red).await?;
                 let element = red.element_size();
                 for step in steps.iter().rev() {
                     let peer = fold.rank_of(step.partner);
@@ -603,29 +649,30 @@ pub(crate) fn all_reduce(t: &Team, acc: &mut [u8], red: &Reduction) -> Result<()
                         block_bytes(&bounds, &step.keep, element),
                         block_bytes(&bounds, &step.give, element),
                     )?;
-                    t.send_receive(peer, send, peer, recv)?;
+                    t.send_receive(peer, send, peer, recv).await?;
                 }
             }
         }
     }
-    fold_out(t, &fold, acc)
+    fold_out(t, &fold, acc).await
 }
 
 /// Recursive doubling among the folded processes: whole vectors with
 /// partners that differ in one bit more at each step.
-fn doubling_all_reduce(
-    t: &Team,
+async fn doubling_all_reduce(
+    t: &Team<'_>,
     fold: &Fold,
     new_rank: usize,
     acc: &mut [u8],
     incoming: &mut Scratch,
-    red: &Reduction,
+    red: &Reduction<'_>,
 ) -> Result<()> {
     let r = t.rank();
     let mut mask = 1;
     while mask < fold.pof2 {
         let peer = fold.rank_of(new_rank ^ mask);
-        t.send_receive(peer, acc, peer, incoming.bytes_mut())?;
+        t.send_receive(peer, acc, peer, incoming.bytes_mut())
+            .await?;
         if peer < r {
             red.apply(incoming.bytes(), acc)?;
         } else {
@@ -641,12 +688,12 @@ fn doubling_all_reduce(
 /// block. A commutative operation goes pairwise (each process receives
 /// everyone's contribution to its block); another is reduced to rank 0
 /// in rank order and scattered from there.
-pub(crate) fn reduce_scatter(
-    t: &Team,
+pub(crate) async fn reduce_scatter(
+    t: &Team<'_>,
     input: &[u8],
     blocks: &[Range<usize>],
     out: &mut [u8],
-    red: &Reduction,
+    red: &Reduction<'_>,
 ) -> Result<()> {
     let (n, r) = (t.size(), t.rank());
     if red.is_commutative() {
@@ -654,20 +701,21 @@ pub(crate) fn reduce_scatter(
         let mut incoming = Scratch::zeroed(out.len());
         for step in 1..n {
             let (from, to) = ((r + n - step) % n, (r + step) % n);
-            t.send_receive(to, &input[blocks[to].clone()], from, incoming.bytes_mut())?;
+            t.send_receive(to, &input[blocks[to].clone()], from, incoming.bytes_mut())
+                .await?;
             red.apply(incoming.bytes(), out)?;
         }
         return Ok(());
     }
     let mut acc = Scratch::copy_of(input);
-    binomial_reduce(t, 0, acc.bytes_mut(), red)?;
+    binomial_reduce(t, 0, acc.bytes_mut(), red).await?;
     let sends: Vec<&[u8]> = blocks.iter().map(|b| &acc.bytes()[b.clone()]).collect();
-    scatter_varcount(t, 0, (r == 0).then_some(&sends[..]), out)
+    scatter_varcount(t, 0, (r == 0).then_some(&sends[..]), out).await
 }
 
 /// Inclusive scan by recursive doubling: `acc` holds this process's data
 /// and ends with the reduction of ranks `0..=rank`.
-pub(crate) fn scan(t: &Team, acc: &mut [u8], red: &Reduction) -> Result<()> {
+pub(crate) async fn scan(t: &Team<'_>, acc: &mut [u8], red: &Reduction<'_>) -> Result<()> {
     let (n, r) = (t.size(), t.rank());
     // The reduction of the run of ranks this process has heard of so far.
     let mut partial = Scratch::copy_of(acc);
@@ -676,7 +724,8 @@ pub(crate) fn scan(t: &Team, acc: &mut [u8], red: &Reduction) -> Result<()> {
     while mask < n {
         let peer = r ^ mask;
         if peer < n {
-            t.send_receive(peer, partial.bytes(), peer, incoming.bytes_mut())?;
+            t.send_receive(peer, partial.bytes(), peer, incoming.bytes_mut())
+                .await?;
             if peer < r {
                 red.apply(incoming.bytes(), partial.bytes_mut())?;
                 red.apply(incoming.bytes(), acc)?;
@@ -691,7 +740,12 @@ pub(crate) fn scan(t: &Team, acc: &mut [u8], red: &Reduction) -> Result<()> {
 
 /// Exclusive scan by recursive doubling: `out` gets the reduction of
 /// ranks `0..rank` of `mine`; rank 0's is left as it is.
-pub(crate) fn exclusive_scan(t: &Team, mine: &[u8], out: &mut [u8], red: &Reduction) -> Result<()> {
+pub(crate) async fn exclusive_scan(
+    t: &Team<'_>,
+    mine: &[u8],
+    out: &mut [u8],
+    red: &Reduction<'_>,
+) -> Result<()> {
     let (n, r) = (t.size(), t.rank());
     let mut partial = Scratch::copy_of(mine);
     let mut incoming = Scratch::zeroed(mine.len());
@@ -700,7 +754,8 @@ pub(crate) fn exclusive_scan(t: &Team, mine: &[u8], out: &mut [u8], red: &Reduct
     while mask < n {
         let peer = r ^ mask;
         if peer < n {
-            t.send_receive(peer, partial.bytes(), peer, incoming.bytes_mut())?;
+            t.send_receive(peer, partial.bytes(), peer, incoming.bytes_mut())
+                .await?;
             if peer < r {
                 red.apply(incoming.bytes(), partial.bytes_mut())?;
                 if have_lower {

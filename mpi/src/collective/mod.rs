@@ -26,6 +26,43 @@
 //! assert_eq!(sum[3], 4 * world.size() as u64);
 //! ```
 //!
+//! # Non-blocking collectives
+//! Each collective, in place or not, also has a non-blocking form
+//! (`MPI_Ibarrier` ... `MPI_Iexscan`, §6.12) named `immediate_...`, which
+//! borrows its buffers for the lifetime of a [`Scope`] (as immediate
+//! point-to-point operations do; varying counts take the [`Partition`] or
+//! [`PartitionMut`] by value) and returns a [`Request`]. It runs the same
+//! algorithm as the blocking form, step by step: every call that makes
+//! progress advances it (a wait or test of any request, a probe, a
+//! blocking call), so a process that only tests another request still
+//! moves it on. Any number may be under way at once on one communicator,
+//! together with point-to-point messages, and be completed in any order;
+//! every process starts a communicator's collectives (blocking or not) in
+//! the same order. Arguments a process can check alone fail at the call.
+//! A collective advances in the calls of the thread that started it: a
+//! request waited for in another thread completes only while that
+//! thread also makes calls.
+//!
+//! ```no_run
+//! use oxmpi::collective::SystemOperation;
+//! let universe = oxmpi::initialize().unwrap();
+//! let world = universe.world();
+//! let mine = [world.rank() as u64; 4];
+//! let mut sum = [0u64; 4];
+//! let mut data = [0u8; 100];
+//! oxmpi::request::scope(|scope| {
+//!     let reduce = world
+//!         .immediate_all_reduce_into(scope, &mine, &mut sum, SystemOperation::sum())
+//!         .unwrap();
+//!     let broadcast = world
+//!         .process_at_rank(0)
+//!         .immediate_broadcast_into(scope, &mut data)
+//!         .unwrap();
+//!     // ... work, or other communication, meanwhile ...
+//!     oxmpi::request::wait_all(vec![broadcast, reduce]).unwrap();
+//! });
+//! ```
+//!
 //! # Algorithms
 //! Chosen by size and number of processes as MPICH chooses them: a
 //! dissemination barrier; broadcast down a binomial tree (short), or
@@ -52,6 +89,7 @@
 //! whole operation.
 
 pub(crate) mod algorithms;
+pub(crate) mod engine;
 pub(crate) mod node;
 pub(crate) mod op;
 mod partition;
@@ -67,12 +105,23 @@ pub use partition::{Partition, PartitionMut};
 
 use crate::comm::{Communicator, Process};
 use crate::datatype::{Buffer, BufferMut, ElementType};
+use crate::request::{Request, Scope};
 use crate::{Error, ErrorClass, Result};
+use node::NodeRegion;
 use op::{same_element_type, Reduction};
 use partition::{consecutive_blocks, disjoint_blocks, uniform_blocks};
 use schedule::{all_to_all_algorithm, AllToAllAlgorithm};
 use team::{CollectiveTag, Scratch};
 use typed::{Input, Output};
+
+/// Whether a collective runs to its end in the call (blocking) or is
+/// started to be completed later (non-blocking): only a blocking one may
+/// use the shared-memory algorithms (`node`), which wait in the call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Blocking,
+    Immediate,
+}
 
 /// `MPI_ERR_COUNT`: `what` is wrong with the lengths.
 fn count_error(what: String) -> Error {
@@ -109,47 +158,111 @@ impl Communicator {
     /// Waits until every process of the communicator has called it
     /// (`MPI_Barrier`, §6.3).
     pub fn barrier(&self) -> Result<()> {
-        if let Some(node) = self.node()? {
+        engine::block_on(self.barrier_future(Mode::Blocking))
+    }
+
+    /// The non-blocking form of [`Communicator::barrier`] (`MPI_Ibarrier`,
+    /// §6.12): starts it and returns its request, complete once every
+    /// process has started it. It borrows nothing, so it needs no scope
+    /// and may be given any lifetime (to be waited for in a list with
+    /// requests of a scope).
+    pub fn immediate_barrier<'a>(&self) -> Result<Request<'a>> {
+        let comm = self.clone();
+        engine::start_static(async move { comm.barrier_future(Mode::Immediate).await })
+    }
+
+    async fn barrier_future(&self, mode: Mode) -> Result<()> {
+        if let Some(node) = self.node_for(mode, 0)? {
             return node.barrier();
         }
         let team = self.team(CollectiveTag::Barrier)?;
-        team.run(algorithms::barrier)
+        team.complete(algorithms::barrier(&team)).await
     }
 
-    /// All-reduces `acc` in place: through the shared region when the
-    /// processes share one and the data fits, else by messages.
-    fn all_reduce_bytes(&self, acc: &mut [u8], red: &Reduction) -> Result<()> {
-        if let Some(node) = self.node()?.filter(|node| node.fits(acc.len())) {
+    /// The shared region for a collective of `len` bytes of data, when
+    /// this one may use it: a blocking collective (a non-blocking one must
+    /// not wait for the others at its start) whose data fits a slot, on a
+    /// communicator whose processes share one.
+    fn node_for(&self, mode: Mode, len: usize) -> Result<Option<&NodeRegion>> {
+        if mode == Mode::Immediate {
+            return Ok(None);
+        }
+        Ok(self.node()?.filter(|node| node.fits(len)))
+    }
+
+    /// All-reduces `acc` in place: through the shared region (see
+    /// [`Communicator::node_for`]), else by messages.
+    async fn all_reduce_bytes(
+        &self,
+        acc: &mut [u8],
+        red: &Reduction<'_>,
+        mode: Mode,
+    ) -> Result<()> {
+        if let Some(node) = self.node_for(mode, acc.len())? {
             return node.all_reduce(acc, red);
         }
         let team = self.team(CollectiveTag::AllReduce)?;
-        team.run(|t| algorithms::all_reduce(t, acc, red))
+        team.complete(algorithms::all_reduce(&team, acc, red)).await
     }
 
-    /// Reduces `acc` in place to `root`, as [`Communicator::all_reduce_bytes`]
-    /// chooses the way.
-    fn reduce_bytes(&self, root: usize, acc: &mut [u8], red: &Reduction) -> Result<()> {
-        if let Some(node) = self.node()?.filter(|node| node.fits(acc.len())) {
+    /// Reduces `acc` in place to `root`, as
+    /// [`Communicator::all_reduce_bytes`] chooses the way.
+    async fn reduce_bytes(
+        &self,
+        root: usize,
+        acc: &mut [u8],
+        red: &Reduction<'_>,
+        mode: Mode,
+    ) -> Result<()> {
+        if let Some(node) = self.node_for(mode, acc.len())? {
             return node.reduce(root, acc, red);
         }
         let team = self.team(CollectiveTag::Reduce)?;
-        team.run(|t| algorithms::reduce(t, root, acc, red))
+        team.complete(algorithms::reduce(&team, root, acc, red))
+            .await
     }
 
-    /// Broadcasts `buf` from `root`, as [`Communicator::all_reduce_bytes`]
-    /// chooses the way.
-    fn broadcast_bytes(&self, root: usize, buf: &mut [u8]) -> Result<()> {
-        if let Some(node) = self.node()?.filter(|node| node.fits(buf.len())) {
+    /// Broadcasts `buf` from `root`, as
+    /// [`Communicator::all_reduce_bytes`] chooses the way.
+    async fn broadcast_bytes(&self, root: usize, buf: &mut [u8], mode: Mode) -> Result<()> {
+        if let Some(node) = self.node_for(mode, buf.len())? {
             return node.broadcast(root, buf);
         }
         let team = self.team(CollectiveTag::Broadcast)?;
-        team.run(|t| algorithms::broadcast(t, root, buf))
+        team.complete(algorithms::broadcast(&team, root, buf)).await
     }
 
     /// Gathers every process's `send` into `recv` at every process, in
     /// rank order (`MPI_Allgather`, §6.7). `recv` holds `size` times
     /// `send`.
     pub fn all_gather_into<S, R>(&self, send: &S, recv: &mut R) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        engine::block_on(self.all_gather_into_future(send, recv))
+    }
+
+    /// The non-blocking form of [`Communicator::all_gather_into`]
+    /// (`MPI_Iallgather`, §6.12): starts it and returns its request; the
+    /// buffers stay borrowed until it completes.
+    pub fn immediate_all_gather_into<'a, S, R>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a S,
+        recv: &'a mut R,
+    ) -> Result<Request<'a>>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        let comm = self.clone();
+        engine::start(scope, async move {
+            comm.all_gather_into_future(send, recv).await
+        })
+    }
+
+    async fn all_gather_into_future<S, R>(&self, send: &S, recv: &mut R) -> Result<()>
     where
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
@@ -165,7 +278,8 @@ impl Communicator {
             "the receive buffer",
         )?;
         let team = self.team(CollectiveTag::AllGather)?;
-        team.run(|t| algorithms::all_gather(t, send, recv))?;
+        team.complete(algorithms::all_gather(&team, send, recv))
+            .await?;
         output.finish()
     }
 
@@ -173,6 +287,25 @@ impl Communicator {
     /// of `buf` (its rank's) is its input (`MPI_Allgather` with
     /// `MPI_IN_PLACE`).
     pub fn all_gather_in_place<R: BufferMut + ?Sized>(&self, buf: &mut R) -> Result<()> {
+        engine::block_on(self.all_gather_in_place_future(buf))
+    }
+
+    /// The non-blocking form of [`Communicator::all_gather_in_place`]
+    /// (`MPI_Iallgather`, §6.12): starts it and returns its request; the
+    /// buffers stay borrowed until it completes.
+    pub fn immediate_all_gather_in_place<'a, R: BufferMut + ?Sized>(
+        &self,
+        scope: &Scope<'a>,
+        buf: &'a mut R,
+    ) -> Result<Request<'a>> {
+        let comm = self.clone();
+        engine::start(
+            scope,
+            async move { comm.all_gather_in_place_future(buf).await },
+        )
+    }
+
+    async fn all_gather_in_place_future<R: BufferMut + ?Sized>(&self, buf: &mut R) -> Result<()> {
         let n = self.size() as usize;
         let mut output = Output::new(buf)?;
         let block = block_of(
@@ -185,7 +318,8 @@ impl Communicator {
         let r = self.rank() as usize;
         let mine = buf[r * block..(r + 1) * block].to_vec();
         let team = self.team(CollectiveTag::AllGather)?;
-        team.run(|t| algorithms::all_gather(t, &mine, buf))?;
+        team.complete(algorithms::all_gather(&team, &mine, buf))
+            .await?;
         output.finish()
     }
 
@@ -203,6 +337,41 @@ impl Communicator {
         C: std::borrow::Borrow<[i32]>,
         D: std::borrow::Borrow<[i32]>,
     {
+        engine::block_on(self.all_gather_varcount_into_future(send, recv))
+    }
+
+    /// The non-blocking form of [`Communicator::all_gather_varcount_into`]
+    /// (`MPI_Iallgatherv`, §6.12): starts it and returns its request; the
+    /// buffers stay borrowed until it completes.
+    pub fn immediate_all_gather_varcount_into<'a, S, R, C, D>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a S,
+        mut recv: PartitionMut<'a, R, C, D>,
+    ) -> Result<Request<'a>>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        C: std::borrow::Borrow<[i32]> + 'a,
+        D: std::borrow::Borrow<[i32]> + 'a,
+    {
+        let comm = self.clone();
+        engine::start(scope, async move {
+            comm.all_gather_varcount_into_future(send, &mut recv).await
+        })
+    }
+
+    async fn all_gather_varcount_into_future<S, R, C, D>(
+        &self,
+        send: &S,
+        recv: &mut PartitionMut<'_, R, C, D>,
+    ) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        C: std::borrow::Borrow<[i32]>,
+        D: std::borrow::Borrow<[i32]>,
+    {
         let send = Input::new(send)?;
         same_element_type(send.element_type(), recv.element_type())?;
         let n = self.size() as usize;
@@ -210,7 +379,13 @@ impl Communicator {
         let buf = output.bytes_mut();
         disjoint_blocks(buf.len(), &parts)?;
         let team = self.team(CollectiveTag::AllGather)?;
-        team.run(|t| algorithms::all_gather_varcount(t, Some(send.bytes()), &parts, buf))?;
+        team.complete(algorithms::all_gather_varcount(
+            &team,
+            Some(send.bytes()),
+            &parts,
+            buf,
+        ))
+        .await?;
         output.finish()
     }
 
@@ -226,12 +401,45 @@ impl Communicator {
         C: std::borrow::Borrow<[i32]>,
         D: std::borrow::Borrow<[i32]>,
     {
+        engine::block_on(self.all_gather_varcount_in_place_future(buf))
+    }
+
+    /// The non-blocking form of
+    /// [`Communicator::all_gather_varcount_in_place`] (`MPI_Iallgatherv`,
+    /// §6.12): starts it and returns its request; the buffers stay borrowed
+    /// until it completes.
+    pub fn immediate_all_gather_varcount_in_place<'a, R, C, D>(
+        &self,
+        scope: &Scope<'a>,
+        mut buf: PartitionMut<'a, R, C, D>,
+    ) -> Result<Request<'a>>
+    where
+        R: BufferMut + ?Sized,
+        C: std::borrow::Borrow<[i32]> + 'a,
+        D: std::borrow::Borrow<[i32]> + 'a,
+    {
+        let comm = self.clone();
+        engine::start(scope, async move {
+            comm.all_gather_varcount_in_place_future(&mut buf).await
+        })
+    }
+
+    async fn all_gather_varcount_in_place_future<R, C, D>(
+        &self,
+        buf: &mut PartitionMut<'_, R, C, D>,
+    ) -> Result<()>
+    where
+        R: BufferMut + ?Sized,
+        C: std::borrow::Borrow<[i32]>,
+        D: std::borrow::Borrow<[i32]>,
+    {
         let n = self.size() as usize;
         let (parts, mut output) = buf.parts(n)?;
         let buf = output.bytes_mut();
         disjoint_blocks(buf.len(), &parts)?;
         let team = self.team(CollectiveTag::AllGather)?;
-        team.run(|t| algorithms::all_gather_varcount(t, None, &parts, buf))?;
+        team.complete(algorithms::all_gather_varcount(&team, None, &parts, buf))
+            .await?;
         output.finish()
     }
 
@@ -243,19 +451,65 @@ impl Communicator {
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
+        engine::block_on(self.all_to_all_into_future(send, recv))
+    }
+
+    /// The non-blocking form of [`Communicator::all_to_all_into`]
+    /// (`MPI_Ialltoall`, §6.12): starts it and returns its request; the
+    /// buffers stay borrowed until it completes.
+    pub fn immediate_all_to_all_into<'a, S, R>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a S,
+        recv: &'a mut R,
+    ) -> Result<Request<'a>>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        let comm = self.clone();
+        engine::start(scope, async move {
+            comm.all_to_all_into_future(send, recv).await
+        })
+    }
+
+    async fn all_to_all_into_future<S, R>(&self, send: &S, recv: &mut R) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
         let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
         let element_type = same_element_type(send.element_type(), output.element_type())?;
         let (send, recv) = (send.bytes(), output.bytes_mut());
         let n = self.size() as usize;
         let block = block_of(send.len(), n, element_type, "the send buffer")?;
         expect_len(recv.len(), send.len(), element_type, "the receive buffer")?;
-        self.all_to_all_blocks(send, recv, block)?;
+        self.all_to_all_blocks(send, recv, block).await?;
         output.finish()
     }
 
     /// [`Communicator::all_to_all_into`] in place: `buf` is sent and then
     /// replaced (`MPI_Alltoall` with `MPI_IN_PLACE`).
     pub fn all_to_all_in_place<R: BufferMut + ?Sized>(&self, buf: &mut R) -> Result<()> {
+        engine::block_on(self.all_to_all_in_place_future(buf))
+    }
+
+    /// The non-blocking form of [`Communicator::all_to_all_in_place`]
+    /// (`MPI_Ialltoall`, §6.12): starts it and returns its request; the
+    /// buffers stay borrowed until it completes.
+    pub fn immediate_all_to_all_in_place<'a, R: BufferMut + ?Sized>(
+        &self,
+        scope: &Scope<'a>,
+        buf: &'a mut R,
+    ) -> Result<Request<'a>> {
+        let comm = self.clone();
+        engine::start(
+            scope,
+            async move { comm.all_to_all_in_place_future(buf).await },
+        )
+    }
+
+    async fn all_to_all_in_place_future<R: BufferMut + ?Sized>(&self, buf: &mut R) -> Result<()> {
         let n = self.size() as usize;
         let mut output = Output::new(buf)?;
         let block = block_of(
@@ -266,22 +520,67 @@ impl Communicator {
         )?;
         let buf = output.bytes_mut();
         let send = buf.to_vec();
-        self.all_to_all_blocks(&send, buf, block)?;
+        self.all_to_all_blocks(&send, buf, block).await?;
         output.finish()
     }
 
-    fn all_to_all_blocks(&self, send: &[u8], recv: &mut [u8], block: usize) -> Result<()> {
+    async fn all_to_all_blocks(&self, send: &[u8], recv: &mut [u8], block: usize) -> Result<()> {
         let parts = uniform_blocks(self.size() as usize, block);
         let sends: Vec<&[u8]> = parts.iter().map(|p| &send[p.clone()]).collect();
         let recvs = disjoint_blocks(recv.len(), &parts)?.split(recv);
         let team = self.team(CollectiveTag::AllToAll)?;
-        team.run(|t| algorithms::all_to_all(t, &sends, recvs, all_to_all_algorithm(block)))
+        team.complete(algorithms::all_to_all(
+            &team,
+            &sends,
+            recvs,
+            all_to_all_algorithm(block),
+        ))
+        .await
     }
 
     /// Sends block `i` of `send` to rank `i` and receives block `j` of
     /// `recv` from rank `j`, blocks of any lengths (`MPI_Alltoallv`,
     /// §6.8). The receive blocks must not overlap.
     pub fn all_to_all_varcount_into<S, SC, SD, R, RC, RD>(
+        &self,
+        send: &Partition<'_, S, SC, SD>,
+        recv: &mut PartitionMut<'_, R, RC, RD>,
+    ) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        SC: std::borrow::Borrow<[i32]>,
+        SD: std::borrow::Borrow<[i32]>,
+        R: BufferMut + ?Sized,
+        RC: std::borrow::Borrow<[i32]>,
+        RD: std::borrow::Borrow<[i32]>,
+    {
+        engine::block_on(self.all_to_all_varcount_into_future(send, recv))
+    }
+
+    /// The non-blocking form of [`Communicator::all_to_all_varcount_into`]
+    /// (`MPI_Ialltoallv`, §6.12): starts it and returns its request; the
+    /// buffers stay borrowed until it completes.
+    pub fn immediate_all_to_all_varcount_into<'a, S, SC, SD, R, RC, RD>(
+        &self,
+        scope: &Scope<'a>,
+        send: Partition<'a, S, SC, SD>,
+        mut recv: PartitionMut<'a, R, RC, RD>,
+    ) -> Result<Request<'a>>
+    where
+        S: Buffer + ?Sized,
+        SC: std::borrow::Borrow<[i32]> + 'a,
+        SD: std::borrow::Borrow<[i32]> + 'a,
+        R: BufferMut + ?Sized,
+        RC: std::borrow::Borrow<[i32]> + 'a,
+        RD: std::borrow::Borrow<[i32]> + 'a,
+    {
+        let comm = self.clone();
+        engine::start(scope, async move {
+            comm.all_to_all_varcount_into_future(&send, &mut recv).await
+        })
+    }
+
+    async fn all_to_all_varcount_into_future<S, SC, SD, R, RC, RD>(
         &self,
         send: &Partition<'_, S, SC, SD>,
         recv: &mut PartitionMut<'_, R, RC, RD>,
@@ -305,7 +604,13 @@ impl Communicator {
             .map(|p| &send.bytes()[p.clone()])
             .collect();
         let team = self.team(CollectiveTag::AllToAll)?;
-        team.run(|t| algorithms::all_to_all(t, &sends, recvs, AllToAllAlgorithm::Scattered))?;
+        team.complete(algorithms::all_to_all(
+            &team,
+            &sends,
+            recvs,
+            AllToAllAlgorithm::Scattered,
+        ))
+        .await?;
         output.finish()
     }
 
@@ -322,6 +627,38 @@ impl Communicator {
         C: std::borrow::Borrow<[i32]>,
         D: std::borrow::Borrow<[i32]>,
     {
+        engine::block_on(self.all_to_all_varcount_in_place_future(buf))
+    }
+
+    /// The non-blocking form of
+    /// [`Communicator::all_to_all_varcount_in_place`] (`MPI_Ialltoallv`,
+    /// §6.12): starts it and returns its request; the buffers stay borrowed
+    /// until it completes.
+    pub fn immediate_all_to_all_varcount_in_place<'a, R, C, D>(
+        &self,
+        scope: &Scope<'a>,
+        mut buf: PartitionMut<'a, R, C, D>,
+    ) -> Result<Request<'a>>
+    where
+        R: BufferMut + ?Sized,
+        C: std::borrow::Borrow<[i32]> + 'a,
+        D: std::borrow::Borrow<[i32]> + 'a,
+    {
+        let comm = self.clone();
+        engine::start(scope, async move {
+            comm.all_to_all_varcount_in_place_future(&mut buf).await
+        })
+    }
+
+    async fn all_to_all_varcount_in_place_future<R, C, D>(
+        &self,
+        buf: &mut PartitionMut<'_, R, C, D>,
+    ) -> Result<()>
+    where
+        R: BufferMut + ?Sized,
+        C: std::borrow::Borrow<[i32]>,
+        D: std::borrow::Borrow<[i32]>,
+    {
         let n = self.size() as usize;
         let (parts, mut output) = buf.parts(n)?;
         let buf = output.bytes_mut();
@@ -330,7 +667,13 @@ impl Communicator {
         let sends: Vec<&[u8]> = parts.iter().map(|p| &send[p.clone()]).collect();
         let recvs = layout.split(buf);
         let team = self.team(CollectiveTag::AllToAll)?;
-        team.run(|t| algorithms::all_to_all(t, &sends, recvs, AllToAllAlgorithm::Scattered))?;
+        team.complete(algorithms::all_to_all(
+            &team,
+            &sends,
+            recvs,
+            AllToAllAlgorithm::Scattered,
+        ))
+        .await?;
         output.finish()
     }
 
@@ -340,6 +683,29 @@ impl Communicator {
     /// displacements these buffers stand for). Both lists have `size`
     /// entries (else `MPI_ERR_COUNT`).
     pub fn all_to_all_w_into(
+        &self,
+        send: &[&dyn Buffer],
+        recv: &mut [&mut dyn BufferMut],
+    ) -> Result<()> {
+        engine::block_on(self.all_to_all_w_into_future(send, recv))
+    }
+
+    /// The non-blocking form of [`Communicator::all_to_all_w_into`]
+    /// (`MPI_Ialltoallw`, §6.12): starts it and returns its request; the
+    /// buffers stay borrowed until it completes.
+    pub fn immediate_all_to_all_w_into<'a>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a [&'a dyn Buffer],
+        recv: &'a mut [&'a mut dyn BufferMut],
+    ) -> Result<Request<'a>> {
+        let comm = self.clone();
+        engine::start(scope, async move {
+            comm.all_to_all_w_into_future(send, recv).await
+        })
+    }
+
+    async fn all_to_all_w_into_future(
         &self,
         send: &[&dyn Buffer],
         recv: &mut [&mut dyn BufferMut],
@@ -363,7 +729,13 @@ impl Communicator {
         let sends: Vec<&[u8]> = inputs.iter().map(Input::bytes).collect();
         let recvs: Vec<&mut [u8]> = outputs.iter_mut().map(Output::bytes_mut).collect();
         let team = self.team(CollectiveTag::AllToAll)?;
-        team.run(|t| algorithms::all_to_all(t, &sends, recvs, AllToAllAlgorithm::Scattered))?;
+        team.complete(algorithms::all_to_all(
+            &team,
+            &sends,
+            recvs,
+            AllToAllAlgorithm::Scattered,
+        ))
+        .await?;
         outputs.into_iter().try_for_each(Output::finish)
     }
 
@@ -371,6 +743,24 @@ impl Communicator {
     /// rank `i` and then replaced by what it sends (`MPI_Alltoallw` with
     /// `MPI_IN_PLACE`).
     pub fn all_to_all_w_in_place(&self, bufs: &mut [&mut dyn BufferMut]) -> Result<()> {
+        engine::block_on(self.all_to_all_w_in_place_future(bufs))
+    }
+
+    /// The non-blocking form of [`Communicator::all_to_all_w_in_place`]
+    /// (`MPI_Ialltoallw`, §6.12): starts it and returns its request; the
+    /// buffers stay borrowed until it completes.
+    pub fn immediate_all_to_all_w_in_place<'a>(
+        &self,
+        scope: &Scope<'a>,
+        bufs: &'a mut [&'a mut dyn BufferMut],
+    ) -> Result<Request<'a>> {
+        let comm = self.clone();
+        engine::start(scope, async move {
+            comm.all_to_all_w_in_place_future(bufs).await
+        })
+    }
+
+    async fn all_to_all_w_in_place_future(&self, bufs: &mut [&mut dyn BufferMut]) -> Result<()> {
         let n = self.size() as usize;
         if bufs.len() != n {
             return Err(count_error(format!(
@@ -386,7 +776,13 @@ impl Communicator {
         let sends: Vec<&[u8]> = copies.iter().map(Vec::as_slice).collect();
         let recvs: Vec<&mut [u8]> = outputs.iter_mut().map(Output::bytes_mut).collect();
         let team = self.team(CollectiveTag::AllToAll)?;
-        team.run(|t| algorithms::all_to_all(t, &sends, recvs, AllToAllAlgorithm::Scattered))?;
+        team.complete(algorithms::all_to_all(
+            &team,
+            &sends,
+            recvs,
+            AllToAllAlgorithm::Scattered,
+        ))
+        .await?;
         outputs.into_iter().try_for_each(Output::finish)
     }
 
@@ -398,11 +794,48 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
+        engine::block_on(self.all_reduce_into_future(send, recv, op, Mode::Blocking))
+    }
+
+    /// The non-blocking form of [`Communicator::all_reduce_into`]
+    /// (`MPI_Iallreduce`, §6.12): starts it and returns its request; the
+    /// buffers stay borrowed until it completes.
+    pub fn immediate_all_reduce_into<'a, S, R, O>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a S,
+        recv: &'a mut R,
+        op: O,
+    ) -> Result<Request<'a>>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation + 'a,
+    {
+        let comm = self.clone();
+        engine::start(scope, async move {
+            comm.all_reduce_into_future(send, recv, op, Mode::Immediate)
+                .await
+        })
+    }
+
+    async fn all_reduce_into_future<S, R, O>(
+        &self,
+        send: &S,
+        recv: &mut R,
+        op: O,
+        mode: Mode,
+    ) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
         let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
         let element_type = same_element_type(send.element_type(), output.element_type())?;
         let red = Reduction::new(&op, element_type)?;
         let recv = copy_input(send.bytes(), output.bytes_mut(), element_type)?;
-        self.all_reduce_bytes(recv, &red)?;
+        self.all_reduce_bytes(recv, &red, mode).await?;
         output.finish()
     }
 
@@ -413,9 +846,38 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
+        engine::block_on(self.all_reduce_in_place_future(buf, op, Mode::Blocking))
+    }
+
+    /// The non-blocking form of [`Communicator::all_reduce_in_place`]
+    /// (`MPI_Iallreduce`, §6.12): starts it and returns its request; the
+    /// buffers stay borrowed until it completes.
+    pub fn immediate_all_reduce_in_place<'a, R, O>(
+        &self,
+        scope: &Scope<'a>,
+        buf: &'a mut R,
+        op: O,
+    ) -> Result<Request<'a>>
+    where
+        R: BufferMut + ?Sized,
+        O: Operation + 'a,
+    {
+        let comm = self.clone();
+        engine::start(scope, async move {
+            comm.all_reduce_in_place_future(buf, op, Mode::Immediate)
+                .await
+        })
+    }
+
+    async fn all_reduce_in_place_future<R, O>(&self, buf: &mut R, op: O, mode: Mode) -> Result<()>
+    where
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
         let mut output = Output::new(buf)?;
         let red = Reduction::new(&op, output.element_type())?;
-        self.all_reduce_bytes(output.bytes_mut(), &red)?;
+        self.all_reduce_bytes(output.bytes_mut(), &red, mode)
+            .await?;
         output.finish()
     }
 
@@ -423,6 +885,41 @@ impl Communicator {
     /// leaves block `i` of the result in rank `i`'s `recv`
     /// (`MPI_Reduce_scatter_block`, §6.10.1).
     pub fn reduce_scatter_block_into<S, R, O>(&self, send: &S, recv: &mut R, op: O) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        engine::block_on(self.reduce_scatter_block_into_future(send, recv, op))
+    }
+
+    /// The non-blocking form of [`Communicator::reduce_scatter_block_into`]
+    /// (`MPI_Ireduce_scatter_block`, §6.12): starts it and returns its
+    /// request; the buffers stay borrowed until it completes.
+    pub fn immediate_reduce_scatter_block_into<'a, S, R, O>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a S,
+        recv: &'a mut R,
+        op: O,
+    ) -> Result<Request<'a>>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation + 'a,
+    {
+        let comm = self.clone();
+        engine::start(scope, async move {
+            comm.reduce_scatter_block_into_future(send, recv, op).await
+        })
+    }
+
+    async fn reduce_scatter_block_into_future<S, R, O>(
+        &self,
+        send: &S,
+        recv: &mut R,
+        op: O,
+    ) -> Result<()>
     where
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
@@ -436,7 +933,8 @@ impl Communicator {
         expect_len(send.len(), n * recv.len(), element_type, "the send buffer")?;
         let parts = uniform_blocks(n, recv.len());
         let team = self.team(CollectiveTag::ReduceScatter)?;
-        team.run(|t| algorithms::reduce_scatter(t, send, &parts, recv, &red))?;
+        team.complete(algorithms::reduce_scatter(&team, send, &parts, recv, &red))
+            .await?;
         output.finish()
     }
 
@@ -445,6 +943,34 @@ impl Communicator {
     /// block of the result (`MPI_Reduce_scatter_block` with
     /// `MPI_IN_PLACE`).
     pub fn reduce_scatter_block_in_place<R, O>(&self, buf: &mut R, op: O) -> Result<()>
+    where
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        engine::block_on(self.reduce_scatter_block_in_place_future(buf, op))
+    }
+
+    /// The non-blocking form of
+    /// [`Communicator::reduce_scatter_block_in_place`]
+    /// (`MPI_Ireduce_scatter_block`, §6.12): starts it and returns its
+    /// request; the buffers stay borrowed until it completes.
+    pub fn immediate_reduce_scatter_block_in_place<'a, R, O>(
+        &self,
+        scope: &Scope<'a>,
+        buf: &'a mut R,
+        op: O,
+    ) -> Result<Request<'a>>
+    where
+        R: BufferMut + ?Sized,
+        O: Operation + 'a,
+    {
+        let comm = self.clone();
+        engine::start(scope, async move {
+            comm.reduce_scatter_block_in_place_future(buf, op).await
+        })
+    }
+
+    async fn reduce_scatter_block_in_place_future<R, O>(&self, buf: &mut R, op: O) -> Result<()>
     where
         R: BufferMut + ?Sized,
         O: Operation,
@@ -462,7 +988,14 @@ impl Communicator {
         let input = buf.to_vec();
         let parts = uniform_blocks(n, block);
         let team = self.team(CollectiveTag::ReduceScatter)?;
-        team.run(|t| algorithms::reduce_scatter(t, &input, &parts, &mut buf[..block], &red))?;
+        team.complete(algorithms::reduce_scatter(
+            &team,
+            &input,
+            &parts,
+            &mut buf[..block],
+            &red,
+        ))
+        .await?;
         output.finish()
     }
 
@@ -471,6 +1004,44 @@ impl Communicator {
     /// `counts[i]` elements long (`MPI_Reduce_scatter`, §6.10.2). `send`
     /// holds the sum of `counts`, `recv` this rank's count.
     pub fn reduce_scatter_into<S, R, O>(
+        &self,
+        send: &S,
+        recv: &mut R,
+        counts: &[i32],
+        op: O,
+    ) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        engine::block_on(self.reduce_scatter_into_future(send, recv, counts, op))
+    }
+
+    /// The non-blocking form of [`Communicator::reduce_scatter_into`]
+    /// (`MPI_Ireduce_scatter`, §6.12): starts it and returns its request; the
+    /// buffers stay borrowed until it completes.
+    pub fn immediate_reduce_scatter_into<'a, S, R, O>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a S,
+        recv: &'a mut R,
+        counts: &'a [i32],
+        op: O,
+    ) -> Result<Request<'a>>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation + 'a,
+    {
+        let comm = self.clone();
+        engine::start(scope, async move {
+            comm.reduce_scatter_into_future(send, recv, counts, op)
+                .await
+        })
+    }
+
+    async fn reduce_scatter_into_future<S, R, O>(
         &self,
         send: &S,
         recv: &mut R,
@@ -492,7 +1063,8 @@ impl Communicator {
         let mine = parts[self.rank() as usize].len();
         expect_len(recv.len(), mine, element_type, "the receive buffer")?;
         let team = self.team(CollectiveTag::ReduceScatter)?;
-        team.run(|t| algorithms::reduce_scatter(t, send, &parts, recv, &red))?;
+        team.complete(algorithms::reduce_scatter(&team, send, &parts, recv, &red))
+            .await?;
         output.finish()
     }
 
@@ -500,6 +1072,39 @@ impl Communicator {
     /// and its first `counts[rank]` elements receive this rank's block of
     /// the result (`MPI_Reduce_scatter` with `MPI_IN_PLACE`).
     pub fn reduce_scatter_in_place<R, O>(&self, buf: &mut R, counts: &[i32], op: O) -> Result<()>
+    where
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        engine::block_on(self.reduce_scatter_in_place_future(buf, counts, op))
+    }
+
+    /// The non-blocking form of [`Communicator::reduce_scatter_in_place`]
+    /// (`MPI_Ireduce_scatter`, §6.12): starts it and returns its request; the
+    /// buffers stay borrowed until it completes.
+    pub fn immediate_reduce_scatter_in_place<'a, R, O>(
+        &self,
+        scope: &Scope<'a>,
+        buf: &'a mut R,
+        counts: &'a [i32],
+        op: O,
+    ) -> Result<Request<'a>>
+    where
+        R: BufferMut + ?Sized,
+        O: Operation + 'a,
+    {
+        let comm = self.clone();
+        engine::start(scope, async move {
+            comm.reduce_scatter_in_place_future(buf, counts, op).await
+        })
+    }
+
+    async fn reduce_scatter_in_place_future<R, O>(
+        &self,
+        buf: &mut R,
+        counts: &[i32],
+        op: O,
+    ) -> Result<()>
     where
         R: BufferMut + ?Sized,
         O: Operation,
@@ -514,7 +1119,14 @@ impl Communicator {
         let input = buf.to_vec();
         let mine = parts[self.rank() as usize].len();
         let team = self.team(CollectiveTag::ReduceScatter)?;
-        team.run(|t| algorithms::reduce_scatter(t, &input, &parts, &mut buf[..mine], &red))?;
+        team.complete(algorithms::reduce_scatter(
+            &team,
+            &input,
+            &parts,
+            &mut buf[..mine],
+            &red,
+        ))
+        .await?;
         output.finish()
     }
 
@@ -526,12 +1138,43 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
+        engine::block_on(self.scan_into_future(send, recv, op))
+    }
+
+    /// The non-blocking form of [`Communicator::scan_into`] (`MPI_Iscan`,
+    /// §6.12): starts it and returns its request; the buffers stay borrowed
+    /// until it completes.
+    pub fn immediate_scan_into<'a, S, R, O>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a S,
+        recv: &'a mut R,
+        op: O,
+    ) -> Result<Request<'a>>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation + 'a,
+    {
+        let comm = self.clone();
+        engine::start(
+            scope,
+            async move { comm.scan_into_future(send, recv, op).await },
+        )
+    }
+
+    async fn scan_into_future<S, R, O>(&self, send: &S, recv: &mut R, op: O) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
         let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
         let element_type = same_element_type(send.element_type(), output.element_type())?;
         let red = Reduction::new(&op, element_type)?;
         let recv = copy_input(send.bytes(), output.bytes_mut(), element_type)?;
         let team = self.team(CollectiveTag::Scan)?;
-        team.run(|t| algorithms::scan(t, recv, &red))?;
+        team.complete(algorithms::scan(&team, recv, &red)).await?;
         output.finish()
     }
 
@@ -542,10 +1185,39 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
+        engine::block_on(self.scan_in_place_future(buf, op))
+    }
+
+    /// The non-blocking form of [`Communicator::scan_in_place`] (`MPI_Iscan`,
+    /// §6.12): starts it and returns its request; the buffers stay borrowed
+    /// until it completes.
+    pub fn immediate_scan_in_place<'a, R, O>(
+        &self,
+        scope: &Scope<'a>,
+        buf: &'a mut R,
+        op: O,
+    ) -> Result<Request<'a>>
+    where
+        R: BufferMut + ?Sized,
+        O: Operation + 'a,
+    {
+        let comm = self.clone();
+        engine::start(
+            scope,
+            async move { comm.scan_in_place_future(buf, op).await },
+        )
+    }
+
+    async fn scan_in_place_future<R, O>(&self, buf: &mut R, op: O) -> Result<()>
+    where
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
         let mut output = Output::new(buf)?;
         let red = Reduction::new(&op, output.element_type())?;
         let team = self.team(CollectiveTag::Scan)?;
-        team.run(|t| algorithms::scan(t, output.bytes_mut(), &red))?;
+        team.complete(algorithms::scan(&team, output.bytes_mut(), &red))
+            .await?;
         output.finish()
     }
 
@@ -558,13 +1230,44 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
+        engine::block_on(self.exclusive_scan_into_future(send, recv, op))
+    }
+
+    /// The non-blocking form of [`Communicator::exclusive_scan_into`]
+    /// (`MPI_Iexscan`, §6.12): starts it and returns its request; the buffers
+    /// stay borrowed until it completes.
+    pub fn immediate_exclusive_scan_into<'a, S, R, O>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a S,
+        recv: &'a mut R,
+        op: O,
+    ) -> Result<Request<'a>>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation + 'a,
+    {
+        let comm = self.clone();
+        engine::start(scope, async move {
+            comm.exclusive_scan_into_future(send, recv, op).await
+        })
+    }
+
+    async fn exclusive_scan_into_future<S, R, O>(&self, send: &S, recv: &mut R, op: O) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
         let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
         let element_type = same_element_type(send.element_type(), output.element_type())?;
         let red = Reduction::new(&op, element_type)?;
         let (send, recv) = (send.bytes(), output.bytes_mut());
         expect_len(recv.len(), send.len(), element_type, "the receive buffer")?;
         let team = self.team(CollectiveTag::ExclusiveScan)?;
-        team.run(|t| algorithms::exclusive_scan(t, send, recv, &red))?;
+        team.complete(algorithms::exclusive_scan(&team, send, recv, &red))
+            .await?;
         output.finish()
     }
 
@@ -576,12 +1279,40 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
+        engine::block_on(self.exclusive_scan_in_place_future(buf, op))
+    }
+
+    /// The non-blocking form of [`Communicator::exclusive_scan_in_place`]
+    /// (`MPI_Iexscan`, §6.12): starts it and returns its request; the buffers
+    /// stay borrowed until it completes.
+    pub fn immediate_exclusive_scan_in_place<'a, R, O>(
+        &self,
+        scope: &Scope<'a>,
+        buf: &'a mut R,
+        op: O,
+    ) -> Result<Request<'a>>
+    where
+        R: BufferMut + ?Sized,
+        O: Operation + 'a,
+    {
+        let comm = self.clone();
+        engine::start(scope, async move {
+            comm.exclusive_scan_in_place_future(buf, op).await
+        })
+    }
+
+    async fn exclusive_scan_in_place_future<R, O>(&self, buf: &mut R, op: O) -> Result<()>
+    where
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
         let mut output = Output::new(buf)?;
         let red = Reduction::new(&op, output.element_type())?;
         let buf = output.bytes_mut();
         let mine = buf.to_vec();
         let team = self.team(CollectiveTag::ExclusiveScan)?;
-        team.run(|t| algorithms::exclusive_scan(t, &mine, buf, &red))?;
+        team.complete(algorithms::exclusive_scan(&team, &mine, buf, &red))
+            .await?;
         output.finish()
     }
 }
@@ -633,25 +1364,99 @@ impl Process<'_> {
     /// Broadcasts the root's `buf` into every other process's `buf`
     /// (`MPI_Bcast`, §6.4). Called by every process, the root included.
     pub fn broadcast_into<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<()> {
+        engine::block_on(self.broadcast_into_future(buf, Mode::Blocking))
+    }
+
+    /// The non-blocking form of [`Process::broadcast_into`] (`MPI_Ibcast`,
+    /// §6.12): starts it and returns its request; the buffers stay borrowed
+    /// until it completes.
+    pub fn immediate_broadcast_into<'a, B: BufferMut + ?Sized>(
+        &self,
+        scope: &Scope<'a>,
+        buf: &'a mut B,
+    ) -> Result<Request<'a>> {
+        let (comm, rank) = (self.comm.clone(), self.rank);
+        engine::start(scope, async move {
+            comm.process_at_rank(rank)
+                .broadcast_into_future(buf, Mode::Immediate)
+                .await
+        })
+    }
+
+    async fn broadcast_into_future<B: BufferMut + ?Sized>(
+        &self,
+        buf: &mut B,
+        mode: Mode,
+    ) -> Result<()> {
         let at_root = self.comm.rank() == self.rank;
         let root = self.root(at_root)?;
         let mut output = Output::new(buf)?;
-        self.comm.broadcast_bytes(root, output.bytes_mut())?;
+        self.comm
+            .broadcast_bytes(root, output.bytes_mut(), mode)
+            .await?;
         output.finish()
     }
 
     /// This process's part of a gather to this root (`MPI_Gather`, §6.5),
     /// at every process but the root: sends `send`.
     pub fn gather_into<S: Buffer + ?Sized>(&self, send: &S) -> Result<()> {
+        engine::block_on(self.gather_into_future(send))
+    }
+
+    /// The non-blocking form of [`Process::gather_into`] (`MPI_Igather`,
+    /// §6.12): starts it and returns its request; the buffers stay borrowed
+    /// until it completes.
+    pub fn immediate_gather_into<'a, S: Buffer + ?Sized>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a S,
+    ) -> Result<Request<'a>> {
+        let (comm, rank) = (self.comm.clone(), self.rank);
+        engine::start(scope, async move {
+            comm.process_at_rank(rank).gather_into_future(send).await
+        })
+    }
+
+    async fn gather_into_future<S: Buffer + ?Sized>(&self, send: &S) -> Result<()> {
         let root = self.root(false)?;
         let team = self.comm.team(CollectiveTag::Gather)?;
         let send = Input::new(send)?;
-        team.run(|t| algorithms::gather(t, root, send.bytes(), None))
+        team.complete(algorithms::gather(&team, root, send.bytes(), None))
+            .await
     }
 
     /// The root's part of a gather (`MPI_Gather`, §6.5): `recv` receives
     /// every process's `send` in rank order (`size` times `send`).
     pub fn gather_into_root<S, R>(&self, send: &S, recv: &mut R) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        engine::block_on(self.gather_into_root_future(send, recv))
+    }
+
+    /// The non-blocking form of [`Process::gather_into_root`] (`MPI_Igather`,
+    /// §6.12): starts it and returns its request; the buffers stay borrowed
+    /// until it completes.
+    pub fn immediate_gather_into_root<'a, S, R>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a S,
+        recv: &'a mut R,
+    ) -> Result<Request<'a>>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        let (comm, rank) = (self.comm.clone(), self.rank);
+        engine::start(scope, async move {
+            comm.process_at_rank(rank)
+                .gather_into_root_future(send, recv)
+                .await
+        })
+    }
+
+    async fn gather_into_root_future<S, R>(&self, send: &S, recv: &mut R) -> Result<()>
     where
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
@@ -668,13 +1473,37 @@ impl Process<'_> {
             "the receive buffer",
         )?;
         let team = self.comm.team(CollectiveTag::Gather)?;
-        team.run(|t| algorithms::gather(t, root, send, Some(recv)))?;
+        team.complete(algorithms::gather(&team, root, send, Some(recv)))
+            .await?;
         output.finish()
     }
 
     /// [`Process::gather_into_root`] in place: the root's own block of
     /// `recv` is its input (`MPI_Gather` with `MPI_IN_PLACE`).
     pub fn gather_into_root_in_place<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<()> {
+        engine::block_on(self.gather_into_root_in_place_future(recv))
+    }
+
+    /// The non-blocking form of [`Process::gather_into_root_in_place`]
+    /// (`MPI_Igather`, §6.12): starts it and returns its request; the buffers
+    /// stay borrowed until it completes.
+    pub fn immediate_gather_into_root_in_place<'a, R: BufferMut + ?Sized>(
+        &self,
+        scope: &Scope<'a>,
+        recv: &'a mut R,
+    ) -> Result<Request<'a>> {
+        let (comm, rank) = (self.comm.clone(), self.rank);
+        engine::start(scope, async move {
+            comm.process_at_rank(rank)
+                .gather_into_root_in_place_future(recv)
+                .await
+        })
+    }
+
+    async fn gather_into_root_in_place_future<R: BufferMut + ?Sized>(
+        &self,
+        recv: &mut R,
+    ) -> Result<()> {
         let root = self.root(true)?;
         let n = self.comm.size() as usize;
         let mut output = Output::new(recv)?;
@@ -687,7 +1516,8 @@ impl Process<'_> {
         let recv = output.bytes_mut();
         let mine = recv[root * block..(root + 1) * block].to_vec();
         let team = self.comm.team(CollectiveTag::Gather)?;
-        team.run(|t| algorithms::gather(t, root, &mine, Some(recv)))?;
+        team.complete(algorithms::gather(&team, root, &mine, Some(recv)))
+            .await?;
         output.finish()
     }
 
@@ -695,16 +1525,74 @@ impl Process<'_> {
     /// (`MPI_Gatherv`, §6.5), at every process but the root: sends
     /// `send`.
     pub fn gather_varcount_into<S: Buffer + ?Sized>(&self, send: &S) -> Result<()> {
+        engine::block_on(self.gather_varcount_into_future(send))
+    }
+
+    /// The non-blocking form of [`Process::gather_varcount_into`]
+    /// (`MPI_Igatherv`, §6.12): starts it and returns its request; the
+    /// buffers stay borrowed until it completes.
+    pub fn immediate_gather_varcount_into<'a, S: Buffer + ?Sized>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a S,
+    ) -> Result<Request<'a>> {
+        let (comm, rank) = (self.comm.clone(), self.rank);
+        engine::start(scope, async move {
+            comm.process_at_rank(rank)
+                .gather_varcount_into_future(send)
+                .await
+        })
+    }
+
+    async fn gather_varcount_into_future<S: Buffer + ?Sized>(&self, send: &S) -> Result<()> {
         let root = self.root(false)?;
         let team = self.comm.team(CollectiveTag::Gather)?;
         let send = Input::new(send)?;
-        team.run(|t| algorithms::gather_varcount(t, root, send.bytes(), None))
+        team.complete(algorithms::gather_varcount(&team, root, send.bytes(), None))
+            .await
     }
 
     /// The root's part of a gather of varying counts (`MPI_Gatherv`,
     /// §6.5): block `i` of `recv` (which must not overlap another)
     /// receives rank `i`'s `send`.
     pub fn gather_varcount_into_root<S, R, C, D>(
+        &self,
+        send: &S,
+        recv: &mut PartitionMut<'_, R, C, D>,
+    ) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        C: std::borrow::Borrow<[i32]>,
+        D: std::borrow::Borrow<[i32]>,
+    {
+        engine::block_on(self.gather_varcount_into_root_future(send, recv))
+    }
+
+    /// The non-blocking form of [`Process::gather_varcount_into_root`]
+    /// (`MPI_Igatherv`, §6.12): starts it and returns its request; the
+    /// buffers stay borrowed until it completes.
+    pub fn immediate_gather_varcount_into_root<'a, S, R, C, D>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a S,
+        mut recv: PartitionMut<'a, R, C, D>,
+    ) -> Result<Request<'a>>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        C: std::borrow::Borrow<[i32]> + 'a,
+        D: std::borrow::Borrow<[i32]> + 'a,
+    {
+        let (comm, rank) = (self.comm.clone(), self.rank);
+        engine::start(scope, async move {
+            comm.process_at_rank(rank)
+                .gather_varcount_into_root_future(send, &mut recv)
+                .await
+        })
+    }
+
+    async fn gather_varcount_into_root_future<S, R, C, D>(
         &self,
         send: &S,
         recv: &mut PartitionMut<'_, R, C, D>,
@@ -723,13 +1611,53 @@ impl Process<'_> {
         let recv = output.bytes_mut();
         let recvs = disjoint_blocks(recv.len(), &parts)?.split(recv);
         let team = self.comm.team(CollectiveTag::Gather)?;
-        team.run(|t| algorithms::gather_varcount(t, root, send.bytes(), Some(recvs)))?;
+        team.complete(algorithms::gather_varcount(
+            &team,
+            root,
+            send.bytes(),
+            Some(recvs),
+        ))
+        .await?;
         output.finish()
     }
 
     /// [`Process::gather_varcount_into_root`] in place: the root's own
     /// block of `recv` is its input (`MPI_Gatherv` with `MPI_IN_PLACE`).
     pub fn gather_varcount_into_root_in_place<R, C, D>(
+        &self,
+        recv: &mut PartitionMut<'_, R, C, D>,
+    ) -> Result<()>
+    where
+        R: BufferMut + ?Sized,
+        C: std::borrow::Borrow<[i32]>,
+        D: std::borrow::Borrow<[i32]>,
+    {
+        engine::block_on(self.gather_varcount_into_root_in_place_future(recv))
+    }
+
+    /// The non-blocking form of
+    /// [`Process::gather_varcount_into_root_in_place`] (`MPI_Igatherv`,
+    /// §6.12): starts it and returns its request; the buffers stay borrowed
+    /// until it completes.
+    pub fn immediate_gather_varcount_into_root_in_place<'a, R, C, D>(
+        &self,
+        scope: &Scope<'a>,
+        mut recv: PartitionMut<'a, R, C, D>,
+    ) -> Result<Request<'a>>
+    where
+        R: BufferMut + ?Sized,
+        C: std::borrow::Borrow<[i32]> + 'a,
+        D: std::borrow::Borrow<[i32]> + 'a,
+    {
+        let (comm, rank) = (self.comm.clone(), self.rank);
+        engine::start(scope, async move {
+            comm.process_at_rank(rank)
+                .gather_varcount_into_root_in_place_future(&mut recv)
+                .await
+        })
+    }
+
+    async fn gather_varcount_into_root_in_place_future<R, C, D>(
         &self,
         recv: &mut PartitionMut<'_, R, C, D>,
     ) -> Result<()>
@@ -745,17 +1673,37 @@ impl Process<'_> {
         let mine = recv[parts[root].clone()].to_vec();
         let recvs = disjoint_blocks(recv.len(), &parts)?.split(recv);
         let team = self.comm.team(CollectiveTag::Gather)?;
-        team.run(|t| algorithms::gather_varcount(t, root, &mine, Some(recvs)))?;
+        team.complete(algorithms::gather_varcount(&team, root, &mine, Some(recvs)))
+            .await?;
         output.finish()
     }
 
     /// This process's part of a scatter from this root (`MPI_Scatter`,
     /// §6.6), at every process but the root: `recv` receives its block.
     pub fn scatter_into<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<()> {
+        engine::block_on(self.scatter_into_future(recv))
+    }
+
+    /// The non-blocking form of [`Process::scatter_into`] (`MPI_Iscatter`,
+    /// §6.12): starts it and returns its request; the buffers stay borrowed
+    /// until it completes.
+    pub fn immediate_scatter_into<'a, R: BufferMut + ?Sized>(
+        &self,
+        scope: &Scope<'a>,
+        recv: &'a mut R,
+    ) -> Result<Request<'a>> {
+        let (comm, rank) = (self.comm.clone(), self.rank);
+        engine::start(scope, async move {
+            comm.process_at_rank(rank).scatter_into_future(recv).await
+        })
+    }
+
+    async fn scatter_into_future<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<()> {
         let root = self.root(false)?;
         let team = self.comm.team(CollectiveTag::Scatter)?;
         let mut output = Output::new(recv)?;
-        team.run(|t| algorithms::scatter(t, root, None, output.bytes_mut()))?;
+        team.complete(algorithms::scatter(&team, root, None, output.bytes_mut()))
+            .await?;
         output.finish()
     }
 
@@ -767,6 +1715,35 @@ impl Process<'_> {
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
+        engine::block_on(self.scatter_into_root_future(send, recv))
+    }
+
+    /// The non-blocking form of [`Process::scatter_into_root`]
+    /// (`MPI_Iscatter`, §6.12): starts it and returns its request; the
+    /// buffers stay borrowed until it completes.
+    pub fn immediate_scatter_into_root<'a, S, R>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a S,
+        recv: &'a mut R,
+    ) -> Result<Request<'a>>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        let (comm, rank) = (self.comm.clone(), self.rank);
+        engine::start(scope, async move {
+            comm.process_at_rank(rank)
+                .scatter_into_root_future(send, recv)
+                .await
+        })
+    }
+
+    async fn scatter_into_root_future<S, R>(&self, send: &S, recv: &mut R) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
         let root = self.root(true)?;
         let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
         let element_type = same_element_type(send.element_type(), output.element_type())?;
@@ -774,13 +1751,34 @@ impl Process<'_> {
         let n = self.comm.size() as usize;
         expect_len(send.len(), n * recv.len(), element_type, "the send buffer")?;
         let team = self.comm.team(CollectiveTag::Scatter)?;
-        team.run(|t| algorithms::scatter(t, root, Some(send), recv))?;
+        team.complete(algorithms::scatter(&team, root, Some(send), recv))
+            .await?;
         output.finish()
     }
 
     /// [`Process::scatter_into_root`] in place: the root keeps its own
     /// block where it is in `send` (`MPI_Scatter` with `MPI_IN_PLACE`).
     pub fn scatter_into_root_in_place<S: Buffer + ?Sized>(&self, send: &S) -> Result<()> {
+        engine::block_on(self.scatter_into_root_in_place_future(send))
+    }
+
+    /// The non-blocking form of [`Process::scatter_into_root_in_place`]
+    /// (`MPI_Iscatter`, §6.12): starts it and returns its request; the
+    /// buffers stay borrowed until it completes.
+    pub fn immediate_scatter_into_root_in_place<'a, S: Buffer + ?Sized>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a S,
+    ) -> Result<Request<'a>> {
+        let (comm, rank) = (self.comm.clone(), self.rank);
+        engine::start(scope, async move {
+            comm.process_at_rank(rank)
+                .scatter_into_root_in_place_future(send)
+                .await
+        })
+    }
+
+    async fn scatter_into_root_in_place_future<S: Buffer + ?Sized>(&self, send: &S) -> Result<()> {
         let root = self.root(true)?;
         let n = self.comm.size() as usize;
         let send = Input::new(send)?;
@@ -792,17 +1790,52 @@ impl Process<'_> {
         )?;
         let mut mine = vec![0u8; block];
         let team = self.comm.team(CollectiveTag::Scatter)?;
-        team.run(|t| algorithms::scatter(t, root, Some(send.bytes()), &mut mine))
+        team.complete(algorithms::scatter(
+            &team,
+            root,
+            Some(send.bytes()),
+            &mut mine,
+        ))
+        .await
     }
 
     /// This process's part of a scatter of varying counts from this root
     /// (`MPI_Scatterv`, §6.6), at every process but the root: `recv`
     /// receives its block.
     pub fn scatter_varcount_into<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<()> {
+        engine::block_on(self.scatter_varcount_into_future(recv))
+    }
+
+    /// The non-blocking form of [`Process::scatter_varcount_into`]
+    /// (`MPI_Iscatterv`, §6.12): starts it and returns its request; the
+    /// buffers stay borrowed until it completes.
+    pub fn immediate_scatter_varcount_into<'a, R: BufferMut + ?Sized>(
+        &self,
+        scope: &Scope<'a>,
+        recv: &'a mut R,
+    ) -> Result<Request<'a>> {
+        let (comm, rank) = (self.comm.clone(), self.rank);
+        engine::start(scope, async move {
+            comm.process_at_rank(rank)
+                .scatter_varcount_into_future(recv)
+                .await
+        })
+    }
+
+    async fn scatter_varcount_into_future<R: BufferMut + ?Sized>(
+        &self,
+        recv: &mut R,
+    ) -> Result<()> {
         let root = self.root(false)?;
         let team = self.comm.team(CollectiveTag::Scatter)?;
         let mut output = Output::new(recv)?;
-        team.run(|t| algorithms::scatter_varcount(t, root, None, output.bytes_mut()))?;
+        team.complete(algorithms::scatter_varcount(
+            &team,
+            root,
+            None,
+            output.bytes_mut(),
+        ))
+        .await?;
         output.finish()
     }
 
@@ -820,6 +1853,43 @@ impl Process<'_> {
         D: std::borrow::Borrow<[i32]>,
         R: BufferMut + ?Sized,
     {
+        engine::block_on(self.scatter_varcount_into_root_future(send, recv))
+    }
+
+    /// The non-blocking form of [`Process::scatter_varcount_into_root`]
+    /// (`MPI_Iscatterv`, §6.12): starts it and returns its request; the
+    /// buffers stay borrowed until it completes.
+    pub fn immediate_scatter_varcount_into_root<'a, S, C, D, R>(
+        &self,
+        scope: &Scope<'a>,
+        send: Partition<'a, S, C, D>,
+        recv: &'a mut R,
+    ) -> Result<Request<'a>>
+    where
+        S: Buffer + ?Sized,
+        C: std::borrow::Borrow<[i32]> + 'a,
+        D: std::borrow::Borrow<[i32]> + 'a,
+        R: BufferMut + ?Sized,
+    {
+        let (comm, rank) = (self.comm.clone(), self.rank);
+        engine::start(scope, async move {
+            comm.process_at_rank(rank)
+                .scatter_varcount_into_root_future(&send, recv)
+                .await
+        })
+    }
+
+    async fn scatter_varcount_into_root_future<S, C, D, R>(
+        &self,
+        send: &Partition<'_, S, C, D>,
+        recv: &mut R,
+    ) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        C: std::borrow::Borrow<[i32]>,
+        D: std::borrow::Borrow<[i32]>,
+        R: BufferMut + ?Sized,
+    {
         let root = self.root(true)?;
         let mut output = Output::new(recv)?;
         same_element_type(send.element_type(), output.element_type())?;
@@ -827,7 +1897,13 @@ impl Process<'_> {
         let (parts, send) = send.parts(n)?;
         let sends: Vec<&[u8]> = parts.iter().map(|p| &send.bytes()[p.clone()]).collect();
         let team = self.comm.team(CollectiveTag::Scatter)?;
-        team.run(|t| algorithms::scatter_varcount(t, root, Some(&sends), output.bytes_mut()))?;
+        team.complete(algorithms::scatter_varcount(
+            &team,
+            root,
+            Some(&sends),
+            output.bytes_mut(),
+        ))
+        .await?;
         output.finish()
     }
 
@@ -843,13 +1919,53 @@ impl Process<'_> {
         C: std::borrow::Borrow<[i32]>,
         D: std::borrow::Borrow<[i32]>,
     {
+        engine::block_on(self.scatter_varcount_into_root_in_place_future(send))
+    }
+
+    /// The non-blocking form of
+    /// [`Process::scatter_varcount_into_root_in_place`] (`MPI_Iscatterv`,
+    /// §6.12): starts it and returns its request; the buffers stay borrowed
+    /// until it completes.
+    pub fn immediate_scatter_varcount_into_root_in_place<'a, S, C, D>(
+        &self,
+        scope: &Scope<'a>,
+        send: Partition<'a, S, C, D>,
+    ) -> Result<Request<'a>>
+    where
+        S: Buffer + ?Sized,
+        C: std::borrow::Borrow<[i32]> + 'a,
+        D: std::borrow::Borrow<[i32]> + 'a,
+    {
+        let (comm, rank) = (self.comm.clone(), self.rank);
+        engine::start(scope, async move {
+            comm.process_at_rank(rank)
+                .scatter_varcount_into_root_in_place_future(&send)
+                .await
+        })
+    }
+
+    async fn scatter_varcount_into_root_in_place_future<S, C, D>(
+        &self,
+        send: &Partition<'_, S, C, D>,
+    ) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        C: std::borrow::Borrow<[i32]>,
+        D: std::borrow::Borrow<[i32]>,
+    {
         let root = self.root(true)?;
         let n = self.comm.size() as usize;
         let (parts, send) = send.parts(n)?;
         let sends: Vec<&[u8]> = parts.iter().map(|p| &send.bytes()[p.clone()]).collect();
         let mut mine = vec![0u8; parts[root].len()];
         let team = self.comm.team(CollectiveTag::Scatter)?;
-        team.run(|t| algorithms::scatter_varcount(t, root, Some(&sends), &mut mine))
+        team.complete(algorithms::scatter_varcount(
+            &team,
+            root,
+            Some(&sends),
+            &mut mine,
+        ))
+        .await
     }
 
     /// This process's part of a reduction to this root (`MPI_Reduce`,
@@ -859,11 +1975,42 @@ impl Process<'_> {
         S: Buffer + ?Sized,
         O: Operation,
     {
+        engine::block_on(self.reduce_into_future(send, op, Mode::Blocking))
+    }
+
+    /// The non-blocking form of [`Process::reduce_into`] (`MPI_Ireduce`,
+    /// §6.12): starts it and returns its request; the buffers stay borrowed
+    /// until it completes.
+    pub fn immediate_reduce_into<'a, S, O>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a S,
+        op: O,
+    ) -> Result<Request<'a>>
+    where
+        S: Buffer + ?Sized,
+        O: Operation + 'a,
+    {
+        let (comm, rank) = (self.comm.clone(), self.rank);
+        engine::start(scope, async move {
+            comm.process_at_rank(rank)
+                .reduce_into_future(send, op, Mode::Immediate)
+                .await
+        })
+    }
+
+    async fn reduce_into_future<S, O>(&self, send: &S, op: O, mode: Mode) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        O: Operation,
+    {
         let root = self.root(false)?;
         let send = Input::new(send)?;
         let red = Reduction::new(&op, send.element_type())?;
         let mut acc = Scratch::copy_of(send.bytes());
-        self.comm.reduce_bytes(root, acc.bytes_mut(), &red)
+        self.comm
+            .reduce_bytes(root, acc.bytes_mut(), &red, mode)
+            .await
     }
 
     /// The root's part of a reduction (`MPI_Reduce`, §6.9.1): `recv`
@@ -874,12 +2021,50 @@ impl Process<'_> {
         R: BufferMut + ?Sized,
         O: Operation,
     {
+        engine::block_on(self.reduce_into_root_future(send, recv, op, Mode::Blocking))
+    }
+
+    /// The non-blocking form of [`Process::reduce_into_root`] (`MPI_Ireduce`,
+    /// §6.12): starts it and returns its request; the buffers stay borrowed
+    /// until it completes.
+    pub fn immediate_reduce_into_root<'a, S, R, O>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a S,
+        recv: &'a mut R,
+        op: O,
+    ) -> Result<Request<'a>>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation + 'a,
+    {
+        let (comm, rank) = (self.comm.clone(), self.rank);
+        engine::start(scope, async move {
+            comm.process_at_rank(rank)
+                .reduce_into_root_future(send, recv, op, Mode::Immediate)
+                .await
+        })
+    }
+
+    async fn reduce_into_root_future<S, R, O>(
+        &self,
+        send: &S,
+        recv: &mut R,
+        op: O,
+        mode: Mode,
+    ) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
         let root = self.root(true)?;
         let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
         let element_type = same_element_type(send.element_type(), output.element_type())?;
         let red = Reduction::new(&op, element_type)?;
         let recv = copy_input(send.bytes(), output.bytes_mut(), element_type)?;
-        self.comm.reduce_bytes(root, recv, &red)?;
+        self.comm.reduce_bytes(root, recv, &red, mode).await?;
         output.finish()
     }
 
@@ -890,10 +2075,46 @@ impl Process<'_> {
         R: BufferMut + ?Sized,
         O: Operation,
     {
+        engine::block_on(self.reduce_into_root_in_place_future(buf, op, Mode::Blocking))
+    }
+
+    /// The non-blocking form of [`Process::reduce_into_root_in_place`]
+    /// (`MPI_Ireduce`, §6.12): starts it and returns its request; the buffers
+    /// stay borrowed until it completes.
+    pub fn immediate_reduce_into_root_in_place<'a, R, O>(
+        &self,
+        scope: &Scope<'a>,
+        buf: &'a mut R,
+        op: O,
+    ) -> Result<Request<'a>>
+    where
+        R: BufferMut + ?Sized,
+        O: Operation + 'a,
+    {
+        let (comm, rank) = (self.comm.clone(), self.rank);
+        engine::start(scope, async move {
+            comm.process_at_rank(rank)
+                .reduce_into_root_in_place_future(buf, op, Mode::Immediate)
+                .await
+        })
+    }
+
+    async fn reduce_into_root_in_place_future<R, O>(
+        &self,
+        buf: &mut R,
+        op: O,
+        mode: Mode,
+    ) -> Result<()>
+    where
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
         let root = self.root(true)?;
         let mut output = Output::new(buf)?;
         let red = Reduction::new(&op, output.element_type())?;
-        self.comm.reduce_bytes(root, output.bytes_mut(), &red)?;
+        self.comm
+            .reduce_bytes(root, output.bytes_mut(), &red, mode)
+            .await?;
         output.finish()
     }
 }

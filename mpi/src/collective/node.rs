@@ -36,11 +36,12 @@
 //! with messages (`MPI_ERR_TRUNCATE` when it would receive more,
 //! `MPI_ERR_COUNT` less) after taking its part.
 //!
-//! A waiting process polls the device now and then (messages keep
-//! moving), yields the processor now and then (a node with more processes
+//! A waiting process polls the device now and then (messages and
+//! pending non-blocking collectives keep moving), yields the processor now and then (a node with more processes
 //! than cores), and naps briefly once it has waited longer than the
 //! device's spin time, since no one wakes it from a kernel sleep.
 
+use super::engine::block_on;
 use super::op::Reduction;
 use super::team::Team;
 use super::typed::{Input, Output};
@@ -117,7 +118,11 @@ impl NodeRegion {
         {
             let mine = Input::new(&mine)?;
             let mut gathered = Output::new(&mut all[..])?;
-            super::algorithms::all_gather(t, mine.bytes(), gathered.bytes_mut())?;
+            block_on(super::algorithms::all_gather(
+                t,
+                mine.bytes(),
+                gathered.bytes_mut(),
+            ))?;
             gathered.finish()?;
         }
         let one_host = host.is_some() && all.chunks_exact(8).all(|p| p[..4] == mine[..4]);
@@ -269,6 +274,11 @@ impl NodeRegion {
                     }
                     Ok(d.idle(&mut idle))
                 })?;
+                // Pending non-blocking collectives move on too: another
+                // process may wait for this one's part of them.
+                if super::engine::has_pending() {
+                    super::engine::advance()?;
+                }
                 if tired {
                     std::thread::sleep(NAP);
                 } else if checks.is_multiple_of(YIELD_EVERY) {
@@ -347,7 +357,11 @@ fn agree(t: &Team, yes: bool) -> Result<bool> {
     let reduction = Reduction::new(&band, crate::datatype::ElementType::of::<u64>())?;
     let mut word = [u64::from(yes)];
     let mut output = Output::new(&mut word[..])?;
-    super::algorithms::all_reduce(t, output.bytes_mut(), &reduction)?;
+    block_on(super::algorithms::all_reduce(
+        t,
+        output.bytes_mut(),
+        &reduction,
+    ))?;
     output.finish()?;
     Ok(word[0] == 1)
 }

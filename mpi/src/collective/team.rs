@@ -1,22 +1,33 @@
 //! The message layer of the collectives: a [`Team`] of processes that
 //! exchange messages on one context, and [`Scratch`] buffers.
 //!
-//! Every algorithm is a sequence of [`Team::exchange`] steps. A step posts
-//! its receives first, then its sends (device requests on the collective
-//! context), and waits for all of them before it returns: no step waits
-//! for a send whose receiver could be waiting for it, so a step never
-//! deadlocks, whatever protocol (eager or rendezvous) the messages take,
-//! and no buffer is used by the device after its borrow ends.
+//! Every algorithm is an `async fn`: a sequence of [`Team::exchange`]
+//! steps. A step posts its receives first, then its sends (device
+//! requests on the collective context), and is done once all of them are
+//! complete: no step waits for a send whose receiver could be waiting for
+//! it, so a step never deadlocks, whatever protocol (eager or rendezvous)
+//! the messages take, and no buffer is used by the device after its
+//! borrow ends. `engine` carries the algorithms out: to the end at once
+//! for a blocking collective, or step by step as progress is made for a
+//! non-blocking one.
 //!
-//! Messages of one collective kind carry one internal tag (negative, so
-//! never one a program can use); consecutive collectives on a communicator
-//! stay apart because every process calls them in the same order and the
-//! messages between two processes are not overtaken.
+//! The messages of one collective carry an internal tag (negative, so
+//! never one a program can use) made of its kind and of its number in
+//! the sequence of the communicator's collectives, which every process
+//! counts alike because all start them in the same order
+//! ([`CollectiveTag::numbered`]). So several non-blocking collectives
+//! under way at once on a communicator never take each other's messages,
+//! whatever order they advance in; within one collective, messages
+//! between two processes are not overtaken.
 
+use super::engine;
 use crate::{progress_until, with_device, Error, ErrorClass, Result};
-use oxmpi_adi::device::{MatchPattern, MessageEnvelope, RequestId, Status};
+use oxmpi_adi::device::{Device, MatchPattern, MessageEnvelope, RequestId, Status};
 use oxmpi_adi::transport::PeerRank;
 use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 /// The tag of each kind of collective's messages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,6 +49,32 @@ pub(crate) enum CollectiveTag {
     Communicator = -13,
     /// The making of a communicator's shared region (`node`).
     Node = -14,
+}
+
+/// How many collectives a communicator numbers apart before the numbers
+/// (and tags) come round again: 2^27, so that a tag holds the number and
+/// the kind.
+const SEQUENCE_SPAN: u32 = 1 << 27;
+
+impl CollectiveTag {
+    /// The tag of the messages of the collective numbered `sequence` on
+    /// its communicator: `-(sequence mod 2^27 * 16 + kind)`, always below
+    /// -1 (the kinds are 2 to 14).
+    pub(crate) fn numbered(self, sequence: u32) -> i32 {
+        let kind = -(self as i32);
+        -(((sequence % SEQUENCE_SPAN) as i32) << 4 | kind)
+    }
+}
+
+/// The kind in the tags of exchanges that are not numbered collectives
+/// (neighbourhood steps, an intercommunicator's broadcast): no
+/// [`CollectiveTag`] has it, so they never match a numbered collective's
+/// messages, pending or not.
+const UNNUMBERED_KIND: i32 = 15;
+
+/// The tag of the unnumbered exchange `index` (see [`UNNUMBERED_KIND`]).
+pub(crate) fn unnumbered_tag(index: u32) -> i32 {
+    -(((index % SEQUENCE_SPAN) as i32) << 4 | UNNUMBERED_KIND)
 }
 
 /// The processes of one collective operation, as seen from one of them.
@@ -99,10 +136,26 @@ impl<'a> Team<'a> {
         }
     }
 
-    /// Runs the operation `f` on the team: its result, or the first
-    /// mismatch of lengths it met.
+    /// Runs the blocking operation `f` on the team: its result, or the
+    /// first mismatch of lengths it met.
     pub(crate) fn run<R>(&self, f: impl FnOnce(&Team<'a>) -> Result<R>) -> Result<R> {
-        let result = f(self)?;
+        let result = f(self);
+        self.outcome(result)
+    }
+
+    /// Carries out `algorithm` (an algorithm over this team) to its end:
+    /// its result, or the first mismatch of lengths it met.
+    pub(crate) async fn complete<R>(
+        &self,
+        algorithm: impl Future<Output = Result<R>>,
+    ) -> Result<R> {
+        let result = algorithm.await;
+        self.outcome(result)
+    }
+
+    /// `result`, unless it succeeded after a mismatch was noted.
+    fn outcome<R>(&self, result: Result<R>) -> Result<R> {
+        let result = result?;
         match self.mismatch.borrow_mut().take() {
             Some(e) => Err(e),
             None => Ok(result),
@@ -110,16 +163,21 @@ impl<'a> Team<'a> {
     }
 
     /// One step: receives into each buffer of `recvs` a message from its
-    /// member, and sends each buffer of `sends` to its member. Returns
-    /// once all are complete. A received message of another length than
-    /// its buffer is noted (see [`Team::run`]) and the step goes on; any
+    /// member, and sends each buffer of `sends` to its member; done once
+    /// all are complete. A received message of another length than its
+    /// buffer is noted (see [`Team::complete`]) and the step goes on; any
     /// other failure (a lost peer) is returned.
-    pub(crate) fn exchange(
+    ///
+    /// The buffers stay borrowed until the step is done; a step dropped
+    /// before that takes back the receives it can and waits for the rest
+    /// (see [`Messages`]), so the device never uses a buffer after its
+    /// borrow ends.
+    pub(crate) async fn exchange(
         &self,
         sends: &[(usize, &[u8])],
         recvs: &mut [(usize, &mut [u8])],
     ) -> Result<()> {
-        let mut started: Vec<RequestId> = Vec::with_capacity(sends.len() + recvs.len());
+        let mut messages = Messages::default();
         let envelope = MessageEnvelope {
             context_id: self.context,
             source: self.source_of(self.rank),
@@ -132,9 +190,10 @@ impl<'a> Team<'a> {
                     source: Some(self.source_of(*from)),
                     tag: Some(self.tag),
                 };
-                // SAFETY: `buf` stays exclusively borrowed until this
-                // function returns, and it returns only once the request
-                // is complete (below, also when posting fails).
+                // SAFETY: `buf` stays exclusively borrowed until this step
+                // is done, and `messages` (dropped first, also when the
+                // step is dropped unfinished) waits for the request to
+                // complete.
                 let id = unsafe {
                     d.start_recv(
                         pattern,
@@ -143,32 +202,28 @@ impl<'a> Team<'a> {
                         buf.len(),
                     )
                 }?;
-                started.push(id);
+                messages.ids.push(id);
             }
             for &(to, bytes) in sends {
                 // SAFETY: `bytes` stays borrowed, unmodified, until this
-                // function returns, which it does only once the request
-                // is complete.
+                // step is done, and `messages` waits for the request to
+                // complete.
                 let id = unsafe {
                     d.start_send(self.world[to], envelope, bytes.as_ptr(), bytes.len(), false)
                 }?;
-                started.push(id);
+                messages.ids.push(id);
             }
-            Ok(())
+            // Often all are done at once (eager sends, receives of
+            // messages that had arrived): then no wait, and no second
+            // turn of the device lock.
+            messages.take_if_complete(d)
         });
-        if let Err(e) = posted {
-            // Nothing may outlive the step: take back the receives that
-            // can be taken back, and let the rest complete.
-            with_device(|d| {
-                for &id in &started {
-                    d.cancel(id);
-                }
-                Ok(())
-            })?;
-            complete(&started)?;
-            return Err(e);
-        }
-        let statuses = complete(&started)?;
+        // A failure to post drops `messages`, which takes back or waits
+        // for what was posted.
+        let statuses = match posted? {
+            Some(statuses) => statuses,
+            None => (&mut messages).await?,
+        };
         let (received, sent) = statuses.split_at(recvs.len());
         for (status, (from, buf)) in received.iter().zip(recvs.iter()) {
             self.judge_receive(status, *from, buf.len())?;
@@ -213,35 +268,47 @@ impl<'a> Team<'a> {
     }
 
     /// Sends `bytes` to `to`.
-    pub(crate) fn send(&self, to: usize, bytes: &[u8]) -> Result<()> {
-        self.exchange(&[(to, bytes)], &mut [])
+    pub(crate) async fn send(&self, to: usize, bytes: &[u8]) -> Result<()> {
+        self.exchange(&[(to, bytes)], &mut []).await
     }
 
     /// Receives into `buf` from `from`.
-    pub(crate) fn receive(&self, from: usize, buf: &mut [u8]) -> Result<()> {
-        self.exchange(&[], &mut [(from, buf)])
+    pub(crate) async fn receive(&self, from: usize, buf: &mut [u8]) -> Result<()> {
+        self.exchange(&[], &mut [(from, buf)]).await
     }
 
     /// Sends `bytes` to `to` while receiving into `buf` from `from`.
-    pub(crate) fn send_receive(
+    pub(crate) async fn send_receive(
         &self,
         to: usize,
         bytes: &[u8],
         from: usize,
         buf: &mut [u8],
     ) -> Result<()> {
-        self.exchange(&[(to, bytes)], &mut [(from, buf)])
+        self.exchange(&[(to, bytes)], &mut [(from, buf)]).await
     }
 }
 
-/// Waits for every request of `ids` and takes their statuses, in order.
-fn complete(ids: &[RequestId]) -> Result<Vec<Status>> {
-    progress_until(|d| {
-        if !ids.iter().all(|&id| d.is_complete(id)) {
+/// The device requests of one step, as a future of their statuses (in
+/// order) once all are complete. Dropped with requests still pending (the
+/// step was abandoned, or failed while posting), it cancels the receives
+/// that have not matched and waits until every request is complete, so
+/// that no buffer outlives its use by the device.
+#[derive(Default)]
+struct Messages {
+    ids: Vec<RequestId>,
+}
+
+impl Messages {
+    /// Every request's status, taken from the device, if all are
+    /// complete; otherwise nothing is taken.
+    fn take_if_complete(&mut self, d: &mut Device) -> Result<Option<Vec<Status>>> {
+        if !self.ids.iter().all(|&id| d.is_complete(id)) {
             return Ok(None);
         }
-        ids.iter()
-            .map(|&id| {
+        std::mem::take(&mut self.ids)
+            .into_iter()
+            .map(|id| {
                 d.take_status(id).ok_or_else(|| {
                     Error::new(
                         ErrorClass::Intern,
@@ -251,7 +318,54 @@ fn complete(ids: &[RequestId]) -> Result<Vec<Status>> {
             })
             .collect::<Result<Vec<_>>>()
             .map(Some)
-    })
+    }
+}
+
+impl Future for &mut Messages {
+    type Output = Result<Vec<Status>>;
+
+    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Self::Output> {
+        let messages = self.get_mut();
+        match with_device(|d| messages.take_if_complete(d)) {
+            Ok(Some(statuses)) => Poll::Ready(Ok(statuses)),
+            Ok(None) => {
+                engine::waiting_for(&messages.ids);
+                Poll::Pending
+            }
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+}
+
+impl Drop for Messages {
+    fn drop(&mut self) {
+        if self.ids.is_empty() {
+            return;
+        }
+        let ids = std::mem::take(&mut self.ids);
+        let finished = with_device(|d| {
+            for &id in &ids {
+                d.cancel(id);
+            }
+            Ok(())
+        })
+        .and_then(|()| {
+            progress_until(|d| {
+                if !ids.iter().all(|&id| d.is_complete(id)) {
+                    return Ok(None);
+                }
+                for &id in &ids {
+                    d.take_status(id);
+                }
+                Ok(Some(()))
+            })
+        });
+        // Either way the buffers are free: a failed peer's requests are
+        // failed, not pending, and without a device nothing uses them.
+        if let Err(e) = finished {
+            eprintln!("oxmpi: finishing an abandoned collective step failed: {e}");
+        }
+    }
 }
 
 /// A temporary buffer of bytes, aligned for every element type (16
@@ -290,5 +404,38 @@ impl Scratch {
         // SAFETY: as in `bytes`, borrowed exclusively; any bytes make a
         // valid `u128`.
         unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr().cast::<u8>(), self.len) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbered_tags_are_internal_and_distinct() {
+        let kinds = [
+            CollectiveTag::Barrier,
+            CollectiveTag::Broadcast,
+            CollectiveTag::AllReduce,
+            CollectiveTag::ExclusiveScan,
+            CollectiveTag::Communicator,
+        ];
+        let sequences = [0, 1, 2, 1000, SEQUENCE_SPAN - 1, u32::MAX];
+        let mut tags = Vec::new();
+        for kind in kinds {
+            for sequence in sequences {
+                let tag = kind.numbered(sequence);
+                assert!(tag < -1, "{kind:?} {sequence}: {tag}");
+                tags.push(tag);
+            }
+        }
+        // u32::MAX comes round to SEQUENCE_SPAN - 1; all others differ.
+        tags.sort_unstable();
+        tags.dedup();
+        assert_eq!(tags.len(), kinds.len() * (sequences.len() - 1));
+        assert_eq!(
+            CollectiveTag::Scan.numbered(SEQUENCE_SPAN),
+            CollectiveTag::Scan.numbered(0)
+        );
     }
 }
