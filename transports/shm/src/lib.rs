@@ -68,6 +68,7 @@
 //!   grows with its ranks, not with their square; `MPI_LOCALNRANKS` (set
 //!   by the launcher) says how many there are, else the job's size.
 
+mod cma;
 mod conn;
 mod host;
 mod inbound;
@@ -76,8 +77,10 @@ mod ring;
 mod segment;
 mod sys;
 
+pub use cma::CMA_ENV;
 pub use proto::SHM_VERSION;
 
+use cma::{Cma, Refusal};
 use conn::{take_message, write_message, Conn, InStep, OutStep, Role};
 use host::Card;
 use inbound::{InLink, ReadState};
@@ -130,10 +133,15 @@ pub struct ShmConfig {
     /// Bytes of cells in each queue: a power of two from
     /// [`QUEUE_SIZE_MIN`] to [`QUEUE_SIZE_MAX`].
     pub queue_size: usize,
+    /// Whether long messages may be copied with cross-memory attach
+    /// ([`CMA_ENV`]); where the kernel refuses, they go through the queue
+    /// anyway.
+    pub cross_memory_attach: bool,
 }
 
 impl ShmConfig {
-    /// Reads `OXMPI_SHM_EAGER_LIMIT` and `OXMPI_SHM_QUEUE_SIZE`, and
+    /// Reads `OXMPI_SHM_EAGER_LIMIT`, `OXMPI_SHM_QUEUE_SIZE`,
+    /// `OXMPI_SHM_CMA`, and
     /// `MPI_LOCALNRANKS` for the default queue size of a rank of `job`.
     pub fn from_env(job: &JobInfo) -> Result<ShmConfig> {
         let bytes = |var: &str, default: usize| match std::env::var(var) {
@@ -152,6 +160,7 @@ impl ShmConfig {
         let config = ShmConfig {
             eager_limit: bytes(EAGER_LIMIT_ENV, 64 * 1024)?,
             queue_size: bytes(QUEUE_SIZE_ENV, Self::default_queue_size(local_ranks))?,
+            cross_memory_attach: cma::allowed_by_env()?,
         };
         config.check()?;
         Ok(config)
@@ -234,6 +243,9 @@ struct Peer {
     queue: VecDeque<Outgoing>,
     /// The connection the peer opened to hand us its queue.
     in_conn: Option<usize>,
+    /// The peer's process, as the kernel knows the other end of a set-up
+    /// connection: what cross-memory attach copies from and to.
+    pid: Option<libc::pid_t>,
     failed: Option<Error>,
 }
 
@@ -272,6 +284,7 @@ pub struct ShmTransport {
     armed: bool,
     /// Tokens epoll reported ready (kept to avoid an allocation per look).
     ready: Vec<u64>,
+    cma: Cma,
 }
 
 // SAFETY: the raw pointers in queued zero-copy packets refer to memory the
@@ -322,6 +335,7 @@ impl ShmTransport {
             .and_then(|()| epoll.add(wake.as_fd(), WAKE))
             .map_err(|e| Error::os("registering the shm listener", e))?;
         Ok(ShmTransport {
+            cma: Cma::new(job.rank, config.cross_memory_attach),
             job: job.clone(),
             config,
             card: Card::format(&host, &name),
@@ -362,6 +376,36 @@ impl ShmTransport {
 
     fn cells(&self) -> u64 {
         (self.config.queue_size / CELL) as u64
+    }
+
+    /// Runs the cross-memory copy `copy` of `len` bytes at `remote` in
+    /// `peer`'s process: `Ok(false)` if copies are off or the kernel
+    /// refuses them; an error (and the peer failed) if the peer named
+    /// memory it does not have or is gone.
+    fn remote_copy(
+        &mut self,
+        peer: PeerRank,
+        remote: u64,
+        len: usize,
+        copy: impl FnOnce(libc::pid_t) -> io::Result<()>,
+    ) -> Result<bool> {
+        self.check_peer(peer)?;
+        let Some(pid) = self.peers[peer].pid.filter(|_| self.cma.enabled()) else {
+            return Ok(false);
+        };
+        match copy(pid) {
+            Ok(()) => {
+                self.cma.worked(peer);
+                Ok(true)
+            }
+            Err(e) => match self.cma.judge(peer, remote, len, e) {
+                Refusal::Refused => Ok(false),
+                Refusal::Peer(error) => {
+                    self.fail_peer(peer, error.clone());
+                    Err(error)
+                }
+            },
+        }
     }
 
     /// Checks that `peer` is another rank of the job that has not failed.
@@ -781,6 +825,7 @@ impl ShmTransport {
                     Verdict::Accept => {
                         *step = OutStep::Ready;
                         self.connecting -= 1;
+                        self.peers[peer].pid = sys::peer_pid(&conn.stream).ok();
                         if let Some(link) = self.peers[peer].out.as_mut() {
                             link.ready = true;
                         }
@@ -895,6 +940,7 @@ impl ShmTransport {
         *step = InStep::Ready { peer };
         conn.inbox.clear();
         p.in_conn = Some(index);
+        p.pid = sys::peer_pid(&conn.stream).ok();
         p.name.get_or_insert(name);
         let consumer = Consumer::new(segment);
         if self.armed {
@@ -1077,6 +1123,50 @@ impl Transport for ShmTransport {
 
     fn has_pending_sends(&self) -> bool {
         !self.backlog.is_empty() || !self.completed.is_empty()
+    }
+
+    fn offers_remote_copy(&self, peer: PeerRank) -> bool {
+        self.cma.enabled()
+            && self
+                .peers
+                .get(peer)
+                .is_some_and(|p| p.pid.is_some() && p.failed.is_none())
+    }
+
+    unsafe fn remote_read(
+        &mut self,
+        peer: PeerRank,
+        remote: u64,
+        local: *mut u8,
+        len: usize,
+    ) -> Result<bool> {
+        if len == 0 {
+            return Ok(true);
+        }
+        // SAFETY: the caller gives `local` valid for writes of `len`
+        // bytes, touched by nothing else during the call.
+        let local = unsafe { std::slice::from_raw_parts_mut(local, len) };
+        self.remote_copy(peer, remote, len, |pid| {
+            sys::read_remote(pid, remote, local)
+        })
+    }
+
+    unsafe fn remote_write(
+        &mut self,
+        peer: PeerRank,
+        local: *const u8,
+        remote: u64,
+        len: usize,
+    ) -> Result<bool> {
+        if len == 0 {
+            return Ok(true);
+        }
+        // SAFETY: the caller gives `local` valid for reads of `len` bytes
+        // during the call.
+        let local = unsafe { std::slice::from_raw_parts(local, len) };
+        self.remote_copy(peer, remote, len, |pid| {
+            sys::write_remote(pid, local, remote)
+        })
     }
 }
 
