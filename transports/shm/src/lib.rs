@@ -35,7 +35,11 @@
 //! when there is room; a long one's payload (`send_zcopy`) streams from the
 //! caller's buffer through the queue in frames of up to 16 KiB, which the
 //! receiver copies straight into the buffer the ADI names while the sender
-//! writes the next (a pipelined copy, for messages of any size). What does
+//! writes the next (a pipelined copy, for messages of any size): the path
+//! of long messages where cross-memory attach is off or refused. Otherwise
+//! the ADI's remote-copy rendezvous moves them with a single copy between
+//! the two buffers, through [`Transport::remote_read`] and
+//! [`Transport::remote_write`] (module `cma`). What does
 //! not fit waits in the peer's queue of outgoing packets (copied, for
 //! `send`) and goes from [`Transport::poll`]: a full queue is back-pressure,
 //! never loss.
@@ -59,6 +63,8 @@
 //! rest of the job goes on.
 //!
 //! # Environment
+//! - `OXMPI_SHM_CMA`: `0` turns the single copy of long messages off
+//!   (default `1`).
 //! - `OXMPI_SHM_EAGER_LIMIT`: largest message in bytes sent eagerly
 //!   (default 65536).
 //! - `OXMPI_SHM_QUEUE_SIZE`: bytes of cells in each queue, a power of two
