@@ -64,9 +64,9 @@ fn eager_header() -> Header {
         tag: 99,
         flags: FLAG_SYNC,
         message_len: 8,
-        payload_len: 8,
         sender_token: (7 << 32) | 3,
         receiver_token: 0,
+        address: 0,
     }
 }
 

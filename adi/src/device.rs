@@ -14,7 +14,9 @@
 //!   ([`Device::start_send`]): short messages go eager (header and data in
 //!   one packet), long ones by rendezvous (RTS, CTS, then the data sent from
 //!   the user's buffer without a copy and placed in the receiver's buffer
-//!   without a copy);
+//!   without a copy; or, where the transport offers remote memory copy,
+//!   copied between the two buffers by both sides at once, see
+//!   [`crate::proto`]);
 //! - the progress engine, [`Device::check_device`] (the seed's
 //!   `MPID_Check_device`): it polls every transport; a blocking call spins
 //!   for a while (latency) and then sleeps in the kernel on the transports'
@@ -26,7 +28,7 @@
 use crate::error::{Error, ErrorClass, Result};
 use crate::matching::{Envelope, Pattern, PostedQueue, UnexpectedQueue};
 use crate::pmi::Pmi;
-use crate::proto::{Header, Kind, FLAG_SYNC};
+use crate::proto::{remote_split, Header, Kind, FLAG_REMOTE, FLAG_SYNC};
 use crate::request::Slab;
 use crate::select::{card_key, Routes};
 use crate::selfvc::SelfTransport;
@@ -80,8 +82,13 @@ pub struct ProbeInfo {
 
 /// Where a request stands.
 enum Phase {
-    /// A long send announced with RTS, waiting for the receiver's CTS.
-    AwaitingCts { ptr: *const u8, len: usize },
+    /// A long send announced with RTS, waiting for the receiver's CTS;
+    /// `remote`: the RTS offered the buffer for remote memory copy.
+    AwaitingCts {
+        ptr: *const u8,
+        len: usize,
+        remote: bool,
+    },
     /// A synchronous eager send, waiting for the receiver's match.
     AwaitingAck,
     /// A long send whose CTS arrived: `accepted` bytes go to the
@@ -93,6 +100,17 @@ enum Phase {
     },
     /// A long send's data handed to the transport without a copy.
     SendingData,
+    /// A long send whose receiver copies by remote memory copy: this side
+    /// writes its share into the receiver's buffer at `address` once the
+    /// poll returns; `copied` counts the bytes written and those the
+    /// receiver reported read. Done when they reach `accepted`.
+    CopyingOut {
+        ptr: *const u8,
+        accepted: usize,
+        receiver_token: u64,
+        address: u64,
+        copied: usize,
+    },
     /// A receive in the posted queue.
     Posted,
     /// A receive whose payload is arriving straight into its buffer.
@@ -102,6 +120,16 @@ enum Phase {
     /// An operation the layer above carries out itself (a generalized
     /// request): it completes by [`Device::complete_generalized`] alone.
     Generalized,
+    /// A receive that matched an RTS offering remote memory copy of the
+    /// sender's buffer at `address`: it reads its share once the poll
+    /// returns (or answers with a plain CTS if it cannot); `copied` counts
+    /// the bytes read and those the sender reported written.
+    CopyingIn {
+        address: u64,
+        sender_token: u64,
+        accepted: usize,
+        copied: usize,
+    },
     /// Finished; the status is final.
     Done,
 }
@@ -159,6 +187,8 @@ enum Unexpected {
         peer: PeerRank,
         sender_token: u64,
         len: usize,
+        /// The sender's buffer, when it offers remote memory copy.
+        remote: Option<u64>,
     },
 }
 
@@ -234,10 +264,18 @@ enum Deferred {
         header: Header,
         fails: Option<u64>,
     },
-    Data {
-        token: u64,
-    },
+    /// A long send's data (or, by remote copy, its share), after its CTS.
+    Data { token: u64 },
+    /// A receive's remote copy out of the sender's buffer: its share after
+    /// matching, or the sender's share too when the sender could not
+    /// write it (`rest`).
+    Pull { token: u64, rest: bool },
 }
+
+/// Bytes the receiver of a remote-copy rendezvous reads before it sends
+/// its CTS: a read the system refuses (ptrace restrictions) then still
+/// allows a plain CTS, and costs the sender only a page's copy of delay.
+const FIRST_READ: usize = 4096;
 
 /// Everything but the transports, so a transport can borrow it as its
 /// [`PacketSink`] while the device borrows the transport.
@@ -617,18 +655,26 @@ impl Device {
         let mut status = Status::empty();
         status.count = len;
         let eager = len <= self.transports[t].eager_limit();
+        let remote = !eager && len > 0 && self.transports[t].offers_remote_copy(peer);
         let phase = match (eager, synchronous) {
             (true, false) => Phase::Done,
             (true, true) => Phase::AwaitingAck,
-            (false, _) => Phase::AwaitingCts { ptr: buf, len },
+            (false, _) => Phase::AwaitingCts {
+                ptr: buf,
+                len,
+                remote,
+            },
         };
+        if remote {
+            header.flags |= FLAG_REMOTE;
+            header.address = buf as u64;
+        }
         let token = self
             .core
             .requests
             .insert(Request::new(Some(peer), phase, status));
         header.sender_token = token;
         let sent = if eager {
-            header.payload_len = len as u64;
             let payload = if len == 0 {
                 &[][..]
             } else {
@@ -954,6 +1000,11 @@ impl Device {
                         self.core.fail_token(token, e);
                     }
                 }
+                Deferred::Pull { token, rest } => {
+                    if let Err(e) = self.pull(token, rest) {
+                        self.core.fail_token(token, e);
+                    }
+                }
             }
         }
     }
@@ -963,6 +1014,19 @@ impl Device {
         let Some(r) = self.core.requests.get_mut(token) else {
             return Ok(());
         };
+        if let (
+            &Phase::CopyingOut {
+                ptr,
+                accepted,
+                receiver_token,
+                address,
+                ..
+            },
+            Some(peer),
+        ) = (&r.phase, r.peer)
+        {
+            return self.write_share(token, peer, ptr, accepted, receiver_token, address);
+        }
         let (
             Phase::Cleared {
                 ptr,
@@ -979,7 +1043,6 @@ impl Device {
         let t = self.bind(peer)?;
         let mut header = Header::new(Kind::Data);
         header.message_len = accepted as u64;
-        header.payload_len = accepted as u64;
         header.receiver_token = receiver_token;
         // Not stamped: data packets are not sequenced, so the transport may
         // carry them on any of its connections to the peer.
@@ -987,6 +1050,140 @@ impl Device {
         // until this request completes, which happens only on the
         // transport's completion (or failure) report for `token`.
         unsafe { self.transports[t].send_zcopy(peer, &header, ptr, accepted, token) }
+    }
+
+    /// The sender's share of a remote-copy rendezvous: the bytes beyond
+    /// [`remote_split`], written into the receiver's buffer at `address`,
+    /// then reported with WriteDone (0 if the system refused the copy: the
+    /// receiver then reads them).
+    fn write_share(
+        &mut self,
+        token: u64,
+        peer: PeerRank,
+        ptr: *const u8,
+        accepted: usize,
+        receiver_token: u64,
+        address: u64,
+    ) -> Result<()> {
+        let split = remote_split(accepted);
+        let share = accepted - split;
+        if share == 0 {
+            return Ok(());
+        }
+        let t = self.bind(peer)?;
+        // SAFETY: `start_send`'s caller keeps the buffer valid for `len`
+        // bytes until the request completes, which needs this share;
+        // `split + share == accepted <= len`. The remote address was
+        // checked by `Header::decode` not to wrap.
+        let written = unsafe {
+            self.transports[t].remote_write(peer, ptr.add(split), address + split as u64, share)?
+        };
+        let mut header = Header::new(Kind::WriteDone);
+        header.receiver_token = receiver_token;
+        header.message_len = if written { share as u64 } else { 0 };
+        self.send_packet(peer, header, &[])?;
+        if written {
+            self.count_copied_out(token, share);
+        }
+        Ok(())
+    }
+
+    /// `n` more bytes of the remote-copy send `token` are copied; it
+    /// completes when all are.
+    fn count_copied_out(&mut self, token: u64, n: usize) {
+        if let Some(r) = self.core.requests.get_mut(token) {
+            if let Phase::CopyingOut {
+                accepted,
+                ref mut copied,
+                ..
+            } = r.phase
+            {
+                *copied += n;
+                if *copied == accepted {
+                    r.phase = Phase::Done;
+                }
+            }
+        }
+    }
+
+    /// The receiver's reads of a remote-copy rendezvous. First (`rest`
+    /// false): a first page, which tells whether the system allows the
+    /// copy at all (if not, a plain CTS asks for data packets), then the
+    /// CTS, then the rest of this side's share. Later, if the sender could
+    /// not write its share (`rest`), that share. Each read is reported to
+    /// the sender with ReadDone, which frees its buffer once all is read.
+    fn pull(&mut self, token: u64, rest: bool) -> Result<()> {
+        let Some(r) = self.core.requests.get_mut(token) else {
+            return Ok(());
+        };
+        let (
+            &Phase::CopyingIn {
+                address,
+                sender_token,
+                accepted,
+                ..
+            },
+            Some(peer),
+        ) = (&r.phase, r.peer)
+        else {
+            return Ok(());
+        };
+        let buf = r.buf;
+        let t = self.bind(peer)?;
+        let split = remote_split(accepted);
+        let (from, to) = if rest { (split, accepted) } else { (0, split) };
+        let mut at = from;
+        if !rest {
+            let first = split.min(FIRST_READ);
+            // SAFETY: `start_recv`'s caller gave a buffer writable for `cap`
+            // bytes, unaliased until the request completes; `first <=
+            // accepted <= cap`.
+            let allowed = self.transports[t].offers_remote_copy(peer)
+                && unsafe { self.transports[t].remote_read(peer, address, buf, first)? };
+            let mut cts = Header::new(Kind::Cts);
+            cts.message_len = accepted as u64;
+            cts.sender_token = sender_token;
+            cts.receiver_token = token;
+            if !allowed {
+                if let Some(r) = self.core.requests.get_mut(token) {
+                    r.phase = Phase::AwaitingData { accepted };
+                }
+                return self.send_packet(peer, cts, &[]);
+            }
+            cts.flags = FLAG_REMOTE;
+            cts.address = buf as u64;
+            self.send_packet(peer, cts, &[])?;
+            at = first;
+        }
+        if to > at {
+            // SAFETY: as above, `at..to` lies within `accepted <= cap`; the
+            // sender writes only beyond `split`, so no byte of this read
+            // is written by the peer meanwhile.
+            let done = unsafe {
+                self.transports[t].remote_read(peer, address + at as u64, buf.add(at), to - at)?
+            };
+            if !done {
+                return Err(Error::new(
+                    ErrorClass::Other,
+                    format!(
+                        "the system refused a remote copy from rank {peer} in the middle of a message"
+                    ),
+                ));
+            }
+        }
+        let mut header = Header::new(Kind::ReadDone);
+        header.sender_token = sender_token;
+        header.message_len = (to - from) as u64;
+        self.send_packet(peer, header, &[])?;
+        if let Some(r) = self.core.requests.get_mut(token) {
+            if let Phase::CopyingIn { ref mut copied, .. } = r.phase {
+                *copied += to - from;
+                if *copied == accepted {
+                    finish_receive(r, accepted);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Finalizes the device: lets every queued send leave, waits for all
@@ -1039,20 +1236,40 @@ impl Core {
                 peer,
                 sender_token,
                 len,
+                remote,
             } => {
                 r.peer = Some(peer);
-                self.accept_rts(token, peer, sender_token, len);
+                self.accept_rts(token, peer, sender_token, len, remote);
             }
         }
     }
 
-    /// A receive matched an RTS: answer with CTS saying how much fits.
-    fn accept_rts(&mut self, token: u64, peer: PeerRank, sender_token: u64, len: usize) {
+    /// A receive matched an RTS: answer with CTS saying how much fits, or,
+    /// if the sender offers its buffer at `remote`, copy by remote memory
+    /// copy once the poll returns ([`Device::pull`] sends the CTS).
+    fn accept_rts(
+        &mut self,
+        token: u64,
+        peer: PeerRank,
+        sender_token: u64,
+        len: usize,
+        remote: Option<u64>,
+    ) {
         let Some(r) = self.requests.get_mut(token) else {
             return;
         };
         let accepted = len.min(r.cap);
         r.message_len = len;
+        if let Some(address) = remote.filter(|_| accepted > 0) {
+            r.phase = Phase::CopyingIn {
+                address,
+                sender_token,
+                accepted,
+                copied: 0,
+            };
+            self.deferred.push(Deferred::Pull { token, rest: false });
+            return;
+        }
         r.phase = Phase::AwaitingData { accepted };
         let mut header = Header::new(Kind::Cts);
         header.message_len = accepted as u64;
@@ -1085,13 +1302,6 @@ impl Core {
         })
     }
 
-    fn protocol_error(&self, peer: PeerRank, what: impl std::fmt::Display) -> Error {
-        Error::new(
-            ErrorClass::ProcFailed,
-            format!("rank {peer} broke the protocol: {what}"),
-        )
-    }
-
     fn handle_header(
         &mut self,
         transport: usize,
@@ -1108,14 +1318,17 @@ impl Core {
             Binding::Unbound => vc.binding = Binding::Arrived(transport),
             Binding::Bound(t) | Binding::Arrived(t) if t == transport => {}
             Binding::Bound(_) | Binding::Arrived(_) => {
-                return Err(self.protocol_error(peer, "packet arrived over a second transport"))
+                return Err(protocol_error(
+                    peer,
+                    "packet arrived over a second transport",
+                ))
             }
             Binding::Failed(ref e) => return Err(e.clone()),
         }
         if h.kind.is_sequenced() {
             if h.sequence != vc.recv_sequence {
                 let expected = vc.recv_sequence;
-                return Err(self.protocol_error(
+                return Err(protocol_error(
                     peer,
                     format!("packet sequence {} where {expected} was due", h.sequence),
                 ));
@@ -1131,7 +1344,7 @@ impl Core {
             Kind::Eager => {
                 let len = h.message_len as usize;
                 if len > self.eager_limits[transport] {
-                    return Err(self.protocol_error(
+                    return Err(protocol_error(
                         peer,
                         format!(
                             "eager message of {len} bytes exceeds the limit of {}",
@@ -1174,8 +1387,9 @@ impl Core {
             }
             Kind::Rts => {
                 let len = usize::try_from(h.message_len).map_err(|_| {
-                    self.protocol_error(peer, "message longer than this machine's address space")
+                    protocol_error(peer, "message longer than this machine's address space")
                 })?;
+                let remote = (h.flags & FLAG_REMOTE != 0).then_some(h.address);
                 match self.posted.take_match(&envelope) {
                     Some(token) => {
                         if let Some(r) = self.requests.get_mut(token) {
@@ -1183,7 +1397,7 @@ impl Core {
                             r.status.source = h.source;
                             r.status.tag = h.tag;
                         }
-                        self.accept_rts(token, peer, h.sender_token, len);
+                        self.accept_rts(token, peer, h.sender_token, len, remote);
                     }
                     None => self.unexpected.push(
                         envelope,
@@ -1191,6 +1405,7 @@ impl Core {
                             peer,
                             sender_token: h.sender_token,
                             len,
+                            remote,
                         },
                     ),
                 }
@@ -1198,24 +1413,39 @@ impl Core {
             }
             Kind::Cts => {
                 let token = h.sender_token;
+                let copy = h.flags & FLAG_REMOTE != 0;
                 let ok = self.requests.get(token).is_some_and(|r| {
                     r.peer == Some(peer)
-                        && matches!(r.phase, Phase::AwaitingCts { len, .. } if h.message_len <= len as u64)
+                        && matches!(r.phase, Phase::AwaitingCts { len, remote, .. }
+                            if h.message_len <= len as u64 && (remote || !copy))
                 });
                 if !ok {
-                    return Err(
-                        self.protocol_error(peer, format!("CTS for unknown send {token:#x}"))
-                    );
+                    return Err(protocol_error(
+                        peer,
+                        format!(
+                            "CTS for unknown send {token:#x} (or a remote copy it did not offer)"
+                        ),
+                    ));
                 }
                 if let Some(r) = self.requests.get_mut(token) {
                     if let Phase::AwaitingCts { ptr, .. } = r.phase {
                         let accepted = h.message_len as usize;
                         // The send reports the count the receiver took.
                         r.status.count = accepted;
-                        r.phase = Phase::Cleared {
-                            ptr,
-                            accepted,
-                            receiver_token: h.receiver_token,
+                        r.phase = if copy {
+                            Phase::CopyingOut {
+                                ptr,
+                                accepted,
+                                receiver_token: h.receiver_token,
+                                address: h.address,
+                                copied: 0,
+                            }
+                        } else {
+                            Phase::Cleared {
+                                ptr,
+                                accepted,
+                                receiver_token: h.receiver_token,
+                            }
                         };
                     }
                 }
@@ -1229,9 +1459,10 @@ impl Core {
                         && matches!(r.phase, Phase::AwaitingData { accepted } if accepted as u64 == h.message_len)
                 });
                 if !ok {
-                    return Err(
-                        self.protocol_error(peer, format!("data for unknown receive {token:#x}"))
-                    );
+                    return Err(protocol_error(
+                        peer,
+                        format!("data for unknown receive {token:#x}"),
+                    ));
                 }
                 if h.message_len == 0 {
                     if let Some(r) = self.requests.get_mut(token) {
@@ -1244,12 +1475,92 @@ impl Core {
                 }
                 Ok(Some(PayloadSlot(token)))
             }
+            Kind::WriteDone => {
+                let token = h.receiver_token;
+                let written = h.message_len;
+                let Some(r) = self
+                    .requests
+                    .get_mut(token)
+                    .filter(|r| r.peer == Some(peer))
+                else {
+                    return Err(protocol_error(
+                        peer,
+                        format!("copy report for unknown receive {token:#x}"),
+                    ));
+                };
+                let Phase::CopyingIn {
+                    accepted,
+                    ref mut copied,
+                    ..
+                } = r.phase
+                else {
+                    return Err(protocol_error(
+                        peer,
+                        format!("copy report for receive {token:#x}, which copies nothing"),
+                    ));
+                };
+                let share = (accepted - remote_split(accepted)) as u64;
+                if share == 0 || (written != share && written != 0) {
+                    return Err(protocol_error(
+                        peer,
+                        format!("it reports {written} bytes written of a share of {share}"),
+                    ));
+                }
+                if written == 0 {
+                    self.deferred.push(Deferred::Pull { token, rest: true });
+                } else {
+                    *copied += share as usize;
+                    if *copied == accepted {
+                        finish_receive(r, accepted);
+                    }
+                }
+                Ok(None)
+            }
+            Kind::ReadDone => {
+                let token = h.sender_token;
+                let read = h.message_len;
+                let Some(r) = self
+                    .requests
+                    .get_mut(token)
+                    .filter(|r| r.peer == Some(peer))
+                else {
+                    return Err(protocol_error(
+                        peer,
+                        format!("copy report for unknown send {token:#x}"),
+                    ));
+                };
+                let Phase::CopyingOut {
+                    accepted,
+                    ref mut copied,
+                    ..
+                } = r.phase
+                else {
+                    return Err(protocol_error(
+                        peer,
+                        format!("copy report for send {token:#x}, which it is not copying"),
+                    ));
+                };
+                if read == 0 || read > (accepted - *copied) as u64 {
+                    return Err(protocol_error(
+                        peer,
+                        format!(
+                            "it reports {read} bytes read of a send with {} left",
+                            accepted - *copied
+                        ),
+                    ));
+                }
+                *copied += read as usize;
+                if *copied == accepted {
+                    r.phase = Phase::Done;
+                }
+                Ok(None)
+            }
             Kind::SyncAck => {
                 let token = h.sender_token;
                 match self.awaiting_answer(peer, token) {
                     Some(r) if matches!(r.phase, Phase::AwaitingAck) => r.phase = Phase::Done,
                     _ => {
-                        return Err(self.protocol_error(
+                        return Err(protocol_error(
                             peer,
                             format!("match report for unknown synchronous send {token:#x}"),
                         ))
@@ -1286,7 +1597,7 @@ impl Core {
                         r.phase = Phase::Done;
                     }
                     _ => {
-                        return Err(self.protocol_error(
+                        return Err(protocol_error(
                             peer,
                             format!("cancelled a send {token:#x} that asked for no cancel"),
                         ))
@@ -1321,6 +1632,14 @@ impl Core {
             }
         }
     }
+}
+
+/// The error of a peer that sent what the protocol does not allow.
+fn protocol_error(peer: PeerRank, what: impl std::fmt::Display) -> Error {
+    Error::new(
+        ErrorClass::ProcFailed,
+        format!("rank {peer} broke the protocol: {what}"),
+    )
 }
 
 /// Marks a receive complete with `placed` bytes in its buffer, judging

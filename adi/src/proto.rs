@@ -1,7 +1,8 @@
 //! The packet header every transport carries, with checked decoding.
 //!
 //! A packet is a fixed [`HEADER_LEN`]-byte header, little-endian, followed by
-//! `payload_len` bytes of payload. The layout (offsets in bytes):
+//! [`Header::payload_len`] bytes of payload: the whole message in an eager
+//! or data packet, nothing in the others. The layout (offsets in bytes):
 //!
 //! | offset | size | field            | meaning                                               |
 //! |-------:|-----:|------------------|-------------------------------------------------------|
@@ -14,7 +15,7 @@
 //! | 16     | 4    | tag              | message tag (matching)                                 |
 //! | 20     | 4    | flags            | [`FLAG_SYNC`]; any other bit is refused                 |
 //! | 24     | 8    | message length   | total bytes of the message                             |
-//! | 32     | 8    | payload length   | bytes that follow this header                          |
+//! | 32     | 8    | address          | with [`FLAG_REMOTE`]: a buffer's address for a remote memory copy; else 0 |
 //! | 40     | 8    | sender token     | the sender's request, for rendezvous replies           |
 //! | 48     | 8    | receiver token   | the receiver's request, for rendezvous data            |
 //!
@@ -26,8 +27,19 @@
 //!
 //! Decoding never trusts the peer: [`Header::decode`] checks the magic, the
 //! version, the kind, the flags, that the lengths agree with the kind, and
-//! that a data packet carries no sequence number, and returns a
-//! [`DecodeError`] otherwise.
+//! that a data packet carries no sequence number, that an address comes
+//! only with [`FLAG_REMOTE`] and spans no wrap of the address space, and
+//! returns a [`DecodeError`] otherwise.
+//!
+//! # Remote memory copy
+//! A transport that can copy between its peers' memory and this process's
+//! (shm with cross-memory attach) lets a rendezvous move the data without
+//! [`Kind::Data`] packets: the RTS carries [`FLAG_REMOTE`] and the sender's
+//! buffer address, the receiver's CTS answers with the flag and its own
+//! buffer address, then each side copies a share ([`remote_split`]) at
+//! once: the receiver reads the front of the sender's buffer, the sender
+//! writes the rest into the receiver's. [`Kind::WriteDone`] and
+//! [`Kind::ReadDone`] tell each side how much the other copied.
 
 use crate::error::{Error, ErrorClass};
 use std::fmt;
@@ -37,13 +49,30 @@ pub const HEADER_LEN: usize = 56;
 /// First two bytes of every packet ("OX" little-endian).
 pub const MAGIC: u16 = 0x584f;
 /// Version of the packet format; peers of another version are refused.
-pub const VERSION: u8 = 3;
+pub const VERSION: u8 = 4;
 /// Flag of an [`Kind::Eager`] or [`Kind::Rts`] packet: a synchronous send,
 /// which completes only once a receive matched it. For an eager message the
 /// receiver answers the match with [`Kind::SyncAck`]; a rendezvous is
 /// synchronous by itself (its CTS is the answer).
 pub const FLAG_SYNC: u32 = 1;
-const KNOWN_FLAGS: u32 = FLAG_SYNC;
+/// Flag of a [`Kind::Rts`] or [`Kind::Cts`] packet: the data moves by
+/// remote memory copy (see the module docs), and `address` is the sender's
+/// buffer (in the RTS) or the receiver's (in the CTS).
+pub const FLAG_REMOTE: u32 = 2;
+
+/// Bytes of a remote-copy rendezvous of `accepted` bytes that the receiver
+/// reads, from the start of the sender's buffer; the sender writes the
+/// rest. Both sides compute it, so the split travels in no packet. About
+/// half, in whole pages, so that the two cores copy at once and each copy
+/// starts on a page boundary when the buffers do; a message of at most
+/// two pages is read whole.
+pub fn remote_split(accepted: usize) -> usize {
+    const PAGE: usize = 4096;
+    if accepted <= 2 * PAGE {
+        return accepted;
+    }
+    (accepted / 2).next_multiple_of(PAGE).min(accepted)
+}
 
 /// What a packet is. Short messages travel as one [`Kind::Eager`] packet;
 /// long ones as [`Kind::Rts`], [`Kind::Cts`], [`Kind::Data`] (the seed's
@@ -70,6 +99,16 @@ pub enum Kind {
     /// The answer to [`Kind::CancelSend`]: `message_len` is 1 if the
     /// message was withdrawn, 0 if a receive had already matched it.
     CancelReply = 7,
+    /// Remote-copy rendezvous, sender to receiver (receiver token):
+    /// `message_len` bytes of its share were written into the receiver's
+    /// buffer; 0 when the sender could not write them (the kernel refused),
+    /// and the receiver reads them itself.
+    WriteDone = 8,
+    /// Remote-copy rendezvous, receiver to sender (sender token): the
+    /// receiver read `message_len` more bytes out of the sender's buffer.
+    /// The sender's buffer is free once the bytes read and written add up
+    /// to the accepted length.
+    ReadDone = 9,
 }
 
 impl Kind {
@@ -88,6 +127,8 @@ impl Kind {
             5 => Kind::SyncAck,
             6 => Kind::CancelSend,
             7 => Kind::CancelReply,
+            8 => Kind::WriteDone,
+            9 => Kind::ReadDone,
             _ => return None,
         })
     }
@@ -111,12 +152,13 @@ pub struct Header {
     pub flags: u32,
     /// Total length of the message in bytes.
     pub message_len: u64,
-    /// Length of the payload that follows this header.
-    pub payload_len: u64,
     /// The sender's request token.
     pub sender_token: u64,
     /// The receiver's request token.
     pub receiver_token: u64,
+    /// With [`FLAG_REMOTE`], the address of the sender's (RTS) or the
+    /// receiver's (CTS) buffer in its own process; 0 otherwise.
+    pub address: u64,
 }
 
 /// Why a header was refused. The transport that read it closes the
@@ -140,21 +182,31 @@ pub enum DecodeError {
         /// The sequence number it carried.
         sequence: u32,
     },
-    /// The lengths do not agree with the kind or exceed the limit.
+    /// An address without [`FLAG_REMOTE`], a null one with it, or one
+    /// whose buffer would run past the end of the address space.
+    Address {
+        /// Packet kind.
+        kind: Kind,
+        /// The address.
+        address: u64,
+        /// The message length it would hold.
+        message_len: u64,
+    },
+    /// The message length does not suit the kind or exceeds the limit.
     Length {
         /// Packet kind.
         kind: Kind,
         /// Announced message length.
         message_len: u64,
-        /// Announced payload length.
-        payload_len: u64,
     },
 }
 
 impl fmt::Display for DecodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            DecodeError::Short(n) => write!(f, "packet header truncated: {n} of {HEADER_LEN} bytes"),
+            DecodeError::Short(n) => {
+                write!(f, "packet header truncated: {n} of {HEADER_LEN} bytes")
+            }
             DecodeError::Magic(m) => write!(f, "bad packet magic {m:#06x} (expected {MAGIC:#06x})"),
             DecodeError::Version(v) => {
                 write!(f, "packet format version {v}, this oxmpi speaks {VERSION}")
@@ -162,16 +214,26 @@ impl fmt::Display for DecodeError {
             DecodeError::Kind(k) => write!(f, "unknown packet kind {k}"),
             DecodeError::Flags(x) => write!(f, "header flags {x:#x} are not valid for this packet"),
             DecodeError::Sequence { kind, sequence } => {
-                write!(f, "{kind:?} packets are not sequenced, yet this one carries {sequence}")
+                write!(
+                    f,
+                    "{kind:?} packets are not sequenced, yet this one carries {sequence}"
+                )
             }
-            DecodeError::Length {
+            DecodeError::Address {
                 kind,
+                address,
                 message_len,
-                payload_len,
             } => write!(
                 f,
-                "{kind:?} packet with message length {message_len} and payload length {payload_len} is inconsistent"
+                "{kind:?} packet names the buffer at {address:#x} of {message_len} bytes, which \
+                 its flags do not allow or no process can have"
             ),
+            DecodeError::Length { kind, message_len } => {
+                write!(
+                    f,
+                    "{kind:?} packet with message length {message_len} is invalid"
+                )
+            }
         }
     }
 }
@@ -196,9 +258,18 @@ impl Header {
             tag: 0,
             flags: 0,
             message_len: 0,
-            payload_len: 0,
             sender_token: 0,
             receiver_token: 0,
+            address: 0,
+        }
+    }
+
+    /// Bytes of payload that follow the header: the message in an eager or
+    /// data packet, none in the others.
+    pub fn payload_len(&self) -> u64 {
+        match self.kind {
+            Kind::Eager | Kind::Data => self.message_len,
+            _ => 0,
         }
     }
 
@@ -214,7 +285,7 @@ impl Header {
         b[16..20].copy_from_slice(&self.tag.to_le_bytes());
         b[20..24].copy_from_slice(&self.flags.to_le_bytes());
         b[24..32].copy_from_slice(&self.message_len.to_le_bytes());
-        b[32..40].copy_from_slice(&self.payload_len.to_le_bytes());
+        b[32..40].copy_from_slice(&self.address.to_le_bytes());
         b[40..48].copy_from_slice(&self.sender_token.to_le_bytes());
         b[48..56].copy_from_slice(&self.receiver_token.to_le_bytes());
         b
@@ -242,10 +313,13 @@ impl Header {
         }
         let kind = Kind::from_u8(b[3]).ok_or(DecodeError::Kind(b[3]))?;
         let flags = u32_at(20);
-        let flags_ok = match kind {
-            Kind::Eager | Kind::Rts => flags & !KNOWN_FLAGS == 0,
-            _ => flags == 0,
+        let allowed = match kind {
+            Kind::Eager => FLAG_SYNC,
+            Kind::Rts => FLAG_SYNC | FLAG_REMOTE,
+            Kind::Cts => FLAG_REMOTE,
+            _ => 0,
         };
+        let flags_ok = flags & !allowed == 0;
         if !flags_ok {
             return Err(DecodeError::Flags(flags));
         }
@@ -261,22 +335,37 @@ impl Header {
             tag: u32_at(16) as i32,
             flags,
             message_len: u64_at(24),
-            payload_len: u64_at(32),
             sender_token: u64_at(40),
             receiver_token: u64_at(48),
+            address: u64_at(32),
         };
-        let lengths_ok = match kind {
-            Kind::Eager => header.payload_len == header.message_len,
-            Kind::Rts | Kind::Cts => header.payload_len == 0,
-            Kind::Data => header.payload_len == header.message_len,
-            Kind::SyncAck | Kind::CancelSend => header.payload_len == 0 && header.message_len == 0,
-            Kind::CancelReply => header.payload_len == 0 && header.message_len <= 1,
+        let address_ok = if flags & FLAG_REMOTE != 0 {
+            // The highest byte of the buffer must be addressable, so a
+            // length added to the address never wraps.
+            header.address != 0
+                && header
+                    .address
+                    .checked_add(header.message_len)
+                    .is_some_and(|end| end <= MAX_ADDRESS)
+        } else {
+            header.address == 0
+        };
+        if !address_ok {
+            return Err(DecodeError::Address {
+                kind,
+                address: header.address,
+                message_len: header.message_len,
+            });
+        }
+        let length_ok = match kind {
+            Kind::SyncAck | Kind::CancelSend => header.message_len == 0,
+            Kind::CancelReply => header.message_len <= 1,
+            _ => true,
         } && header.message_len <= MAX_MESSAGE_LEN;
-        if !lengths_ok {
+        if !length_ok {
             return Err(DecodeError::Length {
                 kind,
                 message_len: header.message_len,
-                payload_len: header.payload_len,
             });
         }
         Ok(header)
@@ -287,11 +376,15 @@ impl Header {
 /// beyond any real message, small enough that a corrupted length is caught.
 pub const MAX_MESSAGE_LEN: u64 = 1 << 48;
 
+/// The end of the highest buffer a [`FLAG_REMOTE`] address may name: user
+/// space of every 64-bit Linux (57-bit with five-level paging) ends below.
+pub const MAX_ADDRESS: u64 = 1 << 57;
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const ALL_KINDS: [Kind; 7] = [
+    const ALL_KINDS: [Kind; 9] = [
         Kind::Eager,
         Kind::Rts,
         Kind::Cts,
@@ -299,17 +392,22 @@ mod tests {
         Kind::SyncAck,
         Kind::CancelSend,
         Kind::CancelReply,
+        Kind::WriteDone,
+        Kind::ReadDone,
     ];
 
     fn sample(kind: Kind) -> Header {
-        let (message_len, payload_len) = match kind {
-            Kind::Eager | Kind::Data => (77, 77),
-            Kind::Rts | Kind::Cts => (1 << 33, 0),
-            Kind::SyncAck | Kind::CancelSend => (0, 0),
-            Kind::CancelReply => (1, 0),
+        let message_len = match kind {
+            Kind::Eager | Kind::Data => 77,
+            Kind::Rts | Kind::Cts => 1 << 33,
+            Kind::SyncAck | Kind::CancelSend => 0,
+            Kind::CancelReply => 1,
+            Kind::WriteDone | Kind::ReadDone => 1 << 20,
         };
         let flags = match kind {
-            Kind::Eager | Kind::Rts => FLAG_SYNC,
+            Kind::Eager => FLAG_SYNC,
+            Kind::Rts => FLAG_SYNC | FLAG_REMOTE,
+            Kind::Cts => FLAG_REMOTE,
             _ => 0,
         };
         Header {
@@ -320,9 +418,13 @@ mod tests {
             tag: -1,
             flags,
             message_len,
-            payload_len,
             sender_token: u64::MAX,
             receiver_token: 42,
+            address: if flags & FLAG_REMOTE != 0 {
+                0x7f00_1234_5000
+            } else {
+                0
+            },
         }
     }
 
@@ -331,6 +433,8 @@ mod tests {
         for kind in ALL_KINDS {
             let h = sample(kind);
             assert_eq!(Header::decode(&h.encode()), Ok(h));
+            let payload = matches!(kind, Kind::Eager | Kind::Data);
+            assert_eq!(h.payload_len(), if payload { h.message_len } else { 0 });
         }
     }
 
@@ -358,7 +462,7 @@ mod tests {
 
     #[test]
     fn rejects_unknown_kind() {
-        for k in [0u8, 8, 200, 255] {
+        for k in [0u8, 10, 200, 255] {
             let mut b = sample(Kind::Eager).encode();
             b[3] = k;
             assert_eq!(Header::decode(&b), Err(DecodeError::Kind(k)));
@@ -381,6 +485,48 @@ mod tests {
     }
 
     #[test]
+    fn rejects_addresses_without_the_flag_null_or_past_the_address_space() {
+        let mut stray = sample(Kind::Eager);
+        stray.address = 0x1000;
+        let mut null = sample(Kind::Rts);
+        null.address = 0;
+        let mut wraps = sample(Kind::Cts);
+        wraps.address = u64::MAX - 10;
+        let mut beyond = sample(Kind::Rts);
+        beyond.address = MAX_ADDRESS - beyond.message_len + 1;
+        for h in [stray, null, wraps, beyond] {
+            assert!(
+                matches!(
+                    Header::decode(&h.encode()),
+                    Err(DecodeError::Address { .. })
+                ),
+                "{h:?} accepted"
+            );
+        }
+        let mut highest = sample(Kind::Rts);
+        highest.address = MAX_ADDRESS - highest.message_len;
+        assert_eq!(Header::decode(&highest.encode()), Ok(highest));
+        let mut on_data = sample(Kind::Data);
+        on_data.flags = FLAG_REMOTE;
+        assert_eq!(
+            Header::decode(&on_data.encode()),
+            Err(DecodeError::Flags(FLAG_REMOTE))
+        );
+    }
+
+    #[test]
+    fn the_remote_split_is_page_aligned_and_within_the_message() {
+        for accepted in [1, 4096, 8192, 8193, 65_537, 1 << 20, (4 << 20) + 3, 1 << 33] {
+            let split = remote_split(accepted);
+            assert!(split <= accepted && split > 0, "{accepted}: {split}");
+            if accepted > 8192 {
+                assert_eq!(split % 4096, 0, "{accepted}: {split}");
+                assert!(split < accepted, "{accepted}: the sender gets no share");
+            }
+        }
+    }
+
+    #[test]
     fn rejects_a_sequence_number_in_a_data_packet() {
         let mut data = sample(Kind::Data);
         data.sequence = 5;
@@ -394,23 +540,16 @@ mod tests {
     }
 
     #[test]
-    fn rejects_inconsistent_lengths() {
-        let mut eager = sample(Kind::Eager);
-        eager.payload_len += 1;
-        let mut rts = sample(Kind::Rts);
-        rts.payload_len = 1;
-        let mut cts = sample(Kind::Cts);
-        cts.payload_len = 5;
-        let mut data = sample(Kind::Data);
-        data.message_len = 1;
+    fn rejects_lengths_the_kind_does_not_allow() {
         let mut huge = sample(Kind::Eager);
         huge.message_len = MAX_MESSAGE_LEN + 1;
-        huge.payload_len = MAX_MESSAGE_LEN + 1;
         let mut ack = sample(Kind::SyncAck);
         ack.message_len = 3;
+        let mut cancel = sample(Kind::CancelSend);
+        cancel.message_len = 1;
         let mut reply = sample(Kind::CancelReply);
         reply.message_len = 2;
-        for h in [eager, rts, cts, data, huge, ack, reply] {
+        for h in [huge, ack, cancel, reply] {
             assert!(
                 matches!(Header::decode(&h.encode()), Err(DecodeError::Length { .. })),
                 "{h:?} accepted"

@@ -12,10 +12,12 @@
 //! [`Transport::send_zcopy`] (the payload stays in the caller's buffer until
 //! the send completes) and [`Transport::poll`]. Everything the ADI builds on
 //! top (eager and rendezvous protocols, matching, requests) is in
-//! [`crate::device`]. Transports with remote memory access (shm with CMA,
-//! verbs with RDMA read) will add a remote-read rendezvous beside the
-//! packet one; the ADI chooses the protocol in one place,
-//! `Device::start_send`.
+//! [`crate::device`]. A transport with remote memory access (shm with
+//! cross-memory attach) also offers [`Transport::remote_read`] and
+//! [`Transport::remote_write`], and the ADI then moves a rendezvous's data
+//! with them instead of data packets (see [`crate::proto`], "Remote memory
+//! copy"); the ADI chooses the protocol in one place, `Device::start_send`,
+//! and falls back to data packets whenever a copy is refused.
 
 use crate::error::{Error, Result};
 use crate::proto::Header;
@@ -125,6 +127,51 @@ pub trait Transport: Send {
     /// Whether data accepted by `send`/`send_zcopy` is still waiting to
     /// leave this process. Finalize polls until it is not.
     fn has_pending_sends(&self) -> bool;
+
+    /// Whether rendezvous data with `peer` may move by remote memory copy
+    /// ([`Transport::remote_read`], [`Transport::remote_write`]). A
+    /// transport without remote memory access keeps the default, `false`.
+    fn offers_remote_copy(&self, peer: PeerRank) -> bool {
+        let _ = peer;
+        false
+    }
+
+    /// Copies `len` bytes from address `remote` in `peer`'s memory to
+    /// `local`. `Ok(false)`: the system refuses remote copies (from now
+    /// on, [`Transport::offers_remote_copy`] says no), nothing was copied,
+    /// and the caller moves the data another way. An error (class
+    /// `ProcFailed`) means the peer named memory it does not have, or is
+    /// gone; the transport fails the peer.
+    ///
+    /// # Safety
+    /// `local` must be valid for writes of `len` bytes, with nothing else
+    /// reading or writing it during the call.
+    unsafe fn remote_read(
+        &mut self,
+        peer: PeerRank,
+        remote: u64,
+        local: *mut u8,
+        len: usize,
+    ) -> Result<bool> {
+        let _ = (peer, remote, local, len);
+        Ok(false)
+    }
+
+    /// Copies `len` bytes from `local` to address `remote` in `peer`'s
+    /// memory; the outcomes are those of [`Transport::remote_read`].
+    ///
+    /// # Safety
+    /// `local` must be valid for reads of `len` bytes during the call.
+    unsafe fn remote_write(
+        &mut self,
+        peer: PeerRank,
+        local: *const u8,
+        remote: u64,
+        len: usize,
+    ) -> Result<bool> {
+        let _ = (peer, local, remote, len);
+        Ok(false)
+    }
 }
 
 /// What every transport needs to know about the job it is part of.

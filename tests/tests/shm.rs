@@ -84,6 +84,102 @@ fn sizes_with_a_small_threshold_and_the_smallest_queue() {
     job("p2p_suite", "sizes", 2, &SMALL_QUEUE);
 }
 
+/// Runs `p2p_suite long` on `ranks` ranks with `env` and verbose output;
+/// it must succeed, leave nothing in /dev/shm, and say `says` (and not
+/// `never`) on standard error.
+fn long_messages(ranks: usize, env: &[(&str, &str)], says: &str, never: &str) {
+    let mut c = oxrun(ranks, "p2p_suite", &["long"], env);
+    c.env("OXMPI_VERBOSE", "1");
+    let out = run(c, Duration::from_secs(120));
+    out.assert_success();
+    assert!(out.stderr.contains(says), "no {says:?} in:\n{}", out.stderr);
+    assert!(!out.stderr.contains(never), "{never:?} in:\n{}", out.stderr);
+    assert!(shm_leftovers().is_empty(), "left: {:?}", shm_leftovers());
+}
+
+#[test]
+fn long_messages_by_single_copy() {
+    long_messages(2, &[], "by single copy (cross-memory attach)", "refused");
+    long_messages(
+        3,
+        &SMALL_EAGER,
+        "by single copy (cross-memory attach)",
+        "refused",
+    );
+}
+
+#[test]
+fn long_messages_through_the_queue_when_single_copy_is_off() {
+    let off = [("OXMPI_SHM_CMA", "0")];
+    long_messages(
+        2,
+        &off,
+        "cross-memory attach off (OXMPI_SHM_CMA=0)",
+        "single copy",
+    );
+    long_messages(
+        3,
+        &off,
+        "cross-memory attach off (OXMPI_SHM_CMA=0)",
+        "single copy",
+    );
+    let out = run(
+        oxrun(2, "p2p_suite", &["long"], &[("OXMPI_SHM_CMA", "yes")]),
+        Duration::from_secs(60),
+    );
+    assert!(!out.status.success());
+    assert!(
+        out.stderr.contains("MPI_ERR_ARG") && out.stderr.contains("OXMPI_SHM_CMA=\"yes\""),
+        "{}",
+        out.stderr
+    );
+}
+
+/// Rank 0 runs as user nobody, rank 1 as root: the kernel refuses rank
+/// 0's copies into and out of rank 1 (EPERM), so rank 0's share of its
+/// sends falls back to rank 1 reading it, and rank 1's sends to rank 0 go
+/// through the queue; rank 1 (with CAP_SYS_PTRACE) copies as usual.
+#[test]
+fn long_messages_fall_back_where_the_kernel_refuses_single_copy() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to start a rank as another user");
+        return;
+    }
+    let program = bins().bin("p2p_suite");
+    let mut c = Command::new(bins().oxrun());
+    c.args([
+        "-n",
+        "1",
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+    ])
+    .arg(&program)
+    .args(["long", ":", "-n", "1"])
+    .arg(&program)
+    .arg("long")
+    .env("OXMPI_TRANSPORTS", "shm")
+    .env("OXMPI_VERBOSE", "1");
+    let out = run(c, Duration::from_secs(120));
+    out.assert_success();
+    assert!(
+        out.stderr.lines().any(
+            |l| l.contains("rank 0: cross-memory attach to rank 1 refused")
+                && l.contains("ptrace restrictions")
+        ),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("rank 1: long messages by single copy"),
+        "{}",
+        out.stderr
+    );
+    assert!(shm_leftovers().is_empty(), "left: {:?}", shm_leftovers());
+}
+
 #[test]
 fn ten_thousand_outstanding_receives() {
     suite("many-irecv", 2);

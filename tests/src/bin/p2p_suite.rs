@@ -34,6 +34,7 @@ fn main() -> ExitCode {
             "cancel-send" => cancel_send(&world),
             "mprobe" => mprobe_race(&world),
             "huge" => huge_message(&world),
+            "long" => long_messages(&world),
             // Failures the launcher must notice: rank 1 leaves without
             // finalizing (exit code 0), or aborts the job with code 7.
             "exit-early" => {
@@ -208,6 +209,91 @@ fn sizes(world: &Communicator) -> Result<()> {
             )?;
             check_bytes(seed, &buf, &format!("{len}-byte message"))?;
             peer.send_with_tag(&filled(seed + 100, len)[..], k as i32)?;
+        }
+    }
+    Ok(())
+}
+
+/// Long messages as a single-copy transport must move them: sizes that
+/// are no multiple of a page, from just past the threshold to beyond
+/// 4 MiB, from and into buffers that start off any page boundary, both
+/// ways at once (each rank sends while it receives) and one after the
+/// other; a synchronous one; a truncated one; and, with more than 2
+/// ranks, one from each other rank to rank 0 received from any source.
+fn long_messages(world: &Communicator) -> Result<()> {
+    let t = threshold();
+    let sizes = [
+        t + 1,
+        17 * 4096 + 5,
+        (1 << 20) + 123,
+        (5 << 20) + 4097,
+        9 << 20,
+    ];
+    let (rank, size) = (world.rank(), world.size());
+    if rank <= 1 {
+        let peer = world.process_at_rank(1 - rank);
+        for (k, &len) in sizes.iter().enumerate() {
+            // Offsets 3 and 5: neither buffer starts on a page.
+            let out = filled(k as u64 + 10 * rank as u64, len + 3);
+            let mut back = vec![0u8; len + 5];
+            scope(|s| -> Result<()> {
+                let receive = peer.immediate_receive_into_with_tag(s, &mut back[5..], k as i32)?;
+                peer.immediate_send_with_tag(s, &out[3..], k as i32)?
+                    .wait()?;
+                let status = receive.wait()?;
+                ensure(status.byte_count() == len, || {
+                    format!(
+                        "{len}-byte message arrived with {} bytes",
+                        status.byte_count()
+                    )
+                })
+            })?;
+            let seed = k as u64 + 10 * (1 - rank) as u64;
+            let expected = &filled(seed, len + 3)[3..];
+            ensure(&back[5..] == expected, || {
+                let i = (0..len).find(|&i| back[5 + i] != expected[i]).unwrap_or(0);
+                format!(
+                    "{len}-byte message from rank {}: byte {i} differs",
+                    1 - rank
+                )
+            })?;
+        }
+        let (long, short) = ((2 << 20) + 7, (1 << 20) + 3);
+        if rank == 0 {
+            peer.synchronous_send_with_tag(&filled(50, long)[..], 50)?;
+            peer.send_with_tag(&filled(51, long)[..], 51)?;
+        } else {
+            let mut buf = vec![0u8; long];
+            peer.receive_into_with_tag(&mut buf[..], 50)?;
+            check_bytes(50, &buf, "synchronous long message")?;
+            let mut small = vec![0u8; short];
+            match peer.receive_into_with_tag(&mut small[..], 51) {
+                Err(e) if e.class() == ErrorClass::Truncate => {
+                    check_bytes(51, &small, "truncated long message")?;
+                }
+                other => {
+                    return Err(fail(format!(
+                        "{long} bytes into {short}: expected MPI_ERR_TRUNCATE, got {other:?}"
+                    )))
+                }
+            }
+        }
+    }
+    if size > 2 {
+        let len = |from: i32| (3 << 20) + 1000 * from as usize + 1;
+        if rank == 0 {
+            for _ in 1..size {
+                let (data, status) = world.any_process().receive_vec::<u8>()?;
+                let from = status.source_rank();
+                ensure(data.len() == len(from), || {
+                    format!("{} bytes from rank {from}", data.len())
+                })?;
+                check_bytes(60 + from as u64, &data, "long message from any source")?;
+            }
+        } else {
+            world
+                .process_at_rank(0)
+                .send(&filled(60 + rank as u64, len(rank))[..])?;
         }
     }
     Ok(())

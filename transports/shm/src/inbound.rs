@@ -52,19 +52,19 @@ impl InLink {
                             format!("rank {peer} sent a malformed packet: {e}"),
                         )
                     })?;
-                    if n as u64 > header.payload_len {
+                    if n as u64 > header.payload_len() {
                         return Err(corrupt(
                             peer,
                             Corrupt(format!(
                                 "a header frame carries {n} payload bytes of a packet of {}",
-                                header.payload_len
+                                header.payload_len()
                             )),
                         ));
                     }
                     let slot = sink
                         .on_header(peer, &header)
                         .map_err(|e| broke_protocol(peer, e))?;
-                    (slot, header.payload_len, 0)
+                    (slot, header.payload_len(), 0)
                 }
                 (
                     FrameKind::Data,
@@ -153,7 +153,6 @@ mod tests {
     fn eager(len: usize) -> [u8; HEADER_LEN] {
         Header {
             message_len: len as u64,
-            payload_len: len as u64,
             ..Header::new(Kind::Eager)
         }
         .encode()

@@ -35,7 +35,11 @@
 //! when there is room; a long one's payload (`send_zcopy`) streams from the
 //! caller's buffer through the queue in frames of up to 16 KiB, which the
 //! receiver copies straight into the buffer the ADI names while the sender
-//! writes the next (a pipelined copy, for messages of any size). What does
+//! writes the next (a pipelined copy, for messages of any size): the path
+//! of long messages where cross-memory attach is off or refused. Otherwise
+//! the ADI's remote-copy rendezvous moves them with a single copy between
+//! the two buffers, through [`Transport::remote_read`] and
+//! [`Transport::remote_write`] (module `cma`). What does
 //! not fit waits in the peer's queue of outgoing packets (copied, for
 //! `send`) and goes from [`Transport::poll`]: a full queue is back-pressure,
 //! never loss.
@@ -72,6 +76,8 @@
 //! host outside the queues (its collectives over shared memory).
 //!
 //! # Environment
+//! - `OXMPI_SHM_CMA`: `0` turns the single copy of long messages off
+//!   (default `1`).
 //! - `OXMPI_SHM_EAGER_LIMIT`: largest message in bytes sent eagerly
 //!   (default 65536).
 //! - `OXMPI_SHM_QUEUE_SIZE`: bytes of cells in each queue, a power of two
@@ -83,6 +89,7 @@
 //! - `OXMPI_NUMA_NODES`: the NUMA nodes the queues this rank reads are
 //!   bound to, a list like `0-1,4` (set by oxrun for a rank it binds).
 
+mod cma;
 mod conn;
 mod host;
 mod inbound;
@@ -93,9 +100,11 @@ mod ring;
 mod segment;
 mod sys;
 
+pub use cma::CMA_ENV;
 pub use numa::NUMA_NODES_ENV;
 pub use proto::SHM_VERSION;
 
+use cma::{Cma, Refusal};
 use conn::{take_message, write_message, Conn, InStep, OutStep, Role};
 use host::Card;
 use inbound::{InLink, ReadState};
@@ -149,10 +158,15 @@ pub struct ShmConfig {
     /// Bytes of cells in each queue: a power of two from
     /// [`QUEUE_SIZE_MIN`] to [`QUEUE_SIZE_MAX`].
     pub queue_size: usize,
+    /// Whether long messages may be copied with cross-memory attach
+    /// ([`CMA_ENV`]); where the kernel refuses, they go through the queue
+    /// anyway.
+    pub cross_memory_attach: bool,
 }
 
 impl ShmConfig {
-    /// Reads `OXMPI_SHM_EAGER_LIMIT` and `OXMPI_SHM_QUEUE_SIZE`, and
+    /// Reads `OXMPI_SHM_EAGER_LIMIT`, `OXMPI_SHM_QUEUE_SIZE`,
+    /// `OXMPI_SHM_CMA`, and
     /// `MPI_LOCALNRANKS` for the default queue size of a rank of `job`.
     pub fn from_env(job: &JobInfo) -> Result<ShmConfig> {
         let bytes = |var: &str, default: usize| match std::env::var(var) {
@@ -171,6 +185,7 @@ impl ShmConfig {
         let config = ShmConfig {
             eager_limit: bytes(EAGER_LIMIT_ENV, 64 * 1024)?,
             queue_size: bytes(QUEUE_SIZE_ENV, Self::default_queue_size(local_ranks))?,
+            cross_memory_attach: cma::allowed_by_env()?,
         };
         config.check()?;
         Ok(config)
@@ -253,6 +268,9 @@ struct Peer {
     queue: VecDeque<Outgoing>,
     /// The connection the peer opened to hand us its queue.
     in_conn: Option<usize>,
+    /// The peer's process, as the kernel knows the other end of a set-up
+    /// connection: what cross-memory attach copies from and to.
+    pid: Option<libc::pid_t>,
     failed: Option<Error>,
 }
 
@@ -293,6 +311,7 @@ pub struct ShmTransport {
     armed: bool,
     /// Tokens epoll reported ready (kept to avoid an allocation per look).
     ready: Vec<u64>,
+    cma: Cma,
 }
 
 // SAFETY: the raw pointers in queued zero-copy packets refer to memory the
@@ -359,6 +378,7 @@ impl ShmTransport {
             .and_then(|()| epoll.add(wake.as_fd(), WAKE))
             .map_err(|e| Error::os("registering the shm listener", e))?;
         Ok(ShmTransport {
+            cma: Cma::new(job.rank, config.cross_memory_attach),
             job: job.clone(),
             config,
             card: Card::format(&host, &name),
@@ -400,6 +420,36 @@ impl ShmTransport {
 
     fn cells(&self) -> u64 {
         (self.config.queue_size / CELL) as u64
+    }
+
+    /// Runs the cross-memory copy `copy` of `len` bytes at `remote` in
+    /// `peer`'s process: `Ok(false)` if copies are off or the kernel
+    /// refuses them; an error (and the peer failed) if the peer named
+    /// memory it does not have or is gone.
+    fn remote_copy(
+        &mut self,
+        peer: PeerRank,
+        remote: u64,
+        len: usize,
+        copy: impl FnOnce(libc::pid_t) -> io::Result<()>,
+    ) -> Result<bool> {
+        self.check_peer(peer)?;
+        let Some(pid) = self.peers[peer].pid.filter(|_| self.cma.enabled()) else {
+            return Ok(false);
+        };
+        match copy(pid) {
+            Ok(()) => {
+                self.cma.worked(peer);
+                Ok(true)
+            }
+            Err(e) => match self.cma.judge(peer, remote, len, e) {
+                Refusal::Refused => Ok(false),
+                Refusal::Peer(error) => {
+                    self.fail_peer(peer, error.clone());
+                    Err(error)
+                }
+            },
+        }
     }
 
     /// Checks that `peer` is another rank of the job that has not failed.
@@ -819,6 +869,7 @@ impl ShmTransport {
                     Verdict::Accept => {
                         *step = OutStep::Ready;
                         self.connecting -= 1;
+                        self.peers[peer].pid = sys::peer_pid(&conn.stream).ok();
                         if let Some(link) = self.peers[peer].out.as_mut() {
                             link.ready = true;
                         }
@@ -945,6 +996,7 @@ impl ShmTransport {
         *step = InStep::Ready { peer };
         conn.inbox.clear();
         p.in_conn = Some(index);
+        p.pid = sys::peer_pid(&conn.stream).ok();
         p.name.get_or_insert(name);
         let consumer = Consumer::new(segment);
         if self.armed {
@@ -1127,6 +1179,50 @@ impl Transport for ShmTransport {
 
     fn has_pending_sends(&self) -> bool {
         !self.backlog.is_empty() || !self.completed.is_empty()
+    }
+
+    fn offers_remote_copy(&self, peer: PeerRank) -> bool {
+        self.cma.enabled()
+            && self
+                .peers
+                .get(peer)
+                .is_some_and(|p| p.pid.is_some() && p.failed.is_none())
+    }
+
+    unsafe fn remote_read(
+        &mut self,
+        peer: PeerRank,
+        remote: u64,
+        local: *mut u8,
+        len: usize,
+    ) -> Result<bool> {
+        if len == 0 {
+            return Ok(true);
+        }
+        // SAFETY: the caller gives `local` valid for writes of `len`
+        // bytes, touched by nothing else during the call.
+        let local = unsafe { std::slice::from_raw_parts_mut(local, len) };
+        self.remote_copy(peer, remote, len, |pid| {
+            sys::read_remote(pid, remote, local)
+        })
+    }
+
+    unsafe fn remote_write(
+        &mut self,
+        peer: PeerRank,
+        local: *const u8,
+        remote: u64,
+        len: usize,
+    ) -> Result<bool> {
+        if len == 0 {
+            return Ok(true);
+        }
+        // SAFETY: the caller gives `local` valid for reads of `len` bytes
+        // during the call.
+        let local = unsafe { std::slice::from_raw_parts(local, len) };
+        self.remote_copy(peer, remote, len, |pid| {
+            sys::write_remote(pid, local, remote)
+        })
     }
 }
 

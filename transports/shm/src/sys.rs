@@ -1,8 +1,10 @@
 //! The operating-system calls of the shared-memory transport, behind safe
 //! wrappers: anonymous memory files (`memfd_create`) and their seals, the
 //! mapping of a segment, abstract-namespace Unix sockets and the passing of
-//! a descriptor over one (`SCM_RIGHTS`), epoll and an eventfd, and the
-//! NUMA memory policy of a mapping (`mbind`). Nothing
+//! a descriptor over one (`SCM_RIGHTS`) and the process at their other end
+//! (`SO_PEERCRED`), epoll, an eventfd, the NUMA memory policy of a mapping
+//! (`mbind`), a copy of another process's descriptor (`pidfd_getfd`), and
+//! cross-memory attach (`process_vm_readv`/`process_vm_writev`). Nothing
 //! outside this module calls `libc` or maps memory.
 //!
 //! # What the safe layer relies on
@@ -20,6 +22,9 @@
 //!   references to plain data: callers reach it through raw pointers (byte
 //!   copies) and atomics only, and check every value they read from it
 //!   before relying on it.
+//! - Cross-memory attach copies between a local slice and an address in
+//!   another process: the kernel checks the remote side (a bad address is
+//!   `EFAULT`, never a fault in this process), so the wrappers are safe.
 //! - Writes to sockets use `MSG_NOSIGNAL`: a peer that went away is an
 //!   `EPIPE` error, never a SIGPIPE that would end the rank.
 
@@ -460,4 +465,81 @@ impl AsFd for EventFd {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
+}
+
+/// The process id of the process at the other end of `stream`, as the
+/// kernel recorded it at `connect` or `listen` (`SO_PEERCRED`): not a
+/// claim of the peer's.
+pub(crate) fn peer_pid(stream: &UnixStream) -> io::Result<libc::pid_t> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` is a writable ucred and `len` its size, both alive
+    // for the call.
+    cvt(unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    })?;
+    Ok(cred.pid)
+}
+
+/// Copies `local.len()` bytes from address `remote` of process `pid` into
+/// `local` (`process_vm_readv`), in as many calls as the kernel needs. A
+/// call that copies nothing is `EFAULT`.
+pub(crate) fn read_remote(pid: libc::pid_t, remote: u64, local: &mut [u8]) -> io::Result<()> {
+    let mut done = 0;
+    while done < local.len() {
+        let rest = &mut local[done..];
+        let mine = libc::iovec {
+            iov_base: rest.as_mut_ptr().cast(),
+            iov_len: rest.len(),
+        };
+        let theirs = libc::iovec {
+            iov_base: remote.wrapping_add(done as u64) as *mut libc::c_void,
+            iov_len: rest.len(),
+        };
+        // SAFETY: `mine` describes `rest`, valid for writes for the call;
+        // the kernel checks `theirs` against the other process's memory.
+        let n = cvt(unsafe { libc::process_vm_readv(pid, &mine, 1, &theirs, 1, 0) })?;
+        if n == 0 {
+            return Err(io::Error::from_raw_os_error(libc::EFAULT));
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+/// Copies `local` to address `remote` of process `pid`
+/// (`process_vm_writev`), in as many calls as the kernel needs. A call
+/// that copies nothing is `EFAULT`.
+pub(crate) fn write_remote(pid: libc::pid_t, local: &[u8], remote: u64) -> io::Result<()> {
+    let mut done = 0;
+    while done < local.len() {
+        let rest = &local[done..];
+        let mine = libc::iovec {
+            iov_base: rest.as_ptr() as *mut libc::c_void,
+            iov_len: rest.len(),
+        };
+        let theirs = libc::iovec {
+            iov_base: remote.wrapping_add(done as u64) as *mut libc::c_void,
+            iov_len: rest.len(),
+        };
+        // SAFETY: `mine` describes `rest`, valid for reads for the call
+        // (the kernel only reads it); the kernel checks `theirs` against
+        // the other process's memory.
+        let n = cvt(unsafe { libc::process_vm_writev(pid, &mine, 1, &theirs, 1, 0) })?;
+        if n == 0 {
+            return Err(io::Error::from_raw_os_error(libc::EFAULT));
+        }
+        done += n as usize;
+    }
+    Ok(())
 }

@@ -118,7 +118,7 @@ impl PacketSink for Recorder {
                 format!("test sink refuses tag {}", header.tag),
             ));
         }
-        let len = usize::try_from(header.payload_len).expect("payload fits in memory");
+        let len = usize::try_from(header.payload_len()).expect("payload fits in memory");
         self.arrivals.push(Arrival {
             peer,
             header: *header,
@@ -176,7 +176,6 @@ fn eager(tag: i32, len: usize) -> Header {
         tag,
         sequence: tag as u32,
         message_len: len as u64,
-        payload_len: len as u64,
         ..Header::new(Kind::Eager)
     }
 }
@@ -211,6 +210,7 @@ impl Net {
                 let config = ShmConfig {
                     eager_limit: EAGER,
                     queue_size,
+                    cross_memory_attach: true,
                 };
                 ShmTransport::new(&job(rank, size), config)
                     .unwrap_or_else(|e| panic!("rank {rank}: no transport: {e}"))
@@ -541,6 +541,58 @@ fn every_rank_talks_to_every_other_at_once() {
 
 // ---------------------------------------------------------------------------
 // Failures.
+
+#[test]
+fn single_copies_move_bytes_and_a_bad_address_fails_the_peer() {
+    let mut net = Net::new(3);
+    assert!(
+        !net.t(0).offers_remote_copy(1),
+        "before any queue is set up"
+    );
+    net.send(0, 1, &eager(1, 8), &[1; 8]);
+    net.send(1, 0, &eager(2, 8), &[2; 8]);
+    net.run_until("both queues are set up", |net| {
+        !net.sinks[0].tags_from(1).is_empty() && !net.sinks[1].tags_from(0).is_empty()
+    });
+    assert!(net.t(0).offers_remote_copy(1) && net.t(1).offers_remote_copy(0));
+    // The ranks share this process, so the peer's memory is ours.
+    let source = pattern(7, 3 * 4096 + 11);
+    let mut read = vec![0u8; source.len()];
+    // SAFETY: `read` is writable for its length and used by nothing else.
+    let done = unsafe {
+        net.t(0)
+            .remote_read(1, source.as_ptr() as u64, read.as_mut_ptr(), read.len())
+    };
+    assert!(done.unwrap() && read == source);
+    let mut written = vec![0u8; source.len()];
+    // SAFETY: `source` is readable for its length.
+    let done = unsafe {
+        net.t(1).remote_write(
+            0,
+            source.as_ptr(),
+            written.as_mut_ptr() as u64,
+            source.len(),
+        )
+    };
+    assert!(done.unwrap() && written == source);
+    // An address no process maps: the peer named memory it does not have.
+    // SAFETY: as above.
+    let bad = unsafe { net.t(0).remote_read(1, 8, read.as_mut_ptr(), 64) };
+    let e = bad.expect_err("a read at address 8 succeeded");
+    assert_eq!(e.class(), ErrorClass::ProcFailed, "{e}");
+    assert!(
+        e.message().contains("memory its process does not have"),
+        "{e}"
+    );
+    assert!(!net.t(0).offers_remote_copy(1));
+    assert_proc_failed(
+        net.t(0).send(1, &eager(3, 1), &[3]),
+        "send after a bad address",
+    );
+    net.run_until("rank 0 reported rank 1 failed", |net| {
+        net.sinks[0].failure(1).is_some()
+    });
+}
 
 #[test]
 fn refused_header_fails_the_peer_once_and_later_sends() {

@@ -1082,7 +1082,7 @@ impl TcpTransport {
                     let slot = sink
                         .on_header(peer, &header)
                         .map_err(|e| broke_protocol(peer, e))?;
-                    if header.payload_len == 0 {
+                    if header.payload_len() == 0 {
                         if let Some(slot) = slot {
                             sink.on_payload(peer, slot);
                         }
@@ -1090,7 +1090,7 @@ impl TcpTransport {
                     }
                     conn.read = ReadState::Payload {
                         slot,
-                        remaining: header.payload_len,
+                        remaining: header.payload_len(),
                         placed: 0,
                     };
                 }

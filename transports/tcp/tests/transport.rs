@@ -123,7 +123,7 @@ impl PacketSink for Recorder {
                 format!("test sink refuses tag {}", header.tag),
             ));
         }
-        let len = usize::try_from(header.payload_len).expect("payload fits in memory");
+        let len = usize::try_from(header.payload_len()).expect("payload fits in memory");
         self.arrivals.push(Arrival {
             peer,
             header: *header,
@@ -181,7 +181,6 @@ fn eager(tag: i32, len: usize) -> Header {
         tag,
         sequence: tag as u32,
         message_len: len as u64,
-        payload_len: len as u64,
         ..Header::new(Kind::Eager)
     }
 }
@@ -778,12 +777,12 @@ fn malformed_header_from_an_authenticated_peer_fails_only_that_peer() {
     let corruptions: [(&str, Corrupt, &str); 5] = [
         ("bad magic", |h| h[0] ^= 0xff, "magic"),
         ("other version", |h| h[2] += 1, "version"),
-        ("unknown kind", |h| h[3] = 9, "kind"),
+        ("unknown kind", |h| h[3] = 10, "kind"),
         ("unknown flag set", |h| h[22] = 1, "flags"),
         (
-            "payload longer than message",
+            "address without the remote flag",
             |h| h[32] += 1,
-            "inconsistent",
+            "names the buffer",
         ),
     ];
     for (what, corrupt, says) in corruptions {
