@@ -481,6 +481,11 @@ pub struct TcpTransport {
     /// A connection opened, closed or finished its handshake since
     /// `direct` and `direct_mode` were computed.
     connections_changed: bool,
+    /// Whether this transport has no connection at all, only its
+    /// listener: epoll is then asked every [`EPOLL_EVERY`] polls only, so
+    /// that a rank whose peers all use another transport does not pay a
+    /// system call on every poll (a connecting peer waits a few polls).
+    listening_only: bool,
     /// Polls since epoll was last asked.
     polls_since_epoll: u32,
     /// Tokens epoll reported ready (kept to avoid an allocation per poll).
@@ -543,6 +548,7 @@ impl TcpTransport {
             direct_mode: false,
             armed: false,
             connections_changed: false,
+            listening_only: true,
             polls_since_epoll: 0,
             ready: Vec::new(),
             packet: Vec::with_capacity(HEADER_LEN + COPY_SEND_MAX),
@@ -1386,6 +1392,7 @@ impl Transport for TcpTransport {
                     None => {}
                 }
             }
+            self.listening_only = self.conns.iter().all(Option::is_none);
             let packet_conns = self.peers.iter().filter(|p| p.packets.is_some()).count();
             self.direct_mode = packet_conns > 0 && packet_conns <= DIRECT_POLL_MAX && !handshaking;
             self.watch_established(!self.direct_mode || self.armed)?;
@@ -1403,7 +1410,11 @@ impl Transport for TcpTransport {
             }
             self.polls_since_epoll += 1;
         }
-        if !self.direct_mode || self.polls_since_epoll >= EPOLL_EVERY {
+        if self.listening_only {
+            self.polls_since_epoll += 1;
+        }
+        let epoll_due = self.polls_since_epoll >= EPOLL_EVERY;
+        if (!self.direct_mode && !self.listening_only) || epoll_due {
             self.polls_since_epoll = 0;
             match self.poll.poll(&mut self.events, Some(Duration::ZERO)) {
                 Ok(()) => {}
