@@ -43,7 +43,7 @@
 
 use super::engine::block_on;
 use super::op::Reduction;
-use super::team::Team;
+use super::team::{Scratch, Team};
 use super::typed::{Input, Output};
 use crate::{with_device, Error, ErrorClass, Result};
 use oxmpi_adi::device::Idle;
@@ -71,6 +71,13 @@ const NAP: Duration = Duration::from_micros(20);
 /// yields of the processor.
 const POLL_EVERY: u32 = 64;
 const YIELD_EVERY: u32 = 4096;
+
+/// Data up to this many bytes is combined in a buffer on the stack.
+const SMALL: usize = 256;
+
+/// A stack buffer aligned for every element type (as [`Scratch`] is).
+#[repr(C, align(16))]
+struct Aligned([u8; SMALL]);
 
 /// A communicator's shared region and this process's place in it.
 #[derive(Debug)]
@@ -226,20 +233,28 @@ impl NodeRegion {
     /// Replaces `acc` (this process's contribution) by every process's
     /// data of generation `g` combined in rank order.
     fn combine(&self, g: u64, acc: &mut [u8], red: &Reduction) -> Result<()> {
-        let mut input = vec![0u8; acc.len()];
+        // Small data (the common case here) needs no allocation; either
+        // buffer is 16-byte aligned, as every element type needs.
+        let mut on_stack = Aligned([0; SMALL]);
+        let mut on_heap = None;
+        let input = if acc.len() <= SMALL {
+            &mut on_stack.0[..acc.len()]
+        } else {
+            on_heap.insert(Scratch::zeroed(acc.len())).bytes_mut()
+        };
         let mut mismatch = None;
         // acc = x(n-1), then x(k) op acc down to rank 0. This process's
         // own data is read back from its slot like the others'.
         for from in (0..self.size).rev() {
-            let taken = self.take(from, g, &mut input);
+            let taken = self.take(from, g, input);
             if let Err(e) = taken {
                 mismatch.get_or_insert(e);
                 continue;
             }
             if from == self.size - 1 {
-                acc.copy_from_slice(&input);
+                acc.copy_from_slice(input);
             } else {
-                red.apply(&input, acc)?;
+                red.apply(input, acc)?;
             }
         }
         mismatch.map_or(Ok(()), Err)

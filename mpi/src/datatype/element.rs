@@ -46,6 +46,13 @@ impl ElementType {
 
     /// The element type of data of `datatype`.
     pub(crate) fn of_datatype(datatype: Handle<'_>) -> ElementType {
+        if let Handle::Primitive(basic) = datatype {
+            // The common case, on every typed call: no walk of a signature.
+            return ElementType {
+                kind: Kind::Basic(basic),
+                size: basic.size(),
+            };
+        }
         let size = datatype.shape().size;
         let mut runs: Vec<(Primitive, usize)> = Vec::new();
         datatype.for_each_basic(1, |basic, n| match runs.last_mut() {
