@@ -45,7 +45,7 @@ impl InLink {
             };
             let n = frame.payload_len();
             let (slot, mut remaining, mut placed) = match (frame.kind, self.read) {
-                (FrameKind::Header, ReadState::Header) => {
+                (FrameKind::Header | FrameKind::ShortHeader, ReadState::Header) => {
                     let header = Header::decode(&self.consumer.header(&frame)).map_err(|e| {
                         Error::new(
                             ErrorClass::ProcFailed,

@@ -36,7 +36,7 @@ use crate::host::NAME_MAX;
 pub(crate) const SEGMENT_MAGIC: [u8; 8] = *b"OXMPISHM";
 /// Version of the segment layout, the frame format and the set-up
 /// message; a peer of another version is refused.
-pub const SHM_VERSION: u32 = 1;
+pub const SHM_VERSION: u32 = 2;
 /// Size of a queue cell: one cache line.
 pub(crate) const CELL: usize = 64;
 /// Distance between fields written by different sides: two cache lines,
@@ -86,6 +86,25 @@ pub(crate) enum FrameKind {
     Header = 1,
     /// Payload bytes of the packet whose header came last.
     Data = 2,
+    /// A packet header without its last [`SHORT_HEADER_SAVING`] bytes,
+    /// which are zero (the receiver's token, unused by eager packets),
+    /// then payload bytes: so that an 8-byte message fits one cell.
+    ShortHeader = 3,
+}
+
+/// The zero bytes at the end of a packet header that a
+/// [`FrameKind::ShortHeader`] frame leaves out.
+pub(crate) const SHORT_HEADER_SAVING: usize = 8;
+
+impl FrameKind {
+    /// Bytes of packet header at the start of a frame of this kind.
+    pub(crate) fn header_len(self) -> usize {
+        match self {
+            FrameKind::Header => oxmpi_adi::proto::HEADER_LEN,
+            FrameKind::ShortHeader => oxmpi_adi::proto::HEADER_LEN - SHORT_HEADER_SAVING,
+            FrameKind::Data => 0,
+        }
+    }
 }
 
 /// A frame's control word: the frame kind (bits 0-7), the low 16 bits of
@@ -104,6 +123,7 @@ pub(crate) fn parse_control_word(word: u64) -> (Option<FrameKind>, u64, u64) {
     let kind = match word & 0xff {
         1 => Some(FrameKind::Header),
         2 => Some(FrameKind::Data),
+        3 => Some(FrameKind::ShortHeader),
         _ => None,
     };
     (kind, (word >> 8) & 0xffff, word >> 24)
@@ -192,7 +212,7 @@ mod tests {
 
     #[test]
     fn control_words_round_trip_and_are_never_zero() {
-        for kind in [FrameKind::Header, FrameKind::Data] {
+        for kind in [FrameKind::Header, FrameKind::Data, FrameKind::ShortHeader] {
             for (position, bytes) in [(0, 0), (0x1_2345, 56), (u64::MAX, 1 << 30)] {
                 let word = control_word(kind, position, bytes);
                 assert_ne!(word, 0);

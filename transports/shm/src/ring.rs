@@ -36,7 +36,9 @@
 //! each side between its store and its load guarantees that at least one
 //! of the two sees the other's store: no wake-up is lost.
 
-use crate::proto::{control_word, parse_control_word, FrameKind, CELL, CONTROL_LEN};
+use crate::proto::{
+    control_word, parse_control_word, FrameKind, CELL, CONTROL_LEN, SHORT_HEADER_SAVING,
+};
 use crate::segment::Segment;
 use oxmpi_adi::proto::HEADER_LEN;
 use std::sync::atomic::{fence, Ordering};
@@ -113,6 +115,10 @@ impl Producer {
         header: &[u8; HEADER_LEN],
         payload: &[u8],
     ) -> Result<Option<usize>, Corrupt> {
+        let short = HEADER_LEN - SHORT_HEADER_SAVING;
+        if header[short..].iter().all(|&b| b == 0) {
+            return self.push(FrameKind::ShortHeader, &header[..short], payload);
+        }
         self.push(FrameKind::Header, header, payload)
     }
 
@@ -237,18 +243,11 @@ impl Frame {
     /// Payload bytes it carries (after the packet header, in a header
     /// frame).
     pub(crate) fn payload_len(&self) -> usize {
-        match self.kind {
-            FrameKind::Header => self.bytes - HEADER_LEN,
-            FrameKind::Data => self.bytes,
-        }
+        self.bytes - self.kind.header_len()
     }
 
     fn payload_offset(&self) -> usize {
-        let skip = match self.kind {
-            FrameKind::Header => HEADER_LEN,
-            FrameKind::Data => 0,
-        };
-        self.index as usize * CELL + CONTROL_LEN + skip
+        self.index as usize * CELL + CONTROL_LEN + self.kind.header_len()
     }
 }
 
@@ -295,7 +294,7 @@ impl Consumer {
             return Err(bad("wrong position check"));
         }
         let least = match kind {
-            FrameKind::Header => HEADER_LEN as u64,
+            FrameKind::Header | FrameKind::ShortHeader => kind.header_len() as u64,
             FrameKind::Data => 1,
         };
         let most = ((count - index) as usize * CELL - CONTROL_LEN) as u64;
@@ -310,10 +309,14 @@ impl Consumer {
     }
 
     /// The packet header a header frame carries.
+    /// (A short header's left-out bytes are zero.)
     pub(crate) fn header(&self, frame: &Frame) -> [u8; HEADER_LEN] {
         let mut header = [0u8; HEADER_LEN];
-        self.segment
-            .read_cells(frame.index as usize * CELL + CONTROL_LEN, &mut header);
+        let len = frame.kind.header_len();
+        self.segment.read_cells(
+            frame.index as usize * CELL + CONTROL_LEN,
+            &mut header[..len],
+        );
         header
     }
 
@@ -408,7 +411,7 @@ mod tests {
         fn read(&mut self, c: &mut Consumer) -> Option<([u8; HEADER_LEN], Vec<u8>)> {
             while let Some(frame) = c.peek().unwrap() {
                 match (frame.kind, self.header) {
-                    (FrameKind::Header, None) => {
+                    (FrameKind::Header | FrameKind::ShortHeader, None) => {
                         let h = c.header(&frame);
                         self.expected = u64::from_le_bytes(h[..8].try_into().unwrap()) as usize;
                         self.header = Some(h);
@@ -467,6 +470,29 @@ mod tests {
         c.advance(&f);
         let f = c.peek().unwrap().unwrap();
         assert_eq!((f.kind, f.payload_len()), (FrameKind::Header, 0));
+        c.advance(&f);
+        assert_eq!(c.peek().unwrap(), None);
+    }
+
+    #[test]
+    fn a_header_ending_in_zeros_and_8_bytes_take_one_cell() {
+        let (mut p, mut c) = queue(64);
+        let mut h = header(1, 8);
+        h[HEADER_LEN - SHORT_HEADER_SAVING..].fill(0);
+        assert_eq!(p.push_header(&h, &[9; 8]).unwrap(), Some(8));
+        assert_eq!(p.tail, 1);
+        // Nine bytes do not fit: the ninth goes to a second cell.
+        assert_eq!(p.push_header(&h, &[7; 9]).unwrap(), Some(9));
+        assert_eq!(p.tail, 3);
+        let f = c.peek().unwrap().unwrap();
+        assert_eq!((f.kind, f.payload_len()), (FrameKind::ShortHeader, 8));
+        assert_eq!(c.header(&f), h);
+        let mut payload = [0u8; 8];
+        c.copy_payload(&f, &mut payload);
+        assert_eq!(payload, [9; 8]);
+        c.advance(&f);
+        let f = c.peek().unwrap().unwrap();
+        assert_eq!((f.kind, f.payload_len()), (FrameKind::ShortHeader, 9));
         c.advance(&f);
         assert_eq!(c.peek().unwrap(), None);
     }
