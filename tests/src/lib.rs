@@ -15,6 +15,10 @@
 //! The programs the jobs run are this crate's binaries (`p2p_suite`) and
 //! the examples of the `oxmpi` crate; `cargo test --workspace` builds all
 //! of them next to `oxrun`.
+//!
+//! [`checks`] holds the result checks those programs share.
+
+pub mod checks;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{BufRead, BufReader, Read};

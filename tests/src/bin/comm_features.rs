@@ -21,6 +21,7 @@ use oxmpi::{
     dims_create, Color, Communicator, CommunicatorRelation, Error, ErrorClass, ErrorHandler, Info,
     Keyval, PredefinedAttribute, Result, TopologyKind, MAX_INFO_KEY, PROC_NULL, TAG_UB,
 };
+use oxmpi_jobs::checks::{ensure, expect_class, fail};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -48,29 +49,6 @@ fn main() -> ExitCode {
             eprintln!("comm_features {check}: {e}");
             ExitCode::FAILURE
         }
-    }
-}
-
-fn fail(message: impl Into<String>) -> Error {
-    Error::new(ErrorClass::Other, message)
-}
-
-fn ensure(ok: bool, message: impl FnOnce() -> String) -> Result<()> {
-    if ok {
-        Ok(())
-    } else {
-        Err(fail(message()))
-    }
-}
-
-fn expect_class<T: std::fmt::Debug>(
-    result: Result<T>,
-    class: ErrorClass,
-    what: &str,
-) -> Result<()> {
-    match result {
-        Err(e) if e.class() == class => Ok(()),
-        other => Err(fail(format!("{what}: expected {class}, got {other:?}"))),
     }
 }
 

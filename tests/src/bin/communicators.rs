@@ -13,9 +13,10 @@
 
 use oxmpi::collective::SystemOperation;
 use oxmpi::{
-    Color, Communicator, CommunicatorRelation, Error, ErrorClass, GroupRelation, Result, Threading,
+    Color, Communicator, CommunicatorRelation, ErrorClass, GroupRelation, Result, Threading,
     ANY_TAG,
 };
+use oxmpi_jobs::checks::{ensure, expect_class, fail};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -47,29 +48,6 @@ fn main() -> ExitCode {
             eprintln!("communicators {check}: {e}");
             ExitCode::FAILURE
         }
-    }
-}
-
-fn fail(message: impl Into<String>) -> Error {
-    Error::new(ErrorClass::Other, message)
-}
-
-fn ensure(ok: bool, message: impl FnOnce() -> String) -> Result<()> {
-    if ok {
-        Ok(())
-    } else {
-        Err(fail(message()))
-    }
-}
-
-fn expect_class<T: std::fmt::Debug>(
-    result: Result<T>,
-    class: ErrorClass,
-    what: &str,
-) -> Result<()> {
-    match result {
-        Err(e) if e.class() == class => Ok(()),
-        other => Err(fail(format!("{what}: expected {class}, got {other:?}"))),
     }
 }
 

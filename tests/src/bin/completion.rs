@@ -20,7 +20,8 @@ use oxmpi::request::{
     scope, test_all, test_any, test_some, wait_all, wait_all_outcomes, wait_any, wait_some,
     Completed, Request,
 };
-use oxmpi::{Communicator, Error, ErrorClass, Process, Result, Status};
+use oxmpi::{Communicator, ErrorClass, Process, Result, Status};
+use oxmpi_jobs::checks::{ensure, fail};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -55,18 +56,6 @@ fn main() -> ExitCode {
             eprintln!("completion {check}: {e}");
             ExitCode::FAILURE
         }
-    }
-}
-
-fn fail(message: impl Into<String>) -> Error {
-    Error::new(ErrorClass::Other, message)
-}
-
-fn ensure(ok: bool, message: impl FnOnce() -> String) -> Result<()> {
-    if ok {
-        Ok(())
-    } else {
-        Err(fail(message()))
     }
 }
 

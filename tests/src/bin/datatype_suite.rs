@@ -17,7 +17,8 @@ use oxmpi::datatype::{
 };
 use oxmpi::request::scope;
 use oxmpi::traits::*;
-use oxmpi::{Communicator, Error, ErrorClass, Result};
+use oxmpi::{Communicator, ErrorClass, Result};
+use oxmpi_jobs::checks::{ensure, fail};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -44,18 +45,6 @@ fn main() -> ExitCode {
             eprintln!("datatype_suite: {e}");
             ExitCode::FAILURE
         }
-    }
-}
-
-fn fail(message: impl Into<String>) -> Error {
-    Error::new(ErrorClass::Other, message)
-}
-
-fn ensure(ok: bool, message: impl FnOnce() -> String) -> Result<()> {
-    if ok {
-        Ok(())
-    } else {
-        Err(fail(message()))
     }
 }
 

@@ -21,7 +21,7 @@ use oxmpi::collective::{
 use oxmpi::request::{scope, test_some, wait_all, wait_any, Request};
 use oxmpi::traits::*;
 use oxmpi::{Communicator, Error, ErrorClass, Result};
-use std::fmt::Debug;
+use oxmpi_jobs::checks::{ensure, expect_class, fail, same};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -49,46 +49,6 @@ fn main() -> ExitCode {
             eprintln!("nonblocking_collectives {check}: {e}");
             ExitCode::FAILURE
         }
-    }
-}
-
-fn fail(message: impl Into<String>) -> Error {
-    Error::new(ErrorClass::Other, message)
-}
-
-fn ensure(ok: bool, message: impl FnOnce() -> String) -> Result<()> {
-    if ok {
-        Ok(())
-    } else {
-        Err(fail(message()))
-    }
-}
-
-/// Checks that `got` equals `expected`, naming the first difference.
-fn same<T: PartialEq + Debug>(got: &[T], expected: &[T], what: &str) -> Result<()> {
-    ensure(got.len() == expected.len(), || {
-        format!(
-            "{what}: {} elements, expected {}",
-            got.len(),
-            expected.len()
-        )
-    })?;
-    match got.iter().zip(expected).position(|(g, e)| g != e) {
-        None => Ok(()),
-        Some(i) => Err(fail(format!(
-            "{what}: element {i} of {} is {:?}, expected {:?}",
-            got.len(),
-            got[i],
-            expected[i]
-        ))),
-    }
-}
-
-/// Checks that `result` failed with `class`.
-fn expect_class<T: Debug>(result: Result<T>, class: ErrorClass, what: &str) -> Result<()> {
-    match result {
-        Err(e) if e.class() == class => Ok(()),
-        other => Err(fail(format!("{what}: expected {class}, got {other:?}"))),
     }
 }
 

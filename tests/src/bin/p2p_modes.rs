@@ -7,7 +7,8 @@
 use oxmpi::buffered::{attach_buffer, detach_buffer, flush_buffer, BSEND_OVERHEAD};
 use oxmpi::persistent::{start_all, wait_all};
 use oxmpi::request::scope;
-use oxmpi::{Communicator, Error, ErrorClass, Result, Status, Threading, ANY_TAG, PROC_NULL};
+use oxmpi::{Communicator, ErrorClass, Result, Status, Threading, ANY_TAG, PROC_NULL};
+use oxmpi_jobs::checks::{ensure, fail};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -48,18 +49,6 @@ fn main() -> ExitCode {
             eprintln!("p2p_modes {check}: {e}");
             ExitCode::FAILURE
         }
-    }
-}
-
-fn fail(message: impl Into<String>) -> Error {
-    Error::new(ErrorClass::Other, message)
-}
-
-fn ensure(ok: bool, message: impl FnOnce() -> String) -> Result<()> {
-    if ok {
-        Ok(())
-    } else {
-        Err(fail(message()))
     }
 }
 

@@ -3,7 +3,8 @@
 //! exits non-zero, saying why, when something is wrong.
 
 use oxmpi::request::{scope, wait_all, wait_any};
-use oxmpi::{Communicator, Error, ErrorClass, Result, Threading, ANY_TAG, PROC_NULL};
+use oxmpi::{Communicator, ErrorClass, Result, Threading, ANY_TAG, PROC_NULL};
+use oxmpi_jobs::checks::{ensure, fail};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -65,18 +66,6 @@ fn main() -> ExitCode {
             eprintln!("p2p_suite {check}: {e}");
             ExitCode::FAILURE
         }
-    }
-}
-
-fn fail(message: impl Into<String>) -> Error {
-    Error::new(ErrorClass::Other, message)
-}
-
-fn ensure(ok: bool, message: impl FnOnce() -> String) -> Result<()> {
-    if ok {
-        Ok(())
-    } else {
-        Err(fail(message()))
     }
 }
 
