@@ -5,7 +5,8 @@
 //! 8 bytes are the control word ([`crate::proto::control_word`]: kind,
 //! position check, length) and whose following bytes (56 in the first
 //! cell, 64 in each next one) carry the contents. A packet is a header
-//! frame (the 56-byte packet header, then the first payload bytes) and as
+//! frame (the 56-byte packet header, or its first 48 bytes when the last
+//! 8 are zero, as in every eager packet, then the first payload bytes) and as
 //! many data frames as the rest of its payload needs, so a packet may span
 //! several cells, several frames, and the end of the ring.
 //!
