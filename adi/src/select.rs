@@ -2,8 +2,11 @@
 //! binds to: the choice of method, made here and nowhere else.
 //!
 //! - **At start** ([`start_transports`]): `OXMPI_TRANSPORTS` names the
-//!   transports a rank may use, in order of preference; unset, it is every
-//!   transport the build has. A transport that fails to start is skipped
+//!   transports a rank may use; unset, it is every transport the build
+//!   has. The list restricts, it does not rank: the order of preference is
+//!   the build's (best first: shared memory, then the network), so that
+//!   two ranks whose lists differ in order still choose the same method
+//!   for the VC between them. A transport that fails to start is skipped
 //!   when the list is the default (the reason is shown under
 //!   `OXMPI_VERBOSE=1`): a machine without shared memory still runs jobs
 //!   over the network. A transport the user named explicitly that fails is
@@ -32,7 +35,8 @@ use crate::transport::{JobInfo, PeerRank, Transport};
 use crate::vlog;
 
 /// Environment variable: which transports may be used, a comma-separated
-/// list in order of preference (default: every transport the build has).
+/// list (default: every transport the build has). Its order does not
+/// matter: the build's order of preference applies to what it names.
 /// Messages to the own rank always use the self method.
 pub const TRANSPORTS_ENV: &str = "OXMPI_TRANSPORTS";
 
@@ -54,7 +58,8 @@ fn names(known: &[TransportFactory]) -> String {
 }
 
 /// The transports `setting` (the value of `OXMPI_TRANSPORTS`, `None` when
-/// unset) names, in its order; see the module docs for what is refused.
+/// unset) names, in the order of `known` (the order of preference); see
+/// the module docs for what is refused.
 fn chosen<'a>(
     setting: Option<&str>,
     known: &'a [TransportFactory],
@@ -82,6 +87,7 @@ fn chosen<'a>(
         }
         chosen.push(factory);
     }
+    chosen.sort_by_key(|f| known.iter().position(|k| k.name == f.name));
     if chosen.is_empty() {
         return Err(Error::new(
             ErrorClass::Arg,
@@ -94,9 +100,10 @@ fn chosen<'a>(
     Ok(chosen)
 }
 
-/// Starts the transports a rank of `job` uses between processes, in order
-/// of preference: those `setting` names (the value of `OXMPI_TRANSPORTS`),
-/// or, when it is `None`, each of `known` that starts. A 1-rank job needs
+/// Starts the transports a rank of `job` uses between processes, in the
+/// order of preference that `known` has: those `setting` names (the value
+/// of `OXMPI_TRANSPORTS`), or, when it is `None`, each of `known` that
+/// starts. A 1-rank job needs
 /// none (the self method carries its messages), but its setting is checked
 /// all the same.
 pub fn start_transports(
@@ -502,6 +509,26 @@ mod tests {
             assert!(e.message().contains(part), "{e}");
         }
         assert_eq!(started(Some(" net ,"), &KNOWN).unwrap(), ["net"]);
+    }
+
+    #[test]
+    fn a_list_restricts_but_the_build_order_ranks() {
+        let known = [
+            KNOWN[1],
+            TransportFactory {
+                name: "other",
+                start: |_| Ok(fake("other")),
+            },
+        ];
+        assert_eq!(
+            started(Some("other,net"), &known).unwrap(),
+            ["net", "other"]
+        );
+        assert_eq!(
+            started(Some("net,other"), &known).unwrap(),
+            ["net", "other"]
+        );
+        assert_eq!(started(Some("other"), &known).unwrap(), ["other"]);
     }
 
     #[test]
