@@ -337,7 +337,8 @@ impl Consumer {
     }
 
     /// Whether a frame is published at the head (a look after raising the
-    /// sleeping flag).
+    /// sleeping flag, and before each read of the queue).
+    #[inline]
     pub(crate) fn has_frame(&self) -> bool {
         let index = self.head & (self.segment.cells() - 1);
         // Relaxed: only a yes or no; `peek` reads it again with Acquire.
