@@ -644,11 +644,7 @@ impl Device {
         synchronous: bool,
     ) -> Result<RequestId> {
         let t = self.bind(peer)?;
-        let mut header = Header::new(Kind::Eager);
-        header.context_id = envelope.context_id;
-        header.source = envelope.source;
-        header.tag = envelope.tag;
-        header.message_len = len as u64;
+        let mut header = eager_header(envelope, len);
         if synchronous {
             header.flags = FLAG_SYNC;
         }
@@ -675,13 +671,8 @@ impl Device {
             .insert(Request::new(Some(peer), phase, status));
         header.sender_token = token;
         let sent = if eager {
-            let payload = if len == 0 {
-                &[][..]
-            } else {
-                // SAFETY: the caller guarantees `buf` is readable for `len`.
-                unsafe { std::slice::from_raw_parts(buf, len) }
-            };
-            self.send_packet(peer, header, payload)
+            // SAFETY: the caller guarantees `buf` is readable for `len`.
+            self.send_packet(peer, header, unsafe { payload(buf, len) })
         } else {
             header.kind = Kind::Rts;
             self.send_packet(peer, header, &[])
@@ -691,6 +682,36 @@ impl Device {
             return Err(e);
         }
         Ok(RequestId(token))
+    }
+
+    /// Starts a standard send (the start of `MPI_Send`) as
+    /// [`Device::start_send`] does, but makes no request where none is
+    /// needed: `None` when the send is complete on return (an eager
+    /// message, which the transport has taken), else the request of the
+    /// rendezvous to wait for. The blocking send's fast path: no request
+    /// to make, look up and free for each short message.
+    ///
+    /// # Safety
+    /// As for [`Device::start_send`].
+    pub unsafe fn start_standard_send(
+        &mut self,
+        peer: PeerRank,
+        envelope: Envelope,
+        buf: *const u8,
+        len: usize,
+    ) -> Result<Option<RequestId>> {
+        let t = self.bind(peer)?;
+        if len > self.transports[t].eager_limit() {
+            // SAFETY: the caller's guarantee, passed on.
+            return unsafe { self.start_send(peer, envelope, buf, len, false) }.map(Some);
+        }
+        // No sender token: the receiver of a standard eager message never
+        // names the send again (no acknowledgement, nothing to cancel).
+        let mut header = eager_header(envelope, len);
+        self.stamp(peer, &mut header);
+        // SAFETY: the caller guarantees `buf` is readable for `len`.
+        self.transports[t].send(peer, &header, unsafe { payload(buf, len) })?;
+        Ok(None)
     }
 
     /// A request that is complete from the start with `status` (an
@@ -1635,6 +1656,29 @@ impl Core {
 }
 
 /// The error of a peer that sent what the protocol does not allow.
+/// The header of an eager message of `len` bytes with `envelope` (a
+/// standard send's: no flags, no token).
+fn eager_header(envelope: Envelope, len: usize) -> Header {
+    let mut header = Header::new(Kind::Eager);
+    header.context_id = envelope.context_id;
+    header.source = envelope.source;
+    header.tag = envelope.tag;
+    header.message_len = len as u64;
+    header
+}
+
+/// The `len` bytes at `buf` as a slice (empty for 0, whatever `buf` is).
+///
+/// # Safety
+/// `buf` must be readable for `len` bytes while the slice lives.
+unsafe fn payload<'a>(buf: *const u8, len: usize) -> &'a [u8] {
+    if len == 0 {
+        return &[];
+    }
+    // SAFETY: the caller's guarantee.
+    unsafe { std::slice::from_raw_parts(buf, len) }
+}
+
 fn protocol_error(peer: PeerRank, what: impl std::fmt::Display) -> Error {
     Error::new(
         ErrorClass::ProcFailed,

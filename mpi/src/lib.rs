@@ -270,16 +270,23 @@ pub(crate) fn progress_once() -> Result<()> {
 pub(crate) fn wait_request(
     request: oxmpi_adi::device::RequestId,
 ) -> Result<oxmpi_adi::device::Status> {
-    progress_until(|d| {
-        if !d.is_complete(request) {
-            return Ok(None);
-        }
-        d.take_status(request).map(Some).ok_or_else(|| {
-            Error::new(
-                ErrorClass::Request,
-                "the request was already completed and freed",
-            )
-        })
+    progress_until(|d| take_completed(d, request))
+}
+
+/// The status of `request` if it is complete (it is freed), `None` if
+/// not yet: the test of every wait for one request.
+pub(crate) fn take_completed(
+    d: &mut Device,
+    request: oxmpi_adi::device::RequestId,
+) -> Result<Option<oxmpi_adi::device::Status>> {
+    if !d.is_complete(request) {
+        return Ok(None);
+    }
+    d.take_status(request).map(Some).ok_or_else(|| {
+        Error::new(
+            ErrorClass::Request,
+            "the request was already completed and freed",
+        )
     })
 }
 
