@@ -57,7 +57,7 @@ impl PostedQueue {
     /// Removes and returns the oldest receive that accepts `envelope`.
     pub fn take_match(&mut self, envelope: &Envelope) -> Option<u64> {
         let at = self.entries.iter().position(|(p, _)| p.matches(envelope))?;
-        self.entries.remove(at).map(|(_, token)| token)
+        take_at(&mut self.entries, at).map(|(_, token)| token)
     }
 
     /// Removes the receive with `token`; false if it is not queued.
@@ -107,7 +107,7 @@ impl<T> UnexpectedQueue<T> {
     /// Removes and returns the oldest message that `pattern` accepts.
     pub fn take_match(&mut self, pattern: &Pattern) -> Option<(Envelope, T)> {
         let at = self.entries.iter().position(|(e, _)| pattern.matches(e))?;
-        self.entries.remove(at)
+        take_at(&mut self.entries, at)
     }
 
     /// Removes and returns the oldest message for which `wanted` holds.
@@ -122,6 +122,17 @@ impl<T> UnexpectedQueue<T> {
     /// The oldest message that `pattern` accepts, left in place (probe).
     pub fn find(&self, pattern: &Pattern) -> Option<&(Envelope, T)> {
         self.entries.iter().find(|(e, _)| pattern.matches(e))
+    }
+}
+
+/// Removes the entry at `at`: usually the oldest, which a queue gives up
+/// for less than a removal from its middle (the common case of matching
+/// in order).
+fn take_at<T>(entries: &mut VecDeque<T>, at: usize) -> Option<T> {
+    if at == 0 {
+        entries.pop_front()
+    } else {
+        entries.remove(at)
     }
 }
 

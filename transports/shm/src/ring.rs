@@ -117,7 +117,7 @@ impl Producer {
         payload: &[u8],
     ) -> Result<Option<usize>, Corrupt> {
         let short = HEADER_LEN - SHORT_HEADER_SAVING;
-        if header[short..].iter().all(|&b| b == 0) {
+        if header[short..] == [0u8; SHORT_HEADER_SAVING] {
             return self.push(FrameKind::ShortHeader, &header[..short], payload);
         }
         self.push(FrameKind::Header, header, payload)
