@@ -556,7 +556,20 @@ impl Device {
 
     /// The transport the VC to `peer` is bound to, binding it now if it is
     /// not yet (late binding).
+    #[inline]
     fn bind(&mut self, peer: PeerRank) -> Result<usize> {
+        // Every message but a peer's first finds its VC bound.
+        if let Some(Vc {
+            binding: Binding::Bound(t),
+            ..
+        }) = self.core.vcs.get(peer)
+        {
+            return Ok(*t);
+        }
+        self.bind_now(peer)
+    }
+
+    fn bind_now(&mut self, peer: PeerRank) -> Result<usize> {
         let vc = self.core.vcs.get(peer).ok_or_else(|| {
             Error::new(
                 ErrorClass::Rank,
@@ -986,6 +999,11 @@ impl Device {
     fn poll_all(&mut self) -> Result<bool> {
         let mut progressed = false;
         for index in 0..self.transports.len() {
+            // Only this process feeds the self transport: it has work only
+            // when it holds packets, and most polls find it empty.
+            if index == SELF_TRANSPORT && !self.transports[index].has_pending_sends() {
+                continue;
+            }
             let mut sink = Sink {
                 core: &mut self.core,
                 transport: index,
