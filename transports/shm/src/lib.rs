@@ -702,6 +702,26 @@ impl ShmTransport {
         progressed
     }
 
+    /// A poll that has something to do: reports, reads the inbound
+    /// queues, writes what waits and, when due, looks at the sockets.
+    #[inline(never)]
+    fn poll_now(&mut self, sink: &mut dyn PacketSink) -> Result<bool> {
+        let mut progressed = self.report(sink);
+        progressed |= self.receive_all(sink);
+        if !self.backlog.is_empty() {
+            progressed |= self.flush_backlog();
+        }
+        if self.sockets_due
+            || self.connecting > 0
+            || !self.retry.is_empty()
+            || self.polls_since_sockets >= SOCKETS_EVERY
+        {
+            progressed |= self.service_sockets(sink)?;
+        }
+        progressed |= self.report(sink);
+        Ok(progressed)
+    }
+
     /// Reports the sends finished and the peers failed outside `poll`.
     #[inline]
     fn report(&mut self, sink: &mut dyn PacketSink) -> bool {
@@ -1138,21 +1158,22 @@ impl Transport for ShmTransport {
     }
 
     fn poll(&mut self, sink: &mut dyn PacketSink) -> Result<bool> {
-        let mut progressed = self.report(sink);
-        progressed |= self.receive_all(sink);
-        if !self.backlog.is_empty() {
-            progressed |= self.flush_backlog();
-        }
         self.polls_since_sockets += 1;
-        if self.sockets_due
-            || self.connecting > 0
-            || !self.retry.is_empty()
-            || self.polls_since_sockets >= SOCKETS_EVERY
+        // Most polls of a waiting rank find nothing to do; they return
+        // after a load of each inbound queue's head control word, without
+        // the set-up of the full poll.
+        if self.completed.is_empty()
+            && self.failures.is_empty()
+            && self.backlog.is_empty()
+            && !self.sockets_due
+            && self.connecting == 0
+            && self.retry.is_empty()
+            && self.polls_since_sockets < SOCKETS_EVERY
+            && !self.inbound.iter().any(|link| link.consumer.has_frame())
         {
-            progressed |= self.service_sockets(sink)?;
+            return Ok(false);
         }
-        progressed |= self.report(sink);
-        Ok(progressed)
+        self.poll_now(sink)
     }
 
     fn arm_wakeup(&mut self) -> Result<Option<RawFd>> {
