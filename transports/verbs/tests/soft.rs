@@ -4,11 +4,14 @@
 
 use oxmpi_adi::ErrorClass;
 use oxmpi_verbs::provider::{
-    connect_rc, AccessFlags, CompletionQueue, ConnectParams, MemoryRegion, Mtu, Nic, PostError,
-    QpCaps, QpInit, QpState, QueuePair, RecvWr, RemoteAddr, RtrAttr, SendOp, SendWr, Sge,
-    SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion,
+    connect_rc, AccessFlags, CompletionQueue, ConnectParams, Gid, MemoryRegion, Mtu, Nic,
+    PostError, QpAddress, QpCaps, QpInit, QpState, QueuePair, RecvWr, RemoteAddr, RtrAttr, SendOp,
+    SendWr, Sge, SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion,
 };
 use oxmpi_verbs::soft::{SoftCq, SoftMr, SoftNic, SoftPd, SoftQp, SoftSrq};
+use std::io::{Read, Write};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -891,4 +894,166 @@ fn a_queue_pair_cannot_connect_to_itself() {
     let a = end(false);
     let e = connect_rc(&a.nic, &a.qp, &a.qp.address(), &ConnectParams::default()).unwrap_err();
     assert_eq!(e.class(), ErrorClass::UnsupportedOperation);
+}
+
+/// The abstract socket address of the soft NIC with `gid` (the provider's
+/// naming, which its module docs state).
+fn nic_socket(gid: &Gid) -> std::os::unix::net::SocketAddr {
+    let hex: String = gid.0.iter().map(|b| format!("{b:02x}")).collect();
+    std::os::unix::net::SocketAddr::from_abstract_name(format!("oxmpi-soft-nic-{hex}").as_bytes())
+        .unwrap()
+}
+
+/// A GID above any a soft NIC draws (save with odds of 2^-64), unique to
+/// this test process.
+fn high_gid() -> Gid {
+    let mut g = [0xff; 16];
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u32;
+    g[8..12].copy_from_slice(&std::process::id().to_le_bytes());
+    g[12..].copy_from_slice(&nanos.to_le_bytes());
+    Gid(g)
+}
+
+#[test]
+fn a_malformed_response_is_an_error_completion() {
+    // A fake peer NIC whose GID sorts above the real one's, so the real
+    // queue pair opens the stream to it.
+    let fake = high_gid();
+    let listener = std::os::unix::net::UnixListener::bind_addr(&nic_socket(&fake)).unwrap();
+    let a = end(false);
+    let remote = QpAddress {
+        gid: fake,
+        lid: 0,
+        qpn: 5,
+        psn: 9,
+        mtu: Mtu::Mtu4096,
+    };
+    connect_rc(&a.nic, &a.qp, &remote, &ConnectParams::default()).unwrap();
+    let (mut stream, _) = listener.accept().unwrap();
+    let mut hello = [0u8; 40];
+    stream.read_exact(&mut hello).unwrap();
+    assert_eq!(&hello[..4], b"OXSN");
+    assert_eq!(&hello[8..24], &a.qp.address().gid.0);
+    assert_eq!(u32::from_le_bytes(hello[28..32].try_into().unwrap()), 5);
+    let out = Memory::new(64);
+    let omr = register(&a.nic, &a.pd, &out, ALL);
+    post(
+        &a.qp,
+        1,
+        SendOp::RdmaRead {
+            local: sge(&omr, &out, 0, 8),
+            remote: RemoteAddr { addr: 0, rkey: 1 },
+        },
+    );
+    post(&a.qp, 2, SendOp::SendInline(b"next"));
+    let mut request = [0u8; 40];
+    stream.read_exact(&mut request).unwrap();
+    // A frame of an unknown kind, as a response.
+    stream.write_all(&[0xab; 40]).unwrap();
+    let wcs = wait(&a.scq, 2);
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (1, WcStatus::BadRespErr));
+    assert_eq!((wcs[1].wr_id, wcs[1].status), (2, WcStatus::WrFlushErr));
+    assert_eq!(a.qp.state(), QpState::Error);
+    assert_eq!(out.bytes(), vec![0; 64]);
+}
+
+#[test]
+fn a_response_of_the_wrong_size_is_an_error_completion() {
+    let fake = high_gid();
+    let listener = std::os::unix::net::UnixListener::bind_addr(&nic_socket(&fake)).unwrap();
+    let a = end(false);
+    let remote = QpAddress {
+        gid: fake,
+        lid: 0,
+        qpn: 6,
+        psn: 1,
+        mtu: Mtu::Mtu4096,
+    };
+    connect_rc(&a.nic, &a.qp, &remote, &ConnectParams::default()).unwrap();
+    let (mut stream, _) = listener.accept().unwrap();
+    let mut hello = [0u8; 40];
+    stream.read_exact(&mut hello).unwrap();
+    let out = Memory::new(64);
+    let omr = register(&a.nic, &a.pd, &out, ALL);
+    post(
+        &a.qp,
+        1,
+        SendOp::RdmaRead {
+            local: sge(&omr, &out, 0, 8),
+            remote: RemoteAddr { addr: 0, rkey: 1 },
+        },
+    );
+    let mut request = [0u8; 40];
+    stream.read_exact(&mut request).unwrap();
+    // A well-formed READ response carrying 64 bytes for an 8-byte READ.
+    let mut response = vec![0u8; 40 + 64];
+    response[0] = 7;
+    response[32..36].copy_from_slice(&64u32.to_le_bytes());
+    response[40..].fill(0xee);
+    stream.write_all(&response).unwrap();
+    assert_eq!(wait(&a.scq, 1)[0].status, WcStatus::BadRespErr);
+    assert_eq!(
+        out.bytes(),
+        vec![0; 64],
+        "an oversized response was written"
+    );
+}
+
+#[test]
+fn strangers_at_the_nic_are_refused_and_it_goes_on() {
+    let (a, b) = (end(false), end(false));
+    let gid = b.qp.address().gid;
+    // Garbage instead of a hello; a hello for a queue pair that does not
+    // exist; a hello that claims to be another queue pair than the one
+    // b's queue pair will be connected to; and a silent connection.
+    let mut garbage = UnixStream::connect_addr(&nic_socket(&gid)).unwrap();
+    garbage.write_all(&[0x55; 40]).unwrap();
+    let mut wrong = [0u8; 40];
+    wrong[..4].copy_from_slice(b"OXSN");
+    wrong[4] = 1;
+    wrong[28..32].copy_from_slice(&(b.qp.qp_num() ^ 0x40).to_le_bytes());
+    UnixStream::connect_addr(&nic_socket(&gid))
+        .unwrap()
+        .write_all(&wrong)
+        .unwrap();
+    let mut impostor = wrong;
+    impostor[8..24].copy_from_slice(&high_gid().0);
+    impostor[28..32].copy_from_slice(&b.qp.qp_num().to_le_bytes());
+    let mut imp = UnixStream::connect_addr(&nic_socket(&gid)).unwrap();
+    imp.write_all(&impostor).unwrap();
+    let _silent = UnixStream::connect_addr(&nic_socket(&gid)).unwrap();
+    // The real connection still works.
+    let p = ConnectParams::default();
+    connect(&a, &p, &b, &p);
+    let target = Memory::new(8);
+    let tmr = register(&b.nic, &b.pd, &target, all_access());
+    post(
+        &a.qp,
+        1,
+        SendOp::RdmaWriteInline {
+            data: b"through",
+            remote: remote(&tmr, 0),
+        },
+    );
+    let back = Memory::new(8);
+    let bmr = register(&a.nic, &a.pd, &back, all_access());
+    post(
+        &b.qp,
+        2,
+        SendOp::RdmaWriteInline {
+            data: b"and back",
+            remote: remote(&bmr, 0),
+        },
+    );
+    assert_eq!(wait(&a.scq, 1)[0].status, WcStatus::Success);
+    assert_eq!(wait(&b.scq, 1)[0].status, WcStatus::Success);
+    assert_eq!(&target.bytes()[..7], b"through");
+    assert_eq!(&back.bytes()[..8], b"and back");
+    // The impostor's stream was closed, not attached.
+    let mut buf = [0u8; 1];
+    imp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(imp.read(&mut buf).unwrap(), 0);
 }

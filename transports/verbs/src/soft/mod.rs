@@ -74,6 +74,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 use wire::{Frame, Hello, ReadError, Request, Response};
 
+/// Most streams waiting for one queue pair to reach RTR.
+const MAX_PARKED: usize = 4;
+
 /// How long a connecting process may take to send its hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -113,8 +116,9 @@ struct NicShared {
     closing: AtomicBool,
     /// Live queue pairs by number.
     qps: Mutex<HashMap<u32, Weak<QpShared>>>,
-    /// Streams that arrived for a queue pair before it reached RTR.
-    parked: Mutex<HashMap<u32, (UnixStream, Hello)>>,
+    /// Streams that arrived for a queue pair before it reached RTR (at
+    /// most [`MAX_PARKED`] each: which one is its peer's is known at RTR).
+    parked: Mutex<HashMap<u32, Vec<(UnixStream, Hello)>>>,
     next_qpn: AtomicU32,
 }
 
@@ -434,7 +438,15 @@ impl QpShared {
         let mut d = lock(&self.data);
         match d.state {
             QpState::Reset | QpState::Init => {
-                lock(&self.nic.parked).insert(self.qpn, (stream, hello));
+                let mut parked = lock(&self.nic.parked);
+                let waiting = parked.entry(self.qpn).or_default();
+                if waiting.len() >= MAX_PARKED {
+                    return Err(format!(
+                        "{MAX_PARKED} streams already wait for queue pair {:#x}",
+                        self.qpn
+                    ));
+                }
+                waiting.push((stream, hello));
                 Ok(())
             }
             QpState::Rtr | QpState::Rts => self.attach_offered(&mut d, stream, hello),
@@ -860,8 +872,10 @@ impl QueuePair for SoftQp {
             })?;
             me.attach(&mut d, stream)?;
         } else {
-            let parked = lock(&me.nic.parked).remove(&me.qpn);
-            if let Some((stream, hello)) = parked {
+            // Of the streams that came early, the peer's (if it came) is
+            // attached; the others are refused.
+            let parked = lock(&me.nic.parked).remove(&me.qpn).unwrap_or_default();
+            for (stream, hello) in parked {
                 if let Err(why) = me.attach_offered(&mut d, stream, hello) {
                     vlog!("soft verbs NIC: refused a queue-pair stream: {why}");
                 }
