@@ -160,3 +160,106 @@ fn device_facts(device: *mut ibv_device, name: &str) -> io::Result<DeviceFacts> 
         ports,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    //! The values this crate writes by hand (so that its pure logic builds
+    //! without rdma-core) agree with rdma-core's own headers.
+
+    use super::super::{attr_mask, qp_state};
+    use crate::provider::{AccessFlags, Mtu, WcStatus};
+    use rdma_sys::{ibv_access_flags, ibv_mtu, ibv_qp_attr_mask, ibv_qp_state, ibv_wc_status};
+
+    #[test]
+    fn attribute_masks_and_states_match_verbs_h() {
+        for (ours, theirs) in [
+            (attr_mask::STATE, ibv_qp_attr_mask::IBV_QP_STATE),
+            (
+                attr_mask::ACCESS_FLAGS,
+                ibv_qp_attr_mask::IBV_QP_ACCESS_FLAGS,
+            ),
+            (attr_mask::PKEY_INDEX, ibv_qp_attr_mask::IBV_QP_PKEY_INDEX),
+            (attr_mask::PORT, ibv_qp_attr_mask::IBV_QP_PORT),
+            (attr_mask::AV, ibv_qp_attr_mask::IBV_QP_AV),
+            (attr_mask::PATH_MTU, ibv_qp_attr_mask::IBV_QP_PATH_MTU),
+            (attr_mask::TIMEOUT, ibv_qp_attr_mask::IBV_QP_TIMEOUT),
+            (attr_mask::RETRY_CNT, ibv_qp_attr_mask::IBV_QP_RETRY_CNT),
+            (attr_mask::RNR_RETRY, ibv_qp_attr_mask::IBV_QP_RNR_RETRY),
+            (attr_mask::RQ_PSN, ibv_qp_attr_mask::IBV_QP_RQ_PSN),
+            (
+                attr_mask::MAX_QP_RD_ATOMIC,
+                ibv_qp_attr_mask::IBV_QP_MAX_QP_RD_ATOMIC,
+            ),
+            (
+                attr_mask::MIN_RNR_TIMER,
+                ibv_qp_attr_mask::IBV_QP_MIN_RNR_TIMER,
+            ),
+            (attr_mask::SQ_PSN, ibv_qp_attr_mask::IBV_QP_SQ_PSN),
+            (
+                attr_mask::MAX_DEST_RD_ATOMIC,
+                ibv_qp_attr_mask::IBV_QP_MAX_DEST_RD_ATOMIC,
+            ),
+            (attr_mask::DEST_QPN, ibv_qp_attr_mask::IBV_QP_DEST_QPN),
+        ] {
+            assert_eq!(ours, theirs.0);
+        }
+        assert_eq!(qp_state::INIT, ibv_qp_state::IBV_QPS_INIT);
+        assert_eq!(qp_state::RTR, ibv_qp_state::IBV_QPS_RTR);
+        assert_eq!(qp_state::RTS, ibv_qp_state::IBV_QPS_RTS);
+    }
+
+    #[test]
+    fn access_flags_statuses_and_mtus_match_verbs_h() {
+        for (ours, theirs) in [
+            (
+                AccessFlags::LOCAL_WRITE,
+                ibv_access_flags::IBV_ACCESS_LOCAL_WRITE,
+            ),
+            (
+                AccessFlags::REMOTE_WRITE,
+                ibv_access_flags::IBV_ACCESS_REMOTE_WRITE,
+            ),
+            (
+                AccessFlags::REMOTE_READ,
+                ibv_access_flags::IBV_ACCESS_REMOTE_READ,
+            ),
+            (
+                AccessFlags::REMOTE_ATOMIC,
+                ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC,
+            ),
+        ] {
+            assert_eq!(ours.bits(), theirs.0);
+        }
+        for (ours, theirs) in [
+            (WcStatus::Success, ibv_wc_status::IBV_WC_SUCCESS),
+            (WcStatus::LocLenErr, ibv_wc_status::IBV_WC_LOC_LEN_ERR),
+            (WcStatus::LocQpOpErr, ibv_wc_status::IBV_WC_LOC_QP_OP_ERR),
+            (WcStatus::LocProtErr, ibv_wc_status::IBV_WC_LOC_PROT_ERR),
+            (WcStatus::WrFlushErr, ibv_wc_status::IBV_WC_WR_FLUSH_ERR),
+            (WcStatus::BadRespErr, ibv_wc_status::IBV_WC_BAD_RESP_ERR),
+            (WcStatus::LocAccessErr, ibv_wc_status::IBV_WC_LOC_ACCESS_ERR),
+            (
+                WcStatus::RemInvReqErr,
+                ibv_wc_status::IBV_WC_REM_INV_REQ_ERR,
+            ),
+            (WcStatus::RemAccessErr, ibv_wc_status::IBV_WC_REM_ACCESS_ERR),
+            (WcStatus::RemOpErr, ibv_wc_status::IBV_WC_REM_OP_ERR),
+            (WcStatus::RetryExcErr, ibv_wc_status::IBV_WC_RETRY_EXC_ERR),
+            (
+                WcStatus::RnrRetryExcErr,
+                ibv_wc_status::IBV_WC_RNR_RETRY_EXC_ERR,
+            ),
+            (WcStatus::GeneralErr, ibv_wc_status::IBV_WC_GENERAL_ERR),
+        ] {
+            assert_eq!(ours as u32, theirs);
+            assert_eq!(WcStatus::from_ibv(theirs), ours);
+        }
+        for (ours, theirs) in [
+            (Mtu::Mtu256, ibv_mtu::IBV_MTU_256),
+            (Mtu::Mtu1024, ibv_mtu::IBV_MTU_1024),
+            (Mtu::Mtu4096, ibv_mtu::IBV_MTU_4096),
+        ] {
+            assert_eq!(ours.to_ibv(), theirs);
+        }
+    }
+}
