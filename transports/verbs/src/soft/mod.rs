@@ -64,7 +64,6 @@ use crate::provider::{
 use mem::{Atomic, MrTable};
 use oxmpi_adi::{vlog, Error, ErrorClass, Result};
 use std::collections::{HashMap, VecDeque};
-use std::io::Write;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -787,11 +786,11 @@ impl QpShared {
 
 /// The writer thread: sends what is queued, in order, until a Close or the
 /// queue pair's end.
-fn pump(queue: Receiver<Outgoing>, mut stream: UnixStream) {
+fn pump(queue: Receiver<Outgoing>, stream: UnixStream) {
     for out in queue {
         match out {
             Outgoing::Frame(bytes) => {
-                if stream.write_all(&bytes).is_err() {
+                if sys::send_all(&stream, &bytes).is_err() {
                     break;
                 }
             }
@@ -849,14 +848,14 @@ impl QueuePair for SoftQp {
         d.min_rnr_timer = attr.min_rnr_timer;
         if local < (remote.gid, remote.qpn) {
             // This side opens the stream.
-            let opened = UnixStream::connect_addr(&socket_addr(&remote.gid)?).and_then(|mut s| {
+            let opened = UnixStream::connect_addr(&socket_addr(&remote.gid)?).and_then(|s| {
                 let hello = Hello {
                     from_gid: me.nic.gid,
                     from_qpn: me.qpn,
                     to_qpn: remote.qpn,
                     psn: me.psn,
                 };
-                s.write_all(&hello.encode())?;
+                sys::send_all(&s, &hello.encode())?;
                 Ok(s)
             });
             let stream = opened.map_err(|e| {
