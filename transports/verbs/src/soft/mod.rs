@@ -44,6 +44,11 @@
 //!   the error state (on hardware a responder may stay in RTS, but its
 //!   requests would then time out).
 //! - A queue pair cannot be connected to itself.
+//! - Two threads per connected queue pair: it is meant for tests and jobs
+//!   of modest size on one host, not for speed.
+//! - `max_rd_atomic` / `max_dest_rd_atomic` do not limit how many READs
+//!   and atomics are in flight, and completion queues grow as needed
+//!   instead of overrunning.
 //!
 //! # Security
 //! A stream is accepted only from a process of the same effective user
