@@ -11,8 +11,9 @@
 //! - [`rdma_core`] (`OXMPI_VERBS_PROVIDER=rdma-core`, the default): real
 //!   devices through libibverbs. Its pure logic (device, port and GID
 //!   choice, queue-pair attributes for each transition, the environment
-//!   variables) is always built and tested; the calls into libibverbs are
-//!   behind the `rdma-core` cargo feature.
+//!   variables) is always built and tested; the calls into libibverbs
+//!   (discovery, and the provider itself) are behind the `rdma-core` cargo
+//!   feature.
 //!
 //! It must not know MPI, communicators, requests or the ADI's packets: the
 //! verbs transport (next to come, over this crate) maps those onto queue

@@ -2,77 +2,23 @@
 //! soft NICs (each as another process would have), connected through the
 //! provider interface as the transport will connect them.
 
+mod common;
+
+use common::{all_access, post, register, remote, sge, wait, Memory};
 use oxmpi_adi::ErrorClass;
 use oxmpi_verbs::provider::{
     connect_rc, AccessFlags, CompletionQueue, ConnectParams, Gid, MemoryRegion, Mtu, Nic,
     PostError, QpAddress, QpCaps, QpInit, QpState, QueuePair, RecvWr, RemoteAddr, RtrAttr, SendOp,
-    SendWr, Sge, SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion,
+    SendWr, SharedReceiveQueue, WcOpcode, WcStatus,
 };
 use oxmpi_verbs::soft::{SoftCq, SoftMr, SoftNic, SoftPd, SoftQp, SoftSrq};
 use std::io::{Read, Write};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Memory the NIC may write at any time: words with interior mutability,
-/// so writes through the registration's raw pointer are allowed while the
-/// test holds a shared reference.
-struct Memory {
-    words: Vec<AtomicU64>,
-}
-
-impl Memory {
-    fn new(bytes: usize) -> Memory {
-        Memory {
-            words: (0..bytes.div_ceil(8)).map(|_| AtomicU64::new(0)).collect(),
-        }
-    }
-
-    fn addr(&self) -> u64 {
-        self.words.as_ptr() as u64
-    }
-
-    fn bytes(&self) -> Vec<u8> {
-        self.words
-            .iter()
-            .flat_map(|w| w.load(Ordering::SeqCst).to_ne_bytes())
-            .collect()
-    }
-
-    fn fill(&self, data: &[u8]) {
-        for (w, chunk) in self.words.iter().zip(data.chunks(8)) {
-            let mut b = [0u8; 8];
-            b[..chunk.len()].copy_from_slice(chunk);
-            w.store(u64::from_ne_bytes(b), Ordering::SeqCst);
-        }
-    }
-
-    fn word(&self, i: usize) -> u64 {
-        self.words[i].load(Ordering::SeqCst)
-    }
-}
-
-fn register(nic: &SoftNic, pd: &SoftPd, mem: &Memory, access: AccessFlags) -> SoftMr {
-    // SAFETY: `mem` is interior-mutable memory that every test keeps alive
-    // (declared before its registration) until the registration is dropped.
-    unsafe {
-        nic.register(
-            pd,
-            mem.words.as_ptr() as *mut u8,
-            mem.words.len() * 8,
-            access,
-        )
-    }
-    .expect("registration")
-}
-
 const ALL: AccessFlags = AccessFlags::LOCAL_WRITE;
-
-fn all_access() -> AccessFlags {
-    ALL | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC
-}
 
 /// One end: a NIC, its domain, completion queues and one queue pair.
 /// Fields drop in order: the queue pair before what it uses.
@@ -133,52 +79,12 @@ fn pair() -> (End, End) {
     (a, b)
 }
 
-/// Polls `cq` until `n` completions came, for at most 10 s.
-fn wait(cq: &SoftCq, n: usize) -> Vec<WorkCompletion> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut out = Vec::new();
-    while out.len() < n {
-        cq.poll(n - out.len(), &mut out).unwrap();
-        assert!(
-            Instant::now() < deadline,
-            "only {} of {n} completions after 10 s: {out:?}",
-            out.len()
-        );
-        std::thread::yield_now();
-    }
-    out
-}
-
 /// Asserts that nothing more completes on `cq` within 50 ms.
 fn quiet(cq: &SoftCq) {
     std::thread::sleep(Duration::from_millis(50));
     let mut out = Vec::new();
     cq.poll(16, &mut out).unwrap();
     assert!(out.is_empty(), "unexpected completions {out:?}");
-}
-
-fn sge(mr: &SoftMr, mem: &Memory, offset: u64, length: u32) -> Sge {
-    Sge {
-        addr: mem.addr() + offset,
-        length,
-        lkey: mr.lkey(),
-    }
-}
-
-fn remote(mr: &SoftMr, offset: u64) -> RemoteAddr {
-    RemoteAddr {
-        addr: mr.addr() + offset,
-        rkey: mr.rkey(),
-    }
-}
-
-fn post(qp: &SoftQp, wr_id: u64, op: SendOp<'_>) {
-    qp.post_send(&SendWr {
-        wr_id,
-        signaled: true,
-        op,
-    })
-    .unwrap();
 }
 
 #[test]
@@ -1056,4 +962,10 @@ fn strangers_at_the_nic_are_refused_and_it_goes_on() {
     let mut buf = [0u8; 1];
     imp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     assert_eq!(imp.read(&mut buf).unwrap(), 0);
+}
+
+#[test]
+fn the_common_rc_semantics_hold() {
+    let (a, b) = (SoftNic::open().unwrap(), SoftNic::open().unwrap());
+    common::rc_semantics(&a, &b);
 }

@@ -5,9 +5,12 @@
 //! [`default_gid`]), what a failed device listing means
 //! ([`no_device_reason`]), and the `ibv_modify_qp` attributes and mask of
 //! each state transition ([`init_plan`], [`rtr_plan`], [`rts_plan`]). The
-//! calls into libibverbs are behind the `rdma-core` cargo feature
-//! (module `ffi`); without it [`discover`] reports that this build has no
-//! rdma-core support, so callers fall back to their other methods.
+//! calls into libibverbs are behind the `rdma-core` cargo feature: device
+//! discovery (module `ffi`) and `RdmaNic`, the provider interface over
+//! libibverbs (module `nic`; compiled and checked in CI, but not yet run
+//! on a device: `tests/hw.rs` is the opt-in test for one). Without the
+//! feature [`discover`] reports that this build has no rdma-core support,
+//! so callers fall back to their other methods.
 //!
 //! Choosing by default: the first device with an active port, its first
 //! active port, and on Ethernet (RoCE) the best GID of the port: RoCE v2
@@ -20,6 +23,11 @@
 
 #[cfg(feature = "rdma-core")]
 mod ffi;
+#[cfg(feature = "rdma-core")]
+mod nic;
+
+#[cfg(feature = "rdma-core")]
+pub use nic::{RdmaCq, RdmaMr, RdmaNic, RdmaPd, RdmaQp, RdmaSrq};
 
 use crate::provider::{
     check_attributes, AccessFlags, Gid, GidEntry, GidType, InitAttr, LinkLayer, Mtu, PortInfo,
