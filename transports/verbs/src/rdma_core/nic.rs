@@ -13,7 +13,7 @@
 //! registrations whose memory the registrant keeps valid (the contract of
 //! [`Nic::register`]).
 
-use super::{discover, init_plan, rtr_plan, rts_plan, Discovery, QpAttrPlan, Selection};
+use super::{attr_mask, discover, init_plan, rtr_plan, rts_plan, Discovery, QpAttrPlan, Selection};
 use crate::provider::{
     check_transition, AccessFlags, CompletionQueue, InitAttr, MemoryRegion, Nic, PortInfo,
     PostError, QpAddress, QpInit, QpState, QueuePair, RecvWr, RtrAttr, RtsAttr, SendOp, SendWr,
@@ -25,8 +25,9 @@ use rdma_sys::{
     ibv_create_srq, ibv_dealloc_pd, ibv_dereg_mr, ibv_destroy_cq, ibv_destroy_qp, ibv_destroy_srq,
     ibv_free_device_list, ibv_get_device_list, ibv_get_device_name, ibv_modify_qp, ibv_mr,
     ibv_open_device, ibv_pd, ibv_poll_cq, ibv_post_recv, ibv_post_send, ibv_post_srq_recv, ibv_qp,
-    ibv_qp_attr, ibv_qp_init_attr, ibv_qp_type, ibv_recv_wr, ibv_reg_mr, ibv_send_wr, ibv_sge,
-    ibv_srq, ibv_srq_init_attr, ibv_wc, ibv_wc_opcode, ibv_wr_opcode,
+    ibv_qp_attr, ibv_qp_init_attr, ibv_qp_state, ibv_qp_type, ibv_query_qp, ibv_recv_wr,
+    ibv_reg_mr, ibv_send_wr, ibv_sge, ibv_srq, ibv_srq_init_attr, ibv_wc, ibv_wc_opcode,
+    ibv_wr_opcode,
 };
 use std::ffi::CStr;
 use std::ptr::null_mut;
@@ -84,6 +85,7 @@ impl RdmaNic {
             return Err(last_os_error("listing RDMA devices"));
         }
         let mut context = null_mut();
+        let mut found = false;
         for i in 0..usize::try_from(n).unwrap_or(0) {
             // SAFETY: the list holds `n` devices until it is freed below;
             // a device's name is a NUL-terminated string it owns.
@@ -91,13 +93,19 @@ impl RdmaNic {
             // SAFETY: as above.
             let device_name = unsafe { CStr::from_ptr(ibv_get_device_name(device)) };
             if device_name.to_bytes() == name.as_bytes() {
+                found = true;
                 // SAFETY: a device of the live list.
                 context = unsafe { ibv_open_device(device) };
                 break;
             }
         }
-        let opened = if context.is_null() {
+        let opened = if found && context.is_null() {
             Err(last_os_error(&format!("opening RDMA device {name}")))
+        } else if context.is_null() {
+            Err(Error::new(
+                ErrorClass::Other,
+                format!("RDMA device {name} disappeared while it was being opened"),
+            ))
         } else {
             Ok(Context(context))
         };
@@ -300,7 +308,9 @@ pub struct RdmaQp {
     qp: *mut ibv_qp,
     psn: u32,
     port: PortInfo,
+    /// The last state set by `modify` (the device may have moved on).
     state: Mutex<QpState>,
+    max_inline_data: u32,
     has_srq: bool,
     _pd: Arc<PdHandle>,
     _cqs: [Arc<CqHandle>; 2],
@@ -353,8 +363,9 @@ fn qp_attr(plan: &QpAttrPlan) -> (ibv_qp_attr, i32) {
 
 impl RdmaQp {
     fn modify(&self, to: QpState, plan: Result<QpAttrPlan>) -> Result<()> {
+        let current = self.state();
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        check_transition(*state, to)?;
+        check_transition(current, to)?;
         let (mut attr, mask) = qp_attr(&plan?);
         // SAFETY: a live queue pair and an attribute structure the call
         // only reads.
@@ -373,8 +384,29 @@ impl QueuePair for RdmaQp {
         unsafe { (*self.qp).qp_num }
     }
 
+    /// The state the device reports (`ibv_query_qp`): a queue pair goes
+    /// to ERROR by itself when a request fails. The last state set, if the
+    /// query fails.
     fn state(&self) -> QpState {
-        *self.state.lock().unwrap_or_else(|e| e.into_inner())
+        let last = *self.state.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: plain C structures, for which all zeros is a valid value.
+        let (mut attr, mut init): (ibv_qp_attr, ibv_qp_init_attr) =
+            unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        // SAFETY: a live queue pair, and structures of the types the call
+        // writes.
+        let rc = unsafe { ibv_query_qp(self.qp, &mut attr, attr_mask::STATE as i32, &mut init) };
+        if rc != 0 {
+            return last;
+        }
+        match attr.qp_state {
+            ibv_qp_state::IBV_QPS_RESET => QpState::Reset,
+            ibv_qp_state::IBV_QPS_INIT => QpState::Init,
+            ibv_qp_state::IBV_QPS_RTR => QpState::Rtr,
+            ibv_qp_state::IBV_QPS_RTS => QpState::Rts,
+            // ERR, and SQE (a send-queue error, which RC queue pairs do not
+            // have); SQD is never asked for.
+            _ => QpState::Error,
+        }
     }
 
     fn address(&self) -> QpAddress {
@@ -400,6 +432,20 @@ impl QueuePair for RdmaQp {
     }
 
     fn post_send(&self, wr: &SendWr<'_>) -> std::result::Result<(), PostError> {
+        if let SendOp::SendInline(data) | SendOp::RdmaWriteInline { data, .. } = wr.op {
+            // Checked here: the device's refusal (ENOMEM from some
+            // providers) would read as a full queue.
+            if data.len() > self.max_inline_data as usize {
+                return Err(PostError::Invalid(Error::new(
+                    ErrorClass::Arg,
+                    format!(
+                        "inline data of {} bytes, above the queue pair's max_inline_data {}",
+                        data.len(),
+                        self.max_inline_data
+                    ),
+                )));
+            }
+        }
         // SAFETY: a plain C structure (integers, pointers and unions of
         // them), for which all zeros is a valid value.
         let mut send: ibv_send_wr = unsafe { std::mem::zeroed() };
@@ -588,6 +634,8 @@ impl Nic for RdmaNic {
             psn: u32::from_le_bytes(random) & 0xff_ffff,
             port: self.port.clone(),
             state: Mutex::new(QpState::Reset),
+            // What the device granted, which may exceed what was asked.
+            max_inline_data: attr.cap.max_inline_data,
             has_srq: init.srq.is_some(),
             _pd: pd.0.clone(),
             _cqs: [init.send_cq.0.clone(), init.recv_cq.0.clone()],
