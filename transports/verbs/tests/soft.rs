@@ -969,3 +969,54 @@ fn the_common_rc_semantics_hold() {
     let (a, b) = (SoftNic::open().unwrap(), SoftNic::open().unwrap());
     common::rc_semantics(&a, &b);
 }
+
+#[test]
+fn requests_behind_a_local_error_are_not_executed() {
+    let (a, b) = pair();
+    let target = Memory::new(64);
+    let tmr = register(&b.nic, &b.pd, &target, all_access());
+    let inbox = Memory::new(64);
+    let imr = register(&b.nic, &b.pd, &inbox, ALL);
+    let local = Memory::new(64);
+    let lmr = register(&a.nic, &a.pd, &local, AccessFlags::NONE);
+    // A SEND that waits at b (no receive yet, RNR for ever) keeps the queue
+    // busy; behind it a READ into memory without LOCAL_WRITE, and a WRITE.
+    post(&a.qp, 1, SendOp::SendInline(b"first"));
+    post(
+        &a.qp,
+        2,
+        SendOp::RdmaRead {
+            local: sge(&lmr, &local, 0, 8),
+            remote: remote(&tmr, 0),
+        },
+    );
+    post(
+        &a.qp,
+        3,
+        SendOp::RdmaWriteInline {
+            data: b"late",
+            remote: remote(&tmr, 8),
+        },
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    b.qp.post_recv(&RecvWr {
+        wr_id: 9,
+        sge: sge(&imr, &inbox, 0, 64),
+    })
+    .unwrap();
+    let wcs = wait(&a.scq, 3);
+    assert_eq!(
+        wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [
+            (1, WcStatus::Success),
+            (2, WcStatus::LocProtErr),
+            (3, WcStatus::WrFlushErr)
+        ]
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(
+        target.bytes(),
+        vec![0; 64],
+        "a flushed request was executed"
+    );
+}

@@ -946,7 +946,12 @@ impl QueuePair for SoftQp {
             len: 0,
             local_error: None,
         };
+        // Behind a request that failed locally nothing is executed: the
+        // queue pair goes to the error state when that request's turn
+        // comes, and these are flushed.
+        let doomed = d.outstanding.iter().any(|p| p.local_error.is_some());
         match me.request_frame(&wr.op, d.rnr_retry) {
+            Ok(_) if doomed => d.outstanding.push_back(pending),
             Ok((request, local, len)) => {
                 pending.local = local;
                 pending.len = len;
