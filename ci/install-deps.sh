@@ -4,11 +4,15 @@
 # tests use to prove oxmpi programs run under another PMI-1 launcher, and
 # MPICH's and Open MPI's compilers and launchers, the peers `oxbench compare`
 # measures oxmpi against; hwloc's headers (oxrun's placement, built with
-# pkg-config); and iproute2, whose `ip netns` the network-namespace job test
-# uses.
+# pkg-config); iproute2, whose `ip netns` the network-namespace job test
+# uses; and rdma-core's headers and libclang (bindgen), with which the verbs
+# crate's `rdma-core` feature is built and tested (rdma-sys needs
+# libibverbs-dev and librdmacm-dev; programs built with it need libibverbs1,
+# which libibverbs-dev brings, even on machines with no RDMA device).
 # Run as root, or with sudo available.
 set -euo pipefail
-packages=(build-essential pkg-config libhwloc-dev iproute2 mpich libmpich-dev openmpi-bin libopenmpi-dev)
+packages=(build-essential pkg-config libhwloc-dev iproute2 mpich libmpich-dev openmpi-bin libopenmpi-dev
+  libibverbs-dev librdmacm-dev libclang-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

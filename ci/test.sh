@@ -7,3 +7,6 @@ ci/install-deps.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo test --workspace 2>&1
+# The verbs crate's libibverbs calls, off by default (see its crate docs).
+cargo clippy -p oxmpi-verbs --features rdma-core --all-targets --quiet -- -D warnings
+cargo test -p oxmpi-verbs --features rdma-core 2>&1

@@ -1,0 +1,278 @@
+//! RC semantics every provider must keep, written once over the provider
+//! interface: the soft provider runs them in CI (`tests/soft.rs`), a real
+//! device in the opt-in `tests/hw.rs`.
+
+use oxmpi_verbs::provider::{
+    connect_rc, AccessFlags, CompletionQueue, ConnectParams, MemoryRegion, Nic, QpCaps, QpInit,
+    QpState, QueuePair, RecvWr, RemoteAddr, SendOp, SendWr, Sge, WcOpcode, WcStatus,
+    WorkCompletion,
+};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Memory the NIC may write at any time: words with interior mutability,
+/// so writes through the registration's raw pointer are allowed while the
+/// test holds a shared reference.
+pub struct Memory {
+    words: Vec<AtomicU64>,
+}
+
+impl Memory {
+    /// `bytes` zeroed bytes (rounded up to whole words).
+    pub fn new(bytes: usize) -> Memory {
+        Memory {
+            words: (0..bytes.div_ceil(8)).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// Its address.
+    pub fn addr(&self) -> u64 {
+        self.words.as_ptr() as u64
+    }
+
+    /// A copy of its bytes.
+    pub fn bytes(&self) -> Vec<u8> {
+        self.words
+            .iter()
+            .flat_map(|w| w.load(Ordering::SeqCst).to_ne_bytes())
+            .collect()
+    }
+
+    /// Sets its first bytes to `data`.
+    pub fn fill(&self, data: &[u8]) {
+        for (w, chunk) in self.words.iter().zip(data.chunks(8)) {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            w.store(u64::from_ne_bytes(b), Ordering::SeqCst);
+        }
+    }
+
+    /// Its `i`th word.
+    pub fn word(&self, i: usize) -> u64 {
+        self.words[i].load(Ordering::SeqCst)
+    }
+}
+
+/// Registers all of `mem` on `nic`.
+pub fn register<N: Nic>(nic: &N, pd: &N::Pd, mem: &Memory, access: AccessFlags) -> N::Mr {
+    // SAFETY: `mem` is interior-mutable memory that every test keeps alive
+    // (declared before its registration) until the registration is dropped.
+    unsafe {
+        nic.register(
+            pd,
+            mem.words.as_ptr() as *mut u8,
+            mem.words.len() * 8,
+            access,
+        )
+    }
+    .expect("registration")
+}
+
+/// Every right.
+pub fn all_access() -> AccessFlags {
+    AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC
+}
+
+/// Polls `cq` until `n` completions came, for at most 10 s.
+pub fn wait(cq: &impl CompletionQueue, n: usize) -> Vec<WorkCompletion> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut out = Vec::new();
+    while out.len() < n {
+        cq.poll(n - out.len(), &mut out).unwrap();
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {n} completions after 10 s: {out:?}",
+            out.len()
+        );
+        std::thread::yield_now();
+    }
+    out
+}
+
+/// The SGE of `length` bytes at `offset` in `mem`, registered as `mr`.
+pub fn sge(mr: &impl MemoryRegion, mem: &Memory, offset: u64, length: u32) -> Sge {
+    Sge {
+        addr: mem.addr() + offset,
+        length,
+        lkey: mr.lkey(),
+    }
+}
+
+/// The remote address of `offset` in the region `mr`.
+pub fn remote(mr: &impl MemoryRegion, offset: u64) -> RemoteAddr {
+    RemoteAddr {
+        addr: mr.addr() + offset,
+        rkey: mr.rkey(),
+    }
+}
+
+/// Posts a signaled send request.
+pub fn post(qp: &impl QueuePair, wr_id: u64, op: SendOp<'_>) {
+    qp.post_send(&SendWr {
+        wr_id,
+        signaled: true,
+        op,
+    })
+    .unwrap();
+}
+
+/// Connects a queue pair on `nic_a` to one on `nic_b` (the same NIC
+/// twice is fine) and checks, in order: SEND into a posted receive;
+/// RDMA WRITE and READ back; fetch-and-add and compare-and-swap with their
+/// original values; then a WRITE with a wrong rkey completes with
+/// REM_ACCESS_ERR, the request behind it with WR_FLUSH_ERR, and nothing
+/// lands.
+pub fn rc_semantics<N: Nic>(nic_a: &N, nic_b: &N) {
+    let caps = QpCaps {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_inline_data: 32,
+    };
+    let (pd_a, pd_b) = (nic_a.alloc_pd().unwrap(), nic_b.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (nic_a.create_cq(64).unwrap(), nic_b.create_cq(64).unwrap());
+    let qp_a = nic_a
+        .create_qp(
+            &pd_a,
+            &QpInit {
+                send_cq: &cq_a,
+                recv_cq: &cq_a,
+                srq: None,
+                caps,
+            },
+        )
+        .unwrap();
+    let qp_b = nic_b
+        .create_qp(
+            &pd_b,
+            &QpInit {
+                send_cq: &cq_b,
+                recv_cq: &cq_b,
+                srq: None,
+                caps,
+            },
+        )
+        .unwrap();
+    let p = ConnectParams::default();
+    connect_rc(nic_a, &qp_a, &qp_b.address(), &p).unwrap();
+    connect_rc(nic_b, &qp_b, &qp_a.address(), &p).unwrap();
+    assert_eq!((qp_a.state(), qp_b.state()), (QpState::Rts, QpState::Rts));
+
+    let local = Memory::new(4096);
+    let target = Memory::new(4096);
+    let lmr = register(nic_a, &pd_a, &local, AccessFlags::LOCAL_WRITE);
+    let tmr = register(nic_b, &pd_b, &target, all_access());
+
+    // SEND / RECV.
+    qp_b.post_recv(&RecvWr {
+        wr_id: 9,
+        sge: sge(&tmr, &target, 0, 64),
+    })
+    .unwrap();
+    post(&qp_a, 1, SendOp::SendInline(b"rc semantics"));
+    assert_eq!(wait(&cq_a, 1)[0].status, WcStatus::Success);
+    let got = wait(&cq_b, 1)[0];
+    assert_eq!(
+        (got.wr_id, got.status, got.opcode, got.byte_len),
+        (9, WcStatus::Success, WcOpcode::Recv, 12)
+    );
+    assert_eq!(&target.bytes()[..12], b"rc semantics");
+
+    // RDMA WRITE, then READ back.
+    let data: Vec<u8> = (0..2048u32).map(|i| (i % 253) as u8).collect();
+    local.fill(&data);
+    post(
+        &qp_a,
+        2,
+        SendOp::RdmaWrite {
+            local: sge(&lmr, &local, 0, 2048),
+            remote: remote(&tmr, 1024),
+        },
+    );
+    assert_eq!(wait(&cq_a, 1)[0].status, WcStatus::Success);
+    assert_eq!(&target.bytes()[1024..3072], &data[..]);
+    local.fill(&[0; 2048]);
+    post(
+        &qp_a,
+        3,
+        SendOp::RdmaRead {
+            local: sge(&lmr, &local, 0, 2048),
+            remote: remote(&tmr, 1024),
+        },
+    );
+    let read = wait(&cq_a, 1)[0];
+    assert_eq!(
+        (read.status, read.opcode),
+        (WcStatus::Success, WcOpcode::RdmaRead)
+    );
+    assert_eq!(&local.bytes()[..2048], &data[..]);
+
+    // Atomics on the word at offset 3072, which holds its bytes from the
+    // pattern above: set it first.
+    target.words[384].store(40, Ordering::SeqCst);
+    post(
+        &qp_a,
+        4,
+        SendOp::FetchAdd {
+            local: sge(&lmr, &local, 0, 8),
+            remote: remote(&tmr, 3072),
+            add: 2,
+        },
+    );
+    assert_eq!(wait(&cq_a, 1)[0].status, WcStatus::Success);
+    assert_eq!((local.word(0), target.word(384)), (40, 42));
+    post(
+        &qp_a,
+        5,
+        SendOp::CompareSwap {
+            local: sge(&lmr, &local, 0, 8),
+            remote: remote(&tmr, 3072),
+            compare: 42,
+            swap: 7,
+        },
+    );
+    assert_eq!(wait(&cq_a, 1)[0].status, WcStatus::Success);
+    assert_eq!((local.word(0), target.word(384)), (42, 7));
+    post(
+        &qp_a,
+        6,
+        SendOp::CompareSwap {
+            local: sge(&lmr, &local, 0, 8),
+            remote: remote(&tmr, 3072),
+            compare: 42,
+            swap: 9,
+        },
+    );
+    assert_eq!(wait(&cq_a, 1)[0].status, WcStatus::Success);
+    assert_eq!((local.word(0), target.word(384)), (7, 7));
+
+    // A wrong rkey.
+    let before = target.bytes();
+    let wrong = RemoteAddr {
+        rkey: tmr.rkey() ^ 0x80,
+        ..remote(&tmr, 0)
+    };
+    post(
+        &qp_a,
+        7,
+        SendOp::RdmaWriteInline {
+            data: b"denied",
+            remote: wrong,
+        },
+    );
+    post(
+        &qp_a,
+        8,
+        SendOp::RdmaWriteInline {
+            data: b"after",
+            remote: remote(&tmr, 0),
+        },
+    );
+    let wcs = wait(&cq_a, 2);
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (7, WcStatus::RemAccessErr));
+    assert_eq!((wcs[1].wr_id, wcs[1].status), (8, WcStatus::WrFlushErr));
+    assert_eq!(target.bytes(), before);
+    drop((qp_a, qp_b));
+}
