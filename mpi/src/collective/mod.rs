@@ -90,6 +90,7 @@
 
 pub(crate) mod algorithms;
 pub(crate) mod engine;
+mod inter;
 pub(crate) mod node;
 pub(crate) mod op;
 mod partition;
@@ -198,6 +199,9 @@ impl Communicator {
         red: &Reduction<'_>,
         mode: Mode,
     ) -> Result<()> {
+        if self.is_inter_communicator() {
+            return self.inter_all_reduce(acc, red).await;
+        }
         if let Some(node) = self.node_for(mode, acc.len())? {
             return node.all_reduce(acc, red);
         }
@@ -219,6 +223,24 @@ impl Communicator {
         }
         let team = self.team(CollectiveTag::Reduce)?;
         team.complete(algorithms::reduce(&team, root, acc, red))
+            .await
+    }
+
+    /// Reduces `input` and scatters its `blocks` (by rank), this rank's
+    /// into `out`; on an intercommunicator, the input is the remote
+    /// group's.
+    async fn reduce_scatter_bytes(
+        &self,
+        input: &[u8],
+        blocks: &[std::ops::Range<usize>],
+        out: &mut [u8],
+        red: &Reduction<'_>,
+    ) -> Result<()> {
+        if self.is_inter_communicator() {
+            return self.inter_reduce_scatter(input, blocks, out, red).await;
+        }
+        let team = self.team(CollectiveTag::ReduceScatter)?;
+        team.complete(algorithms::reduce_scatter(&team, input, blocks, out, red))
             .await
     }
 
@@ -270,6 +292,16 @@ impl Communicator {
         let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
         let element_type = same_element_type(send.element_type(), output.element_type())?;
         let (send, recv) = (send.bytes(), output.bytes_mut());
+        if self.is_inter_communicator() {
+            // Every process of the remote group sends blocks of one
+            // length, which need not be this group's.
+            let n = self.addressed_size();
+            let block = block_of(recv.len(), n.max(1), element_type, "the receive buffer")?;
+            let recvs = disjoint_blocks(recv.len(), &uniform_blocks(n, block))?.split(recv);
+            self.inter_all_to_all(&vec![send; n], recvs, all_to_all_algorithm(block))
+                .await?;
+            return output.finish();
+        }
         let n = self.size() as usize;
         expect_len(
             recv.len(),
@@ -374,10 +406,16 @@ impl Communicator {
     {
         let send = Input::new(send)?;
         same_element_type(send.element_type(), recv.element_type())?;
-        let n = self.size() as usize;
+        let n = self.addressed_size();
         let (parts, mut output) = recv.parts(n)?;
         let buf = output.bytes_mut();
-        disjoint_blocks(buf.len(), &parts)?;
+        let layout = disjoint_blocks(buf.len(), &parts)?;
+        if self.is_inter_communicator() {
+            let recvs = layout.split(buf);
+            self.inter_all_to_all(&vec![send.bytes(); n], recvs, AllToAllAlgorithm::Scattered)
+                .await?;
+            return output.finish();
+        }
         let team = self.team(CollectiveTag::AllGather)?;
         team.complete(algorithms::all_gather_varcount(
             &team,
@@ -481,8 +519,8 @@ impl Communicator {
         let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
         let element_type = same_element_type(send.element_type(), output.element_type())?;
         let (send, recv) = (send.bytes(), output.bytes_mut());
-        let n = self.size() as usize;
-        let block = block_of(send.len(), n, element_type, "the send buffer")?;
+        let n = self.addressed_size();
+        let block = block_of(send.len(), n.max(1), element_type, "the send buffer")?;
         expect_len(recv.len(), send.len(), element_type, "the receive buffer")?;
         self.all_to_all_blocks(send, recv, block).await?;
         output.finish()
@@ -510,6 +548,7 @@ impl Communicator {
     }
 
     async fn all_to_all_in_place_future<R: BufferMut + ?Sized>(&self, buf: &mut R) -> Result<()> {
+        self.require_intra("an in-place all-to-all")?;
         let n = self.size() as usize;
         let mut output = Output::new(buf)?;
         let block = block_of(
@@ -525,17 +564,27 @@ impl Communicator {
     }
 
     async fn all_to_all_blocks(&self, send: &[u8], recv: &mut [u8], block: usize) -> Result<()> {
-        let parts = uniform_blocks(self.size() as usize, block);
+        let parts = uniform_blocks(self.addressed_size(), block);
         let sends: Vec<&[u8]> = parts.iter().map(|p| &send[p.clone()]).collect();
         let recvs = disjoint_blocks(recv.len(), &parts)?.split(recv);
+        self.all_to_all_bytes(&sends, recvs, all_to_all_algorithm(block))
+            .await
+    }
+
+    /// The all-to-all of `sends` and `recvs`, one per process addressed
+    /// (the remote group's on an intercommunicator).
+    async fn all_to_all_bytes(
+        &self,
+        sends: &[&[u8]],
+        recvs: Vec<&mut [u8]>,
+        algorithm: AllToAllAlgorithm,
+    ) -> Result<()> {
+        if self.is_inter_communicator() {
+            return self.inter_all_to_all(sends, recvs, algorithm).await;
+        }
         let team = self.team(CollectiveTag::AllToAll)?;
-        team.complete(algorithms::all_to_all(
-            &team,
-            &sends,
-            recvs,
-            all_to_all_algorithm(block),
-        ))
-        .await
+        team.complete(algorithms::all_to_all(&team, sends, recvs, algorithm))
+            .await
     }
 
     /// Sends block `i` of `send` to rank `i` and receives block `j` of
@@ -594,7 +643,7 @@ impl Communicator {
         RD: std::borrow::Borrow<[i32]>,
     {
         same_element_type(send.element_type(), recv.element_type())?;
-        let n = self.size() as usize;
+        let n = self.addressed_size();
         let (send_parts, send) = send.parts(n)?;
         let (recv_parts, mut output) = recv.parts(n)?;
         let recv = output.bytes_mut();
@@ -603,14 +652,8 @@ impl Communicator {
             .iter()
             .map(|p| &send.bytes()[p.clone()])
             .collect();
-        let team = self.team(CollectiveTag::AllToAll)?;
-        team.complete(algorithms::all_to_all(
-            &team,
-            &sends,
-            recvs,
-            AllToAllAlgorithm::Scattered,
-        ))
-        .await?;
+        self.all_to_all_bytes(&sends, recvs, AllToAllAlgorithm::Scattered)
+            .await?;
         output.finish()
     }
 
@@ -710,7 +753,7 @@ impl Communicator {
         send: &[&dyn Buffer],
         recv: &mut [&mut dyn BufferMut],
     ) -> Result<()> {
-        let n = self.size() as usize;
+        let n = self.addressed_size();
         if send.len() != n || recv.len() != n {
             return Err(count_error(format!(
                 "{} send and {} receive buffers for {n} processes",
@@ -728,14 +771,8 @@ impl Communicator {
             .collect::<Result<Vec<_>>>()?;
         let sends: Vec<&[u8]> = inputs.iter().map(Input::bytes).collect();
         let recvs: Vec<&mut [u8]> = outputs.iter_mut().map(Output::bytes_mut).collect();
-        let team = self.team(CollectiveTag::AllToAll)?;
-        team.complete(algorithms::all_to_all(
-            &team,
-            &sends,
-            recvs,
-            AllToAllAlgorithm::Scattered,
-        ))
-        .await?;
+        self.all_to_all_bytes(&sends, recvs, AllToAllAlgorithm::Scattered)
+            .await?;
         outputs.into_iter().try_for_each(Output::finish)
     }
 
@@ -874,6 +911,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
+        self.require_intra("an in-place all-reduce")?;
         let mut output = Output::new(buf)?;
         let red = Reduction::new(&op, output.element_type())?;
         self.all_reduce_bytes(output.bytes_mut(), &red, mode)
@@ -932,9 +970,7 @@ impl Communicator {
         let n = self.size() as usize;
         expect_len(send.len(), n * recv.len(), element_type, "the send buffer")?;
         let parts = uniform_blocks(n, recv.len());
-        let team = self.team(CollectiveTag::ReduceScatter)?;
-        team.complete(algorithms::reduce_scatter(&team, send, &parts, recv, &red))
-            .await?;
+        self.reduce_scatter_bytes(send, &parts, recv, &red).await?;
         output.finish()
     }
 
@@ -1062,9 +1098,7 @@ impl Communicator {
         expect_len(send.len(), total, element_type, "the send buffer")?;
         let mine = parts[self.rank() as usize].len();
         expect_len(recv.len(), mine, element_type, "the receive buffer")?;
-        let team = self.team(CollectiveTag::ReduceScatter)?;
-        team.complete(algorithms::reduce_scatter(&team, send, &parts, recv, &red))
-            .await?;
+        self.reduce_scatter_bytes(send, &parts, recv, &red).await?;
         output.finish()
     }
 
