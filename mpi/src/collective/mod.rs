@@ -93,7 +93,7 @@ pub(crate) mod engine;
 mod inter;
 pub(crate) mod node;
 pub(crate) mod op;
-mod partition;
+pub(crate) mod partition;
 pub(crate) mod schedule;
 pub(crate) mod team;
 pub(crate) mod typed;
@@ -107,6 +107,7 @@ pub use partition::{Partition, PartitionMut};
 use crate::comm::{Communicator, Process};
 use crate::datatype::{Buffer, BufferMut, ElementType};
 use crate::request::{Request, Scope};
+use std::future::Future;
 use crate::{Error, ErrorClass, Result};
 use node::NodeRegion;
 use op::{same_element_type, Reduction};
@@ -156,10 +157,35 @@ fn expect_len(actual: usize, expected: usize, element_type: ElementType, what: &
 }
 
 impl Communicator {
+    /// Carries out a blocking collective: its error goes to the
+    /// communicator's error handler first.
+    pub(crate) fn blocking(&self, operation: impl Future<Output = Result<()>>) -> Result<()> {
+        self.handled(engine::block_on(operation))
+    }
+
+    /// Starts a non-blocking collective that borrows its buffers for
+    /// `'a`: an error at its start goes to the communicator's error
+    /// handler first (one at its completion is the request's).
+    pub(crate) fn immediate<'a>(
+        &self,
+        scope: &Scope<'a>,
+        operation: impl Future<Output = Result<()>> + 'a,
+    ) -> Result<Request<'a>> {
+        self.handled(engine::start(scope, operation))
+    }
+
+    /// [`Communicator::immediate`] for a collective that borrows nothing.
+    fn immediate_static<'a>(
+        &self,
+        operation: impl Future<Output = Result<()>> + 'static,
+    ) -> Result<Request<'a>> {
+        self.handled(engine::start_static(operation))
+    }
+
     /// Waits until every process of the communicator has called it
     /// (`MPI_Barrier`, §6.3).
     pub fn barrier(&self) -> Result<()> {
-        engine::block_on(self.barrier_future(Mode::Blocking))
+        self.blocking(self.barrier_future(Mode::Blocking))
     }
 
     /// The non-blocking form of [`Communicator::barrier`] (`MPI_Ibarrier`,
@@ -169,7 +195,7 @@ impl Communicator {
     /// requests of a scope).
     pub fn immediate_barrier<'a>(&self) -> Result<Request<'a>> {
         let comm = self.clone();
-        engine::start_static(async move { comm.barrier_future(Mode::Immediate).await })
+        self.immediate_static(async move { comm.barrier_future(Mode::Immediate).await })
     }
 
     async fn barrier_future(&self, mode: Mode) -> Result<()> {
@@ -262,7 +288,7 @@ impl Communicator {
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
-        engine::block_on(self.all_gather_into_future(send, recv))
+        self.blocking(self.all_gather_into_future(send, recv))
     }
 
     /// The non-blocking form of [`Communicator::all_gather_into`]
@@ -279,7 +305,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
     {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.all_gather_into_future(send, recv).await
         })
     }
@@ -319,7 +345,7 @@ impl Communicator {
     /// of `buf` (its rank's) is its input (`MPI_Allgather` with
     /// `MPI_IN_PLACE`).
     pub fn all_gather_in_place<R: BufferMut + ?Sized>(&self, buf: &mut R) -> Result<()> {
-        engine::block_on(self.all_gather_in_place_future(buf))
+        self.blocking(self.all_gather_in_place_future(buf))
     }
 
     /// The non-blocking form of [`Communicator::all_gather_in_place`]
@@ -331,7 +357,7 @@ impl Communicator {
         buf: &'a mut R,
     ) -> Result<Request<'a>> {
         let comm = self.clone();
-        engine::start(
+        self.immediate(
             scope,
             async move { comm.all_gather_in_place_future(buf).await },
         )
@@ -369,7 +395,7 @@ impl Communicator {
         C: std::borrow::Borrow<[i32]>,
         D: std::borrow::Borrow<[i32]>,
     {
-        engine::block_on(self.all_gather_varcount_into_future(send, recv))
+        self.blocking(self.all_gather_varcount_into_future(send, recv))
     }
 
     /// The non-blocking form of [`Communicator::all_gather_varcount_into`]
@@ -388,7 +414,7 @@ impl Communicator {
         D: std::borrow::Borrow<[i32]> + 'a,
     {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.all_gather_varcount_into_future(send, &mut recv).await
         })
     }
@@ -439,7 +465,7 @@ impl Communicator {
         C: std::borrow::Borrow<[i32]>,
         D: std::borrow::Borrow<[i32]>,
     {
-        engine::block_on(self.all_gather_varcount_in_place_future(buf))
+        self.blocking(self.all_gather_varcount_in_place_future(buf))
     }
 
     /// The non-blocking form of
@@ -457,7 +483,7 @@ impl Communicator {
         D: std::borrow::Borrow<[i32]> + 'a,
     {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.all_gather_varcount_in_place_future(&mut buf).await
         })
     }
@@ -489,7 +515,7 @@ impl Communicator {
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
-        engine::block_on(self.all_to_all_into_future(send, recv))
+        self.blocking(self.all_to_all_into_future(send, recv))
     }
 
     /// The non-blocking form of [`Communicator::all_to_all_into`]
@@ -506,7 +532,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
     {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.all_to_all_into_future(send, recv).await
         })
     }
@@ -529,7 +555,7 @@ impl Communicator {
     /// [`Communicator::all_to_all_into`] in place: `buf` is sent and then
     /// replaced (`MPI_Alltoall` with `MPI_IN_PLACE`).
     pub fn all_to_all_in_place<R: BufferMut + ?Sized>(&self, buf: &mut R) -> Result<()> {
-        engine::block_on(self.all_to_all_in_place_future(buf))
+        self.blocking(self.all_to_all_in_place_future(buf))
     }
 
     /// The non-blocking form of [`Communicator::all_to_all_in_place`]
@@ -541,7 +567,7 @@ impl Communicator {
         buf: &'a mut R,
     ) -> Result<Request<'a>> {
         let comm = self.clone();
-        engine::start(
+        self.immediate(
             scope,
             async move { comm.all_to_all_in_place_future(buf).await },
         )
@@ -603,7 +629,7 @@ impl Communicator {
         RC: std::borrow::Borrow<[i32]>,
         RD: std::borrow::Borrow<[i32]>,
     {
-        engine::block_on(self.all_to_all_varcount_into_future(send, recv))
+        self.blocking(self.all_to_all_varcount_into_future(send, recv))
     }
 
     /// The non-blocking form of [`Communicator::all_to_all_varcount_into`]
@@ -624,7 +650,7 @@ impl Communicator {
         RD: std::borrow::Borrow<[i32]> + 'a,
     {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.all_to_all_varcount_into_future(&send, &mut recv).await
         })
     }
@@ -670,7 +696,7 @@ impl Communicator {
         C: std::borrow::Borrow<[i32]>,
         D: std::borrow::Borrow<[i32]>,
     {
-        engine::block_on(self.all_to_all_varcount_in_place_future(buf))
+        self.blocking(self.all_to_all_varcount_in_place_future(buf))
     }
 
     /// The non-blocking form of
@@ -688,7 +714,7 @@ impl Communicator {
         D: std::borrow::Borrow<[i32]> + 'a,
     {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.all_to_all_varcount_in_place_future(&mut buf).await
         })
     }
@@ -730,7 +756,7 @@ impl Communicator {
         send: &[&dyn Buffer],
         recv: &mut [&mut dyn BufferMut],
     ) -> Result<()> {
-        engine::block_on(self.all_to_all_w_into_future(send, recv))
+        self.blocking(self.all_to_all_w_into_future(send, recv))
     }
 
     /// The non-blocking form of [`Communicator::all_to_all_w_into`]
@@ -743,7 +769,7 @@ impl Communicator {
         recv: &'a mut [&'a mut dyn BufferMut],
     ) -> Result<Request<'a>> {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.all_to_all_w_into_future(send, recv).await
         })
     }
@@ -780,7 +806,7 @@ impl Communicator {
     /// rank `i` and then replaced by what it sends (`MPI_Alltoallw` with
     /// `MPI_IN_PLACE`).
     pub fn all_to_all_w_in_place(&self, bufs: &mut [&mut dyn BufferMut]) -> Result<()> {
-        engine::block_on(self.all_to_all_w_in_place_future(bufs))
+        self.blocking(self.all_to_all_w_in_place_future(bufs))
     }
 
     /// The non-blocking form of [`Communicator::all_to_all_w_in_place`]
@@ -792,7 +818,7 @@ impl Communicator {
         bufs: &'a mut [&'a mut dyn BufferMut],
     ) -> Result<Request<'a>> {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.all_to_all_w_in_place_future(bufs).await
         })
     }
@@ -831,7 +857,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        engine::block_on(self.all_reduce_into_future(send, recv, op, Mode::Blocking))
+        self.blocking(self.all_reduce_into_future(send, recv, op, Mode::Blocking))
     }
 
     /// The non-blocking form of [`Communicator::all_reduce_into`]
@@ -850,7 +876,7 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.all_reduce_into_future(send, recv, op, Mode::Immediate)
                 .await
         })
@@ -883,7 +909,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        engine::block_on(self.all_reduce_in_place_future(buf, op, Mode::Blocking))
+        self.blocking(self.all_reduce_in_place_future(buf, op, Mode::Blocking))
     }
 
     /// The non-blocking form of [`Communicator::all_reduce_in_place`]
@@ -900,7 +926,7 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.all_reduce_in_place_future(buf, op, Mode::Immediate)
                 .await
         })
@@ -928,7 +954,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        engine::block_on(self.reduce_scatter_block_into_future(send, recv, op))
+        self.blocking(self.reduce_scatter_block_into_future(send, recv, op))
     }
 
     /// The non-blocking form of [`Communicator::reduce_scatter_block_into`]
@@ -947,7 +973,7 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.reduce_scatter_block_into_future(send, recv, op).await
         })
     }
@@ -983,7 +1009,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        engine::block_on(self.reduce_scatter_block_in_place_future(buf, op))
+        self.blocking(self.reduce_scatter_block_in_place_future(buf, op))
     }
 
     /// The non-blocking form of
@@ -1001,7 +1027,7 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.reduce_scatter_block_in_place_future(buf, op).await
         })
     }
@@ -1051,7 +1077,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        engine::block_on(self.reduce_scatter_into_future(send, recv, counts, op))
+        self.blocking(self.reduce_scatter_into_future(send, recv, counts, op))
     }
 
     /// The non-blocking form of [`Communicator::reduce_scatter_into`]
@@ -1071,7 +1097,7 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.reduce_scatter_into_future(send, recv, counts, op)
                 .await
         })
@@ -1110,7 +1136,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        engine::block_on(self.reduce_scatter_in_place_future(buf, counts, op))
+        self.blocking(self.reduce_scatter_in_place_future(buf, counts, op))
     }
 
     /// The non-blocking form of [`Communicator::reduce_scatter_in_place`]
@@ -1128,7 +1154,7 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.reduce_scatter_in_place_future(buf, counts, op).await
         })
     }
@@ -1172,7 +1198,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        engine::block_on(self.scan_into_future(send, recv, op))
+        self.blocking(self.scan_into_future(send, recv, op))
     }
 
     /// The non-blocking form of [`Communicator::scan_into`] (`MPI_Iscan`,
@@ -1191,7 +1217,7 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
-        engine::start(
+        self.immediate(
             scope,
             async move { comm.scan_into_future(send, recv, op).await },
         )
@@ -1219,7 +1245,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        engine::block_on(self.scan_in_place_future(buf, op))
+        self.blocking(self.scan_in_place_future(buf, op))
     }
 
     /// The non-blocking form of [`Communicator::scan_in_place`] (`MPI_Iscan`,
@@ -1236,7 +1262,7 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
-        engine::start(
+        self.immediate(
             scope,
             async move { comm.scan_in_place_future(buf, op).await },
         )
@@ -1264,7 +1290,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        engine::block_on(self.exclusive_scan_into_future(send, recv, op))
+        self.blocking(self.exclusive_scan_into_future(send, recv, op))
     }
 
     /// The non-blocking form of [`Communicator::exclusive_scan_into`]
@@ -1283,7 +1309,7 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.exclusive_scan_into_future(send, recv, op).await
         })
     }
@@ -1313,7 +1339,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        engine::block_on(self.exclusive_scan_in_place_future(buf, op))
+        self.blocking(self.exclusive_scan_in_place_future(buf, op))
     }
 
     /// The non-blocking form of [`Communicator::exclusive_scan_in_place`]
@@ -1330,7 +1356,7 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.exclusive_scan_in_place_future(buf, op).await
         })
     }
@@ -1398,7 +1424,7 @@ impl Process<'_> {
     /// Broadcasts the root's `buf` into every other process's `buf`
     /// (`MPI_Bcast`, §6.4). Called by every process, the root included.
     pub fn broadcast_into<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<()> {
-        engine::block_on(self.broadcast_into_future(buf, Mode::Blocking))
+        self.comm.blocking(self.broadcast_into_future(buf, Mode::Blocking))
     }
 
     /// The non-blocking form of [`Process::broadcast_into`] (`MPI_Ibcast`,
@@ -1410,7 +1436,7 @@ impl Process<'_> {
         buf: &'a mut B,
     ) -> Result<Request<'a>> {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
                 .broadcast_into_future(buf, Mode::Immediate)
                 .await
@@ -1434,7 +1460,7 @@ impl Process<'_> {
     /// This process's part of a gather to this root (`MPI_Gather`, §6.5),
     /// at every process but the root: sends `send`.
     pub fn gather_into<S: Buffer + ?Sized>(&self, send: &S) -> Result<()> {
-        engine::block_on(self.gather_into_future(send))
+        self.comm.blocking(self.gather_into_future(send))
     }
 
     /// The non-blocking form of [`Process::gather_into`] (`MPI_Igather`,
@@ -1446,7 +1472,7 @@ impl Process<'_> {
         send: &'a S,
     ) -> Result<Request<'a>> {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank).gather_into_future(send).await
         })
     }
@@ -1466,7 +1492,7 @@ impl Process<'_> {
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
-        engine::block_on(self.gather_into_root_future(send, recv))
+        self.comm.blocking(self.gather_into_root_future(send, recv))
     }
 
     /// The non-blocking form of [`Process::gather_into_root`] (`MPI_Igather`,
@@ -1483,7 +1509,7 @@ impl Process<'_> {
         R: BufferMut + ?Sized,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
                 .gather_into_root_future(send, recv)
                 .await
@@ -1515,7 +1541,7 @@ impl Process<'_> {
     /// [`Process::gather_into_root`] in place: the root's own block of
     /// `recv` is its input (`MPI_Gather` with `MPI_IN_PLACE`).
     pub fn gather_into_root_in_place<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<()> {
-        engine::block_on(self.gather_into_root_in_place_future(recv))
+        self.comm.blocking(self.gather_into_root_in_place_future(recv))
     }
 
     /// The non-blocking form of [`Process::gather_into_root_in_place`]
@@ -1527,7 +1553,7 @@ impl Process<'_> {
         recv: &'a mut R,
     ) -> Result<Request<'a>> {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
                 .gather_into_root_in_place_future(recv)
                 .await
@@ -1559,7 +1585,7 @@ impl Process<'_> {
     /// (`MPI_Gatherv`, §6.5), at every process but the root: sends
     /// `send`.
     pub fn gather_varcount_into<S: Buffer + ?Sized>(&self, send: &S) -> Result<()> {
-        engine::block_on(self.gather_varcount_into_future(send))
+        self.comm.blocking(self.gather_varcount_into_future(send))
     }
 
     /// The non-blocking form of [`Process::gather_varcount_into`]
@@ -1571,7 +1597,7 @@ impl Process<'_> {
         send: &'a S,
     ) -> Result<Request<'a>> {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
                 .gather_varcount_into_future(send)
                 .await
@@ -1600,7 +1626,7 @@ impl Process<'_> {
         C: std::borrow::Borrow<[i32]>,
         D: std::borrow::Borrow<[i32]>,
     {
-        engine::block_on(self.gather_varcount_into_root_future(send, recv))
+        self.comm.blocking(self.gather_varcount_into_root_future(send, recv))
     }
 
     /// The non-blocking form of [`Process::gather_varcount_into_root`]
@@ -1619,7 +1645,7 @@ impl Process<'_> {
         D: std::borrow::Borrow<[i32]> + 'a,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
                 .gather_varcount_into_root_future(send, &mut recv)
                 .await
@@ -1666,7 +1692,7 @@ impl Process<'_> {
         C: std::borrow::Borrow<[i32]>,
         D: std::borrow::Borrow<[i32]>,
     {
-        engine::block_on(self.gather_varcount_into_root_in_place_future(recv))
+        self.comm.blocking(self.gather_varcount_into_root_in_place_future(recv))
     }
 
     /// The non-blocking form of
@@ -1684,7 +1710,7 @@ impl Process<'_> {
         D: std::borrow::Borrow<[i32]> + 'a,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
                 .gather_varcount_into_root_in_place_future(&mut recv)
                 .await
@@ -1715,7 +1741,7 @@ impl Process<'_> {
     /// This process's part of a scatter from this root (`MPI_Scatter`,
     /// §6.6), at every process but the root: `recv` receives its block.
     pub fn scatter_into<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<()> {
-        engine::block_on(self.scatter_into_future(recv))
+        self.comm.blocking(self.scatter_into_future(recv))
     }
 
     /// The non-blocking form of [`Process::scatter_into`] (`MPI_Iscatter`,
@@ -1727,7 +1753,7 @@ impl Process<'_> {
         recv: &'a mut R,
     ) -> Result<Request<'a>> {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank).scatter_into_future(recv).await
         })
     }
@@ -1749,7 +1775,7 @@ impl Process<'_> {
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
-        engine::block_on(self.scatter_into_root_future(send, recv))
+        self.comm.blocking(self.scatter_into_root_future(send, recv))
     }
 
     /// The non-blocking form of [`Process::scatter_into_root`]
@@ -1766,7 +1792,7 @@ impl Process<'_> {
         R: BufferMut + ?Sized,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
                 .scatter_into_root_future(send, recv)
                 .await
@@ -1793,7 +1819,7 @@ impl Process<'_> {
     /// [`Process::scatter_into_root`] in place: the root keeps its own
     /// block where it is in `send` (`MPI_Scatter` with `MPI_IN_PLACE`).
     pub fn scatter_into_root_in_place<S: Buffer + ?Sized>(&self, send: &S) -> Result<()> {
-        engine::block_on(self.scatter_into_root_in_place_future(send))
+        self.comm.blocking(self.scatter_into_root_in_place_future(send))
     }
 
     /// The non-blocking form of [`Process::scatter_into_root_in_place`]
@@ -1805,7 +1831,7 @@ impl Process<'_> {
         send: &'a S,
     ) -> Result<Request<'a>> {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
                 .scatter_into_root_in_place_future(send)
                 .await
@@ -1837,7 +1863,7 @@ impl Process<'_> {
     /// (`MPI_Scatterv`, §6.6), at every process but the root: `recv`
     /// receives its block.
     pub fn scatter_varcount_into<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<()> {
-        engine::block_on(self.scatter_varcount_into_future(recv))
+        self.comm.blocking(self.scatter_varcount_into_future(recv))
     }
 
     /// The non-blocking form of [`Process::scatter_varcount_into`]
@@ -1849,7 +1875,7 @@ impl Process<'_> {
         recv: &'a mut R,
     ) -> Result<Request<'a>> {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
                 .scatter_varcount_into_future(recv)
                 .await
@@ -1887,7 +1913,7 @@ impl Process<'_> {
         D: std::borrow::Borrow<[i32]>,
         R: BufferMut + ?Sized,
     {
-        engine::block_on(self.scatter_varcount_into_root_future(send, recv))
+        self.comm.blocking(self.scatter_varcount_into_root_future(send, recv))
     }
 
     /// The non-blocking form of [`Process::scatter_varcount_into_root`]
@@ -1906,7 +1932,7 @@ impl Process<'_> {
         R: BufferMut + ?Sized,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
                 .scatter_varcount_into_root_future(&send, recv)
                 .await
@@ -1953,7 +1979,7 @@ impl Process<'_> {
         C: std::borrow::Borrow<[i32]>,
         D: std::borrow::Borrow<[i32]>,
     {
-        engine::block_on(self.scatter_varcount_into_root_in_place_future(send))
+        self.comm.blocking(self.scatter_varcount_into_root_in_place_future(send))
     }
 
     /// The non-blocking form of
@@ -1971,7 +1997,7 @@ impl Process<'_> {
         D: std::borrow::Borrow<[i32]> + 'a,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
                 .scatter_varcount_into_root_in_place_future(&send)
                 .await
@@ -2009,7 +2035,7 @@ impl Process<'_> {
         S: Buffer + ?Sized,
         O: Operation,
     {
-        engine::block_on(self.reduce_into_future(send, op, Mode::Blocking))
+        self.comm.blocking(self.reduce_into_future(send, op, Mode::Blocking))
     }
 
     /// The non-blocking form of [`Process::reduce_into`] (`MPI_Ireduce`,
@@ -2026,7 +2052,7 @@ impl Process<'_> {
         O: Operation + 'a,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
                 .reduce_into_future(send, op, Mode::Immediate)
                 .await
@@ -2055,7 +2081,7 @@ impl Process<'_> {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        engine::block_on(self.reduce_into_root_future(send, recv, op, Mode::Blocking))
+        self.comm.blocking(self.reduce_into_root_future(send, recv, op, Mode::Blocking))
     }
 
     /// The non-blocking form of [`Process::reduce_into_root`] (`MPI_Ireduce`,
@@ -2074,7 +2100,7 @@ impl Process<'_> {
         O: Operation + 'a,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
                 .reduce_into_root_future(send, recv, op, Mode::Immediate)
                 .await
@@ -2109,7 +2135,7 @@ impl Process<'_> {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        engine::block_on(self.reduce_into_root_in_place_future(buf, op, Mode::Blocking))
+        self.comm.blocking(self.reduce_into_root_in_place_future(buf, op, Mode::Blocking))
     }
 
     /// The non-blocking form of [`Process::reduce_into_root_in_place`]
@@ -2126,7 +2152,7 @@ impl Process<'_> {
         O: Operation + 'a,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
                 .reduce_into_root_in_place_future(buf, op, Mode::Immediate)
                 .await
