@@ -27,9 +27,9 @@
 //! processes pair off in order.
 
 use crate::collective::op::same_element_type;
+use crate::collective::partition::disjoint_blocks;
 use crate::collective::team::CollectiveTag;
 use crate::collective::typed::{Input, Output};
-use crate::collective::partition::disjoint_blocks;
 use crate::collective::{Partition, PartitionMut};
 use crate::comm::{Communicator, PROC_NULL};
 use crate::datatype::{Buffer, BufferMut};
@@ -334,7 +334,10 @@ impl Communicator {
         let (recv_parts, mut output) = recv.parts(hood.sources)?;
         let buf = output.bytes_mut();
         let recvs = disjoint_blocks(buf.len(), &recv_parts)?.split(buf);
-        let sends: Vec<&[u8]> = send_parts.iter().map(|p| &send.bytes()[p.clone()]).collect();
+        let sends: Vec<&[u8]> = send_parts
+            .iter()
+            .map(|p| &send.bytes()[p.clone()])
+            .collect();
         self.neighbor_exchange(CollectiveTag::AllToAll, &hood, &sends, recvs)
             .await?;
         output.finish()

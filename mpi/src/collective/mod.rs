@@ -107,12 +107,12 @@ pub use partition::{Partition, PartitionMut};
 use crate::comm::{Communicator, Process};
 use crate::datatype::{Buffer, BufferMut, ElementType};
 use crate::request::{Request, Scope};
-use std::future::Future;
 use crate::{Error, ErrorClass, Result};
 use node::NodeRegion;
 use op::{same_element_type, Reduction};
 use partition::{consecutive_blocks, disjoint_blocks, uniform_blocks};
 use schedule::{all_to_all_algorithm, AllToAllAlgorithm};
+use std::future::Future;
 use team::{CollectiveTag, Scratch};
 use typed::{Input, Output};
 
@@ -1424,7 +1424,8 @@ impl Process<'_> {
     /// Broadcasts the root's `buf` into every other process's `buf`
     /// (`MPI_Bcast`, §6.4). Called by every process, the root included.
     pub fn broadcast_into<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<()> {
-        self.comm.blocking(self.broadcast_into_future(buf, Mode::Blocking))
+        self.comm
+            .blocking(self.broadcast_into_future(buf, Mode::Blocking))
     }
 
     /// The non-blocking form of [`Process::broadcast_into`] (`MPI_Ibcast`,
@@ -1541,7 +1542,8 @@ impl Process<'_> {
     /// [`Process::gather_into_root`] in place: the root's own block of
     /// `recv` is its input (`MPI_Gather` with `MPI_IN_PLACE`).
     pub fn gather_into_root_in_place<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<()> {
-        self.comm.blocking(self.gather_into_root_in_place_future(recv))
+        self.comm
+            .blocking(self.gather_into_root_in_place_future(recv))
     }
 
     /// The non-blocking form of [`Process::gather_into_root_in_place`]
@@ -1626,7 +1628,8 @@ impl Process<'_> {
         C: std::borrow::Borrow<[i32]>,
         D: std::borrow::Borrow<[i32]>,
     {
-        self.comm.blocking(self.gather_varcount_into_root_future(send, recv))
+        self.comm
+            .blocking(self.gather_varcount_into_root_future(send, recv))
     }
 
     /// The non-blocking form of [`Process::gather_varcount_into_root`]
@@ -1692,7 +1695,8 @@ impl Process<'_> {
         C: std::borrow::Borrow<[i32]>,
         D: std::borrow::Borrow<[i32]>,
     {
-        self.comm.blocking(self.gather_varcount_into_root_in_place_future(recv))
+        self.comm
+            .blocking(self.gather_varcount_into_root_in_place_future(recv))
     }
 
     /// The non-blocking form of
@@ -1775,7 +1779,8 @@ impl Process<'_> {
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
-        self.comm.blocking(self.scatter_into_root_future(send, recv))
+        self.comm
+            .blocking(self.scatter_into_root_future(send, recv))
     }
 
     /// The non-blocking form of [`Process::scatter_into_root`]
@@ -1819,7 +1824,8 @@ impl Process<'_> {
     /// [`Process::scatter_into_root`] in place: the root keeps its own
     /// block where it is in `send` (`MPI_Scatter` with `MPI_IN_PLACE`).
     pub fn scatter_into_root_in_place<S: Buffer + ?Sized>(&self, send: &S) -> Result<()> {
-        self.comm.blocking(self.scatter_into_root_in_place_future(send))
+        self.comm
+            .blocking(self.scatter_into_root_in_place_future(send))
     }
 
     /// The non-blocking form of [`Process::scatter_into_root_in_place`]
@@ -1913,7 +1919,8 @@ impl Process<'_> {
         D: std::borrow::Borrow<[i32]>,
         R: BufferMut + ?Sized,
     {
-        self.comm.blocking(self.scatter_varcount_into_root_future(send, recv))
+        self.comm
+            .blocking(self.scatter_varcount_into_root_future(send, recv))
     }
 
     /// The non-blocking form of [`Process::scatter_varcount_into_root`]
@@ -1979,7 +1986,8 @@ impl Process<'_> {
         C: std::borrow::Borrow<[i32]>,
         D: std::borrow::Borrow<[i32]>,
     {
-        self.comm.blocking(self.scatter_varcount_into_root_in_place_future(send))
+        self.comm
+            .blocking(self.scatter_varcount_into_root_in_place_future(send))
     }
 
     /// The non-blocking form of
@@ -2035,7 +2043,8 @@ impl Process<'_> {
         S: Buffer + ?Sized,
         O: Operation,
     {
-        self.comm.blocking(self.reduce_into_future(send, op, Mode::Blocking))
+        self.comm
+            .blocking(self.reduce_into_future(send, op, Mode::Blocking))
     }
 
     /// The non-blocking form of [`Process::reduce_into`] (`MPI_Ireduce`,
@@ -2081,7 +2090,8 @@ impl Process<'_> {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        self.comm.blocking(self.reduce_into_root_future(send, recv, op, Mode::Blocking))
+        self.comm
+            .blocking(self.reduce_into_root_future(send, recv, op, Mode::Blocking))
     }
 
     /// The non-blocking form of [`Process::reduce_into_root`] (`MPI_Ireduce`,
@@ -2135,7 +2145,8 @@ impl Process<'_> {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        self.comm.blocking(self.reduce_into_root_in_place_future(buf, op, Mode::Blocking))
+        self.comm
+            .blocking(self.reduce_into_root_in_place_future(buf, op, Mode::Blocking))
     }
 
     /// The non-blocking form of [`Process::reduce_into_root_in_place`]
