@@ -86,7 +86,17 @@
 //! (`MPI_ERR_COMM`). When the processes' counts disagree, a process that
 //! receives more than it expects fails with `MPI_ERR_TRUNCATE` and one
 //! that receives less with `MPI_ERR_COUNT`, after taking its part in the
-//! whole operation.
+//! whole operation. An error of a blocking collective, or of starting a
+//! non-blocking one, goes to the communicator's error handler first
+//! (`crate::errhandler`).
+//!
+//! # Intercommunicators
+//! On an intercommunicator the collectives move data between the two
+//! groups (MPI 4.1 §6.2.2; see `inter`): the barrier, all-reduce,
+//! reduce-scatter(-block), all-gather(v) and all-to-all(v, w) methods
+//! (and their non-blocking forms) work there with ranks and counts that
+//! address the remote group; the rooted ones are
+//! [`Communicator::reduce_from_remote_group`] and its kin.
 
 pub(crate) mod algorithms;
 pub(crate) mod engine;

@@ -187,7 +187,7 @@ fn all_reduce(s: &Sides, len: usize) -> Result<()> {
     same(&sum, &expected, "all-reduce, sum")?;
     let mut maps = vec![0u32; len];
     s.inter
-        .all_reduce_into(&affines(s.me, len)[..], &mut maps[..], &composition())?;
+        .all_reduce_into(&affines(s.me, len)[..], &mut maps[..], composition())?;
     same(
         &maps,
         &composed(s.remote_ids(), len),
@@ -321,7 +321,7 @@ fn varying(s: &Sides) -> Result<()> {
         .remote_ids()
         .enumerate()
         .map(|(q, to)| -> &dyn Buffer {
-            if (s.me + to) % 2 == 0 {
+            if (s.me + to).is_multiple_of(2) {
                 &sends_u16[q]
             } else {
                 &sends_f64[q]
@@ -342,7 +342,7 @@ fn varying(s: &Sides) -> Result<()> {
             .zip(recv_f64.iter_mut())
             .zip(s.remote_ids())
             .map(|((u, f), from)| -> &mut dyn BufferMut {
-                if (s.me + from) % 2 == 0 {
+                if (s.me + from).is_multiple_of(2) {
                     u
                 } else {
                     f
@@ -355,12 +355,12 @@ fn varying(s: &Sides) -> Result<()> {
         let expected: Vec<i32> = (0..pair_count(from, s.me))
             .map(|i| pair_value(from, s.me, i))
             .collect();
-        let got: Vec<i32> = if (s.me + from) % 2 == 0 {
+        let got: Vec<i32> = if (s.me + from).is_multiple_of(2) {
             recv_u16[q].iter().map(|&v| i32::from(v)).collect()
         } else {
             recv_f64[q].iter().map(|&v| v as i32).collect()
         };
-        let expected: Vec<i32> = if (s.me + from) % 2 == 0 {
+        let expected: Vec<i32> = if (s.me + from).is_multiple_of(2) {
             expected.iter().map(|&v| i32::from(v as u16)).collect()
         } else {
             expected
@@ -440,7 +440,7 @@ fn rooted(s: &Sides, root_in_a: bool, root: usize, len: usize) -> Result<()> {
             return Ok(());
         }
         let mut maps = vec![0u32; len];
-        inter.reduce_from_remote_group(&mut maps[..], &composition())?;
+        inter.reduce_from_remote_group(&mut maps[..], composition())?;
         same(&maps, &composed(other_ids.iter().copied(), len), "reduce")?;
         let mut sum = vec![0i64; len];
         inter.reduce_from_remote_group(&mut sum[..], SystemOperation::sum())?;
@@ -479,7 +479,7 @@ fn rooted(s: &Sides, root_in_a: bool, root: usize, len: usize) -> Result<()> {
     } else {
         let root_id = s.id_in(root_in_a, root);
         let root = root as i32;
-        inter.reduce_to_remote_group(root, &affines(s.me, len)[..], &composition())?;
+        inter.reduce_to_remote_group(root, &affines(s.me, len)[..], composition())?;
         inter.reduce_to_remote_group(root, &values(s.me, len)[..], SystemOperation::sum())?;
         inter.gather_to_remote_group(root, &values(s.me, len)[..])?;
         inter.gather_varcount_to_remote_group(root, &values(s.me, counts[s.rank] as usize)[..])?;
@@ -738,7 +738,7 @@ fn neighborhood_collectives(comm: &Communicator, hood: &Hood, what: &str) -> Res
         .collect();
     let w_sends: Vec<&dyn Buffer> = (0..hood.destinations)
         .map(|j| -> &dyn Buffer {
-            if j % 2 == 0 {
+            if j.is_multiple_of(2) {
                 &sends_f64[j]
             } else {
                 &sends_i32[j]
@@ -749,7 +749,7 @@ fn neighborhood_collectives(comm: &Communicator, hood: &Hood, what: &str) -> Res
         .map(|i| from_source(i, recv_counts[i] as usize, &|s, j| slot_value(s, j, 0)))
         .collect();
     // Where a source's slot is even, its block comes as f64.
-    let is_f64 = |i: usize| hood.sources[i].1 % 2 == 0;
+    let is_f64 = |i: usize| hood.sources[i].1.is_multiple_of(2);
     let check_w = |f: &[Vec<f64>], n: &[Vec<i32>], form: &str| -> Result<()> {
         for i in 0..slots {
             let got: Vec<i32> = if is_f64(i) {
