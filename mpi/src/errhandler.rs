@@ -39,10 +39,12 @@
 //! A communicator's handler sees the errors of its point-to-point calls
 //! (sends, receives, probes, starting immediate ones), of making,
 //! duplicating, splitting, merging and freeing communicators, and of its
-//! names, attributes, hints and topology calls. The collectives in
-//! [`crate::collective`] return their errors as they are, whatever the
-//! handler; nor do the completion calls of requests (`wait`, `test`),
-//! which are not tied to a communicator in this API.
+//! names, attributes, hints and topology calls, and of its collectives
+//! (those in [`crate::collective`], the neighbourhood and the
+//! intercommunicator ones): a blocking collective's, and the error of
+//! starting a non-blocking one. Not those of the completion calls of
+//! requests (`wait`, `test`), which are not tied to a communicator in
+//! this API, so not the error a non-blocking collective ends with.
 
 use crate::comm::Communicator;
 use crate::{Error, Result};

@@ -44,31 +44,32 @@
 //! groups in one order (the group whose first member has the lower world
 //! rank first), on the collective context.
 //!
-//! Collectives available on an intercommunicator: [`Communicator::barrier`]
-//! (no process leaves before every process of both groups has entered),
-//! and broadcast from one group to the other
-//! ([`Communicator::broadcast_to_remote_group`] at the root,
-//! [`Communicator::broadcast_from_remote_group`] in the other group; the
-//! root's group mates take no part, as with `MPI_PROC_NULL`). The others
-//! fail with `MPI_ERR_COMM`: merge the intercommunicator to use them.
+//! The collectives of an intercommunicator (MPI 4.1 §6.2.2) move data
+//! from one group to the other; they are in `collective::inter`.
+//! Barrier, all-reduce, reduce-scatter(-block), all-gather(v) and
+//! all-to-all(v, w) are the intracommunicator's methods (and their
+//! non-blocking forms), where the ranks and the counts address the remote
+//! group. The rooted ones (broadcast, reduce, gather(v), scatter(v)) have
+//! methods of their own: the root calls the one without a root argument
+//! (`MPI_ROOT`, such as [`Communicator::reduce_from_remote_group`]), the
+//! other group the one that names the root's rank there
+//! ([`Communicator::reduce_to_remote_group`]), and the root's group mates
+//! take no part (`MPI_PROC_NULL`); they are blocking only. Scans, in-place
+//! forms and the rooted methods of [`crate::comm::Process`] fail with
+//! `MPI_ERR_COMM`: merge the intercommunicator to use them.
 //! Duplicating works; splitting, topologies and communicators of
 //! subgroups need an intracommunicator.
 
 use crate::collective::algorithms::{all_gather, broadcast};
 use crate::collective::engine::block_on;
-use crate::collective::team::{unnumbered_tag, CollectiveTag, Team};
-use crate::collective::typed::{Input, Output};
+use crate::collective::team::{CollectiveTag, Team};
+use crate::collective::typed::Output;
 use crate::comm::{Communicator, Inherit, TAG_UB};
 use crate::context;
-use crate::datatype::{Buffer, BufferMut};
 use crate::group::Group;
 use crate::{with_device, Error, ErrorClass, Result};
 use oxmpi_adi::transport::PeerRank;
 use std::sync::Arc;
-
-/// The unnumbered exchange of a broadcast between the groups (see
-/// `team::unnumbered_tag`).
-const BROADCAST_EXCHANGE: u32 = 1 << 20;
 
 /// The remote group of an intercommunicator, and the team of both groups
 /// its collectives use.
@@ -109,7 +110,7 @@ impl RemoteGroup {
     /// The index in the team of both groups of the member of rank `rank`
     /// in the local group (`local` true) or the remote group, where the
     /// local group has `local_size` members.
-    fn index(&self, local: bool, rank: usize, local_size: usize) -> usize {
+    pub(crate) fn index(&self, local: bool, rank: usize, local_size: usize) -> usize {
         let first = local == self.local_first;
         match (first, self.local_first) {
             (true, _) => rank,
@@ -143,7 +144,7 @@ impl Communicator {
     }
 
     /// The remote group, or `MPI_ERR_COMM` for an intracommunicator.
-    fn remote(&self) -> Result<&RemoteGroup> {
+    pub(crate) fn remote(&self) -> Result<&RemoteGroup> {
         self.live()?;
         self.remote_members().ok_or_else(|| {
             Error::new(
@@ -366,97 +367,6 @@ impl Communicator {
             id,
             Inherit::Everything,
         )
-    }
-
-    /// Broadcasts `buf` from this process, the root, to every process of
-    /// the remote group of this intercommunicator (`MPI_Bcast` with
-    /// `MPI_ROOT`); they call [`Communicator::broadcast_from_remote_group`]
-    /// with this process's rank. The root's group mates take no part
-    /// (`MPI_PROC_NULL`).
-    pub fn broadcast_to_remote_group<B: Buffer + ?Sized>(&self, buf: &B) -> Result<()> {
-        // The algorithm takes one mutable buffer at every member; the
-        // root's is a copy of its data.
-        let result = Input::new(buf)
-            .and_then(|input| self.broadcast_inter(None, &mut input.bytes().to_vec()));
-        self.handled(result)
-    }
-
-    /// Receives into `buf` the broadcast of the process of rank `root` in
-    /// the remote group of this intercommunicator (`MPI_Bcast` with the
-    /// root's rank): every process of this group calls it.
-    pub fn broadcast_from_remote_group<B: BufferMut + ?Sized>(
-        &self,
-        root: i32,
-        buf: &mut B,
-    ) -> Result<()> {
-        let result = Output::new(buf).and_then(|mut output| {
-            self.broadcast_inter(Some(root), output.bytes_mut())?;
-            output.finish()
-        });
-        self.handled(result)
-    }
-
-    /// A broadcast of `bytes` between the groups: from this process
-    /// (`root` `None`) or from `root` of the remote group.
-    fn broadcast_inter(&self, root: Option<i32>, bytes: &mut [u8]) -> Result<()> {
-        let remote = self.remote()?;
-        let local_size = self.members().len();
-        let (root_world, root_index, receivers, receivers_local) = match root {
-            None => {
-                let rank = self.rank() as usize;
-                (
-                    self.members()[rank],
-                    remote.index(true, rank, local_size),
-                    &remote.members,
-                    false,
-                )
-            }
-            Some(root) => {
-                let rank = usize::try_from(root)
-                    .ok()
-                    .filter(|&r| r < remote.members.len())
-                    .ok_or_else(|| {
-                        Error::new(
-                            ErrorClass::Root,
-                            format!(
-                                "root {root} is not in the remote group of {} processes",
-                                remote.members.len()
-                            ),
-                        )
-                    })?;
-                (
-                    remote.members[rank],
-                    remote.index(false, rank, local_size),
-                    self.members(),
-                    true,
-                )
-            }
-        };
-        // The team is the root and the receiving group; each member's
-        // messages carry its index among both groups, which keeps them
-        // apart from those of any other team on the context.
-        let world: Vec<PeerRank> = std::iter::once(root_world)
-            .chain(receivers.iter().copied())
-            .collect();
-        let sources: Vec<i32> = std::iter::once(root_index)
-            .chain((0..receivers.len()).map(|r| remote.index(receivers_local, r, local_size)))
-            .map(|i| i as i32)
-            .collect();
-        let me = if root.is_some() {
-            1 + self.rank() as usize
-        } else {
-            0
-        };
-        // Unnumbered: the processes of the root's group other than the
-        // root take no part, so they could not count it.
-        let team = Team::new(
-            context::collective(self.context_id()),
-            unnumbered_tag(BROADCAST_EXCHANGE),
-            me,
-            &world,
-            Some(&sources),
-        );
-        team.run(|t| block_on(broadcast(t, 0, bytes)))
     }
 }
 

@@ -9,32 +9,41 @@
 //! and destinations alike); for a distributed graph, the sources and
 //! destinations as given.
 //!
-//! The messages travel on the communicator's collective context with tags
-//! of their own (below every collective's). In a grid, the messages sent
-//! to +1 and to -1 along each dimension carry different tags: a process
-//! may be both neighbours of another (a periodic dimension of 1 or 2),
-//! and its block from -1 must be the one the other sent to +1. In graphs,
-//! repeated edges between two processes pair off in order.
+//! Each has a blocking and a non-blocking form (`immediate_...`, as the
+//! other collectives', see [`crate::collective`]), and varying counts
+//! (`..._varcount_...`, `MPI_Neighbor_allgatherv` and
+//! `MPI_Neighbor_alltoallv`) and per-neighbour buffers of any type
+//! (`..._w_...`, `MPI_Neighbor_alltoallw`).
+//!
+//! A neighbourhood collective is one step of messages on the
+//! communicator's collective context, numbered like every collective
+//! (`collective::team`), so several may be under way at once. Messages
+//! between two processes pair off in the order they are posted, which
+//! the order of the sends and receives makes right: in a grid, a process
+//! may be both neighbours of another along a dimension (a periodic
+//! dimension of 1 or 2), and its block from -1 must be the one the other
+//! sent to +1, so along each dimension a process sends to +1 first and
+//! receives from -1 first. In graphs, repeated edges between two
+//! processes pair off in order.
 
-use crate::collective::engine::block_on;
 use crate::collective::op::same_element_type;
-use crate::collective::team::{unnumbered_tag, Team};
+use crate::collective::partition::disjoint_blocks;
+use crate::collective::team::CollectiveTag;
 use crate::collective::typed::{Input, Output};
+use crate::collective::{Partition, PartitionMut};
 use crate::comm::{Communicator, PROC_NULL};
-use crate::context;
 use crate::datatype::{Buffer, BufferMut};
+use crate::request::{Request, Scope};
 use crate::topology::{node_edges, Topology};
 use crate::{Error, ErrorClass, Result};
+use std::borrow::Borrow;
 
-/// The tag of a graph's neighbourhood messages; a grid's messages along
-/// dimension `d` carry the unnumbered tag `1 + 2 d` towards +1 and `2 + 2 d`
-/// towards -1: never a numbered collective's (`team::unnumbered_tag`).
-const GRAPH_TAG: u32 = 0;
-
-/// One exchange step: the destination and source of each block, by the
-/// block's index in the send and the receive buffer.
-struct Step {
-    tag: i32,
+/// A process's neighbourhood: its numbers of sources and destinations,
+/// and the messages of an exchange with them in the order they are
+/// posted (none to or from `PROC_NULL`).
+struct Neighborhood {
+    sources: usize,
+    destinations: usize,
     /// (destination rank, index of the send block).
     sends: Vec<(i32, usize)>,
     /// (source rank, index of the receive block).
@@ -42,50 +51,43 @@ struct Step {
 }
 
 impl Communicator {
-    /// The number of sources and destinations, and the steps that reach
-    /// them, or `MPI_ERR_TOPOLOGY` without a topology.
-    fn neighborhood(&self) -> Result<(usize, usize, Vec<Step>)> {
+    /// This process's neighbourhood, or `MPI_ERR_TOPOLOGY` without a
+    /// topology.
+    fn neighborhood(&self) -> Result<Neighborhood> {
         self.require_intra("a neighbourhood collective")?;
         let rank = self.rank();
-        let lists = |sources: Vec<i32>, destinations: Vec<i32>| {
-            let step = Step {
-                tag: unnumbered_tag(GRAPH_TAG),
-                sends: destinations.iter().copied().zip(0..).collect(),
-                recvs: sources.iter().copied().zip(0..).collect(),
-            };
-            (sources.len(), destinations.len(), vec![step])
+        let lists = |sources: &[i32], destinations: &[i32]| Neighborhood {
+            sources: sources.len(),
+            destinations: destinations.len(),
+            sends: destinations.iter().copied().zip(0..).collect(),
+            recvs: sources.iter().copied().zip(0..).collect(),
         };
         match self.topology_of() {
             Some(Topology::Cartesian { dims, .. }) => {
-                let mut steps = Vec::with_capacity(2 * dims.len());
+                let mut sends = Vec::with_capacity(2 * dims.len());
+                let mut recvs = Vec::with_capacity(2 * dims.len());
                 for d in 0..dims.len() {
                     let (down, up) = self.grid_shift(d, 1)?;
                     let (below, above) = (2 * d, 2 * d + 1);
-                    let towards = |to: i32, from: i32, sent: usize, received: usize, tag| Step {
-                        tag,
-                        sends: (to != PROC_NULL)
-                            .then_some((to, sent))
-                            .into_iter()
-                            .collect(),
-                        recvs: (from != PROC_NULL)
-                            .then_some((from, received))
-                            .into_iter()
-                            .collect(),
-                    };
-                    let tag_up = 1 + 2 * d as u32;
-                    steps.push(towards(up, down, above, below, unnumbered_tag(tag_up)));
-                    steps.push(towards(down, up, below, above, unnumbered_tag(tag_up + 1)));
+                    // To +1 first, from -1 first: see the module docs.
+                    sends.extend([(up, above), (down, below)]);
+                    recvs.extend([(down, below), (up, above)]);
                 }
-                Ok((2 * dims.len(), 2 * dims.len(), steps))
+                sends.retain(|&(to, _)| to != PROC_NULL);
+                recvs.retain(|&(from, _)| from != PROC_NULL);
+                Ok(Neighborhood {
+                    sources: 2 * dims.len(),
+                    destinations: 2 * dims.len(),
+                    sends,
+                    recvs,
+                })
             }
             Some(Topology::Graph { index, edges }) => {
                 // A communicator with a graph has a node per process.
-                let neighbors = node_edges(index, edges, rank as usize).to_vec();
-                Ok(lists(neighbors.clone(), neighbors))
+                let neighbors = node_edges(index, edges, rank as usize);
+                Ok(lists(neighbors, neighbors))
             }
-            Some(Topology::DistributedGraph(n)) => {
-                Ok(lists(n.sources.clone(), n.destinations.clone()))
-            }
+            Some(Topology::DistributedGraph(n)) => Ok(lists(&n.sources, &n.destinations)),
             None => Err(Error::new(
                 ErrorClass::Topology,
                 "a neighbourhood collective needs a communicator with a topology",
@@ -103,28 +105,111 @@ impl Communicator {
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
-        let result = (|| {
-            let (input, mut output) = (Input::new(send)?, Output::new(recv)?);
-            same_element_type(input.element_type(), output.element_type())?;
-            let (sources, _, steps) = self.neighborhood()?;
-            let block = input.bytes().len();
-            expect_blocks(
-                output.bytes_mut().len(),
-                sources,
-                block,
-                "the receive buffer",
-            )?;
-            let all_the_same = |_: usize| 0;
-            self.neighbor_exchange(
-                &steps,
-                input.bytes(),
-                block,
-                all_the_same,
-                output.bytes_mut(),
-            )?;
-            output.finish()
-        })();
-        self.handled(result)
+        self.blocking(self.neighbor_all_gather_future(send, recv))
+    }
+
+    /// The non-blocking form of [`Communicator::neighbor_all_gather_into`]
+    /// (`MPI_Ineighbor_allgather`): starts it and returns its request;
+    /// the buffers stay borrowed until it completes.
+    #[doc(alias = "MPI_Ineighbor_allgather")]
+    pub fn immediate_neighbor_all_gather_into<'a, S, R>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a S,
+        recv: &'a mut R,
+    ) -> Result<Request<'a>>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        let comm = self.clone();
+        self.immediate(scope, async move {
+            comm.neighbor_all_gather_future(send, recv).await
+        })
+    }
+
+    async fn neighbor_all_gather_future<S, R>(&self, send: &S, recv: &mut R) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        let (input, mut output) = (Input::new(send)?, Output::new(recv)?);
+        same_element_type(input.element_type(), output.element_type())?;
+        let hood = self.neighborhood()?;
+        let block = input.bytes().len();
+        let recv = output.bytes_mut();
+        expect_blocks(recv.len(), hood.sources, block, "the receive buffer")?;
+        let sends = vec![input.bytes(); hood.destinations];
+        let recvs = recv.chunks_mut(block.max(1)).collect();
+        self.neighbor_exchange(CollectiveTag::AllGather, &hood, &sends, recvs)
+            .await?;
+        output.finish()
+    }
+
+    /// Sends `send`, of any length, to every destination neighbour and
+    /// receives the blocks of `recv` from the source neighbours: block
+    /// `i` (count and displacement `i`, which must not overlap) from
+    /// source `i` (`MPI_Neighbor_allgatherv`). Collective.
+    #[doc(alias = "MPI_Neighbor_allgatherv")]
+    pub fn neighbor_all_gather_varcount_into<S, R, C, D>(
+        &self,
+        send: &S,
+        recv: &mut PartitionMut<'_, R, C, D>,
+    ) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        C: Borrow<[i32]>,
+        D: Borrow<[i32]>,
+    {
+        self.blocking(self.neighbor_all_gather_varcount_future(send, recv))
+    }
+
+    /// The non-blocking form of
+    /// [`Communicator::neighbor_all_gather_varcount_into`]
+    /// (`MPI_Ineighbor_allgatherv`): starts it and returns its request;
+    /// the buffers stay borrowed until it completes.
+    #[doc(alias = "MPI_Ineighbor_allgatherv")]
+    pub fn immediate_neighbor_all_gather_varcount_into<'a, S, R, C, D>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a S,
+        mut recv: PartitionMut<'a, R, C, D>,
+    ) -> Result<Request<'a>>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        C: Borrow<[i32]> + 'a,
+        D: Borrow<[i32]> + 'a,
+    {
+        let comm = self.clone();
+        self.immediate(scope, async move {
+            comm.neighbor_all_gather_varcount_future(send, &mut recv)
+                .await
+        })
+    }
+
+    async fn neighbor_all_gather_varcount_future<S, R, C, D>(
+        &self,
+        send: &S,
+        recv: &mut PartitionMut<'_, R, C, D>,
+    ) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        C: Borrow<[i32]>,
+        D: Borrow<[i32]>,
+    {
+        let input = Input::new(send)?;
+        same_element_type(input.element_type(), recv.element_type())?;
+        let hood = self.neighborhood()?;
+        let (parts, mut output) = recv.parts(hood.sources)?;
+        let buf = output.bytes_mut();
+        let recvs = disjoint_blocks(buf.len(), &parts)?.split(buf);
+        let sends = vec![input.bytes(); hood.destinations];
+        self.neighbor_exchange(CollectiveTag::AllGather, &hood, &sends, recvs)
+            .await?;
+        output.finish()
     }
 
     /// Sends block `j` of `send` to destination neighbour `j` and receives
@@ -136,73 +221,222 @@ impl Communicator {
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
-        let result = (|| {
-            let (input, mut output) = (Input::new(send)?, Output::new(recv)?);
-            same_element_type(input.element_type(), output.element_type())?;
-            let (sources, destinations, steps) = self.neighborhood()?;
-            let block = match (destinations, sources) {
-                (0, 0) => 0,
-                (0, s) => output.bytes_mut().len() / s,
-                (d, _) => input.bytes().len() / d,
-            };
-            expect_blocks(input.bytes().len(), destinations, block, "the send buffer")?;
-            expect_blocks(
-                output.bytes_mut().len(),
-                sources,
-                block,
-                "the receive buffer",
-            )?;
-            self.neighbor_exchange(
-                &steps,
-                input.bytes(),
-                block,
-                |j| j * block,
-                output.bytes_mut(),
-            )?;
-            output.finish()
-        })();
-        self.handled(result)
+        self.blocking(self.neighbor_all_to_all_future(send, recv))
     }
 
-    /// Runs `steps`: the send block `j` starts at `send_at(j)` in `send`,
-    /// the receive block `i` at `i * block` in `recv`.
-    fn neighbor_exchange(
+    /// The non-blocking form of [`Communicator::neighbor_all_to_all_into`]
+    /// (`MPI_Ineighbor_alltoall`): starts it and returns its request; the
+    /// buffers stay borrowed until it completes.
+    #[doc(alias = "MPI_Ineighbor_alltoall")]
+    pub fn immediate_neighbor_all_to_all_into<'a, S, R>(
         &self,
-        steps: &[Step],
-        send: &[u8],
-        block: usize,
-        send_at: impl Fn(usize) -> usize,
-        recv: &mut [u8],
+        scope: &Scope<'a>,
+        send: &'a S,
+        recv: &'a mut R,
+    ) -> Result<Request<'a>>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        let comm = self.clone();
+        self.immediate(scope, async move {
+            comm.neighbor_all_to_all_future(send, recv).await
+        })
+    }
+
+    async fn neighbor_all_to_all_future<S, R>(&self, send: &S, recv: &mut R) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        let (input, mut output) = (Input::new(send)?, Output::new(recv)?);
+        same_element_type(input.element_type(), output.element_type())?;
+        let hood = self.neighborhood()?;
+        let (send, recv) = (input.bytes(), output.bytes_mut());
+        let block = match (hood.destinations, hood.sources) {
+            (0, 0) => 0,
+            (0, s) => recv.len() / s,
+            (d, _) => send.len() / d,
+        };
+        expect_blocks(send.len(), hood.destinations, block, "the send buffer")?;
+        expect_blocks(recv.len(), hood.sources, block, "the receive buffer")?;
+        let sends: Vec<&[u8]> = send.chunks(block.max(1)).collect();
+        let recvs = recv.chunks_mut(block.max(1)).collect();
+        self.neighbor_exchange(CollectiveTag::AllToAll, &hood, &sends, recvs)
+            .await?;
+        output.finish()
+    }
+
+    /// Sends the blocks of `send` to the destination neighbours and
+    /// receives those of `recv` from the source neighbours, blocks of any
+    /// lengths: block `j` (count and displacement `j`) of `send` to
+    /// destination `j`, block `i` of `recv` (which must not overlap
+    /// another) from source `i` (`MPI_Neighbor_alltoallv`). Collective.
+    #[doc(alias = "MPI_Neighbor_alltoallv")]
+    pub fn neighbor_all_to_all_varcount_into<S, SC, SD, R, RC, RD>(
+        &self,
+        send: &Partition<'_, S, SC, SD>,
+        recv: &mut PartitionMut<'_, R, RC, RD>,
+    ) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        SC: Borrow<[i32]>,
+        SD: Borrow<[i32]>,
+        R: BufferMut + ?Sized,
+        RC: Borrow<[i32]>,
+        RD: Borrow<[i32]>,
+    {
+        self.blocking(self.neighbor_all_to_all_varcount_future(send, recv))
+    }
+
+    /// The non-blocking form of
+    /// [`Communicator::neighbor_all_to_all_varcount_into`]
+    /// (`MPI_Ineighbor_alltoallv`): starts it and returns its request; the
+    /// buffers stay borrowed until it completes.
+    #[doc(alias = "MPI_Ineighbor_alltoallv")]
+    pub fn immediate_neighbor_all_to_all_varcount_into<'a, S, SC, SD, R, RC, RD>(
+        &self,
+        scope: &Scope<'a>,
+        send: Partition<'a, S, SC, SD>,
+        mut recv: PartitionMut<'a, R, RC, RD>,
+    ) -> Result<Request<'a>>
+    where
+        S: Buffer + ?Sized,
+        SC: Borrow<[i32]> + 'a,
+        SD: Borrow<[i32]> + 'a,
+        R: BufferMut + ?Sized,
+        RC: Borrow<[i32]> + 'a,
+        RD: Borrow<[i32]> + 'a,
+    {
+        let comm = self.clone();
+        self.immediate(scope, async move {
+            comm.neighbor_all_to_all_varcount_future(&send, &mut recv)
+                .await
+        })
+    }
+
+    async fn neighbor_all_to_all_varcount_future<S, SC, SD, R, RC, RD>(
+        &self,
+        send: &Partition<'_, S, SC, SD>,
+        recv: &mut PartitionMut<'_, R, RC, RD>,
+    ) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        SC: Borrow<[i32]>,
+        SD: Borrow<[i32]>,
+        R: BufferMut + ?Sized,
+        RC: Borrow<[i32]>,
+        RD: Borrow<[i32]>,
+    {
+        same_element_type(send.element_type(), recv.element_type())?;
+        let hood = self.neighborhood()?;
+        let (send_parts, send) = send.parts(hood.destinations)?;
+        let (recv_parts, mut output) = recv.parts(hood.sources)?;
+        let buf = output.bytes_mut();
+        let recvs = disjoint_blocks(buf.len(), &recv_parts)?.split(buf);
+        let sends: Vec<&[u8]> = send_parts
+            .iter()
+            .map(|p| &send.bytes()[p.clone()])
+            .collect();
+        self.neighbor_exchange(CollectiveTag::AllToAll, &hood, &sends, recvs)
+            .await?;
+        output.finish()
+    }
+
+    /// Sends `send[j]` to destination neighbour `j` and receives `recv[i]`
+    /// from source neighbour `i`: one buffer per neighbour, each of its
+    /// own type and length (`MPI_Neighbor_alltoallw`, whose
+    /// per-neighbour datatypes and byte displacements these buffers stand
+    /// for). The lists have as many entries as there are destinations and
+    /// sources (else `MPI_ERR_COUNT`). Collective.
+    #[doc(alias = "MPI_Neighbor_alltoallw")]
+    pub fn neighbor_all_to_all_w_into(
+        &self,
+        send: &[&dyn Buffer],
+        recv: &mut [&mut dyn BufferMut],
     ) -> Result<()> {
-        let context = context::collective(self.context_id());
-        for step in steps {
-            let team = Team::new(
-                context,
-                step.tag,
-                self.rank() as usize,
-                self.members(),
-                None,
-            );
-            let sends: Vec<(usize, &[u8])> = step
-                .sends
-                .iter()
-                .map(|&(to, j)| (to as usize, &send[send_at(j)..send_at(j) + block]))
-                .collect();
-            // Each receive block once, in the order of the step's sources.
-            let mut blocks: Vec<Option<&mut [u8]>> =
-                recv.chunks_mut(block.max(1)).map(Some).collect();
-            let mut recvs: Vec<(usize, &mut [u8])> = Vec::with_capacity(step.recvs.len());
-            for &(from, i) in &step.recvs {
-                let buf = match blocks.get_mut(i).and_then(Option::take) {
-                    Some(buf) => buf,
-                    // A zero-length block has no chunk.
-                    None => &mut [],
-                };
-                recvs.push((from as usize, buf));
-            }
-            team.run(|t| block_on(t.exchange(&sends, &mut recvs)))?;
+        self.blocking(self.neighbor_all_to_all_w_future(send, recv))
+    }
+
+    /// The non-blocking form of
+    /// [`Communicator::neighbor_all_to_all_w_into`]
+    /// (`MPI_Ineighbor_alltoallw`): starts it and returns its request; the
+    /// buffers stay borrowed until it completes.
+    #[doc(alias = "MPI_Ineighbor_alltoallw")]
+    pub fn immediate_neighbor_all_to_all_w_into<'a>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a [&'a dyn Buffer],
+        recv: &'a mut [&'a mut dyn BufferMut],
+    ) -> Result<Request<'a>> {
+        let comm = self.clone();
+        self.immediate(scope, async move {
+            comm.neighbor_all_to_all_w_future(send, recv).await
+        })
+    }
+
+    async fn neighbor_all_to_all_w_future(
+        &self,
+        send: &[&dyn Buffer],
+        recv: &mut [&mut dyn BufferMut],
+    ) -> Result<()> {
+        let hood = self.neighborhood()?;
+        if send.len() != hood.destinations || recv.len() != hood.sources {
+            return Err(Error::new(
+                ErrorClass::Count,
+                format!(
+                    "{} send and {} receive buffers for {} destination and {} source neighbours",
+                    send.len(),
+                    recv.len(),
+                    hood.destinations,
+                    hood.sources
+                ),
+            ));
         }
-        Ok(())
+        let inputs = send
+            .iter()
+            .map(|b| Input::new(*b))
+            .collect::<Result<Vec<_>>>()?;
+        let mut outputs = recv
+            .iter_mut()
+            .map(|b| Output::new(&mut **b))
+            .collect::<Result<Vec<_>>>()?;
+        let sends: Vec<&[u8]> = inputs.iter().map(Input::bytes).collect();
+        let recvs = outputs.iter_mut().map(Output::bytes_mut).collect();
+        self.neighbor_exchange(CollectiveTag::AllToAll, &hood, &sends, recvs)
+            .await?;
+        outputs.into_iter().try_for_each(Output::finish)
+    }
+
+    /// The exchange of a neighbourhood collective of kind `kind`: send
+    /// block `j` (of `sends`, by destination) and receive block `i` (of
+    /// `recvs`, by source) as `hood` says. A block of no source is left
+    /// alone.
+    async fn neighbor_exchange(
+        &self,
+        kind: CollectiveTag,
+        hood: &Neighborhood,
+        sends: &[&[u8]],
+        recvs: Vec<&mut [u8]>,
+    ) -> Result<()> {
+        let sends: Vec<(usize, &[u8])> = hood
+            .sends
+            .iter()
+            .map(|&(to, j)| (to as usize, sends.get(j).copied().unwrap_or(&[])))
+            .collect();
+        // Each receive block once, in the order of the sources; a
+        // zero-length block may have no chunk.
+        let mut blocks: Vec<Option<&mut [u8]>> = recvs.into_iter().map(Some).collect();
+        let mut posted: Vec<(usize, &mut [u8])> = Vec::with_capacity(hood.recvs.len());
+        for &(from, i) in &hood.recvs {
+            let buf = match blocks.get_mut(i).and_then(Option::take) {
+                Some(buf) => buf,
+                None => &mut [],
+            };
+            posted.push((from as usize, buf));
+        }
+        let team = self.team(kind)?;
+        team.complete(team.exchange(&sends, &mut posted)).await
     }
 }
 

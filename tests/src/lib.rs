@@ -18,6 +18,7 @@
 //!
 //! [`checks`] holds the result checks those programs share.
 
+pub mod affine;
 pub mod checks;
 
 use std::collections::{HashMap, HashSet, VecDeque};

@@ -86,13 +86,24 @@
 //! (`MPI_ERR_COMM`). When the processes' counts disagree, a process that
 //! receives more than it expects fails with `MPI_ERR_TRUNCATE` and one
 //! that receives less with `MPI_ERR_COUNT`, after taking its part in the
-//! whole operation.
+//! whole operation. An error of a blocking collective, or of starting a
+//! non-blocking one, goes to the communicator's error handler first
+//! (`crate::errhandler`).
+//!
+//! # Intercommunicators
+//! On an intercommunicator the collectives move data between the two
+//! groups (MPI 4.1 §6.2.2; see `inter`): the barrier, all-reduce,
+//! reduce-scatter(-block), all-gather(v) and all-to-all(v, w) methods
+//! (and their non-blocking forms) work there with ranks and counts that
+//! address the remote group; the rooted ones are
+//! [`Communicator::reduce_from_remote_group`] and its kin.
 
 pub(crate) mod algorithms;
 pub(crate) mod engine;
+mod inter;
 pub(crate) mod node;
 pub(crate) mod op;
-mod partition;
+pub(crate) mod partition;
 pub(crate) mod schedule;
 pub(crate) mod team;
 pub(crate) mod typed;
@@ -111,6 +122,7 @@ use node::NodeRegion;
 use op::{same_element_type, Reduction};
 use partition::{consecutive_blocks, disjoint_blocks, uniform_blocks};
 use schedule::{all_to_all_algorithm, AllToAllAlgorithm};
+use std::future::Future;
 use team::{CollectiveTag, Scratch};
 use typed::{Input, Output};
 
@@ -155,10 +167,35 @@ fn expect_len(actual: usize, expected: usize, element_type: ElementType, what: &
 }
 
 impl Communicator {
+    /// Carries out a blocking collective: its error goes to the
+    /// communicator's error handler first.
+    pub(crate) fn blocking(&self, operation: impl Future<Output = Result<()>>) -> Result<()> {
+        self.handled(engine::block_on(operation))
+    }
+
+    /// Starts a non-blocking collective that borrows its buffers for
+    /// `'a`: an error at its start goes to the communicator's error
+    /// handler first (one at its completion is the request's).
+    pub(crate) fn immediate<'a>(
+        &self,
+        scope: &Scope<'a>,
+        operation: impl Future<Output = Result<()>> + 'a,
+    ) -> Result<Request<'a>> {
+        self.handled(engine::start(scope, operation))
+    }
+
+    /// [`Communicator::immediate`] for a collective that borrows nothing.
+    fn immediate_static<'a>(
+        &self,
+        operation: impl Future<Output = Result<()>> + 'static,
+    ) -> Result<Request<'a>> {
+        self.handled(engine::start_static(operation))
+    }
+
     /// Waits until every process of the communicator has called it
     /// (`MPI_Barrier`, §6.3).
     pub fn barrier(&self) -> Result<()> {
-        engine::block_on(self.barrier_future(Mode::Blocking))
+        self.blocking(self.barrier_future(Mode::Blocking))
     }
 
     /// The non-blocking form of [`Communicator::barrier`] (`MPI_Ibarrier`,
@@ -168,7 +205,7 @@ impl Communicator {
     /// requests of a scope).
     pub fn immediate_barrier<'a>(&self) -> Result<Request<'a>> {
         let comm = self.clone();
-        engine::start_static(async move { comm.barrier_future(Mode::Immediate).await })
+        self.immediate_static(async move { comm.barrier_future(Mode::Immediate).await })
     }
 
     async fn barrier_future(&self, mode: Mode) -> Result<()> {
@@ -198,6 +235,9 @@ impl Communicator {
         red: &Reduction<'_>,
         mode: Mode,
     ) -> Result<()> {
+        if self.is_inter_communicator() {
+            return self.inter_all_reduce(acc, red).await;
+        }
         if let Some(node) = self.node_for(mode, acc.len())? {
             return node.all_reduce(acc, red);
         }
@@ -222,6 +262,24 @@ impl Communicator {
             .await
     }
 
+    /// Reduces `input` and scatters its `blocks` (by rank), this rank's
+    /// into `out`; on an intercommunicator, the input is the remote
+    /// group's.
+    async fn reduce_scatter_bytes(
+        &self,
+        input: &[u8],
+        blocks: &[std::ops::Range<usize>],
+        out: &mut [u8],
+        red: &Reduction<'_>,
+    ) -> Result<()> {
+        if self.is_inter_communicator() {
+            return self.inter_reduce_scatter(input, blocks, out, red).await;
+        }
+        let team = self.team(CollectiveTag::ReduceScatter)?;
+        team.complete(algorithms::reduce_scatter(&team, input, blocks, out, red))
+            .await
+    }
+
     /// Broadcasts `buf` from `root`, as
     /// [`Communicator::all_reduce_bytes`] chooses the way.
     async fn broadcast_bytes(&self, root: usize, buf: &mut [u8], mode: Mode) -> Result<()> {
@@ -240,7 +298,7 @@ impl Communicator {
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
-        engine::block_on(self.all_gather_into_future(send, recv))
+        self.blocking(self.all_gather_into_future(send, recv))
     }
 
     /// The non-blocking form of [`Communicator::all_gather_into`]
@@ -257,7 +315,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
     {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.all_gather_into_future(send, recv).await
         })
     }
@@ -270,6 +328,16 @@ impl Communicator {
         let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
         let element_type = same_element_type(send.element_type(), output.element_type())?;
         let (send, recv) = (send.bytes(), output.bytes_mut());
+        if self.is_inter_communicator() {
+            // Every process of the remote group sends blocks of one
+            // length, which need not be this group's.
+            let n = self.addressed_size();
+            let block = block_of(recv.len(), n.max(1), element_type, "the receive buffer")?;
+            let recvs = disjoint_blocks(recv.len(), &uniform_blocks(n, block))?.split(recv);
+            self.inter_all_to_all(&vec![send; n], recvs, all_to_all_algorithm(block))
+                .await?;
+            return output.finish();
+        }
         let n = self.size() as usize;
         expect_len(
             recv.len(),
@@ -287,7 +355,7 @@ impl Communicator {
     /// of `buf` (its rank's) is its input (`MPI_Allgather` with
     /// `MPI_IN_PLACE`).
     pub fn all_gather_in_place<R: BufferMut + ?Sized>(&self, buf: &mut R) -> Result<()> {
-        engine::block_on(self.all_gather_in_place_future(buf))
+        self.blocking(self.all_gather_in_place_future(buf))
     }
 
     /// The non-blocking form of [`Communicator::all_gather_in_place`]
@@ -299,7 +367,7 @@ impl Communicator {
         buf: &'a mut R,
     ) -> Result<Request<'a>> {
         let comm = self.clone();
-        engine::start(
+        self.immediate(
             scope,
             async move { comm.all_gather_in_place_future(buf).await },
         )
@@ -337,7 +405,7 @@ impl Communicator {
         C: std::borrow::Borrow<[i32]>,
         D: std::borrow::Borrow<[i32]>,
     {
-        engine::block_on(self.all_gather_varcount_into_future(send, recv))
+        self.blocking(self.all_gather_varcount_into_future(send, recv))
     }
 
     /// The non-blocking form of [`Communicator::all_gather_varcount_into`]
@@ -356,7 +424,7 @@ impl Communicator {
         D: std::borrow::Borrow<[i32]> + 'a,
     {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.all_gather_varcount_into_future(send, &mut recv).await
         })
     }
@@ -374,10 +442,16 @@ impl Communicator {
     {
         let send = Input::new(send)?;
         same_element_type(send.element_type(), recv.element_type())?;
-        let n = self.size() as usize;
+        let n = self.addressed_size();
         let (parts, mut output) = recv.parts(n)?;
         let buf = output.bytes_mut();
-        disjoint_blocks(buf.len(), &parts)?;
+        let layout = disjoint_blocks(buf.len(), &parts)?;
+        if self.is_inter_communicator() {
+            let recvs = layout.split(buf);
+            self.inter_all_to_all(&vec![send.bytes(); n], recvs, AllToAllAlgorithm::Scattered)
+                .await?;
+            return output.finish();
+        }
         let team = self.team(CollectiveTag::AllGather)?;
         team.complete(algorithms::all_gather_varcount(
             &team,
@@ -401,7 +475,7 @@ impl Communicator {
         C: std::borrow::Borrow<[i32]>,
         D: std::borrow::Borrow<[i32]>,
     {
-        engine::block_on(self.all_gather_varcount_in_place_future(buf))
+        self.blocking(self.all_gather_varcount_in_place_future(buf))
     }
 
     /// The non-blocking form of
@@ -419,7 +493,7 @@ impl Communicator {
         D: std::borrow::Borrow<[i32]> + 'a,
     {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.all_gather_varcount_in_place_future(&mut buf).await
         })
     }
@@ -451,7 +525,7 @@ impl Communicator {
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
-        engine::block_on(self.all_to_all_into_future(send, recv))
+        self.blocking(self.all_to_all_into_future(send, recv))
     }
 
     /// The non-blocking form of [`Communicator::all_to_all_into`]
@@ -468,7 +542,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
     {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.all_to_all_into_future(send, recv).await
         })
     }
@@ -481,8 +555,8 @@ impl Communicator {
         let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
         let element_type = same_element_type(send.element_type(), output.element_type())?;
         let (send, recv) = (send.bytes(), output.bytes_mut());
-        let n = self.size() as usize;
-        let block = block_of(send.len(), n, element_type, "the send buffer")?;
+        let n = self.addressed_size();
+        let block = block_of(send.len(), n.max(1), element_type, "the send buffer")?;
         expect_len(recv.len(), send.len(), element_type, "the receive buffer")?;
         self.all_to_all_blocks(send, recv, block).await?;
         output.finish()
@@ -491,7 +565,7 @@ impl Communicator {
     /// [`Communicator::all_to_all_into`] in place: `buf` is sent and then
     /// replaced (`MPI_Alltoall` with `MPI_IN_PLACE`).
     pub fn all_to_all_in_place<R: BufferMut + ?Sized>(&self, buf: &mut R) -> Result<()> {
-        engine::block_on(self.all_to_all_in_place_future(buf))
+        self.blocking(self.all_to_all_in_place_future(buf))
     }
 
     /// The non-blocking form of [`Communicator::all_to_all_in_place`]
@@ -503,13 +577,14 @@ impl Communicator {
         buf: &'a mut R,
     ) -> Result<Request<'a>> {
         let comm = self.clone();
-        engine::start(
+        self.immediate(
             scope,
             async move { comm.all_to_all_in_place_future(buf).await },
         )
     }
 
     async fn all_to_all_in_place_future<R: BufferMut + ?Sized>(&self, buf: &mut R) -> Result<()> {
+        self.require_intra("an in-place all-to-all")?;
         let n = self.size() as usize;
         let mut output = Output::new(buf)?;
         let block = block_of(
@@ -525,17 +600,27 @@ impl Communicator {
     }
 
     async fn all_to_all_blocks(&self, send: &[u8], recv: &mut [u8], block: usize) -> Result<()> {
-        let parts = uniform_blocks(self.size() as usize, block);
+        let parts = uniform_blocks(self.addressed_size(), block);
         let sends: Vec<&[u8]> = parts.iter().map(|p| &send[p.clone()]).collect();
         let recvs = disjoint_blocks(recv.len(), &parts)?.split(recv);
+        self.all_to_all_bytes(&sends, recvs, all_to_all_algorithm(block))
+            .await
+    }
+
+    /// The all-to-all of `sends` and `recvs`, one per process addressed
+    /// (the remote group's on an intercommunicator).
+    async fn all_to_all_bytes(
+        &self,
+        sends: &[&[u8]],
+        recvs: Vec<&mut [u8]>,
+        algorithm: AllToAllAlgorithm,
+    ) -> Result<()> {
+        if self.is_inter_communicator() {
+            return self.inter_all_to_all(sends, recvs, algorithm).await;
+        }
         let team = self.team(CollectiveTag::AllToAll)?;
-        team.complete(algorithms::all_to_all(
-            &team,
-            &sends,
-            recvs,
-            all_to_all_algorithm(block),
-        ))
-        .await
+        team.complete(algorithms::all_to_all(&team, sends, recvs, algorithm))
+            .await
     }
 
     /// Sends block `i` of `send` to rank `i` and receives block `j` of
@@ -554,7 +639,7 @@ impl Communicator {
         RC: std::borrow::Borrow<[i32]>,
         RD: std::borrow::Borrow<[i32]>,
     {
-        engine::block_on(self.all_to_all_varcount_into_future(send, recv))
+        self.blocking(self.all_to_all_varcount_into_future(send, recv))
     }
 
     /// The non-blocking form of [`Communicator::all_to_all_varcount_into`]
@@ -575,7 +660,7 @@ impl Communicator {
         RD: std::borrow::Borrow<[i32]> + 'a,
     {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.all_to_all_varcount_into_future(&send, &mut recv).await
         })
     }
@@ -594,7 +679,7 @@ impl Communicator {
         RD: std::borrow::Borrow<[i32]>,
     {
         same_element_type(send.element_type(), recv.element_type())?;
-        let n = self.size() as usize;
+        let n = self.addressed_size();
         let (send_parts, send) = send.parts(n)?;
         let (recv_parts, mut output) = recv.parts(n)?;
         let recv = output.bytes_mut();
@@ -603,14 +688,8 @@ impl Communicator {
             .iter()
             .map(|p| &send.bytes()[p.clone()])
             .collect();
-        let team = self.team(CollectiveTag::AllToAll)?;
-        team.complete(algorithms::all_to_all(
-            &team,
-            &sends,
-            recvs,
-            AllToAllAlgorithm::Scattered,
-        ))
-        .await?;
+        self.all_to_all_bytes(&sends, recvs, AllToAllAlgorithm::Scattered)
+            .await?;
         output.finish()
     }
 
@@ -627,7 +706,7 @@ impl Communicator {
         C: std::borrow::Borrow<[i32]>,
         D: std::borrow::Borrow<[i32]>,
     {
-        engine::block_on(self.all_to_all_varcount_in_place_future(buf))
+        self.blocking(self.all_to_all_varcount_in_place_future(buf))
     }
 
     /// The non-blocking form of
@@ -645,7 +724,7 @@ impl Communicator {
         D: std::borrow::Borrow<[i32]> + 'a,
     {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.all_to_all_varcount_in_place_future(&mut buf).await
         })
     }
@@ -687,7 +766,7 @@ impl Communicator {
         send: &[&dyn Buffer],
         recv: &mut [&mut dyn BufferMut],
     ) -> Result<()> {
-        engine::block_on(self.all_to_all_w_into_future(send, recv))
+        self.blocking(self.all_to_all_w_into_future(send, recv))
     }
 
     /// The non-blocking form of [`Communicator::all_to_all_w_into`]
@@ -700,7 +779,7 @@ impl Communicator {
         recv: &'a mut [&'a mut dyn BufferMut],
     ) -> Result<Request<'a>> {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.all_to_all_w_into_future(send, recv).await
         })
     }
@@ -710,7 +789,7 @@ impl Communicator {
         send: &[&dyn Buffer],
         recv: &mut [&mut dyn BufferMut],
     ) -> Result<()> {
-        let n = self.size() as usize;
+        let n = self.addressed_size();
         if send.len() != n || recv.len() != n {
             return Err(count_error(format!(
                 "{} send and {} receive buffers for {n} processes",
@@ -728,14 +807,8 @@ impl Communicator {
             .collect::<Result<Vec<_>>>()?;
         let sends: Vec<&[u8]> = inputs.iter().map(Input::bytes).collect();
         let recvs: Vec<&mut [u8]> = outputs.iter_mut().map(Output::bytes_mut).collect();
-        let team = self.team(CollectiveTag::AllToAll)?;
-        team.complete(algorithms::all_to_all(
-            &team,
-            &sends,
-            recvs,
-            AllToAllAlgorithm::Scattered,
-        ))
-        .await?;
+        self.all_to_all_bytes(&sends, recvs, AllToAllAlgorithm::Scattered)
+            .await?;
         outputs.into_iter().try_for_each(Output::finish)
     }
 
@@ -743,7 +816,7 @@ impl Communicator {
     /// rank `i` and then replaced by what it sends (`MPI_Alltoallw` with
     /// `MPI_IN_PLACE`).
     pub fn all_to_all_w_in_place(&self, bufs: &mut [&mut dyn BufferMut]) -> Result<()> {
-        engine::block_on(self.all_to_all_w_in_place_future(bufs))
+        self.blocking(self.all_to_all_w_in_place_future(bufs))
     }
 
     /// The non-blocking form of [`Communicator::all_to_all_w_in_place`]
@@ -755,7 +828,7 @@ impl Communicator {
         bufs: &'a mut [&'a mut dyn BufferMut],
     ) -> Result<Request<'a>> {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.all_to_all_w_in_place_future(bufs).await
         })
     }
@@ -794,7 +867,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        engine::block_on(self.all_reduce_into_future(send, recv, op, Mode::Blocking))
+        self.blocking(self.all_reduce_into_future(send, recv, op, Mode::Blocking))
     }
 
     /// The non-blocking form of [`Communicator::all_reduce_into`]
@@ -813,7 +886,7 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.all_reduce_into_future(send, recv, op, Mode::Immediate)
                 .await
         })
@@ -846,7 +919,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        engine::block_on(self.all_reduce_in_place_future(buf, op, Mode::Blocking))
+        self.blocking(self.all_reduce_in_place_future(buf, op, Mode::Blocking))
     }
 
     /// The non-blocking form of [`Communicator::all_reduce_in_place`]
@@ -863,7 +936,7 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.all_reduce_in_place_future(buf, op, Mode::Immediate)
                 .await
         })
@@ -874,6 +947,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
+        self.require_intra("an in-place all-reduce")?;
         let mut output = Output::new(buf)?;
         let red = Reduction::new(&op, output.element_type())?;
         self.all_reduce_bytes(output.bytes_mut(), &red, mode)
@@ -890,7 +964,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        engine::block_on(self.reduce_scatter_block_into_future(send, recv, op))
+        self.blocking(self.reduce_scatter_block_into_future(send, recv, op))
     }
 
     /// The non-blocking form of [`Communicator::reduce_scatter_block_into`]
@@ -909,7 +983,7 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.reduce_scatter_block_into_future(send, recv, op).await
         })
     }
@@ -932,9 +1006,7 @@ impl Communicator {
         let n = self.size() as usize;
         expect_len(send.len(), n * recv.len(), element_type, "the send buffer")?;
         let parts = uniform_blocks(n, recv.len());
-        let team = self.team(CollectiveTag::ReduceScatter)?;
-        team.complete(algorithms::reduce_scatter(&team, send, &parts, recv, &red))
-            .await?;
+        self.reduce_scatter_bytes(send, &parts, recv, &red).await?;
         output.finish()
     }
 
@@ -947,7 +1019,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        engine::block_on(self.reduce_scatter_block_in_place_future(buf, op))
+        self.blocking(self.reduce_scatter_block_in_place_future(buf, op))
     }
 
     /// The non-blocking form of
@@ -965,7 +1037,7 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.reduce_scatter_block_in_place_future(buf, op).await
         })
     }
@@ -1015,7 +1087,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        engine::block_on(self.reduce_scatter_into_future(send, recv, counts, op))
+        self.blocking(self.reduce_scatter_into_future(send, recv, counts, op))
     }
 
     /// The non-blocking form of [`Communicator::reduce_scatter_into`]
@@ -1035,7 +1107,7 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.reduce_scatter_into_future(send, recv, counts, op)
                 .await
         })
@@ -1062,9 +1134,7 @@ impl Communicator {
         expect_len(send.len(), total, element_type, "the send buffer")?;
         let mine = parts[self.rank() as usize].len();
         expect_len(recv.len(), mine, element_type, "the receive buffer")?;
-        let team = self.team(CollectiveTag::ReduceScatter)?;
-        team.complete(algorithms::reduce_scatter(&team, send, &parts, recv, &red))
-            .await?;
+        self.reduce_scatter_bytes(send, &parts, recv, &red).await?;
         output.finish()
     }
 
@@ -1076,7 +1146,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        engine::block_on(self.reduce_scatter_in_place_future(buf, counts, op))
+        self.blocking(self.reduce_scatter_in_place_future(buf, counts, op))
     }
 
     /// The non-blocking form of [`Communicator::reduce_scatter_in_place`]
@@ -1094,7 +1164,7 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.reduce_scatter_in_place_future(buf, counts, op).await
         })
     }
@@ -1138,7 +1208,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        engine::block_on(self.scan_into_future(send, recv, op))
+        self.blocking(self.scan_into_future(send, recv, op))
     }
 
     /// The non-blocking form of [`Communicator::scan_into`] (`MPI_Iscan`,
@@ -1157,7 +1227,7 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
-        engine::start(
+        self.immediate(
             scope,
             async move { comm.scan_into_future(send, recv, op).await },
         )
@@ -1185,7 +1255,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        engine::block_on(self.scan_in_place_future(buf, op))
+        self.blocking(self.scan_in_place_future(buf, op))
     }
 
     /// The non-blocking form of [`Communicator::scan_in_place`] (`MPI_Iscan`,
@@ -1202,7 +1272,7 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
-        engine::start(
+        self.immediate(
             scope,
             async move { comm.scan_in_place_future(buf, op).await },
         )
@@ -1230,7 +1300,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        engine::block_on(self.exclusive_scan_into_future(send, recv, op))
+        self.blocking(self.exclusive_scan_into_future(send, recv, op))
     }
 
     /// The non-blocking form of [`Communicator::exclusive_scan_into`]
@@ -1249,7 +1319,7 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.exclusive_scan_into_future(send, recv, op).await
         })
     }
@@ -1279,7 +1349,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        engine::block_on(self.exclusive_scan_in_place_future(buf, op))
+        self.blocking(self.exclusive_scan_in_place_future(buf, op))
     }
 
     /// The non-blocking form of [`Communicator::exclusive_scan_in_place`]
@@ -1296,7 +1366,7 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
-        engine::start(scope, async move {
+        self.immediate(scope, async move {
             comm.exclusive_scan_in_place_future(buf, op).await
         })
     }
@@ -1364,7 +1434,8 @@ impl Process<'_> {
     /// Broadcasts the root's `buf` into every other process's `buf`
     /// (`MPI_Bcast`, §6.4). Called by every process, the root included.
     pub fn broadcast_into<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<()> {
-        engine::block_on(self.broadcast_into_future(buf, Mode::Blocking))
+        self.comm
+            .blocking(self.broadcast_into_future(buf, Mode::Blocking))
     }
 
     /// The non-blocking form of [`Process::broadcast_into`] (`MPI_Ibcast`,
@@ -1376,7 +1447,7 @@ impl Process<'_> {
         buf: &'a mut B,
     ) -> Result<Request<'a>> {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
                 .broadcast_into_future(buf, Mode::Immediate)
                 .await
@@ -1400,7 +1471,7 @@ impl Process<'_> {
     /// This process's part of a gather to this root (`MPI_Gather`, §6.5),
     /// at every process but the root: sends `send`.
     pub fn gather_into<S: Buffer + ?Sized>(&self, send: &S) -> Result<()> {
-        engine::block_on(self.gather_into_future(send))
+        self.comm.blocking(self.gather_into_future(send))
     }
 
     /// The non-blocking form of [`Process::gather_into`] (`MPI_Igather`,
@@ -1412,7 +1483,7 @@ impl Process<'_> {
         send: &'a S,
     ) -> Result<Request<'a>> {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank).gather_into_future(send).await
         })
     }
@@ -1432,7 +1503,7 @@ impl Process<'_> {
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
-        engine::block_on(self.gather_into_root_future(send, recv))
+        self.comm.blocking(self.gather_into_root_future(send, recv))
     }
 
     /// The non-blocking form of [`Process::gather_into_root`] (`MPI_Igather`,
@@ -1449,7 +1520,7 @@ impl Process<'_> {
         R: BufferMut + ?Sized,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
                 .gather_into_root_future(send, recv)
                 .await
@@ -1481,7 +1552,8 @@ impl Process<'_> {
     /// [`Process::gather_into_root`] in place: the root's own block of
     /// `recv` is its input (`MPI_Gather` with `MPI_IN_PLACE`).
     pub fn gather_into_root_in_place<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<()> {
-        engine::block_on(self.gather_into_root_in_place_future(recv))
+        self.comm
+            .blocking(self.gather_into_root_in_place_future(recv))
     }
 
     /// The non-blocking form of [`Process::gather_into_root_in_place`]
@@ -1493,7 +1565,7 @@ impl Process<'_> {
         recv: &'a mut R,
     ) -> Result<Request<'a>> {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
                 .gather_into_root_in_place_future(recv)
                 .await
@@ -1525,7 +1597,7 @@ impl Process<'_> {
     /// (`MPI_Gatherv`, §6.5), at every process but the root: sends
     /// `send`.
     pub fn gather_varcount_into<S: Buffer + ?Sized>(&self, send: &S) -> Result<()> {
-        engine::block_on(self.gather_varcount_into_future(send))
+        self.comm.blocking(self.gather_varcount_into_future(send))
     }
 
     /// The non-blocking form of [`Process::gather_varcount_into`]
@@ -1537,7 +1609,7 @@ impl Process<'_> {
         send: &'a S,
     ) -> Result<Request<'a>> {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
                 .gather_varcount_into_future(send)
                 .await
@@ -1566,7 +1638,8 @@ impl Process<'_> {
         C: std::borrow::Borrow<[i32]>,
         D: std::borrow::Borrow<[i32]>,
     {
-        engine::block_on(self.gather_varcount_into_root_future(send, recv))
+        self.comm
+            .blocking(self.gather_varcount_into_root_future(send, recv))
     }
 
     /// The non-blocking form of [`Process::gather_varcount_into_root`]
@@ -1585,7 +1658,7 @@ impl Process<'_> {
         D: std::borrow::Borrow<[i32]> + 'a,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
                 .gather_varcount_into_root_future(send, &mut recv)
                 .await
@@ -1632,7 +1705,8 @@ impl Process<'_> {
         C: std::borrow::Borrow<[i32]>,
         D: std::borrow::Borrow<[i32]>,
     {
-        engine::block_on(self.gather_varcount_into_root_in_place_future(recv))
+        self.comm
+            .blocking(self.gather_varcount_into_root_in_place_future(recv))
     }
 
     /// The non-blocking form of
@@ -1650,7 +1724,7 @@ impl Process<'_> {
         D: std::borrow::Borrow<[i32]> + 'a,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
                 .gather_varcount_into_root_in_place_future(&mut recv)
                 .await
@@ -1681,7 +1755,7 @@ impl Process<'_> {
     /// This process's part of a scatter from this root (`MPI_Scatter`,
     /// §6.6), at every process but the root: `recv` receives its block.
     pub fn scatter_into<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<()> {
-        engine::block_on(self.scatter_into_future(recv))
+        self.comm.blocking(self.scatter_into_future(recv))
     }
 
     /// The non-blocking form of [`Process::scatter_into`] (`MPI_Iscatter`,
@@ -1693,7 +1767,7 @@ impl Process<'_> {
         recv: &'a mut R,
     ) -> Result<Request<'a>> {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank).scatter_into_future(recv).await
         })
     }
@@ -1715,7 +1789,8 @@ impl Process<'_> {
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
-        engine::block_on(self.scatter_into_root_future(send, recv))
+        self.comm
+            .blocking(self.scatter_into_root_future(send, recv))
     }
 
     /// The non-blocking form of [`Process::scatter_into_root`]
@@ -1732,7 +1807,7 @@ impl Process<'_> {
         R: BufferMut + ?Sized,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
                 .scatter_into_root_future(send, recv)
                 .await
@@ -1759,7 +1834,8 @@ impl Process<'_> {
     /// [`Process::scatter_into_root`] in place: the root keeps its own
     /// block where it is in `send` (`MPI_Scatter` with `MPI_IN_PLACE`).
     pub fn scatter_into_root_in_place<S: Buffer + ?Sized>(&self, send: &S) -> Result<()> {
-        engine::block_on(self.scatter_into_root_in_place_future(send))
+        self.comm
+            .blocking(self.scatter_into_root_in_place_future(send))
     }
 
     /// The non-blocking form of [`Process::scatter_into_root_in_place`]
@@ -1771,7 +1847,7 @@ impl Process<'_> {
         send: &'a S,
     ) -> Result<Request<'a>> {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
                 .scatter_into_root_in_place_future(send)
                 .await
@@ -1803,7 +1879,7 @@ impl Process<'_> {
     /// (`MPI_Scatterv`, §6.6), at every process but the root: `recv`
     /// receives its block.
     pub fn scatter_varcount_into<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<()> {
-        engine::block_on(self.scatter_varcount_into_future(recv))
+        self.comm.blocking(self.scatter_varcount_into_future(recv))
     }
 
     /// The non-blocking form of [`Process::scatter_varcount_into`]
@@ -1815,7 +1891,7 @@ impl Process<'_> {
         recv: &'a mut R,
     ) -> Result<Request<'a>> {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
                 .scatter_varcount_into_future(recv)
                 .await
@@ -1853,7 +1929,8 @@ impl Process<'_> {
         D: std::borrow::Borrow<[i32]>,
         R: BufferMut + ?Sized,
     {
-        engine::block_on(self.scatter_varcount_into_root_future(send, recv))
+        self.comm
+            .blocking(self.scatter_varcount_into_root_future(send, recv))
     }
 
     /// The non-blocking form of [`Process::scatter_varcount_into_root`]
@@ -1872,7 +1949,7 @@ impl Process<'_> {
         R: BufferMut + ?Sized,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
                 .scatter_varcount_into_root_future(&send, recv)
                 .await
@@ -1919,7 +1996,8 @@ impl Process<'_> {
         C: std::borrow::Borrow<[i32]>,
         D: std::borrow::Borrow<[i32]>,
     {
-        engine::block_on(self.scatter_varcount_into_root_in_place_future(send))
+        self.comm
+            .blocking(self.scatter_varcount_into_root_in_place_future(send))
     }
 
     /// The non-blocking form of
@@ -1937,7 +2015,7 @@ impl Process<'_> {
         D: std::borrow::Borrow<[i32]> + 'a,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
                 .scatter_varcount_into_root_in_place_future(&send)
                 .await
@@ -1975,7 +2053,8 @@ impl Process<'_> {
         S: Buffer + ?Sized,
         O: Operation,
     {
-        engine::block_on(self.reduce_into_future(send, op, Mode::Blocking))
+        self.comm
+            .blocking(self.reduce_into_future(send, op, Mode::Blocking))
     }
 
     /// The non-blocking form of [`Process::reduce_into`] (`MPI_Ireduce`,
@@ -1992,7 +2071,7 @@ impl Process<'_> {
         O: Operation + 'a,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
                 .reduce_into_future(send, op, Mode::Immediate)
                 .await
@@ -2021,7 +2100,8 @@ impl Process<'_> {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        engine::block_on(self.reduce_into_root_future(send, recv, op, Mode::Blocking))
+        self.comm
+            .blocking(self.reduce_into_root_future(send, recv, op, Mode::Blocking))
     }
 
     /// The non-blocking form of [`Process::reduce_into_root`] (`MPI_Ireduce`,
@@ -2040,7 +2120,7 @@ impl Process<'_> {
         O: Operation + 'a,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
                 .reduce_into_root_future(send, recv, op, Mode::Immediate)
                 .await
@@ -2075,7 +2155,8 @@ impl Process<'_> {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        engine::block_on(self.reduce_into_root_in_place_future(buf, op, Mode::Blocking))
+        self.comm
+            .blocking(self.reduce_into_root_in_place_future(buf, op, Mode::Blocking))
     }
 
     /// The non-blocking form of [`Process::reduce_into_root_in_place`]
@@ -2092,7 +2173,7 @@ impl Process<'_> {
         O: Operation + 'a,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
-        engine::start(scope, async move {
+        self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
                 .reduce_into_root_in_place_future(buf, op, Mode::Immediate)
                 .await

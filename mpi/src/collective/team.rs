@@ -67,7 +67,7 @@ impl CollectiveTag {
 }
 
 /// The kind in the tags of exchanges that are not numbered collectives
-/// (neighbourhood steps, an intercommunicator's broadcast): no
+/// (an intercommunicator's rooted collectives): no
 /// [`CollectiveTag`] has it, so they never match a numbered collective's
 /// messages, pending or not.
 const UNNUMBERED_KIND: i32 = 15;

@@ -202,9 +202,9 @@ fn inter(world: &Communicator, self_comm: &Communicator) -> Result<()> {
     )?;
     let mut x = 0i32;
     expect_class(
-        inter.all_reduce_into(&1i32, &mut x, SystemOperation::sum()),
+        inter.scan_into(&1i32, &mut x, SystemOperation::sum()),
         ErrorClass::Comm,
-        "all_reduce on an intercommunicator",
+        "a scan on an intercommunicator",
     )?;
     expect_class(
         inter.split_by_color(Color::with_value(0)),

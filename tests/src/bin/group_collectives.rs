@@ -1,0 +1,950 @@
+//! Collectives between the groups of an intercommunicator, and the
+//! neighbourhood collectives, run as real jobs: `group_collectives
+//! CHECK`, started by the harness through oxrun. Every result is compared
+//! with a sequential reference that each rank computes alone. A check
+//! exits non-zero, saying why, when something is wrong.
+//!
+//! Checks: `inter` (2 or more ranks: an intercommunicator of the first
+//! third of world and the rest, groups of unequal sizes; every collective
+//! between them, blocking and not, rooted ones from each group, small and
+//! large, with a non-commutative operation; the error classes of bad
+//! arguments and of counts that differ between the groups), `neighbor`
+//! (the v and w neighbourhood collectives and the non-blocking form of
+//! each, on a periodic ring, a 2-d grid and a distributed graph with a
+//! repeated edge), `handler` (collectives hand their errors to the
+//! communicator's error handler).
+
+use oxmpi::collective::{Partition, PartitionMut, SystemOperation};
+use oxmpi::datatype::{Buffer, BufferMut};
+use oxmpi::request::{scope, wait_all};
+use oxmpi::{Color, Communicator, ErrorClass, ErrorHandler, Result, PROC_NULL};
+use oxmpi_jobs::affine::{affines, composed, composition};
+use oxmpi_jobs::checks::{ensure, expect_class, fail, same};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+fn main() -> ExitCode {
+    let check = std::env::args().nth(1).unwrap_or_default();
+    let result = oxmpi::initialize().and_then(|universe| {
+        let world = universe.world();
+        let outcome = match check.as_str() {
+            "inter" => inter(&world),
+            "neighbor" => neighbor(&world),
+            "handler" => handler(&world),
+            other => Err(fail(format!("unknown check {other:?}"))),
+        };
+        if let Err(e) = outcome {
+            eprintln!("group_collectives {check}: rank {}: {e}", world.rank());
+            world.abort(1);
+        }
+        universe.finalize()
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("group_collectives {check}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Element `i` of process `id`'s data.
+fn value(id: usize, i: usize) -> i64 {
+    (id * 100_000 + i) as i64
+}
+
+fn values(id: usize, len: usize) -> Vec<i64> {
+    (0..len).map(|i| value(id, i)).collect()
+}
+
+/// Element `i` of what process `from` sends to process `to`.
+fn pair_value(from: usize, to: usize, i: usize) -> i32 {
+    (from * 10_000 + to * 100 + i) as i32
+}
+
+/// How many elements process `from` sends to `to` in the varying
+/// exchanges.
+fn pair_count(from: usize, to: usize) -> usize {
+    (from + 2 * to) % 4
+}
+
+/// Displacements of blocks of `counts` in reverse order with a gap of 2
+/// after each, and the length they need.
+fn reversed_layout(counts: &[i32]) -> (Vec<i32>, usize) {
+    let mut displs = vec![0; counts.len()];
+    let mut at = 0;
+    for r in (0..counts.len()).rev() {
+        displs[r] = at;
+        at += counts[r] + 2;
+    }
+    (displs, at as usize)
+}
+
+/// Displacements of consecutive blocks of `counts`.
+fn consecutive(counts: &[i32]) -> Vec<i32> {
+    counts
+        .iter()
+        .scan(0, |at, &c| {
+            let d = *at;
+            *at += c;
+            Some(d)
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------- inter
+
+/// The two groups of an intercommunicator, seen from one process.
+struct Sides {
+    inter: Communicator,
+    /// World rank: the process's id in the data.
+    me: usize,
+    /// Whether this process is in the first group (world ranks below
+    /// `cut`).
+    in_a: bool,
+    cut: usize,
+    rank: usize,
+    /// Sizes of the local and the remote group.
+    local: usize,
+    remote: usize,
+}
+
+impl Sides {
+    /// World rank of rank `q` of the remote group.
+    fn remote_id(&self, q: usize) -> usize {
+        if self.in_a {
+            self.cut + q
+        } else {
+            q
+        }
+    }
+
+    fn remote_ids(&self) -> impl Iterator<Item = usize> + Clone + '_ {
+        (0..self.remote).map(|q| self.remote_id(q))
+    }
+
+    /// World rank of rank `q` of the group `a` (true: the first).
+    fn id_in(&self, a: bool, q: usize) -> usize {
+        if a {
+            q
+        } else {
+            self.cut + q
+        }
+    }
+}
+
+fn inter(world: &Communicator) -> Result<()> {
+    let size = world.size() as usize;
+    ensure(size >= 2, || "inter needs 2 or more ranks".into())?;
+    // Unequal groups: 1+1, 1+2, 2+2, 2+3, 2+4, 3+4, 3+5 for 2 to 8 ranks.
+    let cut = size.div_ceil(3).max(1);
+    let me = world.rank() as usize;
+    let in_a = me < cut;
+    let local = world
+        .split_by_color(Color::with_value(i32::from(in_a)))?
+        .ok_or_else(|| fail("no group for a defined colour"))?;
+    let inter = local.create_intercommunicator(0, world, if in_a { cut as i32 } else { 0 }, 55)?;
+    let s = Sides {
+        me,
+        in_a,
+        cut,
+        rank: inter.rank() as usize,
+        local: inter.size() as usize,
+        remote: inter.remote_size()? as usize,
+        inter,
+    };
+    for len in [0, 5, 40_000] {
+        all_reduce(&s, len)?;
+        reduce_scatter(&s, len)?;
+    }
+    for len in [1, 3, 20_000] {
+        all_gather(&s, len)?;
+        all_to_all(&s, len)?;
+    }
+    varying(&s)?;
+    immediate(&s)?;
+    for (root_in_a, root) in [(true, s.cut - 1), (false, 0), (false, size - cut - 1)] {
+        for len in [2, 9_000] {
+            rooted(&s, root_in_a, root, len)?;
+        }
+    }
+    inter_errors(&s)?;
+    s.inter.barrier()?;
+    if me == 0 {
+        println!("inter: {} and {} ranks, every collective", cut, size - cut);
+    }
+    Ok(())
+}
+
+fn all_reduce(s: &Sides, len: usize) -> Result<()> {
+    let mut sum = vec![0i64; len];
+    s.inter
+        .all_reduce_into(&values(s.me, len)[..], &mut sum[..], SystemOperation::sum())?;
+    let expected: Vec<i64> = (0..len)
+        .map(|i| s.remote_ids().map(|id| value(id, i)).sum())
+        .collect();
+    same(&sum, &expected, "all-reduce, sum")?;
+    let mut maps = vec![0u32; len];
+    s.inter
+        .all_reduce_into(&affines(s.me, len)[..], &mut maps[..], composition())?;
+    same(
+        &maps,
+        &composed(s.remote_ids(), len),
+        "all-reduce, non-commutative",
+    )
+}
+
+fn reduce_scatter(s: &Sides, len: usize) -> Result<()> {
+    // Both groups reduce as many elements: a multiple of both sizes for
+    // the blocks.
+    let total = len.max(1) * s.local * s.remote;
+    let block = total / s.local;
+    let mut got = vec![0u32; block];
+    let op = composition();
+    s.inter
+        .reduce_scatter_block_into(&affines(s.me, total)[..], &mut got[..], &op)?;
+    let expected = composed(s.remote_ids(), total);
+    same(
+        &got,
+        &expected[s.rank * block..(s.rank + 1) * block],
+        "reduce-scatter-block",
+    )?;
+    // Counts that differ by rank, the same total in both groups.
+    let total = len + 7;
+    let counts: Vec<i32> = (0..s.local)
+        .map(|q| (total / s.local + usize::from(q < total % s.local)) as i32)
+        .collect();
+    let start: usize = counts[..s.rank].iter().map(|&c| c as usize).sum();
+    let mut got = vec![0u32; counts[s.rank] as usize];
+    s.inter
+        .reduce_scatter_into(&affines(s.me, total)[..], &mut got[..], &counts, &op)?;
+    let expected = composed(s.remote_ids(), total);
+    same(&got, &expected[start..start + got.len()], "reduce-scatter")
+}
+
+/// The length of a process's block in the all-gather of `len`: the
+/// groups' differ.
+fn gather_len(in_a: bool, len: usize) -> usize {
+    if in_a {
+        len
+    } else {
+        len + 1
+    }
+}
+
+fn all_gather(s: &Sides, len: usize) -> Result<()> {
+    let theirs = gather_len(!s.in_a, len);
+    let mut got = vec![0i64; s.remote * theirs];
+    s.inter
+        .all_gather_into(&values(s.me, gather_len(s.in_a, len))[..], &mut got[..])?;
+    let expected: Vec<i64> = s.remote_ids().flat_map(|id| values(id, theirs)).collect();
+    same(&got, &expected, "all-gather")
+}
+
+fn all_to_all(s: &Sides, len: usize) -> Result<()> {
+    let send: Vec<i32> = s
+        .remote_ids()
+        .flat_map(|to| (0..len).map(move |i| pair_value(s.me, to, i)))
+        .collect();
+    let mut got = vec![0i32; s.remote * len];
+    s.inter.all_to_all_into(&send[..], &mut got[..])?;
+    let expected: Vec<i32> = s
+        .remote_ids()
+        .flat_map(|from| (0..len).map(move |i| pair_value(from, s.me, i)))
+        .collect();
+    same(&got, &expected, "all-to-all")
+}
+
+/// All-gatherv, all-to-allv and all-to-allw.
+fn varying(s: &Sides) -> Result<()> {
+    // Rank q of a group sends q + 1 elements.
+    let counts: Vec<i32> = (0..s.remote as i32).map(|q| q + 1).collect();
+    let (displs, len) = reversed_layout(&counts);
+    let mut got = vec![-1i64; len];
+    s.inter.all_gather_varcount_into(
+        &values(s.me, s.rank + 1)[..],
+        &mut PartitionMut::new(&mut got[..], &counts[..], &displs[..]),
+    )?;
+    let mut expected = vec![-1i64; len];
+    for q in 0..s.remote {
+        let at = displs[q] as usize;
+        expected[at..=at + q].copy_from_slice(&values(s.remote_id(q), q + 1));
+    }
+    same(&got, &expected, "all-gatherv")?;
+
+    let send_counts: Vec<i32> = s
+        .remote_ids()
+        .map(|to| pair_count(s.me, to) as i32)
+        .collect();
+    let recv_counts: Vec<i32> = s
+        .remote_ids()
+        .map(|from| pair_count(from, s.me) as i32)
+        .collect();
+    let send: Vec<i32> = s
+        .remote_ids()
+        .flat_map(|to| (0..pair_count(s.me, to)).map(move |i| pair_value(s.me, to, i)))
+        .collect();
+    let (recv_displs, len) = reversed_layout(&recv_counts);
+    let mut got = vec![-1i32; len];
+    s.inter.all_to_all_varcount_into(
+        &Partition::new(&send[..], &send_counts[..], consecutive(&send_counts)),
+        &mut PartitionMut::new(&mut got[..], &recv_counts[..], &recv_displs[..]),
+    )?;
+    let mut expected = vec![-1i32; len];
+    for (q, from) in s.remote_ids().enumerate() {
+        let at = recv_displs[q] as usize;
+        for i in 0..pair_count(from, s.me) {
+            expected[at + i] = pair_value(from, s.me, i);
+        }
+    }
+    same(&got, &expected, "all-to-allv")?;
+
+    // A pair's type: u16 or f64, by the sum of their ids.
+    let sends_u16: Vec<Vec<u16>> = s
+        .remote_ids()
+        .map(|to| {
+            (0..pair_count(s.me, to))
+                .map(|i| pair_value(s.me, to, i) as u16)
+                .collect()
+        })
+        .collect();
+    let sends_f64: Vec<Vec<f64>> = s
+        .remote_ids()
+        .map(|to| {
+            (0..pair_count(s.me, to))
+                .map(|i| pair_value(s.me, to, i) as f64)
+                .collect()
+        })
+        .collect();
+    let sends: Vec<&dyn Buffer> = s
+        .remote_ids()
+        .enumerate()
+        .map(|(q, to)| -> &dyn Buffer {
+            if (s.me + to).is_multiple_of(2) {
+                &sends_u16[q]
+            } else {
+                &sends_f64[q]
+            }
+        })
+        .collect();
+    let mut recv_u16: Vec<Vec<u16>> = s
+        .remote_ids()
+        .map(|from| vec![0; pair_count(from, s.me)])
+        .collect();
+    let mut recv_f64: Vec<Vec<f64>> = s
+        .remote_ids()
+        .map(|from| vec![0.0; pair_count(from, s.me)])
+        .collect();
+    {
+        let mut recvs: Vec<&mut dyn BufferMut> = recv_u16
+            .iter_mut()
+            .zip(recv_f64.iter_mut())
+            .zip(s.remote_ids())
+            .map(|((u, f), from)| -> &mut dyn BufferMut {
+                if (s.me + from).is_multiple_of(2) {
+                    u
+                } else {
+                    f
+                }
+            })
+            .collect();
+        s.inter.all_to_all_w_into(&sends, &mut recvs)?;
+    }
+    for (q, from) in s.remote_ids().enumerate() {
+        let expected: Vec<i32> = (0..pair_count(from, s.me))
+            .map(|i| pair_value(from, s.me, i))
+            .collect();
+        let got: Vec<i32> = if (s.me + from).is_multiple_of(2) {
+            recv_u16[q].iter().map(|&v| i32::from(v)).collect()
+        } else {
+            recv_f64[q].iter().map(|&v| v as i32).collect()
+        };
+        let expected: Vec<i32> = if (s.me + from).is_multiple_of(2) {
+            expected.iter().map(|&v| i32::from(v as u16)).collect()
+        } else {
+            expected
+        };
+        same(
+            &got,
+            &expected,
+            &format!("all-to-allw from remote rank {q}"),
+        )?;
+    }
+    Ok(())
+}
+
+/// The non-blocking forms, several under way at once.
+fn immediate(s: &Sides) -> Result<()> {
+    let len = 300;
+    let maps = affines(s.me, len);
+    let mine = values(s.me, len);
+    let total = len * s.local * s.remote;
+    let block = total / s.local;
+    let input = affines(s.me, total);
+    let send: Vec<i32> = s
+        .remote_ids()
+        .flat_map(|to| (0..len).map(move |i| pair_value(s.me, to, i)))
+        .collect();
+    let op = composition();
+    let mut reduced = vec![0u32; len];
+    let mut gathered = vec![0i64; s.remote * len];
+    let mut exchanged = vec![0i32; s.remote * len];
+    let mut scattered = vec![0u32; block];
+    scope(|sc| {
+        let requests = vec![
+            s.inter
+                .immediate_all_reduce_into(sc, &maps[..], &mut reduced[..], &op)?,
+            s.inter
+                .immediate_all_gather_into(sc, &mine[..], &mut gathered[..])?,
+            s.inter
+                .immediate_all_to_all_into(sc, &send[..], &mut exchanged[..])?,
+            s.inter
+                .immediate_reduce_scatter_block_into(sc, &input[..], &mut scattered[..], &op)?,
+            s.inter.immediate_barrier()?,
+        ];
+        wait_all(requests).map(|_| ())
+    })?;
+    same(
+        &reduced,
+        &composed(s.remote_ids(), len),
+        "immediate all-reduce",
+    )?;
+    let expected: Vec<i64> = s.remote_ids().flat_map(|id| values(id, len)).collect();
+    same(&gathered, &expected, "immediate all-gather")?;
+    let expected: Vec<i32> = s
+        .remote_ids()
+        .flat_map(|from| (0..len).map(move |i| pair_value(from, s.me, i)))
+        .collect();
+    same(&exchanged, &expected, "immediate all-to-all")?;
+    same(
+        &scattered,
+        &composed(s.remote_ids(), total)[s.rank * block..(s.rank + 1) * block],
+        "immediate reduce-scatter-block",
+    )
+}
+
+/// The rooted collectives from rank `root` of group A (`root_in_a`) or
+/// B to the other group, with blocks of `len` elements.
+fn rooted(s: &Sides, root_in_a: bool, root: usize, len: usize) -> Result<()> {
+    let inter = &s.inter;
+    let others = if root_in_a {
+        s.local_or_remote(false)
+    } else {
+        s.local_or_remote(true)
+    };
+    let other_ids: Vec<usize> = (0..others).map(|q| s.id_in(!root_in_a, q)).collect();
+    let counts: Vec<i32> = (0..others as i32).map(|q| q % 3 + len as i32).collect();
+    if s.in_a == root_in_a {
+        if s.rank != root {
+            return Ok(());
+        }
+        let mut maps = vec![0u32; len];
+        inter.reduce_from_remote_group(&mut maps[..], composition())?;
+        same(&maps, &composed(other_ids.iter().copied(), len), "reduce")?;
+        let mut sum = vec![0i64; len];
+        inter.reduce_from_remote_group(&mut sum[..], SystemOperation::sum())?;
+        let expected: Vec<i64> = (0..len)
+            .map(|i| other_ids.iter().map(|&id| value(id, i)).sum())
+            .collect();
+        same(&sum, &expected, "reduce, sum")?;
+        let mut gathered = vec![0i64; others * len];
+        inter.gather_from_remote_group(&mut gathered[..])?;
+        let expected: Vec<i64> = other_ids.iter().flat_map(|&id| values(id, len)).collect();
+        same(&gathered, &expected, "gather")?;
+        let (displs, total) = reversed_layout(&counts);
+        let mut gathered = vec![-1i64; total];
+        inter.gather_varcount_from_remote_group(&mut PartitionMut::new(
+            &mut gathered[..],
+            &counts[..],
+            &displs[..],
+        ))?;
+        let mut expected = vec![-1i64; total];
+        for (q, &id) in other_ids.iter().enumerate() {
+            let at = displs[q] as usize;
+            expected[at..at + counts[q] as usize].copy_from_slice(&values(id, counts[q] as usize));
+        }
+        same(&gathered, &expected, "gatherv")?;
+        // Block q of the scatters is value(s.me + q, ..): rank q checks it.
+        let blocks: Vec<i64> = (0..others).flat_map(|q| values(s.me + q, len)).collect();
+        inter.scatter_to_remote_group(&blocks[..])?;
+        let blocks: Vec<i64> = (0..others)
+            .flat_map(|q| values(s.me + q, counts[q] as usize))
+            .collect();
+        inter.scatter_varcount_to_remote_group(&Partition::new(
+            &blocks[..],
+            &counts[..],
+            consecutive(&counts),
+        ))
+    } else {
+        let root_id = s.id_in(root_in_a, root);
+        let root = root as i32;
+        inter.reduce_to_remote_group(root, &affines(s.me, len)[..], composition())?;
+        inter.reduce_to_remote_group(root, &values(s.me, len)[..], SystemOperation::sum())?;
+        inter.gather_to_remote_group(root, &values(s.me, len)[..])?;
+        inter.gather_varcount_to_remote_group(root, &values(s.me, counts[s.rank] as usize)[..])?;
+        let mut got = vec![0i64; len];
+        inter.scatter_from_remote_group(root, &mut got[..])?;
+        same(&got, &values(root_id + s.rank, len), "scatter")?;
+        let mut got = vec![0i64; counts[s.rank] as usize];
+        inter.scatter_varcount_from_remote_group(root, &mut got[..])?;
+        same(
+            &got,
+            &values(root_id + s.rank, counts[s.rank] as usize),
+            "scatterv",
+        )
+    }
+}
+
+impl Sides {
+    /// The size of group A (`a`) or B.
+    fn local_or_remote(&self, a: bool) -> usize {
+        if a == self.in_a {
+            self.local
+        } else {
+            self.remote
+        }
+    }
+}
+
+fn inter_errors(s: &Sides) -> Result<()> {
+    let inter = &s.inter;
+    let bad_root = s.remote as i32;
+    expect_class(
+        inter.reduce_to_remote_group(bad_root, &1i32, SystemOperation::sum()),
+        ErrorClass::Root,
+        "reduce to a root outside the remote group",
+    )?;
+    expect_class(
+        inter.gather_to_remote_group(-1, &1i32),
+        ErrorClass::Root,
+        "gather to root -1",
+    )?;
+    expect_class(
+        inter.scatter_from_remote_group(bad_root, &mut [0i32][..]),
+        ErrorClass::Root,
+        "scatter from a root outside the remote group",
+    )?;
+    let one = [1i32];
+    let sends: Vec<&dyn Buffer> = vec![&one; s.remote + 1];
+    let mut nothing: Vec<&mut dyn BufferMut> = Vec::new();
+    expect_class(
+        inter.all_to_all_w_into(&sends, &mut nothing),
+        ErrorClass::Count,
+        "all-to-allw with a buffer too many",
+    )?;
+    expect_class(
+        inter.all_to_all_varcount_into(
+            &Partition::new(&one[..], vec![1; s.remote + 1], vec![0; s.remote + 1]),
+            &mut PartitionMut::new(&mut [0i32][..], vec![0; s.remote], vec![0; s.remote]),
+        ),
+        ErrorClass::Arg,
+        "all-to-allv with counts for the local group's size",
+    )?;
+    expect_class(
+        inter.all_reduce_in_place(&mut [1i32][..], SystemOperation::sum()),
+        ErrorClass::Comm,
+        "an in-place all-reduce on an intercommunicator",
+    )?;
+    expect_class(
+        inter.scan_into(&1i32, &mut 0i32, SystemOperation::sum()),
+        ErrorClass::Comm,
+        "a scan on an intercommunicator",
+    )?;
+    expect_class(
+        inter.process_at_rank(0).broadcast_into(&mut 0i32),
+        ErrorClass::Comm,
+        "an intracommunicator's broadcast on an intercommunicator",
+    )?;
+    // Counts that differ between the groups: A's leader receives more
+    // than it expects, B's less; the others are not concerned, and the
+    // job goes on.
+    let len = if s.in_a { 4 } else { 5 };
+    let mut sum = vec![0i64; len];
+    let result =
+        inter.all_reduce_into(&values(s.me, len)[..], &mut sum[..], SystemOperation::sum());
+    match (s.rank, s.in_a) {
+        (0, true) => expect_class(result, ErrorClass::Truncate, "all-reduce, A's leader")?,
+        (0, false) => expect_class(result, ErrorClass::Count, "all-reduce, B's leader")?,
+        _ => result?,
+    }
+    // A gather whose root expects less than the other group sends.
+    if s.in_a {
+        if s.rank == 0 {
+            let mut small = vec![0i32; s.remote];
+            expect_class(
+                inter.gather_from_remote_group(&mut small[..]),
+                ErrorClass::Truncate,
+                "gather into a root's buffer too small",
+            )?;
+        }
+    } else {
+        inter.gather_to_remote_group(0, &[1i32, 2][..])?;
+    }
+    // The job goes on.
+    let mut sum = 0i64;
+    inter.all_reduce_into(&1i64, &mut sum, SystemOperation::sum())?;
+    ensure(sum == s.remote as i64, || {
+        format!("all-reduce after the errors: {sum}")
+    })
+}
+
+// ---------------------------------------------------------------- neighbor
+
+/// A process's neighbourhood as the reference sees it: for each source
+/// slot, the source's rank (or `PROC_NULL`) and the slot of its
+/// destinations that comes here; and the number of destinations.
+struct Hood {
+    sources: Vec<(i32, usize)>,
+    destinations: usize,
+}
+
+fn neighbor(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank(), world.size());
+    // A periodic ring: with 1 or 2 ranks, one process is both neighbours.
+    let cartesian = |dims: &[i32], periods: &[bool]| {
+        world
+            .create_cartesian_communicator(dims, periods, false)?
+            .ok_or_else(|| fail("a grid of every process left one out"))
+    };
+    let ring = cartesian(&[size], &[true])?;
+    let mut dims = [0, 0];
+    oxmpi::dims_create(size, &mut dims)?;
+    let grid = cartesian(&dims, &[true, false])?;
+    // A distributed graph with a repeated edge: to +1 twice and to +3.
+    let at = |d: i32| (rank + d).rem_euclid(size);
+    let graph = world.create_distributed_graph_adjacent(
+        &[at(-1), at(-1), at(-3)],
+        None,
+        &[at(1), at(1), at(3)],
+        None,
+        false,
+    )?;
+    for (comm, what) in [(&ring, "ring"), (&grid, "grid")] {
+        let dimensions = comm.cartesian_dimensions()?;
+        let mut sources = Vec::new();
+        for d in 0..dimensions {
+            let (down, up) = comm.cartesian_shift(d, 1)?;
+            // From -1 comes what it sent to its +1, and the reverse.
+            sources.extend([(down, 2 * d + 1), (up, 2 * d)]);
+        }
+        let hood = Hood {
+            sources,
+            destinations: 2 * dimensions,
+        };
+        neighborhood_collectives(comm, &hood, what)?;
+    }
+    let hood = Hood {
+        sources: vec![(at(-1), 0), (at(-1), 1), (at(-3), 2)],
+        destinations: 3,
+    };
+    neighborhood_collectives(&graph, &hood, "distributed graph")?;
+    world.barrier()?;
+    if rank == 0 {
+        println!("neighbor: {size} ranks as {dims:?}");
+    }
+    Ok(())
+}
+
+/// How many elements process `from` sends in its destination slot `j`.
+fn slot_count(from: i32, j: usize) -> usize {
+    (from as usize + j) % 3 + 1
+}
+
+/// Element `k` of what process `from` sends in slot `j`.
+fn slot_value(from: i32, j: usize, k: usize) -> i32 {
+    from * 1000 + j as i32 * 100 + k as i32
+}
+
+fn neighborhood_collectives(comm: &Communicator, hood: &Hood, what: &str) -> Result<()> {
+    let me = comm.rank();
+    let slots = hood.sources.len();
+    // A block from no one keeps its -1s.
+    let from_source = |i: usize, len: usize, f: &dyn Fn(i32, usize) -> i32| -> Vec<i32> {
+        let (source, j) = hood.sources[i];
+        (0..len)
+            .map(|k| {
+                if source == PROC_NULL {
+                    -1
+                } else {
+                    f(source, j) + k as i32
+                }
+            })
+            .collect()
+    };
+    // All-gatherv: a process sends me % 3 + 1 elements to every
+    // destination.
+    let gather_count = |p: i32| {
+        if p == PROC_NULL {
+            2
+        } else {
+            (p % 3 + 1) as usize
+        }
+    };
+    let gather_counts: Vec<i32> = hood
+        .sources
+        .iter()
+        .map(|&(s, _)| gather_count(s) as i32)
+        .collect();
+    let (gather_displs, gather_len) = reversed_layout(&gather_counts);
+    let mine: Vec<i32> = (0..gather_count(me))
+        .map(|k| me * 1000 + k as i32)
+        .collect();
+    let mut gathered_expected = vec![-1i32; gather_len];
+    for i in 0..slots {
+        let at = gather_displs[i] as usize;
+        let block = from_source(i, gather_counts[i] as usize, &|s, _| s * 1000);
+        gathered_expected[at..at + block.len()].copy_from_slice(&block);
+    }
+    // All-to-allv and w: slot j carries slot_count(me, j) elements.
+    let send_counts: Vec<i32> = (0..hood.destinations)
+        .map(|j| slot_count(me, j) as i32)
+        .collect();
+    let send: Vec<i32> = (0..hood.destinations)
+        .flat_map(|j| (0..slot_count(me, j)).map(move |k| slot_value(me, j, k)))
+        .collect();
+    let recv_counts: Vec<i32> = hood
+        .sources
+        .iter()
+        .map(|&(s, j)| {
+            if s == PROC_NULL {
+                1
+            } else {
+                slot_count(s, j) as i32
+            }
+        })
+        .collect();
+    let (recv_displs, recv_len) = reversed_layout(&recv_counts);
+    let mut exchanged_expected = vec![-1i32; recv_len];
+    for i in 0..slots {
+        let at = recv_displs[i] as usize;
+        let block = from_source(i, recv_counts[i] as usize, &|s, j| slot_value(s, j, 0));
+        exchanged_expected[at..at + block.len()].copy_from_slice(&block);
+    }
+    // All-to-allw: even slots as f64, odd ones as i32.
+    let sends_f64: Vec<Vec<f64>> = (0..hood.destinations)
+        .map(|j| {
+            (0..slot_count(me, j))
+                .map(|k| f64::from(slot_value(me, j, k)))
+                .collect()
+        })
+        .collect();
+    let sends_i32: Vec<Vec<i32>> = (0..hood.destinations)
+        .map(|j| {
+            (0..slot_count(me, j))
+                .map(|k| slot_value(me, j, k))
+                .collect()
+        })
+        .collect();
+    let w_sends: Vec<&dyn Buffer> = (0..hood.destinations)
+        .map(|j| -> &dyn Buffer {
+            if j.is_multiple_of(2) {
+                &sends_f64[j]
+            } else {
+                &sends_i32[j]
+            }
+        })
+        .collect();
+    let w_expected: Vec<Vec<i32>> = (0..slots)
+        .map(|i| from_source(i, recv_counts[i] as usize, &|s, j| slot_value(s, j, 0)))
+        .collect();
+    // Where a source's slot is even, its block comes as f64.
+    let is_f64 = |i: usize| hood.sources[i].1.is_multiple_of(2);
+    let check_w = |f: &[Vec<f64>], n: &[Vec<i32>], form: &str| -> Result<()> {
+        for i in 0..slots {
+            let got: Vec<i32> = if is_f64(i) {
+                f[i].iter().map(|&v| v as i32).collect()
+            } else {
+                n[i].clone()
+            };
+            same(
+                &got,
+                &w_expected[i],
+                &format!("{what}: {form} all-to-allw, slot {i}"),
+            )?;
+        }
+        Ok(())
+    };
+    let fresh_w = || -> (Vec<Vec<f64>>, Vec<Vec<i32>>) {
+        (
+            (0..slots)
+                .map(|i| vec![-1.0; recv_counts[i] as usize])
+                .collect(),
+            (0..slots)
+                .map(|i| vec![-1; recv_counts[i] as usize])
+                .collect(),
+        )
+    };
+
+    // Blocking.
+    let mut gathered = vec![-1i32; gather_len];
+    comm.neighbor_all_gather_varcount_into(
+        &mine[..],
+        &mut PartitionMut::new(&mut gathered[..], &gather_counts[..], &gather_displs[..]),
+    )?;
+    same(
+        &gathered,
+        &gathered_expected,
+        &format!("{what}: all-gatherv"),
+    )?;
+    let mut exchanged = vec![-1i32; recv_len];
+    comm.neighbor_all_to_all_varcount_into(
+        &Partition::new(&send[..], &send_counts[..], consecutive(&send_counts)),
+        &mut PartitionMut::new(&mut exchanged[..], &recv_counts[..], &recv_displs[..]),
+    )?;
+    same(
+        &exchanged,
+        &exchanged_expected,
+        &format!("{what}: all-to-allv"),
+    )?;
+    let (mut w_f64, mut w_i32) = fresh_w();
+    {
+        let mut recvs = split_w(&mut w_f64, &mut w_i32, &is_f64);
+        comm.neighbor_all_to_all_w_into(&w_sends, &mut recvs)?;
+    }
+    check_w(&w_f64, &w_i32, "blocking")?;
+
+    // Non-blocking, all at once, with the fixed-size forms.
+    let mut gathered = vec![-1i32; gather_len];
+    let mut exchanged = vec![-1i32; recv_len];
+    let (mut iw_f64, mut iw_i32) = fresh_w();
+    let mut all_gathered = vec![-1i32; slots];
+    let to_all: Vec<i32> = (0..hood.destinations as i32).map(|j| me * 10 + j).collect();
+    let mut all_exchanged = vec![-1i32; slots];
+    {
+        let mut iw_recvs = split_w(&mut iw_f64, &mut iw_i32, &is_f64);
+        scope(|sc| {
+            let requests = vec![
+                comm.immediate_neighbor_all_gather_varcount_into(
+                    sc,
+                    &mine[..],
+                    PartitionMut::new(&mut gathered[..], &gather_counts[..], &gather_displs[..]),
+                )?,
+                comm.immediate_neighbor_all_to_all_varcount_into(
+                    sc,
+                    Partition::new(&send[..], &send_counts[..], consecutive(&send_counts)),
+                    PartitionMut::new(&mut exchanged[..], &recv_counts[..], &recv_displs[..]),
+                )?,
+                comm.immediate_neighbor_all_to_all_w_into(sc, &w_sends, &mut iw_recvs)?,
+                comm.immediate_neighbor_all_gather_into(sc, &me, &mut all_gathered[..])?,
+                comm.immediate_neighbor_all_to_all_into(sc, &to_all[..], &mut all_exchanged[..])?,
+            ];
+            wait_all(requests).map(|_| ())
+        })?;
+    }
+    same(
+        &gathered,
+        &gathered_expected,
+        &format!("{what}: immediate all-gatherv"),
+    )?;
+    same(
+        &exchanged,
+        &exchanged_expected,
+        &format!("{what}: immediate all-to-allv"),
+    )?;
+    check_w(&iw_f64, &iw_i32, "immediate")?;
+    let expected: Vec<i32> = (0..slots)
+        .map(|i| from_source(i, 1, &|s, _| s)[0])
+        .collect();
+    same(
+        &all_gathered,
+        &expected,
+        &format!("{what}: immediate all-gather"),
+    )?;
+    let expected: Vec<i32> = (0..slots)
+        .map(|i| from_source(i, 1, &|s, j| s * 10 + j as i32)[0])
+        .collect();
+    same(
+        &all_exchanged,
+        &expected,
+        &format!("{what}: immediate all-to-all"),
+    )?;
+
+    // Bad arguments fail at once.
+    expect_class(
+        comm.neighbor_all_to_all_w_into(&w_sends[..w_sends.len() - 1], &mut []),
+        ErrorClass::Count,
+        &format!("{what}: all-to-allw with too few buffers"),
+    )?;
+    expect_class(
+        comm.neighbor_all_gather_varcount_into(
+            &mine[..],
+            &mut PartitionMut::new(&mut gathered[..], &gather_counts[1..], &gather_displs[1..]),
+        ),
+        ErrorClass::Arg,
+        &format!("{what}: all-gatherv with a count too few"),
+    )
+}
+
+/// The receive buffers of an all-to-allw: slot `i` as f64 where
+/// `is_f64(i)`, else as i32.
+fn split_w<'b>(
+    f: &'b mut [Vec<f64>],
+    n: &'b mut [Vec<i32>],
+    is_f64: &dyn Fn(usize) -> bool,
+) -> Vec<&'b mut dyn BufferMut> {
+    f.iter_mut()
+        .zip(n.iter_mut())
+        .enumerate()
+        .map(|(i, (f, n))| -> &'b mut dyn BufferMut {
+            if is_f64(i) {
+                f
+            } else {
+                n
+            }
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------- handler
+
+fn handler(world: &Communicator) -> Result<()> {
+    let size = world.size();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = |expected: usize, what: &str| {
+        let got = calls.load(Ordering::Relaxed);
+        ensure(got == expected, || {
+            format!("{what}: the handler ran {got} times, expected {expected}")
+        })
+    };
+    let seen = calls.clone();
+    world.set_error_handler(ErrorHandler::user(move |_, _| {
+        seen.fetch_add(1, Ordering::Relaxed);
+    }));
+    expect_class(
+        world.process_at_rank(size).broadcast_into(&mut 0i32),
+        ErrorClass::Root,
+        "broadcast from a root outside world",
+    )?;
+    counted(1, "a blocking collective")?;
+    let mut short: [i32; 0] = [];
+    expect_class(
+        scope(|sc| {
+            world
+                .immediate_all_gather_into(sc, &1i32, &mut short[..])
+                .map(|_| ())
+        }),
+        ErrorClass::Count,
+        "an immediate all-gather into a buffer too short",
+    )?;
+    counted(2, "the start of a non-blocking collective")?;
+    expect_class(
+        world.neighbor_all_gather_into(&1i32, &mut short[..]),
+        ErrorClass::Topology,
+        "a neighbourhood collective without a topology",
+    )?;
+    counted(3, "a neighbourhood collective")?;
+    // A collective that succeeds does not call it.
+    let mut sum = 0i32;
+    world.all_reduce_into(&1i32, &mut sum, SystemOperation::sum())?;
+    counted(3, "a collective that succeeded")?;
+    world.set_error_handler(ErrorHandler::Fatal);
+    world.barrier()?;
+    if world.rank() == size - 1 {
+        let _ = world.process_at_rank(-1).broadcast_into(&mut 0i32);
+        return Err(fail("a fatal error in a collective returned"));
+    }
+    // The others wait for the job to end.
+    let _ = world.process_at_rank(size - 1).receive_into(&mut sum);
+    Err(fail("the job went on after a fatal error in a collective"))
+}

@@ -1,0 +1,87 @@
+//! Collectives between the groups of an intercommunicator, neighbourhood
+//! collectives and the error handler of collectives as real jobs through
+//! oxrun: the checks of the `group_collectives` program over the default
+//! transports and over TCP alone.
+
+use oxmpi::ErrorClass;
+use oxmpi_jobs::{run, shm_leftovers, Binaries};
+use std::process::Command;
+use std::time::Duration;
+
+fn bins() -> Binaries {
+    Binaries::new(env!("CARGO_BIN_EXE_group_collectives"))
+}
+
+/// `group_collectives check` on `ranks` ranks with `env` set.
+fn command(check: &str, ranks: usize, env: &[(&str, &str)]) -> Command {
+    let mut c = Command::new(bins().oxrun());
+    c.arg("-n")
+        .arg(ranks.to_string())
+        .arg(bins().bin("group_collectives"))
+        .arg(check)
+        .envs(env.iter().copied());
+    c
+}
+
+/// Runs the check within 60 s; it must succeed, say `expected` and leave
+/// nothing in /dev/shm.
+fn job(check: &str, ranks: usize, env: &[(&str, &str)], expected: &str) {
+    let out = run(command(check, ranks, env), Duration::from_secs(60));
+    out.assert_success();
+    assert!(out.stdout.contains(expected), "{}", out.stdout);
+    assert!(
+        shm_leftovers().is_empty(),
+        "shared segments left: {:?}",
+        shm_leftovers()
+    );
+}
+
+const TCP: [(&str, &str); 1] = [("OXMPI_TRANSPORTS", "tcp")];
+
+#[test]
+fn intercommunicator_collectives_between_unequal_groups_with_2_to_8_ranks() {
+    let groups = |ranks: usize| {
+        let a = ranks.div_ceil(3);
+        format!("inter: {a} and {} ranks, every collective", ranks - a)
+    };
+    for ranks in 2..=8 {
+        job("inter", ranks, &[], &groups(ranks));
+    }
+    for ranks in [3, 5] {
+        job("inter", ranks, &TCP, &groups(ranks));
+    }
+}
+
+#[test]
+fn neighbourhood_collectives_v_w_and_non_blocking_with_1_to_8_ranks() {
+    for ranks in 1..=8 {
+        job("neighbor", ranks, &[], &format!("neighbor: {ranks} ranks"));
+    }
+    job("neighbor", 4, &TCP, "neighbor: 4 ranks");
+}
+
+#[test]
+fn collectives_hand_their_errors_to_the_error_handler() {
+    let out = run(command("handler", 3, &[]), Duration::from_secs(30));
+    // The last rank's fatal error ends the job with MPI_ERR_ROOT's code,
+    // after the user handler saw the other errors.
+    assert_eq!(
+        out.status.code(),
+        Some(ErrorClass::Root.code()),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("fatal error (ErrorHandler::Fatal)")
+            && out
+                .stderr
+                .contains("MPI_ERR_ROOT: root -1 is not in this communicator"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        shm_leftovers().is_empty(),
+        "shared segments left: {:?}",
+        shm_leftovers()
+    );
+}
