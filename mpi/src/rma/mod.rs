@@ -818,16 +818,17 @@ impl<'a> Window<'a> {
     }
 
     /// The request-based put (`MPI_Rput`): the data is copied at once,
-    /// so the request is complete on return (local completion); the
+    /// so the request (which borrows nothing, and may be given any
+    /// lifetime) is complete on return (local completion); the
     /// operation is complete at the target after a flush or the epoch's
     /// end.
     #[doc(alias = "MPI_Rput")]
-    pub fn rput<S: Buffer + ?Sized>(
+    pub fn rput<'s, S: Buffer + ?Sized>(
         &self,
         origin: &S,
         target: i32,
         disp: usize,
-    ) -> Result<Request<'static>> {
+    ) -> Result<Request<'s>> {
         self.put(origin, target, disp)?;
         completed()
     }
@@ -835,13 +836,13 @@ impl<'a> Window<'a> {
     /// The request-based accumulate (`MPI_Raccumulate`): complete on
     /// return, as [`Window::rput`].
     #[doc(alias = "MPI_Raccumulate")]
-    pub fn raccumulate<S: Buffer + ?Sized>(
+    pub fn raccumulate<'s, S: Buffer + ?Sized>(
         &self,
         origin: &S,
         target: i32,
         disp: usize,
         op: impl Into<AccumulateOp>,
-    ) -> Result<Request<'static>> {
+    ) -> Result<Request<'s>> {
         self.accumulate(origin, target, disp, op)?;
         completed()
     }
