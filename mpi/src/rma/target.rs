@@ -330,11 +330,21 @@ impl ActiveMessageHandler for Handler {
                         request,
                         last,
                     } => {
-                        drop(state);
                         if let Some(e) = refused {
+                            // The request fails now, and its buffer is the
+                            // program's again: the replies to its other
+                            // parts are only counted, never placed.
+                            for (_, other) in state.pending.values_mut() {
+                                if matches!(other, Pending::Fetch { request: r, .. } if *r == request)
+                                {
+                                    *other = Pending::Done;
+                                }
+                            }
+                            drop(state);
                             device.complete_generalized(request, Some(e));
                             return Ok(());
                         }
+                        drop(state);
                         if m.data.len() != len {
                             return Err(Error::new(
                                 ErrorClass::ProcFailed,
@@ -488,5 +498,31 @@ impl Aligned {
         // SAFETY: the words own `16 * words.len() >= len` initialized
         // bytes, and any byte pattern is a valid u8.
         unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr().cast(), self.len) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LockQueue;
+
+    #[test]
+    fn the_lock_is_first_come_first_served() {
+        let mut lock = LockQueue::default();
+        // Two readers hold it; a writer comes, then more readers.
+        lock.waiting.extend([(1, 1, false), (2, 2, false)]);
+        assert_eq!(lock.grant(), vec![(1, 1), (2, 2)]);
+        lock.waiting
+            .extend([(3, 3, true), (4, 4, false), (5, 5, false)]);
+        // The later readers wait behind the writer: it is not starved.
+        assert_eq!(lock.grant(), vec![]);
+        lock.release().unwrap();
+        assert_eq!(lock.grant(), vec![]);
+        lock.release().unwrap();
+        assert_eq!(lock.grant(), vec![(3, 3)]);
+        lock.release().unwrap();
+        assert_eq!(lock.grant(), vec![(4, 4), (5, 5)]);
+        lock.release().unwrap();
+        lock.release().unwrap();
+        assert!(lock.release().is_err(), "an unlock nobody locked");
     }
 }
