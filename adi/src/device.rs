@@ -22,18 +22,25 @@
 //!   for a while (latency) and then sleeps in the kernel on the transports'
 //!   file descriptors (so a long wait does not burn a core).
 //!
+//! - active messages ([`Kind::Active`]): opaque payloads for the MPI
+//!   layer (one-sided communication), handed whole to the
+//!   [`ActiveMessageHandler`] it installed, from within the progress
+//!   engine, so they are handled whenever the process is in any call that
+//!   makes progress. The device knows nothing of what they say.
+//!
 //! The device is a plain `&mut self` state machine: the MPI layer keeps it
 //! behind a lock, so several threads can drive it one at a time.
 
 use crate::error::{Error, ErrorClass, Result};
 use crate::matching::{Envelope, Pattern, PostedQueue, UnexpectedQueue};
 use crate::pmi::Pmi;
-use crate::proto::{remote_split, Header, Kind, FLAG_REMOTE, FLAG_SYNC};
+use crate::proto::{remote_split, Header, Kind, FLAG_REMOTE, FLAG_SYNC, MAX_ACTIVE_LEN};
 use crate::request::Slab;
 use crate::select::{card_key, Routes};
 use crate::selfvc::SelfTransport;
 use crate::transport::{JobInfo, PacketSink, PayloadSlot, PeerRank, Transport};
 use crate::vlog;
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 pub use crate::matching::{Envelope as MessageEnvelope, Pattern as MatchPattern};
@@ -247,6 +254,30 @@ struct Vc {
     /// is at most one; it joins the unexpected queue when complete, which
     /// keeps arrival order.
     arriving: Option<(Envelope, Vec<u8>, Option<SyncSender>)>,
+    /// An active message from this peer whose payload is still arriving:
+    /// its context id and payload.
+    arriving_active: Option<(u32, Vec<u8>)>,
+}
+
+/// An active message that arrived ([`Kind::Active`]), for the MPI layer's
+/// [`ActiveMessageHandler`].
+#[derive(Debug)]
+pub struct ActiveMessage {
+    /// The world rank that sent it.
+    pub peer: PeerRank,
+    /// The context id its sender gave it.
+    pub context_id: u32,
+    /// Its payload, unchecked: the handler decodes it.
+    pub payload: Vec<u8>,
+}
+
+/// What the MPI layer gives the device to handle active messages. The
+/// device calls it from its progress engine with each message, in arrival
+/// order per peer, with the device itself to send replies (not to poll).
+pub trait ActiveMessageHandler: Send {
+    /// Handles one message. An error means the peer broke the protocol:
+    /// the device fails that peer (its VC keeps the error).
+    fn handle(&mut self, device: &mut Device, message: ActiveMessage) -> Result<()>;
 }
 
 /// Index of the self transport in `Device::transports`.
@@ -254,6 +285,9 @@ const SELF_TRANSPORT: usize = 0;
 /// High bit of a [`PayloadSlot`] naming an arriving unexpected message
 /// (the low bits are the peer) rather than a request token.
 const ARRIVAL_SLOT: u64 = 1 << 63;
+/// Bit of a [`PayloadSlot`] naming an arriving active message (the low
+/// bits are the peer).
+const ACTIVE_SLOT: u64 = 1 << 62;
 
 /// Packets to send once the transport that triggered them returns from poll.
 enum Deferred {
@@ -290,6 +324,8 @@ struct Core {
     deferred: Vec<Deferred>,
     /// Eager limits of the transports, by index (to judge eager packets).
     eager_limits: Vec<usize>,
+    /// Active messages that arrived, for the handler.
+    active: VecDeque<ActiveMessage>,
 }
 
 /// The abstract device of one process: see the module documentation.
@@ -305,6 +341,9 @@ pub struct Device {
     /// Threads between `prepare_sleep` and `end_sleep`; the transports'
     /// wake-ups stay armed while there are any.
     sleepers: usize,
+    /// The MPI layer's handler of active messages; taken out while it
+    /// runs. Without one, active messages wait.
+    active_handler: Option<Box<dyn ActiveMessageHandler>>,
 }
 
 /// A prepared sleep: the descriptors that wake it. It holds no borrow of
@@ -511,6 +550,7 @@ impl Device {
                 send_sequence: 0,
                 recv_sequence: 0,
                 arriving: None,
+                arriving_active: None,
             })
             .collect();
         Ok(Device {
@@ -523,6 +563,7 @@ impl Device {
                 unexpected: UnexpectedQueue::default(),
                 deferred: Vec::new(),
                 eager_limits: all.iter().map(|t| t.eager_limit()).collect(),
+                active: VecDeque::new(),
             },
             transports: all,
             routes,
@@ -530,7 +571,52 @@ impl Device {
             job,
             spin: spin_from_env()?,
             sleepers: 0,
+            active_handler: None,
         })
+    }
+
+    /// Installs the handler of active messages (the MPI layer's, once).
+    pub fn set_active_message_handler(&mut self, handler: Box<dyn ActiveMessageHandler>) {
+        self.active_handler = Some(handler);
+    }
+
+    /// Sends `payload` (at most [`MAX_ACTIVE_LEN`] bytes) to `peer` (world
+    /// rank) as an active message in `context_id`. The payload is copied:
+    /// the message has left once this returns.
+    pub fn send_active_message(
+        &mut self,
+        peer: PeerRank,
+        context_id: u32,
+        payload: &[u8],
+    ) -> Result<()> {
+        if payload.len() as u64 > MAX_ACTIVE_LEN {
+            return Err(Error::new(
+                ErrorClass::Intern,
+                format!(
+                    "an active message of {} bytes exceeds the limit of {MAX_ACTIVE_LEN}",
+                    payload.len()
+                ),
+            ));
+        }
+        let mut header = Header::new(Kind::Active);
+        header.context_id = context_id;
+        header.source = self.job.rank as i32;
+        header.message_len = payload.len() as u64;
+        self.send_packet(peer, header, payload)
+    }
+
+    /// Hands the active messages that arrived to the handler.
+    fn deliver_active(&mut self) {
+        let Some(mut handler) = self.active_handler.take() else {
+            return;
+        };
+        while let Some(message) = self.core.active.pop_front() {
+            let peer = message.peer;
+            if let Err(e) = handler.handle(self, message) {
+                self.core.peer_failed(peer, e);
+            }
+        }
+        self.active_handler = Some(handler);
     }
 
     /// This process's rank in the job.
@@ -1013,6 +1099,10 @@ impl Device {
                 self.flush_deferred();
             }
         }
+        if !self.core.active.is_empty() && self.active_handler.is_some() {
+            self.deliver_active();
+            progressed = true;
+        }
         Ok(progressed)
     }
 
@@ -1424,6 +1514,20 @@ impl Core {
                 self.vcs[peer].arriving = Some((envelope, vec![0; len], sync));
                 Ok(Some(PayloadSlot(ARRIVAL_SLOT | peer as u64)))
             }
+            Kind::Active => {
+                // Decoding bounded the length by `MAX_ACTIVE_LEN`.
+                let len = h.message_len as usize;
+                if len == 0 {
+                    self.active.push_back(ActiveMessage {
+                        peer,
+                        context_id: h.context_id,
+                        payload: Vec::new(),
+                    });
+                    return Ok(None);
+                }
+                self.vcs[peer].arriving_active = Some((h.context_id, vec![0; len]));
+                Ok(Some(PayloadSlot(ACTIVE_SLOT | peer as u64)))
+            }
             Kind::Rts => {
                 let len = usize::try_from(h.message_len).map_err(|_| {
                     protocol_error(peer, "message longer than this machine's address space")
@@ -1657,6 +1761,8 @@ impl Core {
         vlog!("rank {}: {error}", self.rank);
         vc.binding = Binding::Failed(error.clone());
         vc.arriving = None;
+        vc.arriving_active = None;
+        self.active.retain(|m| m.peer != peer);
         let requests = &self.requests;
         let doomed = self
             .posted
@@ -1733,6 +1839,18 @@ impl PacketSink for Sink<'_> {
     }
 
     fn payload_buffer(&mut self, slot: PayloadSlot) -> &mut [u8] {
+        if slot.0 & ACTIVE_SLOT != 0 {
+            let peer = (slot.0 & !ACTIVE_SLOT) as usize;
+            return match self
+                .core
+                .vcs
+                .get_mut(peer)
+                .and_then(|vc| vc.arriving_active.as_mut())
+            {
+                Some((_, data)) => data,
+                None => &mut [],
+            };
+        }
         if slot.0 & ARRIVAL_SLOT != 0 {
             let peer = (slot.0 & !ARRIVAL_SLOT) as usize;
             return match self
@@ -1761,6 +1879,21 @@ impl PacketSink for Sink<'_> {
     }
 
     fn on_payload(&mut self, peer: PeerRank, slot: PayloadSlot) {
+        if slot.0 & ACTIVE_SLOT != 0 {
+            if let Some((context_id, payload)) = self
+                .core
+                .vcs
+                .get_mut(peer)
+                .and_then(|vc| vc.arriving_active.take())
+            {
+                self.core.active.push_back(ActiveMessage {
+                    peer,
+                    context_id,
+                    payload,
+                });
+            }
+            return;
+        }
         if slot.0 & ARRIVAL_SLOT != 0 {
             let Some((envelope, data, sync)) = self
                 .core

@@ -65,6 +65,25 @@ pub enum ErrorClass {
     InfoValue,
     /// MPI_ERR_INFO_NOKEY: an info key that is not set.
     InfoNoKey,
+    /// MPI_ERR_WIN: an invalid window (e.g. one already freed).
+    Win,
+    /// MPI_ERR_SIZE: an invalid window size.
+    Size,
+    /// MPI_ERR_LOCKTYPE: an invalid lock type.
+    LockType,
+    /// MPI_ERR_ASSERT: an invalid assertion of a synchronization call.
+    Assert,
+    /// MPI_ERR_RMA_SYNC: a one-sided operation or synchronization call
+    /// out of its epoch (e.g. a put with no access epoch to the target).
+    RmaSync,
+    /// MPI_ERR_RMA_RANGE: a one-sided access outside the target window.
+    RmaRange,
+    /// MPI_ERR_RMA_ATTACH: memory that cannot be attached to (or detached
+    /// from) a dynamic window.
+    RmaAttach,
+    /// MPI_ERR_RMA_FLAVOR: a call the window's flavor does not allow
+    /// (e.g. attach to a window that is not dynamic).
+    RmaFlavor,
 }
 
 impl ErrorClass {
@@ -94,6 +113,14 @@ impl ErrorClass {
             ErrorClass::InfoKey => 29,
             ErrorClass::InfoValue => 30,
             ErrorClass::InfoNoKey => 31,
+            ErrorClass::Win => 45,
+            ErrorClass::Size => 51,
+            ErrorClass::LockType => 47,
+            ErrorClass::Assert => 53,
+            ErrorClass::RmaSync => 50,
+            ErrorClass::RmaRange => 55,
+            ErrorClass::RmaAttach => 56,
+            ErrorClass::RmaFlavor => 58,
         }
     }
 
@@ -123,6 +150,14 @@ impl ErrorClass {
             ErrorClass::InfoKey => "MPI_ERR_INFO_KEY",
             ErrorClass::InfoValue => "MPI_ERR_INFO_VALUE",
             ErrorClass::InfoNoKey => "MPI_ERR_INFO_NOKEY",
+            ErrorClass::Win => "MPI_ERR_WIN",
+            ErrorClass::Size => "MPI_ERR_SIZE",
+            ErrorClass::LockType => "MPI_ERR_LOCKTYPE",
+            ErrorClass::Assert => "MPI_ERR_ASSERT",
+            ErrorClass::RmaSync => "MPI_ERR_RMA_SYNC",
+            ErrorClass::RmaRange => "MPI_ERR_RMA_RANGE",
+            ErrorClass::RmaAttach => "MPI_ERR_RMA_ATTACH",
+            ErrorClass::RmaFlavor => "MPI_ERR_RMA_FLAVOR",
         }
     }
 }

@@ -40,6 +40,14 @@
 //! once: the receiver reads the front of the sender's buffer, the sender
 //! writes the rest into the receiver's. [`Kind::WriteDone`] and
 //! [`Kind::ReadDone`] tell each side how much the other copied.
+//!
+//! # Active messages
+//! [`Kind::Active`] carries an opaque payload of at most
+//! [`MAX_ACTIVE_LEN`] bytes from the MPI layer of one rank to the MPI
+//! layer of another (one-sided communication: see `oxmpi`'s `rma`
+//! module). The device checks only the header; the handler the MPI layer
+//! installed (`device::ActiveMessageHandler`) decodes and checks the
+//! payload.
 
 use crate::error::{Error, ErrorClass};
 use std::fmt;
@@ -109,6 +117,10 @@ pub enum Kind {
     /// The sender's buffer is free once the bytes read and written add up
     /// to the accepted length.
     ReadDone = 9,
+    /// An active message: `message_len` bytes of payload (at most
+    /// [`MAX_ACTIVE_LEN`]) for the MPI layer's handler, in the context
+    /// `context_id` (see the module docs).
+    Active = 10,
 }
 
 impl Kind {
@@ -129,6 +141,7 @@ impl Kind {
             7 => Kind::CancelReply,
             8 => Kind::WriteDone,
             9 => Kind::ReadDone,
+            10 => Kind::Active,
             _ => return None,
         })
     }
@@ -268,7 +281,7 @@ impl Header {
     /// data packet, none in the others.
     pub fn payload_len(&self) -> u64 {
         match self.kind {
-            Kind::Eager | Kind::Data => self.message_len,
+            Kind::Eager | Kind::Data | Kind::Active => self.message_len,
             _ => 0,
         }
     }
@@ -360,6 +373,7 @@ impl Header {
         let length_ok = match kind {
             Kind::SyncAck | Kind::CancelSend => header.message_len == 0,
             Kind::CancelReply => header.message_len <= 1,
+            Kind::Active => header.message_len <= MAX_ACTIVE_LEN,
             _ => true,
         } && header.message_len <= MAX_MESSAGE_LEN;
         if !length_ok {
@@ -376,6 +390,11 @@ impl Header {
 /// beyond any real message, small enough that a corrupted length is caught.
 pub const MAX_MESSAGE_LEN: u64 = 1 << 48;
 
+/// The largest payload of a [`Kind::Active`] packet (1 MiB): the MPI
+/// layer splits longer transfers; a longer one is a protocol error, so a
+/// peer cannot make a rank allocate more.
+pub const MAX_ACTIVE_LEN: u64 = 1 << 20;
+
 /// The end of the highest buffer a [`FLAG_REMOTE`] address may name: user
 /// space of every 64-bit Linux (57-bit with five-level paging) ends below.
 pub const MAX_ADDRESS: u64 = 1 << 57;
@@ -384,7 +403,7 @@ pub const MAX_ADDRESS: u64 = 1 << 57;
 mod tests {
     use super::*;
 
-    const ALL_KINDS: [Kind; 9] = [
+    const ALL_KINDS: [Kind; 10] = [
         Kind::Eager,
         Kind::Rts,
         Kind::Cts,
@@ -394,11 +413,12 @@ mod tests {
         Kind::CancelReply,
         Kind::WriteDone,
         Kind::ReadDone,
+        Kind::Active,
     ];
 
     fn sample(kind: Kind) -> Header {
         let message_len = match kind {
-            Kind::Eager | Kind::Data => 77,
+            Kind::Eager | Kind::Data | Kind::Active => 77,
             Kind::Rts | Kind::Cts => 1 << 33,
             Kind::SyncAck | Kind::CancelSend => 0,
             Kind::CancelReply => 1,
@@ -433,7 +453,7 @@ mod tests {
         for kind in ALL_KINDS {
             let h = sample(kind);
             assert_eq!(Header::decode(&h.encode()), Ok(h));
-            let payload = matches!(kind, Kind::Eager | Kind::Data);
+            let payload = matches!(kind, Kind::Eager | Kind::Data | Kind::Active);
             assert_eq!(h.payload_len(), if payload { h.message_len } else { 0 });
         }
     }
@@ -462,7 +482,7 @@ mod tests {
 
     #[test]
     fn rejects_unknown_kind() {
-        for k in [0u8, 10, 200, 255] {
+        for k in [0u8, 11, 200, 255] {
             let mut b = sample(Kind::Eager).encode();
             b[3] = k;
             assert_eq!(Header::decode(&b), Err(DecodeError::Kind(k)));

@@ -44,6 +44,16 @@
  *   mean time per operation in microseconds, averaged over the ranks with
  *   MPI_Reduce; after the timed loop the root's bytes, the exact sums and
  *   each sender's block are checked;
+ * - put_latency, get_latency, acc_latency, fop_latency, cas_latency,
+ *   put_bw, get_bw (2 ranks; rma_bench.rs): both allocate a window of
+ *   the largest size (MPI_Win_allocate, disp unit 1); rank 0 locks rank 1
+ *   shared, runs the warm-up then the timed operations, and unlocks, with
+ *   a barrier before and after each size; latencies flush after each
+ *   operation and report the time per operation (not halved); acc sums
+ *   uint64s (from 8 bytes), fop and cas one uint64 (8 bytes only); the
+ *   bandwidths do 64 operations (gets into 64 consecutive buffers), then
+ *   a flush, MB/s; the target's window after puts and accumulates, the
+ *   gets' data and every fetched value (at the origin) are checked;
  * - output (rank 0): `#` header lines (one `# library: ...`), the column
  *   header, then one line per size, the size in 10 columns and each
  *   figure in 18 with 2 decimals, as oxbench prints it.
@@ -52,6 +62,7 @@
  * command line exits with status 2 before MPI is initialized.
  */
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,11 +93,20 @@ enum benchmark {
     BARRIER,
     BCAST,
     ALLREDUCE,
-    ALLTOALL
+    ALLTOALL,
+    PUT_LATENCY,
+    GET_LATENCY,
+    ACC_LATENCY,
+    FOP_LATENCY,
+    CAS_LATENCY,
+    PUT_BW,
+    GET_BW
 };
 
-static const char *const names[] = {"latency", "bw",      "bibw",      "mbw_mr",  "multi_lat",
-                                    "barrier", "bcast",   "allreduce", "alltoall"};
+static const char *const names[] = {"latency",     "bw",          "bibw",        "mbw_mr",
+                                    "multi_lat",   "barrier",     "bcast",       "allreduce",
+                                    "alltoall",    "put_latency", "get_latency", "acc_latency",
+                                    "fop_latency", "cas_latency", "put_bw",      "get_bw"};
 static const char *const descriptions[] = {"latency",
                                            "bandwidth",
                                            "bi-directional bandwidth",
@@ -95,12 +115,21 @@ static const char *const descriptions[] = {"latency",
                                            "barrier latency",
                                            "broadcast latency",
                                            "all-reduce latency",
-                                           "all-to-all latency"};
+                                           "all-to-all latency",
+                                           "one-sided put latency",
+                                           "one-sided get latency",
+                                           "one-sided accumulate latency",
+                                           "one-sided fetch-and-op latency",
+                                           "one-sided compare-and-swap latency",
+                                           "one-sided put bandwidth",
+                                           "one-sided get bandwidth"};
 
-static int is_collective(enum benchmark b) { return b >= BARRIER; }
+static int is_collective(enum benchmark b) { return b >= BARRIER && b <= ALLTOALL; }
+static int is_rma(enum benchmark b) { return b >= PUT_LATENCY; }
 static int is_latency(enum benchmark b)
 {
-    return b == LATENCY || b == MULTI_LATENCY || is_collective(b);
+    return b == LATENCY || b == MULTI_LATENCY || is_collective(b) ||
+           (is_rma(b) && b != PUT_BW && b != GET_BW);
 }
 static int is_multi_pair(enum benchmark b) { return b == MULTI_BANDWIDTH || b == MULTI_LATENCY; }
 
@@ -114,6 +143,10 @@ static size_t min_size_of(enum benchmark b)
         return 0;
     case ALLREDUCE:
         return sizeof(float);
+    case ACC_LATENCY:
+    case FOP_LATENCY:
+    case CAS_LATENCY:
+        return sizeof(uint64_t);
     default:
         return 1;
     }
@@ -129,7 +162,8 @@ struct options {
 
 static const char usage[] =
     "usage: mpiexec -n 2 peer_bench latency|bw|bibw|mbw_mr|multi_lat|barrier|bcast|\n"
-    "       allreduce|alltoall [--min-size N]\n"
+    "       allreduce|alltoall|put_latency|get_latency|acc_latency|fop_latency|\n"
+    "       cas_latency|put_bw|get_bw [--min-size N]\n"
     "       [--max-size N] [--size N] [--iterations N] [--iterations-large N]\n"
     "       [--warmup N] [--warmup-large N]\n";
 
@@ -191,7 +225,7 @@ static int parse(int argc, char **argv, struct options *o)
     long iterations = -1, iterations_large = -1, warmup = -1, warmup_large = -1;
     if (argc < 2)
         return usage_error("no benchmark given", NULL);
-    for (int b = LATENCY; b <= ALLTOALL; b++) {
+    for (int b = LATENCY; b <= GET_BW; b++) {
         if (!strcmp(argv[1], names[b])) {
             o->benchmark = (enum benchmark)b;
             found = 1;
@@ -265,6 +299,8 @@ static int parse(int argc, char **argv, struct options *o)
         return usage_error("messages are too small for this benchmark", NULL);
     if (o->benchmark == BARRIER)
         o->min_size = o->max_size = 0;
+    if (o->benchmark == FOP_LATENCY || o->benchmark == CAS_LATENCY)
+        o->min_size = o->max_size = sizeof(uint64_t);
     return 1;
 }
 
@@ -461,6 +497,13 @@ static void print_header(const struct options *o, int ranks)
     if (is_collective(b))
         printf("# each operation timed alone, then an untimed barrier; the figure is each "
                "rank's mean time per operation, averaged over the ranks\n");
+    else if (is_rma(b) && is_latency(b))
+        printf("# window: allocated; a shared lock on the target; a flush after each "
+               "operation\n");
+    else if (is_rma(b))
+        printf("# window: allocated; a shared lock on the target; %d operations, then a "
+               "flush\n",
+               WINDOW);
     else if (b == BIBANDWIDTH)
         printf("# window: %d immediate sends each way at once\n", WINDOW);
     else if (!is_latency(b))
@@ -589,6 +632,115 @@ static void run_collective(const struct options *o, int rank, int ranks)
     free(expected);
 }
 
+/* One operation of a one-sided benchmark (a window of them for the
+ * bandwidths), then a flush; `i` numbers it within the size. */
+static void rma_operate(enum benchmark b, MPI_Win win, const char *origin, char *results,
+                        uint64_t *ones, size_t size, long i)
+{
+    uint64_t one = 1, old = 0, compare = (uint64_t)i, swap = (uint64_t)i + 1;
+    switch (b) {
+    case PUT_LATENCY:
+        MPI_Put(origin, (int)size, MPI_BYTE, 1, 0, (int)size, MPI_BYTE, win);
+        break;
+    case GET_LATENCY:
+        MPI_Get(results, (int)size, MPI_BYTE, 1, 0, (int)size, MPI_BYTE, win);
+        break;
+    case ACC_LATENCY:
+        MPI_Accumulate(ones, (int)(size / 8), MPI_UINT64_T, 1, 0, (int)(size / 8), MPI_UINT64_T,
+                       MPI_SUM, win);
+        break;
+    case FOP_LATENCY:
+        MPI_Fetch_and_op(&one, &old, MPI_UINT64_T, 1, 0, MPI_SUM, win);
+        break;
+    case CAS_LATENCY:
+        MPI_Compare_and_swap(&swap, &compare, &old, MPI_UINT64_T, 1, 0, win);
+        break;
+    case PUT_BW:
+        for (int w = 0; w < WINDOW; w++)
+            MPI_Put(origin, (int)size, MPI_BYTE, 1, 0, (int)size, MPI_BYTE, win);
+        break;
+    case GET_BW:
+        for (int w = 0; w < WINDOW; w++)
+            MPI_Get(results + (size_t)w * size, (int)size, MPI_BYTE, 1, 0, (int)size, MPI_BYTE,
+                    win);
+        break;
+    default:
+        fail("not a one-sided benchmark", size);
+    }
+    MPI_Win_flush(1, win);
+    if ((b == FOP_LATENCY || b == CAS_LATENCY) && old != (uint64_t)i)
+        fail("a fetched value is wrong", size);
+}
+
+/* The one-sided benchmarks: see the comment at the top. */
+static void run_rma(const struct options *o, int rank)
+{
+    enum benchmark b = o->benchmark;
+    size_t max = o->max_size;
+    size_t window_len = max < 8 ? 8 : max;
+    int windowed = !is_latency(b);
+    char *base;
+    MPI_Win win;
+    MPI_Win_allocate((MPI_Aint)window_len, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
+    char *origin = aligned_buffer(max);
+    char *results = aligned_buffer(b == GET_BW ? WINDOW * max : b == GET_LATENCY ? max : 0);
+    uint64_t *ones = malloc(window_len);
+    if (!ones)
+        fail("cannot allocate the accumulate's data", max);
+    for (size_t k = 0; k < window_len / 8; k++)
+        ones[k] = 1;
+    for (size_t size = o->min_size; size <= max; size = size ? size * 2 : 1) {
+        long iterations = iterations_for(o, size);
+        long warmup = warmup_for(o, size);
+        long total = warmup + iterations;
+        fill_pattern(origin, size, size);
+        if (rank == 1) {
+            MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 1, 0, win);
+            if (b == GET_LATENCY || b == GET_BW)
+                memcpy(base, origin, size);
+            else
+                memset(base, 0, size);
+            MPI_Win_unlock(1, win);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (rank == 0) {
+            MPI_Win_lock(MPI_LOCK_SHARED, 1, 0, win);
+            double start = MPI_Wtime();
+            for (long i = 0; i < total; i++) {
+                if (i == warmup)
+                    start = MPI_Wtime();
+                rma_operate(b, win, origin, results, ones, size, i);
+            }
+            double seconds = MPI_Wtime() - start;
+            MPI_Win_unlock(1, win);
+            if (b == GET_LATENCY || b == GET_BW)
+                check_messages(results, windowed ? WINDOW : 1, origin, size);
+            printf("%-10zu%18.2f\n", size,
+                   windowed ? (double)size * WINDOW * (double)iterations / seconds / 1e6
+                            : seconds * 1e6 / (double)iterations);
+            fflush(stdout);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (rank == 1) {
+            MPI_Win_lock(MPI_LOCK_SHARED, 1, 0, win);
+            if (b == PUT_LATENCY || b == PUT_BW)
+                check_messages(base, 1, origin, size);
+            for (size_t k = 0; b == ACC_LATENCY && k < size / 8; k++) {
+                uint64_t value;
+                memcpy(&value, base + 8 * k, 8);
+                if (value != (uint64_t)total)
+                    fail("the target's window is wrong after the operations", size);
+            }
+            MPI_Win_unlock(1, win);
+        }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Win_free(&win);
+    free(ones);
+    free(origin);
+    free(results);
+}
+
 int main(int argc, char **argv)
 {
     struct options o;
@@ -615,6 +767,11 @@ int main(int argc, char **argv)
     }
     if (rank == 0)
         print_header(&o, ranks);
+    if (is_rma(b)) {
+        run_rma(&o, rank);
+        MPI_Finalize();
+        return 0;
+    }
 
     int pairs = ranks / 2;
     int initiator = rank < pairs;

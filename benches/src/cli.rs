@@ -59,11 +59,30 @@ pub enum Benchmark {
     /// `all_to_all_into` with blocks of each size to and from every rank:
     /// microseconds per all-to-all, averaged over the ranks.
     AllToAll,
+    /// One-sided put of each size from rank 0 into rank 1's window under
+    /// a shared lock, a flush after each: microseconds per put
+    /// (`osu_put_latency`; see [`crate::rma_bench`]).
+    PutLatency,
+    /// One-sided get, a flush after each (`osu_get_latency`).
+    GetLatency,
+    /// One-sided accumulate (sum of `u64`s), a flush after each
+    /// (`osu_acc_latency`).
+    AccLatency,
+    /// Fetch-and-op (sum of one `u64`), a flush after each
+    /// (`osu_fop_latency`).
+    FopLatency,
+    /// Compare-and-swap of one `u64`, a flush after each
+    /// (`osu_cas_latency`).
+    CasLatency,
+    /// Windows of [`WINDOW`] puts, then a flush: MB/s (`osu_put_bw`).
+    PutBandwidth,
+    /// Windows of [`WINDOW`] gets, then a flush: MB/s (`osu_get_bw`).
+    GetBandwidth,
 }
 
 impl Benchmark {
     /// Every benchmark, in the order of the usage text.
-    pub const ALL: [Benchmark; 9] = [
+    pub const ALL: [Benchmark; 16] = [
         Benchmark::Latency,
         Benchmark::Bandwidth,
         Benchmark::BiBandwidth,
@@ -73,6 +92,13 @@ impl Benchmark {
         Benchmark::Broadcast,
         Benchmark::AllReduce,
         Benchmark::AllToAll,
+        Benchmark::PutLatency,
+        Benchmark::GetLatency,
+        Benchmark::AccLatency,
+        Benchmark::FopLatency,
+        Benchmark::CasLatency,
+        Benchmark::PutBandwidth,
+        Benchmark::GetBandwidth,
     ];
 
     /// The name used on the command line and in JSON output.
@@ -87,6 +113,13 @@ impl Benchmark {
             Benchmark::Broadcast => "bcast",
             Benchmark::AllReduce => "allreduce",
             Benchmark::AllToAll => "alltoall",
+            Benchmark::PutLatency => "put_latency",
+            Benchmark::GetLatency => "get_latency",
+            Benchmark::AccLatency => "acc_latency",
+            Benchmark::FopLatency => "fop_latency",
+            Benchmark::CasLatency => "cas_latency",
+            Benchmark::PutBandwidth => "put_bw",
+            Benchmark::GetBandwidth => "get_bw",
         }
     }
 
@@ -102,6 +135,13 @@ impl Benchmark {
             Benchmark::Broadcast => "broadcast latency",
             Benchmark::AllReduce => "all-reduce latency",
             Benchmark::AllToAll => "all-to-all latency",
+            Benchmark::PutLatency => "one-sided put latency",
+            Benchmark::GetLatency => "one-sided get latency",
+            Benchmark::AccLatency => "one-sided accumulate latency",
+            Benchmark::FopLatency => "one-sided fetch-and-op latency",
+            Benchmark::CasLatency => "one-sided compare-and-swap latency",
+            Benchmark::PutBandwidth => "one-sided put bandwidth",
+            Benchmark::GetBandwidth => "one-sided get bandwidth",
         }
     }
 
@@ -116,7 +156,23 @@ impl Benchmark {
 
     /// Whether the figure is a time (lower is better) rather than a rate.
     pub fn is_latency(self) -> bool {
-        matches!(self, Benchmark::Latency | Benchmark::MultiLatency) || self.is_collective()
+        matches!(self, Benchmark::Latency | Benchmark::MultiLatency)
+            || self.is_collective()
+            || (self.is_rma() && !matches!(self, Benchmark::PutBandwidth | Benchmark::GetBandwidth))
+    }
+
+    /// Whether it times one-sided operations (2 ranks, a window).
+    pub fn is_rma(self) -> bool {
+        matches!(
+            self,
+            Benchmark::PutLatency
+                | Benchmark::GetLatency
+                | Benchmark::AccLatency
+                | Benchmark::FopLatency
+                | Benchmark::CasLatency
+                | Benchmark::PutBandwidth
+                | Benchmark::GetBandwidth
+        )
     }
 
     /// Whether it times a collective operation over every rank of the job
@@ -142,8 +198,17 @@ impl Benchmark {
     /// The headers of the figure columns, as OSU prints them.
     pub fn columns(self) -> &'static [&'static str] {
         match self {
-            Benchmark::Latency | Benchmark::MultiLatency => &["Latency (us)"],
-            Benchmark::Bandwidth | Benchmark::BiBandwidth => &["Bandwidth (MB/s)"],
+            Benchmark::Latency
+            | Benchmark::MultiLatency
+            | Benchmark::PutLatency
+            | Benchmark::GetLatency
+            | Benchmark::AccLatency
+            | Benchmark::FopLatency
+            | Benchmark::CasLatency => &["Latency (us)"],
+            Benchmark::Bandwidth
+            | Benchmark::BiBandwidth
+            | Benchmark::PutBandwidth
+            | Benchmark::GetBandwidth => &["Bandwidth (MB/s)"],
             Benchmark::MultiBandwidth => &["MB/s", "Messages/s"],
             Benchmark::Barrier
             | Benchmark::Broadcast
@@ -154,11 +219,15 @@ impl Benchmark {
 
     /// The smallest size the benchmark can measure. Zero-byte messages
     /// have a latency, but carry no bandwidth; a barrier has no message
-    /// (its one row is size 0); an all-reduce adds `f32`s.
+    /// (its one row is size 0); an all-reduce adds `f32`s; the one-sided
+    /// accumulates work on `u64`s.
     pub fn min_size(self) -> usize {
         match self {
             Benchmark::Latency | Benchmark::MultiLatency | Benchmark::Barrier => 0,
             Benchmark::AllReduce => std::mem::size_of::<f32>(),
+            Benchmark::AccLatency | Benchmark::FopLatency | Benchmark::CasLatency => {
+                std::mem::size_of::<u64>()
+            }
             _ => 1,
         }
     }
@@ -220,10 +289,12 @@ impl Options {
     }
 
     /// These options as `benchmark` runs them: sizes from its smallest
-    /// ([`Benchmark::min_size`]), and only size 0 for the barrier.
+    /// ([`Benchmark::min_size`]), only size 0 for the barrier, and only
+    /// one `u64` (8 bytes) for fetch-and-op and compare-and-swap.
     pub fn for_benchmark(&self, benchmark: Benchmark) -> Options {
         let (min_size, max_size) = match benchmark {
             Benchmark::Barrier => (0, 0),
+            Benchmark::FopLatency | Benchmark::CasLatency => (8, 8),
             _ => (self.min_size.max(benchmark.min_size()), self.max_size),
         };
         Options {
@@ -451,6 +522,8 @@ pub const USAGE: &str = "\
 usage: oxrun -n 2 oxbench latency|bw|bibw [OPTIONS]
        oxrun -n N oxbench mbw_mr|multi_lat [OPTIONS]     (N even)
        oxrun -n N oxbench barrier|bcast|allreduce|alltoall [OPTIONS]
+       oxrun -n 2 oxbench put_latency|get_latency|acc_latency|fop_latency|
+                          cas_latency|put_bw|get_bw [OPTIONS]
        oxbench raw-tcp latency|bw [OPTIONS]
        oxbench raw-shm latency|bw [OPTIONS]
        oxbench compare [BENCHMARK...] [OPTIONS] [--transport tcp|shm]
@@ -473,6 +546,12 @@ benchmarks (as the OSU micro-benchmarks of the same names):
                    (osu_allreduce)
   alltoall         time per all-to-all, each size a block to every rank
                    (osu_alltoall)
+  put_latency, get_latency, acc_latency, fop_latency, cas_latency
+                   time per one-sided operation into a window MPI
+                   allocated, under a shared lock, each followed by a
+                   flush (osu_put_latency, ...; fop and cas: 8 bytes)
+  put_bw, get_bw   windows of 64 puts or gets, then a flush (osu_put_bw,
+                   osu_get_bw)
   (the collectives time each operation alone, with a barrier between
   operations, and report each rank's mean averaged over the ranks)
 

@@ -4,7 +4,9 @@
 //! - the OSU-style MPI benchmarks over oxmpi ([`mpi_bench`]): `latency`,
 //!   `bw`, `bibw` (2 ranks), `mbw_mr` and `multi_lat` (pairs), and the
 //!   collectives `barrier`, `bcast`, `allreduce` and `alltoall` (any
-//!   number of ranks, [`coll_bench`]), run as jobs with
+//!   number of ranks, [`coll_bench`]), and the one-sided `put_latency`,
+//!   `get_latency`, `acc_latency`, `fop_latency`, `cas_latency`,
+//!   `put_bw` and `get_bw` (2 ranks, [`rma_bench`]), run as jobs with
 //!   `oxrun -n N oxbench BENCHMARK`;
 //! - the raw TCP floor they are compared with ([`raw_tcp`]: `oxbench
 //!   raw-tcp latency|bw`, two plain processes over a loopback socket);
@@ -46,5 +48,6 @@ pub mod plot;
 pub mod raw_shm;
 pub mod raw_tcp;
 pub mod report;
+pub mod rma_bench;
 pub mod runner;
 pub mod suite;

@@ -75,6 +75,8 @@ pub fn main(benchmark: Benchmark, options: &Options) -> ExitCode {
     }
     let outcome = if benchmark.is_collective() {
         crate::coll_bench::run(&world, benchmark, options)
+    } else if benchmark.is_rma() {
+        crate::rma_bench::run(&world, benchmark, options)
     } else {
         run(&world, benchmark, options)
     };
@@ -259,9 +261,17 @@ pub fn figures(benchmark: Benchmark, size: usize, iterations: usize, times: &[f6
             let messages = pairs * WINDOW as f64 * iterations / mean;
             vec![pairs * window_bytes / mean / 1e6, messages]
         }
-        Benchmark::Barrier | Benchmark::Broadcast | Benchmark::AllReduce | Benchmark::AllToAll => {
-            vec![mean * 1e6 / iterations]
-        }
+        // A one-sided operation's time is its round trip: not halved.
+        Benchmark::Barrier
+        | Benchmark::Broadcast
+        | Benchmark::AllReduce
+        | Benchmark::AllToAll
+        | Benchmark::PutLatency
+        | Benchmark::GetLatency
+        | Benchmark::AccLatency
+        | Benchmark::FopLatency
+        | Benchmark::CasLatency => vec![mean * 1e6 / iterations],
+        Benchmark::PutBandwidth | Benchmark::GetBandwidth => vec![window_bytes / mean / 1e6],
     }
 }
 

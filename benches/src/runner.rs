@@ -249,7 +249,16 @@ pub fn size_bounds(benchmark: Benchmark, options: &Options, ranks: usize) -> Vec
     let per_iteration = pairs
         * match benchmark {
             Benchmark::Latency | Benchmark::MultiLatency => 2,
-            Benchmark::Bandwidth | Benchmark::MultiBandwidth => WINDOW + 1,
+            // An operation and a flush.
+            Benchmark::PutLatency
+            | Benchmark::GetLatency
+            | Benchmark::AccLatency
+            | Benchmark::FopLatency
+            | Benchmark::CasLatency => 2,
+            Benchmark::Bandwidth
+            | Benchmark::MultiBandwidth
+            | Benchmark::PutBandwidth
+            | Benchmark::GetBandwidth => WINDOW + 1,
             Benchmark::BiBandwidth => 2 * WINDOW,
             // Every rank may exchange a message with every other, and
             // the barrier after each operation.

@@ -88,7 +88,7 @@ impl Communicator {
         self.handled(duplicate)
     }
 
-    fn duplicate_unhandled(&self) -> Result<Communicator> {
+    pub(crate) fn duplicate_unhandled(&self) -> Result<Communicator> {
         if self.is_inter_communicator() {
             return self.duplicate_inter();
         }

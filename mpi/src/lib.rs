@@ -30,6 +30,8 @@
 //!   and buffered point-to-point operations.
 //! - [`datatype`]: which Rust values travel in messages, and how they lie
 //!   in memory (derived datatypes, pack, external32).
+//! - [`rma`]: one-sided communication (windows, put, get, accumulates,
+//!   their synchronization).
 //!
 //! # Quick start
 //! ```no_run
@@ -72,8 +74,9 @@
 //!
 //! # Environment
 //! Every `OXMPI_*` variable is listed in README.md; the ones this crate
-//! reads are `OXMPI_TRANSPORTS` (see [`TRANSPORTS_ENV`]), plus the device's
-//! and the transports' own.
+//! reads are `OXMPI_TRANSPORTS` (see [`TRANSPORTS_ENV`]) and
+//! `OXMPI_ASYNC_PROGRESS` (see [`rma::ASYNC_PROGRESS_ENV`]), plus the
+//! device's and the transports' own.
 
 // `#[derive(Equivalence)]` writes `::oxmpi::...`; this lets the crate's
 // own tests use it.
@@ -93,6 +96,7 @@ mod intercomm;
 mod neighborhood;
 pub mod persistent;
 pub mod request;
+pub mod rma;
 pub mod topology;
 
 pub use attribute::{Keyval, PredefinedAttribute};
@@ -327,9 +331,15 @@ pub fn initialize_with_threading(threading: Threading) -> Result<(Universe, Thre
         universe_size: job.size as i32,
     });
     let setting = std::env::var(TRANSPORTS_ENV).ok();
+    let async_progress = rma::progress::wanted()?;
     let transports = start_transports(setting.as_deref(), TRANSPORTS, &job)?;
-    let device = Device::new(pmi, job.clone(), transports)?;
+    let mut device = Device::new(pmi, job.clone(), transports)?;
+    rma::install(&mut device);
     *state = State::Running(Box::new(device));
+    if async_progress {
+        // It waits for the device until this call lets go of it.
+        rma::progress::start();
+    }
     let universe = Universe {
         world: Communicator::world(job.rank, job.size),
         self_comm: Communicator::self_comm(job.rank),
@@ -371,6 +381,7 @@ impl Universe {
         // Messages still in the attached buffer are sent first (MPI 4.1
         // §11.2.2): their receivers may be waiting for them.
         buffered::flush_at_finalize();
+        rma::progress::stop();
         let mut state = lock_state();
         let result = match &mut *state {
             State::Running(device) => device.finalize(),

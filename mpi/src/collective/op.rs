@@ -101,6 +101,16 @@ impl SystemOp {
 pub struct SystemOperation(SystemOp);
 
 impl SystemOperation {
+    /// Which predefined operation this is.
+    pub(crate) fn system_op(self) -> SystemOp {
+        self.0
+    }
+
+    /// The predefined operation `op`.
+    pub(crate) fn from_system_op(op: SystemOp) -> SystemOperation {
+        SystemOperation(op)
+    }
+
     /// The maximum (`MPI_MAX`).
     pub fn max() -> SystemOperation {
         SystemOperation(SystemOp::Max)

@@ -44,6 +44,22 @@ impl ElementType {
         ElementType::of_datatype(T::equivalent_datatype().0)
     }
 
+    /// The element type of values of one basic type.
+    pub(crate) fn of_basic(basic: Primitive) -> ElementType {
+        ElementType {
+            kind: Kind::Basic(basic),
+            size: basic.size(),
+        }
+    }
+
+    /// The basic type of the elements' values, if they are all of one.
+    pub(crate) fn basic(&self) -> Option<Primitive> {
+        match self.kind {
+            Kind::Basic(basic) => Some(basic),
+            Kind::Composite(_) => None,
+        }
+    }
+
     /// The element type of data of `datatype`.
     pub(crate) fn of_datatype(datatype: Handle<'_>) -> ElementType {
         if let Handle::Primitive(basic) = datatype {

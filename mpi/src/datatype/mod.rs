@@ -93,6 +93,7 @@ pub use constructors::{Order, UncommittedUserDatatype, UserDatatype};
 pub use element::ElementType;
 pub use external32::{pack_external, pack_external_into, pack_external_size, unpack_external};
 pub(crate) use pack::{unpack_received, Incoming, Outgoing, Staging};
+pub(crate) use primitive::Primitive;
 pub use view::{Buffer, BufferMut, MutView, View};
 
 /// Derives [`Equivalence`](trait@Equivalence) for a plain struct, as
@@ -162,7 +163,6 @@ pub type Count = i32;
 /// MPI's `MPI_Aint`: a displacement, bound or extent in bytes.
 pub type Address = isize;
 
-use primitive::Primitive;
 use std::fmt;
 use std::ops::ControlFlow;
 use std::sync::Arc;

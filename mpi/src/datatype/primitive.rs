@@ -26,6 +26,25 @@ pub(crate) enum Primitive {
 }
 
 impl Primitive {
+    /// Every basic type, in a fixed order: a basic type's index here is
+    /// its code where one travels in a packet (one-sided operations).
+    pub(crate) const ALL: [Primitive; 14] = [
+        Primitive::I8,
+        Primitive::I16,
+        Primitive::I32,
+        Primitive::I64,
+        Primitive::I128,
+        Primitive::U8,
+        Primitive::U16,
+        Primitive::U32,
+        Primitive::U64,
+        Primitive::U128,
+        Primitive::Isize,
+        Primitive::Usize,
+        Primitive::F32,
+        Primitive::F64,
+    ];
+
     /// Size of one value in memory, in bytes.
     pub(crate) fn size(self) -> usize {
         match self {

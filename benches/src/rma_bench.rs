@@ -1,0 +1,239 @@
+//! The one-sided (RMA) benchmarks, through oxmpi's public API only, as
+//! the OSU micro-benchmarks of the same names time them with their
+//! defaults (`osu_put_latency`, `osu_get_latency`, `osu_acc_latency`,
+//! `osu_fop_latency`, `osu_cas_latency`, `osu_put_bw`, `osu_get_bw`):
+//!
+//! - 2 ranks; each allocates a window of the largest size
+//!   (`Window::allocate`, `MPI_Win_allocate`); rank 0 is the origin,
+//!   rank 1 the target, which waits in a barrier meanwhile;
+//! - per size, the origin takes a shared lock on the target, runs the
+//!   warm-up and then the timed operations, and unlocks; a barrier
+//!   before and after;
+//! - latencies: each operation is followed by a flush; the figure is the
+//!   timed loop's time per operation, in microseconds (not halved: one
+//!   operation is a round trip). `acc` sums `u64`s (sizes from 8 bytes),
+//!   `fop` and `cas` work on one `u64` (one row, 8 bytes);
+//! - bandwidths: windows of [`WINDOW`] operations, then a flush; MB/s
+//!   (10^6 bytes per second). A window of gets lands in [`WINDOW`]
+//!   consecutive buffers (Rust's borrows forbid OSU's one buffer).
+//!
+//! After each size the data is checked: the target's window after puts
+//! and accumulates, the origin's buffers after gets, and, at the origin,
+//! every value fetch-and-op and compare-and-swap fetched.
+//!
+//! `benches/c/peer_bench.c` has the same patterns against the MPI C API,
+//! for `oxbench compare`: a change here is made there too.
+
+use crate::buffers::{check_messages, fill_pattern, AlignedBuf};
+use crate::cli::{Benchmark, Options, WINDOW};
+use crate::report::Report;
+use oxmpi::collective::SystemOperation;
+use oxmpi::rma::{LockType, Window};
+use oxmpi::{Communicator, Info};
+
+/// The target's rank.
+const TARGET: i32 = 1;
+
+/// Runs the one-sided `benchmark` in this rank; rank 0 reports.
+pub fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Result<(), String> {
+    let mpi = |what: &'static str| move |e: oxmpi::Error| format!("{what}: {e}");
+    let rank = world.rank();
+    let max = options.max_size;
+    let mut report = if rank == 0 {
+        let notes = vec![
+            format!("ranks: 2; {}", crate::mpi_bench::transports_note()),
+            options.describe_iterations(),
+            if benchmark.is_latency() {
+                "window: allocated; a shared lock on the target; a flush after each operation"
+                    .to_owned()
+            } else {
+                format!("window: allocated; a shared lock on the target; {WINDOW} operations, then a flush")
+            },
+        ];
+        Some(
+            Report::start(
+                std::io::stdout().lock(),
+                benchmark,
+                "oxmpi",
+                notes,
+                options.json,
+            )
+            .map_err(|e| format!("writing the report: {e}"))?,
+        )
+    } else {
+        None
+    };
+    let window = Window::allocate(world, max.max(8), 1, &Info::new())
+        .map_err(mpi("allocating the window"))?;
+    let windowed = !benchmark.is_latency();
+    let mut origin = AlignedBuf::new(max)?;
+    let results_len = match benchmark {
+        Benchmark::GetBandwidth => WINDOW * max,
+        Benchmark::GetLatency => max,
+        _ => 0,
+    };
+    let mut results = AlignedBuf::new(results_len.max(8))?;
+    for size in options.sizes() {
+        let (iterations, warmup) = (options.iterations_for(size), options.warmup_for(size));
+        let total = warmup + iterations;
+        fill_pattern(origin.as_mut_slice(), size);
+        if rank == TARGET {
+            // Puts and accumulates find zeros; gets find the pattern.
+            let start: Vec<u8> = match benchmark {
+                Benchmark::GetLatency | Benchmark::GetBandwidth => {
+                    origin.as_slice()[..size].to_vec()
+                }
+                _ => vec![0; size],
+            };
+            window
+                .write_local(0, &start)
+                .map_err(mpi("preparing the window"))?;
+        }
+        world.barrier().map_err(mpi("barrier before the size"))?;
+        if rank == 0 {
+            window
+                .lock(LockType::Shared, TARGET, 0)
+                .map_err(mpi("lock"))?;
+            let mut start = oxmpi::time();
+            for i in 0..total {
+                if i == warmup {
+                    start = oxmpi::time();
+                }
+                operate(
+                    &window,
+                    benchmark,
+                    origin.as_slice(),
+                    results.as_mut_slice(),
+                    size,
+                    i,
+                )
+                .map_err(|e| format!("{}, {size} bytes: {e}", benchmark.name()))?;
+            }
+            let seconds = oxmpi::time() - start;
+            window.unlock(TARGET).map_err(mpi("unlock"))?;
+            if matches!(benchmark, Benchmark::GetLatency | Benchmark::GetBandwidth) {
+                let got = &results.as_slice()[..if windowed { WINDOW * size } else { size }];
+                check_messages(got, &origin.as_slice()[..size])?;
+            }
+            let figures = crate::mpi_bench::figures(benchmark, size, iterations, &[seconds]);
+            if let Some(report) = &mut report {
+                report
+                    .row(size, &figures)
+                    .map_err(|e| format!("writing the report: {e}"))?;
+            }
+        }
+        world.barrier().map_err(mpi("barrier after the size"))?;
+        if rank == TARGET {
+            check_target(&window, benchmark, origin.as_slice(), size, total)?;
+        }
+    }
+    world.barrier().map_err(mpi("barrier at the end"))?;
+    window.free().map_err(mpi("freeing the window"))?;
+    if let Some(report) = report {
+        report
+            .finish()
+            .map(drop)
+            .map_err(|e| format!("writing the report: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Operation `i` of the origin's loop (a window of them, for the
+/// bandwidths), with its flush.
+fn operate(
+    window: &Window<'_>,
+    benchmark: Benchmark,
+    origin: &[u8],
+    results: &mut [u8],
+    size: usize,
+    i: usize,
+) -> oxmpi::Result<()> {
+    let data = &origin[..size];
+    match benchmark {
+        Benchmark::PutLatency => window.put(data, TARGET, 0)?,
+        Benchmark::GetLatency => window.get(&mut results[..size], TARGET, 0)?,
+        Benchmark::AccLatency => {
+            let ones = vec![1u64; size / 8];
+            window.accumulate(&ones[..], TARGET, 0, SystemOperation::sum())?;
+        }
+        Benchmark::FopLatency => {
+            let mut old = 0u64;
+            window.fetch_and_op(&1u64, &mut old, TARGET, 0, SystemOperation::sum())?;
+            if old != i as u64 {
+                return Err(wrong(format!("fetch-and-op {i} fetched {old}")));
+            }
+        }
+        Benchmark::CasLatency => {
+            let mut old = 0u64;
+            window.compare_and_swap(&(i as u64 + 1), &(i as u64), &mut old, TARGET, 0)?;
+            if old != i as u64 {
+                return Err(wrong(format!("compare-and-swap {i} found {old}")));
+            }
+        }
+        Benchmark::PutBandwidth => {
+            for _ in 0..WINDOW {
+                window.put(data, TARGET, 0)?;
+            }
+        }
+        Benchmark::GetBandwidth => {
+            oxmpi::request::scope(|scope| -> oxmpi::Result<()> {
+                let mut requests = Vec::with_capacity(WINDOW);
+                for buffer in results[..WINDOW * size].chunks_mut(size.max(1)) {
+                    requests.push(window.rget(scope, buffer, TARGET, 0)?);
+                }
+                oxmpi::request::wait_all(requests).map(drop)
+            })?;
+        }
+        _ => {
+            return Err(wrong(format!(
+                "{} is not a one-sided benchmark",
+                benchmark.name()
+            )))
+        }
+    }
+    window.flush(TARGET)
+}
+
+/// Checks the target's window after `total` operations of a size.
+fn check_target(
+    window: &Window<'_>,
+    benchmark: Benchmark,
+    pattern: &[u8],
+    size: usize,
+    total: usize,
+) -> Result<(), String> {
+    let read = |n: usize| -> Result<Vec<u64>, String> {
+        let mut words = vec![0u64; n];
+        window
+            .read_local(0, &mut words)
+            .map_err(|e| format!("reading the window: {e}"))?;
+        Ok(words)
+    };
+    let expected: Vec<u64> = match benchmark {
+        Benchmark::PutLatency | Benchmark::PutBandwidth => {
+            let mut got = vec![0u8; size];
+            window
+                .read_local(0, &mut got)
+                .map_err(|e| format!("reading the window: {e}"))?;
+            return check_messages(&got, &pattern[..size]);
+        }
+        Benchmark::AccLatency => vec![total as u64; size / 8],
+        // Fetch-and-op and compare-and-swap: the origin checked every
+        // value fetched.
+        _ => return Ok(()),
+    };
+    let got = read(expected.len())?;
+    if got != expected {
+        return Err(format!(
+            "{}, {size} bytes: the target's window holds {:?}..., expected {:?}...",
+            benchmark.name(),
+            &got[..got.len().min(4)],
+            &expected[..expected.len().min(4)]
+        ));
+    }
+    Ok(())
+}
+
+fn wrong(message: String) -> oxmpi::Error {
+    oxmpi::Error::new(oxmpi::ErrorClass::Other, message)
+}

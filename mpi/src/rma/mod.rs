@@ -1,0 +1,1380 @@
+//! One-sided communication (MPI 4.1 §12): windows, remote memory access
+//! operations and their synchronization.
+//!
+//! A [`Window`] is the seed's `MPIR_Win`: its own copy of the
+//! communicator it was made on (so its traffic is apart from everything
+//! else), and every rank's base address, size and displacement unit,
+//! with "same on all ranks" flags so the local value serves without a
+//! table look-up. It is made on memory the program lends
+//! ([`Window::create`]), on memory MPI allocates ([`Window::allocate`]),
+//! or with none, memory being attached later ([`Window::create_dynamic`]).
+//!
+//! Operations — [`Window::put`], [`Window::get`], [`Window::accumulate`],
+//! [`Window::get_accumulate`], [`Window::fetch_and_op`],
+//! [`Window::compare_and_swap`] and the request-based `r` forms — reach
+//! the target's memory through a per-target path (`path.rs`, the seam
+//! for direct shared-memory access): today as active messages handled by
+//! the target's progress engine, so a passive-target operation completes
+//! whenever the target is in any MPI call, or at any time when the
+//! target runs a progress thread (`OXMPI_ASYNC_PROGRESS=1`).
+//!
+//! Synchronization: [`Window::fence`]; [`Window::post`],
+//! [`Window::start`], [`Window::complete`], [`Window::wait`],
+//! [`Window::test`]; [`Window::lock`], [`Window::unlock`],
+//! [`Window::lock_all`], [`Window::unlock_all`], the flushes and
+//! [`Window::sync`]. The target's lock is fair (first come, first
+//! served), so writers are not starved by readers.
+//!
+//! # Checks
+//! Before anything moves: a target outside the window's group is
+//! `MPI_ERR_RANK`; an operation with no access epoch to its target is
+//! `MPI_ERR_RMA_SYNC`; a range outside the target's window is
+//! `MPI_ERR_RMA_RANGE` (the target checks again, and refuses what the
+//! origin could not check, in a dynamic window); buffers of different
+//! basic types where they must match are `MPI_ERR_TYPE`; an operation not
+//! defined for the type is `MPI_ERR_OP`. Nothing is ever written outside
+//! a window or a result buffer.
+//!
+//! # Data layout at the target
+//! The origin's buffer may have any datatype; it is packed, and the
+//! target's data is taken to be the packed elements, contiguous from the
+//! displacement (the target datatype is the origin's element type,
+//! repeated). Accumulates need elements of one basic type (a predefined
+//! type, or a derived one built of a single basic type).
+//!
+//! # Memory model and ordering
+//! The window's memory is one copy (`MPI_WIN_UNIFIED`), reached by this
+//! process through [`Window::read_local`] and [`Window::write_local`],
+//! which exclude the handling of remote operations. Operations from one
+//! origin to one target are applied in the order they were issued, so
+//! every `accumulate_ordering` holds.
+//!
+//! ```no_run
+//! use oxmpi::rma::{LockType, Window};
+//! let universe = oxmpi::initialize().unwrap();
+//! let world = universe.world();
+//! let window = Window::allocate(&world, 8 * 16, 8, &oxmpi::Info::new()).unwrap();
+//! let next = (world.rank() + 1) % world.size();
+//! window.lock(LockType::Exclusive, next, 0).unwrap();
+//! window.put(&[world.rank() as u64], next, 0).unwrap();
+//! window.unlock(next).unwrap();
+//! world.barrier().unwrap();
+//! let mut got = [0u64];
+//! window.read_local(0, &mut got).unwrap();
+//! window.free().unwrap();
+//! ```
+
+mod path;
+pub(crate) mod progress;
+pub(crate) mod target;
+mod wire;
+
+use crate::collective::op::Reduction;
+use crate::collective::typed::{Input, Output};
+use crate::datatype::{Buffer, BufferMut, ElementType, Equivalence, Primitive};
+use crate::group::Group;
+use crate::request::{Request, Scope};
+use crate::{with_device, Communicator, Error, ErrorClass, ErrorHandler, Info, Result, PROC_NULL};
+use oxmpi_adi::device::RequestId;
+use oxmpi_adi::transport::PeerRank;
+use path::{take_errors, Fetch, Path, Target};
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex, MutexGuard};
+use target::{Memory, Shared};
+
+pub use progress::ASYNC_PROGRESS_ENV;
+pub use wire::AccumulateOp;
+
+/// Assertion of [`Window::lock`] and friends: no other process holds or
+/// asks for a conflicting lock (`MPI_MODE_NOCHECK`).
+pub const MODE_NOCHECK: u32 = 1;
+/// Assertion: the local window is not written by local stores in the
+/// epoch (`MPI_MODE_NOSTORE`).
+pub const MODE_NOSTORE: u32 = 2;
+/// Assertion: the local window is not the target of puts or accumulates
+/// in the epoch (`MPI_MODE_NOPUT`).
+pub const MODE_NOPUT: u32 = 4;
+/// Assertion of [`Window::fence`]: no operation precedes it
+/// (`MPI_MODE_NOPRECEDE`).
+pub const MODE_NOPRECEDE: u32 = 8;
+/// Assertion of [`Window::fence`]: no operation follows it; it ends the
+/// fence epochs (`MPI_MODE_NOSUCCEED`).
+pub const MODE_NOSUCCEED: u32 = 16;
+
+/// All the assertion bits.
+const MODES: u32 = MODE_NOCHECK | MODE_NOSTORE | MODE_NOPUT | MODE_NOPRECEDE | MODE_NOSUCCEED;
+
+/// The kind of a passive-target lock (`MPI_LOCK_SHARED`,
+/// `MPI_LOCK_EXCLUSIVE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockType {
+    /// Several origins may hold it at once.
+    Shared,
+    /// One origin holds it alone.
+    Exclusive,
+}
+
+/// How a window's memory came to be (`MPI_WIN_CREATE_FLAVOR`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CreateFlavor {
+    /// On memory the program lent ([`Window::create`], `MPI_WIN_FLAVOR_CREATE`).
+    Create,
+    /// On memory MPI allocated ([`Window::allocate`], `MPI_WIN_FLAVOR_ALLOCATE`).
+    Allocate,
+    /// With memory attached later ([`Window::create_dynamic`], `MPI_WIN_FLAVOR_DYNAMIC`).
+    Dynamic,
+}
+
+/// The memory model of a window (`MPI_WIN_MODEL`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryModel {
+    /// Public and private copies are one (`MPI_WIN_UNIFIED`): oxmpi's.
+    Unified,
+    /// Separate public and private copies (`MPI_WIN_SEPARATE`).
+    Separate,
+}
+
+/// What this rank may access, and what it exposes (its epochs).
+#[derive(Default)]
+struct Epochs {
+    /// A fence opened an access epoch to every rank.
+    fence: bool,
+    /// Passive-target locks held, by target: the type, and whether the
+    /// lock was taken (not under `MODE_NOCHECK`).
+    locks: HashMap<usize, (LockType, bool)>,
+    /// `lock_all`, and whether its locks were taken.
+    lock_all: Option<bool>,
+    /// The targets of a start (general active target).
+    access: Option<Vec<usize>>,
+    /// The origins of a post.
+    exposure: Option<Vec<usize>>,
+}
+
+impl Epochs {
+    fn may_access(&self, target: usize) -> bool {
+        self.fence
+            || self.lock_all.is_some()
+            || self.locks.contains_key(&target)
+            || self.access.as_ref().is_some_and(|g| g.contains(&target))
+    }
+
+    fn passive(&self, target: usize) -> bool {
+        self.lock_all.is_some() || self.locks.contains_key(&target)
+    }
+}
+
+/// A window of memory for one-sided communication (`MPI_Win`): see the
+/// module docs. Freed by [`Window::free`] (collective); it borrows the
+/// memory it was made on for `'a`.
+pub struct Window<'a> {
+    /// The window's own copy of the communicator.
+    comm: Communicator,
+    context_id: u32,
+    shared: Arc<Shared>,
+    rank: usize,
+    members: Arc<[PeerRank]>,
+    /// Every rank's base address, size and displacement unit, and
+    /// whether each is the same on all ranks (then the local value is
+    /// used).
+    bases: Vec<usize>,
+    sizes: Vec<usize>,
+    disp_units: Vec<usize>,
+    same_size: bool,
+    same_disp_unit: bool,
+    flavor: CreateFlavor,
+    /// The path to each target.
+    paths: Vec<Path>,
+    hints: Info,
+    no_locks: bool,
+    epochs: Mutex<Epochs>,
+    /// Memory MPI allocated for the window, 16-byte aligned.
+    _allocated: Option<Vec<u128>>,
+    freed: bool,
+    _memory: PhantomData<&'a mut [u8]>,
+}
+
+/// The hints a window knows, with their defaults.
+const HINTS: [(&str, &str); 4] = [
+    ("no_locks", "false"),
+    ("accumulate_ordering", "rar,raw,war,waw"),
+    ("same_size", "false"),
+    ("same_disp_unit", "false"),
+];
+
+impl<'a> Window<'a> {
+    /// Makes a window on `memory` (`MPI_Win_create`), with displacements
+    /// in units of `disp_unit` bytes; collective over `comm`. The memory
+    /// is the window's until it is freed.
+    #[doc(alias = "MPI_Win_create")]
+    pub fn create<T: Equivalence>(
+        comm: &Communicator,
+        memory: &'a mut [T],
+        disp_unit: usize,
+        info: &Info,
+    ) -> Result<Window<'a>> {
+        let size = std::mem::size_of_val(memory);
+        let base = memory.as_mut_ptr().cast::<u8>();
+        comm.handled(Window::make(
+            comm,
+            Memory::Block { base, size },
+            (base as usize, size, disp_unit),
+            CreateFlavor::Create,
+            None,
+            info,
+        ))
+    }
+
+    /// Makes a window on `size` bytes that MPI allocates, zeroed and
+    /// aligned for any basic type (`MPI_Win_allocate`); collective.
+    #[doc(alias = "MPI_Win_allocate")]
+    pub fn allocate(
+        comm: &Communicator,
+        size: usize,
+        disp_unit: usize,
+        info: &Info,
+    ) -> Result<Window<'static>> {
+        let mut words = vec![0u128; size.div_ceil(16)];
+        let base = words.as_mut_ptr().cast::<u8>();
+        comm.handled(Window::make(
+            comm,
+            Memory::Block { base, size },
+            (base as usize, size, disp_unit),
+            CreateFlavor::Allocate,
+            Some(words),
+            info,
+        ))
+    }
+
+    /// Makes a window with no memory (`MPI_Win_create_dynamic`);
+    /// collective. Memory is attached with [`Window::attach`], and
+    /// displacements are addresses (as [`Window::attach`] returns).
+    #[doc(alias = "MPI_Win_create_dynamic")]
+    pub fn create_dynamic(comm: &Communicator, info: &Info) -> Result<Window<'a>> {
+        comm.handled(Window::make(
+            comm,
+            Memory::Dynamic(Vec::new()),
+            (0, 0, 1),
+            CreateFlavor::Dynamic,
+            None,
+            info,
+        ))
+    }
+
+    fn make(
+        parent: &Communicator,
+        memory: Memory,
+        (base, size, disp_unit): (usize, usize, usize),
+        flavor: CreateFlavor,
+        allocated: Option<Vec<u128>>,
+        info: &Info,
+    ) -> Result<Window<'a>> {
+        if parent.remote_members().is_some() {
+            return Err(Error::new(
+                ErrorClass::Comm,
+                "a window is made on an intracommunicator, not an intercommunicator",
+            ));
+        }
+        if disp_unit == 0 {
+            return Err(Error::new(
+                ErrorClass::Arg,
+                "a window's displacement unit must be at least 1 byte",
+            ));
+        }
+        let mut hints = Info::new();
+        for (key, default) in HINTS {
+            let value = info.get(key)?.unwrap_or(default);
+            if key != "accumulate_ordering" && value != "true" && value != "false" {
+                return Err(Error::new(
+                    ErrorClass::InfoValue,
+                    format!("the window hint {key} is \"true\" or \"false\", not {value:?}"),
+                ));
+            }
+            hints.set(key, value)?;
+        }
+        let no_locks = hints.get("no_locks")? == Some("true");
+        let comm = parent.duplicate_unhandled()?;
+        let context_id = comm.context_id();
+        let members = comm.members().clone();
+        let shared = Arc::new(Shared::new(&members, memory));
+        // Registered before the exchange below: once any rank has the
+        // table, every rank can handle messages for the window.
+        target::register(context_id, shared.clone());
+        let mine = [base as u64, size as u64, disp_unit as u64];
+        let mut all = vec![0u64; 3 * members.len()];
+        if let Err(e) = comm.all_gather_into(&mine[..], &mut all[..]) {
+            target::unregister(context_id);
+            return Err(e);
+        }
+        let column = |i: usize| -> Vec<usize> {
+            all.iter().skip(i).step_by(3).map(|&v| v as usize).collect()
+        };
+        let (bases, sizes, disp_units) = (column(0), column(1), column(2));
+        let same = |v: &[usize]| v.iter().all(|&x| x == v[0]);
+        Ok(Window {
+            rank: comm.rank() as usize,
+            context_id,
+            same_size: same(&sizes),
+            same_disp_unit: same(&disp_units),
+            paths: members.iter().map(|&w| Path::choose(w)).collect(),
+            members,
+            comm,
+            shared,
+            bases,
+            sizes,
+            disp_units,
+            flavor,
+            hints,
+            no_locks,
+            epochs: Mutex::new(Epochs::default()),
+            _allocated: allocated,
+            freed: false,
+            _memory: PhantomData,
+        })
+    }
+
+    /// Frees the window (`MPI_Win_free`); collective. Every epoch must
+    /// be closed; every operation of every rank on it completes first.
+    #[doc(alias = "MPI_Win_free")]
+    pub fn free(mut self) -> Result<()> {
+        let result = self.free_unhandled();
+        self.comm.handled(result)
+    }
+
+    fn free_unhandled(&mut self) -> Result<()> {
+        {
+            let epochs = self.epochs();
+            if !epochs.locks.is_empty()
+                || epochs.lock_all.is_some()
+                || epochs.access.is_some()
+                || epochs.exposure.is_some()
+            {
+                return Err(Error::new(
+                    ErrorClass::RmaSync,
+                    "the window is freed with an epoch open (a lock, start or post not ended)",
+                ));
+            }
+        }
+        self.flush_every_target()?;
+        self.comm.barrier()?;
+        self.freed = true;
+        target::unregister(self.context_id);
+        self.comm.clone().free()
+    }
+
+    fn epochs(&self) -> MutexGuard<'_, Epochs> {
+        self.epochs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    // ----- attributes, hints, names, error handlers -----
+
+    /// The local window's base address (`MPI_WIN_BASE`); 0 in a dynamic
+    /// window.
+    pub fn base(&self) -> usize {
+        self.bases[self.rank]
+    }
+
+    /// The local window's size in bytes (`MPI_WIN_SIZE`).
+    pub fn size(&self) -> usize {
+        self.sizes[self.rank]
+    }
+
+    /// The local displacement unit in bytes (`MPI_WIN_DISP_UNIT`).
+    pub fn disp_unit(&self) -> usize {
+        self.disp_units[self.rank]
+    }
+
+    /// How the window was made (`MPI_WIN_CREATE_FLAVOR`).
+    pub fn create_flavor(&self) -> CreateFlavor {
+        self.flavor
+    }
+
+    /// The memory model (`MPI_WIN_MODEL`): always unified.
+    pub fn model(&self) -> MemoryModel {
+        MemoryModel::Unified
+    }
+
+    /// The group of the window's processes (`MPI_Win_get_group`).
+    #[doc(alias = "MPI_Win_get_group")]
+    pub fn group(&self) -> Group {
+        self.comm.group()
+    }
+
+    /// The hints in use (`MPI_Win_get_info`): `no_locks`,
+    /// `accumulate_ordering`, `same_size`, `same_disp_unit`.
+    #[doc(alias = "MPI_Win_get_info")]
+    pub fn info(&self) -> Info {
+        self.hints.clone()
+    }
+
+    /// Names the window (`MPI_Win_set_name`).
+    #[doc(alias = "MPI_Win_set_name")]
+    pub fn set_name(&self, name: &str) -> Result<()> {
+        self.comm.set_name(name)
+    }
+
+    /// The window's name (`MPI_Win_get_name`); empty if it has none.
+    #[doc(alias = "MPI_Win_get_name")]
+    pub fn name(&self) -> Result<String> {
+        self.comm.get_name()
+    }
+
+    /// Sets what an error of a call on the window does
+    /// (`MPI_Win_set_errhandler`); a user handler is called with the
+    /// window's own communicator.
+    #[doc(alias = "MPI_Win_set_errhandler")]
+    pub fn set_error_handler(&self, handler: ErrorHandler) {
+        self.comm.set_error_handler(handler)
+    }
+
+    /// The window's error handler (`MPI_Win_get_errhandler`).
+    #[doc(alias = "MPI_Win_get_errhandler")]
+    pub fn error_handler(&self) -> ErrorHandler {
+        self.comm.error_handler()
+    }
+
+    // ----- local memory -----
+
+    /// Copies the local window's data at byte `offset` into `out`.
+    /// Excludes remote operations while it copies.
+    pub fn read_local<T: Equivalence>(&self, offset: usize, out: &mut [T]) -> Result<()> {
+        let len = std::mem::size_of_val(out);
+        let dest = out.as_mut_ptr().cast::<u8>();
+        self.local(offset, len, |window| {
+            // SAFETY: `dest` is `out`, writable for `len` bytes, and any
+            // bytes are a valid `T` (`Equivalence` types are plain data).
+            unsafe { std::ptr::copy_nonoverlapping(window, dest, len) }
+        })
+    }
+
+    /// Copies `data` into the local window at byte `offset`. Excludes
+    /// remote operations while it copies.
+    pub fn write_local<T: Equivalence>(&self, offset: usize, data: &[T]) -> Result<()> {
+        let len = std::mem::size_of_val(data);
+        let src = data.as_ptr().cast::<u8>();
+        self.local(offset, len, |window| {
+            // SAFETY: `src` is `data`, readable for `len` bytes.
+            unsafe { std::ptr::copy_nonoverlapping(src, window, len) }
+        })
+    }
+
+    fn local(&self, offset: usize, len: usize, copy: impl FnOnce(*mut u8)) -> Result<()> {
+        let result = with_device(|_| {
+            let state = self.shared.state();
+            let at = match state.memory {
+                Memory::Block { base, size } => {
+                    if offset.checked_add(len).is_none_or(|end| end > size) {
+                        return Err(Error::new(
+                            ErrorClass::RmaRange,
+                            format!("{len} bytes at offset {offset} lie outside the local window of {size} bytes"),
+                        ));
+                    }
+                    base.wrapping_add(offset)
+                }
+                Memory::Dynamic(_) => {
+                    return Err(Error::new(
+                        ErrorClass::RmaFlavor,
+                        "a dynamic window's memory is the program's own: access it directly",
+                    ))
+                }
+            };
+            copy(at);
+            Ok(())
+        });
+        self.comm.handled(result)
+    }
+
+    // ----- dynamic windows -----
+
+    /// Attaches `memory` to a dynamic window (`MPI_Win_attach`) and
+    /// returns its address, the displacement of its first byte for the
+    /// other ranks. Local.
+    #[doc(alias = "MPI_Win_attach")]
+    pub fn attach<T: Equivalence>(&self, memory: &'a mut [T]) -> Result<usize> {
+        let address = memory.as_mut_ptr() as usize;
+        let len = std::mem::size_of_val(memory);
+        let result = with_device(|_| {
+            let mut state = self.shared.state();
+            let Memory::Dynamic(ref mut regions) = state.memory else {
+                return Err(Error::new(
+                    ErrorClass::RmaFlavor,
+                    "memory is attached only to a dynamic window",
+                ));
+            };
+            if regions
+                .iter()
+                .any(|&(at, n)| address < at + n && at < address + len)
+            {
+                return Err(Error::new(
+                    ErrorClass::RmaAttach,
+                    format!("{len} bytes at {address:#x} overlap memory already attached"),
+                ));
+            }
+            regions.push((address, len));
+            Ok(address)
+        });
+        self.comm.handled(result)
+    }
+
+    /// Detaches the memory attached at `address` (`MPI_Win_detach`).
+    #[doc(alias = "MPI_Win_detach")]
+    pub fn detach(&self, address: usize) -> Result<()> {
+        let result = with_device(|_| {
+            let mut state = self.shared.state();
+            let Memory::Dynamic(ref mut regions) = state.memory else {
+                return Err(Error::new(
+                    ErrorClass::RmaFlavor,
+                    "memory is detached only from a dynamic window",
+                ));
+            };
+            let before = regions.len();
+            regions.retain(|&(at, _)| at != address);
+            if regions.len() == before {
+                return Err(Error::new(
+                    ErrorClass::RmaAttach,
+                    format!("no memory is attached at {address:#x}"),
+                ));
+            }
+            Ok(())
+        });
+        self.comm.handled(result)
+    }
+
+    // ----- checks -----
+
+    /// The target's communicator rank and its path, after the checks of
+    /// every operation: a rank of the window, an access epoch to it, and
+    /// (where the origin knows the target's window) `len` bytes at
+    /// `disp` units inside it. Returns also the byte displacement.
+    fn check_target(
+        &self,
+        target: i32,
+        disp: usize,
+        len: usize,
+    ) -> Result<(Target<'_>, Path, u64)> {
+        let rank = usize::try_from(target)
+            .ok()
+            .filter(|&r| r < self.members.len())
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorClass::Rank,
+                    format!(
+                        "target rank {target} is not in the window's group of {}",
+                        self.members.len()
+                    ),
+                )
+            })?;
+        if !self.epochs().may_access(rank) {
+            return Err(Error::new(
+                ErrorClass::RmaSync,
+                format!(
+                    "no access epoch to rank {rank} is open: call fence, start, lock or lock_all first"
+                ),
+            ));
+        }
+        let byte_disp = if self.flavor == CreateFlavor::Dynamic {
+            disp as u64
+        } else {
+            let unit = if self.same_disp_unit {
+                self.disp_unit()
+            } else {
+                self.disp_units[rank]
+            };
+            let size = if self.same_size {
+                self.size()
+            } else {
+                self.sizes[rank]
+            };
+            let start = disp.checked_mul(unit);
+            if start
+                .and_then(|s| s.checked_add(len))
+                .is_none_or(|end| end > size)
+            {
+                return Err(Error::new(
+                    ErrorClass::RmaRange,
+                    format!(
+                        "{len} bytes at displacement {disp} (units of {unit} bytes) lie outside rank {rank}'s window of {size} bytes"
+                    ),
+                ));
+            }
+            start.unwrap_or(0) as u64
+        };
+        let to = Target {
+            shared: &self.shared,
+            context_id: self.context_id,
+            rank,
+            world: self.members[rank],
+        };
+        Ok((to, self.paths[rank], byte_disp))
+    }
+
+    // ----- operations -----
+
+    /// Writes `origin` into the target's window at `disp`
+    /// (`MPI_Put`). The data is copied before this returns; it is in
+    /// place at the target once the epoch ends or a flush returns.
+    #[doc(alias = "MPI_Put")]
+    pub fn put<S: Buffer + ?Sized>(&self, origin: &S, target: i32, disp: usize) -> Result<()> {
+        let result = self.put_unhandled(origin, target, disp);
+        self.comm.handled(result)
+    }
+
+    fn put_unhandled<S: Buffer + ?Sized>(
+        &self,
+        origin: &S,
+        target: i32,
+        disp: usize,
+    ) -> Result<()> {
+        if target == PROC_NULL {
+            return Ok(());
+        }
+        let input = Input::new(origin)?;
+        let (to, path, disp) = self.check_target(target, disp, input.bytes().len())?;
+        path.put(&to, disp, input.bytes())
+    }
+
+    /// Reads the target's window at `disp` into `result` (`MPI_Get`),
+    /// returning once the data is there.
+    #[doc(alias = "MPI_Get")]
+    pub fn get<R: BufferMut + ?Sized>(
+        &self,
+        result: &mut R,
+        target: i32,
+        disp: usize,
+    ) -> Result<()> {
+        let outcome = self.fetch_blocking(result, target, disp, |_| Ok(FetchKind::Get));
+        self.comm.handled(outcome)
+    }
+
+    /// Combines `origin` into the target's window at `disp` with `op`
+    /// (`MPI_Accumulate`): a predefined reduction,
+    /// [`AccumulateOp::Replace`] or [`AccumulateOp::NoOp`]. Atomic per
+    /// element with respect to other accumulates. The data is copied
+    /// before this returns.
+    #[doc(alias = "MPI_Accumulate")]
+    pub fn accumulate<S: Buffer + ?Sized>(
+        &self,
+        origin: &S,
+        target: i32,
+        disp: usize,
+        op: impl Into<AccumulateOp>,
+    ) -> Result<()> {
+        let result = self.accumulate_unhandled(origin, target, disp, op.into());
+        self.comm.handled(result)
+    }
+
+    fn accumulate_unhandled<S: Buffer + ?Sized>(
+        &self,
+        origin: &S,
+        target: i32,
+        disp: usize,
+        op: AccumulateOp,
+    ) -> Result<()> {
+        if target == PROC_NULL {
+            return Ok(());
+        }
+        let input = Input::new(origin)?;
+        let element = accumulate_element(input.element_type(), op)?;
+        let (to, path, disp) = self.check_target(target, disp, input.bytes().len())?;
+        path.accumulate(&to, disp, input.bytes(), element, op)
+    }
+
+    /// Combines `origin` into the target's window with `op` and returns
+    /// the target's data from before in `result` (`MPI_Get_accumulate`);
+    /// the two hold elements of one basic type (else `MPI_ERR_TYPE`) and
+    /// equally many bytes (else `MPI_ERR_COUNT`), except that the origin
+    /// of [`AccumulateOp::NoOp`] is ignored.
+    #[doc(alias = "MPI_Get_accumulate")]
+    pub fn get_accumulate<S, R>(
+        &self,
+        origin: &S,
+        result: &mut R,
+        target: i32,
+        disp: usize,
+        op: impl Into<AccumulateOp>,
+    ) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        let op = op.into();
+        let outcome = Input::new(origin).and_then(|input| {
+            self.fetch_blocking(result, target, disp, |(element, len)| {
+                fetch_accumulate(&input, element, len, op)
+            })
+        });
+        self.comm.handled(outcome)
+    }
+
+    /// [`Window::get_accumulate`] of one element (`MPI_Fetch_and_op`).
+    #[doc(alias = "MPI_Fetch_and_op")]
+    pub fn fetch_and_op<T: Equivalence>(
+        &self,
+        origin: &T,
+        result: &mut T,
+        target: i32,
+        disp: usize,
+        op: impl Into<AccumulateOp>,
+    ) -> Result<()> {
+        self.get_accumulate(
+            std::slice::from_ref(origin),
+            std::slice::from_mut(result),
+            target,
+            disp,
+            op,
+        )
+    }
+
+    /// Replaces the target's element at `disp` with `origin` if it equals
+    /// `compare`, and returns its old value in `result`
+    /// (`MPI_Compare_and_swap`). `T` must be of a basic type.
+    #[doc(alias = "MPI_Compare_and_swap")]
+    pub fn compare_and_swap<T: Equivalence>(
+        &self,
+        origin: &T,
+        compare: &T,
+        result: &mut T,
+        target: i32,
+        disp: usize,
+    ) -> Result<()> {
+        let size = std::mem::size_of::<T>();
+        let mut data = Vec::with_capacity(2 * size);
+        for value in [compare, origin] {
+            data.extend_from_slice(
+                Input::new(std::slice::from_ref(value))
+                    .map(|i| i.bytes().to_vec())?
+                    .as_slice(),
+            );
+        }
+        let outcome = self.fetch_blocking(
+            std::slice::from_mut(result),
+            target,
+            disp,
+            |(element, _)| {
+                let basic = element
+                    .basic()
+                    .filter(|b| b.size() == size)
+                    .ok_or_else(|| {
+                        Error::new(
+                            ErrorClass::Type,
+                            format!(
+                                "compare_and_swap takes one element of a basic type, not {}",
+                                element.name()
+                            ),
+                        )
+                    })?;
+                Ok(FetchKind::CompareAndSwap(basic, data))
+            },
+        );
+        self.comm.handled(outcome)
+    }
+
+    /// Runs a fetching operation into `result` and waits for it.
+    fn fetch_blocking<R: BufferMut + ?Sized>(
+        &self,
+        result: &mut R,
+        target: i32,
+        disp: usize,
+        what: impl FnOnce((ElementType, usize)) -> Result<FetchKind>,
+    ) -> Result<()> {
+        if target == PROC_NULL {
+            return Ok(());
+        }
+        let mut output = Output::new(result)?;
+        let element = output.element_type();
+        let bytes = output.bytes_mut();
+        let len = bytes.len();
+        let what = what((element, len))?;
+        // SAFETY: `bytes` stays borrowed by `output`, untouched, until the
+        // request is waited for below.
+        let request = unsafe { self.start_fetch(target, disp, bytes.as_mut_ptr(), len, &what)? };
+        let status = crate::wait_request(request)?;
+        if let Some(e) = status.error {
+            return Err(e);
+        }
+        output.finish()
+    }
+
+    /// Checks and starts a fetching operation into `len` bytes at `dest`.
+    ///
+    /// # Safety
+    /// As [`Path::fetch`]'s.
+    unsafe fn start_fetch(
+        &self,
+        target: i32,
+        disp: usize,
+        dest: *mut u8,
+        len: usize,
+        what: &FetchKind,
+    ) -> Result<RequestId> {
+        let (to, path, disp) = self.check_target(target, disp, len)?;
+        let fetch = match *what {
+            FetchKind::Get => Fetch::Get,
+            FetchKind::Accumulate(element, op, ref data) => Fetch::Accumulate { element, op, data },
+            FetchKind::CompareAndSwap(element, ref data) => Fetch::CompareAndSwap { element, data },
+        };
+        // SAFETY: the caller's guarantee.
+        unsafe { path.fetch(&to, disp, dest, len, fetch) }
+    }
+
+    /// The request-based put (`MPI_Rput`): the data is copied at once,
+    /// so the request (which borrows nothing, and may be given any
+    /// lifetime) is complete on return (local completion); the
+    /// operation is complete at the target after a flush or the epoch's
+    /// end.
+    #[doc(alias = "MPI_Rput")]
+    pub fn rput<'s, S: Buffer + ?Sized>(
+        &self,
+        origin: &S,
+        target: i32,
+        disp: usize,
+    ) -> Result<Request<'s>> {
+        self.put(origin, target, disp)?;
+        completed()
+    }
+
+    /// The request-based accumulate (`MPI_Raccumulate`): complete on
+    /// return, as [`Window::rput`].
+    #[doc(alias = "MPI_Raccumulate")]
+    pub fn raccumulate<'s, S: Buffer + ?Sized>(
+        &self,
+        origin: &S,
+        target: i32,
+        disp: usize,
+        op: impl Into<AccumulateOp>,
+    ) -> Result<Request<'s>> {
+        self.accumulate(origin, target, disp, op)?;
+        completed()
+    }
+
+    /// The request-based get (`MPI_Rget`): `result` is borrowed until the
+    /// request (or its scope) completes, which is when the data is there.
+    #[doc(alias = "MPI_Rget")]
+    pub fn rget<'s, T: Equivalence>(
+        &self,
+        scope: &Scope<'s>,
+        result: &'s mut [T],
+        target: i32,
+        disp: usize,
+    ) -> Result<Request<'s>> {
+        let outcome = self.start_scoped(scope, result, target, disp, |_| Ok(FetchKind::Get));
+        self.comm.handled(outcome)
+    }
+
+    /// The request-based get_accumulate (`MPI_Rget_accumulate`): the
+    /// origin's data is copied at once; `result` is borrowed until the
+    /// request completes.
+    #[doc(alias = "MPI_Rget_accumulate")]
+    pub fn rget_accumulate<'s, S: Buffer + ?Sized, T: Equivalence>(
+        &self,
+        scope: &Scope<'s>,
+        origin: &S,
+        result: &'s mut [T],
+        target: i32,
+        disp: usize,
+        op: impl Into<AccumulateOp>,
+    ) -> Result<Request<'s>> {
+        let op = op.into();
+        let outcome = Input::new(origin).and_then(|input| {
+            self.start_scoped(scope, result, target, disp, |(element, len)| {
+                fetch_accumulate(&input, element, len, op)
+            })
+        });
+        self.comm.handled(outcome)
+    }
+
+    fn start_scoped<'s, T: Equivalence>(
+        &self,
+        scope: &Scope<'s>,
+        result: &'s mut [T],
+        target: i32,
+        disp: usize,
+        what: impl FnOnce((ElementType, usize)) -> Result<FetchKind>,
+    ) -> Result<Request<'s>> {
+        if target == PROC_NULL {
+            return completed();
+        }
+        let len = std::mem::size_of_val(result);
+        let what = what((ElementType::of::<T>(), len))?;
+        // SAFETY: `result` is borrowed for `'s`, and the scope completes
+        // the request before `'s` ends.
+        let id = unsafe { self.start_fetch(target, disp, result.as_mut_ptr().cast(), len, &what)? };
+        Ok(scope.register(id, None))
+    }
+
+    // ----- synchronization -----
+
+    fn check_assert(assert: u32, allowed: u32) -> Result<()> {
+        if assert & !allowed != 0 {
+            return Err(Error::new(
+                ErrorClass::Assert,
+                format!("assertion bits {:#x} are not valid here", assert & !allowed),
+            ));
+        }
+        Ok(())
+    }
+
+    fn target_of(&self, rank: usize) -> (Target<'_>, Path) {
+        (
+            Target {
+                shared: &self.shared,
+                context_id: self.context_id,
+                rank,
+                world: self.members[rank],
+            },
+            self.paths[rank],
+        )
+    }
+
+    fn flush_every_target(&self) -> Result<()> {
+        for rank in 0..self.members.len() {
+            let (to, path) = self.target_of(rank);
+            path.flush(&to)?;
+        }
+        take_errors(&self.shared)
+    }
+
+    /// Ends the preceding fence epoch and opens the next
+    /// (`MPI_Win_fence`); collective. Assertions: [`MODE_NOSTORE`],
+    /// [`MODE_NOPUT`], [`MODE_NOPRECEDE`], [`MODE_NOSUCCEED`].
+    #[doc(alias = "MPI_Win_fence")]
+    pub fn fence(&self, assert: u32) -> Result<()> {
+        let result = self.fence_unhandled(assert);
+        self.comm.handled(result)
+    }
+
+    fn fence_unhandled(&self, assert: u32) -> Result<()> {
+        Window::check_assert(assert, MODES & !MODE_NOCHECK)?;
+        {
+            let epochs = self.epochs();
+            if !epochs.locks.is_empty()
+                || epochs.lock_all.is_some()
+                || epochs.access.is_some()
+                || epochs.exposure.is_some()
+            {
+                return Err(Error::new(
+                    ErrorClass::RmaSync,
+                    "fence while a lock, start or post epoch is open",
+                ));
+            }
+        }
+        if assert & MODE_NOPRECEDE == 0 {
+            self.flush_every_target()?;
+        }
+        self.comm.barrier()?;
+        self.epochs().fence = assert & MODE_NOSUCCEED == 0;
+        Ok(())
+    }
+
+    /// Opens an exposure epoch to the ranks of `group` (`MPI_Win_post`).
+    #[doc(alias = "MPI_Win_post")]
+    pub fn post(&self, group: &Group, assert: u32) -> Result<()> {
+        let result = (|| {
+            Window::check_assert(assert, MODE_NOCHECK | MODE_NOSTORE | MODE_NOPUT)?;
+            let ranks = self.ranks_of(group)?;
+            let mut epochs = self.epochs();
+            if epochs.exposure.is_some() {
+                return Err(Error::new(
+                    ErrorClass::RmaSync,
+                    "post while an exposure epoch is open",
+                ));
+            }
+            epochs.exposure = Some(ranks.clone());
+            drop(epochs);
+            for rank in ranks {
+                let (to, path) = self.target_of(rank);
+                path.notify(&to, wire::Kind::Post)?;
+            }
+            Ok(())
+        })();
+        self.comm.handled(result)
+    }
+
+    /// Opens an access epoch to the ranks of `group` (`MPI_Win_start`),
+    /// once each has posted.
+    #[doc(alias = "MPI_Win_start")]
+    pub fn start(&self, group: &Group, assert: u32) -> Result<()> {
+        let result = (|| {
+            Window::check_assert(assert, MODE_NOCHECK)?;
+            let ranks = self.ranks_of(group)?;
+            if self.epochs().access.is_some() {
+                return Err(Error::new(
+                    ErrorClass::RmaSync,
+                    "start while an access epoch is open",
+                ));
+            }
+            crate::progress_until(|_| {
+                let mut state = self.shared.state();
+                if ranks.iter().all(|&r| state.posts[r] > 0) {
+                    for &r in &ranks {
+                        state.posts[r] -= 1;
+                    }
+                    return Ok(Some(()));
+                }
+                Ok(None)
+            })?;
+            self.epochs().access = Some(ranks);
+            Ok(())
+        })();
+        self.comm.handled(result)
+    }
+
+    /// Ends the access epoch of [`Window::start`] (`MPI_Win_complete`):
+    /// every operation of it completes at its target.
+    #[doc(alias = "MPI_Win_complete")]
+    pub fn complete(&self) -> Result<()> {
+        let result = (|| {
+            let ranks = self
+                .epochs()
+                .access
+                .take()
+                .ok_or_else(|| Error::new(ErrorClass::RmaSync, "complete without a start"))?;
+            for &rank in &ranks {
+                let (to, path) = self.target_of(rank);
+                path.flush(&to)?;
+            }
+            for &rank in &ranks {
+                let (to, path) = self.target_of(rank);
+                path.notify(&to, wire::Kind::Complete)?;
+            }
+            take_errors(&self.shared)
+        })();
+        self.comm.handled(result)
+    }
+
+    /// Ends the exposure epoch of [`Window::post`] (`MPI_Win_wait`), once
+    /// every origin of it has completed.
+    #[doc(alias = "MPI_Win_wait")]
+    pub fn wait(&self) -> Result<()> {
+        let result = (|| {
+            let ranks = self.exposure_group()?;
+            crate::progress_until(|_| Ok(self.take_completes(&ranks).then_some(())))?;
+            self.epochs().exposure = None;
+            Ok(())
+        })();
+        self.comm.handled(result)
+    }
+
+    /// [`Window::wait`] without blocking (`MPI_Win_test`): whether the
+    /// exposure epoch ended.
+    #[doc(alias = "MPI_Win_test")]
+    pub fn test(&self) -> Result<bool> {
+        let result = (|| {
+            let ranks = self.exposure_group()?;
+            crate::progress_once()?;
+            let done = self.take_completes(&ranks);
+            if done {
+                self.epochs().exposure = None;
+            }
+            Ok(done)
+        })();
+        self.comm.handled(result)
+    }
+
+    fn exposure_group(&self) -> Result<Vec<usize>> {
+        self.epochs()
+            .exposure
+            .clone()
+            .ok_or_else(|| Error::new(ErrorClass::RmaSync, "wait or test without a post"))
+    }
+
+    /// Whether every rank of `ranks` completed; if so, their completes
+    /// are used up.
+    fn take_completes(&self, ranks: &[usize]) -> bool {
+        let mut state = self.shared.state();
+        if !ranks.iter().all(|&r| state.completes[r] > 0) {
+            return false;
+        }
+        for &r in ranks {
+            state.completes[r] -= 1;
+        }
+        true
+    }
+
+    /// The window's communicator ranks of `group`'s processes.
+    fn ranks_of(&self, group: &Group) -> Result<Vec<usize>> {
+        group
+            .world_ranks()
+            .iter()
+            .map(|w| {
+                self.members.iter().position(|m| m == w).ok_or_else(|| {
+                    Error::new(
+                        ErrorClass::Group,
+                        format!("process {w} of the group is not in the window"),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// Opens a passive-target access epoch to `target` (`MPI_Win_lock`):
+    /// takes its lock, unless `assert` has [`MODE_NOCHECK`].
+    #[doc(alias = "MPI_Win_lock")]
+    pub fn lock(&self, lock_type: LockType, target: i32, assert: u32) -> Result<()> {
+        let result = self.lock_unhandled(lock_type, target, assert);
+        self.comm.handled(result)
+    }
+
+    fn lock_unhandled(&self, lock_type: LockType, target: i32, assert: u32) -> Result<()> {
+        Window::check_assert(assert, MODE_NOCHECK)?;
+        if self.no_locks {
+            return Err(Error::new(
+                ErrorClass::RmaSync,
+                "the window was made with the hint no_locks=true",
+            ));
+        }
+        if target == PROC_NULL {
+            return Ok(());
+        }
+        let rank = self.rank_arg(target)?;
+        {
+            let epochs = self.epochs();
+            if epochs.locks.contains_key(&rank) || epochs.lock_all.is_some() {
+                return Err(Error::new(
+                    ErrorClass::RmaSync,
+                    format!("rank {rank} is already locked by this process"),
+                ));
+            }
+        }
+        let take = assert & MODE_NOCHECK == 0;
+        if take {
+            let (to, path) = self.target_of(rank);
+            path.lock(&to, lock_type)?;
+        }
+        self.epochs().locks.insert(rank, (lock_type, take));
+        Ok(())
+    }
+
+    /// Ends the passive-target epoch to `target` (`MPI_Win_unlock`): its
+    /// operations complete at the target, then the lock is released.
+    #[doc(alias = "MPI_Win_unlock")]
+    pub fn unlock(&self, target: i32) -> Result<()> {
+        let result = (|| {
+            if target == PROC_NULL {
+                return Ok(());
+            }
+            let rank = self.rank_arg(target)?;
+            let (_, taken) = self.epochs().locks.remove(&rank).ok_or_else(|| {
+                Error::new(
+                    ErrorClass::RmaSync,
+                    format!("rank {rank} is not locked by this process"),
+                )
+            })?;
+            let (to, path) = self.target_of(rank);
+            path.flush(&to)?;
+            if taken {
+                path.unlock(&to)?;
+            }
+            take_errors(&self.shared)
+        })();
+        self.comm.handled(result)
+    }
+
+    /// Opens a shared passive-target epoch to every rank
+    /// (`MPI_Win_lock_all`).
+    #[doc(alias = "MPI_Win_lock_all")]
+    pub fn lock_all(&self, assert: u32) -> Result<()> {
+        let result = (|| {
+            Window::check_assert(assert, MODE_NOCHECK)?;
+            if self.no_locks {
+                return Err(Error::new(
+                    ErrorClass::RmaSync,
+                    "the window was made with the hint no_locks=true",
+                ));
+            }
+            {
+                let epochs = self.epochs();
+                if epochs.lock_all.is_some() || !epochs.locks.is_empty() {
+                    return Err(Error::new(
+                        ErrorClass::RmaSync,
+                        "lock_all while locks are held",
+                    ));
+                }
+            }
+            let take = assert & MODE_NOCHECK == 0;
+            if take {
+                for rank in 0..self.members.len() {
+                    let (to, path) = self.target_of(rank);
+                    path.lock(&to, LockType::Shared)?;
+                }
+            }
+            self.epochs().lock_all = Some(take);
+            Ok(())
+        })();
+        self.comm.handled(result)
+    }
+
+    /// Ends the epoch of [`Window::lock_all`] (`MPI_Win_unlock_all`).
+    #[doc(alias = "MPI_Win_unlock_all")]
+    pub fn unlock_all(&self) -> Result<()> {
+        let result = (|| {
+            let taken =
+                self.epochs().lock_all.take().ok_or_else(|| {
+                    Error::new(ErrorClass::RmaSync, "unlock_all without lock_all")
+                })?;
+            self.flush_every_target()?;
+            if taken {
+                for rank in 0..self.members.len() {
+                    let (to, path) = self.target_of(rank);
+                    path.unlock(&to)?;
+                }
+            }
+            Ok(())
+        })();
+        self.comm.handled(result)
+    }
+
+    /// Completes every operation to `target` at the target
+    /// (`MPI_Win_flush`); in a passive-target epoch.
+    #[doc(alias = "MPI_Win_flush")]
+    pub fn flush(&self, target: i32) -> Result<()> {
+        let result = (|| {
+            if target == PROC_NULL {
+                return Ok(());
+            }
+            let rank = self.rank_arg(target)?;
+            if !self.epochs().passive(rank) {
+                return Err(Error::new(
+                    ErrorClass::RmaSync,
+                    format!("flush of rank {rank} outside a passive-target epoch to it"),
+                ));
+            }
+            let (to, path) = self.target_of(rank);
+            path.flush(&to)?;
+            take_errors(&self.shared)
+        })();
+        self.comm.handled(result)
+    }
+
+    /// [`Window::flush`] to every target (`MPI_Win_flush_all`).
+    #[doc(alias = "MPI_Win_flush_all")]
+    pub fn flush_all(&self) -> Result<()> {
+        let result = (|| {
+            let epochs = self.epochs();
+            if epochs.lock_all.is_none() && epochs.locks.is_empty() {
+                return Err(Error::new(
+                    ErrorClass::RmaSync,
+                    "flush_all outside a passive-target epoch",
+                ));
+            }
+            drop(epochs);
+            self.flush_every_target()
+        })();
+        self.comm.handled(result)
+    }
+
+    /// Completes the operations to `target` locally
+    /// (`MPI_Win_flush_local`): their origin buffers may be reused. Puts
+    /// and accumulates are complete locally on return already; this waits
+    /// for the results of fetching ones, as [`Window::flush`].
+    #[doc(alias = "MPI_Win_flush_local")]
+    pub fn flush_local(&self, target: i32) -> Result<()> {
+        self.flush(target)
+    }
+
+    /// [`Window::flush_local`] to every target
+    /// (`MPI_Win_flush_local_all`).
+    #[doc(alias = "MPI_Win_flush_local_all")]
+    pub fn flush_local_all(&self) -> Result<()> {
+        self.flush_all()
+    }
+
+    /// Synchronizes the public and private copies of the local window
+    /// (`MPI_Win_sync`): a memory fence (the copies are one).
+    #[doc(alias = "MPI_Win_sync")]
+    pub fn sync(&self) -> Result<()> {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn rank_arg(&self, target: i32) -> Result<usize> {
+        usize::try_from(target)
+            .ok()
+            .filter(|&r| r < self.members.len())
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorClass::Rank,
+                    format!(
+                        "rank {target} is not in the window's group of {}",
+                        self.members.len()
+                    ),
+                )
+            })
+    }
+}
+
+impl Drop for Window<'_> {
+    fn drop(&mut self) {
+        // A window dropped without `free` stops being reachable: messages
+        // that still name it fail their senders instead of touching
+        // memory that is going away.
+        if !self.freed {
+            target::unregister(self.context_id);
+        }
+    }
+}
+
+/// What a fetching operation does, with its data owned.
+enum FetchKind {
+    Get,
+    Accumulate(Primitive, AccumulateOp, Vec<u8>),
+    CompareAndSwap(Primitive, Vec<u8>),
+}
+
+/// The basic type an accumulate of `element`s with `op` works on, or the
+/// error (`MPI_ERR_TYPE` for data of several types, `MPI_ERR_OP` for an
+/// operation not defined for it).
+fn accumulate_element(element: ElementType, op: AccumulateOp) -> Result<Primitive> {
+    op.check()?;
+    let basic = element.basic().ok_or_else(|| {
+        Error::new(
+            ErrorClass::Type,
+            format!(
+                "accumulates take elements of one basic type, not {}",
+                element.name()
+            ),
+        )
+    })?;
+    if let AccumulateOp::Reduce(reduce) = op {
+        Reduction::new(&reduce, ElementType::of_basic(basic))?;
+    }
+    Ok(basic)
+}
+
+/// The fetching accumulate of `input` into a result of `len` bytes of
+/// `element`s.
+fn fetch_accumulate(
+    input: &Input<'_>,
+    element: ElementType,
+    len: usize,
+    op: AccumulateOp,
+) -> Result<FetchKind> {
+    let basic = accumulate_element(element, op)?;
+    if op == AccumulateOp::NoOp {
+        return Ok(FetchKind::Accumulate(basic, op, Vec::new()));
+    }
+    crate::collective::op::same_element_type(input.element_type(), element)?;
+    if input.bytes().len() != len {
+        return Err(Error::new(
+            ErrorClass::Count,
+            format!(
+                "the origin holds {} bytes and the result buffer {len}",
+                input.bytes().len()
+            ),
+        ));
+    }
+    Ok(FetchKind::Accumulate(basic, op, input.bytes().to_vec()))
+}
+
+/// A request that is complete already (local completion, or an
+/// operation on `PROC_NULL`).
+fn completed<'s>() -> Result<Request<'s>> {
+    let id = with_device(|d| Ok(d.completed_request(crate::comm::sent_status(0))))?;
+    Ok(Request::unscoped(id))
+}
+
+/// Installs the handler of one-sided messages in the device (at
+/// initialize).
+pub(crate) fn install(device: &mut oxmpi_adi::device::Device) {
+    device.set_active_message_handler(Box::new(target::Handler));
+}

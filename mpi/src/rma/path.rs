@@ -1,0 +1,279 @@
+//! How an origin reaches a target's window: the seam between the
+//! device-independent window and the ways of moving the data.
+//!
+//! [`Path`] is chosen per target when the window is made
+//! ([`Path::choose`]) and every operation and synchronization to that
+//! target goes through it. Today there is one way, for every transport:
+//!
+//! - [`Path::ActiveMessages`]: each operation is an active message
+//!   (`wire.rs`) that the target's progress engine applies (`target.rs`),
+//!   answered with a reply that completes it here. Locks are requests to
+//!   the target's fair lock queue.
+//!
+//! A direct path (true one-sided access to a window in shared memory or
+//! reached by cross-memory attach, for targets on this host) is added as
+//! another variant, chosen in [`Path::choose`], with its own arm in each
+//! method below; the window, its epochs and its checks (range, epoch,
+//! datatypes) stay as they are, since they are done before a path is
+//! taken. A path must give the same guarantees: an operation is complete
+//! at the target once `flush` returns for it, an accumulate is atomic per
+//! element with respect to the other accumulates of any path to that
+//! target, and a lock excludes the lock holders of every path.
+
+use super::target::{Pending, Shared};
+use super::wire::{AccumulateOp, Kind, Message, FLAG_EXCLUSIVE, FLAG_FETCH, HEADER};
+use super::LockType;
+use crate::datatype::Primitive;
+use crate::{progress_until, with_device, Error, Result};
+use oxmpi_adi::device::{Device, RequestId};
+use oxmpi_adi::proto::MAX_ACTIVE_LEN;
+use oxmpi_adi::transport::PeerRank;
+
+/// The most data one message carries: a larger operation is split (on
+/// element boundaries: this is a multiple of every basic type's size).
+const CHUNK: usize = (MAX_ACTIVE_LEN as usize - HEADER) / 16 * 16;
+
+/// Which window and target an operation is for.
+pub(crate) struct Target<'w> {
+    /// The window's state.
+    pub(crate) shared: &'w Shared,
+    /// The window's context id.
+    pub(crate) context_id: u32,
+    /// The target's rank in the window's communicator.
+    pub(crate) rank: usize,
+    /// Its world rank.
+    pub(crate) world: PeerRank,
+}
+
+/// How this rank reaches one target's window: see the module docs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Path {
+    /// Active messages handled by the target's progress engine.
+    ActiveMessages,
+}
+
+impl Path {
+    /// The path to the target of world rank `_target`.
+    pub(crate) fn choose(_target: PeerRank) -> Path {
+        Path::ActiveMessages
+    }
+
+    /// Writes `data` at byte displacement `disp` (`MPI_Put`); the data is
+    /// copied before this returns.
+    pub(crate) fn put(self, to: &Target<'_>, disp: u64, data: &[u8]) -> Result<()> {
+        match self {
+            Path::ActiveMessages => with_device(|d| {
+                for (offset, chunk) in chunks(data.len()) {
+                    let mut m = Message::new(Kind::Put, 0);
+                    m.disp = disp + offset as u64;
+                    m.len = chunk as u64;
+                    m.data = &data[offset..offset + chunk];
+                    send(d, to, Pending::Done, m)?;
+                }
+                Ok(())
+            }),
+        }
+    }
+
+    /// Combines `data` (elements of `element`) into the target's with
+    /// `op` (`MPI_Accumulate`); the data is copied before this returns.
+    pub(crate) fn accumulate(
+        self,
+        to: &Target<'_>,
+        disp: u64,
+        data: &[u8],
+        element: Primitive,
+        op: AccumulateOp,
+    ) -> Result<()> {
+        match self {
+            Path::ActiveMessages => with_device(|d| {
+                for (offset, chunk) in chunks(data.len()) {
+                    let mut m = Message::new(Kind::Accumulate, 0);
+                    m.element = Some(element);
+                    m.op = Some(op);
+                    m.disp = disp + offset as u64;
+                    m.len = chunk as u64;
+                    if op != AccumulateOp::NoOp {
+                        m.data = &data[offset..offset + chunk];
+                    }
+                    send(d, to, Pending::Done, m)?;
+                }
+                Ok(())
+            }),
+        }
+    }
+
+    /// Starts a fetching operation into `result` (`len` bytes at
+    /// `result`): a get (`fetch: None`), a fetching accumulate of `data`
+    /// (`Some((element, op, data))`), or a compare-and-swap
+    /// (`swap: Some(compare ++ origin)`). Returns the request that
+    /// completes when the result is in place.
+    ///
+    /// # Safety
+    /// `result` must be writable for `len` bytes, and not otherwise
+    /// accessed, until the returned request completes.
+    pub(crate) unsafe fn fetch(
+        self,
+        to: &Target<'_>,
+        disp: u64,
+        result: *mut u8,
+        len: usize,
+        what: Fetch<'_>,
+    ) -> Result<RequestId> {
+        match self {
+            Path::ActiveMessages => with_device(|d| {
+                let request = d.start_generalized();
+                let parts: Vec<_> = match what {
+                    Fetch::CompareAndSwap { .. } => vec![(0, len)],
+                    _ => chunks(len).collect(),
+                };
+                let last_index = parts.len().saturating_sub(1);
+                if parts.is_empty() {
+                    d.complete_generalized(request, None);
+                }
+                for (i, (offset, chunk)) in parts.into_iter().enumerate() {
+                    let m = match what {
+                        Fetch::Get => Message::new(Kind::Get, 0),
+                        Fetch::Accumulate { element, op, data } => {
+                            let mut m = Message::new(Kind::Accumulate, 0);
+                            m.flags = FLAG_FETCH;
+                            m.element = Some(element);
+                            m.op = Some(op);
+                            if op != AccumulateOp::NoOp {
+                                m.data = &data[offset..offset + chunk];
+                            }
+                            m
+                        }
+                        Fetch::CompareAndSwap { element, data } => {
+                            let mut m = Message::new(Kind::CompareAndSwap, 0);
+                            m.element = Some(element);
+                            m.data = data;
+                            m
+                        }
+                    };
+                    let m = Message {
+                        disp: disp + offset as u64,
+                        len: chunk as u64,
+                        ..m
+                    };
+                    let pending = Pending::Fetch {
+                        // In bounds: the chunks cover `0..len`.
+                        dest: result.wrapping_add(offset),
+                        len: chunk,
+                        request,
+                        last: i == last_index,
+                    };
+                    if let Err(e) = send(d, to, pending, m) {
+                        d.complete_generalized(request, Some(e.clone()));
+                        d.take_status(request);
+                        return Err(e);
+                    }
+                }
+                Ok(request)
+            }),
+        }
+    }
+
+    /// Takes the target's lock (`MPI_Win_lock` without `MODE_NOCHECK`),
+    /// waiting until it is granted.
+    pub(crate) fn lock(self, to: &Target<'_>, lock_type: LockType) -> Result<()> {
+        match self {
+            Path::ActiveMessages => {
+                let mut m = Message::new(Kind::Lock, 0);
+                if lock_type == LockType::Exclusive {
+                    m.flags = FLAG_EXCLUSIVE;
+                }
+                let token = with_device(|d| send(d, to, Pending::Sync, m))?;
+                wait_reply(to, token)
+            }
+        }
+    }
+
+    /// Releases the target's lock, once every operation to it completed.
+    pub(crate) fn unlock(self, to: &Target<'_>) -> Result<()> {
+        match self {
+            Path::ActiveMessages => {
+                let m = Message::new(Kind::Unlock, 0);
+                let token = with_device(|d| send(d, to, Pending::Sync, m))?;
+                wait_reply(to, token)
+            }
+        }
+    }
+
+    /// Waits until every operation to the target is complete there
+    /// (`MPI_Win_flush`).
+    pub(crate) fn flush(self, to: &Target<'_>) -> Result<()> {
+        match self {
+            Path::ActiveMessages => {
+                progress_until(|_| Ok((to.shared.state().outstanding[to.rank] == 0).then_some(())))
+            }
+        }
+    }
+
+    /// Tells the target this rank opened an exposure epoch to it
+    /// (`Kind::Post`) or ended its access epoch (`Kind::Complete`).
+    pub(crate) fn notify(self, to: &Target<'_>, kind: Kind) -> Result<()> {
+        match self {
+            Path::ActiveMessages => with_device(|d| {
+                d.send_active_message(to.world, to.context_id, &Message::new(kind, 0).encode())
+            }),
+        }
+    }
+}
+
+/// What a fetching operation does at the target.
+#[derive(Clone, Copy)]
+pub(crate) enum Fetch<'d> {
+    /// Reads the target's data.
+    Get,
+    /// Combines `data` into it, answering with the old data.
+    Accumulate {
+        element: Primitive,
+        op: AccumulateOp,
+        data: &'d [u8],
+    },
+    /// Compares and swaps one element: `data` is the compare value
+    /// followed by the new one.
+    CompareAndSwap { element: Primitive, data: &'d [u8] },
+}
+
+/// The chunks (offset, length) of `len` bytes.
+fn chunks(len: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..len)
+        .step_by(CHUNK)
+        .map(move |offset| (offset, CHUNK.min(len - offset)))
+}
+
+/// Sends `m` to the target, noting what its reply completes; its token.
+fn send(d: &mut Device, to: &Target<'_>, pending: Pending, mut m: Message<'_>) -> Result<u64> {
+    let token = to.shared.state().expect(to.rank, pending);
+    m.token = token;
+    if let Err(e) = d.send_active_message(to.world, to.context_id, &m.encode()) {
+        to.shared.state().forget(token);
+        return Err(e);
+    }
+    Ok(token)
+}
+
+/// Waits for the reply to `token` (a lock or unlock).
+fn wait_reply(to: &Target<'_>, token: u64) -> Result<()> {
+    progress_until(|_| Ok((!to.shared.state().awaits(token)).then_some(())))
+}
+
+/// The first error recorded for operations without requests, if any
+/// (all are taken).
+pub(crate) fn take_errors(shared: &Shared) -> Result<()> {
+    let mut state = shared.state();
+    let mut errors = std::mem::take(&mut state.errors);
+    match errors.len() {
+        0 => Ok(()),
+        1 => Err(errors.remove(0)),
+        n => {
+            let first = errors.remove(0);
+            Err(Error::new(
+                first.class(),
+                format!("{} (and {} more failed operations)", first.message(), n - 1),
+            ))
+        }
+    }
+}

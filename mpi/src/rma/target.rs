@@ -1,0 +1,528 @@
+//! The state of a window that active messages reach, and their handler.
+//!
+//! Every window of this process is registered here under its context id
+//! (that of the window's own communicator copy, the same on every rank),
+//! as a [`Shared`]: the local memory that other ranks' operations read and
+//! write, the lock other ranks take on it, and this rank's operations in
+//! flight as an origin, which the replies complete. [`Handler`] is the
+//! device's `ActiveMessageHandler`: it runs inside the progress engine,
+//! with the device locked, so it never waits; it applies operations to
+//! the local memory (accumulates with the reduction kernels of
+//! [`crate::collective::op`]) and answers them.
+//!
+//! Lock order: the device, then the registry, then a window's state.
+//! Nothing takes the device while it holds either of the others.
+
+use super::wire::{AccumulateOp, Kind, Message, FLAG_EXCLUSIVE, FLAG_FETCH};
+use crate::collective::op::Reduction;
+use crate::datatype::ElementType;
+use crate::{Error, ErrorClass, Result};
+use oxmpi_adi::device::{ActiveMessage, ActiveMessageHandler, Device, RequestId};
+use oxmpi_adi::transport::PeerRank;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// The windows of this process, by context id.
+static WINDOWS: Mutex<Option<HashMap<u32, Arc<Shared>>>> = Mutex::new(None);
+
+/// Registers a window (at creation, before any peer can name it).
+pub(crate) fn register(context_id: u32, shared: Arc<Shared>) {
+    lock(&WINDOWS)
+        .get_or_insert_with(HashMap::new)
+        .insert(context_id, shared);
+}
+
+/// Removes a window (at free, once no peer names it any more).
+pub(crate) fn unregister(context_id: u32) {
+    if let Some(map) = lock(&WINDOWS).as_mut() {
+        map.remove(&context_id);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Where the local window's memory is.
+pub(crate) enum Memory {
+    /// One block (created on user memory, or allocated); displacements
+    /// are byte offsets from its start (the origin applies the target's
+    /// displacement unit).
+    Block { base: *mut u8, size: usize },
+    /// A dynamic window: displacements are addresses, which must lie in
+    /// one attached region (start address, length).
+    Dynamic(Vec<(usize, usize)>),
+}
+
+impl Memory {
+    /// The bytes `disp .. + len` in the window, or an `MPI_ERR_RMA_RANGE`
+    /// error if any lies outside it.
+    fn range(&self, disp: u64, len: u64) -> Result<*mut u8> {
+        let outside = || {
+            Error::new(
+                ErrorClass::RmaRange,
+                format!("{len} bytes at byte displacement {disp} lie outside the target window"),
+            )
+        };
+        match *self {
+            Memory::Block { base, size } => {
+                let end = disp.checked_add(len).ok_or_else(outside)?;
+                if end > size as u64 {
+                    return Err(outside());
+                }
+                // The range lies within the block, so the offset does too.
+                Ok(base.wrapping_add(disp as usize))
+            }
+            Memory::Dynamic(ref regions) => {
+                let end = disp.checked_add(len).ok_or_else(outside)?;
+                regions
+                    .iter()
+                    .find(|&&(at, n)| disp >= at as u64 && end <= (at + n) as u64)
+                    .map(|_| disp as usize as *mut u8)
+                    .ok_or_else(outside)
+            }
+        }
+    }
+}
+
+/// What a reply completes, at the origin.
+pub(crate) enum Pending {
+    /// An operation without a result (put, accumulate): counted only.
+    Done,
+    /// An operation with a result, `len` bytes to place at `dest`, and
+    /// its request, completed by the reply (or by the last of a split
+    /// operation's replies: `last`).
+    Fetch {
+        dest: *mut u8,
+        len: usize,
+        request: RequestId,
+        last: bool,
+    },
+    /// A lock or unlock request: the reply is the grant or the release.
+    Sync,
+}
+
+/// The passive-target lock of a window at its target: fair, first come
+/// first served, so that a stream of shared locks cannot starve an
+/// exclusive one (seed: passive RMA).
+#[derive(Default)]
+struct LockQueue {
+    /// Shared holders.
+    readers: usize,
+    /// An exclusive holder.
+    writer: bool,
+    /// Waiting requests: (peer, token, exclusive), oldest first.
+    waiting: VecDeque<(PeerRank, u64, bool)>,
+}
+
+impl LockQueue {
+    /// Grants the waiting requests that may go now, in order, and returns
+    /// them (peer, token) to be answered.
+    fn grant(&mut self) -> Vec<(PeerRank, u64)> {
+        let mut granted = Vec::new();
+        while let Some(&(peer, token, exclusive)) = self.waiting.front() {
+            let free = if exclusive {
+                !self.writer && self.readers == 0
+            } else {
+                !self.writer
+            };
+            if !free {
+                break;
+            }
+            self.waiting.pop_front();
+            if exclusive {
+                self.writer = true;
+            } else {
+                self.readers += 1;
+            }
+            granted.push((peer, token));
+        }
+        granted
+    }
+
+    fn release(&mut self) -> Result<()> {
+        if self.writer {
+            self.writer = false;
+        } else if self.readers > 0 {
+            self.readers -= 1;
+        } else {
+            return Err(Error::new(
+                ErrorClass::ProcFailed,
+                "an unlock of a window that nobody had locked",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A window's state that replies and operations reach.
+pub(crate) struct Shared {
+    /// This rank's rank in the window's communicator, by world rank.
+    ranks: HashMap<PeerRank, usize>,
+    state: Mutex<State>,
+}
+
+// SAFETY: the raw pointers in `State` name the window's memory and the
+// origin's result buffers, which the window's owner keeps valid while the
+// window lives (or until the request that names them completes); they are
+// only used with the state locked.
+unsafe impl Send for Shared {}
+// SAFETY: as above: every access goes through the state's mutex.
+unsafe impl Sync for Shared {}
+
+/// The mutable part of [`Shared`].
+pub(crate) struct State {
+    pub(crate) memory: Memory,
+    lock: LockQueue,
+    /// The origin's operations awaiting replies, by token.
+    pending: HashMap<u64, (usize, Pending)>,
+    /// Replies awaited, per target (communicator rank).
+    pub(crate) outstanding: Vec<usize>,
+    next_token: u64,
+    /// Errors of operations without requests, reported by the next
+    /// completion call (flush, unlock, fence, complete).
+    pub(crate) errors: Vec<Error>,
+    /// Posts received from each target and not yet used by a start.
+    pub(crate) posts: Vec<usize>,
+    /// Completes received from each origin and not yet used by a wait.
+    pub(crate) completes: Vec<usize>,
+}
+
+impl Shared {
+    /// The shared state of a window of `members` (world ranks by
+    /// communicator rank) over `memory`.
+    pub(crate) fn new(members: &[PeerRank], memory: Memory) -> Shared {
+        let n = members.len();
+        Shared {
+            ranks: members.iter().enumerate().map(|(i, &w)| (w, i)).collect(),
+            state: Mutex::new(State {
+                memory,
+                lock: LockQueue::default(),
+                pending: HashMap::new(),
+                outstanding: vec![0; n],
+                next_token: 1,
+                errors: Vec::new(),
+                posts: vec![0; n],
+                completes: vec![0; n],
+            }),
+        }
+    }
+
+    /// The state, locked.
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+}
+
+impl State {
+    /// Notes an operation to `target` awaiting its reply; its token.
+    pub(crate) fn expect(&mut self, target: usize, pending: Pending) -> u64 {
+        let token = self.next_token;
+        self.next_token += 1;
+        self.pending.insert(token, (target, pending));
+        self.outstanding[target] += 1;
+        token
+    }
+
+    /// Forgets an operation whose message could not be sent.
+    pub(crate) fn forget(&mut self, token: u64) {
+        if let Some((target, _)) = self.pending.remove(&token) {
+            self.outstanding[target] -= 1;
+        }
+    }
+
+    /// Whether the operation `token` still waits for its reply.
+    pub(crate) fn awaits(&self, token: u64) -> bool {
+        self.pending.contains_key(&token)
+    }
+}
+
+/// The device's handler of active messages: see the module docs.
+pub(crate) struct Handler;
+
+impl ActiveMessageHandler for Handler {
+    fn handle(&mut self, device: &mut Device, message: ActiveMessage) -> Result<()> {
+        let shared = lock(&WINDOWS)
+            .as_ref()
+            .and_then(|m| m.get(&message.context_id).cloned())
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorClass::ProcFailed,
+                    format!(
+                        "rank {} named window context {}, which this rank does not have",
+                        message.peer, message.context_id
+                    ),
+                )
+            })?;
+        let from = *shared.ranks.get(&message.peer).ok_or_else(|| {
+            Error::new(
+                ErrorClass::ProcFailed,
+                format!(
+                    "rank {} sent a one-sided message for a window it is not in",
+                    message.peer
+                ),
+            )
+        })?;
+        let m = Message::decode(&message.payload)?;
+        let mut state = shared.state();
+        let reply = |device: &mut Device, answer: Message<'_>| {
+            device.send_active_message(message.peer, message.context_id, &answer.encode())
+        };
+        match m.kind {
+            Kind::Put | Kind::Get | Kind::Accumulate | Kind::CompareAndSwap => {
+                let answer = match apply(&mut state.memory, &m) {
+                    Ok(old) => {
+                        let mut answer = Message::new(Kind::Reply, m.token);
+                        answer.len = old.len() as u64;
+                        answer.data = &old;
+                        reply(device, answer)
+                    }
+                    Err(e) => {
+                        let text = e.message().to_owned();
+                        let mut answer = Message::new(Kind::Refused, m.token);
+                        answer.class = e.class().code() as u8;
+                        answer.len = text.len() as u64;
+                        answer.data = text.as_bytes();
+                        reply(device, answer)
+                    }
+                };
+                drop(state);
+                answer
+            }
+            Kind::Reply | Kind::Refused => {
+                let (target, pending) = state.pending.remove(&m.token).ok_or_else(|| {
+                    Error::new(
+                        ErrorClass::ProcFailed,
+                        format!(
+                            "rank {} answered operation {} that was not asked",
+                            message.peer, m.token
+                        ),
+                    )
+                })?;
+                if target != from {
+                    return Err(Error::new(
+                        ErrorClass::ProcFailed,
+                        format!(
+                            "rank {} answered an operation sent to another rank",
+                            message.peer
+                        ),
+                    ));
+                }
+                state.outstanding[target] -= 1;
+                let refused = (m.kind == Kind::Refused).then(|| {
+                    Error::new(
+                        class_of(m.class),
+                        format!(
+                            "rank {from} (target) refused the operation: {}",
+                            String::from_utf8_lossy(m.data)
+                        ),
+                    )
+                });
+                match pending {
+                    Pending::Done | Pending::Sync => {
+                        if let Some(e) = refused {
+                            state.errors.push(e);
+                        }
+                    }
+                    Pending::Fetch {
+                        dest,
+                        len,
+                        request,
+                        last,
+                    } => {
+                        if let Some(e) = refused {
+                            // The request fails now, and its buffer is the
+                            // program's again: the replies to its other
+                            // parts are only counted, never placed.
+                            for (_, other) in state.pending.values_mut() {
+                                if matches!(other, Pending::Fetch { request: r, .. } if *r == request)
+                                {
+                                    *other = Pending::Done;
+                                }
+                            }
+                            drop(state);
+                            device.complete_generalized(request, Some(e));
+                            return Ok(());
+                        }
+                        drop(state);
+                        if m.data.len() != len {
+                            return Err(Error::new(
+                                ErrorClass::ProcFailed,
+                                format!(
+                                    "rank {from} answered {len} bytes asked with {}",
+                                    m.data.len()
+                                ),
+                            ));
+                        }
+                        // SAFETY: `dest` is the result buffer of the
+                        // operation, writable for `len` bytes until its
+                        // request completes, which happens only below.
+                        unsafe { std::ptr::copy_nonoverlapping(m.data.as_ptr(), dest, len) };
+                        if last {
+                            device.complete_generalized(request, None);
+                        }
+                    }
+                }
+                Ok(())
+            }
+            Kind::Lock => {
+                let exclusive = m.flags & FLAG_EXCLUSIVE != 0;
+                state
+                    .lock
+                    .waiting
+                    .push_back((message.peer, m.token, exclusive));
+                let granted = state.lock.grant();
+                drop(state);
+                grant(device, message.context_id, granted)
+            }
+            Kind::Unlock => {
+                state.lock.release()?;
+                let granted = state.lock.grant();
+                drop(state);
+                reply(device, Message::new(Kind::Reply, m.token))?;
+                grant(device, message.context_id, granted)
+            }
+            Kind::Post => {
+                state.posts[from] += 1;
+                Ok(())
+            }
+            Kind::Complete => {
+                state.completes[from] += 1;
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Answers lock requests just granted.
+fn grant(device: &mut Device, context_id: u32, granted: Vec<(PeerRank, u64)>) -> Result<()> {
+    for (peer, token) in granted {
+        let answer = Message::new(Kind::Reply, token).encode();
+        if let Err(e) = device.send_active_message(peer, context_id, &answer) {
+            // That peer is lost; the others still get their answers.
+            oxmpi_adi::vlog!("lock grant to rank {peer}: {e}");
+        }
+    }
+    Ok(())
+}
+
+/// The error class whose code a refusal carries (a code this build does
+/// not know reads as `MPI_ERR_OTHER`).
+fn class_of(code: u8) -> ErrorClass {
+    [ErrorClass::RmaRange, ErrorClass::Op, ErrorClass::Type]
+        .into_iter()
+        .find(|c| c.code() == i32::from(code))
+        .unwrap_or(ErrorClass::Other)
+}
+
+/// Applies an operation to the window's memory; its result (the target's
+/// old data for a get or a fetching operation, else nothing). Nothing is
+/// touched unless the whole range lies in the window.
+fn apply(memory: &mut Memory, m: &Message<'_>) -> Result<Vec<u8>> {
+    let len = usize::try_from(m.len).map_err(|_| {
+        Error::new(
+            ErrorClass::RmaRange,
+            "a length beyond this machine's memory",
+        )
+    })?;
+    let at = memory.range(m.disp, m.len)?;
+    // SAFETY: `range` checked that `at .. at + len` lies in the window's
+    // memory, which its owner keeps valid and lets only this module (with
+    // the state locked) and the owner's own accessors (with the device
+    // locked, as this handler runs) touch.
+    let window = unsafe { std::slice::from_raw_parts_mut(at, len) };
+    match m.kind {
+        Kind::Put => {
+            window.copy_from_slice(m.data);
+            Ok(Vec::new())
+        }
+        Kind::Get => Ok(window.to_vec()),
+        Kind::Accumulate => {
+            let old = if m.flags & FLAG_FETCH != 0 {
+                window.to_vec()
+            } else {
+                Vec::new()
+            };
+            let (Some(basic), Some(op)) = (m.element, m.op) else {
+                return Err(Error::new(
+                    ErrorClass::Intern,
+                    "an accumulate without its type",
+                ));
+            };
+            let element = ElementType::of_basic(basic);
+            match op {
+                AccumulateOp::Replace => window.copy_from_slice(m.data),
+                AccumulateOp::NoOp => {}
+                AccumulateOp::Reduce(op) => {
+                    let reduction = Reduction::new(&op, element)?;
+                    // The kernels need aligned data: combine in aligned
+                    // copies (the window and the packet may be at any
+                    // offset).
+                    let mut input = Aligned::from(m.data);
+                    let mut inout = Aligned::from(&*window);
+                    reduction.apply(input.bytes_mut(), inout.bytes_mut())?;
+                    window.copy_from_slice(inout.bytes_mut());
+                }
+            }
+            Ok(old)
+        }
+        Kind::CompareAndSwap => {
+            let old = window.to_vec();
+            let (compare, origin) = m.data.split_at(len);
+            if window == compare {
+                window.copy_from_slice(origin);
+            }
+            Ok(old)
+        }
+        _ => Err(Error::new(ErrorClass::Intern, "not an operation")),
+    }
+}
+
+/// A copy of bytes aligned for any basic type (16 bytes).
+struct Aligned {
+    words: Vec<u128>,
+    len: usize,
+}
+
+impl Aligned {
+    fn from(bytes: &[u8]) -> Aligned {
+        let mut a = Aligned {
+            words: vec![0; bytes.len().div_ceil(16)],
+            len: bytes.len(),
+        };
+        a.bytes_mut().copy_from_slice(bytes);
+        a
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: the words own `16 * words.len() >= len` initialized
+        // bytes, and any byte pattern is a valid u8.
+        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr().cast(), self.len) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LockQueue;
+
+    #[test]
+    fn the_lock_is_first_come_first_served() {
+        let mut lock = LockQueue::default();
+        // Two readers hold it; a writer comes, then more readers.
+        lock.waiting.extend([(1, 1, false), (2, 2, false)]);
+        assert_eq!(lock.grant(), vec![(1, 1), (2, 2)]);
+        lock.waiting
+            .extend([(3, 3, true), (4, 4, false), (5, 5, false)]);
+        // The later readers wait behind the writer: it is not starved.
+        assert_eq!(lock.grant(), vec![]);
+        lock.release().unwrap();
+        assert_eq!(lock.grant(), vec![]);
+        lock.release().unwrap();
+        assert_eq!(lock.grant(), vec![(3, 3)]);
+        lock.release().unwrap();
+        assert_eq!(lock.grant(), vec![(4, 4), (5, 5)]);
+        lock.release().unwrap();
+        lock.release().unwrap();
+        assert!(lock.release().is_err(), "an unlock nobody locked");
+    }
+}

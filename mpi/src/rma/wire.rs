@@ -1,0 +1,388 @@
+//! What an RMA active message says: the payload of an
+//! `oxmpi_adi::proto::Kind::Active` packet, with checked decoding.
+//!
+//! Every message starts with a fixed [`HEADER`]-byte header,
+//! little-endian, followed by its data:
+//!
+//! | offset | size | field    | meaning                                              |
+//! |-------:|-----:|----------|------------------------------------------------------|
+//! | 0      | 1    | kind     | [`Kind`]                                             |
+//! | 1      | 1    | flags    | [`FLAG_FETCH`] (accumulate), [`FLAG_EXCLUSIVE`] (lock) |
+//! | 2      | 1    | element  | basic type of the elements (index in `Primitive::ALL`) |
+//! | 3      | 1    | op       | [`AccumulateOp`] code                                |
+//! | 4      | 4    | reserved | 0                                                    |
+//! | 8      | 8    | token    | the origin's operation, named in the reply           |
+//! | 16     | 8    | disp     | target displacement in bytes (from the window's start; an address in a dynamic window) |
+//! | 24     | 8    | len      | bytes of data the operation covers                   |
+//!
+//! Decoding trusts nothing: the kind, the flags it allows, the element and
+//! op codes, the reserved bytes and that the data's length agrees with the
+//! kind and `len` are all checked, and a message that fails is a protocol
+//! error of its sender. Whether the range lies in the target's window is
+//! the target's check (`target.rs`), answered with [`Kind::Refused`].
+
+use crate::collective::op::SystemOp;
+use crate::collective::SystemOperation;
+use crate::datatype::Primitive;
+use crate::{Error, ErrorClass, Result};
+
+/// Bytes of the fixed header.
+pub(crate) const HEADER: usize = 32;
+
+/// Flag of an [`Kind::Accumulate`]: reply with the target's data from
+/// before the operation (get_accumulate, fetch_and_op).
+pub(crate) const FLAG_FETCH: u8 = 1;
+/// Flag of a [`Kind::Lock`]: an exclusive lock.
+pub(crate) const FLAG_EXCLUSIVE: u8 = 2;
+
+/// What a message is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Write the data at `disp`; replied to with an empty [`Kind::Reply`].
+    Put = 1,
+    /// Read `len` bytes at `disp`; replied to with them.
+    Get = 2,
+    /// Combine the data into the target's with `op`; replied to with the
+    /// old data under [`FLAG_FETCH`], else with an empty reply.
+    Accumulate = 3,
+    /// Compare the first half of the data with the target's element and
+    /// write the second half if they are equal; replied to with the old.
+    CompareAndSwap = 4,
+    /// The answer to the operation `token`: its data, if any.
+    Reply = 5,
+    /// The target refused the operation `token`: the data is the message,
+    /// `op` the error class's code.
+    Refused = 6,
+    /// Asks for the target's window lock; replied to once granted.
+    Lock = 7,
+    /// Releases the lock; replied to once released.
+    Unlock = 8,
+    /// The target opened an exposure epoch for the receiver
+    /// (`MPI_Win_post`).
+    Post = 9,
+    /// The origin ended its access epoch to the receiver
+    /// (`MPI_Win_complete`); its operations were all replied to.
+    Complete = 10,
+}
+
+impl Kind {
+    fn from_u8(v: u8) -> Option<Kind> {
+        Some(match v {
+            1 => Kind::Put,
+            2 => Kind::Get,
+            3 => Kind::Accumulate,
+            4 => Kind::CompareAndSwap,
+            5 => Kind::Reply,
+            6 => Kind::Refused,
+            7 => Kind::Lock,
+            8 => Kind::Unlock,
+            9 => Kind::Post,
+            10 => Kind::Complete,
+            _ => return None,
+        })
+    }
+}
+
+/// How an accumulate combines data (MPI 4.1 §12.3.4): a predefined
+/// reduction, `MPI_REPLACE` or `MPI_NO_OP`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccumulateOp {
+    /// A predefined reduction operation.
+    Reduce(SystemOperation),
+    /// The origin's data replaces the target's (`MPI_REPLACE`).
+    Replace,
+    /// The target's data is left as it is (`MPI_NO_OP`, to fetch it).
+    NoOp,
+}
+
+/// The reductions by code (`2 + index`); 0 and 1 are replace and no-op.
+const REDUCTIONS: [SystemOp; 10] = [
+    SystemOp::Max,
+    SystemOp::Min,
+    SystemOp::Sum,
+    SystemOp::Product,
+    SystemOp::LogicalAnd,
+    SystemOp::LogicalOr,
+    SystemOp::LogicalXor,
+    SystemOp::BitwiseAnd,
+    SystemOp::BitwiseOr,
+    SystemOp::BitwiseXor,
+];
+
+impl From<SystemOperation> for AccumulateOp {
+    fn from(op: SystemOperation) -> AccumulateOp {
+        AccumulateOp::Reduce(op)
+    }
+}
+
+impl AccumulateOp {
+    fn code(self) -> Option<u8> {
+        match self {
+            AccumulateOp::Replace => Some(0),
+            AccumulateOp::NoOp => Some(1),
+            AccumulateOp::Reduce(op) => REDUCTIONS
+                .iter()
+                .position(|&r| r == op.system_op())
+                .map(|i| i as u8 + 2),
+        }
+    }
+
+    fn from_code(code: u8) -> Option<AccumulateOp> {
+        match code {
+            0 => Some(AccumulateOp::Replace),
+            1 => Some(AccumulateOp::NoOp),
+            c => REDUCTIONS
+                .get(usize::from(c) - 2)
+                .map(|&op| AccumulateOp::Reduce(SystemOperation::from_system_op(op))),
+        }
+    }
+
+    /// Whether one-sided accumulates take this operation: `MPI_MINLOC`
+    /// and `MPI_MAXLOC` need pair types, which travel as no basic type.
+    pub(crate) fn check(self) -> Result<()> {
+        match self.code() {
+            Some(_) => Ok(()),
+            None => Err(Error::new(
+                ErrorClass::Op,
+                format!("{self:?} is not supported by one-sided accumulates in oxmpi"),
+            )),
+        }
+    }
+}
+
+/// A decoded message: the header's fields and the data after it.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Message<'p> {
+    pub(crate) kind: Kind,
+    pub(crate) flags: u8,
+    /// The elements' basic type (accumulate, compare-and-swap).
+    pub(crate) element: Option<Primitive>,
+    /// The operation (accumulate).
+    pub(crate) op: Option<AccumulateOp>,
+    /// Error class code (refused).
+    pub(crate) class: u8,
+    pub(crate) token: u64,
+    pub(crate) disp: u64,
+    pub(crate) len: u64,
+    pub(crate) data: &'p [u8],
+}
+
+impl<'p> Message<'p> {
+    /// A message of `kind` with every field zero and no data.
+    pub(crate) fn new(kind: Kind, token: u64) -> Message<'p> {
+        Message {
+            kind,
+            flags: 0,
+            element: None,
+            op: None,
+            class: 0,
+            token,
+            disp: 0,
+            len: 0,
+            data: &[],
+        }
+    }
+
+    /// The wire form: header and data.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(HEADER + self.data.len());
+        out.push(self.kind as u8);
+        out.push(self.flags);
+        out.push(
+            self.element
+                .and_then(|e| Primitive::ALL.iter().position(|&p| p == e))
+                .map_or(0, |i| i as u8),
+        );
+        let op = match self.kind {
+            Kind::Refused => self.class,
+            _ => self.op.and_then(AccumulateOp::code).unwrap_or(0),
+        };
+        out.push(op);
+        out.extend_from_slice(&[0; 4]);
+        out.extend_from_slice(&self.token.to_le_bytes());
+        out.extend_from_slice(&self.disp.to_le_bytes());
+        out.extend_from_slice(&self.len.to_le_bytes());
+        out.extend_from_slice(self.data);
+        out
+    }
+
+    /// Decodes and checks a message. Never panics, whatever the bytes.
+    pub(crate) fn decode(payload: &'p [u8]) -> Result<Message<'p>> {
+        let (head, data) = payload
+            .split_at_checked(HEADER)
+            .ok_or_else(|| bad(format!("{} bytes, less than a header", payload.len())))?;
+        let u64_at = |o: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&head[o..o + 8]);
+            u64::from_le_bytes(w)
+        };
+        let kind = Kind::from_u8(head[0]).ok_or_else(|| bad(format!("kind {}", head[0])))?;
+        let flags = head[1];
+        let allowed = match kind {
+            Kind::Accumulate => FLAG_FETCH,
+            Kind::Lock => FLAG_EXCLUSIVE,
+            _ => 0,
+        };
+        if flags & !allowed != 0 {
+            return Err(bad(format!("flags {flags:#x} on {kind:?}")));
+        }
+        if head[4..8] != [0; 4] {
+            return Err(bad("reserved bytes set"));
+        }
+        let typed = matches!(kind, Kind::Accumulate | Kind::CompareAndSwap);
+        let element = if typed {
+            Some(
+                *Primitive::ALL
+                    .get(usize::from(head[2]))
+                    .ok_or_else(|| bad(format!("element type code {}", head[2])))?,
+            )
+        } else if head[2] != 0 {
+            return Err(bad(format!("element type on {kind:?}")));
+        } else {
+            None
+        };
+        let (op, class) = match kind {
+            Kind::Accumulate => (
+                Some(
+                    AccumulateOp::from_code(head[3])
+                        .ok_or_else(|| bad(format!("operation code {}", head[3])))?,
+                ),
+                0,
+            ),
+            Kind::Refused => (None, head[3]),
+            _ if head[3] != 0 => return Err(bad(format!("operation code on {kind:?}"))),
+            _ => (None, 0),
+        };
+        let message = Message {
+            kind,
+            flags,
+            element,
+            op,
+            class,
+            token: u64_at(8),
+            disp: u64_at(16),
+            len: u64_at(24),
+            data,
+        };
+        let data_len = data.len() as u64;
+        let elements_ok = match element {
+            Some(e) => message.len.is_multiple_of(e.size() as u64),
+            None => true,
+        };
+        let lengths_ok = match kind {
+            Kind::Put | Kind::Reply | Kind::Refused => data_len == message.len,
+            Kind::Accumulate => {
+                let no_op = op == Some(AccumulateOp::NoOp);
+                // A no-op carries no data; a no-op that fetches nothing
+                // is pointless but harmless.
+                data_len == if no_op { 0 } else { message.len }
+            }
+            Kind::CompareAndSwap => {
+                element.is_some_and(|e| message.len == e.size() as u64)
+                    && data_len == 2 * message.len
+            }
+            Kind::Get => data_len == 0,
+            Kind::Lock | Kind::Unlock | Kind::Post | Kind::Complete => {
+                data_len == 0 && message.len == 0 && message.disp == 0
+            }
+        };
+        if !(lengths_ok && elements_ok) {
+            return Err(bad(format!(
+                "{kind:?} of {} bytes carries {data_len} bytes of data",
+                message.len
+            )));
+        }
+        Ok(message)
+    }
+}
+
+/// The error of a message that does not decode.
+fn bad(what: impl std::fmt::Display) -> Error {
+    Error::new(
+        ErrorClass::ProcFailed,
+        format!("malformed one-sided (RMA) message: {what}"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<u8> {
+        let data = 7u64.to_le_bytes();
+        let mut m = Message::new(Kind::Accumulate, 42);
+        m.element = Some(Primitive::U64);
+        m.op = Some(SystemOperation::sum().into());
+        m.flags = FLAG_FETCH;
+        m.disp = 3;
+        m.len = 8;
+        m.data = &data;
+        m.encode()
+    }
+
+    #[test]
+    fn round_trips() {
+        let bytes = sample();
+        let m = Message::decode(&bytes).unwrap();
+        assert_eq!(m.kind, Kind::Accumulate);
+        assert_eq!(m.op, Some(SystemOperation::sum().into()));
+        assert_eq!(m.element, Some(Primitive::U64));
+        assert_eq!((m.token, m.disp, m.len, m.data.len()), (42, 3, 8, 8));
+        for op in REDUCTIONS
+            .map(|op| AccumulateOp::Reduce(SystemOperation::from_system_op(op)))
+            .into_iter()
+            .chain([AccumulateOp::Replace, AccumulateOp::NoOp])
+        {
+            assert_eq!(AccumulateOp::from_code(op.code().unwrap()), Some(op));
+        }
+    }
+
+    #[test]
+    fn every_truncation_and_corruption_is_an_error_not_a_panic() {
+        let bytes = sample();
+        for n in 0..bytes.len() {
+            assert!(Message::decode(&bytes[..n]).is_err(), "{n} bytes accepted");
+        }
+        for at in 0..HEADER {
+            for v in [0u8, 0x55, 0xff] {
+                let mut b = bytes.clone();
+                b[at] = v;
+                // Either refused, or a message that still checks.
+                if let Ok(m) = Message::decode(&b) {
+                    assert_eq!(m.data.len() as u64, m.len, "byte {at} = {v}");
+                }
+            }
+        }
+        let mut extra = bytes.clone();
+        extra.push(0);
+        assert!(Message::decode(&extra).is_err());
+    }
+
+    #[test]
+    fn refuses_what_the_kind_does_not_allow() {
+        let mut b = sample();
+        b[0] = 11;
+        assert!(Message::decode(&b).is_err());
+        let mut b = sample();
+        b[1] = FLAG_EXCLUSIVE;
+        assert!(Message::decode(&b).is_err());
+        let mut b = sample();
+        b[2] = Primitive::ALL.len() as u8;
+        assert!(Message::decode(&b).is_err());
+        let mut b = sample();
+        b[3] = 12;
+        assert!(Message::decode(&b).is_err());
+        // Eight bytes are not a whole number of 16-byte elements.
+        let mut b = sample();
+        b[2] = Primitive::ALL
+            .iter()
+            .position(|&p| p == Primitive::U128)
+            .unwrap() as u8;
+        assert!(Message::decode(&b).is_err());
+        let lock = Message::new(Kind::Lock, 1).encode();
+        let mut with_len = lock.clone();
+        with_len[24] = 1;
+        assert!(Message::decode(&lock).is_ok());
+        assert!(Message::decode(&with_len).is_err());
+    }
+}

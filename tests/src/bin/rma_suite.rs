@@ -1,0 +1,689 @@
+//! One-sided communication (RMA) run as real jobs: `rma_suite CHECK [N]`,
+//! started by the harness through oxrun. Every result is compared with a
+//! reference each rank computes alone from what every rank writes (a
+//! function of its rank). A check exits non-zero, saying why, when
+//! something is wrong.
+//!
+//! Checks: `ops` (every operation under every synchronization mode, on
+//! windows made on user memory and allocated, a derived origin datatype),
+//! `operations` (accumulate with every predefined operation, REPLACE and
+//! NO_OP on several types, against `reduce_local_into`), `atomic` (every
+//! rank does N fetch-and-op and N accumulate sums on one element under
+//! shared locks: exact totals, and the fetched values all distinct),
+//! `spinlock` (a compare-and-swap lock guards N non-atomic increments by
+//! get and put), `dynamic` (attach, access, detach), `attributes`
+//! (attributes, hints, names, sizes that differ between ranks), `errors`
+//! (the error classes of bad calls, after which the window still works)
+//! and `passive` (rank 0 computes outside MPI while the others lock, put
+//! and unlock: run with `OXMPI_ASYNC_PROGRESS=1`).
+
+use oxmpi::collective::{reduce_local_into, SystemOperation};
+use oxmpi::datatype::{UserDatatype, View};
+use oxmpi::rma::{
+    AccumulateOp, CreateFlavor, LockType, MemoryModel, Window, MODE_NOCHECK, MODE_NOPRECEDE,
+    MODE_NOSUCCEED,
+};
+use oxmpi::traits::*;
+use oxmpi::{Communicator, ErrorClass, Info, Result};
+use oxmpi_jobs::checks::{ensure, expect_class, fail, same};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+fn main() -> ExitCode {
+    let check = std::env::args().nth(1).unwrap_or_default();
+    let n: usize = std::env::args()
+        .nth(2)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100);
+    let result = oxmpi::initialize().and_then(|universe| {
+        let world = universe.world();
+        let outcome = match check.as_str() {
+            "ops" => ops(&world),
+            "operations" => operations(&world),
+            "atomic" => atomic(&world, n),
+            "spinlock" => spinlock(&world, n),
+            "dynamic" => dynamic(&world),
+            "attributes" => attributes(&world),
+            "errors" => errors(&world),
+            "passive" => passive(&world),
+            other => Err(fail(format!("unknown check {other:?}"))),
+        };
+        if let Err(e) = outcome {
+            eprintln!("rma_suite {check}: rank {}: {e}", world.rank());
+            world.abort(1);
+        }
+        universe.finalize()
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rma_suite {check}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Elements of each rank's window in `ops`.
+const LEN: usize = 64;
+
+/// The value rank `rank`'s window starts with at `i`.
+fn initial(rank: usize, i: usize) -> u64 {
+    (rank as u64) << 32 | (i as u64 * 7 + 3)
+}
+
+/// The value origin `rank` sends for element `i`.
+fn sent(rank: usize, i: usize) -> u64 {
+    (rank as u64 + 1) * 1000 + i as u64
+}
+
+/// How an epoch is opened and closed around the operations.
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    Fence,
+    Pscw,
+    LockShared,
+    LockExclusive,
+    LockNocheck,
+    LockAll,
+    /// lock_all, with a flush after every operation.
+    Flush,
+}
+
+const MODES: [Mode; 7] = [
+    Mode::Fence,
+    Mode::Pscw,
+    Mode::LockShared,
+    Mode::LockExclusive,
+    Mode::LockNocheck,
+    Mode::LockAll,
+    Mode::Flush,
+];
+
+/// Every operation on each of the window's regions, from each rank to
+/// the next (a ring), under every mode; then each target checks its
+/// window and each origin what it fetched.
+fn ops(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let target = (rank + 1) % size;
+    let origin = (rank + size - 1) % size;
+    for mode in MODES {
+        for created in [false, true] {
+            let mut memory = vec![0u64; LEN];
+            let window = if created {
+                Window::create(world, &mut memory[..], 8, &Info::new())?
+            } else {
+                Window::allocate(world, LEN * 8, 8, &Info::new())?
+            };
+            let what = format!(
+                "{mode:?} on a window {}",
+                if created { "created" } else { "allocated" }
+            );
+            let start: Vec<u64> = (0..LEN).map(|i| initial(rank, i)).collect();
+            window.write_local(0, &start)?;
+            world.barrier()?;
+            let fetched = epoch(world, &window, mode, target, origin)?;
+            world.barrier()?;
+            let mut got = vec![0u64; LEN];
+            window.read_local(0, &mut got)?;
+            same(
+                &got,
+                &expected_target(rank, origin),
+                &format!("{what}: target window"),
+            )?;
+            same(
+                &fetched,
+                &expected_fetched(target),
+                &format!("{what}: fetched at the origin"),
+            )?;
+            window.free()?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs the operations to `target` in an epoch of `mode`; what they
+/// fetched, in order.
+fn epoch(
+    world: &Communicator,
+    window: &Window<'_>,
+    mode: Mode,
+    target: usize,
+    origin: usize,
+) -> Result<Vec<u64>> {
+    let t = target as i32;
+    match mode {
+        Mode::Fence => window.fence(MODE_NOPRECEDE)?,
+        Mode::Pscw => {
+            window.post(&world.group().include(&[origin as i32])?, 0)?;
+            window.start(&world.group().include(&[t])?, 0)?;
+        }
+        Mode::LockShared => window.lock(LockType::Shared, t, 0)?,
+        Mode::LockExclusive => window.lock(LockType::Exclusive, t, 0)?,
+        // No other rank locks this target: the ring gives it one origin.
+        Mode::LockNocheck => window.lock(LockType::Exclusive, t, MODE_NOCHECK)?,
+        Mode::LockAll | Mode::Flush => window.lock_all(0)?,
+    }
+    let flush = || -> Result<()> {
+        if matches!(mode, Mode::Flush) {
+            window.flush(t)?;
+        }
+        Ok(())
+    };
+    let rank = world.rank() as usize;
+    let mine =
+        |range: std::ops::Range<usize>| -> Vec<u64> { range.map(|i| sent(rank, i)).collect() };
+    let mut fetched = Vec::new();
+    // 0..8: put. 8..16: get.
+    window.put(&mine(0..8)[..], t, 0)?;
+    flush()?;
+    let mut got = [0u64; 8];
+    window.get(&mut got[..], t, 8)?;
+    fetched.extend_from_slice(&got);
+    // 16..24: accumulate sum; 24..32: get_accumulate sum.
+    window.accumulate(&mine(16..24)[..], t, 16, SystemOperation::sum())?;
+    flush()?;
+    window.get_accumulate(
+        &mine(24..32)[..],
+        &mut got[..],
+        t,
+        24,
+        SystemOperation::sum(),
+    )?;
+    fetched.extend_from_slice(&got);
+    // 32: fetch_and_op sum; 33: a swap that happens; 34: one that does not.
+    let mut one = 0u64;
+    window.fetch_and_op(&sent(rank, 32), &mut one, t, 32, SystemOperation::sum())?;
+    fetched.push(one);
+    window.compare_and_swap(&sent(rank, 33), &initial(target, 33), &mut one, t, 33)?;
+    fetched.push(one);
+    window.compare_and_swap(&sent(rank, 34), &0, &mut one, t, 34)?;
+    fetched.push(one);
+    // 35..40: replace; 40..44: no-op fetch.
+    window.accumulate(&mine(35..40)[..], t, 35, AccumulateOp::Replace)?;
+    flush()?;
+    let mut four = [0u64; 4];
+    window.get_accumulate(&[0u64; 0][..], &mut four[..], t, 40, AccumulateOp::NoOp)?;
+    fetched.extend_from_slice(&four);
+    // 44..48: rget; 48..52: rget_accumulate max; 52..56: raccumulate
+    // xor; 56..60: rput; 60..64: a strided origin (every other element).
+    let strided: Vec<u64> = (0..8).map(|i| sent(rank, 60 + i / 2)).collect();
+    let every_other = UserDatatype::vector(4, 1, 2, &u64::equivalent_datatype())?;
+    let (mut a, mut b) = ([0u64; 4], [0u64; 4]);
+    oxmpi::request::scope(|scope| -> Result<()> {
+        let r1 = window.rget(scope, &mut a[..], t, 44)?;
+        let r2 = window.rget_accumulate(
+            scope,
+            &mine(48..52)[..],
+            &mut b[..],
+            t,
+            48,
+            SystemOperation::max(),
+        )?;
+        let r3 = window.raccumulate(&mine(52..56)[..], t, 52, SystemOperation::bitwise_xor())?;
+        let r4 = window.rput(&mine(56..60)[..], t, 56)?;
+        oxmpi::request::wait_all(vec![r1, r2, r3, r4])?;
+        Ok(())
+    })?;
+    window.put(
+        &View::with_count_and_datatype(&strided[..], 1, &every_other)?,
+        t,
+        60,
+    )?;
+    fetched.extend_from_slice(&a);
+    fetched.extend_from_slice(&b);
+    match mode {
+        Mode::Fence => window.fence(MODE_NOSUCCEED)?,
+        Mode::Pscw => {
+            window.complete()?;
+            window.wait()?;
+        }
+        Mode::LockShared | Mode::LockExclusive | Mode::LockNocheck => window.unlock(t)?,
+        Mode::LockAll | Mode::Flush => window.unlock_all()?,
+    }
+    Ok(fetched)
+}
+
+/// What `rank`'s window holds after `origin`'s operations.
+fn expected_target(rank: usize, origin: usize) -> Vec<u64> {
+    (0..LEN)
+        .map(|i| {
+            let (old, new) = (initial(rank, i), sent(origin, i));
+            match i {
+                0..8 | 35..40 | 56..60 => new,
+                16..33 => old.wrapping_add(new),
+                33 => new,
+                48..52 => old.max(new),
+                52..56 => old ^ new,
+                60..64 => sent(origin, i),
+                _ => old,
+            }
+        })
+        .collect()
+}
+
+/// What an origin fetches from `target`, in `epoch`'s order.
+fn expected_fetched(target: usize) -> Vec<u64> {
+    let old = |i: usize| initial(target, i);
+    // compare_and_swap returns the old value whether or not it swapped.
+    (8..16).chain(24..35).chain(40..52).map(old).collect()
+}
+
+/// Accumulate with every predefined operation that applies, REPLACE and
+/// NO_OP, on i32, u8, f64 and i64, from every rank into rank 0 under
+/// an exclusive lock each; rank 0 compares with `reduce_local_into`
+/// applied in rank order (the values make every order give the same).
+fn operations(world: &Communicator) -> Result<()> {
+    let ops = [
+        ("sum", SystemOperation::sum()),
+        ("product", SystemOperation::product()),
+        ("max", SystemOperation::max()),
+        ("min", SystemOperation::min()),
+        ("land", SystemOperation::logical_and()),
+        ("lor", SystemOperation::logical_or()),
+        ("lxor", SystemOperation::logical_xor()),
+        ("band", SystemOperation::bitwise_and()),
+        ("bor", SystemOperation::bitwise_or()),
+        ("bxor", SystemOperation::bitwise_xor()),
+    ];
+    let integer_only =
+        |name: &str| matches!(name, "land" | "lor" | "lxor" | "band" | "bor" | "bxor");
+    for (name, op) in ops {
+        typed_accumulate::<i32>(world, name, op.into(), |r, i| {
+            (r as i32 + 1) * (i as i32 % 3 - 1)
+        })?;
+        typed_accumulate::<u8>(world, name, op.into(), |r, i| (r + i) as u8 % 4)?;
+        typed_accumulate::<i64>(world, name, op.into(), |r, i| ((r as i64) << 33) - i as i64)?;
+        if integer_only(name) {
+            let window = Window::allocate(world, 64, 8, &Info::new())?;
+            window.fence(0)?;
+            let bad = window.accumulate(&[1.5f64][..], 0, 0, op);
+            window.fence(MODE_NOSUCCEED)?;
+            expect_class(bad, ErrorClass::Op, &format!("{name} on f64"))?;
+            window.free()?;
+        } else {
+            typed_accumulate::<f64>(world, name, op.into(), |r, i| {
+                0.5 * (r as f64 + 1.0) + i as f64
+            })?;
+        }
+    }
+    typed_accumulate::<i32>(world, "replace", AccumulateOp::Replace, |r, i| {
+        (r * 100 + i) as i32
+    })?;
+    typed_accumulate::<f64>(world, "no_op", AccumulateOp::NoOp, |r, i| {
+        (r * 100 + i) as f64
+    })?;
+    Ok(())
+}
+
+/// One accumulate of every rank into rank 0 with `op`, each in its own
+/// exclusive epoch, in rank order (a barrier between ranks), checked at
+/// rank 0.
+fn typed_accumulate<T>(
+    world: &Communicator,
+    name: &str,
+    op: AccumulateOp,
+    value: impl Fn(usize, usize) -> T,
+) -> Result<()>
+where
+    T: Equivalence + Copy + PartialEq + std::fmt::Debug + Default,
+{
+    const N: usize = 6;
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let elem = std::mem::size_of::<T>();
+    let window = Window::allocate(world, N * elem, elem, &Info::new())?;
+    let start: Vec<T> = (0..N).map(|i| value(size + 1, i)).collect();
+    window.write_local(0, &start)?;
+    world.barrier()?;
+    for turn in 0..size {
+        if turn == rank {
+            let mine: Vec<T> = (0..N).map(|i| value(rank, i)).collect();
+            window.lock(LockType::Exclusive, 0, 0)?;
+            window.accumulate(&mine[..], 0, 0, op)?;
+            window.unlock(0)?;
+        }
+        world.barrier()?;
+    }
+    if rank == 0 {
+        let mut expected = start;
+        for r in 0..size {
+            let mine: Vec<T> = (0..N).map(|i| value(r, i)).collect();
+            match op {
+                AccumulateOp::Reduce(op) => reduce_local_into(&mine[..], &mut expected[..], op)?,
+                AccumulateOp::Replace => expected = mine,
+                AccumulateOp::NoOp => {}
+            }
+        }
+        let mut got = vec![T::default(); N];
+        window.read_local(0, &mut got)?;
+        same(
+            &got,
+            &expected,
+            &format!("accumulate {name} of {}", std::any::type_name::<T>()),
+        )?;
+    }
+    window.free()
+}
+
+/// Every rank does `n` fetch-and-op sums of 1 on element 0 of rank 0 and
+/// `n` accumulate sums of 1 on element 1, under a shared lock: both
+/// totals are exact, and the values fetched are all different.
+fn atomic(world: &Communicator, n: usize) -> Result<()> {
+    let (rank, size) = (world.rank(), world.size() as usize);
+    let window = Window::allocate(world, 16, 8, &Info::new())?;
+    world.barrier()?;
+    let mut fetched = vec![0u64; n];
+    window.lock(LockType::Shared, 0, 0)?;
+    for f in fetched.iter_mut() {
+        window.fetch_and_op(&1u64, f, 0, 0, SystemOperation::sum())?;
+        window.accumulate(&[1u64][..], 0, 1, SystemOperation::sum())?;
+    }
+    window.unlock(0)?;
+    world.barrier()?;
+    let mut every = vec![0u64; n * size];
+    world.all_gather_into(&fetched[..], &mut every[..])?;
+    if rank == 0 {
+        let mut totals = [0u64; 2];
+        window.read_local(0, &mut totals)?;
+        let want = (n * size) as u64;
+        same(&totals, &[want, want], "fetch_and_op and accumulate totals")?;
+        every.sort_unstable();
+        same(
+            &every,
+            &(0..want).collect::<Vec<_>>(),
+            "values fetched (sorted)",
+        )?;
+    }
+    window.free()
+}
+
+/// A spin lock built with compare-and-swap on element 0 of rank 0 guards
+/// a counter at element 1 that ranks increment by get and put: `n`
+/// increments each, none lost.
+fn spinlock(world: &Communicator, n: usize) -> Result<()> {
+    let (rank, size) = (world.rank(), world.size() as usize);
+    let window = Window::allocate(world, 16, 8, &Info::new())?;
+    world.barrier()?;
+    window.lock_all(0)?;
+    let me = rank as u64 + 1;
+    for _ in 0..n {
+        let mut old = 1u64;
+        while old != 0 {
+            window.compare_and_swap(&me, &0, &mut old, 0, 0)?;
+        }
+        let mut counter = [0u64];
+        window.get(&mut counter[..], 0, 1)?;
+        window.put(&[counter[0] + 1][..], 0, 1)?;
+        window.flush(0)?;
+        window.compare_and_swap(&0, &me, &mut old, 0, 0)?;
+        ensure(old == me, || {
+            format!("the lock was {old} while rank {rank} held it")
+        })?;
+    }
+    window.unlock_all()?;
+    world.barrier()?;
+    if rank == 0 {
+        let mut got = [0u64; 2];
+        window.read_local(0, &mut got)?;
+        same(&got, &[0, (n * size) as u64], "lock word and counter")?;
+    }
+    window.free()
+}
+
+/// A dynamic window: each rank attaches two buffers, publishes their
+/// addresses, every rank writes into the next rank's and reads them
+/// back; after a detach, access to it is refused (RMA_RANGE).
+fn dynamic(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let target = (rank + 1) % size;
+    let mut first = vec![0u32; 16];
+    let mut second = vec![0u32; 8];
+    let window = Window::create_dynamic(world, &Info::new())?;
+    ensure(window.create_flavor() == CreateFlavor::Dynamic, || {
+        "flavor".into()
+    })?;
+    let a = window.attach(&mut first[..])?;
+    let b = window.attach(&mut second[..])?;
+    let mut addresses = vec![0u64; 2 * size];
+    world.all_gather_into(&[a as u64, b as u64][..], &mut addresses[..])?;
+    let (ta, tb) = (
+        addresses[2 * target] as usize,
+        addresses[2 * target + 1] as usize,
+    );
+    let t = target as i32;
+    window.lock(LockType::Exclusive, t, 0)?;
+    let values: Vec<u32> = (0..16).map(|i| (rank * 100 + i) as u32).collect();
+    window.put(&values[..], t, ta)?;
+    window.accumulate(&values[..8], t, tb, SystemOperation::sum())?;
+    let mut back = vec![0u32; 16];
+    window.get(&mut back[..], t, ta)?;
+    same(&back, &values, "read back from the attached memory")?;
+    // Past the end of the first region: refused by the target.
+    let mut over = [0u32; 2];
+    expect_class(
+        window.get(&mut over[..], t, ta + 60),
+        ErrorClass::RmaRange,
+        "get across a region's end",
+    )?;
+    window.unlock(t)?;
+    world.barrier()?;
+    window.detach(a)?;
+    world.barrier()?;
+    window.lock(LockType::Shared, t, 0)?;
+    expect_class(
+        window.get(&mut back[..2], t, ta),
+        ErrorClass::RmaRange,
+        "get from detached memory",
+    )?;
+    window.put(&[1u32][..], t, ta)?;
+    expect_class(
+        window.unlock(t),
+        ErrorClass::RmaRange,
+        "put to detached memory, at unlock",
+    )?;
+    world.barrier()?;
+    window.detach(b)?;
+    window.free()?;
+    let source = (rank + size - 1) % size;
+    let expected: Vec<u32> = (0..16).map(|i| (source * 100 + i) as u32).collect();
+    same(&first, &expected, "first region")?;
+    same(&second, &expected[..8], "second region")
+}
+
+/// Attributes, hints and names, on windows whose sizes and units differ
+/// between ranks: ranges are checked against each target's own.
+fn attributes(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let mut memory = vec![0u8; 8 * (rank + 1)];
+    let mut info = Info::new();
+    info.set("accumulate_ordering", "none")?;
+    let unit = if rank % 2 == 0 { 1 } else { 4 };
+    let window = Window::create(world, &mut memory[..], unit, &info)?;
+    ensure(window.size() == 8 * (rank + 1), || {
+        format!("size {}", window.size())
+    })?;
+    ensure(window.disp_unit() == unit, || {
+        format!("disp unit {}", window.disp_unit())
+    })?;
+    ensure(window.base() != 0, || "base 0".into())?;
+    ensure(window.create_flavor() == CreateFlavor::Create, || {
+        "flavor".into()
+    })?;
+    ensure(window.model() == MemoryModel::Unified, || "model".into())?;
+    ensure(window.group().size() == size as i32, || "group".into())?;
+    let hints = window.info();
+    ensure(hints.get("accumulate_ordering")? == Some("none"), || {
+        "accumulate_ordering".into()
+    })?;
+    ensure(hints.get("no_locks")? == Some("false"), || {
+        "no_locks".into()
+    })?;
+    ensure(window.name()?.is_empty(), || "a name at first".into())?;
+    window.set_name("rma attributes")?;
+    ensure(window.name()? == "rma attributes", || "name".into())?;
+    // The last byte of every target's window, in its own unit.
+    window.lock_all(0)?;
+    for t in 0..size {
+        let t_unit = if t % 2 == 0 { 1 } else { 4 };
+        let t_size = 8 * (t + 1);
+        let last = (t_size - 4) / t_unit;
+        window.put(&[t as u8; 4][..], t as i32, last)?;
+        expect_class(
+            window.put(&[0u8; 4][..], t as i32, last + 1),
+            ErrorClass::RmaRange,
+            &format!("4 bytes past the end of rank {t}'s window"),
+        )?;
+    }
+    window.unlock_all()?;
+    world.barrier()?;
+    let mut tail = [0u8; 4];
+    window.read_local(window.size() - 4, &mut tail)?;
+    same(&tail, &[rank as u8; 4], "the last bytes of the window")?;
+    window.free()?;
+    let mut no_locks = Info::new();
+    no_locks.set("no_locks", "true")?;
+    let window = Window::allocate(world, 8, 8, &no_locks)?;
+    expect_class(
+        window.lock(LockType::Shared, 0, 0),
+        ErrorClass::RmaSync,
+        "lock with no_locks",
+    )?;
+    window.free()?;
+    let mut bad = Info::new();
+    bad.set("same_size", "perhaps")?;
+    expect_class(
+        Window::allocate(world, 8, 8, &bad).map(drop),
+        ErrorClass::InfoValue,
+        "a bad hint",
+    )
+}
+
+/// The error classes of bad calls; the window works afterwards.
+fn errors(world: &Communicator) -> Result<()> {
+    let size = world.size();
+    let window = Window::allocate(world, 64, 8, &Info::new())?;
+    expect_class(
+        window.put(&[1u64][..], 0, 0),
+        ErrorClass::RmaSync,
+        "put outside an epoch",
+    )?;
+    expect_class(window.unlock(0), ErrorClass::RmaSync, "unlock without lock")?;
+    expect_class(window.flush(0), ErrorClass::RmaSync, "flush without lock")?;
+    expect_class(
+        window.complete(),
+        ErrorClass::RmaSync,
+        "complete without start",
+    )?;
+    expect_class(window.wait(), ErrorClass::RmaSync, "wait without post")?;
+    expect_class(
+        window.fence(MODE_NOCHECK),
+        ErrorClass::Assert,
+        "fence with MODE_NOCHECK",
+    )?;
+    expect_class(
+        window.lock(LockType::Shared, size, 0),
+        ErrorClass::Rank,
+        "lock of a rank past the group",
+    )?;
+    window.lock(LockType::Shared, 0, 0)?;
+    expect_class(
+        window.lock(LockType::Shared, 0, 0),
+        ErrorClass::RmaSync,
+        "a second lock of a target",
+    )?;
+    expect_class(
+        window.put(&[1u64][..], 0, 8),
+        ErrorClass::RmaRange,
+        "put at the end",
+    )?;
+    expect_class(
+        window.put(&[1u64; 2][..], 0, 7),
+        ErrorClass::RmaRange,
+        "put across the end",
+    )?;
+    expect_class(
+        window.put(&[1u64][..], 0, usize::MAX / 4),
+        ErrorClass::RmaRange,
+        "a displacement that overflows",
+    )?;
+    let mut f = [0.0f32; 2];
+    expect_class(
+        window.get_accumulate(&[1i32; 2][..], &mut f[..], 0, 0, SystemOperation::sum()),
+        ErrorClass::Type,
+        "get_accumulate of i32 into f32",
+    )?;
+    expect_class(
+        window.accumulate(&[1.0f64][..], 0, 0, SystemOperation::bitwise_or()),
+        ErrorClass::Op,
+        "bitwise or of f64",
+    )?;
+    expect_class(
+        window.accumulate(&[1u64][..], 0, 0, SystemOperation::max_loc()),
+        ErrorClass::Op,
+        "maxloc in an accumulate",
+    )?;
+    expect_class(
+        window.put(&[1u64][..], size, 0),
+        ErrorClass::Rank,
+        "put to a rank past the group",
+    )?;
+    // Nothing above reached the window; this does.
+    let me = world.rank() as u64;
+    window.accumulate(&[me][..], 0, 0, SystemOperation::sum())?;
+    window.unlock(0)?;
+    window.lock(LockType::Shared, 0, 0)?;
+    expect_class(
+        window.fence(0),
+        ErrorClass::RmaSync,
+        "fence with a lock held",
+    )?;
+    window.unlock(0)?;
+    world.barrier()?;
+    if world.rank() == 0 {
+        let mut total = [0u64];
+        window.read_local(0, &mut total)?;
+        let n = size as u64;
+        same(&total, &[n * (n - 1) / 2], "sum of ranks after the errors")?;
+    }
+    window.free()
+}
+
+/// Rank 0 computes without calling anything that makes progress, until
+/// its window holds what every other rank put there with lock, put and
+/// unlock: only a progress thread can apply them.
+fn passive(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let window = Window::allocate(world, 8 * size, 8, &Info::new())?;
+    world.barrier()?;
+    if rank == 0 {
+        let expected: Vec<u64> = (0..size)
+            .map(|r| if r == 0 { 0 } else { r as u64 * 11 })
+            .collect();
+        let since = Instant::now();
+        let mut got = vec![0u64; size];
+        let mut spin = 0u64;
+        loop {
+            // A plain computation between looks (read_local polls nothing).
+            for i in 0..100_000u64 {
+                spin = spin.wrapping_mul(31).wrapping_add(i);
+            }
+            window.read_local(0, &mut got)?;
+            if got == expected {
+                break;
+            }
+            ensure(since.elapsed() < Duration::from_secs(30), || {
+                format!("after 30 s of computing the window holds {got:?} (spin {spin})")
+            })?;
+        }
+    } else {
+        let mut back = [0u64];
+        window.lock(LockType::Exclusive, 0, 0)?;
+        window.put(&[rank as u64 * 11][..], 0, rank)?;
+        window.unlock(0)?;
+        window.lock(LockType::Shared, 0, 0)?;
+        window.get(&mut back[..], 0, rank)?;
+        window.unlock(0)?;
+        same(&back, &[rank as u64 * 11], "read back")?;
+    }
+    world.barrier()?;
+    window.free()
+}

@@ -1,0 +1,87 @@
+//! One-sided communication (RMA) as real jobs through oxrun: the checks
+//! of the `rma_suite` program over the default transports (shared memory
+//! between the ranks of this host) and over TCP alone, on 1 to 8 ranks
+//! (oversubscribed on small machines).
+
+use oxmpi_jobs::{run, shm_leftovers, Binaries};
+use std::process::Command;
+use std::time::Duration;
+
+/// Runs `rma_suite check args` on `ranks` ranks with `env` set, within
+/// `bound` seconds; it must succeed and leave nothing in /dev/shm.
+fn job(check: &str, args: &[&str], ranks: usize, env: &[(&str, &str)], bound: u64) {
+    let bins = Binaries::new(env!("CARGO_BIN_EXE_rma_suite"));
+    let mut c = Command::new(bins.oxrun());
+    c.arg("-n")
+        .arg(ranks.to_string())
+        .arg(bins.bin("rma_suite"))
+        .arg(check)
+        .args(args)
+        .envs(env.iter().copied());
+    run(c, Duration::from_secs(bound)).assert_success();
+    assert!(
+        shm_leftovers().is_empty(),
+        "shared segments left: {:?}",
+        shm_leftovers()
+    );
+}
+
+const TCP: [(&str, &str); 1] = [("OXMPI_TRANSPORTS", "tcp")];
+
+#[test]
+fn every_operation_under_every_synchronization() {
+    for ranks in [1, 2, 3, 5, 8] {
+        job("ops", &[], ranks, &[], 120);
+    }
+}
+
+#[test]
+fn every_operation_under_every_synchronization_over_tcp() {
+    for ranks in [2, 4] {
+        job("ops", &[], ranks, &TCP, 120);
+    }
+}
+
+#[test]
+fn accumulate_with_every_operation_and_type() {
+    job("operations", &[], 3, &[], 120);
+    job("operations", &[], 2, &TCP, 120);
+}
+
+#[test]
+fn fetch_and_op_and_accumulate_are_atomic() {
+    job("atomic", &["2000"], 8, &[], 180);
+    job("atomic", &["500"], 4, &TCP, 120);
+}
+
+#[test]
+fn compare_and_swap_makes_a_spin_lock() {
+    job("spinlock", &["30"], 4, &[], 120);
+    job("spinlock", &["20"], 3, &TCP, 120);
+}
+
+#[test]
+fn dynamic_windows_attach_and_detach() {
+    for ranks in [1, 3] {
+        job("dynamic", &[], ranks, &[], 60);
+    }
+    job("dynamic", &[], 2, &TCP, 60);
+}
+
+#[test]
+fn attributes_hints_and_names() {
+    job("attributes", &[], 3, &[], 60);
+}
+
+#[test]
+fn bad_calls_fail_with_their_classes() {
+    job("errors", &[], 3, &[], 60);
+    job("errors", &[], 2, &TCP, 60);
+}
+
+#[test]
+fn a_progress_thread_completes_operations_while_the_target_computes() {
+    let progress = [("OXMPI_ASYNC_PROGRESS", "1")];
+    job("passive", &[], 3, &progress, 60);
+    job("passive", &[], 3, &[progress[0], TCP[0]], 60);
+}
