@@ -73,7 +73,11 @@
 //! rest of the job goes on.
 //!
 //! [`region`] gives the MPI layer memory shared by several processes of a
-//! host outside the queues (its collectives over shared memory).
+//! host outside the queues (its collectives over shared memory);
+//! [`window`] builds on it the shared-memory side of one-sided
+//! communication: window segments, their fair reader-writer locks and
+//! region mutexes, hardware atomics on window memory, and bounded
+//! cross-memory access to a peer's window.
 //!
 //! # Environment
 //! - `OXMPI_SHM_CMA`: `0` turns the single copy of long messages off
@@ -99,6 +103,7 @@ pub mod region;
 mod ring;
 mod segment;
 mod sys;
+pub mod window;
 
 pub use cma::CMA_ENV;
 pub use numa::NUMA_NODES_ENV;

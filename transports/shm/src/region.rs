@@ -141,6 +141,19 @@ impl SharedRegion {
         Some(unsafe { AtomicU64::from_ptr(self.base.add(offset).cast()) })
     }
 
+    /// A pointer to the `len` bytes at `offset`, if they are in the region:
+    /// for layouts that place their own atomics or byte ranges in it (the
+    /// RMA windows of module `window`), which keep to the rule of the
+    /// module docs: no references to plain data.
+    pub(crate) fn ptr(&self, offset: usize, len: usize) -> Option<*mut u8> {
+        if offset.checked_add(len)? > self.len {
+            return None;
+        }
+        // SAFETY: `offset` is within the mapping (checked), so the result
+        // points into it or one past its end.
+        Some(unsafe { self.base.add(offset) })
+    }
+
     /// Copies `bytes` into the region at `offset`; `false` (nothing
     /// copied) if they do not fit.
     pub fn write(&self, offset: usize, bytes: &[u8]) -> bool {

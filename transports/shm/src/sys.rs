@@ -543,3 +543,79 @@ pub(crate) fn write_remote(pid: libc::pid_t, local: &[u8], remote: u64) -> io::R
     }
     Ok(())
 }
+
+/// Sleeps while `word` holds `expected` (`FUTEX_WAIT`, not private, so it
+/// pairs with [`futex_wake`] from any process that maps the same memory
+/// file). Returns at once if the word holds another value, on a wake-up,
+/// or spuriously: callers look at the word again.
+pub(crate) fn futex_wait(word: &std::sync::atomic::AtomicU32, expected: u32) {
+    // SAFETY: `word` is a live, aligned 4-byte atomic for the call; the
+    // kernel only reads it; no timeout is passed.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            std::ptr::null::<libc::timespec>(),
+        )
+    };
+}
+
+/// Wakes up to `count` processes or threads asleep in [`futex_wait`] on
+/// `word`.
+pub(crate) fn futex_wake(word: &std::sync::atomic::AtomicU32, count: i32) {
+    // SAFETY: `word` is a live, aligned 4-byte atomic; FUTEX_WAKE does not
+    // touch its memory.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, count) };
+}
+
+/// Test support: processes that share this process's mappings.
+#[cfg(test)]
+pub(crate) mod forked {
+    use std::time::{Duration, Instant};
+
+    /// Runs `child` in a forked copy of this process, which exits with the
+    /// code `child` returns. The child inherits the mappings (shared ones
+    /// stay shared), and must neither allocate nor panic: other threads
+    /// of the test harness may hold the allocator's lock at the fork.
+    pub(crate) fn spawn(child: impl FnOnce() -> i32) -> libc::pid_t {
+        // SAFETY: fork has no memory arguments; the child runs only
+        // `child` (which the caller keeps free of allocation) and _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            let code = child();
+            // SAFETY: ends the child without running the parent's exit
+            // handlers or destructors.
+            unsafe { libc::_exit(code) };
+        }
+        pid
+    }
+
+    /// Waits for the children `pids` until `deadline` has passed, and
+    /// returns their exit codes in order; a child still running then is
+    /// killed, reaped and reported as `None`, so nothing is left behind.
+    pub(crate) fn reap(pids: &[libc::pid_t], within: Duration) -> Vec<Option<i32>> {
+        let deadline = Instant::now() + within;
+        pids.iter()
+            .map(|&pid| loop {
+                let mut status = 0;
+                // SAFETY: waits for our own child; `status` is writable.
+                let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+                if rc == pid {
+                    break libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+                }
+                if Instant::now() > deadline {
+                    // SAFETY: kills and reaps our own child.
+                    unsafe {
+                        libc::kill(pid, libc::SIGKILL);
+                        libc::waitpid(pid, &mut status, 0);
+                    }
+                    break None;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,453 @@
+//! The shared-memory side of one-sided communication (RMA): window memory
+//! that every rank of a host reaches without the target's help, and the
+//! synchronisation that passive-target RMA needs there.
+//!
+//! - [`WindowSegment`]: one rank's window in a shared region (module
+//!   [`crate::region`]: a sealed memory file, passed by `pidfd_getfd`,
+//!   nothing in any file system), with its control area: the window's
+//!   fair reader-writer lock ([`rwlock`]) and its region mutexes
+//!   ([`regions`]). The owner makes it (`MPI_Win_allocate`,
+//!   `MPI_Win_allocate_shared`), sends its [`RegionName`] to the other
+//!   local ranks in an ordinary message, and they attach it.
+//! - [`RemoteWindow`]: a peer's window in its own memory
+//!   (`MPI_Win_create`), reached by cross-memory attach
+//!   (`process_vm_readv`/`process_vm_writev`), within the range the peer
+//!   advertised and never outside it.
+//! - [`atomics`]: accumulate, fetch-and-op and compare-and-swap as
+//!   hardware atomics on window memory, and which (op, element, address)
+//!   triples allow them; the rest goes under region mutexes.
+//!
+//! Every access checks its byte range against the window's size first:
+//! an access outside is [`AccessError::OutOfRange`], and nothing is read
+//! or written. This module knows nothing of MPI communicators, datatypes
+//! or ops: the MPI layer maps them onto byte ranges, [`Element`]s and
+//! [`AtomicOp`]s, and decides what lock it holds.
+//!
+//! # Segment layout
+//! | bytes | contents |
+//! |---|---|
+//! | 0..8 | magic, stored last (release) by the maker |
+//! | 8..16 | the window's size in bytes |
+//! | 64.. | the reader-writer lock, on its own cache line |
+//! | 128.. | one 4-byte mutex per region |
+//! | page-aligned.. | the window's memory |
+//!
+//! The data starts on a page boundary, so it is aligned for every basic
+//! type and region boundaries are aligned to the largest.
+
+pub mod atomics;
+pub mod regions;
+mod remote;
+pub mod rwlock;
+
+pub use atomics::{AtomicOp, Element};
+pub use regions::RegionGuard;
+pub use remote::RemoteWindow;
+pub use rwlock::SharedRwLock;
+
+use crate::region::{RegionName, SharedRegion};
+use regions::RegionMutex;
+use std::io;
+use std::sync::atomic::Ordering;
+
+/// Marks a memory file as a window segment of this layout ("oxmpiwin", 1).
+const WINDOW_MAGIC: u64 = u64::from_le_bytes(*b"oxmpiwn1");
+/// Where the lock lies.
+const LOCK_AT: usize = 64;
+/// Where the region mutexes start.
+const MUTEXES_AT: usize = 128;
+/// The data's alignment in the segment.
+const PAGE: usize = 4096;
+
+/// Why an access to window memory was refused; nothing was touched.
+#[derive(Debug)]
+pub enum AccessError {
+    /// Bytes `offset..offset + len` are not all in the window of `size`
+    /// bytes.
+    OutOfRange {
+        /// The first byte asked for.
+        offset: u64,
+        /// How many.
+        len: u64,
+        /// The window's size.
+        size: u64,
+    },
+    /// The (op, element, address) triple cannot be done with atomics (see
+    /// [`atomics::atomic_capable`]), or an operand has the wrong length.
+    NotAtomic,
+    /// A cross-memory copy failed: the kernel's error.
+    Copy(io::Error),
+}
+
+impl std::fmt::Display for AccessError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AccessError::OutOfRange { offset, len, size } => write!(
+                f,
+                "{len} bytes at displacement {offset} reach outside the target window of {size} bytes"
+            ),
+            AccessError::NotAtomic => {
+                write!(f, "the operation cannot be done with hardware atomics")
+            }
+            AccessError::Copy(e) => write!(f, "cross-memory copy failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for AccessError {}
+
+/// `Ok` if bytes `offset..offset + len` lie in a window of `size` bytes.
+fn check_range(offset: u64, len: u64, size: u64) -> Result<(), AccessError> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(AccessError::OutOfRange { offset, len, size }),
+    }
+}
+
+/// Where the parts of a segment for a window of `size` bytes lie.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Layout {
+    regions: usize,
+    region_bytes: usize,
+    data_at: usize,
+    total: usize,
+}
+
+impl Layout {
+    fn of(size: usize) -> Option<Layout> {
+        let regions = regions::region_count(size);
+        let data_at = (MUTEXES_AT + 4 * regions).next_multiple_of(PAGE);
+        Some(Layout {
+            regions,
+            region_bytes: regions::region_bytes(size),
+            data_at,
+            total: data_at.checked_add(size)?,
+        })
+    }
+}
+
+/// One rank's window in shared memory, mapped by this process: see the
+/// module docs.
+#[derive(Debug)]
+pub struct WindowSegment {
+    region: SharedRegion,
+    size: usize,
+    layout: Layout,
+}
+
+impl WindowSegment {
+    /// A new segment for a window of `size` bytes, zeroed, with its lock
+    /// and mutexes free, and the name to send to the ranks that will
+    /// attach it. The maker must keep it until they have.
+    pub fn create(size: usize) -> io::Result<(WindowSegment, RegionName)> {
+        let layout = Layout::of(size).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "window size out of range")
+        })?;
+        let (region, name) = SharedRegion::create(layout.total)?;
+        let word = |at| region.word(at).expect("the header lies in the region");
+        word(8).store(size as u64, Ordering::Relaxed);
+        word(0).store(WINDOW_MAGIC, Ordering::Release);
+        Ok((
+            WindowSegment {
+                region,
+                size,
+                layout,
+            },
+            name,
+        ))
+    }
+
+    /// Attaches the segment another local rank made and named `name`,
+    /// after checking that it is a window segment whose size agrees with
+    /// its layout.
+    pub fn attach(name: &RegionName) -> io::Result<WindowSegment> {
+        let region = SharedRegion::attach(name)?;
+        let invalid = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
+        let word = |at| region.word(at).map(|w| w.load(Ordering::Acquire));
+        if word(0) != Some(WINDOW_MAGIC) {
+            return Err(invalid(format!(
+                "the region of process {} is not a window segment",
+                name.pid
+            )));
+        }
+        let size = word(8).unwrap_or(u64::MAX);
+        let layout = usize::try_from(size).ok().and_then(Layout::of);
+        match layout {
+            Some(layout) if layout.total == region.len() => Ok(WindowSegment {
+                region,
+                size: size as usize,
+                layout,
+            }),
+            _ => Err(invalid(format!(
+                "the window segment of process {} says {size} bytes, which its {} bytes do not hold",
+                name.pid,
+                region.len()
+            ))),
+        }
+    }
+
+    /// The window's size in bytes.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The window's memory in this process (page-aligned): the base the
+    /// owner hands to its user, and that `MPI_Win_shared_query` returns
+    /// for this window to the other local ranks. Other processes write it
+    /// at any time: it may be reached through raw pointers and atomics,
+    /// never through references to plain data.
+    pub fn base(&self) -> *mut u8 {
+        self.region
+            .ptr(self.layout.data_at, self.size)
+            .expect("the data lies in the region")
+    }
+
+    /// The window's passive-target lock.
+    pub fn lock(&self) -> &SharedRwLock {
+        let at = self
+            .region
+            .ptr(LOCK_AT, rwlock::RWLOCK_BYTES)
+            .expect("the lock lies in the region");
+        // SAFETY: the lock's bytes lie in the mapping (above), 64-aligned,
+        // zeroed at creation (a free lock), and only ever accessed through
+        // the lock's atomics; the reference lives no longer than `self`.
+        unsafe { &*at.cast::<SharedRwLock>() }
+    }
+
+    fn mutexes(&self) -> &[RegionMutex] {
+        let at = self
+            .region
+            .ptr(MUTEXES_AT, 4 * self.layout.regions)
+            .expect("the mutexes lie in the region");
+        // SAFETY: the mutex words lie in the mapping (above), 4-aligned,
+        // zeroed at creation (free), and only ever accessed atomically;
+        // the slice lives no longer than `self`.
+        unsafe { std::slice::from_raw_parts(at.cast::<RegionMutex>(), self.layout.regions) }
+    }
+
+    /// Locks the region mutexes of bytes `offset..offset + len` of the
+    /// window, each once, in address order (module [`regions`]); they are
+    /// released when the guard drops.
+    pub fn lock_regions(&self, offset: usize, len: usize) -> Result<RegionGuard<'_>, AccessError> {
+        check_range(offset as u64, len as u64, self.size as u64)?;
+        RegionGuard::lock(self.mutexes(), self.layout.region_bytes, offset, len).ok_or(
+            AccessError::OutOfRange {
+                offset: offset as u64,
+                len: len as u64,
+                size: self.size as u64,
+            },
+        )
+    }
+
+    /// Copies `data` into the window at `offset`.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), AccessError> {
+        check_range(offset as u64, data.len() as u64, self.size as u64)?;
+        self.region.write(self.layout.data_at + offset, data);
+        Ok(())
+    }
+
+    /// Copies the window's bytes at `offset` into `out`.
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), AccessError> {
+        check_range(offset as u64, out.len() as u64, self.size as u64)?;
+        self.region.read(self.layout.data_at + offset, out);
+        Ok(())
+    }
+
+    /// Whether `op` on an `element` at `offset` can be done with atomics.
+    pub fn atomic_capable(&self, offset: usize, element: Element, op: AtomicOp) -> bool {
+        atomics::atomic_capable(element, op, self.layout.data_at + offset)
+    }
+
+    /// Applies `op` with `operand` (the element's bytes, native order) to
+    /// the element at `offset` with one atomic operation, and puts the
+    /// old value in `old` if given (`element.size()` bytes).
+    pub fn fetch_op(
+        &self,
+        offset: usize,
+        element: Element,
+        op: AtomicOp,
+        operand: &[u8],
+        old: Option<&mut [u8]>,
+    ) -> Result<(), AccessError> {
+        let size = element.size();
+        check_range(offset as u64, size as u64, self.size as u64)?;
+        if !self.atomic_capable(offset, element, op)
+            || operand.len() != size
+            || old.as_ref().is_some_and(|o| o.len() != size)
+        {
+            return Err(AccessError::NotAtomic);
+        }
+        let at = self.base().wrapping_add(offset);
+        // SAFETY: the element lies in the window (checked), aligned to its
+        // size (atomic_capable, the data being page-aligned), and window
+        // memory is only reached through atomics and byte copies; the op
+        // is capable and the operand has the element's size (checked).
+        let previous = unsafe { atomics::fetch_op(at, element, op, operand) };
+        if let Some(old) = old {
+            old.copy_from_slice(&previous[..size]);
+        }
+        Ok(())
+    }
+
+    /// Compares the `compare.len()`-byte word at `offset` (1, 2, 4 or 8
+    /// bytes, aligned) with `compare` and stores `new` if they are equal,
+    /// atomically; the old value goes to `old`.
+    pub fn compare_and_swap(
+        &self,
+        offset: usize,
+        compare: &[u8],
+        new: &[u8],
+        old: &mut [u8],
+    ) -> Result<(), AccessError> {
+        let size = compare.len();
+        check_range(offset as u64, size as u64, self.size as u64)?;
+        if ![1, 2, 4, 8].contains(&size)
+            || !(self.layout.data_at + offset).is_multiple_of(size)
+            || new.len() != size
+            || old.len() != size
+        {
+            return Err(AccessError::NotAtomic);
+        }
+        let at = self.base().wrapping_add(offset);
+        // SAFETY: the word lies in the window (checked) and is aligned to
+        // its size, 1, 2, 4 or 8 (checked); window memory is only reached
+        // through atomics and byte copies; the operands have its size.
+        let previous = unsafe { atomics::compare_and_swap(at, size, compare, new) };
+        old.copy_from_slice(&previous[..size]);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::forked;
+    use std::time::Duration;
+
+    #[test]
+    fn an_attached_segment_is_the_same_window_and_checks_every_range() {
+        let (made, name) = WindowSegment::create(1000).unwrap();
+        let peer = WindowSegment::attach(&name).unwrap();
+        assert_eq!((made.size(), peer.size()), (1000, 1000));
+        assert_eq!(made.base() as usize % PAGE, 0);
+        made.write(992, &7u64.to_ne_bytes()).unwrap();
+        let mut out = [0u8; 8];
+        peer.read(992, &mut out).unwrap();
+        assert_eq!(u64::from_ne_bytes(out), 7);
+        let mut old = [0u8; 8];
+        peer.fetch_op(
+            992,
+            Element::U64,
+            AtomicOp::Sum,
+            &5u64.to_ne_bytes(),
+            Some(&mut old),
+        )
+        .unwrap();
+        assert_eq!(u64::from_ne_bytes(old), 7);
+        peer.compare_and_swap(992, &12u64.to_ne_bytes(), &1u64.to_ne_bytes(), &mut old)
+            .unwrap();
+        made.read(992, &mut out).unwrap();
+        assert_eq!((u64::from_ne_bytes(old), u64::from_ne_bytes(out)), (12, 1));
+        // Outside the window: refused, nothing touched.
+        assert!(matches!(
+            peer.write(993, &[1; 8]),
+            Err(AccessError::OutOfRange {
+                offset: 993,
+                len: 8,
+                size: 1000
+            })
+        ));
+        assert!(peer.read(usize::MAX, &mut out).is_err());
+        assert!(peer
+            .fetch_op(1000, Element::U8, AtomicOp::Sum, &[1], None)
+            .is_err());
+        assert!(peer.lock_regions(999, 2).is_err());
+        assert!(matches!(
+            peer.fetch_op(993, Element::U32, AtomicOp::Sum, &[1; 4], None),
+            Err(AccessError::NotAtomic)
+        ));
+        assert!(peer
+            .compare_and_swap(0, &[0; 3], &[0; 3], &mut [0; 3])
+            .is_err());
+        made.read(992, &mut out).unwrap();
+        assert_eq!(u64::from_ne_bytes(out), 1);
+        // The lock and mutexes are shared too.
+        made.lock().lock_exclusive();
+        peer.lock().unlock_exclusive();
+        assert_eq!(peer.lock_regions(0, 1000).unwrap().regions(), 16);
+    }
+
+    #[test]
+    fn a_region_that_is_no_window_segment_is_refused() {
+        let (_region, name) = SharedRegion::create(8192).unwrap();
+        assert!(WindowSegment::attach(&name).is_err());
+        let (made, name) = WindowSegment::create(10).unwrap();
+        made.region
+            .word(8)
+            .unwrap()
+            .store(1 << 40, Ordering::Relaxed);
+        assert!(WindowSegment::attach(&name).is_err());
+        let (_empty, name) = WindowSegment::create(0).unwrap();
+        assert_eq!(WindowSegment::attach(&name).unwrap().size(), 0);
+    }
+
+    /// Processes add to one element of a window with fetch-and-op and
+    /// compare-and-swap loops at once: the totals are exact.
+    #[test]
+    fn processes_updating_one_element_atomically_lose_nothing() {
+        const PROCS: usize = 4;
+        const ROUNDS: u64 = 20_000;
+        let (window, _) = WindowSegment::create(64).unwrap();
+        let pids: Vec<_> = (0..PROCS)
+            .map(|_| {
+                let window = &window;
+                forked::spawn(move || {
+                    let one = 1i64.to_ne_bytes();
+                    for _ in 0..ROUNDS {
+                        let ok = window
+                            .fetch_op(0, Element::I64, AtomicOp::Sum, &one, None)
+                            .is_ok()
+                            && window
+                                .fetch_op(
+                                    8,
+                                    Element::F64,
+                                    AtomicOp::Sum,
+                                    &0.5f64.to_ne_bytes(),
+                                    None,
+                                )
+                                .is_ok();
+                        // A compare-and-swap increment of a 4-byte counter.
+                        let mut seen = [0u8; 4];
+                        let mut ok_cas = window.read(16, &mut seen).is_ok();
+                        loop {
+                            let next = (u32::from_ne_bytes(seen) + 1).to_ne_bytes();
+                            let mut old = [0u8; 4];
+                            ok_cas &= window.compare_and_swap(16, &seen, &next, &mut old).is_ok();
+                            if old == seen || !ok_cas {
+                                break;
+                            }
+                            seen = old;
+                        }
+                        if !ok || !ok_cas {
+                            return 1;
+                        }
+                    }
+                    0
+                })
+            })
+            .collect();
+        let codes = forked::reap(&pids, Duration::from_secs(60));
+        assert_eq!(codes, vec![Some(0); PROCS]);
+        let mut out = [0u8; 8];
+        window.read(0, &mut out).unwrap();
+        assert_eq!(i64::from_ne_bytes(out), (PROCS as i64) * ROUNDS as i64);
+        window.read(8, &mut out).unwrap();
+        assert_eq!(
+            f64::from_ne_bytes(out),
+            (PROCS as f64) * ROUNDS as f64 * 0.5
+        );
+        let mut counter = [0u8; 4];
+        window.read(16, &mut counter).unwrap();
+        assert_eq!(u32::from_ne_bytes(counter) as u64, PROCS as u64 * ROUNDS);
+    }
+}

@@ -1,0 +1,227 @@
+//! Region mutexes: the window divided into regions, each with a mutex in
+//! shared memory, so that accumulates under a shared lock that cannot use
+//! hardware atomics are still atomic per element, while accumulates to
+//! different regions proceed in parallel (the seed's design).
+//!
+//! Region boundaries lie at offsets that are multiples of the region size,
+//! a power of two of at least [`MIN_REGION_BYTES`], so in a window whose
+//! base is aligned to the largest basic type ([`LARGEST_BASIC`], 16 bytes:
+//! a window segment's data is page-aligned) no aligned element crosses a
+//! boundary. An operation locks the span of bytes it touches: each region
+//! of the span once, in address order, so two operations never wait for
+//! each other in a cycle, and an element that does cross a boundary (an
+//! unaligned base) is covered by both regions' mutexes.
+//!
+//! A mutex is one 32-bit word: 0 free, 1 held, 2 held with sleepers
+//! (Drepper, "Futexes Are Tricky"): spin briefly, then sleep on the word;
+//! an unlock makes a system call only when someone sleeps.
+
+use crate::sys;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+
+/// The largest basic type's size in bytes (`long double`, double
+/// complex): region boundaries are aligned to it.
+pub const LARGEST_BASIC: usize = 16;
+/// The smallest region: a cache line, so two regions' data never share
+/// one.
+pub const MIN_REGION_BYTES: usize = 64;
+/// At most this many regions per window: more buys little parallelism and
+/// costs shared memory.
+pub const MAX_REGIONS: usize = 1024;
+
+/// Busy-wait rounds before sleeping.
+const SPINS: u32 = 200;
+
+/// The region size for a window of `len` bytes: a power of two, at least
+/// [`MIN_REGION_BYTES`], with at most [`MAX_REGIONS`] regions.
+pub fn region_bytes(len: usize) -> usize {
+    len.div_ceil(MAX_REGIONS)
+        .next_power_of_two()
+        .max(MIN_REGION_BYTES)
+}
+
+/// How many regions a window of `len` bytes has (at least one).
+pub fn region_count(len: usize) -> usize {
+    len.div_ceil(region_bytes(len)).max(1)
+}
+
+/// One region's mutex, in shared memory; zero is free.
+#[derive(Debug, Default)]
+#[repr(transparent)]
+pub struct RegionMutex(AtomicU32);
+
+impl RegionMutex {
+    fn lock(&self) {
+        for _ in 0..SPINS {
+            if self.0.compare_exchange_weak(0, 1, SeqCst, SeqCst).is_ok() {
+                return;
+            }
+            std::hint::spin_loop();
+        }
+        // Mark it contended; whoever holds it wakes us when it lets go.
+        while self.0.swap(2, SeqCst) != 0 {
+            sys::futex_wait(&self.0, 2);
+        }
+    }
+
+    fn unlock(&self) {
+        if self.0.swap(0, SeqCst) == 2 {
+            sys::futex_wake(&self.0, 1);
+        }
+    }
+}
+
+/// The regions (indices) that bytes `offset..offset + len` of a window with
+/// regions of `region_bytes` bytes touch.
+pub fn regions_of(offset: usize, len: usize, region_bytes: usize) -> Range<usize> {
+    if len == 0 {
+        return 0..0;
+    }
+    offset / region_bytes..(offset + len - 1) / region_bytes + 1
+}
+
+/// The region mutexes of a span, held; dropping it releases them.
+#[must_use = "the regions are released when the guard drops"]
+#[derive(Debug)]
+pub struct RegionGuard<'a> {
+    held: &'a [RegionMutex],
+}
+
+impl<'a> RegionGuard<'a> {
+    /// Locks the mutexes of the regions that bytes `offset..offset + len`
+    /// touch, each once, in address order; `None` (nothing locked) if the
+    /// span reaches past the last region.
+    pub fn lock(
+        mutexes: &'a [RegionMutex],
+        region_bytes: usize,
+        offset: usize,
+        len: usize,
+    ) -> Option<RegionGuard<'a>> {
+        let end = offset.checked_add(len)?;
+        if end > mutexes.len().checked_mul(region_bytes)? {
+            return None;
+        }
+        let held = &mutexes[regions_of(offset, len, region_bytes)];
+        for m in held {
+            m.lock();
+        }
+        Some(RegionGuard { held })
+    }
+
+    /// How many region mutexes the guard holds.
+    pub fn regions(&self) -> usize {
+        self.held.len()
+    }
+}
+
+impl Drop for RegionGuard<'_> {
+    fn drop(&mut self) {
+        for m in self.held.iter().rev() {
+            m.unlock();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::region::SharedRegion;
+    use crate::sys::forked;
+    use std::time::Duration;
+
+    #[test]
+    fn regions_are_aligned_powers_of_two_and_bounded_in_number() {
+        for len in [0, 1, 64, 65, 4096, 100_000, 1 << 20, (1 << 30) + 7] {
+            let r = region_bytes(len);
+            assert!(r.is_power_of_two() && r >= MIN_REGION_BYTES);
+            assert_eq!(r % LARGEST_BASIC, 0);
+            assert!(region_count(len) <= MAX_REGIONS, "{len}");
+            assert!(region_count(len) * r >= len);
+        }
+        assert_eq!(regions_of(0, 0, 64), 0..0);
+        assert_eq!(regions_of(0, 64, 64), 0..1);
+        assert_eq!(regions_of(60, 8, 64), 0..2);
+        assert_eq!(regions_of(64, 200, 64), 1..5);
+    }
+
+    #[test]
+    fn a_span_takes_each_region_once_and_releases_them() {
+        let mutexes: Vec<RegionMutex> = (0..8).map(|_| RegionMutex::default()).collect();
+        {
+            let g = RegionGuard::lock(&mutexes, 64, 100, 150).unwrap();
+            assert_eq!(g.regions(), 3); // bytes 100..250: regions 1, 2, 3
+            let states: Vec<u32> = mutexes.iter().map(|m| m.0.load(SeqCst)).collect();
+            assert_eq!(states, [0, 1, 1, 1, 0, 0, 0, 0]);
+        }
+        assert!(mutexes.iter().all(|m| m.0.load(SeqCst) == 0));
+        assert!(RegionGuard::lock(&mutexes, 64, 500, 13).is_none());
+        assert!(RegionGuard::lock(&mutexes, 64, usize::MAX, 2).is_none());
+        assert_eq!(
+            RegionGuard::lock(&mutexes, 64, 511, 1).unwrap().regions(),
+            1
+        );
+    }
+
+    /// Processes add to 16-byte elements (two 8-byte halves, not atomic
+    /// together) with plain read-modify-writes under the region mutexes of
+    /// overlapping spans taken in different orders of arrival: no update
+    /// is lost and nobody deadlocks.
+    #[test]
+    fn processes_update_under_region_mutexes_without_loss_or_deadlock() {
+        const PROCS: usize = 4;
+        const ROUNDS: u64 = 3000;
+        const REGION: usize = 64;
+        const REGIONS: usize = 4;
+        let (region, _) = SharedRegion::create(4096).unwrap();
+        let base = region.ptr(0, REGIONS * 4).unwrap();
+        // SAFETY: `REGIONS` zeroed words at the start of the mapping, which
+        // outlives the slice (the children are reaped first); only ever
+        // accessed atomically.
+        let mutexes: &[RegionMutex] = unsafe { std::slice::from_raw_parts(base.cast(), REGIONS) };
+        let data_at = 1024;
+        let pids: Vec<_> = (0..PROCS)
+            .map(|p| {
+                let (region, mutexes) = (&region, mutexes);
+                forked::spawn(move || {
+                    for i in 0..ROUNDS {
+                        // Spans of 1 to 4 regions starting at different places.
+                        let first = (p + i as usize) % REGIONS;
+                        let span = REGION * (REGIONS - first);
+                        let _g = RegionGuard::lock(mutexes, REGION, first * REGION, span).unwrap();
+                        for e in 0..REGIONS * REGION / 16 {
+                            if (e * 16) / REGION < first {
+                                continue;
+                            }
+                            let mut pair = [0u8; 16];
+                            region.read(data_at + e * 16, &mut pair);
+                            let lo = u64::from_ne_bytes(pair[..8].try_into().unwrap_or([0; 8]));
+                            let hi = u64::from_ne_bytes(pair[8..].try_into().unwrap_or([0; 8]));
+                            pair[..8].copy_from_slice(&(lo + 1).to_ne_bytes());
+                            pair[8..].copy_from_slice(&(hi + 2).to_ne_bytes());
+                            region.write(data_at + e * 16, &pair);
+                        }
+                    }
+                    0
+                })
+            })
+            .collect();
+        let codes = forked::reap(&pids, Duration::from_secs(60));
+        assert_eq!(codes, vec![Some(0); PROCS], "a process hung or failed");
+        for e in 0..REGIONS * REGION / 16 {
+            let first_regions = (e * 16) / REGION; // spans starting at or before it
+            let expected: u64 = (0..PROCS as u64)
+                .map(|p| {
+                    (0..ROUNDS)
+                        .filter(|i| (p as usize + *i as usize) % REGIONS <= first_regions)
+                        .count() as u64
+                })
+                .sum();
+            let mut pair = [0u8; 16];
+            assert!(region.read(data_at + e * 16, &mut pair));
+            let lo = u64::from_ne_bytes(pair[..8].try_into().unwrap());
+            let hi = u64::from_ne_bytes(pair[8..].try_into().unwrap());
+            assert_eq!((lo, hi), (expected, 2 * expected), "element {e}");
+        }
+    }
+}
