@@ -777,7 +777,7 @@ fn malformed_header_from_an_authenticated_peer_fails_only_that_peer() {
     let corruptions: [(&str, Corrupt, &str); 5] = [
         ("bad magic", |h| h[0] ^= 0xff, "magic"),
         ("other version", |h| h[2] += 1, "version"),
-        ("unknown kind", |h| h[3] = 10, "kind"),
+        ("unknown kind", |h| h[3] = 11, "kind"),
         ("unknown flag set", |h| h[22] = 1, "flags"),
         (
             "address without the remote flag",
