@@ -106,7 +106,7 @@ impl ErrorClass {
             ErrorClass::Intern => 16,
             ErrorClass::InStatus => 17,
             ErrorClass::NoMem => 34,
-            ErrorClass::UnsupportedOperation => 52,
+            ErrorClass::UnsupportedOperation => 44,
             ErrorClass::ProcFailed => 101,
             ErrorClass::Topology => 10,
             ErrorClass::Dims => 11,
