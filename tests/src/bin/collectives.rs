@@ -19,6 +19,7 @@ use oxmpi::collective::{
 use oxmpi::datatype::{MutView, UserDatatype, View};
 use oxmpi::traits::*;
 use oxmpi::{Communicator, ErrorClass, Result};
+use oxmpi_jobs::affine::{affine, composed, composition};
 use oxmpi_jobs::checks::{ensure, expect_class, fail, same};
 use std::fmt::Debug;
 use std::process::ExitCode;
@@ -481,46 +482,6 @@ fn all_to_all(world: &Communicator) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// An affine map `x -> m x + c` modulo 2^16, packed as `m << 16 | c`.
-/// Composition is associative and not commutative: reducing with it
-/// shows the order in which the ranks' data were combined.
-fn affine(rank: usize, i: usize) -> u32 {
-    let m = (2 * (rank * 7 + i * 3) + 1) as u32 & 0xffff;
-    let c = (rank * 13 + i * 5) as u32 & 0xffff;
-    (m << 16) | c
-}
-
-/// `a` then `b`.
-fn compose(a: u32, b: u32) -> u32 {
-    let (ma, ca) = (a >> 16, a & 0xffff);
-    let (mb, cb) = (b >> 16, b & 0xffff);
-    ((mb.wrapping_mul(ma) & 0xffff) << 16) | (mb.wrapping_mul(ca).wrapping_add(cb) & 0xffff)
-}
-
-/// Composition as an MPI operation: `inout = input then inout`.
-fn composition() -> UserOperation<'static> {
-    UserOperation::associative(|input: DynBuffer, inout: DynBufferMut| {
-        let input: &[u32] = input.downcast().expect("u32 elements");
-        let inout: &mut [u32] = inout.downcast().expect("u32 elements");
-        for (a, b) in input.iter().zip(inout) {
-            *b = compose(*a, *b);
-        }
-    })
-}
-
-/// The composition of ranks `ranks`' maps, in order.
-fn composed(ranks: std::ops::Range<usize>, count: usize) -> Vec<u32> {
-    (0..count)
-        .map(|i| {
-            ranks
-                .clone()
-                .map(|r| affine(r, i))
-                .reduce(compose)
-                .unwrap_or(0)
-        })
-        .collect()
 }
 
 fn sum_i64(ranks: std::ops::Range<usize>, count: usize) -> Vec<i64> {

@@ -15,12 +15,11 @@
 //! also checks that counts that disagree between processes fail at
 //! completion, with the error each process sees.
 
-use oxmpi::collective::{
-    DynBuffer, DynBufferMut, Partition, PartitionMut, SystemOperation, UserOperation,
-};
+use oxmpi::collective::{Partition, PartitionMut, SystemOperation};
 use oxmpi::request::{scope, test_some, wait_all, wait_any, Request};
 use oxmpi::traits::*;
 use oxmpi::{Communicator, Error, ErrorClass, Result};
+use oxmpi_jobs::affine::{affines, composed, composition};
 use oxmpi_jobs::checks::{ensure, expect_class, fail, same};
 use std::process::ExitCode;
 
@@ -68,50 +67,6 @@ fn summed(seed: usize, ranks: std::ops::Range<usize>, len: usize) -> Vec<u32> {
             ranks
                 .clone()
                 .fold(0u32, |acc, r| acc.wrapping_add(word(seed, r, i)))
-        })
-        .collect()
-}
-
-/// An affine map `x -> m x + c` modulo 2^16, packed as `m << 16 | c`.
-/// Composition is associative and not commutative: reducing with it
-/// shows the order in which the ranks' data were combined.
-fn affine(rank: usize, i: usize) -> u32 {
-    let m = (2 * (rank * 7 + i * 3) + 1) as u32 & 0xffff;
-    let c = (rank * 13 + i * 5) as u32 & 0xffff;
-    (m << 16) | c
-}
-
-fn affines(rank: usize, len: usize) -> Vec<u32> {
-    (0..len).map(|i| affine(rank, i)).collect()
-}
-
-/// `a` then `b`.
-fn compose(a: u32, b: u32) -> u32 {
-    let (ma, ca) = (a >> 16, a & 0xffff);
-    let (mb, cb) = (b >> 16, b & 0xffff);
-    ((mb.wrapping_mul(ma) & 0xffff) << 16) | (mb.wrapping_mul(ca).wrapping_add(cb) & 0xffff)
-}
-
-/// Composition as an MPI operation: `inout = input then inout`.
-fn composition() -> UserOperation<'static> {
-    UserOperation::associative(|input: DynBuffer, inout: DynBufferMut| {
-        let input: &[u32] = input.downcast().expect("u32 elements");
-        let inout: &mut [u32] = inout.downcast().expect("u32 elements");
-        for (a, b) in input.iter().zip(inout) {
-            *b = compose(*a, *b);
-        }
-    })
-}
-
-/// The composition of ranks `ranks`' maps, in order.
-fn composed(ranks: std::ops::Range<usize>, len: usize) -> Vec<u32> {
-    (0..len)
-        .map(|i| {
-            ranks
-                .clone()
-                .map(|r| affine(r, i))
-                .reduce(compose)
-                .unwrap_or(0)
         })
         .collect()
 }
