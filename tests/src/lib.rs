@@ -67,6 +67,18 @@ impl Binaries {
         self.existing(self.dir.join(name))
     }
 
+    /// `oxrun -n ranks <program> <check>` with `env` set: one check of a
+    /// test program as a job.
+    pub fn check(&self, program: &str, check: &str, ranks: usize, env: &[(&str, &str)]) -> Command {
+        let mut c = Command::new(self.oxrun());
+        c.arg("-n")
+            .arg(ranks.to_string())
+            .arg(self.bin(program))
+            .arg(check)
+            .envs(env.iter().copied());
+        c
+    }
+
     fn existing(&self, path: PathBuf) -> PathBuf {
         assert!(
             path.exists(),

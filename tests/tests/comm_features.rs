@@ -3,28 +3,19 @@
 //! program over the default transports and over TCP alone.
 
 use oxmpi_jobs::{run, shm_leftovers, Binaries};
-use std::process::Command;
 use std::time::Duration;
 
 fn bins() -> Binaries {
     Binaries::new(env!("CARGO_BIN_EXE_comm_features"))
 }
 
-/// `comm_features check` on `ranks` ranks with `env` set, within 60 s.
-fn command(check: &str, ranks: usize, env: &[(&str, &str)]) -> Command {
-    let mut c = Command::new(bins().oxrun());
-    c.arg("-n")
-        .arg(ranks.to_string())
-        .arg(bins().bin("comm_features"))
-        .arg(check)
-        .envs(env.iter().copied());
-    c
-}
-
 /// Runs the check; it must succeed, say `expected` and leave nothing in
 /// /dev/shm.
 fn job(check: &str, ranks: usize, env: &[(&str, &str)], expected: &str) {
-    let out = run(command(check, ranks, env), Duration::from_secs(60));
+    let out = run(
+        bins().check("comm_features", check, ranks, env),
+        Duration::from_secs(60),
+    );
     out.assert_success();
     assert!(out.stdout.contains(expected), "{}", out.stdout);
     assert!(
@@ -74,7 +65,10 @@ fn attributes_info_and_error_handlers() {
 
 #[test]
 fn a_fatal_error_handler_ends_the_job_with_the_message() {
-    let out = run(command("fatal", 3, &[]), Duration::from_secs(30));
+    let out = run(
+        bins().check("comm_features", "fatal", 3, &[]),
+        Duration::from_secs(30),
+    );
     // The job ends with the error class's code (MPI_ERR_RANK is 6).
     assert_eq!(out.status.code(), Some(6), "{}", out.stderr);
     assert!(

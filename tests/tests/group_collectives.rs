@@ -5,28 +5,19 @@
 
 use oxmpi::ErrorClass;
 use oxmpi_jobs::{run, shm_leftovers, Binaries};
-use std::process::Command;
 use std::time::Duration;
 
 fn bins() -> Binaries {
     Binaries::new(env!("CARGO_BIN_EXE_group_collectives"))
 }
 
-/// `group_collectives check` on `ranks` ranks with `env` set.
-fn command(check: &str, ranks: usize, env: &[(&str, &str)]) -> Command {
-    let mut c = Command::new(bins().oxrun());
-    c.arg("-n")
-        .arg(ranks.to_string())
-        .arg(bins().bin("group_collectives"))
-        .arg(check)
-        .envs(env.iter().copied());
-    c
-}
-
 /// Runs the check within 60 s; it must succeed, say `expected` and leave
 /// nothing in /dev/shm.
 fn job(check: &str, ranks: usize, env: &[(&str, &str)], expected: &str) {
-    let out = run(command(check, ranks, env), Duration::from_secs(60));
+    let out = run(
+        bins().check("group_collectives", check, ranks, env),
+        Duration::from_secs(60),
+    );
     out.assert_success();
     assert!(out.stdout.contains(expected), "{}", out.stdout);
     assert!(
@@ -62,7 +53,10 @@ fn neighbourhood_collectives_v_w_and_non_blocking_with_1_to_8_ranks() {
 
 #[test]
 fn collectives_hand_their_errors_to_the_error_handler() {
-    let out = run(command("handler", 3, &[]), Duration::from_secs(30));
+    let out = run(
+        bins().check("group_collectives", "handler", 3, &[]),
+        Duration::from_secs(30),
+    );
     // The last rank's fatal error ends the job with MPI_ERR_ROOT's code,
     // after the user handler saw the other errors.
     assert_eq!(
