@@ -21,7 +21,7 @@
 
 use crate::buffers::{check_messages, fill_pattern, AlignedBuf};
 use crate::cli::{Benchmark, Options};
-use crate::report::Report;
+use crate::report::StdoutReport;
 use oxmpi::collective::SystemOperation;
 use oxmpi::Communicator;
 
@@ -37,16 +37,12 @@ pub fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Res
              rank's mean time per operation, averaged over the ranks"
                 .to_owned(),
         ];
-        Some(
-            Report::start(
-                std::io::stdout().lock(),
-                benchmark,
-                "oxmpi",
-                notes,
-                options.json,
-            )
-            .map_err(|e| format!("writing the report: {e}"))?,
-        )
+        Some(StdoutReport::to_stdout(
+            benchmark,
+            "oxmpi",
+            notes,
+            options.json,
+        )?)
     } else {
         None
     };
@@ -85,9 +81,7 @@ pub fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Res
             let mut sum = 0.0f64;
             root.reduce_into_root(&mean_us, &mut sum, SystemOperation::sum())
                 .map_err(mpi("reducing the times"))?;
-            report
-                .row(size, &[sum / ranks as f64])
-                .map_err(|e| format!("writing the report: {e}"))?;
+            report.record(size, &[sum / ranks as f64])?;
         } else {
             root.reduce_into(&mean_us, SystemOperation::sum())
                 .map_err(mpi("reducing the times"))?;
@@ -95,10 +89,7 @@ pub fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Res
     }
     world.barrier().map_err(mpi("barrier at the end"))?;
     if let Some(report) = report {
-        report
-            .finish()
-            .map(drop)
-            .map_err(|e| format!("writing the report: {e}"))?;
+        report.end()?;
     }
     Ok(())
 }

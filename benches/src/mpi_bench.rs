@@ -37,7 +37,7 @@
 
 use crate::buffers::{check_messages, fill_pattern, AlignedBuf};
 use crate::cli::{Benchmark, Options, WINDOW};
-use crate::report::Report;
+use crate::report::StdoutReport;
 use oxmpi::request::{scope, wait_all};
 use oxmpi::{Communicator, Process};
 use std::process::ExitCode;
@@ -193,14 +193,7 @@ fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Result<
                 "window: {WINDOW} immediate sends, then a {ACK_SIZE}-byte acknowledgement"
             ));
         }
-        let report = Report::start(
-            std::io::stdout().lock(),
-            benchmark,
-            "oxmpi",
-            notes,
-            options.json,
-        )
-        .map_err(|e| format!("writing the report: {e}"))?;
+        let report = StdoutReport::to_stdout(benchmark, "oxmpi", notes, options.json)?;
         Some(report)
     } else {
         None
@@ -229,19 +222,14 @@ fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Result<
         let times = gather_initiator_times(world, &pairing, seconds)?;
         if let Some(report) = &mut report {
             let figures = figures(benchmark, size, iterations, &times);
-            report
-                .row(size, &figures)
-                .map_err(|e| format!("writing the report: {e}"))?;
+            report.record(size, &figures)?;
         }
     }
     // The last synchronization makes sure every rank is done before
     // finalizing.
     sync_all(world)?;
     if let Some(report) = report {
-        report
-            .finish()
-            .map(drop)
-            .map_err(|e| format!("writing the report: {e}"))?;
+        report.end()?;
     }
     Ok(())
 }

@@ -26,7 +26,7 @@ use crate::buffers::{check_messages, fill_pattern, AlignedBuf};
 use crate::cli::{Benchmark, Options, RAW_SHM_PEER, WINDOW};
 use crate::mpi_bench;
 use crate::raw_tcp::{random_token, ChildGuard, STALL_LIMIT};
-use crate::report::Report;
+use crate::report::StdoutReport;
 use shared::Lines;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsFd;
@@ -84,19 +84,13 @@ pub fn peer_main(options: &Options, parent: u32) -> ExitCode {
     }
 }
 
-fn report(
-    benchmark: Benchmark,
-    options: &Options,
-    note: &str,
-) -> Result<Report<std::io::StdoutLock<'static>>, String> {
-    Report::start(
-        std::io::stdout().lock(),
+fn report(benchmark: Benchmark, options: &Options, note: &str) -> Result<StdoutReport, String> {
+    StdoutReport::to_stdout(
         benchmark,
         "raw-shm",
         vec![note.to_owned(), options.describe_iterations()],
         options.json,
     )
-    .map_err(|e| format!("writing the report: {e}"))
 }
 
 fn run_parent(options: &Options) -> Result<(), String> {
@@ -143,10 +137,7 @@ fn run_parent(options: &Options) -> Result<(), String> {
     if !status.success() {
         return Err(format!("the child failed: {status}"));
     }
-    report
-        .finish()
-        .map(drop)
-        .map_err(|e| format!("writing the report: {e}"))
+    report.end()
 }
 
 /// Which process this is.
@@ -167,7 +158,7 @@ fn ping_pong(
     side: Side,
     options: &Options,
     watch: &mut Watch<'_>,
-    mut report: Option<&mut Report<std::io::StdoutLock<'static>>>,
+    mut report: Option<&mut StdoutReport>,
 ) -> Result<(), String> {
     let (out, inbound) = match side {
         Side::Parent => (0, 1),
@@ -205,9 +196,7 @@ fn ping_pong(
             .map_err(|e| format!("latency, {size} bytes: {e}"))?;
         if let Some(report) = report.as_deref_mut() {
             let figures = mpi_bench::figures(Benchmark::Latency, size, iterations, &[seconds]);
-            report
-                .row(size, &figures)
-                .map_err(|e| format!("writing the report: {e}"))?;
+            report.record(size, &figures)?;
         }
     }
     Ok(())
@@ -300,14 +289,9 @@ fn run_memcpy(options: &Options) -> Result<(), String> {
         let seconds = start.elapsed().as_secs_f64();
         check_messages(window, message).map_err(|e| format!("memcpy, {size} bytes: {e}"))?;
         let figures = mpi_bench::figures(Benchmark::Bandwidth, size, iterations, &[seconds]);
-        report
-            .row(size, &figures)
-            .map_err(|e| format!("writing the report: {e}"))?;
+        report.record(size, &figures)?;
     }
-    report
-        .finish()
-        .map(drop)
-        .map_err(|e| format!("writing the report: {e}"))
+    report.end()
 }
 
 /// The two shared cache lines, and the only unsafe code of this crate.

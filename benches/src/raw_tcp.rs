@@ -32,7 +32,7 @@
 use crate::buffers::{check_messages, fill_pattern, AlignedBuf};
 use crate::cli::{Benchmark, Options, RAW_TCP_PEER, WINDOW};
 use crate::mpi_bench;
-use crate::report::Report;
+use crate::report::StdoutReport;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::io::{self, Read, Write};
@@ -182,28 +182,20 @@ fn run_parent(benchmark: Benchmark, options: &Options) -> Result<(), String> {
             )
         },
     ];
-    let report = Report::start(
-        std::io::stdout().lock(),
+    let mut report = StdoutReport::to_stdout(benchmark, "raw-tcp", notes, options.json)?;
+    exchange(
+        &mut link,
+        Side::Parent,
         benchmark,
-        "raw-tcp",
-        notes,
-        options.json,
-    )
-    .map_err(|e| format!("writing the report: {e}"))?;
-    let mut report = Some(report);
-    exchange(&mut link, Side::Parent, benchmark, options, report.as_mut())?;
+        options,
+        Some(&mut report),
+    )?;
     drop(link);
     let status = child.wait(START_LIMIT)?;
     if !status.success() {
         return Err(format!("the child failed: {status}"));
     }
-    if let Some(report) = report {
-        report
-            .finish()
-            .map(drop)
-            .map_err(|e| format!("writing the report: {e}"))?;
-    }
-    Ok(())
+    report.end()
 }
 
 /// Accepts the child's connection: from a loopback address, presenting
@@ -360,7 +352,7 @@ fn exchange(
     side: Side,
     benchmark: Benchmark,
     options: &Options,
-    mut report: Option<&mut Report<std::io::StdoutLock<'static>>>,
+    mut report: Option<&mut StdoutReport>,
 ) -> Result<(), String> {
     let max = options.max_size;
     let mut send = AlignedBuf::new(max)?;
@@ -425,9 +417,7 @@ fn exchange(
             .map_err(|e| format!("{}, {size} bytes: {e}", benchmark.name()))?;
         if let Some(report) = report.as_deref_mut() {
             let figures = mpi_bench::figures(benchmark, size, iterations, &[seconds]);
-            report
-                .row(size, &figures)
-                .map_err(|e| format!("writing the report: {e}"))?;
+            report.record(size, &figures)?;
         }
     }
     Ok(())

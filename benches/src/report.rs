@@ -84,6 +84,36 @@ impl<W: Write> Report<W> {
     }
 }
 
+/// A report on the standard output, as every benchmark writes one.
+pub type StdoutReport = Report<io::StdoutLock<'static>>;
+
+impl StdoutReport {
+    /// [`Report::start`] on the standard output, with an I/O error put
+    /// in words.
+    pub fn to_stdout(
+        benchmark: Benchmark,
+        implementation: &str,
+        notes: Vec<String>,
+        json: bool,
+    ) -> Result<StdoutReport, String> {
+        Report::start(io::stdout().lock(), benchmark, implementation, notes, json).map_err(written)
+    }
+
+    /// [`Report::row`], with an I/O error put in words.
+    pub fn record(&mut self, size: usize, figures: &[f64]) -> Result<(), String> {
+        self.row(size, figures).map_err(written)
+    }
+
+    /// [`Report::finish`], with an I/O error put in words.
+    pub fn end(self) -> Result<(), String> {
+        self.finish().map(drop).map_err(written)
+    }
+}
+
+fn written(e: io::Error) -> String {
+    format!("writing the report: {e}")
+}
+
 /// The first header line's text (after `# `).
 pub fn title(benchmark: Benchmark, implementation: &str) -> String {
     let who = match implementation {

@@ -26,7 +26,7 @@
 
 use crate::buffers::{check_messages, fill_pattern, AlignedBuf};
 use crate::cli::{Benchmark, Options, WINDOW};
-use crate::report::Report;
+use crate::report::StdoutReport;
 use oxmpi::collective::SystemOperation;
 use oxmpi::rma::{LockType, Window};
 use oxmpi::{Communicator, Info};
@@ -50,16 +50,12 @@ pub fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Res
                 format!("window: allocated; a shared lock on the target; {WINDOW} operations, then a flush")
             },
         ];
-        Some(
-            Report::start(
-                std::io::stdout().lock(),
-                benchmark,
-                "oxmpi",
-                notes,
-                options.json,
-            )
-            .map_err(|e| format!("writing the report: {e}"))?,
-        )
+        Some(StdoutReport::to_stdout(
+            benchmark,
+            "oxmpi",
+            notes,
+            options.json,
+        )?)
     } else {
         None
     };
@@ -117,9 +113,7 @@ pub fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Res
             }
             let figures = crate::mpi_bench::figures(benchmark, size, iterations, &[seconds]);
             if let Some(report) = &mut report {
-                report
-                    .row(size, &figures)
-                    .map_err(|e| format!("writing the report: {e}"))?;
+                report.record(size, &figures)?;
             }
         }
         world.barrier().map_err(mpi("barrier after the size"))?;
@@ -130,10 +124,7 @@ pub fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Res
     world.barrier().map_err(mpi("barrier at the end"))?;
     window.free().map_err(mpi("freeing the window"))?;
     if let Some(report) = report {
-        report
-            .finish()
-            .map(drop)
-            .map_err(|e| format!("writing the report: {e}"))?;
+        report.end()?;
     }
     Ok(())
 }
