@@ -6,17 +6,22 @@
 //! else), and every rank's base address, size and displacement unit,
 //! with "same on all ranks" flags so the local value serves without a
 //! table look-up. It is made on memory the program lends
-//! ([`Window::create`]), on memory MPI allocates ([`Window::allocate`]),
-//! or with none, memory being attached later ([`Window::create_dynamic`]).
+//! ([`Window::create`]), on memory MPI allocates ([`Window::allocate`],
+//! or shared memory every rank may load and store:
+//! [`Window::allocate_shared`] and [`Window::shared_query`]), or with none, memory being attached later ([`Window::create_dynamic`]).
 //!
 //! Operations — [`Window::put`], [`Window::get`], [`Window::accumulate`],
 //! [`Window::get_accumulate`], [`Window::fetch_and_op`],
 //! [`Window::compare_and_swap`] and the request-based `r` forms — reach
-//! the target's memory through a per-target path (`path.rs`, the seam
-//! for direct shared-memory access): today as active messages handled by
-//! the target's progress engine, so a passive-target operation completes
-//! whenever the target is in any MPI call, or at any time when the
-//! target runs a progress thread (`OXMPI_ASYNC_PROGRESS=1`).
+//! the target's memory through a per-target path (`path.rs`). Windows
+//! that MPI allocates ([`Window::allocate`], [`Window::allocate_shared`])
+//! for ranks of one host live in shared memory, and the origin reaches
+//! them directly (`direct.rs`): loads, stores and atomics of its own, with
+//! no help from the target ([`Window::direct_access`]). Other windows
+//! are reached by active messages handled by the target's progress
+//! engine, so a passive-target operation completes whenever the target
+//! is in any MPI call, or at any time when the target runs a progress
+//! thread (`OXMPI_ASYNC_PROGRESS=1`).
 //!
 //! Synchronization: [`Window::fence`]; [`Window::post`],
 //! [`Window::start`], [`Window::complete`], [`Window::wait`],
@@ -45,7 +50,8 @@
 //! # Memory model and ordering
 //! The window's memory is one copy (`MPI_WIN_UNIFIED`), reached by this
 //! process through [`Window::read_local`] and [`Window::write_local`],
-//! which exclude the handling of remote operations. Operations from one
+//! which exclude the handling of remote operations by active messages (on
+//! the direct path they are copies, as the origins'). Operations from one
 //! origin to one target are applied in the order they were issued, so
 //! every `accumulate_ordering` holds.
 //!
@@ -706,10 +712,17 @@ impl<'a> Window<'a> {
     // ----- local memory -----
 
     /// Copies the local window's data at byte `offset` into `out`.
-    /// Excludes remote operations while it copies.
+    /// Excludes remote operations by active messages while it copies.
     pub fn read_local<T: Equivalence>(&self, offset: usize, out: &mut [T]) -> Result<()> {
         let len = std::mem::size_of_val(out);
         let dest = out.as_mut_ptr().cast::<u8>();
+        if let Path::Direct(segment) = &self.paths[self.rank] {
+            // SAFETY: `dest` is `out`, writable for `len` bytes, and any
+            // bytes are a valid `T` (`Equivalence` types are plain data).
+            let bytes = unsafe { std::slice::from_raw_parts_mut(dest, len) };
+            let result = direct::get(segment, offset as u64, bytes);
+            return self.comm.handled(result);
+        }
         self.local(offset, len, |window| {
             // SAFETY: `dest` is `out`, writable for `len` bytes, and any
             // bytes are a valid `T` (`Equivalence` types are plain data).
@@ -718,10 +731,16 @@ impl<'a> Window<'a> {
     }
 
     /// Copies `data` into the local window at byte `offset`. Excludes
-    /// remote operations while it copies.
+    /// remote operations by active messages while it copies.
     pub fn write_local<T: Equivalence>(&self, offset: usize, data: &[T]) -> Result<()> {
         let len = std::mem::size_of_val(data);
         let src = data.as_ptr().cast::<u8>();
+        if let Path::Direct(segment) = &self.paths[self.rank] {
+            // SAFETY: `src` is `data`, readable for `len` bytes.
+            let bytes = unsafe { std::slice::from_raw_parts(src, len) };
+            let result = direct::put(segment, offset as u64, bytes);
+            return self.comm.handled(result);
+        }
         self.local(offset, len, |window| {
             // SAFETY: `src` is `data`, readable for `len` bytes.
             unsafe { std::ptr::copy_nonoverlapping(src, window, len) }
