@@ -59,18 +59,35 @@ fn fetch_and_op_and_accumulate_are_atomic() {
 }
 
 #[test]
-fn allocated_windows_are_direct_on_shared_memory_and_messages_over_tcp() {
+fn windows_are_direct_on_shared_memory_and_messages_over_tcp() {
     for ranks in [1, 4] {
         job("path", &["direct"], ranks, &[], 60);
     }
     job("path", &["messages"], 3, &TCP, 60);
+    // A created window needs cross-memory attach; an allocated one not.
+    job(
+        "path",
+        &["direct", "messages"],
+        3,
+        &[("OXMPI_SHM_CMA", "0")],
+        60,
+    );
 }
 
-/// The direct path completes passive-target operations while the target
-/// sleeps outside MPI with no progress thread.
+/// A window on user memory dropped without `free`: cross-memory attach
+/// stops before the memory goes back to the program.
+#[test]
+fn a_window_dropped_without_free_is_not_written_by_cross_memory_attach() {
+    job("dropped", &[], 2, &[], 60);
+}
+
+/// The direct path (allocated and created windows) completes
+/// passive-target operations while the target sleeps outside MPI with no
+/// progress thread.
 #[test]
 fn operations_complete_while_the_target_sleeps_outside_mpi() {
     job("sleeping", &[], 4, &[], 60);
+    job("sleeping", &["create"], 3, &[], 60);
 }
 
 #[test]

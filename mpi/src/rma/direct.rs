@@ -1,14 +1,19 @@
 //! The operations of the direct path (`Path::Direct`): the origin reads
-//! and writes the target's window segment itself, mapped in this process
-//! (`oxmpi_shm::window::WindowSegment`), with no help from the target.
+//! and writes the target's window itself, with no help from the target
+//! ([`Reach`]): a window segment mapped in this process
+//! (`oxmpi_shm::window::WindowSegment`, for allocated windows), or the
+//! target's own memory by cross-memory attach
+//! (`oxmpi_shm::window::RemoteWindow`, for windows on user memory), with
+//! the lock and region mutexes in a segment the target made for them.
 //!
 //! Puts and gets are copies. Accumulates, fetch-and-op and
 //! compare-and-swap are atomic per element with respect to each other:
 //! under a shared lock (or lock_all, fence, start) with one hardware
 //! atomic per element where the (element, op, address) triple allows it
 //! (`WindowSegment::atomic_capable`, which depends only on the type and
-//! the address, so two origins never mix the two ways on one element),
-//! else under the region mutexes of the bytes touched, each taken once
+//! the address, so two origins never mix the two ways on one element;
+//! never in memory reached by cross-memory attach, which atomics cannot
+//! reach), else under the region mutexes of the bytes touched, each taken once
 //! per operation; under an exclusive lock nobody else may touch the
 //! window, so neither. The range is checked by the window first and by
 //! the segment again: nothing is ever touched outside it.
@@ -18,7 +23,117 @@ use super::wire::AccumulateOp;
 use crate::collective::op::SystemOp;
 use crate::datatype::Primitive;
 use crate::{Error, ErrorClass, Result};
-use oxmpi_shm::window::{AccessError, AtomicOp, Element, WindowSegment};
+use oxmpi_shm::window::{
+    AccessError, AtomicOp, Element, RemoteWindow, SharedRwLock, WindowSegment,
+};
+use std::sync::Arc;
+
+/// How the direct path reaches one target's window.
+#[derive(Clone, Debug)]
+pub(crate) enum Reach {
+    /// The window's segment, mapped in this process.
+    Mapped(Arc<WindowSegment>),
+    /// The target's own memory by cross-memory attach; `control` is the
+    /// segment the target made for the window's lock and region mutexes
+    /// (its data part is never used).
+    Remote {
+        control: Arc<WindowSegment>,
+        memory: RemoteWindow,
+    },
+}
+
+impl Reach {
+    /// The segment with the window's lock and region mutexes.
+    fn control(&self) -> &WindowSegment {
+        match self {
+            Reach::Mapped(segment) => segment,
+            Reach::Remote { control, .. } => control,
+        }
+    }
+
+    /// The window's passive-target lock.
+    pub(crate) fn lock(&self) -> &SharedRwLock {
+        self.control().lock()
+    }
+
+    fn read(&self, at: usize, out: &mut [u8]) -> Result<()> {
+        match self {
+            Reach::Mapped(segment) => segment.read(at, out),
+            Reach::Remote { memory, .. } => memory.read(at as u64, out),
+        }
+        .map_err(access_error)
+    }
+
+    fn write(&self, at: usize, data: &[u8]) -> Result<()> {
+        match self {
+            Reach::Mapped(segment) => segment.write(at, data),
+            Reach::Remote { memory, .. } => memory.write(at as u64, data),
+        }
+        .map_err(access_error)
+    }
+
+    /// Checks that the target has not dropped its window, for an
+    /// operation of an origin that holds a lock on it (`locked`) or not.
+    /// Memory reached by cross-memory attach is the target program's: once
+    /// it dropped the window ([`close`]) the memory may be anything, so
+    /// every operation runs under the window's lock (the origin's, or a
+    /// shared hold for the operation's length, released with the guard)
+    /// and checks the "closed" word first. A mapped segment stays valid
+    /// while this process maps it: nothing to check.
+    pub(crate) fn open(&self, locked: bool) -> Result<Option<SharedHold<'_>>> {
+        let Reach::Remote { control, .. } = self else {
+            return Ok(None);
+        };
+        let hold = (!locked).then(|| {
+            control.lock().lock_shared();
+            SharedHold(control.lock())
+        });
+        let mut closed = [0u8; 8];
+        control.read(0, &mut closed).map_err(access_error)?;
+        if closed != [0; 8] {
+            return Err(Error::new(
+                ErrorClass::RmaSync,
+                "the target dropped its window without freeing it",
+            ));
+        }
+        Ok(hold)
+    }
+
+    /// The segment to do atomics on, if the window is mapped.
+    pub(crate) fn mapped(&self) -> Option<&WindowSegment> {
+        match self {
+            Reach::Mapped(segment) => Some(segment),
+            Reach::Remote { .. } => None,
+        }
+    }
+}
+
+/// A shared hold of a window's lock for one operation; released on drop.
+pub(crate) struct SharedHold<'r>(&'r SharedRwLock);
+
+impl Drop for SharedHold<'_> {
+    fn drop(&mut self) {
+        self.0.unlock_shared();
+    }
+}
+
+/// The size of the control segment of a window of `size` bytes on user
+/// memory: its region mutexes cover the window, and its first word is the
+/// "closed" word.
+pub(crate) fn control_size(size: usize) -> usize {
+    size.max(8)
+}
+
+/// Marks this rank's window on user memory closed (it is dropped without
+/// `free`), under the exclusive lock: an origin's operation either ended
+/// before, or sees the word and touches nothing. This rank must not hold
+/// the lock itself.
+pub(crate) fn close(control: &WindowSegment) {
+    control.lock().lock_exclusive();
+    // In range: the control segment holds at least 8 bytes.
+    let _ = control.write(0, &1u64.to_ne_bytes());
+    control.lock().unlock_exclusive();
+}
 
 /// The MPI error for a refused access to window memory.
 fn access_error(e: AccessError) -> Error {
@@ -40,13 +155,13 @@ fn offset(disp: u64) -> Result<usize> {
 }
 
 /// `MPI_Put`: copies `data` into the window at `disp`.
-pub(crate) fn put(segment: &WindowSegment, disp: u64, data: &[u8]) -> Result<()> {
-    segment.write(offset(disp)?, data).map_err(access_error)
+pub(crate) fn put(reach: &Reach, disp: u64, data: &[u8]) -> Result<()> {
+    reach.write(offset(disp)?, data)
 }
 
 /// `MPI_Get`: copies the window's bytes at `disp` into `out`.
-pub(crate) fn get(segment: &WindowSegment, disp: u64, out: &mut [u8]) -> Result<()> {
-    segment.read(offset(disp)?, out).map_err(access_error)
+pub(crate) fn get(reach: &Reach, disp: u64, out: &mut [u8]) -> Result<()> {
+    reach.read(offset(disp)?, out)
 }
 
 /// The hardware form of an accumulate of `basic` elements with `op`, if
@@ -92,7 +207,7 @@ fn atomic_form(basic: Primitive, op: AccumulateOp) -> Option<(Element, AtomicOp)
 /// ignored for `NO_OP`) into the window at `disp` with `op`. `exclusive`:
 /// this origin holds the target's exclusive lock.
 pub(crate) fn accumulate(
-    segment: &WindowSegment,
+    reach: &Reach,
     disp: u64,
     data: &[u8],
     (basic, op): (Primitive, AccumulateOp),
@@ -112,9 +227,13 @@ pub(crate) fn accumulate(
             ),
         ));
     }
-    let atomic = atomic_form(basic, op)
-        .filter(|&(element, op)| !exclusive && len > 0 && segment.atomic_capable(at, element, op));
-    if let Some((element, atomic_op)) = atomic {
+    let atomic = reach
+        .mapped()
+        .zip(atomic_form(basic, op))
+        .filter(|&(segment, (element, op))| {
+            !exclusive && len > 0 && segment.atomic_capable(at, element, op)
+        });
+    if let Some((segment, (element, atomic_op))) = atomic {
         // Every element is aligned as the first is (the data is aligned
         // and the elements are `size` bytes apart).
         let none = [0u8; 8];
@@ -134,16 +253,21 @@ pub(crate) fn accumulate(
     let _guard = if exclusive {
         None
     } else {
-        Some(segment.lock_regions(at, len).map_err(access_error)?)
+        Some(
+            reach
+                .control()
+                .lock_regions(at, len)
+                .map_err(access_error)?,
+        )
     };
     let mut current = vec![0u8; len];
-    segment.read(at, &mut current).map_err(access_error)?;
+    reach.read(at, &mut current)?;
     if let Some(old) = old {
         old.copy_from_slice(&current);
     }
     if op != AccumulateOp::NoOp {
         combine(&mut current, data, basic, op)?;
-        segment.write(at, &current).map_err(access_error)?;
+        reach.write(at, &current)?;
     }
     Ok(())
 }
@@ -152,7 +276,7 @@ pub(crate) fn accumulate(
 /// followed by the new one, each `old.len()` bytes; the old value goes
 /// to `old`. `exclusive` as for [`accumulate`].
 pub(crate) fn compare_and_swap(
-    segment: &WindowSegment,
+    reach: &Reach,
     disp: u64,
     data: &[u8],
     exclusive: bool,
@@ -170,7 +294,7 @@ pub(crate) fn compare_and_swap(
         ));
     }
     let (compare, new) = data.split_at(old.len());
-    if !exclusive {
+    if let Some(segment) = reach.mapped().filter(|_| !exclusive) {
         match segment.compare_and_swap(at, compare, new, old) {
             Ok(()) => return Ok(()),
             // A size or an address the hardware cannot do: the mutexes.
@@ -181,11 +305,16 @@ pub(crate) fn compare_and_swap(
     let _guard = if exclusive {
         None
     } else {
-        Some(segment.lock_regions(at, old.len()).map_err(access_error)?)
+        Some(
+            reach
+                .control()
+                .lock_regions(at, old.len())
+                .map_err(access_error)?,
+        )
     };
-    segment.read(at, old).map_err(access_error)?;
+    reach.read(at, old)?;
     if old == compare {
-        segment.write(at, new).map_err(access_error)?;
+        reach.write(at, new)?;
     }
     Ok(())
 }

@@ -17,8 +17,9 @@
 //! that MPI allocates ([`Window::allocate`], [`Window::allocate_shared`])
 //! for ranks of one host live in shared memory, and the origin reaches
 //! them directly (`direct.rs`): loads, stores and atomics of its own, with
-//! no help from the target ([`Window::direct_access`]). Other windows
-//! are reached by active messages handled by the target's progress
+//! no help from the target ([`Window::direct_access`]); windows on the
+//! program's memory ([`Window::create`]) are reached directly too on one
+//! host, by cross-memory attach. Other windows are reached by active messages handled by the target's progress
 //! engine, so a passive-target operation completes whenever the target
 //! is in any MPI call, or at any time when the target runs a progress
 //! thread (`OXMPI_ASYNC_PROGRESS=1`).
@@ -82,11 +83,12 @@ use crate::datatype::{Buffer, BufferMut, ElementType, Equivalence, Primitive};
 use crate::group::Group;
 use crate::request::{Request, Scope};
 use crate::{with_device, Communicator, Error, ErrorClass, ErrorHandler, Info, Result, PROC_NULL};
+use direct::Reach;
 use oxmpi_adi::device::RequestId;
 use oxmpi_adi::host::HostId;
 use oxmpi_adi::transport::PeerRank;
 use oxmpi_shm::region::RegionName;
-use oxmpi_shm::window::WindowSegment;
+use oxmpi_shm::window::{RemoteWindow, WindowSegment};
 use path::{take_errors, Fetch, Path, Target};
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -144,7 +146,8 @@ enum Allocation {
     /// In this process only, 16-byte aligned.
     Heap(Vec<u128>),
     /// A window segment the other ranks of the host can map, and its
-    /// name for them.
+    /// name for them: the window's memory, or for a window on user memory
+    /// only its lock and region mutexes.
     Segment(Arc<WindowSegment>, RegionName),
 }
 
@@ -306,7 +309,10 @@ const HINTS: [(&str, &str); 4] = [
 impl<'a> Window<'a> {
     /// Makes a window on `memory` (`MPI_Win_create`), with displacements
     /// in units of `disp_unit` bytes; collective over `comm`. The memory
-    /// is the window's until it is freed.
+    /// is the window's until it is freed. On one host with shared memory
+    /// and cross-memory attach, the other ranks reach it directly
+    /// (`process_vm_readv`/`writev`); dropped without [`Window::free`], it
+    /// is closed to them first.
     #[doc(alias = "MPI_Win_create")]
     pub fn create<T: Equivalence>(
         comm: &Communicator,
@@ -316,14 +322,39 @@ impl<'a> Window<'a> {
     ) -> Result<Window<'a>> {
         let size = std::mem::size_of_val(memory);
         let base = memory.as_mut_ptr().cast::<u8>();
-        comm.handled(Window::make(
-            comm,
-            Memory::Block { base, size },
-            (base as usize, size, disp_unit),
-            CreateFlavor::Create,
-            None,
-            info,
-        ))
+        let result = Window::direct_wanted(comm).and_then(|wanted| {
+            // The lock and region mutexes of the direct path, if it can be
+            // taken; the data stays in `memory`.
+            let control = match wanted.then(|| Allocation::new(direct::control_size(size), true)) {
+                Some((control, None)) => Some(control),
+                Some((_, Some(reason))) => {
+                    oxmpi_adi::vlog!("window of {size} bytes: {reason}");
+                    None
+                }
+                None => None,
+            };
+            Window::make(
+                comm,
+                Memory::Block { base, size },
+                (base as usize, size, disp_unit),
+                CreateFlavor::Create,
+                control,
+                info,
+            )
+        });
+        comm.handled(result)
+    }
+
+    /// Whether a window of `Window::create` or `Window::allocate` may
+    /// take the direct path from this rank: it runs the shared-memory
+    /// transport, or is alone (a job of one rank starts no transport to
+    /// other ranks). With `OXMPI_TRANSPORTS=tcp` a window of several ranks
+    /// is reached by messages; a created window also needs cross-memory
+    /// attach (not turned off by `OXMPI_SHM_CMA=0`).
+    fn direct_wanted(comm: &Communicator) -> Result<bool> {
+        Ok(comm.size() == 1
+            || (with_device(|d| Ok(d.offers("shm")))?
+                && std::env::var(oxmpi_shm::CMA_ENV).as_deref() != Ok("0")))
     }
 
     /// Makes a window on `size` bytes that MPI allocates, zeroed and
@@ -371,7 +402,8 @@ impl<'a> Window<'a> {
     /// `allocate` and `allocate_shared`: the memory is a window segment
     /// where this rank may share memory (for `allocate`, where it runs the
     /// shared-memory transport, or is alone: with `OXMPI_TRANSPORTS=tcp` a
-    /// window of several ranks is reached by messages).
+    /// window of several ranks is reached by messages; cross-memory attach
+    /// is not needed).
     fn make_allocated(
         comm: &Communicator,
         size: usize,
@@ -379,8 +411,6 @@ impl<'a> Window<'a> {
         flavor: CreateFlavor,
         info: &Info,
     ) -> Result<Window<'static>> {
-        // A job of one rank starts no transport to other ranks; its
-        // window is its own.
         let segment = flavor == CreateFlavor::Shared
             || comm.size() == 1
             || with_device(|d| Ok(d.offers("shm")))?;
@@ -536,14 +566,33 @@ impl<'a> Window<'a> {
             rows.iter()
                 .enumerate()
                 .map(|(r, row)| {
-                    if r == me {
-                        return Ok(Path::Direct(own.clone()));
-                    }
                     let name = RegionName::from_words([row[3], row[4], row[5]])
                         .ok_or_else(|| format!("rank {r} sent a bad segment name"))?;
-                    WindowSegment::attach(&name)
-                        .map(|segment| Path::Direct(Arc::new(segment)))
-                        .map_err(|e| format!("mapping rank {r}'s window segment failed: {e}"))
+                    let segment = if r == me {
+                        own.clone()
+                    } else {
+                        WindowSegment::attach(&name)
+                            .map(Arc::new)
+                            .map_err(|e| format!("mapping rank {r}'s window segment failed: {e}"))?
+                    };
+                    if flavor != CreateFlavor::Create {
+                        return Ok(Path::Direct(Reach::Mapped(segment)));
+                    }
+                    // The data is in rank r's own memory: base and size
+                    // as it advertised, in the process that made the
+                    // segment; a first copy tells whether the kernel lets
+                    // this process reach it.
+                    let memory = RemoteWindow::new(name.pid, row[0], row[1])
+                        .ok_or_else(|| format!("rank {r} advertised a bad window range"))?;
+                    if row[1] > 0 {
+                        memory.read(0, &mut [0u8]).map_err(|e| {
+                            format!("cross-memory attach to rank {r}'s window failed: {e}")
+                        })?;
+                    }
+                    Ok(Path::Direct(Reach::Remote {
+                        control: segment,
+                        memory,
+                    }))
                 })
                 .collect()
         })();
@@ -596,7 +645,7 @@ impl<'a> Window<'a> {
         let result = (|| {
             let rank = self.rank_arg(rank)?;
             match (&self.paths[rank], self.flavor) {
-                (Path::Direct(segment), CreateFlavor::Shared) => Ok(SharedPart {
+                (Path::Direct(Reach::Mapped(segment)), CreateFlavor::Shared) => Ok(SharedPart {
                     segment,
                     disp_unit: self.disp_units[rank],
                 }),
@@ -716,7 +765,7 @@ impl<'a> Window<'a> {
     pub fn read_local<T: Equivalence>(&self, offset: usize, out: &mut [T]) -> Result<()> {
         let len = std::mem::size_of_val(out);
         let dest = out.as_mut_ptr().cast::<u8>();
-        if let Path::Direct(segment) = &self.paths[self.rank] {
+        if let Path::Direct(segment @ Reach::Mapped(_)) = &self.paths[self.rank] {
             // SAFETY: `dest` is `out`, writable for `len` bytes, and any
             // bytes are a valid `T` (`Equivalence` types are plain data).
             let bytes = unsafe { std::slice::from_raw_parts_mut(dest, len) };
@@ -735,7 +784,7 @@ impl<'a> Window<'a> {
     pub fn write_local<T: Equivalence>(&self, offset: usize, data: &[T]) -> Result<()> {
         let len = std::mem::size_of_val(data);
         let src = data.as_ptr().cast::<u8>();
-        if let Path::Direct(segment) = &self.paths[self.rank] {
+        if let Path::Direct(segment @ Reach::Mapped(_)) = &self.paths[self.rank] {
             // SAFETY: `src` is `data`, readable for `len` bytes.
             let bytes = unsafe { std::slice::from_raw_parts(src, len) };
             let result = direct::put(segment, offset as u64, bytes);
@@ -863,11 +912,13 @@ impl<'a> Window<'a> {
                 ),
             ));
             }
-            epochs
-                .locks
-                .get(&rank)
-                .is_some_and(|&(t, _)| t == LockType::Exclusive)
+            let lock = epochs.locks.get(&rank);
+            (
+                lock.is_some_and(|&(t, _)| t == LockType::Exclusive),
+                lock.is_some_and(|&(_, taken)| taken) || epochs.lock_all == Some(true),
+            )
         };
+        let (exclusive, locked) = exclusive;
         let byte_disp = if self.flavor == CreateFlavor::Dynamic {
             disp as u64
         } else {
@@ -901,6 +952,7 @@ impl<'a> Window<'a> {
             rank,
             world: self.members[rank],
             exclusive,
+            locked,
         };
         Ok((to, &self.paths[rank], byte_disp))
     }
@@ -1219,6 +1271,7 @@ impl<'a> Window<'a> {
                 rank,
                 world: self.members[rank],
                 exclusive: false,
+                locked: false,
             },
             &self.paths[rank],
         )
@@ -1608,6 +1661,20 @@ impl Drop for Window<'_> {
         // memory that is going away.
         if !self.freed {
             target::unregister(self.context_id);
+            // Origins reaching this rank's memory by cross-memory attach
+            // are stopped before the memory goes back to the program:
+            // this rank's own hold of its lock first goes.
+            if let Path::Direct(Reach::Remote { control, .. }) = &self.paths[self.rank] {
+                let epochs = std::mem::take(&mut *self.epochs());
+                match (epochs.locks.get(&self.rank), epochs.lock_all) {
+                    (Some(&(LockType::Shared, true)), _) | (_, Some(true)) => {
+                        control.lock().unlock_shared()
+                    }
+                    (Some(&(LockType::Exclusive, true)), _) => control.lock().unlock_exclusive(),
+                    _ => {}
+                }
+                direct::close(control);
+            }
         }
     }
 }

@@ -34,8 +34,6 @@ use crate::{progress_until, with_device, Error, Result};
 use oxmpi_adi::device::{Device, RequestId};
 use oxmpi_adi::proto::MAX_ACTIVE_LEN;
 use oxmpi_adi::transport::PeerRank;
-use oxmpi_shm::window::WindowSegment;
-use std::sync::Arc;
 
 /// The most data one message carries: a larger operation is split (on
 /// element boundaries: this is a multiple of every basic type's size).
@@ -54,6 +52,9 @@ pub(crate) struct Target<'w> {
     /// Whether this origin holds the target's exclusive lock (then the
     /// direct path needs no region mutexes).
     pub(crate) exclusive: bool,
+    /// Whether this origin holds a lock on the target it took (a lock or
+    /// lock_all without `MODE_NOCHECK`).
+    pub(crate) locked: bool,
 }
 
 /// How this rank reaches one target's window: see the module docs.
@@ -61,8 +62,8 @@ pub(crate) struct Target<'w> {
 pub(crate) enum Path {
     /// Active messages handled by the target's progress engine.
     ActiveMessages,
-    /// The target's window segment, mapped in this process.
-    Direct(Arc<WindowSegment>),
+    /// The origin reaches the target's window itself.
+    Direct(direct::Reach),
 }
 
 impl Path {
@@ -80,7 +81,10 @@ impl Path {
                 }
                 Ok(())
             }),
-            Path::Direct(segment) => direct::put(segment, disp, data),
+            Path::Direct(reach) => {
+                let _open = reach.open(to.locked)?;
+                direct::put(reach, disp, data)
+            }
         }
     }
 
@@ -109,8 +113,9 @@ impl Path {
                 }
                 Ok(())
             }),
-            Path::Direct(segment) => {
-                direct::accumulate(segment, disp, data, (element, op), to.exclusive, None)
+            Path::Direct(reach) => {
+                let _open = reach.open(to.locked)?;
+                direct::accumulate(reach, disp, data, (element, op), to.exclusive, None)
             }
         }
     }
@@ -184,6 +189,7 @@ impl Path {
                 Ok(request)
             }),
             Path::Direct(segment) => {
+                let _open = segment.open(to.locked)?;
                 let out = if len == 0 {
                     &mut [][..]
                 } else {

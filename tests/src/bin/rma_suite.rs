@@ -17,14 +17,18 @@
 //! and `passive` (rank 0 computes outside MPI while the others lock, put
 //! and unlock: run with `OXMPI_ASYNC_PROGRESS=1`).
 //!
-//! The direct path (windows in shared memory): `path direct|messages`
-//! (which path an allocated window takes; a created one always takes
-//! messages), `sleeping` (rank 0 sleeps outside MPI, with no progress
-//! thread, while the others lock, put, get and unlock its window: only
-//! the direct path completes that, and a bound makes the messages path
-//! fail rather than hang) and `shared` (`allocate_shared`: every rank
+//! The direct path (windows in shared memory, or user memory by
+//! cross-memory attach): `path direct|messages [direct|messages]` (which
+//! path an allocated window takes, and a created one), `sleeping
+//! [create]` (rank 0 sleeps outside MPI, with no progress thread, while
+//! the others lock, put, get and unlock its window, allocated or created:
+//! only the direct path completes that, and a bound makes the messages
+//! path fail rather than hang) and `shared` (`allocate_shared`: every rank
 //! stores into its own part and reads its neighbours' through
-//! `shared_query`, and RMA operations reach the same memory).
+//! `shared_query`, and RMA operations reach the same memory) and
+//! `dropped` (a rank drops its window on user memory without freeing it:
+//! an operation of another rank on it then fails with MPI_ERR_RMA_SYNC
+//! and the memory, the program's again, is not touched).
 
 use oxmpi::collective::{reduce_local_into, SystemOperation};
 use oxmpi::datatype::{UserDatatype, View};
@@ -58,6 +62,7 @@ fn main() -> ExitCode {
             "path" => path(&world),
             "sleeping" => sleeping(&world),
             "shared" => shared(&world),
+            "dropped" => dropped(&world),
             other => Err(fail(format!("unknown check {other:?}"))),
         };
         if let Err(e) = outcome {
@@ -704,15 +709,15 @@ fn passive(world: &Communicator) -> Result<()> {
 /// argument says: `direct` or `messages`); a window on user memory never
 /// does, and every rank sees the same.
 fn path(world: &Communicator) -> Result<()> {
-    let want = match std::env::args().nth(2).as_deref() {
-        Some("direct") => true,
-        Some("messages") => false,
-        other => {
-            return Err(fail(format!(
-                "path: expected direct or messages, not {other:?}"
-            )))
-        }
+    let arg = |i: usize| match std::env::args().nth(i).as_deref() {
+        Some("direct") => Ok(true),
+        Some("messages") => Ok(false),
+        other => Err(fail(format!(
+            "path: expected direct or messages, not {other:?}"
+        ))),
     };
+    let want = arg(2)?;
+    let want_created = arg(3).unwrap_or(want);
     let window = Window::allocate(world, 64, 8, &Info::new())?;
     ensure(window.direct_access() == want, || {
         format!("an allocated window's direct access is {}", !want)
@@ -723,8 +728,8 @@ fn path(world: &Communicator) -> Result<()> {
     window.free()?;
     let mut memory = [0u64; 4];
     let created = Window::create(world, &mut memory[..], 8, &Info::new())?;
-    ensure(!created.direct_access(), || {
-        "a window on user memory took the direct path".to_owned()
+    ensure(created.direct_access() == want_created, || {
+        format!("a created window's direct access is {}", !want_created)
     })?;
     created.free()
 }
@@ -739,7 +744,12 @@ fn sleeping(world: &Communicator) -> Result<()> {
         std::env::var_os(oxmpi::rma::ASYNC_PROGRESS_ENV).is_none(),
         || "sleeping runs without a progress thread".to_owned(),
     )?;
-    let window = Window::allocate(world, 8 * size, 8, &Info::new())?;
+    let mut memory = vec![0u64; size];
+    let window = if std::env::args().nth(2).as_deref() == Some("create") {
+        Window::create(world, &mut memory[..], 8, &Info::new())?
+    } else {
+        Window::allocate(world, 8 * size, 8, &Info::new())?
+    };
     world.barrier()?;
     let bound = Duration::from_secs(20);
     if rank == 0 {
@@ -865,4 +875,34 @@ fn shared(world: &Communicator) -> Result<()> {
         "query of a created window",
     )?;
     created.free()
+}
+
+/// Rank 1 drops its window on user memory without `free` (erroneous, but
+/// safe code): rank 0's later put to it by cross-memory attach fails with
+/// `MPI_ERR_RMA_SYNC` and leaves rank 1's memory alone. Two ranks.
+fn dropped(world: &Communicator) -> Result<()> {
+    let rank = world.rank();
+    let mut memory = vec![0u64; 4];
+    let window = Window::create(world, &mut memory[..], 8, &Info::new())?;
+    ensure(window.direct_access(), || {
+        "dropped needs the direct path".to_owned()
+    })?;
+    if rank == 1 {
+        drop(window);
+        memory.fill(7);
+        world.barrier()?;
+        world.barrier()?;
+        return same(&memory, &[7; 4], "memory after the window was dropped");
+    }
+    world.barrier()?;
+    window.lock(LockType::Shared, 1, 0)?;
+    expect_class(
+        window.put(&[1u64][..], 1, 0),
+        ErrorClass::RmaSync,
+        "a put to a dropped window",
+    )?;
+    window.unlock(1)?;
+    world.barrier()?;
+    drop(window);
+    Ok(())
 }
