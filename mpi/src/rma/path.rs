@@ -2,20 +2,21 @@
 //! device-independent window and the ways of moving the data.
 //!
 //! [`Path`] is chosen per target when the window is made
-//! ([`Path::choose`]) and every operation and synchronization to that
-//! target goes through it. Two ways:
+//! (`Window::choose_paths`) and every operation and synchronization to
+//! that target goes through it. Two ways:
 //!
 //! - [`Path::ActiveMessages`], for every transport: each operation is an
 //!   active message (`wire.rs`) that the target's progress engine applies
 //!   (`target.rs`), answered with a reply that completes it here. Locks
 //!   are requests to the target's fair lock queue.
-//! - [`Path::Direct`], for windows in shared memory (`MPI_Win_allocate`
-//!   and `MPI_Win_allocate_shared` on one host, when every rank mapped
-//!   every rank's window segment; the window decides, and all ranks
-//!   agree): the origin does the work itself on the target's segment
-//!   (`direct.rs`), so the target need not be in MPI at all. Locks are the
-//!   segment's fair reader-writer lock; flushes are memory fences, every
-//!   operation being complete at the target when it returns.
+//! - [`Path::Direct`], for the windows of one host (`MPI_Win_allocate`
+//!   and `MPI_Win_allocate_shared` in shared memory, `MPI_Win_create` by
+//!   cross-memory attach), when every rank mapped every rank's window
+//!   segment (the window decides, and all ranks agree): the origin does
+//!   the work itself on the target's window (`direct.rs`), so the target
+//!   need not be in MPI at all. Locks are the segment's fair
+//!   reader-writer lock; flushes are memory fences, every operation being
+//!   complete at the target when it returns.
 //!
 //! The window, its epochs and its checks (range, epoch, datatypes) are
 //! the same for both, done before a path is taken. A path must give the
