@@ -81,6 +81,9 @@ pub enum ErrorClass {
     /// MPI_ERR_RMA_ATTACH: memory that cannot be attached to (or detached
     /// from) a dynamic window.
     RmaAttach,
+    /// MPI_ERR_RMA_SHARED: shared memory that cannot be had (a
+    /// shared-memory window on a communicator that spans hosts).
+    RmaShared,
     /// MPI_ERR_RMA_FLAVOR: a call the window's flavor does not allow
     /// (e.g. attach to a window that is not dynamic).
     RmaFlavor,
@@ -120,6 +123,7 @@ impl ErrorClass {
             ErrorClass::RmaSync => 50,
             ErrorClass::RmaRange => 55,
             ErrorClass::RmaAttach => 56,
+            ErrorClass::RmaShared => 57,
             ErrorClass::RmaFlavor => 58,
         }
     }
@@ -157,6 +161,7 @@ impl ErrorClass {
             ErrorClass::RmaSync => "MPI_ERR_RMA_SYNC",
             ErrorClass::RmaRange => "MPI_ERR_RMA_RANGE",
             ErrorClass::RmaAttach => "MPI_ERR_RMA_ATTACH",
+            ErrorClass::RmaShared => "MPI_ERR_RMA_SHARED",
             ErrorClass::RmaFlavor => "MPI_ERR_RMA_FLAVOR",
         }
     }

@@ -1,6 +1,7 @@
 //! One-sided communication (RMA) as real jobs through oxrun: the checks
 //! of the `rma_suite` program over the default transports (shared memory
-//! between the ranks of this host) and over TCP alone, on 1 to 8 ranks
+//! between the ranks of this host: allocated windows take the direct
+//! path) and over TCP alone (active messages), on 1 to 8 ranks
 //! (oversubscribed on small machines).
 
 use oxmpi_jobs::{run, shm_leftovers, Binaries};
@@ -48,10 +49,54 @@ fn accumulate_with_every_operation_and_type() {
     job("operations", &[], 2, &TCP, 120);
 }
 
+/// Over shared memory (the direct path: hardware atomics under shared
+/// locks) at the count, 100,000 of each per rank on 8 ranks (a
+/// few seconds); over TCP (active messages) fewer.
 #[test]
 fn fetch_and_op_and_accumulate_are_atomic() {
-    job("atomic", &["2000"], 8, &[], 180);
+    job("atomic", &["100000"], 8, &[], 180);
     job("atomic", &["500"], 4, &TCP, 120);
+}
+
+#[test]
+fn windows_are_direct_on_shared_memory_and_messages_over_tcp() {
+    for ranks in [1, 4] {
+        job("path", &["direct"], ranks, &[], 60);
+    }
+    job("path", &["messages"], 3, &TCP, 60);
+    // A created window needs cross-memory attach; an allocated one not.
+    job(
+        "path",
+        &["direct", "messages"],
+        3,
+        &[("OXMPI_SHM_CMA", "0")],
+        60,
+    );
+}
+
+/// A window on user memory dropped without `free`: cross-memory attach
+/// stops before the memory goes back to the program.
+#[test]
+fn a_window_dropped_without_free_is_not_written_by_cross_memory_attach() {
+    job("dropped", &[], 2, &[], 60);
+}
+
+/// The direct path (allocated and created windows) completes
+/// passive-target operations while the target sleeps outside MPI with no
+/// progress thread.
+#[test]
+fn operations_complete_while_the_target_sleeps_outside_mpi() {
+    job("sleeping", &[], 4, &[], 60);
+    job("sleeping", &["create"], 3, &[], 60);
+}
+
+#[test]
+fn shared_windows_are_loads_and_stores_for_every_rank() {
+    for ranks in [1, 3] {
+        job("shared", &[], ranks, &[], 60);
+    }
+    // Shared memory needs one host, not the shared-memory transport.
+    job("shared", &[], 2, &TCP, 60);
 }
 
 #[test]

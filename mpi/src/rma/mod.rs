@@ -6,17 +6,23 @@
 //! else), and every rank's base address, size and displacement unit,
 //! with "same on all ranks" flags so the local value serves without a
 //! table look-up. It is made on memory the program lends
-//! ([`Window::create`]), on memory MPI allocates ([`Window::allocate`]),
-//! or with none, memory being attached later ([`Window::create_dynamic`]).
+//! ([`Window::create`]), on memory MPI allocates ([`Window::allocate`],
+//! or shared memory every rank may load and store:
+//! [`Window::allocate_shared`] and [`Window::shared_query`]), or with none, memory being attached later ([`Window::create_dynamic`]).
 //!
 //! Operations — [`Window::put`], [`Window::get`], [`Window::accumulate`],
 //! [`Window::get_accumulate`], [`Window::fetch_and_op`],
 //! [`Window::compare_and_swap`] and the request-based `r` forms — reach
-//! the target's memory through a per-target path (`path.rs`, the seam
-//! for direct shared-memory access): today as active messages handled by
-//! the target's progress engine, so a passive-target operation completes
-//! whenever the target is in any MPI call, or at any time when the
-//! target runs a progress thread (`OXMPI_ASYNC_PROGRESS=1`).
+//! the target's memory through a per-target path (`path.rs`). Windows
+//! that MPI allocates ([`Window::allocate`], [`Window::allocate_shared`])
+//! for ranks of one host live in shared memory, and the origin reaches
+//! them directly (`direct.rs`): loads, stores and atomics of its own, with
+//! no help from the target ([`Window::direct_access`]); windows on the
+//! program's memory ([`Window::create`]) are reached directly too on one
+//! host, by cross-memory attach. Other windows are reached by active messages handled by the target's progress
+//! engine, so a passive-target operation completes whenever the target
+//! is in any MPI call, or at any time when the target runs a progress
+//! thread (`OXMPI_ASYNC_PROGRESS=1`).
 //!
 //! Synchronization: [`Window::fence`]; [`Window::post`],
 //! [`Window::start`], [`Window::complete`], [`Window::wait`],
@@ -45,7 +51,8 @@
 //! # Memory model and ordering
 //! The window's memory is one copy (`MPI_WIN_UNIFIED`), reached by this
 //! process through [`Window::read_local`] and [`Window::write_local`],
-//! which exclude the handling of remote operations. Operations from one
+//! which exclude the handling of remote operations by active messages (on
+//! the direct path they are copies, as the origins'). Operations from one
 //! origin to one target are applied in the order they were issued, so
 //! every `accumulate_ordering` holds.
 //!
@@ -64,6 +71,7 @@
 //! window.free().unwrap();
 //! ```
 
+mod direct;
 mod path;
 pub(crate) mod progress;
 pub(crate) mod target;
@@ -75,8 +83,12 @@ use crate::datatype::{Buffer, BufferMut, ElementType, Equivalence, Primitive};
 use crate::group::Group;
 use crate::request::{Request, Scope};
 use crate::{with_device, Communicator, Error, ErrorClass, ErrorHandler, Info, Result, PROC_NULL};
+use direct::Reach;
 use oxmpi_adi::device::RequestId;
+use oxmpi_adi::host::HostId;
 use oxmpi_adi::transport::PeerRank;
+use oxmpi_shm::region::RegionName;
+use oxmpi_shm::window::{RemoteWindow, WindowSegment};
 use path::{take_errors, Fetch, Path, Target};
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -124,6 +136,44 @@ pub enum CreateFlavor {
     Allocate,
     /// With memory attached later ([`Window::create_dynamic`], `MPI_WIN_FLAVOR_DYNAMIC`).
     Dynamic,
+    /// On shared memory MPI allocated, which every rank may load and store
+    /// ([`Window::allocate_shared`], `MPI_WIN_FLAVOR_SHARED`).
+    Shared,
+}
+
+/// Memory MPI allocated for a window.
+enum Allocation {
+    /// In this process only, 16-byte aligned.
+    Heap(Vec<u128>),
+    /// A window segment the other ranks of the host can map, and its
+    /// name for them: the window's memory, or for a window on user memory
+    /// only its lock and region mutexes.
+    Segment(Arc<WindowSegment>, RegionName),
+}
+
+impl Allocation {
+    /// `size` bytes, zeroed: in a window segment when `segment` (if the
+    /// kernel lets this process make one), else on the heap. The reason
+    /// there is no segment, if any.
+    fn new(size: usize, segment: bool) -> (Allocation, Option<String>) {
+        if !segment {
+            return (Allocation::Heap(vec![0u128; size.div_ceil(16)]), None);
+        }
+        match WindowSegment::create(size) {
+            Ok((segment, name)) => (Allocation::Segment(Arc::new(segment), name), None),
+            Err(e) => (
+                Allocation::Heap(vec![0u128; size.div_ceil(16)]),
+                Some(format!("making a window segment failed: {e}")),
+            ),
+        }
+    }
+
+    fn base(&mut self) -> *mut u8 {
+        match self {
+            Allocation::Heap(words) => words.as_mut_ptr().cast(),
+            Allocation::Segment(segment, _) => segment.base(),
+        }
+    }
 }
 
 /// The memory model of a window (`MPI_WIN_MODEL`).
@@ -183,15 +233,69 @@ pub struct Window<'a> {
     same_size: bool,
     same_disp_unit: bool,
     flavor: CreateFlavor,
-    /// The path to each target.
+    /// The path to each target: all direct, or all active messages.
     paths: Vec<Path>,
     hints: Info,
     no_locks: bool,
     epochs: Mutex<Epochs>,
-    /// Memory MPI allocated for the window, 16-byte aligned.
-    _allocated: Option<Vec<u128>>,
+    /// Memory MPI allocated for the window.
+    _allocated: Option<Allocation>,
     freed: bool,
     _memory: PhantomData<&'a mut [u8]>,
+}
+
+/// Words per rank in the creation all-gather: base, size, displacement
+/// unit, window segment name (3), host key (4).
+const ROW: usize = 10;
+
+/// One rank's part of a shared-memory window ([`Window::shared_query`]):
+/// memory that every rank of the window may load and store at any time,
+/// so it is reached through raw pointers or copies, never as a Rust
+/// slice of plain data.
+#[derive(Debug)]
+pub struct SharedPart<'w> {
+    segment: &'w WindowSegment,
+    disp_unit: usize,
+}
+
+impl SharedPart<'_> {
+    /// The part's first byte in this process (page-aligned).
+    pub fn base(&self) -> *mut u8 {
+        self.segment.base()
+    }
+
+    /// Its size in bytes.
+    pub fn size(&self) -> usize {
+        self.segment.size()
+    }
+
+    /// Its owner's displacement unit.
+    pub fn disp_unit(&self) -> usize {
+        self.disp_unit
+    }
+
+    /// Copies the part's bytes at `offset` into `out`; a range outside
+    /// the part is `MPI_ERR_RMA_RANGE` and copies nothing.
+    pub fn read<T: Equivalence>(&self, offset: usize, out: &mut [T]) -> Result<()> {
+        let len = std::mem::size_of_val(out);
+        // SAFETY: `out` is `len` writable bytes, and any bytes are a
+        // valid `T` (`Equivalence` types are plain data).
+        let bytes = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), len) };
+        self.segment
+            .read(offset, bytes)
+            .map_err(|e| Error::new(ErrorClass::RmaRange, e.to_string()))
+    }
+
+    /// Copies `data` into the part at `offset`; a range outside the part
+    /// is `MPI_ERR_RMA_RANGE` and writes nothing.
+    pub fn write<T: Equivalence>(&self, offset: usize, data: &[T]) -> Result<()> {
+        let len = std::mem::size_of_val(data);
+        // SAFETY: `data` is `len` readable bytes of plain data.
+        let bytes = unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), len) };
+        self.segment
+            .write(offset, bytes)
+            .map_err(|e| Error::new(ErrorClass::RmaRange, e.to_string()))
+    }
 }
 
 /// The hints a window knows, with their defaults.
@@ -205,7 +309,10 @@ const HINTS: [(&str, &str); 4] = [
 impl<'a> Window<'a> {
     /// Makes a window on `memory` (`MPI_Win_create`), with displacements
     /// in units of `disp_unit` bytes; collective over `comm`. The memory
-    /// is the window's until it is freed.
+    /// is the window's until it is freed. On one host with shared memory
+    /// and cross-memory attach, the other ranks reach it directly
+    /// (`process_vm_readv`/`writev`); dropped without [`Window::free`], it
+    /// is closed to them first.
     #[doc(alias = "MPI_Win_create")]
     pub fn create<T: Equivalence>(
         comm: &Communicator,
@@ -215,14 +322,39 @@ impl<'a> Window<'a> {
     ) -> Result<Window<'a>> {
         let size = std::mem::size_of_val(memory);
         let base = memory.as_mut_ptr().cast::<u8>();
-        comm.handled(Window::make(
-            comm,
-            Memory::Block { base, size },
-            (base as usize, size, disp_unit),
-            CreateFlavor::Create,
-            None,
-            info,
-        ))
+        let result = Window::direct_wanted(comm).and_then(|wanted| {
+            // The lock and region mutexes of the direct path, if it can be
+            // taken; the data stays in `memory`.
+            let control = match wanted.then(|| Allocation::new(direct::control_size(size), true)) {
+                Some((control, None)) => Some(control),
+                Some((_, Some(reason))) => {
+                    oxmpi_adi::vlog!("window of {size} bytes: {reason}");
+                    None
+                }
+                None => None,
+            };
+            Window::make(
+                comm,
+                Memory::Block { base, size },
+                (base as usize, size, disp_unit),
+                CreateFlavor::Create,
+                control,
+                info,
+            )
+        });
+        comm.handled(result)
+    }
+
+    /// Whether a window of `Window::create` or `Window::allocate` may
+    /// take the direct path from this rank: it runs the shared-memory
+    /// transport, or is alone (a job of one rank starts no transport to
+    /// other ranks). With `OXMPI_TRANSPORTS=tcp` a window of several ranks
+    /// is reached by messages; a created window also needs cross-memory
+    /// attach (not turned off by `OXMPI_SHM_CMA=0`).
+    fn direct_wanted(comm: &Communicator) -> Result<bool> {
+        Ok(comm.size() == 1
+            || (with_device(|d| Ok(d.offers("shm")))?
+                && std::env::var(oxmpi_shm::CMA_ENV).as_deref() != Ok("0")))
     }
 
     /// Makes a window on `size` bytes that MPI allocates, zeroed and
@@ -234,16 +366,67 @@ impl<'a> Window<'a> {
         disp_unit: usize,
         info: &Info,
     ) -> Result<Window<'static>> {
-        let mut words = vec![0u128; size.div_ceil(16)];
-        let base = words.as_mut_ptr().cast::<u8>();
-        comm.handled(Window::make(
+        comm.handled(Window::make_allocated(
+            comm,
+            size,
+            disp_unit,
+            CreateFlavor::Allocate,
+            info,
+        ))
+    }
+
+    /// Makes a window on `size` bytes of shared memory that MPI allocates,
+    /// zeroed and page-aligned (`MPI_Win_allocate_shared`); collective
+    /// over a communicator whose ranks share one host (else
+    /// `MPI_ERR_RMA_SHARED`, as when the kernel refuses the mapping). Every
+    /// rank reaches every rank's part with loads and stores through
+    /// [`Window::shared_query`]; the parts are separate mappings, not one
+    /// contiguous block (as with the `alloc_shared_noncontig` hint). RMA
+    /// operations on it take the direct path.
+    #[doc(alias = "MPI_Win_allocate_shared")]
+    pub fn allocate_shared(
+        comm: &Communicator,
+        size: usize,
+        disp_unit: usize,
+        info: &Info,
+    ) -> Result<Window<'static>> {
+        comm.handled(Window::make_allocated(
+            comm,
+            size,
+            disp_unit,
+            CreateFlavor::Shared,
+            info,
+        ))
+    }
+
+    /// `allocate` and `allocate_shared`: the memory is a window segment
+    /// where this rank may share memory (for `allocate`, where it runs the
+    /// shared-memory transport, or is alone: with `OXMPI_TRANSPORTS=tcp` a
+    /// window of several ranks is reached by messages; cross-memory attach
+    /// is not needed).
+    fn make_allocated(
+        comm: &Communicator,
+        size: usize,
+        disp_unit: usize,
+        flavor: CreateFlavor,
+        info: &Info,
+    ) -> Result<Window<'static>> {
+        let segment = flavor == CreateFlavor::Shared
+            || comm.size() == 1
+            || with_device(|d| Ok(d.offers("shm")))?;
+        let (mut allocated, refused) = Allocation::new(size, segment);
+        if let Some(reason) = &refused {
+            oxmpi_adi::vlog!("window of {size} bytes: {reason}");
+        }
+        let base = allocated.base();
+        Window::make(
             comm,
             Memory::Block { base, size },
             (base as usize, size, disp_unit),
-            CreateFlavor::Allocate,
-            Some(words),
+            flavor,
+            Some(allocated),
             info,
-        ))
+        )
     }
 
     /// Makes a window with no memory (`MPI_Win_create_dynamic`);
@@ -266,7 +449,7 @@ impl<'a> Window<'a> {
         memory: Memory,
         (base, size, disp_unit): (usize, usize, usize),
         flavor: CreateFlavor,
-        allocated: Option<Vec<u128>>,
+        allocated: Option<Allocation>,
         info: &Info,
     ) -> Result<Window<'a>> {
         if parent.remote_members().is_some() {
@@ -300,14 +483,35 @@ impl<'a> Window<'a> {
         // Registered before the exchange below: once any rank has the
         // table, every rank can handle messages for the window.
         target::register(context_id, shared.clone());
-        let mine = [base as u64, size as u64, disp_unit as u64];
-        let mut all = vec![0u64; 3 * members.len()];
-        if let Err(e) = comm.all_gather_into(&mine[..], &mut all[..]) {
-            target::unregister(context_id);
-            return Err(e);
+        // Each rank's base, size and unit, then its segment's name (zeros
+        // if none) and its host's key (zeros if unknown).
+        let mut mine = [0u64; ROW];
+        mine[..3].copy_from_slice(&[base as u64, size as u64, disp_unit as u64]);
+        if let Some(Allocation::Segment(_, name)) = &allocated {
+            mine[3..6].copy_from_slice(&name.to_words());
+            if let Ok(host) = HostId::current() {
+                for (word, bytes) in mine[6..].iter_mut().zip(host.key().chunks(8)) {
+                    *word = u64::from_le_bytes(bytes.try_into().unwrap_or_default());
+                }
+            }
         }
+        let mut all = vec![0u64; ROW * members.len()];
+        let paths = comm
+            .all_gather_into(&mine[..], &mut all[..])
+            .and_then(|()| Window::choose_paths(&comm, &all, flavor, &allocated));
+        let paths = match paths {
+            Ok(paths) => paths,
+            Err(e) => {
+                target::unregister(context_id);
+                return Err(e);
+            }
+        };
         let column = |i: usize| -> Vec<usize> {
-            all.iter().skip(i).step_by(3).map(|&v| v as usize).collect()
+            all.iter()
+                .skip(i)
+                .step_by(ROW)
+                .map(|&v| v as usize)
+                .collect()
         };
         let (bases, sizes, disp_units) = (column(0), column(1), column(2));
         let same = |v: &[usize]| v.iter().all(|&x| x == v[0]);
@@ -316,7 +520,7 @@ impl<'a> Window<'a> {
             context_id,
             same_size: same(&sizes),
             same_disp_unit: same(&disp_units),
-            paths: members.iter().map(|&w| Path::choose(w)).collect(),
+            paths,
             members,
             comm,
             shared,
@@ -331,6 +535,127 @@ impl<'a> Window<'a> {
             freed: false,
             _memory: PhantomData,
         })
+    }
+
+    /// The path to every target, from the rows every rank gathered: direct
+    /// where every rank made a window segment on one host and every rank
+    /// mapped every rank's segment (all ranks agree, by a second
+    /// all-gather), else active messages, or for `allocate_shared`
+    /// `MPI_ERR_RMA_SHARED`. Says which and why under `OXMPI_VERBOSE=1`.
+    fn choose_paths(
+        comm: &Communicator,
+        all: &[u64],
+        flavor: CreateFlavor,
+        allocated: &Option<Allocation>,
+    ) -> Result<Vec<Path>> {
+        let rows: Vec<&[u64]> = all.chunks(ROW).collect();
+        let me = comm.rank() as usize;
+        let mapped: std::result::Result<Vec<Path>, String> = (|| {
+            let Some(Allocation::Segment(own, _)) = allocated else {
+                return Err("this rank's window is not in shared memory".to_owned());
+            };
+            if let Some(r) = rows.iter().position(|row| row[3..6] == [0; 3]) {
+                return Err(format!("rank {r}'s window is not in shared memory"));
+            }
+            if rows
+                .iter()
+                .any(|row| row[6..] == [0; 4] || row[6..] != rows[0][6..])
+            {
+                return Err("the ranks are not all on one host".to_owned());
+            }
+            rows.iter()
+                .enumerate()
+                .map(|(r, row)| {
+                    let name = RegionName::from_words([row[3], row[4], row[5]])
+                        .ok_or_else(|| format!("rank {r} sent a bad segment name"))?;
+                    let segment = if r == me {
+                        own.clone()
+                    } else {
+                        WindowSegment::attach(&name)
+                            .map(Arc::new)
+                            .map_err(|e| format!("mapping rank {r}'s window segment failed: {e}"))?
+                    };
+                    if flavor != CreateFlavor::Create {
+                        return Ok(Path::Direct(Reach::Mapped(segment)));
+                    }
+                    // The data is in rank r's own memory: base and size
+                    // as it advertised, in the process that made the
+                    // segment; a first copy tells whether the kernel lets
+                    // this process reach it.
+                    let memory = RemoteWindow::new(name.pid, row[0], row[1])
+                        .ok_or_else(|| format!("rank {r} advertised a bad window range"))?;
+                    if row[1] > 0 {
+                        memory.read(0, &mut [0u8]).map_err(|e| {
+                            format!("cross-memory attach to rank {r}'s window failed: {e}")
+                        })?;
+                    }
+                    Ok(Path::Direct(Reach::Remote {
+                        control: segment,
+                        memory,
+                    }))
+                })
+                .collect()
+        })();
+        let flag = [u64::from(mapped.is_ok())];
+        let mut flags = vec![0u64; rows.len()];
+        comm.all_gather_into(&flag[..], &mut flags[..])?;
+        let context_id = comm.context_id();
+        match mapped {
+            Ok(paths) if flags.iter().all(|&f| f == 1) => {
+                oxmpi_adi::vlog!(
+                    "window {context_id}: direct access to the shared memory of its {} ranks",
+                    rows.len()
+                );
+                Ok(paths)
+            }
+            outcome => {
+                let reason = match outcome {
+                    Err(reason) => reason,
+                    Ok(_) => format!(
+                        "rank {} could not map every window segment",
+                        flags.iter().position(|&f| f != 1).unwrap_or(0)
+                    ),
+                };
+                if flavor == CreateFlavor::Shared {
+                    return Err(Error::new(
+                        ErrorClass::RmaShared,
+                        format!("a shared-memory window cannot be made here: {reason}"),
+                    ));
+                }
+                oxmpi_adi::vlog!("window {context_id}: active messages, since {reason}");
+                Ok(vec![Path::ActiveMessages; rows.len()])
+            }
+        }
+    }
+
+    /// Whether this rank reaches the window's memory directly (the
+    /// windows of [`Window::allocate`] and [`Window::allocate_shared`] on
+    /// one host with shared memory), rather than by messages that the
+    /// targets' progress engines handle. The same on every rank.
+    pub fn direct_access(&self) -> bool {
+        matches!(self.paths[self.rank], Path::Direct(_))
+    }
+
+    /// Rank `rank`'s part of a window made by [`Window::allocate_shared`]
+    /// (`MPI_Win_shared_query`), which this process reads and writes with
+    /// plain loads and stores. A window of another flavor is
+    /// `MPI_ERR_RMA_FLAVOR`; a rank outside the window `MPI_ERR_RANK`.
+    #[doc(alias = "MPI_Win_shared_query")]
+    pub fn shared_query(&self, rank: i32) -> Result<SharedPart<'_>> {
+        let result = (|| {
+            let rank = self.rank_arg(rank)?;
+            match (&self.paths[rank], self.flavor) {
+                (Path::Direct(Reach::Mapped(segment)), CreateFlavor::Shared) => Ok(SharedPart {
+                    segment,
+                    disp_unit: self.disp_units[rank],
+                }),
+                _ => Err(Error::new(
+                    ErrorClass::RmaFlavor,
+                    "shared_query is for windows made by allocate_shared",
+                )),
+            }
+        })();
+        self.comm.handled(result)
     }
 
     /// Frees the window (`MPI_Win_free`); collective. Every epoch must
@@ -436,10 +761,17 @@ impl<'a> Window<'a> {
     // ----- local memory -----
 
     /// Copies the local window's data at byte `offset` into `out`.
-    /// Excludes remote operations while it copies.
+    /// Excludes remote operations by active messages while it copies.
     pub fn read_local<T: Equivalence>(&self, offset: usize, out: &mut [T]) -> Result<()> {
         let len = std::mem::size_of_val(out);
         let dest = out.as_mut_ptr().cast::<u8>();
+        if let Path::Direct(segment @ Reach::Mapped(_)) = &self.paths[self.rank] {
+            // SAFETY: `dest` is `out`, writable for `len` bytes, and any
+            // bytes are a valid `T` (`Equivalence` types are plain data).
+            let bytes = unsafe { std::slice::from_raw_parts_mut(dest, len) };
+            let result = direct::get(segment, offset as u64, bytes);
+            return self.comm.handled(result);
+        }
         self.local(offset, len, |window| {
             // SAFETY: `dest` is `out`, writable for `len` bytes, and any
             // bytes are a valid `T` (`Equivalence` types are plain data).
@@ -448,10 +780,16 @@ impl<'a> Window<'a> {
     }
 
     /// Copies `data` into the local window at byte `offset`. Excludes
-    /// remote operations while it copies.
+    /// remote operations by active messages while it copies.
     pub fn write_local<T: Equivalence>(&self, offset: usize, data: &[T]) -> Result<()> {
         let len = std::mem::size_of_val(data);
         let src = data.as_ptr().cast::<u8>();
+        if let Path::Direct(segment @ Reach::Mapped(_)) = &self.paths[self.rank] {
+            // SAFETY: `src` is `data`, readable for `len` bytes.
+            let bytes = unsafe { std::slice::from_raw_parts(src, len) };
+            let result = direct::put(segment, offset as u64, bytes);
+            return self.comm.handled(result);
+        }
         self.local(offset, len, |window| {
             // SAFETY: `src` is `data`, readable for `len` bytes.
             unsafe { std::ptr::copy_nonoverlapping(src, window, len) }
@@ -551,7 +889,7 @@ impl<'a> Window<'a> {
         target: i32,
         disp: usize,
         len: usize,
-    ) -> Result<(Target<'_>, Path, u64)> {
+    ) -> Result<(Target<'_>, &Path, u64)> {
         let rank = usize::try_from(target)
             .ok()
             .filter(|&r| r < self.members.len())
@@ -564,14 +902,23 @@ impl<'a> Window<'a> {
                     ),
                 )
             })?;
-        if !self.epochs().may_access(rank) {
-            return Err(Error::new(
+        let exclusive = {
+            let epochs = self.epochs();
+            if !epochs.may_access(rank) {
+                return Err(Error::new(
                 ErrorClass::RmaSync,
                 format!(
                     "no access epoch to rank {rank} is open: call fence, start, lock or lock_all first"
                 ),
             ));
-        }
+            }
+            let lock = epochs.locks.get(&rank);
+            (
+                lock.is_some_and(|&(t, _)| t == LockType::Exclusive),
+                lock.is_some_and(|&(_, taken)| taken) || epochs.lock_all == Some(true),
+            )
+        };
+        let (exclusive, locked) = exclusive;
         let byte_disp = if self.flavor == CreateFlavor::Dynamic {
             disp as u64
         } else {
@@ -604,8 +951,10 @@ impl<'a> Window<'a> {
             context_id: self.context_id,
             rank,
             world: self.members[rank],
+            exclusive,
+            locked,
         };
-        Ok((to, self.paths[rank], byte_disp))
+        Ok((to, &self.paths[rank], byte_disp))
     }
 
     // ----- operations -----
@@ -914,15 +1263,17 @@ impl<'a> Window<'a> {
         Ok(())
     }
 
-    fn target_of(&self, rank: usize) -> (Target<'_>, Path) {
+    fn target_of(&self, rank: usize) -> (Target<'_>, &Path) {
         (
             Target {
                 shared: &self.shared,
                 context_id: self.context_id,
                 rank,
                 world: self.members[rank],
+                exclusive: false,
+                locked: false,
             },
-            self.paths[rank],
+            &self.paths[rank],
         )
     }
 
@@ -1154,7 +1505,7 @@ impl<'a> Window<'a> {
                 return Ok(());
             }
             let rank = self.rank_arg(target)?;
-            let (_, taken) = self.epochs().locks.remove(&rank).ok_or_else(|| {
+            let (lock_type, taken) = self.epochs().locks.remove(&rank).ok_or_else(|| {
                 Error::new(
                     ErrorClass::RmaSync,
                     format!("rank {rank} is not locked by this process"),
@@ -1163,7 +1514,7 @@ impl<'a> Window<'a> {
             let (to, path) = self.target_of(rank);
             path.flush(&to)?;
             if taken {
-                path.unlock(&to)?;
+                path.unlock(&to, lock_type)?;
             }
             take_errors(&self.shared)
         })();
@@ -1216,7 +1567,7 @@ impl<'a> Window<'a> {
             if taken {
                 for rank in 0..self.members.len() {
                     let (to, path) = self.target_of(rank);
-                    path.unlock(&to)?;
+                    path.unlock(&to, LockType::Shared)?;
                 }
             }
             Ok(())
@@ -1310,6 +1661,20 @@ impl Drop for Window<'_> {
         // memory that is going away.
         if !self.freed {
             target::unregister(self.context_id);
+            // Origins reaching this rank's memory by cross-memory attach
+            // are stopped before the memory goes back to the program:
+            // this rank's own hold of its lock first goes.
+            if let Path::Direct(Reach::Remote { control, .. }) = &self.paths[self.rank] {
+                let epochs = std::mem::take(&mut *self.epochs());
+                match (epochs.locks.get(&self.rank), epochs.lock_all) {
+                    (Some(&(LockType::Shared, true)), _) | (_, Some(true)) => {
+                        control.lock().unlock_shared()
+                    }
+                    (Some(&(LockType::Exclusive, true)), _) => control.lock().unlock_exclusive(),
+                    _ => {}
+                }
+                direct::close(control);
+            }
         }
     }
 }

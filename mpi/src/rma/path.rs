@@ -2,24 +2,31 @@
 //! device-independent window and the ways of moving the data.
 //!
 //! [`Path`] is chosen per target when the window is made
-//! ([`Path::choose`]) and every operation and synchronization to that
-//! target goes through it. Today there is one way, for every transport:
+//! (`Window::choose_paths`) and every operation and synchronization to
+//! that target goes through it. Two ways:
 //!
-//! - [`Path::ActiveMessages`]: each operation is an active message
-//!   (`wire.rs`) that the target's progress engine applies (`target.rs`),
-//!   answered with a reply that completes it here. Locks are requests to
-//!   the target's fair lock queue.
+//! - [`Path::ActiveMessages`], for every transport: each operation is an
+//!   active message (`wire.rs`) that the target's progress engine applies
+//!   (`target.rs`), answered with a reply that completes it here. Locks
+//!   are requests to the target's fair lock queue.
+//! - [`Path::Direct`], for the windows of one host (`MPI_Win_allocate`
+//!   and `MPI_Win_allocate_shared` in shared memory, `MPI_Win_create` by
+//!   cross-memory attach), when every rank mapped every rank's window
+//!   segment (the window decides, and all ranks agree): the origin does
+//!   the work itself on the target's window (`direct.rs`), so the target
+//!   need not be in MPI at all. Locks are the segment's fair
+//!   reader-writer lock; flushes are memory fences, every operation being
+//!   complete at the target when it returns.
 //!
-//! A direct path (true one-sided access to a window in shared memory or
-//! reached by cross-memory attach, for targets on this host) is added as
-//! another variant, chosen in [`Path::choose`], with its own arm in each
-//! method below; the window, its epochs and its checks (range, epoch,
-//! datatypes) stay as they are, since they are done before a path is
-//! taken. A path must give the same guarantees: an operation is complete
-//! at the target once `flush` returns for it, an accumulate is atomic per
-//! element with respect to the other accumulates of any path to that
-//! target, and a lock excludes the lock holders of every path.
+//! The window, its epochs and its checks (range, epoch, datatypes) are
+//! the same for both, done before a path is taken. A path must give the
+//! same guarantees: an operation is complete at the target once `flush`
+//! returns for it, an accumulate is atomic per element with respect to
+//! the other accumulates to that target, and a lock excludes the other
+//! lock holders. A window uses one path for all its targets, so the two
+//! never meet on one window.
 
+use super::direct;
 use super::target::{Pending, Shared};
 use super::wire::{AccumulateOp, Kind, Message, FLAG_EXCLUSIVE, FLAG_FETCH, HEADER};
 use super::LockType;
@@ -43,24 +50,27 @@ pub(crate) struct Target<'w> {
     pub(crate) rank: usize,
     /// Its world rank.
     pub(crate) world: PeerRank,
+    /// Whether this origin holds the target's exclusive lock (then the
+    /// direct path needs no region mutexes).
+    pub(crate) exclusive: bool,
+    /// Whether this origin holds a lock on the target it took (a lock or
+    /// lock_all without `MODE_NOCHECK`).
+    pub(crate) locked: bool,
 }
 
 /// How this rank reaches one target's window: see the module docs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub(crate) enum Path {
     /// Active messages handled by the target's progress engine.
     ActiveMessages,
+    /// The origin reaches the target's window itself.
+    Direct(direct::Reach),
 }
 
 impl Path {
-    /// The path to the target of world rank `_target`.
-    pub(crate) fn choose(_target: PeerRank) -> Path {
-        Path::ActiveMessages
-    }
-
     /// Writes `data` at byte displacement `disp` (`MPI_Put`); the data is
     /// copied before this returns.
-    pub(crate) fn put(self, to: &Target<'_>, disp: u64, data: &[u8]) -> Result<()> {
+    pub(crate) fn put(&self, to: &Target<'_>, disp: u64, data: &[u8]) -> Result<()> {
         match self {
             Path::ActiveMessages => with_device(|d| {
                 for (offset, chunk) in chunks(data.len()) {
@@ -72,13 +82,17 @@ impl Path {
                 }
                 Ok(())
             }),
+            Path::Direct(reach) => {
+                let _open = reach.open(to.locked)?;
+                direct::put(reach, disp, data)
+            }
         }
     }
 
     /// Combines `data` (elements of `element`) into the target's with
     /// `op` (`MPI_Accumulate`); the data is copied before this returns.
     pub(crate) fn accumulate(
-        self,
+        &self,
         to: &Target<'_>,
         disp: u64,
         data: &[u8],
@@ -100,6 +114,10 @@ impl Path {
                 }
                 Ok(())
             }),
+            Path::Direct(reach) => {
+                let _open = reach.open(to.locked)?;
+                direct::accumulate(reach, disp, data, (element, op), to.exclusive, None)
+            }
         }
     }
 
@@ -113,7 +131,7 @@ impl Path {
     /// `result` must be writable for `len` bytes, and not otherwise
     /// accessed, until the returned request completes.
     pub(crate) unsafe fn fetch(
-        self,
+        &self,
         to: &Target<'_>,
         disp: u64,
         result: *mut u8,
@@ -171,12 +189,42 @@ impl Path {
                 }
                 Ok(request)
             }),
+            Path::Direct(segment) => {
+                let _open = segment.open(to.locked)?;
+                let out = if len == 0 {
+                    &mut [][..]
+                } else {
+                    // SAFETY: the caller's guarantee: `result` is writable
+                    // for `len` bytes and not otherwise accessed meanwhile
+                    // (this returns with the operation done).
+                    unsafe { std::slice::from_raw_parts_mut(result, len) }
+                };
+                match what {
+                    Fetch::Get => direct::get(segment, disp, out)?,
+                    Fetch::Accumulate { element, op, data } => direct::accumulate(
+                        segment,
+                        disp,
+                        data,
+                        (element, op),
+                        to.exclusive,
+                        Some(out),
+                    )?,
+                    Fetch::CompareAndSwap { data, .. } => {
+                        direct::compare_and_swap(segment, disp, data, to.exclusive, out)?
+                    }
+                }
+                with_device(|d| {
+                    let request = d.start_generalized();
+                    d.complete_generalized(request, None);
+                    Ok(request)
+                })
+            }
         }
     }
 
     /// Takes the target's lock (`MPI_Win_lock` without `MODE_NOCHECK`),
     /// waiting until it is granted.
-    pub(crate) fn lock(self, to: &Target<'_>, lock_type: LockType) -> Result<()> {
+    pub(crate) fn lock(&self, to: &Target<'_>, lock_type: LockType) -> Result<()> {
         match self {
             Path::ActiveMessages => {
                 let mut m = Message::new(Kind::Lock, 0);
@@ -186,38 +234,61 @@ impl Path {
                 let token = with_device(|d| send(d, to, Pending::Sync, m))?;
                 wait_reply(to, token)
             }
+            // Waits in the kernel if need be: nothing here needs this
+            // rank's progress meanwhile.
+            Path::Direct(segment) => {
+                match lock_type {
+                    LockType::Shared => segment.lock().lock_shared(),
+                    LockType::Exclusive => segment.lock().lock_exclusive(),
+                }
+                Ok(())
+            }
         }
     }
 
-    /// Releases the target's lock, once every operation to it completed.
-    pub(crate) fn unlock(self, to: &Target<'_>) -> Result<()> {
+    /// Releases the target's lock of `lock_type`, once every operation
+    /// to it completed.
+    pub(crate) fn unlock(&self, to: &Target<'_>, lock_type: LockType) -> Result<()> {
         match self {
             Path::ActiveMessages => {
                 let m = Message::new(Kind::Unlock, 0);
                 let token = with_device(|d| send(d, to, Pending::Sync, m))?;
                 wait_reply(to, token)
             }
+            Path::Direct(segment) => {
+                match lock_type {
+                    LockType::Shared => segment.lock().unlock_shared(),
+                    LockType::Exclusive => segment.lock().unlock_exclusive(),
+                }
+                Ok(())
+            }
         }
     }
 
     /// Waits until every operation to the target is complete there
     /// (`MPI_Win_flush`).
-    pub(crate) fn flush(self, to: &Target<'_>) -> Result<()> {
+    pub(crate) fn flush(&self, to: &Target<'_>) -> Result<()> {
         match self {
             Path::ActiveMessages => {
                 progress_until(|_| Ok((to.shared.state().outstanding[to.rank] == 0).then_some(())))
+            }
+            // Every operation is done when it returns: a fence orders its
+            // stores before whatever this rank does next (an unlock, a
+            // message).
+            Path::Direct(_) => {
+                std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+                Ok(())
             }
         }
     }
 
     /// Tells the target this rank opened an exposure epoch to it
     /// (`Kind::Post`) or ended its access epoch (`Kind::Complete`).
-    pub(crate) fn notify(self, to: &Target<'_>, kind: Kind) -> Result<()> {
-        match self {
-            Path::ActiveMessages => with_device(|d| {
-                d.send_active_message(to.world, to.context_id, &Message::new(kind, 0).encode())
-            }),
-        }
+    /// A message on both paths: the data moved before it.
+    pub(crate) fn notify(&self, to: &Target<'_>, kind: Kind) -> Result<()> {
+        with_device(|d| {
+            d.send_active_message(to.world, to.context_id, &Message::new(kind, 0).encode())
+        })
     }
 }
 

@@ -15,7 +15,7 @@
 
 use super::wire::{AccumulateOp, Kind, Message, FLAG_EXCLUSIVE, FLAG_FETCH};
 use crate::collective::op::Reduction;
-use crate::datatype::ElementType;
+use crate::datatype::{ElementType, Primitive};
 use crate::{Error, ErrorClass, Result};
 use oxmpi_adi::device::{ActiveMessage, ActiveMessageHandler, Device, RequestId};
 use oxmpi_adi::transport::PeerRank;
@@ -449,21 +449,7 @@ fn apply(memory: &mut Memory, m: &Message<'_>) -> Result<Vec<u8>> {
                     "an accumulate without its type",
                 ));
             };
-            let element = ElementType::of_basic(basic);
-            match op {
-                AccumulateOp::Replace => window.copy_from_slice(m.data),
-                AccumulateOp::NoOp => {}
-                AccumulateOp::Reduce(op) => {
-                    let reduction = Reduction::new(&op, element)?;
-                    // The kernels need aligned data: combine in aligned
-                    // copies (the window and the packet may be at any
-                    // offset).
-                    let mut input = Aligned::from(m.data);
-                    let mut inout = Aligned::from(&*window);
-                    reduction.apply(input.bytes_mut(), inout.bytes_mut())?;
-                    window.copy_from_slice(inout.bytes_mut());
-                }
-            }
+            combine(window, m.data, basic, op)?;
             Ok(old)
         }
         Kind::CompareAndSwap => {
@@ -476,6 +462,41 @@ fn apply(memory: &mut Memory, m: &Message<'_>) -> Result<Vec<u8>> {
         }
         _ => Err(Error::new(ErrorClass::Intern, "not an operation")),
     }
+}
+
+/// Combines `data` into `window` (equally long, elements of `basic`)
+/// with `op`: the accumulate of every path. Nothing is written unless the
+/// lengths agree and the reduction is defined for the type.
+pub(crate) fn combine(
+    window: &mut [u8],
+    data: &[u8],
+    basic: Primitive,
+    op: AccumulateOp,
+) -> Result<()> {
+    if op != AccumulateOp::NoOp && data.len() != window.len() {
+        return Err(Error::new(
+            ErrorClass::Count,
+            format!(
+                "an accumulate of {} bytes into {} bytes of the window",
+                data.len(),
+                window.len()
+            ),
+        ));
+    }
+    match op {
+        AccumulateOp::Replace => window.copy_from_slice(data),
+        AccumulateOp::NoOp => {}
+        AccumulateOp::Reduce(op) => {
+            let reduction = Reduction::new(&op, ElementType::of_basic(basic))?;
+            // The kernels need aligned data: combine in aligned copies
+            // (the window and the packet may be at any offset).
+            let mut input = Aligned::from(data);
+            let mut inout = Aligned::from(&*window);
+            reduction.apply(input.bytes_mut(), inout.bytes_mut())?;
+            window.copy_from_slice(inout.bytes_mut());
+        }
+    }
+    Ok(())
 }
 
 /// A copy of bytes aligned for any basic type (16 bytes).

@@ -16,12 +16,25 @@
 //! (the error classes of bad calls, after which the window still works)
 //! and `passive` (rank 0 computes outside MPI while the others lock, put
 //! and unlock: run with `OXMPI_ASYNC_PROGRESS=1`).
+//!
+//! The direct path (windows in shared memory, or user memory by
+//! cross-memory attach): `path direct|messages [direct|messages]` (which
+//! path an allocated window takes, and a created one), `sleeping
+//! [create]` (rank 0 sleeps outside MPI, with no progress thread, while
+//! the others lock, put, get and unlock its window, allocated or created:
+//! only the direct path completes that, and a bound makes the messages
+//! path fail rather than hang) and `shared` (`allocate_shared`: every rank
+//! stores into its own part and reads its neighbours' through
+//! `shared_query`, and RMA operations reach the same memory) and
+//! `dropped` (a rank drops its window on user memory without freeing it:
+//! an operation of another rank on it then fails with MPI_ERR_RMA_SYNC
+//! and the memory, the program's again, is not touched).
 
 use oxmpi::collective::{reduce_local_into, SystemOperation};
 use oxmpi::datatype::{UserDatatype, View};
 use oxmpi::rma::{
-    AccumulateOp, CreateFlavor, LockType, MemoryModel, Window, MODE_NOCHECK, MODE_NOPRECEDE,
-    MODE_NOSUCCEED,
+    AccumulateOp, CreateFlavor, LockType, MemoryModel, SharedPart, Window, MODE_NOCHECK,
+    MODE_NOPRECEDE, MODE_NOSUCCEED,
 };
 use oxmpi::traits::*;
 use oxmpi::{Communicator, ErrorClass, Info, Result};
@@ -46,6 +59,10 @@ fn main() -> ExitCode {
             "attributes" => attributes(&world),
             "errors" => errors(&world),
             "passive" => passive(&world),
+            "path" => path(&world),
+            "sleeping" => sleeping(&world),
+            "shared" => shared(&world),
+            "dropped" => dropped(&world),
             other => Err(fail(format!("unknown check {other:?}"))),
         };
         if let Err(e) = outcome {
@@ -686,4 +703,206 @@ fn passive(world: &Communicator) -> Result<()> {
     }
     world.barrier()?;
     window.free()
+}
+
+/// Whether an allocated window takes the direct path (as the second
+/// argument says: `direct` or `messages`); a window on user memory never
+/// does, and every rank sees the same.
+fn path(world: &Communicator) -> Result<()> {
+    let arg = |i: usize| match std::env::args().nth(i).as_deref() {
+        Some("direct") => Ok(true),
+        Some("messages") => Ok(false),
+        other => Err(fail(format!(
+            "path: expected direct or messages, not {other:?}"
+        ))),
+    };
+    let want = arg(2)?;
+    let want_created = arg(3).unwrap_or(want);
+    let window = Window::allocate(world, 64, 8, &Info::new())?;
+    ensure(window.direct_access() == want, || {
+        format!("an allocated window's direct access is {}", !want)
+    })?;
+    let mut all = vec![0u8; world.size() as usize];
+    world.all_gather_into(&[u8::from(window.direct_access())][..], &mut all[..])?;
+    same(&all, &vec![u8::from(want); all.len()], "every rank's path")?;
+    window.free()?;
+    let mut memory = [0u64; 4];
+    let created = Window::create(world, &mut memory[..], 8, &Info::new())?;
+    ensure(created.direct_access() == want_created, || {
+        format!("a created window's direct access is {}", !want_created)
+    })?;
+    created.free()
+}
+
+/// Rank 0 sleeps in a plain loop outside MPI (no progress thread) while
+/// every other rank takes its lock, puts, gets, and unlocks: the direct
+/// path needs nothing of rank 0. Bounded: the origins must be done within
+/// 20 s, and rank 0 gives up after that (active messages never finish).
+fn sleeping(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    ensure(
+        std::env::var_os(oxmpi::rma::ASYNC_PROGRESS_ENV).is_none(),
+        || "sleeping runs without a progress thread".to_owned(),
+    )?;
+    let mut memory = vec![0u64; size];
+    let window = if std::env::args().nth(2).as_deref() == Some("create") {
+        Window::create(world, &mut memory[..], 8, &Info::new())?
+    } else {
+        Window::allocate(world, 8 * size, 8, &Info::new())?
+    };
+    world.barrier()?;
+    let bound = Duration::from_secs(20);
+    if rank == 0 {
+        let expected: Vec<u64> = (0..size).map(|r| r as u64 * 11).collect();
+        let since = Instant::now();
+        let mut got = vec![0u64; size];
+        loop {
+            std::thread::sleep(Duration::from_millis(10));
+            // read_local polls nothing.
+            window.read_local(0, &mut got)?;
+            if got == expected {
+                break;
+            }
+            ensure(since.elapsed() < bound, || {
+                format!("after sleeping {bound:?} the window holds {got:?}")
+            })?;
+        }
+    } else {
+        let since = Instant::now();
+        let value = rank as u64 * 11;
+        let mut back = [0u64; 2];
+        for lock_type in [LockType::Exclusive, LockType::Shared] {
+            window.lock(lock_type, 0, 0)?;
+            window.put(&[value][..], 0, rank)?;
+            window.flush(0)?;
+            window.get(&mut back[..1], 0, rank)?;
+            window.unlock(0)?;
+            same(&back[..1], &[value], "read back")?;
+        }
+        window.lock(LockType::Shared, 0, 0)?;
+        let mut old = 0u64;
+        window.fetch_and_op(&0u64, &mut old, 0, rank, AccumulateOp::NoOp)?;
+        window.unlock(0)?;
+        same(&[old], &[value], "fetched with NO_OP")?;
+        ensure(since.elapsed() < bound, || {
+            format!(
+                "the origin took {:?} while the target slept",
+                since.elapsed()
+            )
+        })?;
+    }
+    world.barrier()?;
+    window.free()
+}
+
+/// `allocate_shared`: parts of different sizes (rank r has r + 2
+/// elements); each rank stores into its own, then reads every rank's
+/// through `shared_query`; a put by RMA lands in the same memory.
+fn shared(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let len = |r: usize| r + 2;
+    let value = |r: usize, i: usize| (r * 1000 + i) as u64;
+    let window = Window::allocate_shared(world, 8 * len(rank), 8, &Info::new())?;
+    ensure(window.create_flavor() == CreateFlavor::Shared, || {
+        format!("flavor {:?}", window.create_flavor())
+    })?;
+    ensure(window.direct_access(), || {
+        "a shared window without direct access".to_owned()
+    })?;
+    let own: SharedPart<'_> = window.shared_query(rank as i32)?;
+    ensure(own.base() as usize == window.base(), || {
+        "shared_query of this rank is not its base".to_owned()
+    })?;
+    let mine: Vec<u64> = (0..len(rank)).map(|i| value(rank, i)).collect();
+    own.write(0, &mine[..])?;
+    world.barrier()?;
+    for r in [(rank + size - 1) % size, (rank + 1) % size] {
+        let part = window.shared_query(r as i32)?;
+        ensure(part.size() == 8 * len(r) && part.disp_unit() == 8, || {
+            format!(
+                "rank {r}'s part: {} bytes, unit {}",
+                part.size(),
+                part.disp_unit()
+            )
+        })?;
+        let mut got = vec![0u64; len(r)];
+        part.read(0, &mut got[..])?;
+        let want: Vec<u64> = (0..len(r)).map(|i| value(r, i)).collect();
+        same(&got, &want, &format!("rank {r}'s part"))?;
+        // One element past its end: refused, nothing read.
+        expect_class(
+            part.read(8 * len(r), &mut got[..1]),
+            ErrorClass::RmaRange,
+            "a read past a part",
+        )?;
+    }
+    expect_class(
+        window.shared_query(size as i32),
+        ErrorClass::Rank,
+        "query of no rank",
+    )?;
+    // RMA on the same memory: each rank adds 1 to its right neighbour's
+    // last element, and puts its rank into the first.
+    let right = (rank + 1) % size;
+    world.barrier()?;
+    window.lock_all(0)?;
+    window.accumulate(
+        &[1u64][..],
+        right as i32,
+        len(right) - 1,
+        SystemOperation::sum(),
+    )?;
+    window.put(&[rank as u64][..], right as i32, 0)?;
+    window.unlock_all()?;
+    world.barrier()?;
+    let mut got = vec![0u64; len(rank)];
+    own.read(0, &mut got[..])?;
+    let mut want = mine;
+    want[0] = ((rank + size - 1) % size) as u64;
+    *want.last_mut().unwrap_or(&mut 0) += 1;
+    same(
+        &got,
+        &want,
+        "own part after the neighbour's put and accumulate",
+    )?;
+    world.barrier()?;
+    window.free()?;
+    let mut memory = [0u64; 2];
+    let created = Window::create(world, &mut memory[..], 8, &Info::new())?;
+    expect_class(
+        created.shared_query(0).map(|_| ()),
+        ErrorClass::RmaFlavor,
+        "query of a created window",
+    )?;
+    created.free()
+}
+
+/// Rank 1 drops its window on user memory without `free` (erroneous, but
+/// safe code): rank 0's later put to it by cross-memory attach fails with
+/// `MPI_ERR_RMA_SYNC` and leaves rank 1's memory alone. Two ranks.
+fn dropped(world: &Communicator) -> Result<()> {
+    let rank = world.rank();
+    let mut memory = vec![0u64; 4];
+    let window = Window::create(world, &mut memory[..], 8, &Info::new())?;
+    ensure(window.direct_access(), || {
+        "dropped needs the direct path".to_owned()
+    })?;
+    if rank == 1 {
+        drop(window);
+        memory.fill(7);
+        world.barrier()?;
+        world.barrier()?;
+        return same(&memory, &[7; 4], "memory after the window was dropped");
+    }
+    world.barrier()?;
+    window.lock(LockType::Shared, 1, 0)?;
+    expect_class(
+        window.put(&[1u64][..], 1, 0),
+        ErrorClass::RmaSync,
+        "a put to a dropped window",
+    )?;
+    window.unlock(1)?;
+    world.barrier()?;
+    drop(window);
+    Ok(())
 }

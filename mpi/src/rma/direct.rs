@@ -1,0 +1,320 @@
+//! The operations of the direct path (`Path::Direct`): the origin reads
+//! and writes the target's window itself, with no help from the target
+//! ([`Reach`]): a window segment mapped in this process
+//! (`oxmpi_shm::window::WindowSegment`, for allocated windows), or the
+//! target's own memory by cross-memory attach
+//! (`oxmpi_shm::window::RemoteWindow`, for windows on user memory), with
+//! the lock and region mutexes in a segment the target made for them.
+//!
+//! Puts and gets are copies. Accumulates, fetch-and-op and
+//! compare-and-swap are atomic per element with respect to each other:
+//! under a shared lock (or lock_all, fence, start) with one hardware
+//! atomic per element where the (element, op, address) triple allows it
+//! (`WindowSegment::atomic_capable`, which depends only on the type and
+//! the address, so two origins never mix the two ways on one element;
+//! never in memory reached by cross-memory attach, which atomics cannot
+//! reach), else under the region mutexes of the bytes touched, each taken once
+//! per operation; under an exclusive lock nobody else may touch the
+//! window, so neither. The range is checked by the window first and by
+//! the segment again: nothing is ever touched outside it.
+
+use super::target::combine;
+use super::wire::AccumulateOp;
+use crate::collective::op::SystemOp;
+use crate::datatype::Primitive;
+use crate::{Error, ErrorClass, Result};
+use oxmpi_shm::window::{
+    AccessError, AtomicOp, Element, RemoteWindow, SharedRwLock, WindowSegment,
+};
+use std::sync::Arc;
+
+/// How the direct path reaches one target's window.
+#[derive(Clone, Debug)]
+pub(crate) enum Reach {
+    /// The window's segment, mapped in this process.
+    Mapped(Arc<WindowSegment>),
+    /// The target's own memory by cross-memory attach; `control` is the
+    /// segment the target made for the window's lock and region mutexes
+    /// (its data part is never used).
+    Remote {
+        control: Arc<WindowSegment>,
+        memory: RemoteWindow,
+    },
+}
+
+impl Reach {
+    /// The segment with the window's lock and region mutexes.
+    fn control(&self) -> &WindowSegment {
+        match self {
+            Reach::Mapped(segment) => segment,
+            Reach::Remote { control, .. } => control,
+        }
+    }
+
+    /// The window's passive-target lock.
+    pub(crate) fn lock(&self) -> &SharedRwLock {
+        self.control().lock()
+    }
+
+    fn read(&self, at: usize, out: &mut [u8]) -> Result<()> {
+        match self {
+            Reach::Mapped(segment) => segment.read(at, out),
+            Reach::Remote { memory, .. } => memory.read(at as u64, out),
+        }
+        .map_err(access_error)
+    }
+
+    fn write(&self, at: usize, data: &[u8]) -> Result<()> {
+        match self {
+            Reach::Mapped(segment) => segment.write(at, data),
+            Reach::Remote { memory, .. } => memory.write(at as u64, data),
+        }
+        .map_err(access_error)
+    }
+
+    /// Checks that the target has not dropped its window, for an
+    /// operation of an origin that holds a lock on it (`locked`) or not.
+    /// Memory reached by cross-memory attach is the target program's: once
+    /// it dropped the window ([`close`]) the memory may be anything, so
+    /// every operation runs under the window's lock (the origin's, or a
+    /// shared hold for the operation's length, released with the guard)
+    /// and checks the "closed" word first. A mapped segment stays valid
+    /// while this process maps it: nothing to check.
+    pub(crate) fn open(&self, locked: bool) -> Result<Option<SharedHold<'_>>> {
+        let Reach::Remote { control, .. } = self else {
+            return Ok(None);
+        };
+        let hold = (!locked).then(|| {
+            control.lock().lock_shared();
+            SharedHold(control.lock())
+        });
+        let mut closed = [0u8; 8];
+        control.read(0, &mut closed).map_err(access_error)?;
+        if closed != [0; 8] {
+            return Err(Error::new(
+                ErrorClass::RmaSync,
+                "the target dropped its window without freeing it",
+            ));
+        }
+        Ok(hold)
+    }
+
+    /// The segment to do atomics on, if the window is mapped.
+    pub(crate) fn mapped(&self) -> Option<&WindowSegment> {
+        match self {
+            Reach::Mapped(segment) => Some(segment),
+            Reach::Remote { .. } => None,
+        }
+    }
+}
+
+/// A shared hold of a window's lock for one operation; released on drop.
+pub(crate) struct SharedHold<'r>(&'r SharedRwLock);
+
+impl Drop for SharedHold<'_> {
+    fn drop(&mut self) {
+        self.0.unlock_shared();
+    }
+}
+
+/// The size of the control segment of a window of `size` bytes on user
+/// memory: its region mutexes cover the window, and its first word is the
+/// "closed" word.
+pub(crate) fn control_size(size: usize) -> usize {
+    size.max(8)
+}
+
+/// Marks this rank's window on user memory closed (it is dropped without
+/// `free`), under the exclusive lock: an origin's operation either ended
+/// before, or sees the word and touches nothing. This rank must not hold
+/// the lock itself.
+pub(crate) fn close(control: &WindowSegment) {
+    control.lock().lock_exclusive();
+    // In range: the control segment holds at least 8 bytes.
+    let _ = control.write(0, &1u64.to_ne_bytes());
+    control.lock().unlock_exclusive();
+}
+
+/// The MPI error for a refused access to window memory.
+fn access_error(e: AccessError) -> Error {
+    match e {
+        AccessError::OutOfRange { .. } => Error::new(ErrorClass::RmaRange, e.to_string()),
+        AccessError::NotAtomic => Error::new(ErrorClass::Intern, e.to_string()),
+        AccessError::Copy(io) => Error::os("a cross-memory copy to a window", io),
+    }
+}
+
+/// The byte offset `disp` in this process's terms.
+fn offset(disp: u64) -> Result<usize> {
+    usize::try_from(disp).map_err(|_| {
+        Error::new(
+            ErrorClass::RmaRange,
+            format!("byte displacement {disp} is beyond this machine's memory"),
+        )
+    })
+}
+
+/// `MPI_Put`: copies `data` into the window at `disp`.
+pub(crate) fn put(reach: &Reach, disp: u64, data: &[u8]) -> Result<()> {
+    reach.write(offset(disp)?, data)
+}
+
+/// `MPI_Get`: copies the window's bytes at `disp` into `out`.
+pub(crate) fn get(reach: &Reach, disp: u64, out: &mut [u8]) -> Result<()> {
+    reach.read(offset(disp)?, out)
+}
+
+/// The hardware form of an accumulate of `basic` elements with `op`, if
+/// the atomics know the type and the operation.
+fn atomic_form(basic: Primitive, op: AccumulateOp) -> Option<(Element, AtomicOp)> {
+    let element = match basic {
+        Primitive::I8 => Element::I8,
+        Primitive::I16 => Element::I16,
+        Primitive::I32 => Element::I32,
+        Primitive::I64 => Element::I64,
+        Primitive::U8 => Element::U8,
+        Primitive::U16 => Element::U16,
+        Primitive::U32 => Element::U32,
+        Primitive::U64 => Element::U64,
+        Primitive::Isize if isize::BITS == 64 => Element::I64,
+        Primitive::Usize if usize::BITS == 64 => Element::U64,
+        Primitive::F32 => Element::F32,
+        Primitive::F64 => Element::F64,
+        _ => return None,
+    };
+    let op = match op {
+        AccumulateOp::Replace => AtomicOp::Replace,
+        AccumulateOp::NoOp => AtomicOp::NoOp,
+        AccumulateOp::Reduce(op) => match op.system_op() {
+            SystemOp::Sum => AtomicOp::Sum,
+            SystemOp::Product => AtomicOp::Prod,
+            SystemOp::Min => AtomicOp::Min,
+            SystemOp::Max => AtomicOp::Max,
+            SystemOp::BitwiseAnd => AtomicOp::BitAnd,
+            SystemOp::BitwiseOr => AtomicOp::BitOr,
+            SystemOp::BitwiseXor => AtomicOp::BitXor,
+            SystemOp::LogicalAnd => AtomicOp::LogicalAnd,
+            SystemOp::LogicalOr => AtomicOp::LogicalOr,
+            SystemOp::LogicalXor => AtomicOp::LogicalXor,
+            SystemOp::MinLoc | SystemOp::MaxLoc => return None,
+        },
+    };
+    Some((element, op))
+}
+
+/// `MPI_Accumulate` (`old: None`) and `MPI_Get_accumulate` (the target's
+/// data from before goes to `old`): combines `data` (elements of `basic`;
+/// ignored for `NO_OP`) into the window at `disp` with `op`. `exclusive`:
+/// this origin holds the target's exclusive lock.
+pub(crate) fn accumulate(
+    reach: &Reach,
+    disp: u64,
+    data: &[u8],
+    (basic, op): (Primitive, AccumulateOp),
+    exclusive: bool,
+    mut old: Option<&mut [u8]>,
+) -> Result<()> {
+    let at = offset(disp)?;
+    let len = old.as_deref().map_or(data.len(), <[u8]>::len);
+    let size = basic.size();
+    if (op != AccumulateOp::NoOp && data.len() != len) || !len.is_multiple_of(size) {
+        return Err(Error::new(
+            ErrorClass::Count,
+            format!(
+                "an accumulate of {} bytes into {len} bytes of {}-byte elements",
+                data.len(),
+                size
+            ),
+        ));
+    }
+    let atomic = reach
+        .mapped()
+        .zip(atomic_form(basic, op))
+        .filter(|&(segment, (element, op))| {
+            !exclusive && len > 0 && segment.atomic_capable(at, element, op)
+        });
+    if let Some((segment, (element, atomic_op))) = atomic {
+        // Every element is aligned as the first is (the data is aligned
+        // and the elements are `size` bytes apart).
+        let none = [0u8; 8];
+        for i in 0..len / size {
+            let operand = if op == AccumulateOp::NoOp {
+                &none[..size]
+            } else {
+                &data[i * size..(i + 1) * size]
+            };
+            let previous = old.as_deref_mut().map(|o| &mut o[i * size..(i + 1) * size]);
+            segment
+                .fetch_op(at + i * size, element, atomic_op, operand, previous)
+                .map_err(access_error)?;
+        }
+        return Ok(());
+    }
+    let _guard = if exclusive {
+        None
+    } else {
+        Some(
+            reach
+                .control()
+                .lock_regions(at, len)
+                .map_err(access_error)?,
+        )
+    };
+    let mut current = vec![0u8; len];
+    reach.read(at, &mut current)?;
+    if let Some(old) = old {
+        old.copy_from_slice(&current);
+    }
+    if op != AccumulateOp::NoOp {
+        combine(&mut current, data, basic, op)?;
+        reach.write(at, &current)?;
+    }
+    Ok(())
+}
+
+/// `MPI_Compare_and_swap` of one element: `data` is the compare value
+/// followed by the new one, each `old.len()` bytes; the old value goes
+/// to `old`. `exclusive` as for [`accumulate`].
+pub(crate) fn compare_and_swap(
+    reach: &Reach,
+    disp: u64,
+    data: &[u8],
+    exclusive: bool,
+    old: &mut [u8],
+) -> Result<()> {
+    let at = offset(disp)?;
+    if data.len() != 2 * old.len() {
+        return Err(Error::new(
+            ErrorClass::Count,
+            format!(
+                "a compare-and-swap of {} bytes for {} bytes",
+                data.len(),
+                old.len()
+            ),
+        ));
+    }
+    let (compare, new) = data.split_at(old.len());
+    if let Some(segment) = reach.mapped().filter(|_| !exclusive) {
+        match segment.compare_and_swap(at, compare, new, old) {
+            Ok(()) => return Ok(()),
+            // A size or an address the hardware cannot do: the mutexes.
+            Err(AccessError::NotAtomic) => {}
+            Err(e) => return Err(access_error(e)),
+        }
+    }
+    let _guard = if exclusive {
+        None
+    } else {
+        Some(
+            reach
+                .control()
+                .lock_regions(at, old.len())
+                .map_err(access_error)?,
+        )
+    };
+    reach.read(at, old)?;
+    if old == compare {
+        reach.write(at, new)?;
+    }
+    Ok(())
+}
