@@ -15,9 +15,11 @@
 //!   (discovery, and the provider itself) are behind the `rdma-core` cargo
 //!   feature.
 //!
-//! It must not know MPI, communicators, requests or the ADI's packets: the
-//! verbs transport (next to come, over this crate) maps those onto queue
-//! pairs, registrations and completions.
+//! It also owns the verbs transport ([`transport`]): the ADI's packets over
+//! one RC queue pair per peer, written only against the provider
+//! interface. The providers must not know MPI, communicators, requests or
+//! the ADI's packets; the transport knows packets only as the ADI's
+//! headers and payloads, never communicators or requests.
 //!
 //! # Cargo features
 //! - `rdma-core` (off by default): builds the libibverbs calls, through
@@ -49,6 +51,7 @@
 pub mod provider;
 pub mod rdma_core;
 pub mod soft;
+pub mod transport;
 
 use oxmpi_adi::{Error, ErrorClass, Result};
 

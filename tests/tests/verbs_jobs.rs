@@ -1,0 +1,109 @@
+//! Real jobs through oxrun over the verbs transport alone, on the soft
+//! provider (`OXMPI_TRANSPORTS=verbs OXMPI_VERBS_PROVIDER=soft`): the
+//! checks of `p2p_suite`, `completion` and `p2p_modes`, and some of the
+//! collectives and RMA suites, with 2 to 4 ranks and messages past the
+//! eager limit; a flood of unexpected messages into one rank; and the
+//! default selection on this machine, which has no RDMA device, not
+//! choosing verbs.
+
+use oxmpi_jobs::{run, shm_leftovers, vc_bindings, Binaries};
+use std::process::Command;
+use std::time::Duration;
+
+fn bins() -> Binaries {
+    Binaries::new(env!("CARGO_BIN_EXE_p2p_suite"))
+}
+
+/// Verbs alone, on the soft provider; the programs take their eager
+/// threshold from `OXMPI_TCP_EAGER_LIMIT`: the verbs transport's 32 KiB.
+const VERBS: [(&str, &str); 3] = [
+    ("OXMPI_TRANSPORTS", "verbs"),
+    ("OXMPI_VERBS_PROVIDER", "soft"),
+    ("OXMPI_TCP_EAGER_LIMIT", "32768"),
+];
+
+/// Runs `program check` on `ranks` ranks over verbs within `bound`
+/// seconds; it must succeed and leave nothing in /dev/shm.
+fn job(program: &str, check: &str, ranks: usize, bound: u64) -> String {
+    let out = run(
+        bins().check(program, check, ranks, &VERBS),
+        Duration::from_secs(bound),
+    );
+    out.assert_success();
+    assert!(
+        shm_leftovers().is_empty(),
+        "shared segments left: {:?}",
+        shm_leftovers()
+    );
+    out.stdout
+}
+
+#[test]
+fn point_to_point_suite_over_verbs() {
+    for check in [
+        "ordered",
+        "sizes",
+        "many-irecv",
+        "truncation",
+        "probe",
+        "modes",
+        "proc-null",
+        "cancel-send",
+        "long",
+    ] {
+        job("p2p_suite", check, 2, 240);
+    }
+    job("p2p_suite", "all-pairs", 4, 120);
+    job("p2p_suite", "mprobe", 3, 120);
+    job("p2p_suite", "threads", 2, 120);
+}
+
+#[test]
+fn completion_and_modes_over_verbs() {
+    for check in ["order", "bulk", "get-status"] {
+        job("completion", check, 3, 120);
+    }
+    for check in ["buffered", "persistent", "persistent-ring", "elements"] {
+        job("p2p_modes", check, 3, 120);
+    }
+}
+
+#[test]
+fn a_flood_of_unexpected_messages_into_one_rank() {
+    job("p2p_suite", "flood", 2, 120);
+    job("p2p_suite", "flood", 4, 180);
+}
+
+#[test]
+fn collectives_and_rma_over_verbs() {
+    job("collectives", "data", 3, 180);
+    job("collectives", "mismatch", 2, 60);
+    job("rma_suite", "ops", 2, 180);
+    job("rma_suite", "dynamic", 3, 60);
+}
+
+#[test]
+fn default_selection_without_a_provider_leaves_verbs_out() {
+    let mut c = Command::new(bins().oxrun());
+    c.args(["--tag-output", "-n", "2"])
+        .arg(bins().bin("p2p_suite"))
+        .arg("all-pairs")
+        .env("OXMPI_VERBOSE", "1")
+        .env_remove("OXMPI_VERBS_PROVIDER")
+        .env_remove("OXMPI_TRANSPORTS");
+    let out = run(c, Duration::from_secs(60));
+    out.assert_success();
+    let bindings = vc_bindings(&out.stderr);
+    assert!(!bindings.is_empty(), "{}", out.stderr);
+    assert!(
+        bindings.iter().all(|b| b.method != "verbs"),
+        "{:?}",
+        bindings.iter().map(|b| &b.method).collect::<Vec<_>>()
+    );
+    assert!(
+        out.stderr
+            .contains("the verbs transport does not start here"),
+        "{}",
+        out.stderr
+    );
+}
