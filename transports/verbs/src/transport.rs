@@ -312,13 +312,17 @@ pub fn start(job: &JobInfo) -> Result<Box<dyn Transport>> {
         ProviderKind::RdmaCore => {
             let selection = crate::rdma_core::Selection::from_env()?;
             #[cfg(feature = "rdma-core")]
-            if let Some(nic) = crate::rdma_core::RdmaNic::open(&selection)? {
-                return Ok(Box::new(VerbsTransport::new(
-                    nic,
-                    ProviderKind::RdmaCore,
-                    job,
-                )?));
-            }
+            let why = match crate::rdma_core::RdmaNic::open(&selection)? {
+                Some(nic) => {
+                    return Ok(Box::new(VerbsTransport::new(
+                        nic,
+                        ProviderKind::RdmaCore,
+                        job,
+                    )?))
+                }
+                None => "rdma-core found no usable device".to_owned(),
+            };
+            #[cfg(not(feature = "rdma-core"))]
             let why = match crate::rdma_core::discover(&selection)? {
                 crate::rdma_core::Discovery::NoDevice(why) => why,
                 crate::rdma_core::Discovery::Found { device, .. } => {
@@ -908,5 +912,284 @@ impl<N: Nic> Transport for VerbsTransport<N> {
             .iter()
             .flatten()
             .any(|p| p.failed.is_none() && (!p.queue.is_empty() || p.in_flight > 0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::soft::SoftNic;
+    use oxmpi_adi::proto::Kind;
+    use std::time::{Duration, Instant};
+
+    /// A sink that keeps every payload and failure.
+    #[derive(Default)]
+    struct Sink {
+        /// Per slot: (peer, tag, buffer, complete).
+        slots: Vec<(PeerRank, i32, Vec<u8>, bool)>,
+        sent: Vec<u64>,
+        failed: Vec<(PeerRank, Error)>,
+    }
+
+    impl PacketSink for Sink {
+        fn on_header(&mut self, peer: PeerRank, header: &Header) -> Result<Option<PayloadSlot>> {
+            let len = header.payload_len() as usize;
+            self.slots.push((peer, header.tag, vec![0; len], false));
+            Ok(Some(PayloadSlot(self.slots.len() as u64 - 1)))
+        }
+        fn payload_buffer(&mut self, slot: PayloadSlot) -> &mut [u8] {
+            &mut self.slots[slot.0 as usize].2
+        }
+        fn on_payload(&mut self, _peer: PeerRank, slot: PayloadSlot) {
+            self.slots[slot.0 as usize].3 = true;
+        }
+        fn on_send_complete(&mut self, token: u64) {
+            self.sent.push(token);
+        }
+        fn on_peer_failed(&mut self, peer: PeerRank, error: Error) {
+            self.failed.push((peer, error));
+        }
+    }
+
+    fn job(rank: PeerRank, size: usize) -> JobInfo {
+        JobInfo {
+            rank,
+            size,
+            secret: [7; 32],
+        }
+    }
+
+    fn eager(tag: i32, len: usize) -> Header {
+        let mut h = Header::new(Kind::Eager);
+        h.tag = tag;
+        h.message_len = len as u64;
+        h
+    }
+
+    fn bytes(seed: usize, len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i * 31 + seed) as u8).collect()
+    }
+
+    /// Polls every transport until `done` holds of the sinks (10 s at most).
+    fn poll_until(
+        ts: &mut [Option<VerbsTransport<SoftNic>>],
+        sinks: &mut [Sink],
+        done: impl Fn(&[Sink]) -> bool,
+    ) {
+        let start = Instant::now();
+        while !done(sinks) {
+            for (t, sink) in ts.iter_mut().zip(sinks.iter_mut()) {
+                if let Some(t) = t {
+                    t.poll(sink).unwrap();
+                }
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "no progress");
+        }
+    }
+
+    fn three() -> Vec<Option<VerbsTransport<SoftNic>>> {
+        let mut ts: Vec<_> = (0..3)
+            .map(|r| {
+                Some(
+                    VerbsTransport::new(SoftNic::open().unwrap(), ProviderKind::Soft, &job(r, 3))
+                        .unwrap(),
+                )
+            })
+            .collect();
+        let cards: Vec<String> = ts
+            .iter()
+            .map(|t| t.as_ref().unwrap().card().to_owned())
+            .collect();
+        for (r, t) in ts.iter_mut().enumerate() {
+            let t = t.as_mut().unwrap();
+            for (peer, card) in cards.iter().enumerate() {
+                if peer != r {
+                    assert!(t.reachable(card));
+                    t.prepare_peer(peer, card).unwrap();
+                    t.add_peer(peer, card).unwrap();
+                }
+            }
+        }
+        ts
+    }
+
+    #[test]
+    fn cards_are_checked() {
+        let t =
+            VerbsTransport::new(SoftNic::open().unwrap(), ProviderKind::Soft, &job(1, 3)).unwrap();
+        let card = parse_card(t.card()).unwrap();
+        assert_eq!(card.kind, "soft");
+        assert_eq!(card.qps.len(), 3);
+        assert!(card.qps[1].is_none() && card.qps[0].is_some());
+        // Its own card has no queue pair for itself.
+        assert!(!t.reachable(t.card()));
+        for bad in [
+            "",
+            "verbs1,soft",
+            "verbs2,soft,00000000000000000000000000000000,0,4096,1.1",
+            "verbs1,ib,00000000000000000000000000000000,0,4096,1.1",
+            "verbs1,soft,000000000000000000000000000000zz,0,4096,1.1",
+            "verbs1,soft,00000000000000000000000000000000,0,4000,1.1",
+            "verbs1,soft,00000000000000000000000000000000,0,4096,1",
+            "verbs1,soft,00000000000000000000000000000000,0,4096,1000000.1",
+            "verbs1,soft,00000000000000000000000000000000,0,4096,0.1",
+        ] {
+            let e = parse_card(bad)
+                .err()
+                .unwrap_or_else(|| panic!("{bad:?} accepted"));
+            assert_eq!(e.class(), ErrorClass::Other);
+            assert!(!t.reachable(bad));
+        }
+        let e = VerbsTransport::new(
+            SoftNic::open().unwrap(),
+            ProviderKind::Soft,
+            &job(0, MAX_RANKS + 1),
+        )
+        .err()
+        .unwrap();
+        assert_eq!(e.class(), ErrorClass::Other);
+    }
+
+    #[test]
+    fn a_full_card_fits_a_pmi_value() {
+        let t = VerbsTransport::new(
+            SoftNic::open().unwrap(),
+            ProviderKind::Soft,
+            &job(0, MAX_RANKS),
+        )
+        .unwrap();
+        assert!(t.card().len() <= 1024, "{} bytes", t.card().len());
+    }
+
+    #[test]
+    fn packets_of_every_size_arrive_in_order_past_the_credits() {
+        let mut ts = three();
+        let mut sinks: Vec<Sink> = (0..3).map(|_| Sink::default()).collect();
+        // More small packets than credits and frames, then a zero-copy
+        // payload of many frames, to both peers.
+        let big = bytes(9, 300_000);
+        for peer in [1, 2] {
+            let t = ts[0].as_mut().unwrap();
+            for i in 0..500 {
+                t.send(
+                    peer,
+                    &eager(i, i as usize % 50),
+                    &bytes(i as usize, i as usize % 50),
+                )
+                .unwrap();
+            }
+            // SAFETY: `big` outlives the polling below.
+            unsafe {
+                t.send_zcopy(
+                    peer,
+                    &eager(-1, big.len()),
+                    big.as_ptr(),
+                    big.len(),
+                    peer as u64,
+                )
+                .unwrap();
+            }
+        }
+        poll_until(&mut ts, &mut sinks, |s| {
+            s[1].slots.len() == 501
+                && s[1].slots[500].3
+                && s[2].slots.len() == 501
+                && s[2].slots[500].3
+        });
+        for sink in &sinks[1..] {
+            for (i, (peer, tag, data, done)) in sink.slots.iter().take(500).enumerate() {
+                assert_eq!((*peer, *tag, *done), (0, i as i32, true));
+                assert_eq!(data, &bytes(i, i % 50));
+            }
+            assert_eq!(sink.slots[500].2, big);
+        }
+        poll_until(&mut ts, &mut sinks, |s| s[0].sent.len() == 2);
+        let t0 = ts[0].as_mut().unwrap();
+        poll_until_quiet(t0, &mut sinks[0]);
+        assert!(sinks.iter().all(|s| s.failed.is_empty()));
+    }
+
+    fn poll_until_quiet(t: &mut VerbsTransport<SoftNic>, sink: &mut Sink) {
+        let start = Instant::now();
+        while t.has_pending_sends() {
+            t.poll(sink).unwrap();
+            assert!(start.elapsed() < Duration::from_secs(10));
+        }
+    }
+
+    #[test]
+    fn a_lost_peer_fails_alone() {
+        let mut ts = three();
+        let mut sinks: Vec<Sink> = (0..3).map(|_| Sink::default()).collect();
+        ts[0]
+            .as_mut()
+            .unwrap()
+            .send(1, &eager(1, 10), &[1; 10])
+            .unwrap();
+        poll_until(&mut ts, &mut sinks, |s| {
+            s[1].slots.len() == 1 && s[1].slots[0].3
+        });
+        // Rank 1 goes away; rank 0 keeps sending to it until it notices.
+        ts[1] = None;
+        let start = Instant::now();
+        while sinks[0].failed.is_empty() {
+            let t = ts[0].as_mut().unwrap();
+            match t.send(1, &eager(2, 100), &[2; 100]) {
+                Ok(()) => {}
+                Err(e) => assert_eq!(e.class(), ErrorClass::ProcFailed),
+            }
+            t.poll(&mut sinks[0]).unwrap();
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the loss is not noticed"
+            );
+        }
+        let (peer, error) = &sinks[0].failed[0];
+        assert_eq!(*peer, 1);
+        assert_eq!(error.class(), ErrorClass::ProcFailed);
+        assert!(
+            error.message().contains("rank 1 is lost"),
+            "{}",
+            error.message()
+        );
+        let e = ts[0]
+            .as_mut()
+            .unwrap()
+            .send(1, &eager(3, 1), &[3])
+            .unwrap_err();
+        assert_eq!(e.class(), ErrorClass::ProcFailed);
+        // Rank 2 is not affected.
+        ts[0]
+            .as_mut()
+            .unwrap()
+            .send(2, &eager(4, 5000), &[4; 5000])
+            .unwrap();
+        poll_until(&mut ts, &mut sinks, |s| {
+            s[2].slots.len() == 1 && s[2].slots[0].3
+        });
+        assert_eq!(sinks[2].slots[0].2, vec![4; 5000]);
+        assert_eq!(sinks[0].failed.len(), 1);
+    }
+
+    #[test]
+    fn the_stream_is_parsed_across_frames_and_a_bad_header_is_an_error() {
+        let mut sink = Sink::default();
+        let mut incoming = Incoming::new();
+        let mut stream = eager(5, 20).encode().to_vec();
+        stream.extend_from_slice(&bytes(3, 20));
+        stream.extend_from_slice(&eager(6, 0).encode());
+        // One byte at a time: every split of header and payload.
+        for b in &stream {
+            incoming
+                .feed(2, std::slice::from_ref(b), &mut sink)
+                .unwrap();
+        }
+        assert_eq!(sink.slots.len(), 2);
+        assert_eq!(sink.slots[0], (2, 5, bytes(3, 20), true));
+        assert_eq!(sink.slots[1], (2, 6, Vec::new(), true));
+        let e = incoming
+            .feed(2, &[0xff; HEADER_LEN], &mut sink)
+            .unwrap_err();
+        assert_eq!(e.class(), ErrorClass::ProcFailed);
     }
 }
