@@ -1,4 +1,4 @@
-//! oxmpi's verbs device: the foundation of the RDMA transport.
+//! oxmpi's verbs device: the RDMA transport and the providers under it.
 //!
 //! This crate owns the provider interface ([`provider`]), the seam between
 //! the verbs transport and the NIC, and its two providers:
@@ -38,7 +38,9 @@
 //!   wrappers.
 //!
 //! # Environment
-//! - `OXMPI_VERBS_PROVIDER`: `soft` or `rdma-core` ([`ProviderKind`]).
+//! - `OXMPI_VERBS_PROVIDER`: `soft` or `rdma-core` ([`ProviderKind`]);
+//!   the transport runs on the soft provider only when it is `soft`
+//!   ([`transport::start`]).
 //! - `OXMPI_VERBS_DEVICE`, `OXMPI_VERBS_PORT`, `OXMPI_VERBS_GID_INDEX`:
 //!   which device, port and GID the rdma-core provider uses
 //!   ([`rdma_core::Selection`]).
