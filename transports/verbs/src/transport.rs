@@ -54,6 +54,7 @@ use crate::provider::{
     SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion,
 };
 use crate::ProviderKind;
+use oxmpi_adi::host::HostId;
 use oxmpi_adi::proto::{Header, HEADER_LEN};
 use oxmpi_adi::transport::{JobInfo, PacketSink, PayloadSlot, PeerRank, Transport};
 use oxmpi_adi::{Error, ErrorClass, Result};
@@ -75,9 +76,9 @@ pub const EAGER_LIMIT: usize = 32 * 1024;
 const POLL_BATCH: usize = 64;
 /// Version tag that starts a card.
 const CARD_TAG: &str = "verbs1";
-/// Largest job whose card fits a PMI value (1024 bytes): a header of at
-/// most 60 characters, then at most 14 per rank.
-pub const MAX_RANKS: usize = 68;
+/// Largest job whose card fits a PMI value (1024 bytes): a head of at
+/// most 120 characters, then at most 14 per rank.
+pub const MAX_RANKS: usize = 64;
 /// `wr_id` bit of receive work requests.
 const RECV_BIT: u64 = 1 << 63;
 
@@ -275,7 +276,8 @@ struct Peer<Q> {
 /// The verbs transport over a provider's NIC `N`: see the module docs.
 pub struct VerbsTransport<N: Nic> {
     rank: PeerRank,
-    kind: ProviderKind,
+    /// The provider field of the card ([`provider_tag`]).
+    tag: String,
     card: String,
     /// Index by rank; `None` at the own rank.
     peers: Vec<Option<Peer<N::Qp>>>,
@@ -340,16 +342,32 @@ pub fn start(job: &JobInfo) -> Result<Box<dyn Transport>> {
     }
 }
 
-fn provider_tag(kind: ProviderKind) -> &'static str {
+/// The provider field of this process's card: `rdma`, or for the soft
+/// provider, whose NICs reach only those of the same host and network
+/// namespace (abstract Unix sockets), `soft@<boot id>:<netns>`. Two cards
+/// reach each other when these fields are equal.
+fn provider_tag(kind: ProviderKind) -> Result<String> {
     match kind {
-        ProviderKind::Soft => "soft",
-        ProviderKind::RdmaCore => "rdma",
+        ProviderKind::RdmaCore => Ok("rdma".to_owned()),
+        ProviderKind::Soft => {
+            let host = HostId::current()
+                .map_err(|e| Error::os("soft verbs provider: reading the host identity", e))?;
+            let tag = format!("soft@{}:{}", host.boot(), host.netns());
+            if tag.contains(',') || tag.len() > 64 {
+                return Err(Error::new(
+                    ErrorClass::Other,
+                    format!("soft verbs provider: host identity {tag:?} does not fit a card"),
+                ));
+            }
+            Ok(tag)
+        }
     }
 }
 
 /// A peer's card, decoded.
 struct Card {
-    kind: &'static str,
+    /// The provider field ([`provider_tag`]).
+    tag: String,
     gid: Gid,
     lid: u16,
     mtu: Mtu,
@@ -368,11 +386,14 @@ fn parse_card(card: &str) -> Result<Card> {
     if fields.len() < 6 || fields[0] != CARD_TAG {
         return Err(bad("expected verbs1,<provider>,<gid>,<lid>,<mtu>,<qps...>"));
     }
-    let kind = match fields[1] {
-        "soft" => "soft",
-        "rdma" => "rdma",
-        _ => return Err(bad("unknown provider")),
-    };
+    let tag = fields[1];
+    let soft_host = tag.strip_prefix("soft@").and_then(|host| {
+        let (boot, netns) = host.rsplit_once(':')?;
+        HostId::from_parts(boot, netns.parse().ok()?)
+    });
+    if tag != "rdma" && soft_host.is_none() {
+        return Err(bad("the provider must be rdma or soft@<boot id>:<netns>"));
+    }
     // The GID, LID and MTU in the form QpAddress's own card has.
     let address =
         QpAddress::from_card(&format!("v1:{}:{}:1:0:{}", fields[2], fields[3], fields[4]))
@@ -392,7 +413,7 @@ fn parse_card(card: &str) -> Result<Card> {
         qps.push(Some((qpn, psn)));
     }
     Ok(Card {
-        kind,
+        tag: tag.to_owned(),
         gid: address.gid,
         lid: address.lid,
         mtu: address.mtu,
@@ -461,10 +482,11 @@ impl<N: Nic> VerbsTransport<N> {
             .map_err(Error::from)?;
         }
         let max_send_wr = 2 * CREDITS + 2;
+        let tag = provider_tag(kind)?;
         let port = nic.port().clone();
         let mut card = format!(
             "{CARD_TAG},{},{},{},{}",
-            provider_tag(kind),
+            tag,
             port.gid
                 .gid
                 .0
@@ -512,7 +534,7 @@ impl<N: Nic> VerbsTransport<N> {
         }
         Ok(VerbsTransport {
             rank: job.rank,
-            kind,
+            tag,
             card,
             peers,
             by_qpn,
@@ -546,18 +568,18 @@ impl<N: Nic> VerbsTransport<N> {
     /// Connects the queue pair to `peer` from its card (once).
     fn connect(&mut self, peer: PeerRank, card: &str) -> Result<()> {
         let rank = self.rank;
-        let kind = provider_tag(self.kind);
         let p = self.peer_mut(peer)?;
         if p.remote.is_some() || p.failed.is_some() {
             return Ok(());
         }
         let parsed = parse_card(card)?;
-        if parsed.kind != kind {
+        if parsed.tag != self.tag {
             return Err(Error::new(
                 ErrorClass::Other,
                 format!(
-                    "rank {peer}'s verbs card is for the {} provider, this rank runs {kind}",
-                    parsed.kind
+                    "rank {peer}'s verbs card is for provider {}, this rank runs {} \
+                     (the soft provider reaches only its own host and network namespace)",
+                    parsed.tag, self.tag
                 ),
             ));
         }
@@ -799,9 +821,8 @@ impl<N: Nic> Transport for VerbsTransport<N> {
     }
 
     fn reachable(&self, card: &str) -> bool {
-        parse_card(card).is_ok_and(|c| {
-            c.kind == provider_tag(self.kind) && matches!(c.qps.get(self.rank), Some(Some(_)))
-        })
+        parse_card(card)
+            .is_ok_and(|c| c.tag == self.tag && matches!(c.qps.get(self.rank), Some(Some(_))))
     }
 
     fn prepare_peer(&mut self, peer: PeerRank, card: &str) -> Result<()> {
@@ -1018,21 +1039,23 @@ mod tests {
         let t =
             VerbsTransport::new(SoftNic::open().unwrap(), ProviderKind::Soft, &job(1, 3)).unwrap();
         let card = parse_card(t.card()).unwrap();
-        assert_eq!(card.kind, "soft");
+        assert!(card.tag.starts_with("soft@"), "{}", card.tag);
         assert_eq!(card.qps.len(), 3);
         assert!(card.qps[1].is_none() && card.qps[0].is_some());
         // Its own card has no queue pair for itself.
         assert!(!t.reachable(t.card()));
         for bad in [
             "",
-            "verbs1,soft",
-            "verbs2,soft,00000000000000000000000000000000,0,4096,1.1",
+            "verbs1,soft@b:1",
+            "verbs2,soft@b:1,00000000000000000000000000000000,0,4096,1.1",
+            "verbs1,soft,00000000000000000000000000000000,0,4096,1.1",
+            "verbs1,soft@b:x,00000000000000000000000000000000,0,4096,1.1",
             "verbs1,ib,00000000000000000000000000000000,0,4096,1.1",
-            "verbs1,soft,000000000000000000000000000000zz,0,4096,1.1",
-            "verbs1,soft,00000000000000000000000000000000,0,4000,1.1",
-            "verbs1,soft,00000000000000000000000000000000,0,4096,1",
-            "verbs1,soft,00000000000000000000000000000000,0,4096,1000000.1",
-            "verbs1,soft,00000000000000000000000000000000,0,4096,0.1",
+            "verbs1,soft@b:1,000000000000000000000000000000zz,0,4096,1.1",
+            "verbs1,soft@b:1,00000000000000000000000000000000,0,4000,1.1",
+            "verbs1,soft@b:1,00000000000000000000000000000000,0,4096,1",
+            "verbs1,soft@b:1,00000000000000000000000000000000,0,4096,1000000.1",
+            "verbs1,soft@b:1,00000000000000000000000000000000,0,4096,0.1",
         ] {
             let e = parse_card(bad)
                 .err()
@@ -1040,6 +1063,14 @@ mod tests {
             assert_eq!(e.class(), ErrorClass::Other);
             assert!(!t.reachable(bad));
         }
+        // A soft NIC of another host (or network namespace) is out of reach.
+        let elsewhere = "verbs1,soft@b:1,00000000000000000000000000000000,0,4096,1.1,-,2.2";
+        assert!(parse_card(elsewhere).is_ok());
+        assert!(!t.reachable(elsewhere));
+        let mut u =
+            VerbsTransport::new(SoftNic::open().unwrap(), ProviderKind::Soft, &job(0, 3)).unwrap();
+        let e = u.add_peer(1, elsewhere).unwrap_err();
+        assert!(e.message().contains("network namespace"), "{}", e.message());
         let e = VerbsTransport::new(
             SoftNic::open().unwrap(),
             ProviderKind::Soft,
