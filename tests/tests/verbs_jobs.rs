@@ -2,9 +2,10 @@
 //! provider (`OXMPI_TRANSPORTS=verbs OXMPI_VERBS_PROVIDER=soft`): the
 //! checks of `p2p_suite`, `completion` and `p2p_modes`, and some of the
 //! collectives and RMA suites, with 2 to 4 ranks and messages past the
-//! eager limit; a flood of unexpected messages into one rank; and the
+//! eager limit; a flood of unexpected messages into one rank; the
 //! default selection on this machine, which has no RDMA device, not
-//! choosing verbs.
+//! choosing verbs; and verbs named without a provider, or a provider that
+//! does not exist, failing the job with a clear error.
 
 use oxmpi_jobs::{run, shm_leftovers, vc_bindings, Binaries};
 use std::process::Command;
@@ -103,6 +104,32 @@ fn default_selection_without_a_provider_leaves_verbs_out() {
     assert!(
         out.stderr
             .contains("the verbs transport does not start here"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn verbs_named_without_a_provider_and_a_bad_provider_are_errors() {
+    let job = |env: &[(&str, &str)]| {
+        let mut c = bins().check("p2p_suite", "all-pairs", 2, &[]);
+        c.env_remove("OXMPI_VERBS_PROVIDER")
+            .env_remove("OXMPI_TRANSPORTS")
+            .envs(env.iter().copied());
+        run(c, Duration::from_secs(60))
+    };
+    let out = job(&[("OXMPI_TRANSPORTS", "verbs")]);
+    assert!(!out.status.success(), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("names verbs, which cannot start")
+            && out.stderr.contains("no RDMA device"),
+        "{}",
+        out.stderr
+    );
+    let out = job(&[("OXMPI_VERBS_PROVIDER", "rxe")]);
+    assert!(!out.status.success(), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("MPI_ERR_ARG") && out.stderr.contains("use soft or rdma-core"),
         "{}",
         out.stderr
     );
