@@ -26,10 +26,20 @@ const VERBS: [(&str, &str); 3] = [
 /// Runs `program check` on `ranks` ranks over verbs within `bound`
 /// seconds; it must succeed and leave nothing in /dev/shm.
 fn job(program: &str, check: &str, ranks: usize, bound: u64) -> String {
-    let out = run(
-        bins().check(program, check, ranks, &VERBS),
-        Duration::from_secs(bound),
-    );
+    job_with(program, &[check], ranks, &[], bound)
+}
+
+/// [`job`] with more arguments after the check and more variables.
+fn job_with(
+    program: &str,
+    check_and_args: &[&str],
+    ranks: usize,
+    env: &[(&str, &str)],
+    bound: u64,
+) -> String {
+    let mut c = bins().check(program, check_and_args[0], ranks, &VERBS);
+    c.args(&check_and_args[1..]).envs(env.iter().copied());
+    let out = run(c, Duration::from_secs(bound));
     out.assert_success();
     assert!(
         shm_leftovers().is_empty(),
@@ -81,6 +91,14 @@ fn collectives_and_rma_over_verbs() {
     job("collectives", "mismatch", 2, 60);
     job("rma_suite", "ops", 2, 180);
     job("rma_suite", "dynamic", 3, 60);
+    job_with("rma_suite", &["atomic", "500"], 4, &[], 120);
+    job_with(
+        "rma_suite",
+        &["passive"],
+        3,
+        &[("OXMPI_ASYNC_PROGRESS", "1")],
+        60,
+    );
 }
 
 #[test]
