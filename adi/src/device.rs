@@ -544,6 +544,9 @@ impl Device {
             pmi.barrier()?;
         }
         let routes = Routes::plan(&mut pmi, &job, &all, SELF_TRANSPORT + 1)?;
+        for (peer, transport, card) in routes.planned() {
+            all[transport].prepare_peer(peer, card)?;
+        }
         let vcs = (0..job.size)
             .map(|_| Vc {
                 binding: Binding::Unbound,

@@ -296,6 +296,14 @@ impl Routes {
         Err(unreachable_error(job.rank, &ours, &unreachable, &theirs))
     }
 
+    /// The routes planned and not yet taken: (peer, transport index, card).
+    pub(crate) fn planned(&self) -> impl Iterator<Item = (PeerRank, usize, &str)> {
+        self.0
+            .iter()
+            .enumerate()
+            .filter_map(|(peer, r)| r.as_ref().map(|r| (peer, r.transport, r.card.as_str())))
+    }
+
     /// Takes the route to `peer` (at its VC's binding).
     pub(crate) fn take(&mut self, peer: PeerRank) -> Option<Route> {
         self.0.get_mut(peer).and_then(Option::take)

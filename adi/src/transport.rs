@@ -80,6 +80,17 @@ pub trait Transport: Send {
     /// be deferred until the first packet.
     fn add_peer(&mut self, peer: PeerRank, card: &str) -> Result<()>;
 
+    /// At initialize, once the routes are planned: `peer`'s route is this
+    /// transport and it published `card`. A transport whose connections
+    /// need both sides' part before the first packet can arrive (RC queue
+    /// pairs must be ready to receive) does that part here; the VC is still
+    /// bound, and [`Transport::add_peer`] called, on first use. The
+    /// default does nothing. An error fails initialize.
+    fn prepare_peer(&mut self, peer: PeerRank, card: &str) -> Result<()> {
+        let _ = (peer, card);
+        Ok(())
+    }
+
     /// Largest message (in bytes) sent with the short (eager) protocol.
     fn eager_limit(&self) -> usize;
 

@@ -1,6 +1,7 @@
 //! `oxbench suite`: the main job. For every transport this build of oxmpi
-//! offers ([`oxmpi::TRANSPORT_NAMES`], or those named with
-//! `--transports`), it runs `latency`, `bw`, `bibw` and `mbw_mr` as 2-rank
+//! offers ([`oxmpi::TRANSPORT_NAMES`]; verbs only when
+//! `OXMPI_VERBS_PROVIDER` is set, since without it verbs needs a device
+//! that most machines lack), or those named with `--transports`, it runs `latency`, `bw`, `bibw` and `mbw_mr` as 2-rank
 //! jobs through oxrun with `OXMPI_TRANSPORTS` set to that transport alone,
 //! then that transport's floor where oxbench has one (`raw-tcp`,
 //! `raw-shm`: latency and bw). It shows progress on standard error while
@@ -90,11 +91,21 @@ pub fn main(suite: &SuiteOptions) -> ExitCode {
 }
 
 /// The transports to measure: those asked for, each checked against the
-/// build's, or all of the build's.
+/// build's, or all of the build's (verbs only when `OXMPI_VERBS_PROVIDER`
+/// is set).
 fn transports(asked: &[String]) -> Result<Vec<String>, String> {
+    transports_with(asked, std::env::var_os("OXMPI_VERBS_PROVIDER").is_some())
+}
+
+/// [`transports`], told whether `OXMPI_VERBS_PROVIDER` is set.
+fn transports_with(asked: &[String], verbs_provider: bool) -> Result<Vec<String>, String> {
     let known = oxmpi::TRANSPORT_NAMES;
     if asked.is_empty() {
-        return Ok(known.iter().map(|t| t.to_string()).collect());
+        return Ok(known
+            .iter()
+            .filter(|&&t| t != "verbs" || verbs_provider)
+            .map(|t| t.to_string())
+            .collect());
     }
     for t in asked {
         if !known.contains(&t.as_str()) {
@@ -419,7 +430,12 @@ mod tests {
 
     #[test]
     fn transports_are_checked() {
-        assert_eq!(transports(&[]).unwrap(), oxmpi::TRANSPORT_NAMES);
+        assert_eq!(transports_with(&[], true).unwrap(), oxmpi::TRANSPORT_NAMES);
+        assert_eq!(transports_with(&[], false).unwrap(), ["shm", "tcp"]);
+        assert_eq!(
+            transports_with(&["verbs".to_owned()], false).unwrap(),
+            ["verbs"]
+        );
         assert_eq!(transports(&["tcp".to_owned()]).unwrap(), ["tcp"]);
         let e = transports(&["carrier-pigeon".to_owned()]).unwrap_err();
         assert!(e.contains("no transport \"carrier-pigeon\""), "{e}");

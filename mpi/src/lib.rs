@@ -134,6 +134,14 @@ const SHM: TransportFactory = TransportFactory {
     },
 };
 
+/// The verbs transport (RC queue pairs), as [`TRANSPORTS_ENV`] names it:
+/// it starts where a provider is present (a device, or the soft provider
+/// that `OXMPI_VERBS_PROVIDER=soft` asks for).
+const VERBS: TransportFactory = TransportFactory {
+    name: "verbs",
+    start: oxmpi_verbs::transport::start,
+};
+
 /// The TCP transport, as [`TRANSPORTS_ENV`] names it.
 const TCP: TransportFactory = TransportFactory {
     name: "tcp",
@@ -144,12 +152,13 @@ const TCP: TransportFactory = TransportFactory {
 };
 
 /// The transports between processes this build has, in the default order
-/// of preference (shared memory where both ends share a host).
-const TRANSPORTS: &[TransportFactory] = &[SHM, TCP];
+/// of preference (shared memory where both ends share a host, then RDMA,
+/// then TCP).
+const TRANSPORTS: &[TransportFactory] = &[SHM, VERBS, TCP];
 
 /// The transports between processes this build of oxmpi has, by the names
 /// [`TRANSPORTS_ENV`] takes, in the default order of preference.
-pub const TRANSPORT_NAMES: &[&str] = &[SHM.name, TCP.name];
+pub const TRANSPORT_NAMES: &[&str] = &[SHM.name, VERBS.name, TCP.name];
 
 /// MPI's thread support levels (MPI 4.1 §11.2.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

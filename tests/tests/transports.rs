@@ -147,7 +147,7 @@ fn a_restriction_that_leaves_peers_unreachable_fails_initialize() {
 #[test]
 fn unknown_and_repeated_transports_are_refused() {
     for (setting, says) in [
-        ("shm,ib", "MPI_ERR_ARG: OXMPI_TRANSPORTS=\"shm,ib\" names unknown transport \"ib\"; this build has: shm, tcp"),
+        ("shm,ib", "MPI_ERR_ARG: OXMPI_TRANSPORTS=\"shm,ib\" names unknown transport \"ib\"; this build has: shm, verbs, tcp"),
         ("tcp,tcp", "MPI_ERR_ARG: OXMPI_TRANSPORTS=\"tcp,tcp\" names tcp twice"),
     ] {
         failed_saying(&finished(all_pairs(Some(setting))), &[says]);

@@ -36,6 +36,7 @@ fn main() -> ExitCode {
             "mprobe" => mprobe_race(&world),
             "huge" => huge_message(&world),
             "long" => long_messages(&world),
+            "flood" => flood(&world),
             // Failures the launcher must notice: rank 1 leaves without
             // finalizing (exit code 0), or aborts the job with code 7.
             "exit-early" => {
@@ -153,6 +154,39 @@ fn ordered(world: &Communicator) -> Result<()> {
             }
         }
         _ => {}
+    }
+    Ok(())
+}
+
+/// Every rank but 0 sends rank 0 [`FLOOD`] eager messages (1 byte to
+/// 4000) before rank 0 posts a receive: all of them are unexpected, and a
+/// transport with bounded buffers must hold them back without deadlock
+/// (the barrier's own messages queue behind them). Then rank 0 receives
+/// them, from each sender in order, every byte checked.
+fn flood(world: &Communicator) -> Result<()> {
+    const FLOOD: u64 = 3000;
+    let len = |i: u64| 1 + (i as usize * 37) % 4000;
+    if world.rank() != 0 {
+        let zero = world.process_at_rank(0);
+        for i in 0..FLOOD {
+            let seed = i + 1_000_000 * world.rank() as u64;
+            zero.send_with_tag(&filled(seed, len(i))[..], 9)?;
+        }
+        return world.barrier();
+    }
+    world.barrier()?;
+    for i in 0..FLOOD {
+        for source in 1..world.size() {
+            let (data, status) = world.process_at_rank(source).receive_vec::<u8>()?;
+            ensure(data.len() == len(i) && status.tag() == 9, || {
+                format!(
+                    "message {i} from rank {source} has {} bytes and tag {}",
+                    data.len(),
+                    status.tag()
+                )
+            })?;
+            check_bytes(i + 1_000_000 * source as u64, &data, "flood")?;
+        }
     }
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! oxmpi's verbs device: the foundation of the RDMA transport.
+//! oxmpi's verbs device: the RDMA transport and the providers under it.
 //!
 //! This crate owns the provider interface ([`provider`]), the seam between
 //! the verbs transport and the NIC, and its two providers:
@@ -15,9 +15,11 @@
 //!   (discovery, and the provider itself) are behind the `rdma-core` cargo
 //!   feature.
 //!
-//! It must not know MPI, communicators, requests or the ADI's packets: the
-//! verbs transport (next to come, over this crate) maps those onto queue
-//! pairs, registrations and completions.
+//! It also owns the verbs transport ([`transport`]): the ADI's packets over
+//! one RC queue pair per peer, written only against the provider
+//! interface. The providers must not know MPI, communicators, requests or
+//! the ADI's packets; the transport knows packets only as the ADI's
+//! headers and payloads, never communicators or requests.
 //!
 //! # Cargo features
 //! - `rdma-core` (off by default): builds the libibverbs calls, through
@@ -36,7 +38,9 @@
 //!   wrappers.
 //!
 //! # Environment
-//! - `OXMPI_VERBS_PROVIDER`: `soft` or `rdma-core` ([`ProviderKind`]).
+//! - `OXMPI_VERBS_PROVIDER`: `soft` or `rdma-core` ([`ProviderKind`]);
+//!   the transport runs on the soft provider only when it is `soft`
+//!   ([`transport::start`]).
 //! - `OXMPI_VERBS_DEVICE`, `OXMPI_VERBS_PORT`, `OXMPI_VERBS_GID_INDEX`:
 //!   which device, port and GID the rdma-core provider uses
 //!   ([`rdma_core::Selection`]).
@@ -49,6 +53,7 @@
 pub mod provider;
 pub mod rdma_core;
 pub mod soft;
+pub mod transport;
 
 use oxmpi_adi::{Error, ErrorClass, Result};
 

@@ -1,0 +1,154 @@
+//! Real jobs through oxrun over the verbs transport alone, on the soft
+//! provider (`OXMPI_TRANSPORTS=verbs OXMPI_VERBS_PROVIDER=soft`): the
+//! checks of `p2p_suite`, `completion` and `p2p_modes`, and some of the
+//! collectives and RMA suites, with 2 to 4 ranks and messages past the
+//! eager limit; a flood of unexpected messages into one rank; the
+//! default selection on this machine, which has no RDMA device, not
+//! choosing verbs; and verbs named without a provider, or a provider that
+//! does not exist, failing the job with a clear error.
+
+use oxmpi_jobs::{run, shm_leftovers, vc_bindings, Binaries};
+use std::process::Command;
+use std::time::Duration;
+
+fn bins() -> Binaries {
+    Binaries::new(env!("CARGO_BIN_EXE_p2p_suite"))
+}
+
+/// Verbs alone, on the soft provider; the programs take their eager
+/// threshold from `OXMPI_TCP_EAGER_LIMIT`: the verbs transport's 32 KiB.
+const VERBS: [(&str, &str); 3] = [
+    ("OXMPI_TRANSPORTS", "verbs"),
+    ("OXMPI_VERBS_PROVIDER", "soft"),
+    ("OXMPI_TCP_EAGER_LIMIT", "32768"),
+];
+
+/// Runs `program check` on `ranks` ranks over verbs within `bound`
+/// seconds; it must succeed and leave nothing in /dev/shm.
+fn job(program: &str, check: &str, ranks: usize, bound: u64) -> String {
+    job_with(program, &[check], ranks, &[], bound)
+}
+
+/// [`job`] with more arguments after the check and more variables.
+fn job_with(
+    program: &str,
+    check_and_args: &[&str],
+    ranks: usize,
+    env: &[(&str, &str)],
+    bound: u64,
+) -> String {
+    let mut c = bins().check(program, check_and_args[0], ranks, &VERBS);
+    c.args(&check_and_args[1..]).envs(env.iter().copied());
+    let out = run(c, Duration::from_secs(bound));
+    out.assert_success();
+    assert!(
+        shm_leftovers().is_empty(),
+        "shared segments left: {:?}",
+        shm_leftovers()
+    );
+    out.stdout
+}
+
+#[test]
+fn point_to_point_suite_over_verbs() {
+    for check in [
+        "ordered",
+        "sizes",
+        "many-irecv",
+        "truncation",
+        "probe",
+        "modes",
+        "proc-null",
+        "cancel-send",
+        "long",
+    ] {
+        job("p2p_suite", check, 2, 240);
+    }
+    job("p2p_suite", "all-pairs", 4, 120);
+    job("p2p_suite", "mprobe", 3, 120);
+    job("p2p_suite", "threads", 2, 120);
+}
+
+#[test]
+fn completion_and_modes_over_verbs() {
+    for check in ["order", "bulk", "get-status"] {
+        job("completion", check, 3, 120);
+    }
+    for check in ["buffered", "persistent", "persistent-ring", "elements"] {
+        job("p2p_modes", check, 3, 120);
+    }
+}
+
+#[test]
+fn a_flood_of_unexpected_messages_into_one_rank() {
+    job("p2p_suite", "flood", 2, 120);
+    job("p2p_suite", "flood", 4, 180);
+}
+
+#[test]
+fn collectives_and_rma_over_verbs() {
+    job("collectives", "data", 3, 180);
+    job("collectives", "mismatch", 2, 60);
+    job("rma_suite", "ops", 2, 180);
+    job("rma_suite", "dynamic", 3, 60);
+    job_with("rma_suite", &["atomic", "500"], 4, &[], 120);
+    job_with(
+        "rma_suite",
+        &["passive"],
+        3,
+        &[("OXMPI_ASYNC_PROGRESS", "1")],
+        60,
+    );
+}
+
+#[test]
+fn default_selection_without_a_provider_leaves_verbs_out() {
+    let mut c = Command::new(bins().oxrun());
+    c.args(["--tag-output", "-n", "2"])
+        .arg(bins().bin("p2p_suite"))
+        .arg("all-pairs")
+        .env("OXMPI_VERBOSE", "1")
+        .env_remove("OXMPI_VERBS_PROVIDER")
+        .env_remove("OXMPI_TRANSPORTS");
+    let out = run(c, Duration::from_secs(60));
+    out.assert_success();
+    let bindings = vc_bindings(&out.stderr);
+    assert!(!bindings.is_empty(), "{}", out.stderr);
+    assert!(
+        bindings.iter().all(|b| b.method != "verbs"),
+        "{:?}",
+        bindings.iter().map(|b| &b.method).collect::<Vec<_>>()
+    );
+    assert!(
+        out.stderr
+            .contains("the verbs transport does not start here"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn verbs_named_without_a_provider_and_a_bad_provider_are_errors() {
+    let job = |env: &[(&str, &str)]| {
+        let mut c = bins().check("p2p_suite", "all-pairs", 2, &[]);
+        c.env_remove("OXMPI_VERBS_PROVIDER")
+            .env_remove("OXMPI_TRANSPORTS")
+            .envs(env.iter().copied());
+        run(c, Duration::from_secs(60))
+    };
+    let out = job(&[("OXMPI_TRANSPORTS", "verbs")]);
+    assert!(!out.status.success(), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("names verbs, which cannot start")
+            && out.stderr.contains("no RDMA device"),
+        "{}",
+        out.stderr
+    );
+    let out = job(&[("OXMPI_VERBS_PROVIDER", "rxe")]);
+    assert!(!out.status.success(), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("MPI_ERR_ARG") && out.stderr.contains("use soft or rdma-core"),
+        "{}",
+        out.stderr
+    );
+}

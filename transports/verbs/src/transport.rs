@@ -1,0 +1,1226 @@
+//! The verbs transport: the ADI's packets over reliable-connected queue
+//! pairs, written only against the provider interface ([`crate::provider`])
+//! so that it runs on the soft and the rdma-core providers alike.
+//!
+//! It owns the NIC objects of a rank (one protection domain, one completion
+//! queue, one shared receive queue with its registered receive buffers, a
+//! registered pool of send buffers, one RC queue pair per peer), the
+//! business card, the framing of the packet stream into SENDs, and the
+//! credits that keep a peer from sending more than the buffers posted for
+//! it. It must not know communicators, requests or matching: like every
+//! transport it hands headers to the ADI's [`PacketSink`] and writes
+//! payloads where the sink says.
+//!
+//! # Connections
+//! Every rank creates one queue pair per peer when the transport starts,
+//! and its card lists their numbers and first PSNs:
+//! `verbs1,<provider>,<gid hex>,<lid>,<mtu>,<qpn.psn for rank 0>,...`
+//! (`-` at the rank's own place; numbers in hex). So the card is the whole
+//! connection exchange, and it is read from the KVS like every card. An RC
+//! queue pair must be in RTR before the first SEND reaches it, and a rank
+//! cannot learn that a peer used a VC for the first time before its queue
+//! pair can receive; so the queue pair to a peer whose route is verbs is
+//! connected (RESET → INIT → RTR → RTS) when the device plans the routes
+//! ([`Transport::prepare_peer`]), and the VC is bound on first use as for
+//! every transport. A PMI value holds 1024 bytes, which bounds a job to
+//! [`MAX_RANKS`] ranks on this transport (a larger job does not start it).
+//!
+//! # Frames and credits
+//! A peer's packets (the ADI header, then the payload: the same byte stream
+//! the TCP transport writes) are cut into frames of at most [`FRAME_LEN`]
+//! bytes, each sent by one SEND into a buffer of the shared receive queue;
+//! RC delivers a queue pair's SENDs in order, and the receiver parses the
+//! stream across frames. Small packets share a frame. A frame begins with
+//! 4 bytes: the credits it returns. A frame with stream bytes costs the
+//! sender one credit; a rank starts with [`CREDITS`] per peer and gets a
+//! credit back for each such frame the peer has taken out of its buffers
+//! (piggybacked on the next frame to it, or in a credit-only frame when
+//! half the window is owed or the peer went quiet). Credit-only frames cost
+//! no credit: for them each rank keeps [`CREDITS`] more buffers per peer
+//! posted. So a flood of unexpected messages never finds the receive queue
+//! empty (RNR is never relied on) and never deadlocks: what cannot leave
+//! waits in the sender's queue, copied, and the receiver drains its
+//! buffers on every poll, whatever the ADI does with the messages.
+//!
+//! # Failures
+//! A completion with an error status (a broken connection, a remote access
+//! or protocol error) fails that peer: [`PacketSink::on_peer_failed`] with
+//! `MPI_ERR_PROC_FAILED` and the status, its queued packets are dropped
+//! and later sends to it fail; other peers go on.
+
+use crate::provider::{
+    connect_rc, AccessFlags, CompletionQueue, ConnectParams, Gid, MemoryRegion, Mtu, Nic,
+    PostError, QpAddress, QpCaps, QpInit, QueuePair, RecvWr, SendOp, SendWr, Sge,
+    SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion,
+};
+use crate::ProviderKind;
+use oxmpi_adi::host::HostId;
+use oxmpi_adi::proto::{Header, HEADER_LEN};
+use oxmpi_adi::transport::{JobInfo, PacketSink, PayloadSlot, PeerRank, Transport};
+use oxmpi_adi::{Error, ErrorClass, Result};
+use std::alloc::Layout;
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::RawFd;
+
+/// Bytes of one frame (one receive buffer), its 4-byte head included.
+pub const FRAME_LEN: usize = 8192;
+/// Bytes at the start of every frame: the credits it returns (u32, LE).
+const FRAME_HEAD: usize = 4;
+/// Frames with stream bytes a rank may have in a peer's buffers at once.
+pub const CREDITS: u32 = 16;
+/// Send buffers of a rank, shared by its peers.
+const SEND_SLOTS: usize = 64;
+/// Largest message sent with the eager protocol.
+pub const EAGER_LIMIT: usize = 32 * 1024;
+/// Completions taken from the completion queue at a time.
+const POLL_BATCH: usize = 64;
+/// Version tag that starts a card.
+const CARD_TAG: &str = "verbs1";
+/// Largest job whose card fits a PMI value (1024 bytes): a head of at
+/// most 120 characters, then at most 14 per rank.
+pub const MAX_RANKS: usize = 64;
+/// `wr_id` bit of receive work requests.
+const RECV_BIT: u64 = 1 << 63;
+
+/// Page-aligned memory the NIC reads and writes: frames of [`FRAME_LEN`].
+struct Frames {
+    ptr: *mut u8,
+    layout: Layout,
+}
+
+// SAFETY: `Frames` owns its allocation; the transport touches it only
+// through `&mut self` (one thread at a time), and the NIC only inside the
+// frames the transport posted.
+unsafe impl Send for Frames {}
+
+impl Frames {
+    fn new(count: usize) -> Result<Frames> {
+        let layout = Layout::from_size_align(count * FRAME_LEN, 4096)
+            .map_err(|e| Error::new(ErrorClass::NoMem, format!("verbs frame buffers: {e}")))?;
+        // SAFETY: the layout has a non-zero size (count > 0 for every caller).
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(Error::new(
+                ErrorClass::NoMem,
+                format!("verbs: no memory for {} bytes of frames", layout.size()),
+            ));
+        }
+        Ok(Frames { ptr, layout })
+    }
+
+    fn addr(&self, index: usize) -> u64 {
+        self.ptr as u64 + (index * FRAME_LEN) as u64
+    }
+
+    /// Frame `index`.
+    ///
+    /// # Safety
+    /// No work the NIC may still do touches the frame: a receive frame
+    /// whose completion was polled and that is not posted again, or a send
+    /// frame that is not posted.
+    unsafe fn frame(&mut self, index: usize) -> &mut [u8] {
+        debug_assert!((index + 1) * FRAME_LEN <= self.layout.size());
+        // SAFETY: in bounds of the allocation (the callers' indices are
+        // below the count it was made for); the caller promises the NIC
+        // does not touch it, and `&mut self` that nothing else does.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(index * FRAME_LEN), FRAME_LEN) }
+    }
+}
+
+impl Drop for Frames {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `Frames::new` with this layout; the regions
+        // that cover it are dropped first (field order of the transport).
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) }
+    }
+}
+
+/// Where a queued packet's payload is.
+enum Payload {
+    /// Copied when the packet could not leave at once.
+    Owned(Vec<u8>),
+    /// The caller's memory (`send_zcopy`, or `send` while it runs).
+    Borrowed { ptr: *const u8, len: usize },
+}
+
+/// A packet on its way out.
+struct Outgoing {
+    head: [u8; HEADER_LEN],
+    payload: Payload,
+    /// Stream bytes already framed.
+    offset: usize,
+    /// The `send_zcopy` token to report once every byte is framed.
+    token: Option<u64>,
+}
+
+// SAFETY: a borrowed payload is valid until its completion is reported (the
+// contract of `send_zcopy`), whichever thread holds the transport.
+unsafe impl Send for Outgoing {}
+
+impl Outgoing {
+    fn payload(&self) -> &[u8] {
+        match &self.payload {
+            Payload::Owned(v) => v,
+            // SAFETY: the caller of `send`/`send_zcopy` keeps it valid and
+            // unmodified until the packet is framed or the peer fails.
+            Payload::Borrowed { ptr, len } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
+        }
+    }
+
+    fn total(&self) -> usize {
+        HEADER_LEN + self.payload().len()
+    }
+
+    /// Copies the next stream bytes into `out`; returns how many.
+    fn fill(&mut self, out: &mut [u8]) -> usize {
+        let mut n = 0;
+        if self.offset < HEADER_LEN {
+            let k = (HEADER_LEN - self.offset).min(out.len());
+            out[..k].copy_from_slice(&self.head[self.offset..self.offset + k]);
+            self.offset += k;
+            n = k;
+        }
+        if self.offset >= HEADER_LEN {
+            let start = self.offset - HEADER_LEN;
+            let payload = self.payload();
+            let k = (payload.len() - start).min(out.len() - n);
+            out[n..n + k].copy_from_slice(&payload[start..start + k]);
+            self.offset += k;
+            n += k;
+        }
+        n
+    }
+}
+
+/// The packet being received from a peer.
+struct Incoming {
+    head: [u8; HEADER_LEN],
+    have: usize,
+    /// The payload under way: its slot, length and bytes placed.
+    body: Option<(Option<PayloadSlot>, u64, u64)>,
+}
+
+impl Incoming {
+    fn new() -> Incoming {
+        Incoming {
+            head: [0; HEADER_LEN],
+            have: 0,
+            body: None,
+        }
+    }
+
+    /// Parses `bytes`, the next bytes of `peer`'s stream, handing headers
+    /// and payloads to `sink`. An error is a protocol violation.
+    fn feed(&mut self, peer: PeerRank, mut bytes: &[u8], sink: &mut dyn PacketSink) -> Result<()> {
+        while !bytes.is_empty() {
+            let Some((slot, total, done)) = self.body.as_mut() else {
+                let k = (HEADER_LEN - self.have).min(bytes.len());
+                self.head[self.have..self.have + k].copy_from_slice(&bytes[..k]);
+                self.have += k;
+                bytes = &bytes[k..];
+                if self.have == HEADER_LEN {
+                    self.have = 0;
+                    let header = Header::decode(&self.head)?;
+                    let slot = sink.on_header(peer, &header)?;
+                    if header.payload_len() == 0 {
+                        if let Some(slot) = slot {
+                            sink.on_payload(peer, slot);
+                        }
+                    } else {
+                        self.body = Some((slot, header.payload_len(), 0));
+                    }
+                }
+                continue;
+            };
+            let k = ((*total - *done) as usize).min(bytes.len());
+            if let Some(slot) = *slot {
+                let dest = sink.payload_buffer(slot);
+                let at = (*done as usize).min(dest.len());
+                let fits = (dest.len() - at).min(k);
+                dest[at..at + fits].copy_from_slice(&bytes[..fits]);
+            }
+            *done += k as u64;
+            bytes = &bytes[k..];
+            if *done == *total {
+                let slot = *slot;
+                self.body = None;
+                if let Some(slot) = slot {
+                    sink.on_payload(peer, slot);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the transport knows of one peer.
+struct Peer<Q> {
+    qp: Q,
+    /// The peer's queue pair, once connected to it.
+    remote: Option<QpAddress>,
+    /// Why the peer is lost, once it is.
+    failed: Option<Error>,
+    /// Frames with stream bytes this rank may still send it.
+    credits: u32,
+    /// Credits this rank owes it (its frames taken out of the buffers).
+    owed: u32,
+    /// Packets waiting to be framed.
+    queue: VecDeque<Outgoing>,
+    /// Sends posted and not completed.
+    in_flight: u32,
+    incoming: Incoming,
+    /// Whether a frame came from it during the current poll.
+    heard: bool,
+}
+
+/// The verbs transport over a provider's NIC `N`: see the module docs.
+pub struct VerbsTransport<N: Nic> {
+    rank: PeerRank,
+    /// The provider field of the card ([`provider_tag`]).
+    tag: String,
+    card: String,
+    /// Index by rank; `None` at the own rank.
+    peers: Vec<Option<Peer<N::Qp>>>,
+    by_qpn: HashMap<u32, PeerRank>,
+    srq: N::Srq,
+    cq: N::Cq,
+    recv_mr: N::Mr,
+    send_mr: N::Mr,
+    recv_frames: Frames,
+    send_frames: Frames,
+    free_send: Vec<usize>,
+    /// Which peer each posted send frame went to.
+    send_owner: Vec<Option<PeerRank>>,
+    completed: Vec<u64>,
+    failures: Vec<(PeerRank, Error)>,
+    wcs: Vec<WorkCompletion>,
+    max_send_wr: u32,
+    _pd: N::Pd,
+    nic: N,
+}
+
+/// Starts the verbs transport with the provider `OXMPI_VERBS_PROVIDER`
+/// names: the soft one only when asked for; the default, rdma-core, fails
+/// with [`ErrorClass::Other`] (the transport is left out) when no device is
+/// found or the build has no rdma-core support, saying why under
+/// `OXMPI_VERBOSE=1`. A bad setting is an [`ErrorClass::Arg`] error.
+pub fn start(job: &JobInfo) -> Result<Box<dyn Transport>> {
+    match ProviderKind::from_env()? {
+        ProviderKind::Soft => Ok(Box::new(VerbsTransport::new(
+            crate::soft::SoftNic::open()?,
+            ProviderKind::Soft,
+            job,
+        )?)),
+        ProviderKind::RdmaCore => {
+            let selection = crate::rdma_core::Selection::from_env()?;
+            #[cfg(feature = "rdma-core")]
+            let why = match crate::rdma_core::RdmaNic::open(&selection)? {
+                Some(nic) => {
+                    return Ok(Box::new(VerbsTransport::new(
+                        nic,
+                        ProviderKind::RdmaCore,
+                        job,
+                    )?))
+                }
+                None => "rdma-core found no usable device".to_owned(),
+            };
+            #[cfg(not(feature = "rdma-core"))]
+            let why = match crate::rdma_core::discover(&selection)? {
+                crate::rdma_core::Discovery::NoDevice(why) => why,
+                crate::rdma_core::Discovery::Found { device, .. } => {
+                    format!("device {device} found, but this build cannot open it")
+                }
+            };
+            Err(Error::new(
+                ErrorClass::Other,
+                format!(
+                    "no RDMA device for the verbs transport: {why} \
+                     (OXMPI_VERBS_PROVIDER=soft selects the software provider)"
+                ),
+            ))
+        }
+    }
+}
+
+/// The provider field of this process's card: `rdma`, or for the soft
+/// provider, whose NICs reach only those of the same host and network
+/// namespace (abstract Unix sockets), `soft@<boot id>:<netns>`. Two cards
+/// reach each other when these fields are equal.
+fn provider_tag(kind: ProviderKind) -> Result<String> {
+    match kind {
+        ProviderKind::RdmaCore => Ok("rdma".to_owned()),
+        ProviderKind::Soft => {
+            let host = HostId::current()
+                .map_err(|e| Error::os("soft verbs provider: reading the host identity", e))?;
+            let tag = format!("soft@{}:{}", host.boot(), host.netns());
+            if tag.contains(',') || tag.len() > 64 {
+                return Err(Error::new(
+                    ErrorClass::Other,
+                    format!("soft verbs provider: host identity {tag:?} does not fit a card"),
+                ));
+            }
+            Ok(tag)
+        }
+    }
+}
+
+/// A peer's card, decoded.
+struct Card {
+    /// The provider field ([`provider_tag`]).
+    tag: String,
+    gid: Gid,
+    lid: u16,
+    mtu: Mtu,
+    /// Per rank: (qpn, psn); `None` at the card owner's own place.
+    qps: Vec<Option<(u32, u32)>>,
+}
+
+fn parse_card(card: &str) -> Result<Card> {
+    let bad = |why: &str| {
+        Error::new(
+            ErrorClass::Other,
+            format!("verbs business card {card:?} is not valid: {why}"),
+        )
+    };
+    let fields: Vec<&str> = card.split(',').collect();
+    if fields.len() < 6 || fields[0] != CARD_TAG {
+        return Err(bad("expected verbs1,<provider>,<gid>,<lid>,<mtu>,<qps...>"));
+    }
+    let tag = fields[1];
+    let soft_host = tag.strip_prefix("soft@").and_then(|host| {
+        let (boot, netns) = host.rsplit_once(':')?;
+        HostId::from_parts(boot, netns.parse().ok()?)
+    });
+    if tag != "rdma" && soft_host.is_none() {
+        return Err(bad("the provider must be rdma or soft@<boot id>:<netns>"));
+    }
+    // The GID, LID and MTU in the form QpAddress's own card has.
+    let address =
+        QpAddress::from_card(&format!("v1:{}:{}:1:0:{}", fields[2], fields[3], fields[4]))
+            .map_err(|e| bad(e.message()))?;
+    let mut qps = Vec::with_capacity(fields.len() - 5);
+    for field in &fields[5..] {
+        if *field == "-" {
+            qps.push(None);
+            continue;
+        }
+        let (qpn, psn) = field.split_once('.').ok_or_else(|| bad("bad qpn.psn"))?;
+        let qpn = u32::from_str_radix(qpn, 16).map_err(|_| bad("bad QP number"))?;
+        let psn = u32::from_str_radix(psn, 16).map_err(|_| bad("bad PSN"))?;
+        if qpn == 0 || qpn >= 1 << 24 || psn >= 1 << 24 {
+            return Err(bad("QP numbers and PSNs have 24 bits"));
+        }
+        qps.push(Some((qpn, psn)));
+    }
+    Ok(Card {
+        tag: tag.to_owned(),
+        gid: address.gid,
+        lid: address.lid,
+        mtu: address.mtu,
+        qps,
+    })
+}
+
+fn proc_failed(peer: PeerRank, why: impl std::fmt::Display) -> Error {
+    Error::new(
+        ErrorClass::ProcFailed,
+        format!("verbs transport: rank {peer} is lost: {why}"),
+    )
+}
+
+impl<N: Nic> VerbsTransport<N> {
+    /// Builds the transport of rank `job.rank` on `nic`: its queues, buffers
+    /// and one queue pair per peer (in RESET until the peer's card is
+    /// known), and its card.
+    pub fn new(nic: N, kind: ProviderKind, job: &JobInfo) -> Result<VerbsTransport<N>> {
+        if job.size > MAX_RANKS {
+            return Err(Error::new(
+                ErrorClass::Other,
+                format!(
+                    "the verbs transport serves jobs of at most {MAX_RANKS} ranks (its card lists \
+                     a queue pair per peer), and this one has {}",
+                    job.size
+                ),
+            ));
+        }
+        let peers_n = job.size.saturating_sub(1).max(1);
+        let recv_count = peers_n * 2 * CREDITS as usize;
+        let pd = nic.alloc_pd()?;
+        let cq = nic.create_cq((recv_count + SEND_SLOTS) as u32)?;
+        let srq = nic.create_srq(&pd, recv_count as u32)?;
+        let recv_frames = Frames::new(recv_count)?;
+        let send_frames = Frames::new(SEND_SLOTS)?;
+        // SAFETY: the frames stay allocated until the transport is dropped,
+        // after the regions (field order); the transport makes slices of a
+        // frame only while no work on it is posted.
+        let recv_mr = unsafe {
+            nic.register(
+                &pd,
+                recv_frames.ptr,
+                recv_count * FRAME_LEN,
+                AccessFlags::LOCAL_WRITE,
+            )?
+        };
+        // SAFETY: as above.
+        let send_mr = unsafe {
+            nic.register(
+                &pd,
+                send_frames.ptr,
+                SEND_SLOTS * FRAME_LEN,
+                AccessFlags::NONE,
+            )?
+        };
+        for index in 0..recv_count {
+            srq.post_recv(&RecvWr {
+                wr_id: RECV_BIT | index as u64,
+                sge: Sge {
+                    addr: recv_frames.addr(index),
+                    length: FRAME_LEN as u32,
+                    lkey: recv_mr.lkey(),
+                },
+            })
+            .map_err(Error::from)?;
+        }
+        let max_send_wr = 2 * CREDITS + 2;
+        let tag = provider_tag(kind)?;
+        let port = nic.port().clone();
+        let mut card = format!(
+            "{CARD_TAG},{},{},{},{}",
+            tag,
+            port.gid
+                .gid
+                .0
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>(),
+            port.lid,
+            port.active_mtu.bytes()
+        );
+        let mut peers = Vec::with_capacity(job.size);
+        let mut by_qpn = HashMap::new();
+        for rank in 0..job.size {
+            if rank == job.rank {
+                card.push_str(",-");
+                peers.push(None);
+                continue;
+            }
+            let qp = nic.create_qp(
+                &pd,
+                &QpInit {
+                    send_cq: &cq,
+                    recv_cq: &cq,
+                    srq: Some(&srq),
+                    caps: QpCaps {
+                        max_send_wr,
+                        max_recv_wr: 1,
+                        max_inline_data: 0,
+                    },
+                },
+            )?;
+            let address = qp.address();
+            card.push_str(&format!(",{:x}.{:x}", address.qpn, address.psn));
+            by_qpn.insert(address.qpn, rank);
+            peers.push(Some(Peer {
+                qp,
+                remote: None,
+                failed: None,
+                credits: CREDITS,
+                owed: 0,
+                queue: VecDeque::new(),
+                in_flight: 0,
+                incoming: Incoming::new(),
+                heard: false,
+            }));
+        }
+        Ok(VerbsTransport {
+            rank: job.rank,
+            tag,
+            card,
+            peers,
+            by_qpn,
+            srq,
+            cq,
+            recv_mr,
+            send_mr,
+            recv_frames,
+            send_frames,
+            free_send: (0..SEND_SLOTS).rev().collect(),
+            send_owner: vec![None; SEND_SLOTS],
+            completed: Vec::new(),
+            failures: Vec::new(),
+            wcs: Vec::with_capacity(POLL_BATCH),
+            max_send_wr,
+            _pd: pd,
+            nic,
+        })
+    }
+
+    fn peer_mut(&mut self, peer: PeerRank) -> Result<&mut Peer<N::Qp>> {
+        match self.peers.get_mut(peer) {
+            Some(Some(p)) => Ok(p),
+            _ => Err(Error::new(
+                ErrorClass::Rank,
+                format!("verbs transport: no queue pair to rank {peer}"),
+            )),
+        }
+    }
+
+    /// Connects the queue pair to `peer` from its card (once).
+    fn connect(&mut self, peer: PeerRank, card: &str) -> Result<()> {
+        let rank = self.rank;
+        let p = self.peer_mut(peer)?;
+        if p.remote.is_some() || p.failed.is_some() {
+            return Ok(());
+        }
+        let parsed = parse_card(card)?;
+        if parsed.tag != self.tag {
+            return Err(Error::new(
+                ErrorClass::Other,
+                format!(
+                    "rank {peer}'s verbs card is for provider {}, this rank runs {} \
+                     (the soft provider reaches only its own host and network namespace)",
+                    parsed.tag, self.tag
+                ),
+            ));
+        }
+        let Some(Some((qpn, psn))) = parsed.qps.get(rank).copied() else {
+            return Err(Error::new(
+                ErrorClass::Other,
+                format!("rank {peer}'s verbs card {card:?} has no queue pair for rank {rank}"),
+            ));
+        };
+        let remote = QpAddress {
+            gid: parsed.gid,
+            lid: parsed.lid,
+            qpn,
+            psn,
+            mtu: parsed.mtu,
+        };
+        let p = self.peers[peer].as_mut().expect("checked above");
+        connect_rc(&self.nic, &p.qp, &remote, &ConnectParams::default())?;
+        p.remote = Some(remote);
+        oxmpi_adi::vlog!(
+            "rank {rank}: verbs queue pair {:#x} connected to rank {peer}'s {qpn:#x}",
+            p.qp.qp_num()
+        );
+        Ok(())
+    }
+
+    /// Marks `peer` lost: its queued packets are dropped (their zero-copy
+    /// tokens are never reported complete) and the ADI is told at the next
+    /// poll.
+    fn fail(&mut self, peer: PeerRank, error: Error) {
+        let Some(Some(p)) = self.peers.get_mut(peer) else {
+            return;
+        };
+        if p.failed.is_some() {
+            return;
+        }
+        oxmpi_adi::vlog!("rank {}: {}", self.rank, error.message());
+        p.failed = Some(error.clone());
+        p.queue.clear();
+        self.failures.push((peer, error));
+    }
+
+    /// Frames and posts what `peer` has queued, as far as credits, send
+    /// buffers and the send queue allow. `credit_only`: also send a frame
+    /// that only returns credits.
+    fn pump(&mut self, peer: PeerRank, credit_only: bool) -> bool {
+        let mut progressed = false;
+        loop {
+            let Some(Some(p)) = self.peers.get_mut(peer) else {
+                return progressed;
+            };
+            if p.failed.is_some() || p.remote.is_none() || p.in_flight >= self.max_send_wr {
+                return progressed;
+            }
+            let data = !p.queue.is_empty() && p.credits > 0;
+            let credit_frame = credit_only && p.owed > 0;
+            if !data && !credit_frame {
+                return progressed;
+            }
+            let Some(slot) = self.free_send.pop() else {
+                return progressed;
+            };
+            // SAFETY: a free send frame is not posted.
+            let frame = unsafe { self.send_frames.frame(slot) };
+            frame[..FRAME_HEAD].copy_from_slice(&p.owed.to_le_bytes());
+            let mut len = FRAME_HEAD;
+            if data {
+                while let Some(out) = p.queue.front_mut() {
+                    len += out.fill(&mut frame[len..]);
+                    if out.offset < out.total() {
+                        break;
+                    }
+                    if let Some(token) = out.token {
+                        self.completed.push(token);
+                    }
+                    p.queue.pop_front();
+                    if len == FRAME_LEN {
+                        break;
+                    }
+                }
+            }
+            let wr = SendWr {
+                wr_id: slot as u64,
+                signaled: true,
+                op: SendOp::Send(Sge {
+                    addr: self.send_frames.addr(slot),
+                    length: len as u32,
+                    lkey: self.send_mr.lkey(),
+                }),
+            };
+            match p.qp.post_send(&wr) {
+                Ok(()) => {
+                    p.owed = 0;
+                    if data {
+                        p.credits -= 1;
+                    }
+                    p.in_flight += 1;
+                    self.send_owner[slot] = Some(peer);
+                    progressed = true;
+                    if !data {
+                        return progressed;
+                    }
+                }
+                Err(e) => {
+                    self.free_send.push(slot);
+                    let why = match e {
+                        PostError::QueueFull => {
+                            "its send queue is full with the queued bytes framed".to_owned()
+                        }
+                        PostError::Invalid(e) => e.message().to_owned(),
+                    };
+                    self.fail(
+                        peer,
+                        proc_failed(peer, format!("posting a send failed: {why}")),
+                    );
+                    return progressed;
+                }
+            }
+        }
+    }
+
+    /// Handles one completion.
+    fn complete(&mut self, wc: WorkCompletion, sink: &mut dyn PacketSink) {
+        let peer = self.by_qpn.get(&wc.qp_num).copied();
+        if wc.wr_id & RECV_BIT != 0 {
+            let index = (wc.wr_id & !RECV_BIT) as usize;
+            if let Some(peer) = peer {
+                if wc.status == WcStatus::Success && wc.opcode == WcOpcode::Recv {
+                    self.received(peer, index, wc.byte_len as usize, sink);
+                } else if wc.status != WcStatus::WrFlushErr {
+                    self.fail(
+                        peer,
+                        proc_failed(peer, format!("a receive completed with {:?}", wc.status)),
+                    );
+                }
+            }
+            let wr = RecvWr {
+                wr_id: wc.wr_id,
+                sge: Sge {
+                    addr: self.recv_frames.addr(index),
+                    length: FRAME_LEN as u32,
+                    lkey: self.recv_mr.lkey(),
+                },
+            };
+            if let Err(e) = self.srq.post_recv(&wr) {
+                oxmpi_adi::vlog!(
+                    "rank {}: verbs: re-posting a receive buffer failed: {}",
+                    self.rank,
+                    Error::from(e).message()
+                );
+            }
+            return;
+        }
+        let slot = wc.wr_id as usize;
+        if let Some(owner) = self.send_owner.get_mut(slot).and_then(Option::take) {
+            self.free_send.push(slot);
+            if let Some(Some(p)) = self.peers.get_mut(owner) {
+                p.in_flight -= 1;
+            }
+            if wc.status != WcStatus::Success && wc.status != WcStatus::WrFlushErr {
+                self.fail(
+                    owner,
+                    proc_failed(
+                        owner,
+                        format!("a send completed with {:?} (the connection broke, or the peer refused it)", wc.status),
+                    ),
+                );
+            } else if wc.status == WcStatus::WrFlushErr {
+                self.fail(
+                    owner,
+                    proc_failed(owner, "its queue pair went to the error state"),
+                );
+            }
+        }
+    }
+
+    /// A frame from `peer` landed in receive buffer `index`.
+    fn received(&mut self, peer: PeerRank, index: usize, len: usize, sink: &mut dyn PacketSink) {
+        // SAFETY: the receive's completion was polled and the buffer is not
+        // posted again until this frame is handled.
+        let frame = unsafe { self.recv_frames.frame(index) };
+        let Some(Some(p)) = self.peers.get_mut(peer) else {
+            return;
+        };
+        if p.failed.is_some() {
+            return;
+        }
+        p.heard = true;
+        if !(FRAME_HEAD..=FRAME_LEN).contains(&len) {
+            let error = proc_failed(peer, format!("it sent a frame of {len} bytes"));
+            self.fail(peer, error);
+            return;
+        }
+        let returned = u32::from_le_bytes(frame[..FRAME_HEAD].try_into().expect("4 bytes"));
+        if returned > CREDITS || p.credits + returned > CREDITS {
+            let error = proc_failed(
+                peer,
+                format!("it returned {returned} credits it was never given"),
+            );
+            self.fail(peer, error);
+            return;
+        }
+        p.credits += returned;
+        if len > FRAME_HEAD {
+            p.owed += 1;
+            if let Err(e) = p.incoming.feed(peer, &frame[FRAME_HEAD..len], sink) {
+                self.fail(
+                    peer,
+                    proc_failed(peer, format!("protocol error: {}", e.message())),
+                );
+            }
+        }
+    }
+
+    fn queue(&mut self, peer: PeerRank, out: Outgoing) -> Result<()> {
+        let p = self.peer_mut(peer)?;
+        if let Some(e) = &p.failed {
+            return Err(e.clone());
+        }
+        if p.remote.is_none() {
+            return Err(Error::new(
+                ErrorClass::Intern,
+                format!("verbs transport: rank {peer} was not added before a send to it"),
+            ));
+        }
+        p.queue.push_back(out);
+        self.pump(peer, false);
+        Ok(())
+    }
+}
+
+impl<N: Nic> Transport for VerbsTransport<N> {
+    fn name(&self) -> &'static str {
+        "verbs"
+    }
+
+    fn card(&self) -> &str {
+        &self.card
+    }
+
+    fn reachable(&self, card: &str) -> bool {
+        parse_card(card)
+            .is_ok_and(|c| c.tag == self.tag && matches!(c.qps.get(self.rank), Some(Some(_))))
+    }
+
+    fn prepare_peer(&mut self, peer: PeerRank, card: &str) -> Result<()> {
+        self.connect(peer, card)
+    }
+
+    fn add_peer(&mut self, peer: PeerRank, card: &str) -> Result<()> {
+        self.connect(peer, card)
+    }
+
+    fn eager_limit(&self) -> usize {
+        EAGER_LIMIT
+    }
+
+    fn send(&mut self, peer: PeerRank, header: &Header, payload: &[u8]) -> Result<()> {
+        self.queue(
+            peer,
+            Outgoing {
+                head: header.encode(),
+                payload: Payload::Borrowed {
+                    ptr: payload.as_ptr(),
+                    len: payload.len(),
+                },
+                offset: 0,
+                token: None,
+            },
+        )?;
+        // What did not leave is copied: the caller's buffer is free on return.
+        // (Every earlier `send`'s packet was made owned by its own call,
+        // and zero-copy packets carry a token.)
+        if let Some(Some(p)) = self.peers.get_mut(peer) {
+            for out in p.queue.iter_mut() {
+                if out.token.is_none() && matches!(out.payload, Payload::Borrowed { .. }) {
+                    out.payload = Payload::Owned(out.payload().to_vec());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    unsafe fn send_zcopy(
+        &mut self,
+        peer: PeerRank,
+        header: &Header,
+        payload: *const u8,
+        len: usize,
+        token: u64,
+    ) -> Result<()> {
+        self.queue(
+            peer,
+            Outgoing {
+                head: header.encode(),
+                payload: Payload::Borrowed { ptr: payload, len },
+                offset: 0,
+                token: Some(token),
+            },
+        )
+    }
+
+    fn poll(&mut self, sink: &mut dyn PacketSink) -> Result<bool> {
+        let mut progressed = false;
+        for p in self.peers.iter_mut().flatten() {
+            p.heard = false;
+        }
+        loop {
+            let mut wcs = std::mem::take(&mut self.wcs);
+            wcs.clear();
+            let n = self.cq.poll(POLL_BATCH, &mut wcs)?;
+            for wc in wcs.drain(..) {
+                self.complete(wc, sink);
+            }
+            self.wcs = wcs;
+            progressed |= n > 0;
+            if n < POLL_BATCH {
+                break;
+            }
+        }
+        for peer in 0..self.peers.len() {
+            let Some(Some(p)) = self.peers.get(peer) else {
+                continue;
+            };
+            let credit_only = p.owed >= CREDITS / 2 || (p.owed > 0 && !p.heard);
+            progressed |= self.pump(peer, credit_only);
+        }
+        for token in self.completed.drain(..) {
+            sink.on_send_complete(token);
+            progressed = true;
+        }
+        for (peer, error) in self.failures.drain(..) {
+            sink.on_peer_failed(peer, error);
+            progressed = true;
+        }
+        Ok(progressed)
+    }
+
+    fn arm_wakeup(&mut self) -> Result<Option<RawFd>> {
+        // Completions are polled: the provider interface has no completion
+        // channel yet.
+        Ok(None)
+    }
+
+    fn disarm_wakeup(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn has_pending_sends(&self) -> bool {
+        self.peers
+            .iter()
+            .flatten()
+            .any(|p| p.failed.is_none() && (!p.queue.is_empty() || p.in_flight > 0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::soft::SoftNic;
+    use oxmpi_adi::proto::Kind;
+    use std::time::{Duration, Instant};
+
+    /// A sink that keeps every payload and failure.
+    #[derive(Default)]
+    struct Sink {
+        /// Per slot: (peer, tag, buffer, complete).
+        slots: Vec<(PeerRank, i32, Vec<u8>, bool)>,
+        sent: Vec<u64>,
+        failed: Vec<(PeerRank, Error)>,
+    }
+
+    impl PacketSink for Sink {
+        fn on_header(&mut self, peer: PeerRank, header: &Header) -> Result<Option<PayloadSlot>> {
+            let len = header.payload_len() as usize;
+            self.slots.push((peer, header.tag, vec![0; len], false));
+            Ok(Some(PayloadSlot(self.slots.len() as u64 - 1)))
+        }
+        fn payload_buffer(&mut self, slot: PayloadSlot) -> &mut [u8] {
+            &mut self.slots[slot.0 as usize].2
+        }
+        fn on_payload(&mut self, _peer: PeerRank, slot: PayloadSlot) {
+            self.slots[slot.0 as usize].3 = true;
+        }
+        fn on_send_complete(&mut self, token: u64) {
+            self.sent.push(token);
+        }
+        fn on_peer_failed(&mut self, peer: PeerRank, error: Error) {
+            self.failed.push((peer, error));
+        }
+    }
+
+    fn job(rank: PeerRank, size: usize) -> JobInfo {
+        JobInfo {
+            rank,
+            size,
+            secret: [7; 32],
+        }
+    }
+
+    fn eager(tag: i32, len: usize) -> Header {
+        let mut h = Header::new(Kind::Eager);
+        h.tag = tag;
+        h.message_len = len as u64;
+        h
+    }
+
+    fn bytes(seed: usize, len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i * 31 + seed) as u8).collect()
+    }
+
+    /// Polls every transport until `done` holds of the sinks (10 s at most).
+    fn poll_until(
+        ts: &mut [Option<VerbsTransport<SoftNic>>],
+        sinks: &mut [Sink],
+        done: impl Fn(&[Sink]) -> bool,
+    ) {
+        let start = Instant::now();
+        while !done(sinks) {
+            for (t, sink) in ts.iter_mut().zip(sinks.iter_mut()) {
+                if let Some(t) = t {
+                    t.poll(sink).unwrap();
+                }
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "no progress");
+        }
+    }
+
+    fn three() -> Vec<Option<VerbsTransport<SoftNic>>> {
+        let mut ts: Vec<_> = (0..3)
+            .map(|r| {
+                Some(
+                    VerbsTransport::new(SoftNic::open().unwrap(), ProviderKind::Soft, &job(r, 3))
+                        .unwrap(),
+                )
+            })
+            .collect();
+        let cards: Vec<String> = ts
+            .iter()
+            .map(|t| t.as_ref().unwrap().card().to_owned())
+            .collect();
+        for (r, t) in ts.iter_mut().enumerate() {
+            let t = t.as_mut().unwrap();
+            for (peer, card) in cards.iter().enumerate() {
+                if peer != r {
+                    assert!(t.reachable(card));
+                    t.prepare_peer(peer, card).unwrap();
+                    t.add_peer(peer, card).unwrap();
+                }
+            }
+        }
+        ts
+    }
+
+    #[test]
+    fn cards_are_checked() {
+        let t =
+            VerbsTransport::new(SoftNic::open().unwrap(), ProviderKind::Soft, &job(1, 3)).unwrap();
+        let card = parse_card(t.card()).unwrap();
+        assert!(card.tag.starts_with("soft@"), "{}", card.tag);
+        assert_eq!(card.qps.len(), 3);
+        assert!(card.qps[1].is_none() && card.qps[0].is_some());
+        // Its own card has no queue pair for itself.
+        assert!(!t.reachable(t.card()));
+        for bad in [
+            "",
+            "verbs1,soft@b:1",
+            "verbs2,soft@b:1,00000000000000000000000000000000,0,4096,1.1",
+            "verbs1,soft,00000000000000000000000000000000,0,4096,1.1",
+            "verbs1,soft@b:x,00000000000000000000000000000000,0,4096,1.1",
+            "verbs1,ib,00000000000000000000000000000000,0,4096,1.1",
+            "verbs1,soft@b:1,000000000000000000000000000000zz,0,4096,1.1",
+            "verbs1,soft@b:1,00000000000000000000000000000000,0,4000,1.1",
+            "verbs1,soft@b:1,00000000000000000000000000000000,0,4096,1",
+            "verbs1,soft@b:1,00000000000000000000000000000000,0,4096,1000000.1",
+            "verbs1,soft@b:1,00000000000000000000000000000000,0,4096,0.1",
+        ] {
+            let e = parse_card(bad)
+                .err()
+                .unwrap_or_else(|| panic!("{bad:?} accepted"));
+            assert_eq!(e.class(), ErrorClass::Other);
+            assert!(!t.reachable(bad));
+        }
+        // A soft NIC of another host (or network namespace) is out of reach.
+        let elsewhere = "verbs1,soft@b:1,00000000000000000000000000000000,0,4096,1.1,-,2.2";
+        assert!(parse_card(elsewhere).is_ok());
+        assert!(!t.reachable(elsewhere));
+        let mut u =
+            VerbsTransport::new(SoftNic::open().unwrap(), ProviderKind::Soft, &job(0, 3)).unwrap();
+        let e = u.add_peer(1, elsewhere).unwrap_err();
+        assert!(e.message().contains("network namespace"), "{}", e.message());
+        let e = VerbsTransport::new(
+            SoftNic::open().unwrap(),
+            ProviderKind::Soft,
+            &job(0, MAX_RANKS + 1),
+        )
+        .err()
+        .unwrap();
+        assert_eq!(e.class(), ErrorClass::Other);
+    }
+
+    #[test]
+    fn a_full_card_fits_a_pmi_value() {
+        let t = VerbsTransport::new(
+            SoftNic::open().unwrap(),
+            ProviderKind::Soft,
+            &job(0, MAX_RANKS),
+        )
+        .unwrap();
+        assert!(t.card().len() <= 1024, "{} bytes", t.card().len());
+    }
+
+    #[test]
+    fn packets_of_every_size_arrive_in_order_past_the_credits() {
+        let mut ts = three();
+        let mut sinks: Vec<Sink> = (0..3).map(|_| Sink::default()).collect();
+        // More small packets than credits and frames, then a zero-copy
+        // payload of many frames, to both peers.
+        let big = bytes(9, 300_000);
+        for peer in [1, 2] {
+            let t = ts[0].as_mut().unwrap();
+            for i in 0..500 {
+                t.send(
+                    peer,
+                    &eager(i, i as usize % 50),
+                    &bytes(i as usize, i as usize % 50),
+                )
+                .unwrap();
+            }
+            // SAFETY: `big` outlives the polling below.
+            unsafe {
+                t.send_zcopy(
+                    peer,
+                    &eager(-1, big.len()),
+                    big.as_ptr(),
+                    big.len(),
+                    peer as u64,
+                )
+                .unwrap();
+            }
+        }
+        poll_until(&mut ts, &mut sinks, |s| {
+            s[1].slots.len() == 501
+                && s[1].slots[500].3
+                && s[2].slots.len() == 501
+                && s[2].slots[500].3
+        });
+        for sink in &sinks[1..] {
+            for (i, (peer, tag, data, done)) in sink.slots.iter().take(500).enumerate() {
+                assert_eq!((*peer, *tag, *done), (0, i as i32, true));
+                assert_eq!(data, &bytes(i, i % 50));
+            }
+            assert_eq!(sink.slots[500].2, big);
+        }
+        poll_until(&mut ts, &mut sinks, |s| s[0].sent.len() == 2);
+        let t0 = ts[0].as_mut().unwrap();
+        poll_until_quiet(t0, &mut sinks[0]);
+        assert!(sinks.iter().all(|s| s.failed.is_empty()));
+    }
+
+    fn poll_until_quiet(t: &mut VerbsTransport<SoftNic>, sink: &mut Sink) {
+        let start = Instant::now();
+        while t.has_pending_sends() {
+            t.poll(sink).unwrap();
+            assert!(start.elapsed() < Duration::from_secs(10));
+        }
+    }
+
+    #[test]
+    fn a_lost_peer_fails_alone() {
+        let mut ts = three();
+        let mut sinks: Vec<Sink> = (0..3).map(|_| Sink::default()).collect();
+        ts[0]
+            .as_mut()
+            .unwrap()
+            .send(1, &eager(1, 10), &[1; 10])
+            .unwrap();
+        poll_until(&mut ts, &mut sinks, |s| {
+            s[1].slots.len() == 1 && s[1].slots[0].3
+        });
+        // Rank 1 goes away; rank 0 keeps sending to it until it notices.
+        ts[1] = None;
+        let start = Instant::now();
+        while sinks[0].failed.is_empty() {
+            let t = ts[0].as_mut().unwrap();
+            match t.send(1, &eager(2, 100), &[2; 100]) {
+                Ok(()) => {}
+                Err(e) => assert_eq!(e.class(), ErrorClass::ProcFailed),
+            }
+            t.poll(&mut sinks[0]).unwrap();
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the loss is not noticed"
+            );
+        }
+        let (peer, error) = &sinks[0].failed[0];
+        assert_eq!(*peer, 1);
+        assert_eq!(error.class(), ErrorClass::ProcFailed);
+        assert!(
+            error.message().contains("rank 1 is lost"),
+            "{}",
+            error.message()
+        );
+        let e = ts[0]
+            .as_mut()
+            .unwrap()
+            .send(1, &eager(3, 1), &[3])
+            .unwrap_err();
+        assert_eq!(e.class(), ErrorClass::ProcFailed);
+        // Rank 2 is not affected.
+        ts[0]
+            .as_mut()
+            .unwrap()
+            .send(2, &eager(4, 5000), &[4; 5000])
+            .unwrap();
+        poll_until(&mut ts, &mut sinks, |s| {
+            s[2].slots.len() == 1 && s[2].slots[0].3
+        });
+        assert_eq!(sinks[2].slots[0].2, vec![4; 5000]);
+        assert_eq!(sinks[0].failed.len(), 1);
+    }
+
+    #[test]
+    fn the_stream_is_parsed_across_frames_and_a_bad_header_is_an_error() {
+        let mut sink = Sink::default();
+        let mut incoming = Incoming::new();
+        let mut stream = eager(5, 20).encode().to_vec();
+        stream.extend_from_slice(&bytes(3, 20));
+        stream.extend_from_slice(&eager(6, 0).encode());
+        // One byte at a time: every split of header and payload.
+        for b in &stream {
+            incoming
+                .feed(2, std::slice::from_ref(b), &mut sink)
+                .unwrap();
+        }
+        assert_eq!(sink.slots.len(), 2);
+        assert_eq!(sink.slots[0], (2, 5, bytes(3, 20), true));
+        assert_eq!(sink.slots[1], (2, 6, Vec::new(), true));
+        let e = incoming
+            .feed(2, &[0xff; HEADER_LEN], &mut sink)
+            .unwrap_err();
+        assert_eq!(e.class(), ErrorClass::ProcFailed);
+    }
+}
