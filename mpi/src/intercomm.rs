@@ -62,7 +62,7 @@
 
 use crate::collective::algorithms::{all_gather, broadcast};
 use crate::collective::engine::block_on;
-use crate::collective::team::{CollectiveTag, Team};
+use crate::collective::team::{CollectiveTag, Sequence, Team};
 use crate::collective::typed::Output;
 use crate::comm::{Communicator, Inherit, TAG_UB};
 use crate::context;
@@ -169,12 +169,16 @@ impl Communicator {
 
     /// The team of every process of both groups of an intercommunicator,
     /// for a collective of kind `tag`.
-    pub(crate) fn both_groups_team(&self, tag: CollectiveTag) -> Result<Team<'_>> {
+    pub(crate) fn both_groups_team(
+        &self,
+        sequence: Sequence,
+        tag: CollectiveTag,
+    ) -> Result<Team<'_>> {
         let remote = self.remote()?;
         let index = remote.index(true, self.rank() as usize, self.members().len());
         Ok(Team::new(
             context::collective(self.context_id()),
-            tag.numbered(self.next_collective()),
+            sequence.tag(tag),
             index,
             &remote.both,
             None,
@@ -233,7 +237,7 @@ impl Communicator {
         // A leader's bad arguments fail its whole group below, not the
         // leader alone: its group mates would wait for it.
         let link = leads.then(|| Link::new(peer, remote_leader, tag));
-        let team = self.team(CollectiveTag::Communicator)?;
+        let team = self.team(self.next_collective(), CollectiveTag::Communicator)?;
         let remote = team.run(|t| {
             let swapped = match &link {
                 Some(Ok(link)) => link.swap_groups(self.members()),
@@ -323,7 +327,7 @@ impl Communicator {
 
     fn merge_groups(&self, high: bool) -> Result<Communicator> {
         let remote = self.remote()?;
-        let team = self.both_groups_team(CollectiveTag::Communicator)?;
+        let team = self.both_groups_team(self.next_collective(), CollectiveTag::Communicator)?;
         let local_size = self.members().len();
         let (local_first, id) = team.run(|t| {
             let mut flags = vec![0u8; t.size()];
@@ -359,7 +363,7 @@ impl Communicator {
     /// [`Communicator::duplicate`]).
     pub(crate) fn duplicate_inter(&self) -> Result<Communicator> {
         let remote = self.remote()?;
-        let team = self.both_groups_team(CollectiveTag::Communicator)?;
+        let team = self.both_groups_team(self.next_collective(), CollectiveTag::Communicator)?;
         let id = team.run(|t| context::agree(t, self.agreement_priority(0), true))?;
         self.inter_with_context(
             &self.group(),

@@ -35,7 +35,7 @@ use super::algorithms;
 use super::op::Reduction;
 use super::partition::{disjoint_blocks, Partition, PartitionMut};
 use super::schedule::AllToAllAlgorithm;
-use super::team::{unnumbered_tag, CollectiveTag, Team};
+use super::team::{unnumbered_tag, CollectiveTag, Sequence, Team};
 use super::typed::{Input, Output};
 use super::{block_of, engine};
 use crate::comm::Communicator;
@@ -186,13 +186,13 @@ impl Communicator {
     }
 
     /// The teams of a collective of kind `kind` of both groups.
-    fn group_teams(&self, kind: CollectiveTag) -> Result<GroupTeams<'_>> {
+    fn group_teams(&self, sequence: Sequence, kind: CollectiveTag) -> Result<GroupTeams<'_>> {
         let remote = self.remote()?;
         let local_size = self.members().len();
         let index = |local, rank| remote.index(local, rank, local_size) as i32;
         Ok(GroupTeams {
             context: context::collective(self.context_id()),
-            tag: kind.numbered(self.next_collective()),
+            tag: sequence.tag(kind),
             rank: self.rank() as usize,
             local: self.members(),
             local_sources: (0..local_size).map(|r| index(true, r)).collect(),
@@ -215,13 +215,14 @@ impl Communicator {
     /// Over the team of both groups, where nothing goes to the own group.
     pub(crate) async fn inter_all_to_all(
         &self,
+        sequence: Sequence,
         sends: &[&[u8]],
         recvs: Vec<&mut [u8]>,
         algorithm: AllToAllAlgorithm,
     ) -> Result<()> {
         let remote = self.remote()?;
         let local_size = self.members().len();
-        let team = self.both_groups_team(CollectiveTag::AllToAll)?;
+        let team = self.both_groups_team(sequence, CollectiveTag::AllToAll)?;
         let mut all_sends: Vec<&[u8]> = vec![&[]; team.size()];
         let mut all_recvs: Vec<&mut [u8]> = (0..team.size()).map(|_| &mut [][..]).collect();
         for (rank, (send, recv)) in sends.iter().zip(recvs).enumerate() {
@@ -261,8 +262,13 @@ impl Communicator {
 
     /// The all-reduce of an intercommunicator: `acc` holds this
     /// process's data and ends with the reduction of the remote group's.
-    pub(crate) async fn inter_all_reduce(&self, acc: &mut [u8], red: &Reduction<'_>) -> Result<()> {
-        let teams = self.group_teams(CollectiveTag::AllReduce)?;
+    pub(crate) async fn inter_all_reduce(
+        &self,
+        sequence: Sequence,
+        acc: &mut [u8],
+        red: &Reduction<'_>,
+    ) -> Result<()> {
+        let teams = self.group_teams(sequence, CollectiveTag::AllReduce)?;
         let swapped = self.remote_reduction_at_leader(&teams, acc, red).await?;
         let local = teams.local();
         local
@@ -277,12 +283,13 @@ impl Communicator {
     /// the reduction of the remote group's inputs.
     pub(crate) async fn inter_reduce_scatter(
         &self,
+        sequence: Sequence,
         input: &[u8],
         blocks: &[Range<usize>],
         out: &mut [u8],
         red: &Reduction<'_>,
     ) -> Result<()> {
-        let teams = self.group_teams(CollectiveTag::ReduceScatter)?;
+        let teams = self.group_teams(sequence, CollectiveTag::ReduceScatter)?;
         let mut acc = input.to_vec();
         let swapped = self
             .remote_reduction_at_leader(&teams, &mut acc, red)

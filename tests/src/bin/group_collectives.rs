@@ -12,7 +12,9 @@
 //! (the v and w neighbourhood collectives and the non-blocking form of
 //! each, on a periodic ring, a 2-d grid and a distributed graph with a
 //! repeated edge), `handler` (collectives hand their errors to the
-//! communicator's error handler).
+//! communicator's error handler), `alone` (2 or more ranks: a collective
+//! whose arguments are wrong at the last rank only fails there with its
+//! class, and the collectives after it work everywhere).
 
 use oxmpi::collective::{Partition, PartitionMut, SystemOperation};
 use oxmpi::datatype::{Buffer, BufferMut};
@@ -32,6 +34,7 @@ fn main() -> ExitCode {
             "inter" => inter(&world),
             "neighbor" => neighbor(&world),
             "handler" => handler(&world),
+            "alone" => alone(&world),
             other => Err(fail(format!("unknown check {other:?}"))),
         };
         if let Err(e) = outcome {
@@ -947,4 +950,118 @@ fn handler(world: &Communicator) -> Result<()> {
     // The others wait for the job to end.
     let _ = world.process_at_rank(size - 1).receive_into(&mut sum);
     Err(fail("the job went on after a fatal error in a collective"))
+}
+
+// ------------------------------------------------------------------- alone
+
+/// Collectives that fail at the last rank alone: it gets the error class,
+/// the others (which do not need it: it is a leaf of the binomial
+/// broadcast and scatter from rank 0, and the neighbourhood's only
+/// process without destinations) complete theirs, and every later
+/// collective works, as the last rank's calls kept its count of
+/// collectives in step. Non-blocking forms, which never take the
+/// shared-memory path (a process that leaves one of those early leaves
+/// the region's generations behind).
+fn alone(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank(), world.size());
+    ensure(size >= 2, || "alone needs 2 or more ranks".into())?;
+    let last = rank == size - 1;
+    let root = world.process_at_rank(0);
+    // A broadcast whose root is outside the communicator at the last rank.
+    let mut data = if rank == 0 { [7i64, 8, 9] } else { [0; 3] };
+    if last {
+        expect_class(
+            scope(|sc| {
+                world
+                    .process_at_rank(size)
+                    .immediate_broadcast_into(sc, &mut data)
+            }),
+            ErrorClass::Root,
+            "broadcast from a root outside the communicator, at the last rank",
+        )?;
+    } else {
+        scope(|sc| {
+            root.immediate_broadcast_into(sc, &mut data)?
+                .wait()
+                .map(drop)
+        })?;
+        same(&data, &[7, 8, 9], "the broadcast the last rank left")?;
+    }
+    // A scatter where the last rank calls the root's method.
+    let blocks: Vec<i64> = (0..size as i64).collect();
+    let mut mine = -1i64;
+    if last {
+        expect_class(
+            scope(|sc| root.immediate_scatter_into_root(sc, &blocks[..], &mut mine)),
+            ErrorClass::Root,
+            "a root's scatter at the last rank",
+        )?;
+    } else {
+        scope(|sc| {
+            let request = if rank == 0 {
+                root.immediate_scatter_into_root(sc, &blocks[..], &mut mine)?
+            } else {
+                root.immediate_scatter_into(sc, &mut mine)?
+            };
+            request.wait().map(drop)
+        })?;
+        ensure(mine == rank as i64, || format!("scatter gave {mine}"))?;
+    }
+    // A neighbourhood all-gather with a receive buffer too short at the
+    // last rank, which receives from rank 0 and sends to nobody.
+    let (sources, destinations): (Vec<i32>, Vec<i32>) = if last {
+        (vec![0], vec![])
+    } else if rank == 0 {
+        (vec![], vec![size - 1])
+    } else {
+        (vec![], vec![])
+    };
+    let graph =
+        world.create_distributed_graph_adjacent(&sources, None, &destinations, None, false)?;
+    let mut got = vec![0i64; sources.len() * 2];
+    let send = [rank as i64 + 100, 5];
+    if last {
+        expect_class(
+            scope(|sc| graph.immediate_neighbor_all_gather_into(sc, &send[..], &mut got[..1])),
+            ErrorClass::Count,
+            "neighbourhood all-gather into a buffer too short, at the last rank",
+        )?;
+    } else {
+        scope(|sc| {
+            graph
+                .immediate_neighbor_all_gather_into(sc, &send[..], &mut got[..])?
+                .wait()
+                .map(drop)
+        })?;
+    }
+    // Every later collective, blocking or not, works everywhere.
+    graph.neighbor_all_gather_into(&send[..], &mut got[..])?;
+    if last {
+        same(&got, &[100, 5], "neighbourhood all-gather after the error")?;
+    }
+    for round in 0..3i64 {
+        let mut sum = 0i64;
+        world.all_reduce_into(&(rank as i64 + round), &mut sum, SystemOperation::sum())?;
+        let n = size as i64;
+        ensure(sum == n * (n - 1) / 2 + n * round, || {
+            format!("all-reduce {round} after the errors: {sum}")
+        })?;
+        let mut data = if rank == 0 { [round; 3] } else { [-1; 3] };
+        root.broadcast_into(&mut data)?;
+        same(&data, &[round; 3], "broadcast after the errors")?;
+        let (mut gathered, contribution) = (vec![0i64; size as usize], rank as i64 * round);
+        scope(|sc| {
+            world
+                .immediate_all_gather_into(sc, &contribution, &mut gathered[..])?
+                .wait()
+                .map(drop)
+        })?;
+        let expected: Vec<i64> = (0..n).map(|r| r * round).collect();
+        same(&gathered, &expected, "all-gather after the errors")?;
+        world.barrier()?;
+    }
+    if rank == 0 {
+        println!("alone: {size} ranks, the later collectives agree");
+    }
+    Ok(())
 }
