@@ -54,7 +54,9 @@
 //! (`MPI_ROOT`, such as [`Communicator::reduce_from_remote_group`]), the
 //! other group the one that names the root's rank there
 //! ([`Communicator::reduce_to_remote_group`]), and the root's group mates
-//! take no part (`MPI_PROC_NULL`); they are blocking only. Scans, in-place
+//! [`Communicator::pass_remote_group_collective`] (`MPI_PROC_NULL`: it
+//! moves nothing, but counts the collective as every process does); each
+//! has an `immediate_` form. Scans, in-place
 //! forms and the rooted methods of [`crate::comm::Process`] fail with
 //! `MPI_ERR_COMM`: merge the intercommunicator to use them.
 //! Duplicating works; splitting, topologies and communicators of

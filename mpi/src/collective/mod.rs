@@ -96,7 +96,11 @@
 //! reduce-scatter(-block), all-gather(v) and all-to-all(v, w) methods
 //! (and their non-blocking forms) work there with ranks and counts that
 //! address the remote group; the rooted ones are
-//! [`Communicator::reduce_from_remote_group`] and its kin.
+//! [`Communicator::reduce_from_remote_group`] at the root (`MPI_ROOT`),
+//! [`Communicator::reduce_to_remote_group`] in the other group and
+//! [`Communicator::pass_remote_group_collective`] at the root's group
+//! mates (`MPI_PROC_NULL`), and their kin, each with its `immediate_`
+//! form.
 
 pub(crate) mod algorithms;
 pub(crate) mod engine;

@@ -81,17 +81,6 @@ impl Sequence {
     }
 }
 
-/// The kind in the tags of exchanges that are not numbered collectives
-/// (an intercommunicator's rooted collectives): no
-/// [`CollectiveTag`] has it, so they never match a numbered collective's
-/// messages, pending or not.
-const UNNUMBERED_KIND: i32 = 15;
-
-/// The tag of the unnumbered exchange `index` (see [`UNNUMBERED_KIND`]).
-pub(crate) fn unnumbered_tag(index: u32) -> i32 {
-    -(((index % SEQUENCE_SPAN) as i32) << 4 | UNNUMBERED_KIND)
-}
-
 /// The processes of one collective operation, as seen from one of them.
 pub(crate) struct Team<'a> {
     /// Packet context of the messages.
