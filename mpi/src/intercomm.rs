@@ -246,23 +246,12 @@ impl Communicator {
                 Some(Err(e)) => Err(e.clone()),
                 None => Ok(Vec::new()),
             };
-            // The leader tells its group the remote group's size, or that
-            // the swap failed (`u64::MAX`), so that no member waits for a
-            // list that never comes.
-            let mut len = [match &swapped {
-                Ok(members) => members.len() as u64,
-                Err(_) => u64::MAX,
-            }];
+            leader_status(t, leader, local_leader, swapped.as_ref().err())?;
+            // The leader tells its group the remote group's size, then
+            // the list.
+            let mut members = swapped?;
+            let mut len = [members.len() as u64];
             broadcast_values(t, leader, &mut len)?;
-            if len[0] == u64::MAX {
-                return Err(swapped.err().unwrap_or_else(|| {
-                    Error::new(
-                        ErrorClass::Other,
-                        format!("the local leader (rank {local_leader}) could not reach the remote group's leader"),
-                    )
-                }));
-            }
-            let mut members = swapped.unwrap_or_else(|_| Vec::new());
             members.resize(len[0] as usize, 0);
             broadcast_values(t, leader, &mut members)?;
             Ok(members)
@@ -296,20 +285,11 @@ impl Communicator {
         let id = context::agree_by(self.agreement_priority(0), true, |words| {
             team.run(|t| {
                 context::and_over(t, words)?;
-                let mut combined = Ok(());
-                if let Some(Ok(link)) = &link {
-                    combined = link.and_with_remote(words);
-                }
-                // As above: a failed swap at the leader reaches its group.
-                let mut status = [u32::from(combined.is_err())];
-                broadcast_values(t, leader, &mut status)?;
-                combined?;
-                if status[0] != 0 {
-                    return Err(Error::new(
-                        ErrorClass::Other,
-                        format!("the local leader (rank {local_leader}) could not reach the remote group's leader"),
-                    ));
-                }
+                let combined = match &link {
+                    Some(Ok(link)) => link.and_with_remote(words),
+                    _ => Ok(()),
+                };
+                leader_status(t, leader, local_leader, combined.as_ref().err())?;
                 broadcast_values(t, leader, words)
             })
         })?;
@@ -374,6 +354,33 @@ impl Communicator {
             Inherit::Everything,
         )
     }
+}
+
+/// Tells the group, from its `leader` (rank `local_leader`), whether
+/// the leader's exchange with the other group's leader failed
+/// (`failure`, at the leader): then every member fails, the leader with
+/// its error and the others with `MPI_ERR_OTHER`, so that none waits for
+/// what the leader will not send.
+fn leader_status(
+    t: &Team,
+    leader: usize,
+    local_leader: i32,
+    failure: Option<&Error>,
+) -> Result<()> {
+    let mut status = [u32::from(failure.is_some())];
+    broadcast_values(t, leader, &mut status)?;
+    if let Some(e) = failure {
+        return Err(e.clone());
+    }
+    if status[0] != 0 {
+        return Err(Error::new(
+            ErrorClass::Other,
+            format!(
+                "the local leader (rank {local_leader}) could not reach the remote group's leader"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// A leader's line to the other group's leader while an intercommunicator

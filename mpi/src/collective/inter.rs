@@ -89,6 +89,19 @@ impl Rooted {
     fn leads_group(&self) -> bool {
         self.me == 1
     }
+
+    /// The end of a reduce or gather to the root, at the other group:
+    /// its rank 0 sends `whole`, the group's result, to the root; then
+    /// `in_group`, the outcome of the group's phase, which is reported
+    /// only after the root has had its message, so that the root does not
+    /// wait for one that never comes.
+    async fn to_root(&self, whole: &[u8], in_group: Result<()>) -> Result<()> {
+        if self.leads_group() {
+            let all = self.all();
+            all.complete(all.send(0, whole)).await?;
+        }
+        in_group
+    }
 }
 
 /// The teams of one collective of both groups, on one numbered tag: this
@@ -514,16 +527,10 @@ impl Communicator {
         let mut acc = send.bytes().to_vec();
         let team = self.rooted(sequence, CollectiveTag::Reduce, Some(root))?;
         let group = team.group();
-        // A mismatch in the group is reported after the root has had its
-        // message, so that it does not wait for one that never comes.
         let reduced = group
             .complete(algorithms::reduce(&group, 0, &mut acc, &red))
             .await;
-        if team.leads_group() {
-            let all = team.all();
-            all.complete(all.send(0, &acc)).await?;
-        }
-        reduced
+        team.to_root(&acc, reduced).await
     }
 
     /// Gathers, at this process, the root, the `send` buffers of every
@@ -604,7 +611,6 @@ impl Communicator {
         };
         let mut gathered = vec![0u8; whole];
         let group = team.group();
-        // As in a reduce: the root gets its message in any case.
         let gathered_ok = group
             .complete(algorithms::gather(
                 &group,
@@ -613,11 +619,7 @@ impl Communicator {
                 leads.then_some(&mut gathered[..]),
             ))
             .await;
-        if leads {
-            let all = team.all();
-            all.complete(all.send(0, &gathered)).await?;
-        }
-        gathered_ok
+        team.to_root(&gathered, gathered_ok).await
     }
 
     /// Gathers, at this process, the root, the `send` buffers of every
