@@ -92,7 +92,7 @@ impl Communicator {
         if self.is_inter_communicator() {
             return self.duplicate_inter();
         }
-        let team = self.team(CollectiveTag::Communicator)?;
+        let team = self.team(self.next_collective(), CollectiveTag::Communicator)?;
         let id = team.run(|t| context::agree(t, self.agreement_priority(0), true))?;
         self.with_context(&self.group(), id, Inherit::Everything)?
             .ok_or_else(not_a_member)
@@ -116,6 +116,9 @@ impl Communicator {
     /// [`Communicator::split_by_color_with_key`], its errors not handled.
     pub(crate) fn split_unhandled(&self, color: Color, key: i32) -> Result<Option<Communicator>> {
         self.require_intra("a split")?;
+        // The number first, so that a colour refused here alone leaves the
+        // count in step with the others'.
+        let sequence = self.next_collective();
         if let Color(Some(value)) = color {
             if value < 0 {
                 return Err(Error::new(
@@ -126,7 +129,7 @@ impl Communicator {
                 ));
             }
         }
-        let team = self.team(CollectiveTag::Communicator)?;
+        let team = self.team(sequence, CollectiveTag::Communicator)?;
         team.run(|t| self.split(t, color.0, key))
     }
 
@@ -141,7 +144,7 @@ impl Communicator {
 
     fn split_shared_unhandled(&self, key: i32) -> Result<Communicator> {
         self.require_intra("a split by host")?;
-        let team = self.team(CollectiveTag::Communicator)?;
+        let team = self.team(self.next_collective(), CollectiveTag::Communicator)?;
         let host = HostId::current().map_err(|e| Error::os("learning the host identity", e));
         // A process that cannot tell its host still takes part (with no
         // colour), so that the others do not wait for it.
@@ -200,7 +203,7 @@ impl Communicator {
     /// handled.
     pub(crate) fn subgroup_collective(&self, group: &Group) -> Result<Option<Communicator>> {
         self.require_intra("a communicator of a subgroup")?;
-        let team = self.team(CollectiveTag::Communicator)?;
+        let team = self.team(self.next_collective(), CollectiveTag::Communicator)?;
         self.ranks_of(group)?;
         let id =
             team.run(|t| context::agree(t, self.agreement_priority(0), group.rank().is_some()))?;

@@ -54,7 +54,9 @@
 //! (`MPI_ROOT`, such as [`Communicator::reduce_from_remote_group`]), the
 //! other group the one that names the root's rank there
 //! ([`Communicator::reduce_to_remote_group`]), and the root's group mates
-//! take no part (`MPI_PROC_NULL`); they are blocking only. Scans, in-place
+//! [`Communicator::pass_remote_group_collective`] (`MPI_PROC_NULL`: it
+//! moves nothing, but counts the collective as every process does); each
+//! has an `immediate_` form. Scans, in-place
 //! forms and the rooted methods of [`crate::comm::Process`] fail with
 //! `MPI_ERR_COMM`: merge the intercommunicator to use them.
 //! Duplicating works; splitting, topologies and communicators of
@@ -62,7 +64,7 @@
 
 use crate::collective::algorithms::{all_gather, broadcast};
 use crate::collective::engine::block_on;
-use crate::collective::team::{CollectiveTag, Team};
+use crate::collective::team::{CollectiveTag, Sequence, Team};
 use crate::collective::typed::Output;
 use crate::comm::{Communicator, Inherit, TAG_UB};
 use crate::context;
@@ -169,12 +171,16 @@ impl Communicator {
 
     /// The team of every process of both groups of an intercommunicator,
     /// for a collective of kind `tag`.
-    pub(crate) fn both_groups_team(&self, tag: CollectiveTag) -> Result<Team<'_>> {
+    pub(crate) fn both_groups_team(
+        &self,
+        sequence: Sequence,
+        tag: CollectiveTag,
+    ) -> Result<Team<'_>> {
         let remote = self.remote()?;
         let index = remote.index(true, self.rank() as usize, self.members().len());
         Ok(Team::new(
             context::collective(self.context_id()),
-            tag.numbered(self.next_collective()),
+            sequence.tag(tag),
             index,
             &remote.both,
             None,
@@ -233,30 +239,19 @@ impl Communicator {
         // A leader's bad arguments fail its whole group below, not the
         // leader alone: its group mates would wait for it.
         let link = leads.then(|| Link::new(peer, remote_leader, tag));
-        let team = self.team(CollectiveTag::Communicator)?;
+        let team = self.team(self.next_collective(), CollectiveTag::Communicator)?;
         let remote = team.run(|t| {
             let swapped = match &link {
                 Some(Ok(link)) => link.swap_groups(self.members()),
                 Some(Err(e)) => Err(e.clone()),
                 None => Ok(Vec::new()),
             };
-            // The leader tells its group the remote group's size, or that
-            // the swap failed (`u64::MAX`), so that no member waits for a
-            // list that never comes.
-            let mut len = [match &swapped {
-                Ok(members) => members.len() as u64,
-                Err(_) => u64::MAX,
-            }];
+            leader_status(t, leader, local_leader, swapped.as_ref().err())?;
+            // The leader tells its group the remote group's size, then
+            // the list.
+            let mut members = swapped?;
+            let mut len = [members.len() as u64];
             broadcast_values(t, leader, &mut len)?;
-            if len[0] == u64::MAX {
-                return Err(swapped.err().unwrap_or_else(|| {
-                    Error::new(
-                        ErrorClass::Other,
-                        format!("the local leader (rank {local_leader}) could not reach the remote group's leader"),
-                    )
-                }));
-            }
-            let mut members = swapped.unwrap_or_else(|_| Vec::new());
             members.resize(len[0] as usize, 0);
             broadcast_values(t, leader, &mut members)?;
             Ok(members)
@@ -290,20 +285,11 @@ impl Communicator {
         let id = context::agree_by(self.agreement_priority(0), true, |words| {
             team.run(|t| {
                 context::and_over(t, words)?;
-                let mut combined = Ok(());
-                if let Some(Ok(link)) = &link {
-                    combined = link.and_with_remote(words);
-                }
-                // As above: a failed swap at the leader reaches its group.
-                let mut status = [u32::from(combined.is_err())];
-                broadcast_values(t, leader, &mut status)?;
-                combined?;
-                if status[0] != 0 {
-                    return Err(Error::new(
-                        ErrorClass::Other,
-                        format!("the local leader (rank {local_leader}) could not reach the remote group's leader"),
-                    ));
-                }
+                let combined = match &link {
+                    Some(Ok(link)) => link.and_with_remote(words),
+                    _ => Ok(()),
+                };
+                leader_status(t, leader, local_leader, combined.as_ref().err())?;
                 broadcast_values(t, leader, words)
             })
         })?;
@@ -323,7 +309,7 @@ impl Communicator {
 
     fn merge_groups(&self, high: bool) -> Result<Communicator> {
         let remote = self.remote()?;
-        let team = self.both_groups_team(CollectiveTag::Communicator)?;
+        let team = self.both_groups_team(self.next_collective(), CollectiveTag::Communicator)?;
         let local_size = self.members().len();
         let (local_first, id) = team.run(|t| {
             let mut flags = vec![0u8; t.size()];
@@ -359,7 +345,7 @@ impl Communicator {
     /// [`Communicator::duplicate`]).
     pub(crate) fn duplicate_inter(&self) -> Result<Communicator> {
         let remote = self.remote()?;
-        let team = self.both_groups_team(CollectiveTag::Communicator)?;
+        let team = self.both_groups_team(self.next_collective(), CollectiveTag::Communicator)?;
         let id = team.run(|t| context::agree(t, self.agreement_priority(0), true))?;
         self.inter_with_context(
             &self.group(),
@@ -368,6 +354,33 @@ impl Communicator {
             Inherit::Everything,
         )
     }
+}
+
+/// Tells the group, from its `leader` (rank `local_leader`), whether
+/// the leader's exchange with the other group's leader failed
+/// (`failure`, at the leader): then every member fails, the leader with
+/// its error and the others with `MPI_ERR_OTHER`, so that none waits for
+/// what the leader will not send.
+fn leader_status(
+    t: &Team,
+    leader: usize,
+    local_leader: i32,
+    failure: Option<&Error>,
+) -> Result<()> {
+    let mut status = [u32::from(failure.is_some())];
+    broadcast_values(t, leader, &mut status)?;
+    if let Some(e) = failure {
+        return Err(e.clone());
+    }
+    if status[0] != 0 {
+        return Err(Error::new(
+            ErrorClass::Other,
+            format!(
+                "the local leader (rank {local_leader}) could not reach the remote group's leader"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// A leader's line to the other group's leader while an intercommunicator

@@ -28,7 +28,7 @@
 
 use crate::collective::op::same_element_type;
 use crate::collective::partition::disjoint_blocks;
-use crate::collective::team::CollectiveTag;
+use crate::collective::team::{CollectiveTag, Sequence};
 use crate::collective::typed::{Input, Output};
 use crate::collective::{Partition, PartitionMut};
 use crate::comm::{Communicator, PROC_NULL};
@@ -105,7 +105,7 @@ impl Communicator {
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
-        self.blocking(self.neighbor_all_gather_future(send, recv))
+        self.blocking(self.neighbor_all_gather_future(self.next_collective(), send, recv))
     }
 
     /// The non-blocking form of [`Communicator::neighbor_all_gather_into`]
@@ -123,12 +123,18 @@ impl Communicator {
         R: BufferMut + ?Sized,
     {
         let comm = self.clone();
+        let sequence = comm.next_collective();
         self.immediate(scope, async move {
-            comm.neighbor_all_gather_future(send, recv).await
+            comm.neighbor_all_gather_future(sequence, send, recv).await
         })
     }
 
-    async fn neighbor_all_gather_future<S, R>(&self, send: &S, recv: &mut R) -> Result<()>
+    async fn neighbor_all_gather_future<S, R>(
+        &self,
+        sequence: Sequence,
+        send: &S,
+        recv: &mut R,
+    ) -> Result<()>
     where
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
@@ -141,7 +147,7 @@ impl Communicator {
         expect_blocks(recv.len(), hood.sources, block, "the receive buffer")?;
         let sends = vec![input.bytes(); hood.destinations];
         let recvs = recv.chunks_mut(block.max(1)).collect();
-        self.neighbor_exchange(CollectiveTag::AllGather, &hood, &sends, recvs)
+        self.neighbor_exchange(sequence, CollectiveTag::AllGather, &hood, &sends, recvs)
             .await?;
         output.finish()
     }
@@ -162,7 +168,7 @@ impl Communicator {
         C: Borrow<[i32]>,
         D: Borrow<[i32]>,
     {
-        self.blocking(self.neighbor_all_gather_varcount_future(send, recv))
+        self.blocking(self.neighbor_all_gather_varcount_future(self.next_collective(), send, recv))
     }
 
     /// The non-blocking form of
@@ -183,14 +189,16 @@ impl Communicator {
         D: Borrow<[i32]> + 'a,
     {
         let comm = self.clone();
+        let sequence = comm.next_collective();
         self.immediate(scope, async move {
-            comm.neighbor_all_gather_varcount_future(send, &mut recv)
+            comm.neighbor_all_gather_varcount_future(sequence, send, &mut recv)
                 .await
         })
     }
 
     async fn neighbor_all_gather_varcount_future<S, R, C, D>(
         &self,
+        sequence: Sequence,
         send: &S,
         recv: &mut PartitionMut<'_, R, C, D>,
     ) -> Result<()>
@@ -207,7 +215,7 @@ impl Communicator {
         let buf = output.bytes_mut();
         let recvs = disjoint_blocks(buf.len(), &parts)?.split(buf);
         let sends = vec![input.bytes(); hood.destinations];
-        self.neighbor_exchange(CollectiveTag::AllGather, &hood, &sends, recvs)
+        self.neighbor_exchange(sequence, CollectiveTag::AllGather, &hood, &sends, recvs)
             .await?;
         output.finish()
     }
@@ -221,7 +229,7 @@ impl Communicator {
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
-        self.blocking(self.neighbor_all_to_all_future(send, recv))
+        self.blocking(self.neighbor_all_to_all_future(self.next_collective(), send, recv))
     }
 
     /// The non-blocking form of [`Communicator::neighbor_all_to_all_into`]
@@ -239,12 +247,18 @@ impl Communicator {
         R: BufferMut + ?Sized,
     {
         let comm = self.clone();
+        let sequence = comm.next_collective();
         self.immediate(scope, async move {
-            comm.neighbor_all_to_all_future(send, recv).await
+            comm.neighbor_all_to_all_future(sequence, send, recv).await
         })
     }
 
-    async fn neighbor_all_to_all_future<S, R>(&self, send: &S, recv: &mut R) -> Result<()>
+    async fn neighbor_all_to_all_future<S, R>(
+        &self,
+        sequence: Sequence,
+        send: &S,
+        recv: &mut R,
+    ) -> Result<()>
     where
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
@@ -262,7 +276,7 @@ impl Communicator {
         expect_blocks(recv.len(), hood.sources, block, "the receive buffer")?;
         let sends: Vec<&[u8]> = send.chunks(block.max(1)).collect();
         let recvs = recv.chunks_mut(block.max(1)).collect();
-        self.neighbor_exchange(CollectiveTag::AllToAll, &hood, &sends, recvs)
+        self.neighbor_exchange(sequence, CollectiveTag::AllToAll, &hood, &sends, recvs)
             .await?;
         output.finish()
     }
@@ -286,7 +300,7 @@ impl Communicator {
         RC: Borrow<[i32]>,
         RD: Borrow<[i32]>,
     {
-        self.blocking(self.neighbor_all_to_all_varcount_future(send, recv))
+        self.blocking(self.neighbor_all_to_all_varcount_future(self.next_collective(), send, recv))
     }
 
     /// The non-blocking form of
@@ -309,14 +323,16 @@ impl Communicator {
         RD: Borrow<[i32]> + 'a,
     {
         let comm = self.clone();
+        let sequence = comm.next_collective();
         self.immediate(scope, async move {
-            comm.neighbor_all_to_all_varcount_future(&send, &mut recv)
+            comm.neighbor_all_to_all_varcount_future(sequence, &send, &mut recv)
                 .await
         })
     }
 
     async fn neighbor_all_to_all_varcount_future<S, SC, SD, R, RC, RD>(
         &self,
+        sequence: Sequence,
         send: &Partition<'_, S, SC, SD>,
         recv: &mut PartitionMut<'_, R, RC, RD>,
     ) -> Result<()>
@@ -338,7 +354,7 @@ impl Communicator {
             .iter()
             .map(|p| &send.bytes()[p.clone()])
             .collect();
-        self.neighbor_exchange(CollectiveTag::AllToAll, &hood, &sends, recvs)
+        self.neighbor_exchange(sequence, CollectiveTag::AllToAll, &hood, &sends, recvs)
             .await?;
         output.finish()
     }
@@ -355,7 +371,7 @@ impl Communicator {
         send: &[&dyn Buffer],
         recv: &mut [&mut dyn BufferMut],
     ) -> Result<()> {
-        self.blocking(self.neighbor_all_to_all_w_future(send, recv))
+        self.blocking(self.neighbor_all_to_all_w_future(self.next_collective(), send, recv))
     }
 
     /// The non-blocking form of
@@ -370,13 +386,16 @@ impl Communicator {
         recv: &'a mut [&'a mut dyn BufferMut],
     ) -> Result<Request<'a>> {
         let comm = self.clone();
+        let sequence = comm.next_collective();
         self.immediate(scope, async move {
-            comm.neighbor_all_to_all_w_future(send, recv).await
+            comm.neighbor_all_to_all_w_future(sequence, send, recv)
+                .await
         })
     }
 
     async fn neighbor_all_to_all_w_future(
         &self,
+        sequence: Sequence,
         send: &[&dyn Buffer],
         recv: &mut [&mut dyn BufferMut],
     ) -> Result<()> {
@@ -403,7 +422,7 @@ impl Communicator {
             .collect::<Result<Vec<_>>>()?;
         let sends: Vec<&[u8]> = inputs.iter().map(Input::bytes).collect();
         let recvs = outputs.iter_mut().map(Output::bytes_mut).collect();
-        self.neighbor_exchange(CollectiveTag::AllToAll, &hood, &sends, recvs)
+        self.neighbor_exchange(sequence, CollectiveTag::AllToAll, &hood, &sends, recvs)
             .await?;
         outputs.into_iter().try_for_each(Output::finish)
     }
@@ -414,6 +433,7 @@ impl Communicator {
     /// alone.
     async fn neighbor_exchange(
         &self,
+        sequence: Sequence,
         kind: CollectiveTag,
         hood: &Neighborhood,
         sends: &[&[u8]],
@@ -435,7 +455,7 @@ impl Communicator {
             };
             posted.push((from as usize, buf));
         }
-        let team = self.team(kind)?;
+        let team = self.team(sequence, kind)?;
         team.complete(team.exchange(&sends, &mut posted)).await
     }
 }

@@ -52,6 +52,14 @@ fn neighbourhood_collectives_v_w_and_non_blocking_with_1_to_8_ranks() {
 }
 
 #[test]
+fn a_collective_failing_at_one_rank_alone_keeps_the_counts_in_step() {
+    for ranks in [2, 3, 5] {
+        job("alone", ranks, &[], &format!("alone: {ranks} ranks"));
+    }
+    job("alone", 4, &TCP, "alone: 4 ranks");
+}
+
+#[test]
 fn collectives_hand_their_errors_to_the_error_handler() {
     let out = run(
         bins().check("group_collectives", "handler", 3, &[]),

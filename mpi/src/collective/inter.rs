@@ -3,20 +3,20 @@
 //!
 //! Two kinds, as in MPICH:
 //!
-//! - Rooted (broadcast, reduce, gather(v), scatter(v)): one process of a
-//!   group is the root and the whole other group takes part; the root's
-//!   group mates do not call them (the standard's `MPI_PROC_NULL`). The
-//!   root calls the `..._remote_group` method without a root argument
-//!   (`MPI_ROOT`), the other group the one that names the root's rank in
-//!   the remote group. Their team is the root and the other group
-//!   ([`Rooted`]); the other group reduces, gathers or scatters among
-//!   itself by the intracommunicator algorithms, and its rank 0 trades
-//!   the whole with the root (gatherv and scatterv go straight between
-//!   the root and each process: only the root knows the counts). As the
-//!   root's group mates do not count them, they are unnumbered
-//!   (`team::unnumbered_tag`), and blocking only: they run in the same
-//!   order at every member of their team, and the messages between two
-//!   processes are not overtaken.
+//! - Rooted (broadcast, reduce, gather(v), scatter(v)), blocking and
+//!   non-blocking: one process of a group is the root and the whole other
+//!   group takes part. The root calls the `..._remote_group` method
+//!   without a root argument (`MPI_ROOT`), the other group the one that
+//!   names the root's rank in the remote group, and the root's group
+//!   mates [`Communicator::pass_remote_group_collective`]
+//!   (`MPI_PROC_NULL`), which moves nothing but counts the collective,
+//!   so that every process of both groups numbers it alike. Their team
+//!   is the root and the other group ([`Rooted`]); the other group
+//!   reduces, gathers or scatters among itself by the intracommunicator
+//!   algorithms, and its rank 0 trades the whole with the root (gatherv
+//!   and scatterv go straight between the root and each process: only
+//!   the root knows the counts). Both phases share the collective's
+//!   numbered tag: their pairs of processes differ or follow each other.
 //! - Every process of both groups (all-reduce, reduce-scatter(-block),
 //!   all-gather(v), all-to-all(v, w), and the barrier): the same methods
 //!   as on an intracommunicator, where a rank addresses the remote group.
@@ -24,31 +24,28 @@
 //!   0, the two leaders swap the results, and each broadcasts or scatters
 //!   the other group's result in its group ([`GroupTeams`]); the
 //!   all-gathers and all-to-alls are all-to-alls over the team of both
-//!   groups in which a process sends nothing to its own group. They are
-//!   numbered like every other collective, so their non-blocking forms
-//!   work too.
+//!   groups in which a process sends nothing to its own group.
 //!
-//! There are no in-place forms on an intercommunicator (the standard has
-//! none), nor scans.
+//! Every blocking form is its non-blocking one's future driven to its end
+//! at once, as for every other collective. There are no in-place forms on
+//! an intercommunicator (the standard has none), nor scans.
 
 use super::algorithms;
+use super::block_of;
 use super::op::Reduction;
 use super::partition::{disjoint_blocks, Partition, PartitionMut};
 use super::schedule::AllToAllAlgorithm;
-use super::team::{unnumbered_tag, CollectiveTag, Team};
+use super::team::{CollectiveTag, Sequence, Team};
 use super::typed::{Input, Output};
-use super::{block_of, engine};
 use crate::comm::Communicator;
 use crate::context;
 use crate::datatype::{Buffer, BufferMut};
 use crate::intercomm::RemoteGroup;
+use crate::request::{Request, Scope};
 use crate::{Error, ErrorClass, Result};
 use oxmpi_adi::transport::PeerRank;
 use std::borrow::Borrow;
 use std::ops::Range;
-
-/// The unnumbered tag of every rooted collective between the groups.
-const ROOTED_EXCHANGE: u32 = 1 << 20;
 
 /// The processes of a rooted collective: the root (index 0), then the
 /// other group by rank. Each member's messages carry its index among both
@@ -56,6 +53,8 @@ const ROOTED_EXCHANGE: u32 = 1 << 20;
 /// context.
 struct Rooted {
     context: u32,
+    /// The collective's numbered tag.
+    tag: i32,
     /// This process's index.
     me: usize,
     world: Vec<PeerRank>,
@@ -67,7 +66,7 @@ impl Rooted {
     fn all(&self) -> Team<'_> {
         Team::new(
             self.context,
-            unnumbered_tag(ROOTED_EXCHANGE),
+            self.tag,
             self.me,
             &self.world,
             Some(&self.sources),
@@ -78,7 +77,7 @@ impl Rooted {
     fn group(&self) -> Team<'_> {
         Team::new(
             self.context,
-            unnumbered_tag(ROOTED_EXCHANGE),
+            self.tag,
             self.me - 1,
             &self.world[1..],
             Some(&self.sources[1..]),
@@ -89,6 +88,19 @@ impl Rooted {
     /// its group's data with the root.
     fn leads_group(&self) -> bool {
         self.me == 1
+    }
+
+    /// The end of a reduce or gather to the root, at the other group:
+    /// its rank 0 sends `whole`, the group's result, to the root; then
+    /// `in_group`, the outcome of the group's phase, which is reported
+    /// only after the root has had its message, so that the root does not
+    /// wait for one that never comes.
+    async fn to_root(&self, whole: &[u8], in_group: Result<()>) -> Result<()> {
+        if self.leads_group() {
+            let all = self.all();
+            all.complete(all.send(0, whole)).await?;
+        }
+        in_group
     }
 }
 
@@ -146,10 +158,10 @@ fn remote_root(remote: &RemoteGroup, root: i32) -> Result<usize> {
 }
 
 impl Communicator {
-    /// The team of a rooted collective: from the root (`root` `None`) or
-    /// from a member of the other group, whose root is `root` of the
-    /// remote group.
-    fn rooted(&self, root: Option<i32>) -> Result<Rooted> {
+    /// The team of the rooted collective numbered `sequence`, of kind
+    /// `kind`: from the root (`root` `None`) or from a member of the other
+    /// group, whose root is `root` of the remote group.
+    fn rooted(&self, sequence: Sequence, kind: CollectiveTag, root: Option<i32>) -> Result<Rooted> {
         let remote = self.remote()?;
         let local_size = self.members().len();
         let index = |local, rank| remote.index(local, rank, local_size) as i32;
@@ -175,6 +187,7 @@ impl Communicator {
         };
         Ok(Rooted {
             context: context::collective(self.context_id()),
+            tag: sequence.tag(kind),
             me,
             world: std::iter::once(root_world)
                 .chain(others.iter().copied())
@@ -186,13 +199,13 @@ impl Communicator {
     }
 
     /// The teams of a collective of kind `kind` of both groups.
-    fn group_teams(&self, kind: CollectiveTag) -> Result<GroupTeams<'_>> {
+    fn group_teams(&self, sequence: Sequence, kind: CollectiveTag) -> Result<GroupTeams<'_>> {
         let remote = self.remote()?;
         let local_size = self.members().len();
         let index = |local, rank| remote.index(local, rank, local_size) as i32;
         Ok(GroupTeams {
             context: context::collective(self.context_id()),
-            tag: kind.numbered(self.next_collective()),
+            tag: sequence.tag(kind),
             rank: self.rank() as usize,
             local: self.members(),
             local_sources: (0..local_size).map(|r| index(true, r)).collect(),
@@ -215,13 +228,14 @@ impl Communicator {
     /// Over the team of both groups, where nothing goes to the own group.
     pub(crate) async fn inter_all_to_all(
         &self,
+        sequence: Sequence,
         sends: &[&[u8]],
         recvs: Vec<&mut [u8]>,
         algorithm: AllToAllAlgorithm,
     ) -> Result<()> {
         let remote = self.remote()?;
         let local_size = self.members().len();
-        let team = self.both_groups_team(CollectiveTag::AllToAll)?;
+        let team = self.both_groups_team(sequence, CollectiveTag::AllToAll)?;
         let mut all_sends: Vec<&[u8]> = vec![&[]; team.size()];
         let mut all_recvs: Vec<&mut [u8]> = (0..team.size()).map(|_| &mut [][..]).collect();
         for (rank, (send, recv)) in sends.iter().zip(recvs).enumerate() {
@@ -261,8 +275,13 @@ impl Communicator {
 
     /// The all-reduce of an intercommunicator: `acc` holds this
     /// process's data and ends with the reduction of the remote group's.
-    pub(crate) async fn inter_all_reduce(&self, acc: &mut [u8], red: &Reduction<'_>) -> Result<()> {
-        let teams = self.group_teams(CollectiveTag::AllReduce)?;
+    pub(crate) async fn inter_all_reduce(
+        &self,
+        sequence: Sequence,
+        acc: &mut [u8],
+        red: &Reduction<'_>,
+    ) -> Result<()> {
+        let teams = self.group_teams(sequence, CollectiveTag::AllReduce)?;
         let swapped = self.remote_reduction_at_leader(&teams, acc, red).await?;
         let local = teams.local();
         local
@@ -277,12 +296,13 @@ impl Communicator {
     /// the reduction of the remote group's inputs.
     pub(crate) async fn inter_reduce_scatter(
         &self,
+        sequence: Sequence,
         input: &[u8],
         blocks: &[Range<usize>],
         out: &mut [u8],
         red: &Reduction<'_>,
     ) -> Result<()> {
-        let teams = self.group_teams(CollectiveTag::ReduceScatter)?;
+        let teams = self.group_teams(sequence, CollectiveTag::ReduceScatter)?;
         let mut acc = input.to_vec();
         let swapped = self
             .remote_reduction_at_leader(&teams, &mut acc, red)
@@ -300,21 +320,67 @@ impl Communicator {
         swapped
     }
 
+    /// Takes part, as one of the root's group mates, in the rooted
+    /// collective between the groups of this intercommunicator that a
+    /// process of this group is the root of (`MPI_Bcast`, `MPI_Reduce`,
+    /// `MPI_Gather(v)` or `MPI_Scatter(v)` with `MPI_PROC_NULL` as the
+    /// root): it moves nothing, but counts the collective, as every
+    /// process of both groups must call every collective in the same
+    /// order. `MPI_ERR_COMM` on an intracommunicator.
+    pub fn pass_remote_group_collective(&self) -> Result<()> {
+        self.blocking(self.pass_future(self.next_collective()))
+    }
+
+    /// The non-blocking form of
+    /// [`Communicator::pass_remote_group_collective`] (`MPI_Ibcast` ...
+    /// with `MPI_PROC_NULL`): its request is complete at once. It borrows
+    /// nothing, so it may be given any lifetime.
+    pub fn immediate_pass_remote_group_collective<'a>(&self) -> Result<Request<'a>> {
+        let comm = self.clone();
+        let sequence = comm.next_collective();
+        self.immediate_static(async move { comm.pass_future(sequence).await })
+    }
+
+    async fn pass_future(&self, _sequence: Sequence) -> Result<()> {
+        self.remote().map(drop)
+    }
+
     /// Broadcasts `buf` from this process, the root, to every process of
     /// the remote group of this intercommunicator (`MPI_Bcast` with
     /// `MPI_ROOT`); they call [`Communicator::broadcast_from_remote_group`]
-    /// with this process's rank. The root's group mates take no part
-    /// (`MPI_PROC_NULL`).
+    /// with this process's rank, and the root's group mates
+    /// [`Communicator::pass_remote_group_collective`] (`MPI_PROC_NULL`).
     pub fn broadcast_to_remote_group<B: Buffer + ?Sized>(&self, buf: &B) -> Result<()> {
-        let result = (|| {
-            // The algorithm takes one mutable buffer at every member; the
-            // root's is a copy of its data.
-            let mut data = Input::new(buf)?.bytes().to_vec();
-            let team = self.rooted(None)?;
-            let all = team.all();
-            all.run(|t| engine::block_on(algorithms::broadcast(t, 0, &mut data)))
-        })();
-        self.handled(result)
+        self.blocking(self.broadcast_to_remote_future(self.next_collective(), buf))
+    }
+
+    /// The non-blocking form of [`Communicator::broadcast_to_remote_group`]
+    /// (`MPI_Ibcast` with `MPI_ROOT`, §6.12): starts it and returns its
+    /// request; the buffer stays borrowed until it completes.
+    pub fn immediate_broadcast_to_remote_group<'a, B: Buffer + ?Sized>(
+        &self,
+        scope: &Scope<'a>,
+        buf: &'a B,
+    ) -> Result<Request<'a>> {
+        let comm = self.clone();
+        let sequence = comm.next_collective();
+        self.immediate(scope, async move {
+            comm.broadcast_to_remote_future(sequence, buf).await
+        })
+    }
+
+    async fn broadcast_to_remote_future<B: Buffer + ?Sized>(
+        &self,
+        sequence: Sequence,
+        buf: &B,
+    ) -> Result<()> {
+        // The algorithm takes one mutable buffer at every member; the
+        // root's is a copy of its data.
+        let mut data = Input::new(buf)?.bytes().to_vec();
+        let team = self.rooted(sequence, CollectiveTag::Broadcast, None)?;
+        let all = team.all();
+        all.complete(algorithms::broadcast(&all, 0, &mut data))
+            .await
     }
 
     /// Receives into `buf` the broadcast of the process of rank `root` in
@@ -325,36 +391,91 @@ impl Communicator {
         root: i32,
         buf: &mut B,
     ) -> Result<()> {
-        let result = (|| {
-            let mut output = Output::new(buf)?;
-            let team = self.rooted(Some(root))?;
-            let all = team.all();
-            all.run(|t| engine::block_on(algorithms::broadcast(t, 0, output.bytes_mut())))?;
-            output.finish()
-        })();
-        self.handled(result)
+        self.blocking(self.broadcast_from_remote_future(self.next_collective(), root, buf))
+    }
+
+    /// The non-blocking form of
+    /// [`Communicator::broadcast_from_remote_group`] (`MPI_Ibcast`,
+    /// §6.12): starts it and returns its request; the buffer stays
+    /// borrowed until it completes.
+    pub fn immediate_broadcast_from_remote_group<'a, B: BufferMut + ?Sized>(
+        &self,
+        scope: &Scope<'a>,
+        root: i32,
+        buf: &'a mut B,
+    ) -> Result<Request<'a>> {
+        let comm = self.clone();
+        let sequence = comm.next_collective();
+        self.immediate(scope, async move {
+            comm.broadcast_from_remote_future(sequence, root, buf).await
+        })
+    }
+
+    async fn broadcast_from_remote_future<B: BufferMut + ?Sized>(
+        &self,
+        sequence: Sequence,
+        root: i32,
+        buf: &mut B,
+    ) -> Result<()> {
+        let mut output = Output::new(buf)?;
+        let team = self.rooted(sequence, CollectiveTag::Broadcast, Some(root))?;
+        let all = team.all();
+        all.complete(algorithms::broadcast(&all, 0, output.bytes_mut()))
+            .await?;
+        output.finish()
     }
 
     /// Receives into `recv`, at this process, the root, the reduction by
     /// `op` of the `send` buffers of every process of the remote group
     /// (`MPI_Reduce` with `MPI_ROOT`), in their rank order; they call
-    /// [`Communicator::reduce_to_remote_group`] with this process's rank.
-    /// The root's group mates take no part (`MPI_PROC_NULL`).
+    /// [`Communicator::reduce_to_remote_group`] with this process's rank,
+    /// and the root's group mates
+    /// [`Communicator::pass_remote_group_collective`].
     pub fn reduce_from_remote_group<R, O>(&self, recv: &mut R, op: O) -> Result<()>
     where
         R: BufferMut + ?Sized,
         O: super::Operation,
     {
-        let result = (|| {
-            let mut output = Output::new(recv)?;
-            // The operation is checked for the type here as at the senders.
-            Reduction::new(&op, output.element_type())?;
-            let team = self.rooted(None)?;
-            let all = team.all();
-            all.run(|t| engine::block_on(t.receive(1, output.bytes_mut())))?;
-            output.finish()
-        })();
-        self.handled(result)
+        self.blocking(self.reduce_from_remote_future(self.next_collective(), recv, op))
+    }
+
+    /// The non-blocking form of [`Communicator::reduce_from_remote_group`]
+    /// (`MPI_Ireduce` with `MPI_ROOT`, §6.12): starts it and returns its
+    /// request; the buffer stays borrowed until it completes.
+    pub fn immediate_reduce_from_remote_group<'a, R, O>(
+        &self,
+        scope: &Scope<'a>,
+        recv: &'a mut R,
+        op: O,
+    ) -> Result<Request<'a>>
+    where
+        R: BufferMut + ?Sized,
+        O: super::Operation + 'a,
+    {
+        let comm = self.clone();
+        let sequence = comm.next_collective();
+        self.immediate(scope, async move {
+            comm.reduce_from_remote_future(sequence, recv, op).await
+        })
+    }
+
+    async fn reduce_from_remote_future<R, O>(
+        &self,
+        sequence: Sequence,
+        recv: &mut R,
+        op: O,
+    ) -> Result<()>
+    where
+        R: BufferMut + ?Sized,
+        O: super::Operation,
+    {
+        let mut output = Output::new(recv)?;
+        // The operation is checked for the type here as at the senders.
+        Reduction::new(&op, output.element_type())?;
+        let team = self.rooted(sequence, CollectiveTag::Reduce, None)?;
+        let all = team.all();
+        all.complete(all.receive(1, output.bytes_mut())).await?;
+        output.finish()
     }
 
     /// Contributes `send` to the reduction by `op` that the process of
@@ -366,39 +487,87 @@ impl Communicator {
         S: Buffer + ?Sized,
         O: super::Operation,
     {
-        let result = (|| {
-            let send = Input::new(send)?;
-            let red = Reduction::new(&op, send.element_type())?;
-            let mut acc = send.bytes().to_vec();
-            let team = self.rooted(Some(root))?;
-            let group = team.group();
-            // A mismatch in the group is reported after the root has had
-            // its message, so that it does not wait for one that never
-            // comes.
-            let reduced = group.run(|t| engine::block_on(algorithms::reduce(t, 0, &mut acc, &red)));
-            if team.leads_group() {
-                let all = team.all();
-                all.run(|t| engine::block_on(t.send(0, &acc)))?;
-            }
-            reduced
-        })();
-        self.handled(result)
+        self.blocking(self.reduce_to_remote_future(self.next_collective(), root, send, op))
+    }
+
+    /// The non-blocking form of [`Communicator::reduce_to_remote_group`]
+    /// (`MPI_Ireduce`, §6.12): starts it and returns its request; the
+    /// buffer stays borrowed until it completes.
+    pub fn immediate_reduce_to_remote_group<'a, S, O>(
+        &self,
+        scope: &Scope<'a>,
+        root: i32,
+        send: &'a S,
+        op: O,
+    ) -> Result<Request<'a>>
+    where
+        S: Buffer + ?Sized,
+        O: super::Operation + 'a,
+    {
+        let comm = self.clone();
+        let sequence = comm.next_collective();
+        self.immediate(scope, async move {
+            comm.reduce_to_remote_future(sequence, root, send, op).await
+        })
+    }
+
+    async fn reduce_to_remote_future<S, O>(
+        &self,
+        sequence: Sequence,
+        root: i32,
+        send: &S,
+        op: O,
+    ) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        O: super::Operation,
+    {
+        let send = Input::new(send)?;
+        let red = Reduction::new(&op, send.element_type())?;
+        let mut acc = send.bytes().to_vec();
+        let team = self.rooted(sequence, CollectiveTag::Reduce, Some(root))?;
+        let group = team.group();
+        let reduced = group
+            .complete(algorithms::reduce(&group, 0, &mut acc, &red))
+            .await;
+        team.to_root(&acc, reduced).await
     }
 
     /// Gathers, at this process, the root, the `send` buffers of every
     /// process of the remote group into `recv`, in their rank order
     /// (`MPI_Gather` with `MPI_ROOT`); `recv` holds one block per process
     /// there. They call [`Communicator::gather_to_remote_group`] with
-    /// this process's rank; the root's group mates take no part.
+    /// this process's rank, and the root's group mates
+    /// [`Communicator::pass_remote_group_collective`].
     pub fn gather_from_remote_group<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<()> {
-        let result = (|| {
-            let mut output = Output::new(recv)?;
-            let team = self.rooted(None)?;
-            let all = team.all();
-            all.run(|t| engine::block_on(t.receive(1, output.bytes_mut())))?;
-            output.finish()
-        })();
-        self.handled(result)
+        self.blocking(self.gather_from_remote_future(self.next_collective(), recv))
+    }
+
+    /// The non-blocking form of [`Communicator::gather_from_remote_group`]
+    /// (`MPI_Igather` with `MPI_ROOT`, §6.12): starts it and returns its
+    /// request; the buffer stays borrowed until it completes.
+    pub fn immediate_gather_from_remote_group<'a, R: BufferMut + ?Sized>(
+        &self,
+        scope: &Scope<'a>,
+        recv: &'a mut R,
+    ) -> Result<Request<'a>> {
+        let comm = self.clone();
+        let sequence = comm.next_collective();
+        self.immediate(scope, async move {
+            comm.gather_from_remote_future(sequence, recv).await
+        })
+    }
+
+    async fn gather_from_remote_future<R: BufferMut + ?Sized>(
+        &self,
+        sequence: Sequence,
+        recv: &mut R,
+    ) -> Result<()> {
+        let mut output = Output::new(recv)?;
+        let team = self.rooted(sequence, CollectiveTag::Gather, None)?;
+        let all = team.all();
+        all.complete(all.receive(1, output.bytes_mut())).await?;
+        output.finish()
     }
 
     /// Sends `send` to the process of rank `root` in the remote group,
@@ -407,43 +576,59 @@ impl Communicator {
     /// [`Communicator::gather_from_remote_group`]). Every process of this
     /// group calls it, with blocks of one length.
     pub fn gather_to_remote_group<S: Buffer + ?Sized>(&self, root: i32, send: &S) -> Result<()> {
-        let result = (|| {
-            let send = Input::new(send)?;
-            let team = self.rooted(Some(root))?;
-            let leads = team.leads_group();
-            let mut gathered = vec![
-                0u8;
-                if leads {
-                    self.members().len() * send.bytes().len()
-                } else {
-                    0
-                }
-            ];
-            let group = team.group();
-            // As in a reduce: the root gets its message in any case.
-            let gathered_ok = group.run(|t| {
-                engine::block_on(algorithms::gather(
-                    t,
-                    0,
-                    send.bytes(),
-                    leads.then_some(&mut gathered[..]),
-                ))
-            });
-            if leads {
-                let all = team.all();
-                all.run(|t| engine::block_on(t.send(0, &gathered)))?;
-            }
-            gathered_ok
-        })();
-        self.handled(result)
+        self.blocking(self.gather_to_remote_future(self.next_collective(), root, send))
+    }
+
+    /// The non-blocking form of [`Communicator::gather_to_remote_group`]
+    /// (`MPI_Igather`, §6.12): starts it and returns its request; the
+    /// buffer stays borrowed until it completes.
+    pub fn immediate_gather_to_remote_group<'a, S: Buffer + ?Sized>(
+        &self,
+        scope: &Scope<'a>,
+        root: i32,
+        send: &'a S,
+    ) -> Result<Request<'a>> {
+        let comm = self.clone();
+        let sequence = comm.next_collective();
+        self.immediate(scope, async move {
+            comm.gather_to_remote_future(sequence, root, send).await
+        })
+    }
+
+    async fn gather_to_remote_future<S: Buffer + ?Sized>(
+        &self,
+        sequence: Sequence,
+        root: i32,
+        send: &S,
+    ) -> Result<()> {
+        let send = Input::new(send)?;
+        let team = self.rooted(sequence, CollectiveTag::Gather, Some(root))?;
+        let leads = team.leads_group();
+        let whole = if leads {
+            self.members().len() * send.bytes().len()
+        } else {
+            0
+        };
+        let mut gathered = vec![0u8; whole];
+        let group = team.group();
+        let gathered_ok = group
+            .complete(algorithms::gather(
+                &group,
+                0,
+                send.bytes(),
+                leads.then_some(&mut gathered[..]),
+            ))
+            .await;
+        team.to_root(&gathered, gathered_ok).await
     }
 
     /// Gathers, at this process, the root, the `send` buffers of every
     /// process of the remote group, of any lengths, into the blocks of
     /// `recv` (`MPI_Gatherv` with `MPI_ROOT`): block `i` (count and
     /// displacement `i`, which must not overlap) receives rank `i`'s.
-    /// They call [`Communicator::gather_varcount_to_remote_group`]; the
-    /// root's group mates take no part.
+    /// They call [`Communicator::gather_varcount_to_remote_group`], and
+    /// the root's group mates
+    /// [`Communicator::pass_remote_group_collective`].
     pub fn gather_varcount_from_remote_group<R, C, D>(
         &self,
         recv: &mut PartitionMut<'_, R, C, D>,
@@ -453,18 +638,51 @@ impl Communicator {
         C: Borrow<[i32]>,
         D: Borrow<[i32]>,
     {
-        let result = (|| {
-            let team = self.rooted(None)?;
-            let (parts, mut output) = recv.parts(team.world.len() - 1)?;
-            let buf = output.bytes_mut();
-            let mut blocks = disjoint_blocks(buf.len(), &parts)?.split(buf);
-            // The root's own block (index 0) is empty.
-            blocks.insert(0, &mut []);
-            let all = team.all();
-            all.run(|t| engine::block_on(algorithms::gather_varcount(t, 0, &[], Some(blocks))))?;
-            output.finish()
-        })();
-        self.handled(result)
+        self.blocking(self.gather_varcount_from_remote_future(self.next_collective(), recv))
+    }
+
+    /// The non-blocking form of
+    /// [`Communicator::gather_varcount_from_remote_group`] (`MPI_Igatherv`
+    /// with `MPI_ROOT`, §6.12): starts it and returns its request; the
+    /// buffer stays borrowed until it completes.
+    pub fn immediate_gather_varcount_from_remote_group<'a, R, C, D>(
+        &self,
+        scope: &Scope<'a>,
+        mut recv: PartitionMut<'a, R, C, D>,
+    ) -> Result<Request<'a>>
+    where
+        R: BufferMut + ?Sized,
+        C: Borrow<[i32]> + 'a,
+        D: Borrow<[i32]> + 'a,
+    {
+        let comm = self.clone();
+        let sequence = comm.next_collective();
+        self.immediate(scope, async move {
+            comm.gather_varcount_from_remote_future(sequence, &mut recv)
+                .await
+        })
+    }
+
+    async fn gather_varcount_from_remote_future<R, C, D>(
+        &self,
+        sequence: Sequence,
+        recv: &mut PartitionMut<'_, R, C, D>,
+    ) -> Result<()>
+    where
+        R: BufferMut + ?Sized,
+        C: Borrow<[i32]>,
+        D: Borrow<[i32]>,
+    {
+        let team = self.rooted(sequence, CollectiveTag::Gather, None)?;
+        let (parts, mut output) = recv.parts(team.world.len() - 1)?;
+        let buf = output.bytes_mut();
+        let mut blocks = disjoint_blocks(buf.len(), &parts)?.split(buf);
+        // The root's own block (index 0) is empty.
+        blocks.insert(0, &mut []);
+        let all = team.all();
+        all.complete(algorithms::gather_varcount(&all, 0, &[], Some(blocks)))
+            .await?;
+        output.finish()
     }
 
     /// Sends `send` to the process of rank `root` in the remote group
@@ -477,34 +695,80 @@ impl Communicator {
         root: i32,
         send: &S,
     ) -> Result<()> {
-        let result = (|| {
-            let send = Input::new(send)?;
-            let team = self.rooted(Some(root))?;
-            let all = team.all();
-            all.run(|t| engine::block_on(algorithms::gather_varcount(t, 0, send.bytes(), None)))
-        })();
-        self.handled(result)
+        self.blocking(self.gather_varcount_to_remote_future(self.next_collective(), root, send))
+    }
+
+    /// The non-blocking form of
+    /// [`Communicator::gather_varcount_to_remote_group`] (`MPI_Igatherv`,
+    /// §6.12): starts it and returns its request; the buffer stays
+    /// borrowed until it completes.
+    pub fn immediate_gather_varcount_to_remote_group<'a, S: Buffer + ?Sized>(
+        &self,
+        scope: &Scope<'a>,
+        root: i32,
+        send: &'a S,
+    ) -> Result<Request<'a>> {
+        let comm = self.clone();
+        let sequence = comm.next_collective();
+        self.immediate(scope, async move {
+            comm.gather_varcount_to_remote_future(sequence, root, send)
+                .await
+        })
+    }
+
+    async fn gather_varcount_to_remote_future<S: Buffer + ?Sized>(
+        &self,
+        sequence: Sequence,
+        root: i32,
+        send: &S,
+    ) -> Result<()> {
+        let send = Input::new(send)?;
+        let team = self.rooted(sequence, CollectiveTag::Gather, Some(root))?;
+        let all = team.all();
+        all.complete(algorithms::gather_varcount(&all, 0, send.bytes(), None))
+            .await
     }
 
     /// Scatters `send`, at this process, the root, to the processes of
     /// the remote group: block `i` of its equal blocks, one per process
     /// there, to rank `i` (`MPI_Scatter` with `MPI_ROOT`). They call
     /// [`Communicator::scatter_from_remote_group`] with this process's
-    /// rank; the root's group mates take no part.
+    /// rank, and the root's group mates
+    /// [`Communicator::pass_remote_group_collective`].
     pub fn scatter_to_remote_group<S: Buffer + ?Sized>(&self, send: &S) -> Result<()> {
-        let result = (|| {
-            let send = Input::new(send)?;
-            let team = self.rooted(None)?;
-            block_of(
-                send.bytes().len(),
-                team.world.len() - 1,
-                send.element_type(),
-                "the send buffer",
-            )?;
-            let all = team.all();
-            all.run(|t| engine::block_on(t.send(1, send.bytes())))
-        })();
-        self.handled(result)
+        self.blocking(self.scatter_to_remote_future(self.next_collective(), send))
+    }
+
+    /// The non-blocking form of [`Communicator::scatter_to_remote_group`]
+    /// (`MPI_Iscatter` with `MPI_ROOT`, §6.12): starts it and returns its
+    /// request; the buffer stays borrowed until it completes.
+    pub fn immediate_scatter_to_remote_group<'a, S: Buffer + ?Sized>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a S,
+    ) -> Result<Request<'a>> {
+        let comm = self.clone();
+        let sequence = comm.next_collective();
+        self.immediate(scope, async move {
+            comm.scatter_to_remote_future(sequence, send).await
+        })
+    }
+
+    async fn scatter_to_remote_future<S: Buffer + ?Sized>(
+        &self,
+        sequence: Sequence,
+        send: &S,
+    ) -> Result<()> {
+        let send = Input::new(send)?;
+        let team = self.rooted(sequence, CollectiveTag::Scatter, None)?;
+        block_of(
+            send.bytes().len(),
+            team.world.len() - 1,
+            send.element_type(),
+            "the send buffer",
+        )?;
+        let all = team.all();
+        all.complete(all.send(1, send.bytes())).await
     }
 
     /// Receives into `recv` this process's block of the scatter of the
@@ -516,47 +780,67 @@ impl Communicator {
         root: i32,
         recv: &mut R,
     ) -> Result<()> {
-        let result = (|| {
-            let mut output = Output::new(recv)?;
-            let team = self.rooted(Some(root))?;
-            let leads = team.leads_group();
-            let block = output.bytes_mut().len();
-            let mut whole = vec![
-                0u8;
-                if leads {
-                    self.members().len() * block
-                } else {
-                    0
-                }
-            ];
-            // A mismatch with the root is reported after the group has had
-            // its blocks, so that none waits for them.
-            let mut received = Ok(());
-            if leads {
-                let all = team.all();
-                received = all.run(|t| engine::block_on(t.receive(0, &mut whole)));
-            }
-            let group = team.group();
-            group.run(|t| {
-                engine::block_on(algorithms::scatter(
-                    t,
-                    0,
-                    leads.then_some(&whole[..]),
-                    output.bytes_mut(),
-                ))
-            })?;
-            received?;
-            output.finish()
-        })();
-        self.handled(result)
+        self.blocking(self.scatter_from_remote_future(self.next_collective(), root, recv))
+    }
+
+    /// The non-blocking form of [`Communicator::scatter_from_remote_group`]
+    /// (`MPI_Iscatter`, §6.12): starts it and returns its request; the
+    /// buffer stays borrowed until it completes.
+    pub fn immediate_scatter_from_remote_group<'a, R: BufferMut + ?Sized>(
+        &self,
+        scope: &Scope<'a>,
+        root: i32,
+        recv: &'a mut R,
+    ) -> Result<Request<'a>> {
+        let comm = self.clone();
+        let sequence = comm.next_collective();
+        self.immediate(scope, async move {
+            comm.scatter_from_remote_future(sequence, root, recv).await
+        })
+    }
+
+    async fn scatter_from_remote_future<R: BufferMut + ?Sized>(
+        &self,
+        sequence: Sequence,
+        root: i32,
+        recv: &mut R,
+    ) -> Result<()> {
+        let mut output = Output::new(recv)?;
+        let team = self.rooted(sequence, CollectiveTag::Scatter, Some(root))?;
+        let leads = team.leads_group();
+        let block = output.bytes_mut().len();
+        let whole = if leads {
+            self.members().len() * block
+        } else {
+            0
+        };
+        let mut whole = vec![0u8; whole];
+        // A mismatch with the root is reported after the group has had
+        // its blocks, so that none waits for them.
+        let mut received = Ok(());
+        if leads {
+            let all = team.all();
+            received = all.complete(all.receive(0, &mut whole)).await;
+        }
+        let group = team.group();
+        group
+            .complete(algorithms::scatter(
+                &group,
+                0,
+                leads.then_some(&whole[..]),
+                output.bytes_mut(),
+            ))
+            .await?;
+        received?;
+        output.finish()
     }
 
     /// Scatters the blocks of `send`, of any lengths, at this process,
     /// the root, to the processes of the remote group: block `i` (count
     /// and displacement `i`) to rank `i` (`MPI_Scatterv` with
     /// `MPI_ROOT`). They call
-    /// [`Communicator::scatter_varcount_from_remote_group`]; the root's
-    /// group mates take no part.
+    /// [`Communicator::scatter_varcount_from_remote_group`], and the
+    /// root's group mates [`Communicator::pass_remote_group_collective`].
     pub fn scatter_varcount_to_remote_group<S, C, D>(
         &self,
         send: &Partition<'_, S, C, D>,
@@ -566,17 +850,50 @@ impl Communicator {
         C: Borrow<[i32]>,
         D: Borrow<[i32]>,
     {
-        let result = (|| {
-            let team = self.rooted(None)?;
-            let (parts, send) = send.parts(team.world.len() - 1)?;
-            // The root's own block (index 0) is empty.
-            let sends: Vec<&[u8]> = std::iter::once(&[][..])
-                .chain(parts.iter().map(|p| &send.bytes()[p.clone()]))
-                .collect();
-            let all = team.all();
-            all.run(|t| engine::block_on(algorithms::scatter_varcount(t, 0, Some(&sends), &mut [])))
-        })();
-        self.handled(result)
+        self.blocking(self.scatter_varcount_to_remote_future(self.next_collective(), send))
+    }
+
+    /// The non-blocking form of
+    /// [`Communicator::scatter_varcount_to_remote_group`] (`MPI_Iscatterv`
+    /// with `MPI_ROOT`, §6.12): starts it and returns its request; the
+    /// buffer stays borrowed until it completes.
+    pub fn immediate_scatter_varcount_to_remote_group<'a, S, C, D>(
+        &self,
+        scope: &Scope<'a>,
+        send: Partition<'a, S, C, D>,
+    ) -> Result<Request<'a>>
+    where
+        S: Buffer + ?Sized,
+        C: Borrow<[i32]> + 'a,
+        D: Borrow<[i32]> + 'a,
+    {
+        let comm = self.clone();
+        let sequence = comm.next_collective();
+        self.immediate(scope, async move {
+            comm.scatter_varcount_to_remote_future(sequence, &send)
+                .await
+        })
+    }
+
+    async fn scatter_varcount_to_remote_future<S, C, D>(
+        &self,
+        sequence: Sequence,
+        send: &Partition<'_, S, C, D>,
+    ) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        C: Borrow<[i32]>,
+        D: Borrow<[i32]>,
+    {
+        let team = self.rooted(sequence, CollectiveTag::Scatter, None)?;
+        let (parts, send) = send.parts(team.world.len() - 1)?;
+        // The root's own block (index 0) is empty.
+        let sends: Vec<&[u8]> = std::iter::once(&[][..])
+            .chain(parts.iter().map(|p| &send.bytes()[p.clone()]))
+            .collect();
+        let all = team.all();
+        all.complete(algorithms::scatter_varcount(&all, 0, Some(&sends), &mut []))
+            .await
     }
 
     /// Receives into `recv` this process's block of the scatter of the
@@ -589,15 +906,43 @@ impl Communicator {
         root: i32,
         recv: &mut R,
     ) -> Result<()> {
-        let result = (|| {
-            let mut output = Output::new(recv)?;
-            let team = self.rooted(Some(root))?;
-            let all = team.all();
-            all.run(|t| {
-                engine::block_on(algorithms::scatter_varcount(t, 0, None, output.bytes_mut()))
-            })?;
-            output.finish()
-        })();
-        self.handled(result)
+        self.blocking(self.scatter_varcount_from_remote_future(self.next_collective(), root, recv))
+    }
+
+    /// The non-blocking form of
+    /// [`Communicator::scatter_varcount_from_remote_group`]
+    /// (`MPI_Iscatterv`, §6.12): starts it and returns its request; the
+    /// buffer stays borrowed until it completes.
+    pub fn immediate_scatter_varcount_from_remote_group<'a, R: BufferMut + ?Sized>(
+        &self,
+        scope: &Scope<'a>,
+        root: i32,
+        recv: &'a mut R,
+    ) -> Result<Request<'a>> {
+        let comm = self.clone();
+        let sequence = comm.next_collective();
+        self.immediate(scope, async move {
+            comm.scatter_varcount_from_remote_future(sequence, root, recv)
+                .await
+        })
+    }
+
+    async fn scatter_varcount_from_remote_future<R: BufferMut + ?Sized>(
+        &self,
+        sequence: Sequence,
+        root: i32,
+        recv: &mut R,
+    ) -> Result<()> {
+        let mut output = Output::new(recv)?;
+        let team = self.rooted(sequence, CollectiveTag::Scatter, Some(root))?;
+        let all = team.all();
+        all.complete(algorithms::scatter_varcount(
+            &all,
+            0,
+            None,
+            output.bytes_mut(),
+        ))
+        .await?;
+        output.finish()
     }
 }

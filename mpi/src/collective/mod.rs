@@ -96,7 +96,11 @@
 //! reduce-scatter(-block), all-gather(v) and all-to-all(v, w) methods
 //! (and their non-blocking forms) work there with ranks and counts that
 //! address the remote group; the rooted ones are
-//! [`Communicator::reduce_from_remote_group`] and its kin.
+//! [`Communicator::reduce_from_remote_group`] at the root (`MPI_ROOT`),
+//! [`Communicator::reduce_to_remote_group`] in the other group and
+//! [`Communicator::pass_remote_group_collective`] at the root's group
+//! mates (`MPI_PROC_NULL`), and their kin, each with its `immediate_`
+//! form.
 
 pub(crate) mod algorithms;
 pub(crate) mod engine;
@@ -123,7 +127,7 @@ use op::{same_element_type, Reduction};
 use partition::{consecutive_blocks, disjoint_blocks, uniform_blocks};
 use schedule::{all_to_all_algorithm, AllToAllAlgorithm};
 use std::future::Future;
-use team::{CollectiveTag, Scratch};
+use team::{CollectiveTag, Scratch, Sequence};
 use typed::{Input, Output};
 
 /// Whether a collective runs to its end in the call (blocking) or is
@@ -195,7 +199,7 @@ impl Communicator {
     /// Waits until every process of the communicator has called it
     /// (`MPI_Barrier`, §6.3).
     pub fn barrier(&self) -> Result<()> {
-        self.blocking(self.barrier_future(Mode::Blocking))
+        self.blocking(self.barrier_future(self.next_collective(), Mode::Blocking))
     }
 
     /// The non-blocking form of [`Communicator::barrier`] (`MPI_Ibarrier`,
@@ -205,14 +209,15 @@ impl Communicator {
     /// requests of a scope).
     pub fn immediate_barrier<'a>(&self) -> Result<Request<'a>> {
         let comm = self.clone();
-        self.immediate_static(async move { comm.barrier_future(Mode::Immediate).await })
+        let sequence = comm.next_collective();
+        self.immediate_static(async move { comm.barrier_future(sequence, Mode::Immediate).await })
     }
 
-    async fn barrier_future(&self, mode: Mode) -> Result<()> {
+    async fn barrier_future(&self, sequence: Sequence, mode: Mode) -> Result<()> {
         if let Some(node) = self.node_for(mode, 0)? {
             return node.barrier();
         }
-        let team = self.team(CollectiveTag::Barrier)?;
+        let team = self.team(sequence, CollectiveTag::Barrier)?;
         team.complete(algorithms::barrier(&team)).await
     }
 
@@ -231,17 +236,18 @@ impl Communicator {
     /// [`Communicator::node_for`]), else by messages.
     async fn all_reduce_bytes(
         &self,
+        sequence: Sequence,
         acc: &mut [u8],
         red: &Reduction<'_>,
         mode: Mode,
     ) -> Result<()> {
         if self.is_inter_communicator() {
-            return self.inter_all_reduce(acc, red).await;
+            return self.inter_all_reduce(sequence, acc, red).await;
         }
         if let Some(node) = self.node_for(mode, acc.len())? {
             return node.all_reduce(acc, red);
         }
-        let team = self.team(CollectiveTag::AllReduce)?;
+        let team = self.team(sequence, CollectiveTag::AllReduce)?;
         team.complete(algorithms::all_reduce(&team, acc, red)).await
     }
 
@@ -249,6 +255,7 @@ impl Communicator {
     /// [`Communicator::all_reduce_bytes`] chooses the way.
     async fn reduce_bytes(
         &self,
+        sequence: Sequence,
         root: usize,
         acc: &mut [u8],
         red: &Reduction<'_>,
@@ -257,7 +264,7 @@ impl Communicator {
         if let Some(node) = self.node_for(mode, acc.len())? {
             return node.reduce(root, acc, red);
         }
-        let team = self.team(CollectiveTag::Reduce)?;
+        let team = self.team(sequence, CollectiveTag::Reduce)?;
         team.complete(algorithms::reduce(&team, root, acc, red))
             .await
     }
@@ -267,26 +274,35 @@ impl Communicator {
     /// group's.
     async fn reduce_scatter_bytes(
         &self,
+        sequence: Sequence,
         input: &[u8],
         blocks: &[std::ops::Range<usize>],
         out: &mut [u8],
         red: &Reduction<'_>,
     ) -> Result<()> {
         if self.is_inter_communicator() {
-            return self.inter_reduce_scatter(input, blocks, out, red).await;
+            return self
+                .inter_reduce_scatter(sequence, input, blocks, out, red)
+                .await;
         }
-        let team = self.team(CollectiveTag::ReduceScatter)?;
+        let team = self.team(sequence, CollectiveTag::ReduceScatter)?;
         team.complete(algorithms::reduce_scatter(&team, input, blocks, out, red))
             .await
     }
 
     /// Broadcasts `buf` from `root`, as
     /// [`Communicator::all_reduce_bytes`] chooses the way.
-    async fn broadcast_bytes(&self, root: usize, buf: &mut [u8], mode: Mode) -> Result<()> {
+    async fn broadcast_bytes(
+        &self,
+        sequence: Sequence,
+        root: usize,
+        buf: &mut [u8],
+        mode: Mode,
+    ) -> Result<()> {
         if let Some(node) = self.node_for(mode, buf.len())? {
             return node.broadcast(root, buf);
         }
-        let team = self.team(CollectiveTag::Broadcast)?;
+        let team = self.team(sequence, CollectiveTag::Broadcast)?;
         team.complete(algorithms::broadcast(&team, root, buf)).await
     }
 
@@ -298,7 +314,7 @@ impl Communicator {
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
-        self.blocking(self.all_gather_into_future(send, recv))
+        self.blocking(self.all_gather_into_future(self.next_collective(), send, recv))
     }
 
     /// The non-blocking form of [`Communicator::all_gather_into`]
@@ -315,12 +331,18 @@ impl Communicator {
         R: BufferMut + ?Sized,
     {
         let comm = self.clone();
+        let sequence = comm.next_collective();
         self.immediate(scope, async move {
-            comm.all_gather_into_future(send, recv).await
+            comm.all_gather_into_future(sequence, send, recv).await
         })
     }
 
-    async fn all_gather_into_future<S, R>(&self, send: &S, recv: &mut R) -> Result<()>
+    async fn all_gather_into_future<S, R>(
+        &self,
+        sequence: Sequence,
+        send: &S,
+        recv: &mut R,
+    ) -> Result<()>
     where
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
@@ -334,7 +356,7 @@ impl Communicator {
             let n = self.addressed_size();
             let block = block_of(recv.len(), n.max(1), element_type, "the receive buffer")?;
             let recvs = disjoint_blocks(recv.len(), &uniform_blocks(n, block))?.split(recv);
-            self.inter_all_to_all(&vec![send; n], recvs, all_to_all_algorithm(block))
+            self.inter_all_to_all(sequence, &vec![send; n], recvs, all_to_all_algorithm(block))
                 .await?;
             return output.finish();
         }
@@ -345,7 +367,7 @@ impl Communicator {
             element_type,
             "the receive buffer",
         )?;
-        let team = self.team(CollectiveTag::AllGather)?;
+        let team = self.team(sequence, CollectiveTag::AllGather)?;
         team.complete(algorithms::all_gather(&team, send, recv))
             .await?;
         output.finish()
@@ -355,7 +377,7 @@ impl Communicator {
     /// of `buf` (its rank's) is its input (`MPI_Allgather` with
     /// `MPI_IN_PLACE`).
     pub fn all_gather_in_place<R: BufferMut + ?Sized>(&self, buf: &mut R) -> Result<()> {
-        self.blocking(self.all_gather_in_place_future(buf))
+        self.blocking(self.all_gather_in_place_future(self.next_collective(), buf))
     }
 
     /// The non-blocking form of [`Communicator::all_gather_in_place`]
@@ -367,13 +389,17 @@ impl Communicator {
         buf: &'a mut R,
     ) -> Result<Request<'a>> {
         let comm = self.clone();
-        self.immediate(
-            scope,
-            async move { comm.all_gather_in_place_future(buf).await },
-        )
+        let sequence = comm.next_collective();
+        self.immediate(scope, async move {
+            comm.all_gather_in_place_future(sequence, buf).await
+        })
     }
 
-    async fn all_gather_in_place_future<R: BufferMut + ?Sized>(&self, buf: &mut R) -> Result<()> {
+    async fn all_gather_in_place_future<R: BufferMut + ?Sized>(
+        &self,
+        sequence: Sequence,
+        buf: &mut R,
+    ) -> Result<()> {
         let n = self.size() as usize;
         let mut output = Output::new(buf)?;
         let block = block_of(
@@ -385,7 +411,7 @@ impl Communicator {
         let buf = output.bytes_mut();
         let r = self.rank() as usize;
         let mine = buf[r * block..(r + 1) * block].to_vec();
-        let team = self.team(CollectiveTag::AllGather)?;
+        let team = self.team(sequence, CollectiveTag::AllGather)?;
         team.complete(algorithms::all_gather(&team, &mine, buf))
             .await?;
         output.finish()
@@ -405,7 +431,7 @@ impl Communicator {
         C: std::borrow::Borrow<[i32]>,
         D: std::borrow::Borrow<[i32]>,
     {
-        self.blocking(self.all_gather_varcount_into_future(send, recv))
+        self.blocking(self.all_gather_varcount_into_future(self.next_collective(), send, recv))
     }
 
     /// The non-blocking form of [`Communicator::all_gather_varcount_into`]
@@ -424,13 +450,16 @@ impl Communicator {
         D: std::borrow::Borrow<[i32]> + 'a,
     {
         let comm = self.clone();
+        let sequence = comm.next_collective();
         self.immediate(scope, async move {
-            comm.all_gather_varcount_into_future(send, &mut recv).await
+            comm.all_gather_varcount_into_future(sequence, send, &mut recv)
+                .await
         })
     }
 
     async fn all_gather_varcount_into_future<S, R, C, D>(
         &self,
+        sequence: Sequence,
         send: &S,
         recv: &mut PartitionMut<'_, R, C, D>,
     ) -> Result<()>
@@ -448,11 +477,16 @@ impl Communicator {
         let layout = disjoint_blocks(buf.len(), &parts)?;
         if self.is_inter_communicator() {
             let recvs = layout.split(buf);
-            self.inter_all_to_all(&vec![send.bytes(); n], recvs, AllToAllAlgorithm::Scattered)
-                .await?;
+            self.inter_all_to_all(
+                sequence,
+                &vec![send.bytes(); n],
+                recvs,
+                AllToAllAlgorithm::Scattered,
+            )
+            .await?;
             return output.finish();
         }
-        let team = self.team(CollectiveTag::AllGather)?;
+        let team = self.team(sequence, CollectiveTag::AllGather)?;
         team.complete(algorithms::all_gather_varcount(
             &team,
             Some(send.bytes()),
@@ -475,7 +509,7 @@ impl Communicator {
         C: std::borrow::Borrow<[i32]>,
         D: std::borrow::Borrow<[i32]>,
     {
-        self.blocking(self.all_gather_varcount_in_place_future(buf))
+        self.blocking(self.all_gather_varcount_in_place_future(self.next_collective(), buf))
     }
 
     /// The non-blocking form of
@@ -493,13 +527,16 @@ impl Communicator {
         D: std::borrow::Borrow<[i32]> + 'a,
     {
         let comm = self.clone();
+        let sequence = comm.next_collective();
         self.immediate(scope, async move {
-            comm.all_gather_varcount_in_place_future(&mut buf).await
+            comm.all_gather_varcount_in_place_future(sequence, &mut buf)
+                .await
         })
     }
 
     async fn all_gather_varcount_in_place_future<R, C, D>(
         &self,
+        sequence: Sequence,
         buf: &mut PartitionMut<'_, R, C, D>,
     ) -> Result<()>
     where
@@ -511,7 +548,7 @@ impl Communicator {
         let (parts, mut output) = buf.parts(n)?;
         let buf = output.bytes_mut();
         disjoint_blocks(buf.len(), &parts)?;
-        let team = self.team(CollectiveTag::AllGather)?;
+        let team = self.team(sequence, CollectiveTag::AllGather)?;
         team.complete(algorithms::all_gather_varcount(&team, None, &parts, buf))
             .await?;
         output.finish()
@@ -525,7 +562,7 @@ impl Communicator {
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
-        self.blocking(self.all_to_all_into_future(send, recv))
+        self.blocking(self.all_to_all_into_future(self.next_collective(), send, recv))
     }
 
     /// The non-blocking form of [`Communicator::all_to_all_into`]
@@ -542,12 +579,18 @@ impl Communicator {
         R: BufferMut + ?Sized,
     {
         let comm = self.clone();
+        let sequence = comm.next_collective();
         self.immediate(scope, async move {
-            comm.all_to_all_into_future(send, recv).await
+            comm.all_to_all_into_future(sequence, send, recv).await
         })
     }
 
-    async fn all_to_all_into_future<S, R>(&self, send: &S, recv: &mut R) -> Result<()>
+    async fn all_to_all_into_future<S, R>(
+        &self,
+        sequence: Sequence,
+        send: &S,
+        recv: &mut R,
+    ) -> Result<()>
     where
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
@@ -558,14 +601,14 @@ impl Communicator {
         let n = self.addressed_size();
         let block = block_of(send.len(), n.max(1), element_type, "the send buffer")?;
         expect_len(recv.len(), send.len(), element_type, "the receive buffer")?;
-        self.all_to_all_blocks(send, recv, block).await?;
+        self.all_to_all_blocks(sequence, send, recv, block).await?;
         output.finish()
     }
 
     /// [`Communicator::all_to_all_into`] in place: `buf` is sent and then
     /// replaced (`MPI_Alltoall` with `MPI_IN_PLACE`).
     pub fn all_to_all_in_place<R: BufferMut + ?Sized>(&self, buf: &mut R) -> Result<()> {
-        self.blocking(self.all_to_all_in_place_future(buf))
+        self.blocking(self.all_to_all_in_place_future(self.next_collective(), buf))
     }
 
     /// The non-blocking form of [`Communicator::all_to_all_in_place`]
@@ -577,13 +620,17 @@ impl Communicator {
         buf: &'a mut R,
     ) -> Result<Request<'a>> {
         let comm = self.clone();
-        self.immediate(
-            scope,
-            async move { comm.all_to_all_in_place_future(buf).await },
-        )
+        let sequence = comm.next_collective();
+        self.immediate(scope, async move {
+            comm.all_to_all_in_place_future(sequence, buf).await
+        })
     }
 
-    async fn all_to_all_in_place_future<R: BufferMut + ?Sized>(&self, buf: &mut R) -> Result<()> {
+    async fn all_to_all_in_place_future<R: BufferMut + ?Sized>(
+        &self,
+        sequence: Sequence,
+        buf: &mut R,
+    ) -> Result<()> {
         self.require_intra("an in-place all-to-all")?;
         let n = self.size() as usize;
         let mut output = Output::new(buf)?;
@@ -595,15 +642,21 @@ impl Communicator {
         )?;
         let buf = output.bytes_mut();
         let send = buf.to_vec();
-        self.all_to_all_blocks(&send, buf, block).await?;
+        self.all_to_all_blocks(sequence, &send, buf, block).await?;
         output.finish()
     }
 
-    async fn all_to_all_blocks(&self, send: &[u8], recv: &mut [u8], block: usize) -> Result<()> {
+    async fn all_to_all_blocks(
+        &self,
+        sequence: Sequence,
+        send: &[u8],
+        recv: &mut [u8],
+        block: usize,
+    ) -> Result<()> {
         let parts = uniform_blocks(self.addressed_size(), block);
         let sends: Vec<&[u8]> = parts.iter().map(|p| &send[p.clone()]).collect();
         let recvs = disjoint_blocks(recv.len(), &parts)?.split(recv);
-        self.all_to_all_bytes(&sends, recvs, all_to_all_algorithm(block))
+        self.all_to_all_bytes(sequence, &sends, recvs, all_to_all_algorithm(block))
             .await
     }
 
@@ -611,14 +664,17 @@ impl Communicator {
     /// (the remote group's on an intercommunicator).
     async fn all_to_all_bytes(
         &self,
+        sequence: Sequence,
         sends: &[&[u8]],
         recvs: Vec<&mut [u8]>,
         algorithm: AllToAllAlgorithm,
     ) -> Result<()> {
         if self.is_inter_communicator() {
-            return self.inter_all_to_all(sends, recvs, algorithm).await;
+            return self
+                .inter_all_to_all(sequence, sends, recvs, algorithm)
+                .await;
         }
-        let team = self.team(CollectiveTag::AllToAll)?;
+        let team = self.team(sequence, CollectiveTag::AllToAll)?;
         team.complete(algorithms::all_to_all(&team, sends, recvs, algorithm))
             .await
     }
@@ -639,7 +695,7 @@ impl Communicator {
         RC: std::borrow::Borrow<[i32]>,
         RD: std::borrow::Borrow<[i32]>,
     {
-        self.blocking(self.all_to_all_varcount_into_future(send, recv))
+        self.blocking(self.all_to_all_varcount_into_future(self.next_collective(), send, recv))
     }
 
     /// The non-blocking form of [`Communicator::all_to_all_varcount_into`]
@@ -660,13 +716,16 @@ impl Communicator {
         RD: std::borrow::Borrow<[i32]> + 'a,
     {
         let comm = self.clone();
+        let sequence = comm.next_collective();
         self.immediate(scope, async move {
-            comm.all_to_all_varcount_into_future(&send, &mut recv).await
+            comm.all_to_all_varcount_into_future(sequence, &send, &mut recv)
+                .await
         })
     }
 
     async fn all_to_all_varcount_into_future<S, SC, SD, R, RC, RD>(
         &self,
+        sequence: Sequence,
         send: &Partition<'_, S, SC, SD>,
         recv: &mut PartitionMut<'_, R, RC, RD>,
     ) -> Result<()>
@@ -688,7 +747,7 @@ impl Communicator {
             .iter()
             .map(|p| &send.bytes()[p.clone()])
             .collect();
-        self.all_to_all_bytes(&sends, recvs, AllToAllAlgorithm::Scattered)
+        self.all_to_all_bytes(sequence, &sends, recvs, AllToAllAlgorithm::Scattered)
             .await?;
         output.finish()
     }
@@ -706,7 +765,7 @@ impl Communicator {
         C: std::borrow::Borrow<[i32]>,
         D: std::borrow::Borrow<[i32]>,
     {
-        self.blocking(self.all_to_all_varcount_in_place_future(buf))
+        self.blocking(self.all_to_all_varcount_in_place_future(self.next_collective(), buf))
     }
 
     /// The non-blocking form of
@@ -724,13 +783,16 @@ impl Communicator {
         D: std::borrow::Borrow<[i32]> + 'a,
     {
         let comm = self.clone();
+        let sequence = comm.next_collective();
         self.immediate(scope, async move {
-            comm.all_to_all_varcount_in_place_future(&mut buf).await
+            comm.all_to_all_varcount_in_place_future(sequence, &mut buf)
+                .await
         })
     }
 
     async fn all_to_all_varcount_in_place_future<R, C, D>(
         &self,
+        sequence: Sequence,
         buf: &mut PartitionMut<'_, R, C, D>,
     ) -> Result<()>
     where
@@ -745,7 +807,7 @@ impl Communicator {
         let send = buf.to_vec();
         let sends: Vec<&[u8]> = parts.iter().map(|p| &send[p.clone()]).collect();
         let recvs = layout.split(buf);
-        let team = self.team(CollectiveTag::AllToAll)?;
+        let team = self.team(sequence, CollectiveTag::AllToAll)?;
         team.complete(algorithms::all_to_all(
             &team,
             &sends,
@@ -766,7 +828,7 @@ impl Communicator {
         send: &[&dyn Buffer],
         recv: &mut [&mut dyn BufferMut],
     ) -> Result<()> {
-        self.blocking(self.all_to_all_w_into_future(send, recv))
+        self.blocking(self.all_to_all_w_into_future(self.next_collective(), send, recv))
     }
 
     /// The non-blocking form of [`Communicator::all_to_all_w_into`]
@@ -779,13 +841,15 @@ impl Communicator {
         recv: &'a mut [&'a mut dyn BufferMut],
     ) -> Result<Request<'a>> {
         let comm = self.clone();
+        let sequence = comm.next_collective();
         self.immediate(scope, async move {
-            comm.all_to_all_w_into_future(send, recv).await
+            comm.all_to_all_w_into_future(sequence, send, recv).await
         })
     }
 
     async fn all_to_all_w_into_future(
         &self,
+        sequence: Sequence,
         send: &[&dyn Buffer],
         recv: &mut [&mut dyn BufferMut],
     ) -> Result<()> {
@@ -807,7 +871,7 @@ impl Communicator {
             .collect::<Result<Vec<_>>>()?;
         let sends: Vec<&[u8]> = inputs.iter().map(Input::bytes).collect();
         let recvs: Vec<&mut [u8]> = outputs.iter_mut().map(Output::bytes_mut).collect();
-        self.all_to_all_bytes(&sends, recvs, AllToAllAlgorithm::Scattered)
+        self.all_to_all_bytes(sequence, &sends, recvs, AllToAllAlgorithm::Scattered)
             .await?;
         outputs.into_iter().try_for_each(Output::finish)
     }
@@ -816,7 +880,7 @@ impl Communicator {
     /// rank `i` and then replaced by what it sends (`MPI_Alltoallw` with
     /// `MPI_IN_PLACE`).
     pub fn all_to_all_w_in_place(&self, bufs: &mut [&mut dyn BufferMut]) -> Result<()> {
-        self.blocking(self.all_to_all_w_in_place_future(bufs))
+        self.blocking(self.all_to_all_w_in_place_future(self.next_collective(), bufs))
     }
 
     /// The non-blocking form of [`Communicator::all_to_all_w_in_place`]
@@ -828,12 +892,17 @@ impl Communicator {
         bufs: &'a mut [&'a mut dyn BufferMut],
     ) -> Result<Request<'a>> {
         let comm = self.clone();
+        let sequence = comm.next_collective();
         self.immediate(scope, async move {
-            comm.all_to_all_w_in_place_future(bufs).await
+            comm.all_to_all_w_in_place_future(sequence, bufs).await
         })
     }
 
-    async fn all_to_all_w_in_place_future(&self, bufs: &mut [&mut dyn BufferMut]) -> Result<()> {
+    async fn all_to_all_w_in_place_future(
+        &self,
+        sequence: Sequence,
+        bufs: &mut [&mut dyn BufferMut],
+    ) -> Result<()> {
         let n = self.size() as usize;
         if bufs.len() != n {
             return Err(count_error(format!(
@@ -848,7 +917,7 @@ impl Communicator {
         let copies: Vec<Vec<u8>> = outputs.iter_mut().map(|o| o.bytes_mut().to_vec()).collect();
         let sends: Vec<&[u8]> = copies.iter().map(Vec::as_slice).collect();
         let recvs: Vec<&mut [u8]> = outputs.iter_mut().map(Output::bytes_mut).collect();
-        let team = self.team(CollectiveTag::AllToAll)?;
+        let team = self.team(sequence, CollectiveTag::AllToAll)?;
         team.complete(algorithms::all_to_all(
             &team,
             &sends,
@@ -867,7 +936,13 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        self.blocking(self.all_reduce_into_future(send, recv, op, Mode::Blocking))
+        self.blocking(self.all_reduce_into_future(
+            self.next_collective(),
+            send,
+            recv,
+            op,
+            Mode::Blocking,
+        ))
     }
 
     /// The non-blocking form of [`Communicator::all_reduce_into`]
@@ -886,14 +961,16 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
+        let sequence = comm.next_collective();
         self.immediate(scope, async move {
-            comm.all_reduce_into_future(send, recv, op, Mode::Immediate)
+            comm.all_reduce_into_future(sequence, send, recv, op, Mode::Immediate)
                 .await
         })
     }
 
     async fn all_reduce_into_future<S, R, O>(
         &self,
+        sequence: Sequence,
         send: &S,
         recv: &mut R,
         op: O,
@@ -908,7 +985,7 @@ impl Communicator {
         let element_type = same_element_type(send.element_type(), output.element_type())?;
         let red = Reduction::new(&op, element_type)?;
         let recv = copy_input(send.bytes(), output.bytes_mut(), element_type)?;
-        self.all_reduce_bytes(recv, &red, mode).await?;
+        self.all_reduce_bytes(sequence, recv, &red, mode).await?;
         output.finish()
     }
 
@@ -919,7 +996,12 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        self.blocking(self.all_reduce_in_place_future(buf, op, Mode::Blocking))
+        self.blocking(self.all_reduce_in_place_future(
+            self.next_collective(),
+            buf,
+            op,
+            Mode::Blocking,
+        ))
     }
 
     /// The non-blocking form of [`Communicator::all_reduce_in_place`]
@@ -936,13 +1018,20 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
+        let sequence = comm.next_collective();
         self.immediate(scope, async move {
-            comm.all_reduce_in_place_future(buf, op, Mode::Immediate)
+            comm.all_reduce_in_place_future(sequence, buf, op, Mode::Immediate)
                 .await
         })
     }
 
-    async fn all_reduce_in_place_future<R, O>(&self, buf: &mut R, op: O, mode: Mode) -> Result<()>
+    async fn all_reduce_in_place_future<R, O>(
+        &self,
+        sequence: Sequence,
+        buf: &mut R,
+        op: O,
+        mode: Mode,
+    ) -> Result<()>
     where
         R: BufferMut + ?Sized,
         O: Operation,
@@ -950,7 +1039,7 @@ impl Communicator {
         self.require_intra("an in-place all-reduce")?;
         let mut output = Output::new(buf)?;
         let red = Reduction::new(&op, output.element_type())?;
-        self.all_reduce_bytes(output.bytes_mut(), &red, mode)
+        self.all_reduce_bytes(sequence, output.bytes_mut(), &red, mode)
             .await?;
         output.finish()
     }
@@ -964,7 +1053,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        self.blocking(self.reduce_scatter_block_into_future(send, recv, op))
+        self.blocking(self.reduce_scatter_block_into_future(self.next_collective(), send, recv, op))
     }
 
     /// The non-blocking form of [`Communicator::reduce_scatter_block_into`]
@@ -983,13 +1072,16 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
+        let sequence = comm.next_collective();
         self.immediate(scope, async move {
-            comm.reduce_scatter_block_into_future(send, recv, op).await
+            comm.reduce_scatter_block_into_future(sequence, send, recv, op)
+                .await
         })
     }
 
     async fn reduce_scatter_block_into_future<S, R, O>(
         &self,
+        sequence: Sequence,
         send: &S,
         recv: &mut R,
         op: O,
@@ -1006,7 +1098,8 @@ impl Communicator {
         let n = self.size() as usize;
         expect_len(send.len(), n * recv.len(), element_type, "the send buffer")?;
         let parts = uniform_blocks(n, recv.len());
-        self.reduce_scatter_bytes(send, &parts, recv, &red).await?;
+        self.reduce_scatter_bytes(sequence, send, &parts, recv, &red)
+            .await?;
         output.finish()
     }
 
@@ -1019,7 +1112,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        self.blocking(self.reduce_scatter_block_in_place_future(buf, op))
+        self.blocking(self.reduce_scatter_block_in_place_future(self.next_collective(), buf, op))
     }
 
     /// The non-blocking form of
@@ -1037,12 +1130,19 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
+        let sequence = comm.next_collective();
         self.immediate(scope, async move {
-            comm.reduce_scatter_block_in_place_future(buf, op).await
+            comm.reduce_scatter_block_in_place_future(sequence, buf, op)
+                .await
         })
     }
 
-    async fn reduce_scatter_block_in_place_future<R, O>(&self, buf: &mut R, op: O) -> Result<()>
+    async fn reduce_scatter_block_in_place_future<R, O>(
+        &self,
+        sequence: Sequence,
+        buf: &mut R,
+        op: O,
+    ) -> Result<()>
     where
         R: BufferMut + ?Sized,
         O: Operation,
@@ -1059,7 +1159,7 @@ impl Communicator {
         let buf = output.bytes_mut();
         let input = buf.to_vec();
         let parts = uniform_blocks(n, block);
-        let team = self.team(CollectiveTag::ReduceScatter)?;
+        let team = self.team(sequence, CollectiveTag::ReduceScatter)?;
         team.complete(algorithms::reduce_scatter(
             &team,
             &input,
@@ -1087,7 +1187,13 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        self.blocking(self.reduce_scatter_into_future(send, recv, counts, op))
+        self.blocking(self.reduce_scatter_into_future(
+            self.next_collective(),
+            send,
+            recv,
+            counts,
+            op,
+        ))
     }
 
     /// The non-blocking form of [`Communicator::reduce_scatter_into`]
@@ -1107,14 +1213,16 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
+        let sequence = comm.next_collective();
         self.immediate(scope, async move {
-            comm.reduce_scatter_into_future(send, recv, counts, op)
+            comm.reduce_scatter_into_future(sequence, send, recv, counts, op)
                 .await
         })
     }
 
     async fn reduce_scatter_into_future<S, R, O>(
         &self,
+        sequence: Sequence,
         send: &S,
         recv: &mut R,
         counts: &[i32],
@@ -1134,7 +1242,8 @@ impl Communicator {
         expect_len(send.len(), total, element_type, "the send buffer")?;
         let mine = parts[self.rank() as usize].len();
         expect_len(recv.len(), mine, element_type, "the receive buffer")?;
-        self.reduce_scatter_bytes(send, &parts, recv, &red).await?;
+        self.reduce_scatter_bytes(sequence, send, &parts, recv, &red)
+            .await?;
         output.finish()
     }
 
@@ -1146,7 +1255,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        self.blocking(self.reduce_scatter_in_place_future(buf, counts, op))
+        self.blocking(self.reduce_scatter_in_place_future(self.next_collective(), buf, counts, op))
     }
 
     /// The non-blocking form of [`Communicator::reduce_scatter_in_place`]
@@ -1164,13 +1273,16 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
+        let sequence = comm.next_collective();
         self.immediate(scope, async move {
-            comm.reduce_scatter_in_place_future(buf, counts, op).await
+            comm.reduce_scatter_in_place_future(sequence, buf, counts, op)
+                .await
         })
     }
 
     async fn reduce_scatter_in_place_future<R, O>(
         &self,
+        sequence: Sequence,
         buf: &mut R,
         counts: &[i32],
         op: O,
@@ -1188,7 +1300,7 @@ impl Communicator {
         expect_len(buf.len(), total, element_type, "the buffer")?;
         let input = buf.to_vec();
         let mine = parts[self.rank() as usize].len();
-        let team = self.team(CollectiveTag::ReduceScatter)?;
+        let team = self.team(sequence, CollectiveTag::ReduceScatter)?;
         team.complete(algorithms::reduce_scatter(
             &team,
             &input,
@@ -1208,7 +1320,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        self.blocking(self.scan_into_future(send, recv, op))
+        self.blocking(self.scan_into_future(self.next_collective(), send, recv, op))
     }
 
     /// The non-blocking form of [`Communicator::scan_into`] (`MPI_Iscan`,
@@ -1227,13 +1339,19 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
-        self.immediate(
-            scope,
-            async move { comm.scan_into_future(send, recv, op).await },
-        )
+        let sequence = comm.next_collective();
+        self.immediate(scope, async move {
+            comm.scan_into_future(sequence, send, recv, op).await
+        })
     }
 
-    async fn scan_into_future<S, R, O>(&self, send: &S, recv: &mut R, op: O) -> Result<()>
+    async fn scan_into_future<S, R, O>(
+        &self,
+        sequence: Sequence,
+        send: &S,
+        recv: &mut R,
+        op: O,
+    ) -> Result<()>
     where
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
@@ -1243,7 +1361,7 @@ impl Communicator {
         let element_type = same_element_type(send.element_type(), output.element_type())?;
         let red = Reduction::new(&op, element_type)?;
         let recv = copy_input(send.bytes(), output.bytes_mut(), element_type)?;
-        let team = self.team(CollectiveTag::Scan)?;
+        let team = self.team(sequence, CollectiveTag::Scan)?;
         team.complete(algorithms::scan(&team, recv, &red)).await?;
         output.finish()
     }
@@ -1255,7 +1373,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        self.blocking(self.scan_in_place_future(buf, op))
+        self.blocking(self.scan_in_place_future(self.next_collective(), buf, op))
     }
 
     /// The non-blocking form of [`Communicator::scan_in_place`] (`MPI_Iscan`,
@@ -1272,20 +1390,20 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
-        self.immediate(
-            scope,
-            async move { comm.scan_in_place_future(buf, op).await },
-        )
+        let sequence = comm.next_collective();
+        self.immediate(scope, async move {
+            comm.scan_in_place_future(sequence, buf, op).await
+        })
     }
 
-    async fn scan_in_place_future<R, O>(&self, buf: &mut R, op: O) -> Result<()>
+    async fn scan_in_place_future<R, O>(&self, sequence: Sequence, buf: &mut R, op: O) -> Result<()>
     where
         R: BufferMut + ?Sized,
         O: Operation,
     {
         let mut output = Output::new(buf)?;
         let red = Reduction::new(&op, output.element_type())?;
-        let team = self.team(CollectiveTag::Scan)?;
+        let team = self.team(sequence, CollectiveTag::Scan)?;
         team.complete(algorithms::scan(&team, output.bytes_mut(), &red))
             .await?;
         output.finish()
@@ -1300,7 +1418,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        self.blocking(self.exclusive_scan_into_future(send, recv, op))
+        self.blocking(self.exclusive_scan_into_future(self.next_collective(), send, recv, op))
     }
 
     /// The non-blocking form of [`Communicator::exclusive_scan_into`]
@@ -1319,12 +1437,20 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
+        let sequence = comm.next_collective();
         self.immediate(scope, async move {
-            comm.exclusive_scan_into_future(send, recv, op).await
+            comm.exclusive_scan_into_future(sequence, send, recv, op)
+                .await
         })
     }
 
-    async fn exclusive_scan_into_future<S, R, O>(&self, send: &S, recv: &mut R, op: O) -> Result<()>
+    async fn exclusive_scan_into_future<S, R, O>(
+        &self,
+        sequence: Sequence,
+        send: &S,
+        recv: &mut R,
+        op: O,
+    ) -> Result<()>
     where
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
@@ -1335,7 +1461,7 @@ impl Communicator {
         let red = Reduction::new(&op, element_type)?;
         let (send, recv) = (send.bytes(), output.bytes_mut());
         expect_len(recv.len(), send.len(), element_type, "the receive buffer")?;
-        let team = self.team(CollectiveTag::ExclusiveScan)?;
+        let team = self.team(sequence, CollectiveTag::ExclusiveScan)?;
         team.complete(algorithms::exclusive_scan(&team, send, recv, &red))
             .await?;
         output.finish()
@@ -1349,7 +1475,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        self.blocking(self.exclusive_scan_in_place_future(buf, op))
+        self.blocking(self.exclusive_scan_in_place_future(self.next_collective(), buf, op))
     }
 
     /// The non-blocking form of [`Communicator::exclusive_scan_in_place`]
@@ -1366,12 +1492,18 @@ impl Communicator {
         O: Operation + 'a,
     {
         let comm = self.clone();
+        let sequence = comm.next_collective();
         self.immediate(scope, async move {
-            comm.exclusive_scan_in_place_future(buf, op).await
+            comm.exclusive_scan_in_place_future(sequence, buf, op).await
         })
     }
 
-    async fn exclusive_scan_in_place_future<R, O>(&self, buf: &mut R, op: O) -> Result<()>
+    async fn exclusive_scan_in_place_future<R, O>(
+        &self,
+        sequence: Sequence,
+        buf: &mut R,
+        op: O,
+    ) -> Result<()>
     where
         R: BufferMut + ?Sized,
         O: Operation,
@@ -1380,7 +1512,7 @@ impl Communicator {
         let red = Reduction::new(&op, output.element_type())?;
         let buf = output.bytes_mut();
         let mine = buf.to_vec();
-        let team = self.team(CollectiveTag::ExclusiveScan)?;
+        let team = self.team(sequence, CollectiveTag::ExclusiveScan)?;
         team.complete(algorithms::exclusive_scan(&team, &mine, buf, &red))
             .await?;
         output.finish()
@@ -1434,8 +1566,11 @@ impl Process<'_> {
     /// Broadcasts the root's `buf` into every other process's `buf`
     /// (`MPI_Bcast`, §6.4). Called by every process, the root included.
     pub fn broadcast_into<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<()> {
-        self.comm
-            .blocking(self.broadcast_into_future(buf, Mode::Blocking))
+        self.comm.blocking(self.broadcast_into_future(
+            self.comm.next_collective(),
+            buf,
+            Mode::Blocking,
+        ))
     }
 
     /// The non-blocking form of [`Process::broadcast_into`] (`MPI_Ibcast`,
@@ -1447,15 +1582,17 @@ impl Process<'_> {
         buf: &'a mut B,
     ) -> Result<Request<'a>> {
         let (comm, rank) = (self.comm.clone(), self.rank);
+        let sequence = comm.next_collective();
         self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
-                .broadcast_into_future(buf, Mode::Immediate)
+                .broadcast_into_future(sequence, buf, Mode::Immediate)
                 .await
         })
     }
 
     async fn broadcast_into_future<B: BufferMut + ?Sized>(
         &self,
+        sequence: Sequence,
         buf: &mut B,
         mode: Mode,
     ) -> Result<()> {
@@ -1463,7 +1600,7 @@ impl Process<'_> {
         let root = self.root(at_root)?;
         let mut output = Output::new(buf)?;
         self.comm
-            .broadcast_bytes(root, output.bytes_mut(), mode)
+            .broadcast_bytes(sequence, root, output.bytes_mut(), mode)
             .await?;
         output.finish()
     }
@@ -1471,7 +1608,8 @@ impl Process<'_> {
     /// This process's part of a gather to this root (`MPI_Gather`, §6.5),
     /// at every process but the root: sends `send`.
     pub fn gather_into<S: Buffer + ?Sized>(&self, send: &S) -> Result<()> {
-        self.comm.blocking(self.gather_into_future(send))
+        self.comm
+            .blocking(self.gather_into_future(self.comm.next_collective(), send))
     }
 
     /// The non-blocking form of [`Process::gather_into`] (`MPI_Igather`,
@@ -1483,14 +1621,21 @@ impl Process<'_> {
         send: &'a S,
     ) -> Result<Request<'a>> {
         let (comm, rank) = (self.comm.clone(), self.rank);
+        let sequence = comm.next_collective();
         self.comm.immediate(scope, async move {
-            comm.process_at_rank(rank).gather_into_future(send).await
+            comm.process_at_rank(rank)
+                .gather_into_future(sequence, send)
+                .await
         })
     }
 
-    async fn gather_into_future<S: Buffer + ?Sized>(&self, send: &S) -> Result<()> {
+    async fn gather_into_future<S: Buffer + ?Sized>(
+        &self,
+        sequence: Sequence,
+        send: &S,
+    ) -> Result<()> {
         let root = self.root(false)?;
-        let team = self.comm.team(CollectiveTag::Gather)?;
+        let team = self.comm.team(sequence, CollectiveTag::Gather)?;
         let send = Input::new(send)?;
         team.complete(algorithms::gather(&team, root, send.bytes(), None))
             .await
@@ -1503,7 +1648,8 @@ impl Process<'_> {
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
-        self.comm.blocking(self.gather_into_root_future(send, recv))
+        self.comm
+            .blocking(self.gather_into_root_future(self.comm.next_collective(), send, recv))
     }
 
     /// The non-blocking form of [`Process::gather_into_root`] (`MPI_Igather`,
@@ -1520,14 +1666,20 @@ impl Process<'_> {
         R: BufferMut + ?Sized,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
+        let sequence = comm.next_collective();
         self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
-                .gather_into_root_future(send, recv)
+                .gather_into_root_future(sequence, send, recv)
                 .await
         })
     }
 
-    async fn gather_into_root_future<S, R>(&self, send: &S, recv: &mut R) -> Result<()>
+    async fn gather_into_root_future<S, R>(
+        &self,
+        sequence: Sequence,
+        send: &S,
+        recv: &mut R,
+    ) -> Result<()>
     where
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
@@ -1543,7 +1695,7 @@ impl Process<'_> {
             element_type,
             "the receive buffer",
         )?;
-        let team = self.comm.team(CollectiveTag::Gather)?;
+        let team = self.comm.team(sequence, CollectiveTag::Gather)?;
         team.complete(algorithms::gather(&team, root, send, Some(recv)))
             .await?;
         output.finish()
@@ -1553,7 +1705,7 @@ impl Process<'_> {
     /// `recv` is its input (`MPI_Gather` with `MPI_IN_PLACE`).
     pub fn gather_into_root_in_place<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<()> {
         self.comm
-            .blocking(self.gather_into_root_in_place_future(recv))
+            .blocking(self.gather_into_root_in_place_future(self.comm.next_collective(), recv))
     }
 
     /// The non-blocking form of [`Process::gather_into_root_in_place`]
@@ -1565,15 +1717,17 @@ impl Process<'_> {
         recv: &'a mut R,
     ) -> Result<Request<'a>> {
         let (comm, rank) = (self.comm.clone(), self.rank);
+        let sequence = comm.next_collective();
         self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
-                .gather_into_root_in_place_future(recv)
+                .gather_into_root_in_place_future(sequence, recv)
                 .await
         })
     }
 
     async fn gather_into_root_in_place_future<R: BufferMut + ?Sized>(
         &self,
+        sequence: Sequence,
         recv: &mut R,
     ) -> Result<()> {
         let root = self.root(true)?;
@@ -1587,7 +1741,7 @@ impl Process<'_> {
         )?;
         let recv = output.bytes_mut();
         let mine = recv[root * block..(root + 1) * block].to_vec();
-        let team = self.comm.team(CollectiveTag::Gather)?;
+        let team = self.comm.team(sequence, CollectiveTag::Gather)?;
         team.complete(algorithms::gather(&team, root, &mine, Some(recv)))
             .await?;
         output.finish()
@@ -1597,7 +1751,8 @@ impl Process<'_> {
     /// (`MPI_Gatherv`, §6.5), at every process but the root: sends
     /// `send`.
     pub fn gather_varcount_into<S: Buffer + ?Sized>(&self, send: &S) -> Result<()> {
-        self.comm.blocking(self.gather_varcount_into_future(send))
+        self.comm
+            .blocking(self.gather_varcount_into_future(self.comm.next_collective(), send))
     }
 
     /// The non-blocking form of [`Process::gather_varcount_into`]
@@ -1609,16 +1764,21 @@ impl Process<'_> {
         send: &'a S,
     ) -> Result<Request<'a>> {
         let (comm, rank) = (self.comm.clone(), self.rank);
+        let sequence = comm.next_collective();
         self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
-                .gather_varcount_into_future(send)
+                .gather_varcount_into_future(sequence, send)
                 .await
         })
     }
 
-    async fn gather_varcount_into_future<S: Buffer + ?Sized>(&self, send: &S) -> Result<()> {
+    async fn gather_varcount_into_future<S: Buffer + ?Sized>(
+        &self,
+        sequence: Sequence,
+        send: &S,
+    ) -> Result<()> {
         let root = self.root(false)?;
-        let team = self.comm.team(CollectiveTag::Gather)?;
+        let team = self.comm.team(sequence, CollectiveTag::Gather)?;
         let send = Input::new(send)?;
         team.complete(algorithms::gather_varcount(&team, root, send.bytes(), None))
             .await
@@ -1638,8 +1798,11 @@ impl Process<'_> {
         C: std::borrow::Borrow<[i32]>,
         D: std::borrow::Borrow<[i32]>,
     {
-        self.comm
-            .blocking(self.gather_varcount_into_root_future(send, recv))
+        self.comm.blocking(self.gather_varcount_into_root_future(
+            self.comm.next_collective(),
+            send,
+            recv,
+        ))
     }
 
     /// The non-blocking form of [`Process::gather_varcount_into_root`]
@@ -1658,15 +1821,17 @@ impl Process<'_> {
         D: std::borrow::Borrow<[i32]> + 'a,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
+        let sequence = comm.next_collective();
         self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
-                .gather_varcount_into_root_future(send, &mut recv)
+                .gather_varcount_into_root_future(sequence, send, &mut recv)
                 .await
         })
     }
 
     async fn gather_varcount_into_root_future<S, R, C, D>(
         &self,
+        sequence: Sequence,
         send: &S,
         recv: &mut PartitionMut<'_, R, C, D>,
     ) -> Result<()>
@@ -1683,7 +1848,7 @@ impl Process<'_> {
         let (parts, mut output) = recv.parts(n)?;
         let recv = output.bytes_mut();
         let recvs = disjoint_blocks(recv.len(), &parts)?.split(recv);
-        let team = self.comm.team(CollectiveTag::Gather)?;
+        let team = self.comm.team(sequence, CollectiveTag::Gather)?;
         team.complete(algorithms::gather_varcount(
             &team,
             root,
@@ -1705,8 +1870,9 @@ impl Process<'_> {
         C: std::borrow::Borrow<[i32]>,
         D: std::borrow::Borrow<[i32]>,
     {
-        self.comm
-            .blocking(self.gather_varcount_into_root_in_place_future(recv))
+        self.comm.blocking(
+            self.gather_varcount_into_root_in_place_future(self.comm.next_collective(), recv),
+        )
     }
 
     /// The non-blocking form of
@@ -1724,15 +1890,17 @@ impl Process<'_> {
         D: std::borrow::Borrow<[i32]> + 'a,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
+        let sequence = comm.next_collective();
         self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
-                .gather_varcount_into_root_in_place_future(&mut recv)
+                .gather_varcount_into_root_in_place_future(sequence, &mut recv)
                 .await
         })
     }
 
     async fn gather_varcount_into_root_in_place_future<R, C, D>(
         &self,
+        sequence: Sequence,
         recv: &mut PartitionMut<'_, R, C, D>,
     ) -> Result<()>
     where
@@ -1746,7 +1914,7 @@ impl Process<'_> {
         let recv = output.bytes_mut();
         let mine = recv[parts[root].clone()].to_vec();
         let recvs = disjoint_blocks(recv.len(), &parts)?.split(recv);
-        let team = self.comm.team(CollectiveTag::Gather)?;
+        let team = self.comm.team(sequence, CollectiveTag::Gather)?;
         team.complete(algorithms::gather_varcount(&team, root, &mine, Some(recvs)))
             .await?;
         output.finish()
@@ -1755,7 +1923,8 @@ impl Process<'_> {
     /// This process's part of a scatter from this root (`MPI_Scatter`,
     /// §6.6), at every process but the root: `recv` receives its block.
     pub fn scatter_into<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<()> {
-        self.comm.blocking(self.scatter_into_future(recv))
+        self.comm
+            .blocking(self.scatter_into_future(self.comm.next_collective(), recv))
     }
 
     /// The non-blocking form of [`Process::scatter_into`] (`MPI_Iscatter`,
@@ -1767,14 +1936,21 @@ impl Process<'_> {
         recv: &'a mut R,
     ) -> Result<Request<'a>> {
         let (comm, rank) = (self.comm.clone(), self.rank);
+        let sequence = comm.next_collective();
         self.comm.immediate(scope, async move {
-            comm.process_at_rank(rank).scatter_into_future(recv).await
+            comm.process_at_rank(rank)
+                .scatter_into_future(sequence, recv)
+                .await
         })
     }
 
-    async fn scatter_into_future<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<()> {
+    async fn scatter_into_future<R: BufferMut + ?Sized>(
+        &self,
+        sequence: Sequence,
+        recv: &mut R,
+    ) -> Result<()> {
         let root = self.root(false)?;
-        let team = self.comm.team(CollectiveTag::Scatter)?;
+        let team = self.comm.team(sequence, CollectiveTag::Scatter)?;
         let mut output = Output::new(recv)?;
         team.complete(algorithms::scatter(&team, root, None, output.bytes_mut()))
             .await?;
@@ -1790,7 +1966,7 @@ impl Process<'_> {
         R: BufferMut + ?Sized,
     {
         self.comm
-            .blocking(self.scatter_into_root_future(send, recv))
+            .blocking(self.scatter_into_root_future(self.comm.next_collective(), send, recv))
     }
 
     /// The non-blocking form of [`Process::scatter_into_root`]
@@ -1807,14 +1983,20 @@ impl Process<'_> {
         R: BufferMut + ?Sized,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
+        let sequence = comm.next_collective();
         self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
-                .scatter_into_root_future(send, recv)
+                .scatter_into_root_future(sequence, send, recv)
                 .await
         })
     }
 
-    async fn scatter_into_root_future<S, R>(&self, send: &S, recv: &mut R) -> Result<()>
+    async fn scatter_into_root_future<S, R>(
+        &self,
+        sequence: Sequence,
+        send: &S,
+        recv: &mut R,
+    ) -> Result<()>
     where
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
@@ -1825,7 +2007,7 @@ impl Process<'_> {
         let (send, recv) = (send.bytes(), output.bytes_mut());
         let n = self.comm.size() as usize;
         expect_len(send.len(), n * recv.len(), element_type, "the send buffer")?;
-        let team = self.comm.team(CollectiveTag::Scatter)?;
+        let team = self.comm.team(sequence, CollectiveTag::Scatter)?;
         team.complete(algorithms::scatter(&team, root, Some(send), recv))
             .await?;
         output.finish()
@@ -1835,7 +2017,7 @@ impl Process<'_> {
     /// block where it is in `send` (`MPI_Scatter` with `MPI_IN_PLACE`).
     pub fn scatter_into_root_in_place<S: Buffer + ?Sized>(&self, send: &S) -> Result<()> {
         self.comm
-            .blocking(self.scatter_into_root_in_place_future(send))
+            .blocking(self.scatter_into_root_in_place_future(self.comm.next_collective(), send))
     }
 
     /// The non-blocking form of [`Process::scatter_into_root_in_place`]
@@ -1847,14 +2029,19 @@ impl Process<'_> {
         send: &'a S,
     ) -> Result<Request<'a>> {
         let (comm, rank) = (self.comm.clone(), self.rank);
+        let sequence = comm.next_collective();
         self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
-                .scatter_into_root_in_place_future(send)
+                .scatter_into_root_in_place_future(sequence, send)
                 .await
         })
     }
 
-    async fn scatter_into_root_in_place_future<S: Buffer + ?Sized>(&self, send: &S) -> Result<()> {
+    async fn scatter_into_root_in_place_future<S: Buffer + ?Sized>(
+        &self,
+        sequence: Sequence,
+        send: &S,
+    ) -> Result<()> {
         let root = self.root(true)?;
         let n = self.comm.size() as usize;
         let send = Input::new(send)?;
@@ -1865,7 +2052,7 @@ impl Process<'_> {
             "the send buffer",
         )?;
         let mut mine = vec![0u8; block];
-        let team = self.comm.team(CollectiveTag::Scatter)?;
+        let team = self.comm.team(sequence, CollectiveTag::Scatter)?;
         team.complete(algorithms::scatter(
             &team,
             root,
@@ -1879,7 +2066,8 @@ impl Process<'_> {
     /// (`MPI_Scatterv`, §6.6), at every process but the root: `recv`
     /// receives its block.
     pub fn scatter_varcount_into<R: BufferMut + ?Sized>(&self, recv: &mut R) -> Result<()> {
-        self.comm.blocking(self.scatter_varcount_into_future(recv))
+        self.comm
+            .blocking(self.scatter_varcount_into_future(self.comm.next_collective(), recv))
     }
 
     /// The non-blocking form of [`Process::scatter_varcount_into`]
@@ -1891,19 +2079,21 @@ impl Process<'_> {
         recv: &'a mut R,
     ) -> Result<Request<'a>> {
         let (comm, rank) = (self.comm.clone(), self.rank);
+        let sequence = comm.next_collective();
         self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
-                .scatter_varcount_into_future(recv)
+                .scatter_varcount_into_future(sequence, recv)
                 .await
         })
     }
 
     async fn scatter_varcount_into_future<R: BufferMut + ?Sized>(
         &self,
+        sequence: Sequence,
         recv: &mut R,
     ) -> Result<()> {
         let root = self.root(false)?;
-        let team = self.comm.team(CollectiveTag::Scatter)?;
+        let team = self.comm.team(sequence, CollectiveTag::Scatter)?;
         let mut output = Output::new(recv)?;
         team.complete(algorithms::scatter_varcount(
             &team,
@@ -1929,8 +2119,11 @@ impl Process<'_> {
         D: std::borrow::Borrow<[i32]>,
         R: BufferMut + ?Sized,
     {
-        self.comm
-            .blocking(self.scatter_varcount_into_root_future(send, recv))
+        self.comm.blocking(self.scatter_varcount_into_root_future(
+            self.comm.next_collective(),
+            send,
+            recv,
+        ))
     }
 
     /// The non-blocking form of [`Process::scatter_varcount_into_root`]
@@ -1949,15 +2142,17 @@ impl Process<'_> {
         R: BufferMut + ?Sized,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
+        let sequence = comm.next_collective();
         self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
-                .scatter_varcount_into_root_future(&send, recv)
+                .scatter_varcount_into_root_future(sequence, &send, recv)
                 .await
         })
     }
 
     async fn scatter_varcount_into_root_future<S, C, D, R>(
         &self,
+        sequence: Sequence,
         send: &Partition<'_, S, C, D>,
         recv: &mut R,
     ) -> Result<()>
@@ -1973,7 +2168,7 @@ impl Process<'_> {
         let n = self.comm.size() as usize;
         let (parts, send) = send.parts(n)?;
         let sends: Vec<&[u8]> = parts.iter().map(|p| &send.bytes()[p.clone()]).collect();
-        let team = self.comm.team(CollectiveTag::Scatter)?;
+        let team = self.comm.team(sequence, CollectiveTag::Scatter)?;
         team.complete(algorithms::scatter_varcount(
             &team,
             root,
@@ -1996,8 +2191,9 @@ impl Process<'_> {
         C: std::borrow::Borrow<[i32]>,
         D: std::borrow::Borrow<[i32]>,
     {
-        self.comm
-            .blocking(self.scatter_varcount_into_root_in_place_future(send))
+        self.comm.blocking(
+            self.scatter_varcount_into_root_in_place_future(self.comm.next_collective(), send),
+        )
     }
 
     /// The non-blocking form of
@@ -2015,15 +2211,17 @@ impl Process<'_> {
         D: std::borrow::Borrow<[i32]> + 'a,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
+        let sequence = comm.next_collective();
         self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
-                .scatter_varcount_into_root_in_place_future(&send)
+                .scatter_varcount_into_root_in_place_future(sequence, &send)
                 .await
         })
     }
 
     async fn scatter_varcount_into_root_in_place_future<S, C, D>(
         &self,
+        sequence: Sequence,
         send: &Partition<'_, S, C, D>,
     ) -> Result<()>
     where
@@ -2036,7 +2234,7 @@ impl Process<'_> {
         let (parts, send) = send.parts(n)?;
         let sends: Vec<&[u8]> = parts.iter().map(|p| &send.bytes()[p.clone()]).collect();
         let mut mine = vec![0u8; parts[root].len()];
-        let team = self.comm.team(CollectiveTag::Scatter)?;
+        let team = self.comm.team(sequence, CollectiveTag::Scatter)?;
         team.complete(algorithms::scatter_varcount(
             &team,
             root,
@@ -2053,8 +2251,12 @@ impl Process<'_> {
         S: Buffer + ?Sized,
         O: Operation,
     {
-        self.comm
-            .blocking(self.reduce_into_future(send, op, Mode::Blocking))
+        self.comm.blocking(self.reduce_into_future(
+            self.comm.next_collective(),
+            send,
+            op,
+            Mode::Blocking,
+        ))
     }
 
     /// The non-blocking form of [`Process::reduce_into`] (`MPI_Ireduce`,
@@ -2071,14 +2273,21 @@ impl Process<'_> {
         O: Operation + 'a,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
+        let sequence = comm.next_collective();
         self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
-                .reduce_into_future(send, op, Mode::Immediate)
+                .reduce_into_future(sequence, send, op, Mode::Immediate)
                 .await
         })
     }
 
-    async fn reduce_into_future<S, O>(&self, send: &S, op: O, mode: Mode) -> Result<()>
+    async fn reduce_into_future<S, O>(
+        &self,
+        sequence: Sequence,
+        send: &S,
+        op: O,
+        mode: Mode,
+    ) -> Result<()>
     where
         S: Buffer + ?Sized,
         O: Operation,
@@ -2088,7 +2297,7 @@ impl Process<'_> {
         let red = Reduction::new(&op, send.element_type())?;
         let mut acc = Scratch::copy_of(send.bytes());
         self.comm
-            .reduce_bytes(root, acc.bytes_mut(), &red, mode)
+            .reduce_bytes(sequence, root, acc.bytes_mut(), &red, mode)
             .await
     }
 
@@ -2100,8 +2309,13 @@ impl Process<'_> {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        self.comm
-            .blocking(self.reduce_into_root_future(send, recv, op, Mode::Blocking))
+        self.comm.blocking(self.reduce_into_root_future(
+            self.comm.next_collective(),
+            send,
+            recv,
+            op,
+            Mode::Blocking,
+        ))
     }
 
     /// The non-blocking form of [`Process::reduce_into_root`] (`MPI_Ireduce`,
@@ -2120,15 +2334,17 @@ impl Process<'_> {
         O: Operation + 'a,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
+        let sequence = comm.next_collective();
         self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
-                .reduce_into_root_future(send, recv, op, Mode::Immediate)
+                .reduce_into_root_future(sequence, send, recv, op, Mode::Immediate)
                 .await
         })
     }
 
     async fn reduce_into_root_future<S, R, O>(
         &self,
+        sequence: Sequence,
         send: &S,
         recv: &mut R,
         op: O,
@@ -2144,7 +2360,9 @@ impl Process<'_> {
         let element_type = same_element_type(send.element_type(), output.element_type())?;
         let red = Reduction::new(&op, element_type)?;
         let recv = copy_input(send.bytes(), output.bytes_mut(), element_type)?;
-        self.comm.reduce_bytes(root, recv, &red, mode).await?;
+        self.comm
+            .reduce_bytes(sequence, root, recv, &red, mode)
+            .await?;
         output.finish()
     }
 
@@ -2155,8 +2373,12 @@ impl Process<'_> {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        self.comm
-            .blocking(self.reduce_into_root_in_place_future(buf, op, Mode::Blocking))
+        self.comm.blocking(self.reduce_into_root_in_place_future(
+            self.comm.next_collective(),
+            buf,
+            op,
+            Mode::Blocking,
+        ))
     }
 
     /// The non-blocking form of [`Process::reduce_into_root_in_place`]
@@ -2173,15 +2395,17 @@ impl Process<'_> {
         O: Operation + 'a,
     {
         let (comm, rank) = (self.comm.clone(), self.rank);
+        let sequence = comm.next_collective();
         self.comm.immediate(scope, async move {
             comm.process_at_rank(rank)
-                .reduce_into_root_in_place_future(buf, op, Mode::Immediate)
+                .reduce_into_root_in_place_future(sequence, buf, op, Mode::Immediate)
                 .await
         })
     }
 
     async fn reduce_into_root_in_place_future<R, O>(
         &self,
+        sequence: Sequence,
         buf: &mut R,
         op: O,
         mode: Mode,
@@ -2194,7 +2418,7 @@ impl Process<'_> {
         let mut output = Output::new(buf)?;
         let red = Reduction::new(&op, output.element_type())?;
         self.comm
-            .reduce_bytes(root, output.bytes_mut(), &red, mode)
+            .reduce_bytes(sequence, root, output.bytes_mut(), &red, mode)
             .await?;
         output.finish()
     }

@@ -66,15 +66,19 @@ impl CollectiveTag {
     }
 }
 
-/// The kind in the tags of exchanges that are not numbered collectives
-/// (an intercommunicator's rooted collectives): no
-/// [`CollectiveTag`] has it, so they never match a numbered collective's
-/// messages, pending or not.
-const UNNUMBERED_KIND: i32 = 15;
+/// The number of one collective call on its communicator
+/// ([`Communicator::next_collective`](crate::comm::Communicator::next_collective)),
+/// taken when the call is made, before its arguments are checked, so that
+/// a call that fails at some processes only still keeps their counts in
+/// step. Not `Copy`: one number makes one collective's tag.
+#[derive(Debug)]
+pub(crate) struct Sequence(pub(crate) u32);
 
-/// The tag of the unnumbered exchange `index` (see [`UNNUMBERED_KIND`]).
-pub(crate) fn unnumbered_tag(index: u32) -> i32 {
-    -(((index % SEQUENCE_SPAN) as i32) << 4 | UNNUMBERED_KIND)
+impl Sequence {
+    /// The tag of the messages of this collective, of kind `kind`.
+    pub(crate) fn tag(self, kind: CollectiveTag) -> i32 {
+        kind.numbered(self.0)
+    }
 }
 
 /// The processes of one collective operation, as seen from one of them.

@@ -122,6 +122,9 @@ fn inter(world: &Communicator, self_comm: &Communicator) -> Result<()> {
     if in_a {
         if inter.rank() == 0 {
             inter.broadcast_to_remote_group(&from_a[..])?;
+        } else {
+            // The root's group mates (MPI_PROC_NULL).
+            inter.pass_remote_group_collective()?;
         }
     } else {
         let mut got = [0u64; 2];
@@ -138,6 +141,8 @@ fn inter(world: &Communicator, self_comm: &Communicator) -> Result<()> {
                 .enumerate()
                 .for_each(|(i, v)| *v = i as u32 * 3);
             inter.broadcast_to_remote_group(&big[..])?;
+        } else {
+            inter.pass_remote_group_collective()?;
         }
     } else {
         inter.broadcast_from_remote_group(b_root, &mut big[..])?;

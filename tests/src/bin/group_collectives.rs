@@ -7,12 +7,16 @@
 //! Checks: `inter` (2 or more ranks: an intercommunicator of the first
 //! third of world and the rest, groups of unequal sizes; every collective
 //! between them, blocking and not, rooted ones from each group, small and
-//! large, with a non-commutative operation; the error classes of bad
+//! large, with a non-commutative operation, the non-blocking rooted ones
+//! all under way at once, and the root's group mates passing each one
+//! (MPI_PROC_NULL); the error classes of bad
 //! arguments and of counts that differ between the groups), `neighbor`
 //! (the v and w neighbourhood collectives and the non-blocking form of
 //! each, on a periodic ring, a 2-d grid and a distributed graph with a
 //! repeated edge), `handler` (collectives hand their errors to the
-//! communicator's error handler).
+//! communicator's error handler), `alone` (2 or more ranks: a collective
+//! whose arguments are wrong at the last rank only fails there with its
+//! class, and the collectives after it work everywhere).
 
 use oxmpi::collective::{Partition, PartitionMut, SystemOperation};
 use oxmpi::datatype::{Buffer, BufferMut};
@@ -32,6 +36,7 @@ fn main() -> ExitCode {
             "inter" => inter(&world),
             "neighbor" => neighbor(&world),
             "handler" => handler(&world),
+            "alone" => alone(&world),
             other => Err(fail(format!("unknown check {other:?}"))),
         };
         if let Err(e) = outcome {
@@ -167,9 +172,15 @@ fn inter(world: &Communicator) -> Result<()> {
     for (root_in_a, root) in [(true, s.cut - 1), (false, 0), (false, size - cut - 1)] {
         for len in [2, 9_000] {
             rooted(&s, root_in_a, root, len)?;
+            rooted_immediate(&s, root_in_a, root, len)?;
         }
     }
     inter_errors(&s)?;
+    expect_class(
+        world.pass_remote_group_collective(),
+        ErrorClass::Comm,
+        "passing a rooted collective on an intracommunicator",
+    )?;
     s.inter.barrier()?;
     if me == 0 {
         println!("inter: {} and {} ranks, every collective", cut, size - cut);
@@ -424,6 +435,139 @@ fn immediate(s: &Sides) -> Result<()> {
     )
 }
 
+/// How many collectives [`rooted`] and [`rooted_immediate`] make.
+const ROOTED_CALLS: usize = 7;
+
+/// What the rooted collectives from a root of id `root_id` to the
+/// processes `other_ids`, with blocks of `len` elements and the varying
+/// `counts`, leave at the root: the reduction by composition, the sum,
+/// the gather and the gatherv into the layout `displs` of `total`
+/// elements (-1 outside the blocks).
+struct AtRoot {
+    maps: Vec<u32>,
+    sum: Vec<i64>,
+    gathered: Vec<i64>,
+    gathered_v: Vec<i64>,
+}
+
+impl AtRoot {
+    fn expected(other_ids: &[usize], len: usize, counts: &[i32]) -> AtRoot {
+        let (displs, total) = reversed_layout(counts);
+        let mut gathered_v = vec![-1i64; total];
+        for (q, &id) in other_ids.iter().enumerate() {
+            let at = displs[q] as usize;
+            gathered_v[at..at + counts[q] as usize]
+                .copy_from_slice(&values(id, counts[q] as usize));
+        }
+        AtRoot {
+            maps: composed(other_ids.iter().copied(), len),
+            sum: (0..len)
+                .map(|i| other_ids.iter().map(|&id| value(id, i)).sum())
+                .collect(),
+            gathered: other_ids.iter().flat_map(|&id| values(id, len)).collect(),
+            gathered_v,
+        }
+    }
+
+    fn check(&self, expected: &AtRoot, how: &str) -> Result<()> {
+        same(&self.maps, &expected.maps, &format!("{how} reduce"))?;
+        same(&self.sum, &expected.sum, &format!("{how} reduce, sum"))?;
+        same(&self.gathered, &expected.gathered, &format!("{how} gather"))?;
+        same(
+            &self.gathered_v,
+            &expected.gathered_v,
+            &format!("{how} gatherv"),
+        )
+    }
+}
+
+/// [`rooted`] by the non-blocking forms, all under way at once, the root's
+/// group mates (MPI_PROC_NULL) passing each one.
+fn rooted_immediate(s: &Sides, root_in_a: bool, root: usize, len: usize) -> Result<()> {
+    let inter = &s.inter;
+    let others = s.local_or_remote(!root_in_a);
+    let other_ids: Vec<usize> = (0..others).map(|q| s.id_in(!root_in_a, q)).collect();
+    let counts: Vec<i32> = (0..others as i32).map(|q| q % 3 + len as i32).collect();
+    if s.in_a == root_in_a {
+        if s.rank != root {
+            let passes = (0..ROOTED_CALLS)
+                .map(|_| inter.immediate_pass_remote_group_collective())
+                .collect::<Result<Vec<_>>>()?;
+            return wait_all(passes).map(drop);
+        }
+        let expected = AtRoot::expected(&other_ids, len, &counts);
+        let mut got = AtRoot {
+            maps: vec![0; len],
+            sum: vec![0; len],
+            gathered: vec![0; others * len],
+            gathered_v: vec![-1; expected.gathered_v.len()],
+        };
+        let (displs, _) = reversed_layout(&counts);
+        let data = values(s.me, len);
+        let blocks: Vec<i64> = (0..others).flat_map(|q| values(s.me + q, len)).collect();
+        let blocks_v: Vec<i64> = (0..others)
+            .flat_map(|q| values(s.me + q, counts[q] as usize))
+            .collect();
+        let (op, consecutive_displs) = (composition(), consecutive(&counts));
+        scope(|sc| {
+            let requests = vec![
+                inter.immediate_broadcast_to_remote_group(sc, &data[..])?,
+                inter.immediate_reduce_from_remote_group(sc, &mut got.maps[..], &op)?,
+                inter.immediate_reduce_from_remote_group(
+                    sc,
+                    &mut got.sum[..],
+                    SystemOperation::sum(),
+                )?,
+                inter.immediate_gather_from_remote_group(sc, &mut got.gathered[..])?,
+                inter.immediate_gather_varcount_from_remote_group(
+                    sc,
+                    PartitionMut::new(&mut got.gathered_v[..], &counts[..], &displs[..]),
+                )?,
+                inter.immediate_scatter_to_remote_group(sc, &blocks[..])?,
+                inter.immediate_scatter_varcount_to_remote_group(
+                    sc,
+                    Partition::new(&blocks_v[..], &counts[..], &consecutive_displs[..]),
+                )?,
+            ];
+            wait_all(requests).map(drop)
+        })?;
+        got.check(&expected, "immediate")
+    } else {
+        let root_id = s.id_in(root_in_a, root);
+        let root = root as i32;
+        let (maps, mine) = (affines(s.me, len), values(s.me, len));
+        let mine_v = values(s.me, counts[s.rank] as usize);
+        let mut got = AtOthers {
+            broadcast: vec![0; len],
+            scattered: vec![0; len],
+            scattered_v: vec![0; counts[s.rank] as usize],
+        };
+        let op = composition();
+        scope(|sc| {
+            let requests = vec![
+                inter.immediate_broadcast_from_remote_group(sc, root, &mut got.broadcast[..])?,
+                inter.immediate_reduce_to_remote_group(sc, root, &maps[..], &op)?,
+                inter.immediate_reduce_to_remote_group(
+                    sc,
+                    root,
+                    &mine[..],
+                    SystemOperation::sum(),
+                )?,
+                inter.immediate_gather_to_remote_group(sc, root, &mine[..])?,
+                inter.immediate_gather_varcount_to_remote_group(sc, root, &mine_v[..])?,
+                inter.immediate_scatter_from_remote_group(sc, root, &mut got.scattered[..])?,
+                inter.immediate_scatter_varcount_from_remote_group(
+                    sc,
+                    root,
+                    &mut got.scattered_v[..],
+                )?,
+            ];
+            wait_all(requests).map(drop)
+        })?;
+        got.check(root_id + s.rank, root_id, "immediate")
+    }
+}
+
 /// The rooted collectives from rank `root` of group A (`root_in_a`) or
 /// B to the other group, with blocks of `len` elements.
 fn rooted(s: &Sides, root_in_a: bool, root: usize, len: usize) -> Result<()> {
@@ -437,34 +581,30 @@ fn rooted(s: &Sides, root_in_a: bool, root: usize, len: usize) -> Result<()> {
     let counts: Vec<i32> = (0..others as i32).map(|q| q % 3 + len as i32).collect();
     if s.in_a == root_in_a {
         if s.rank != root {
+            // The root's group mates (MPI_PROC_NULL) count each collective.
+            for _ in 0..ROOTED_CALLS {
+                inter.pass_remote_group_collective()?;
+            }
             return Ok(());
         }
-        let mut maps = vec![0u32; len];
-        inter.reduce_from_remote_group(&mut maps[..], composition())?;
-        same(&maps, &composed(other_ids.iter().copied(), len), "reduce")?;
-        let mut sum = vec![0i64; len];
-        inter.reduce_from_remote_group(&mut sum[..], SystemOperation::sum())?;
-        let expected: Vec<i64> = (0..len)
-            .map(|i| other_ids.iter().map(|&id| value(id, i)).sum())
-            .collect();
-        same(&sum, &expected, "reduce, sum")?;
-        let mut gathered = vec![0i64; others * len];
-        inter.gather_from_remote_group(&mut gathered[..])?;
-        let expected: Vec<i64> = other_ids.iter().flat_map(|&id| values(id, len)).collect();
-        same(&gathered, &expected, "gather")?;
-        let (displs, total) = reversed_layout(&counts);
-        let mut gathered = vec![-1i64; total];
+        inter.broadcast_to_remote_group(&values(s.me, len)[..])?;
+        let expected = AtRoot::expected(&other_ids, len, &counts);
+        let mut got = AtRoot {
+            maps: vec![0; len],
+            sum: vec![0; len],
+            gathered: vec![0; others * len],
+            gathered_v: vec![-1; expected.gathered_v.len()],
+        };
+        inter.reduce_from_remote_group(&mut got.maps[..], composition())?;
+        inter.reduce_from_remote_group(&mut got.sum[..], SystemOperation::sum())?;
+        inter.gather_from_remote_group(&mut got.gathered[..])?;
+        let (displs, _) = reversed_layout(&counts);
         inter.gather_varcount_from_remote_group(&mut PartitionMut::new(
-            &mut gathered[..],
+            &mut got.gathered_v[..],
             &counts[..],
             &displs[..],
         ))?;
-        let mut expected = vec![-1i64; total];
-        for (q, &id) in other_ids.iter().enumerate() {
-            let at = displs[q] as usize;
-            expected[at..at + counts[q] as usize].copy_from_slice(&values(id, counts[q] as usize));
-        }
-        same(&gathered, &expected, "gatherv")?;
+        got.check(&expected, "blocking")?;
         // Block q of the scatters is value(s.me + q, ..): rank q checks it.
         let blocks: Vec<i64> = (0..others).flat_map(|q| values(s.me + q, len)).collect();
         inter.scatter_to_remote_group(&blocks[..])?;
@@ -479,20 +619,40 @@ fn rooted(s: &Sides, root_in_a: bool, root: usize, len: usize) -> Result<()> {
     } else {
         let root_id = s.id_in(root_in_a, root);
         let root = root as i32;
+        let mut got = AtOthers {
+            broadcast: vec![0; len],
+            scattered: vec![0; len],
+            scattered_v: vec![0; counts[s.rank] as usize],
+        };
+        inter.broadcast_from_remote_group(root, &mut got.broadcast[..])?;
         inter.reduce_to_remote_group(root, &affines(s.me, len)[..], composition())?;
         inter.reduce_to_remote_group(root, &values(s.me, len)[..], SystemOperation::sum())?;
         inter.gather_to_remote_group(root, &values(s.me, len)[..])?;
         inter.gather_varcount_to_remote_group(root, &values(s.me, counts[s.rank] as usize)[..])?;
-        let mut got = vec![0i64; len];
-        inter.scatter_from_remote_group(root, &mut got[..])?;
-        same(&got, &values(root_id + s.rank, len), "scatter")?;
-        let mut got = vec![0i64; counts[s.rank] as usize];
-        inter.scatter_varcount_from_remote_group(root, &mut got[..])?;
-        same(
-            &got,
-            &values(root_id + s.rank, counts[s.rank] as usize),
-            "scatterv",
-        )
+        inter.scatter_from_remote_group(root, &mut got.scattered[..])?;
+        inter.scatter_varcount_from_remote_group(root, &mut got.scattered_v[..])?;
+        got.check(root_id + s.rank, root_id, "blocking")
+    }
+}
+
+/// What the rooted collectives of [`rooted`] leave at a process of the
+/// other group than the root's.
+struct AtOthers {
+    broadcast: Vec<i64>,
+    scattered: Vec<i64>,
+    scattered_v: Vec<i64>,
+}
+
+impl AtOthers {
+    /// Checks the blocks: the root's data (`root_id`) broadcast, and the
+    /// scattered blocks, `value(block_id, ..)`.
+    fn check(&self, block_id: usize, root_id: usize, how: &str) -> Result<()> {
+        let broadcast = values(root_id, self.broadcast.len());
+        same(&self.broadcast, &broadcast, &format!("{how} broadcast"))?;
+        let scattered = values(block_id, self.scattered.len());
+        same(&self.scattered, &scattered, &format!("{how} scatter"))?;
+        let scattered_v = values(block_id, self.scattered_v.len());
+        same(&self.scattered_v, &scattered_v, &format!("{how} scatterv"))
     }
 }
 
@@ -577,6 +737,8 @@ fn inter_errors(s: &Sides) -> Result<()> {
                 ErrorClass::Truncate,
                 "gather into a root's buffer too small",
             )?;
+        } else {
+            inter.pass_remote_group_collective()?;
         }
     } else {
         inter.gather_to_remote_group(0, &[1i32, 2][..])?;
@@ -947,4 +1109,118 @@ fn handler(world: &Communicator) -> Result<()> {
     // The others wait for the job to end.
     let _ = world.process_at_rank(size - 1).receive_into(&mut sum);
     Err(fail("the job went on after a fatal error in a collective"))
+}
+
+// ------------------------------------------------------------------- alone
+
+/// Collectives that fail at the last rank alone: it gets the error class,
+/// the others (which do not need it: it is a leaf of the binomial
+/// broadcast and scatter from rank 0, and the neighbourhood's only
+/// process without destinations) complete theirs, and every later
+/// collective works, as the last rank's calls kept its count of
+/// collectives in step. Non-blocking forms, which never take the
+/// shared-memory path (a process that leaves one of those early leaves
+/// the region's generations behind).
+fn alone(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank(), world.size());
+    ensure(size >= 2, || "alone needs 2 or more ranks".into())?;
+    let last = rank == size - 1;
+    let root = world.process_at_rank(0);
+    // A broadcast whose root is outside the communicator at the last rank.
+    let mut data = if rank == 0 { [7i64, 8, 9] } else { [0; 3] };
+    if last {
+        expect_class(
+            scope(|sc| {
+                world
+                    .process_at_rank(size)
+                    .immediate_broadcast_into(sc, &mut data)
+            }),
+            ErrorClass::Root,
+            "broadcast from a root outside the communicator, at the last rank",
+        )?;
+    } else {
+        scope(|sc| {
+            root.immediate_broadcast_into(sc, &mut data)?
+                .wait()
+                .map(drop)
+        })?;
+        same(&data, &[7, 8, 9], "the broadcast the last rank left")?;
+    }
+    // A scatter where the last rank calls the root's method.
+    let blocks: Vec<i64> = (0..size as i64).collect();
+    let mut mine = -1i64;
+    if last {
+        expect_class(
+            scope(|sc| root.immediate_scatter_into_root(sc, &blocks[..], &mut mine)),
+            ErrorClass::Root,
+            "a root's scatter at the last rank",
+        )?;
+    } else {
+        scope(|sc| {
+            let request = if rank == 0 {
+                root.immediate_scatter_into_root(sc, &blocks[..], &mut mine)?
+            } else {
+                root.immediate_scatter_into(sc, &mut mine)?
+            };
+            request.wait().map(drop)
+        })?;
+        ensure(mine == rank as i64, || format!("scatter gave {mine}"))?;
+    }
+    // A neighbourhood all-gather with a receive buffer too short at the
+    // last rank, which receives from rank 0 and sends to nobody.
+    let (sources, destinations): (Vec<i32>, Vec<i32>) = if last {
+        (vec![0], vec![])
+    } else if rank == 0 {
+        (vec![], vec![size - 1])
+    } else {
+        (vec![], vec![])
+    };
+    let graph =
+        world.create_distributed_graph_adjacent(&sources, None, &destinations, None, false)?;
+    let mut got = vec![0i64; sources.len() * 2];
+    let send = [rank as i64 + 100, 5];
+    if last {
+        expect_class(
+            scope(|sc| graph.immediate_neighbor_all_gather_into(sc, &send[..], &mut got[..1])),
+            ErrorClass::Count,
+            "neighbourhood all-gather into a buffer too short, at the last rank",
+        )?;
+    } else {
+        scope(|sc| {
+            graph
+                .immediate_neighbor_all_gather_into(sc, &send[..], &mut got[..])?
+                .wait()
+                .map(drop)
+        })?;
+    }
+    // Every later collective, blocking or not, works everywhere.
+    graph.neighbor_all_gather_into(&send[..], &mut got[..])?;
+    if last {
+        same(&got, &[100, 5], "neighbourhood all-gather after the error")?;
+    }
+    for round in 0..3i64 {
+        let mut sum = 0i64;
+        world.all_reduce_into(&(rank as i64 + round), &mut sum, SystemOperation::sum())?;
+        let n = size as i64;
+        ensure(sum == n * (n - 1) / 2 + n * round, || {
+            format!("all-reduce {round} after the errors: {sum}")
+        })?;
+        let mut data = if rank == 0 { [round; 3] } else { [-1; 3] };
+        root.broadcast_into(&mut data)?;
+        same(&data, &[round; 3], "broadcast after the errors")?;
+        let (mut gathered, contribution) = (vec![0i64; size as usize], rank as i64 * round);
+        scope(|sc| {
+            world
+                .immediate_all_gather_into(sc, &contribution, &mut gathered[..])?
+                .wait()
+                .map(drop)
+        })?;
+        let expected: Vec<i64> = (0..n).map(|r| r * round).collect();
+        same(&gathered, &expected, "all-gather after the errors")?;
+        world.barrier()?;
+    }
+    if rank == 0 {
+        println!("alone: {size} ranks, the later collectives agree");
+    }
+    Ok(())
 }
