@@ -166,7 +166,7 @@ pub type Address = isize;
 use std::fmt;
 use std::ops::ControlFlow;
 use std::sync::Arc;
-use typemap::{Shape, TypeNode};
+use typemap::{Run, Segments, Shape, TypeNode};
 
 /// A Rust type that has an MPI datatype (rsmpi's `Equivalence`): values of
 /// it can be sent and received, alone or in slices, arrays and vectors.
@@ -231,16 +231,29 @@ impl Handle<'_> {
 
     /// Calls `f(offset, len)` for each segment of `count` elements, in
     /// type-map order, until `f` breaks.
+    #[cfg(test)]
     pub(crate) fn for_each_segment(
         &self,
         count: usize,
-        mut f: impl FnMut(isize, usize) -> ControlFlow<()>,
+        f: impl FnMut(isize, usize) -> ControlFlow<()>,
     ) -> ControlFlow<()> {
+        self.with_segments(count, |segments| segments.for_each(f))
+    }
+
+    /// Calls `f` with the [`Segments`] of `count` elements (a predefined
+    /// type's are one segment), to walk them with a cursor.
+    pub(crate) fn with_segments<R>(&self, count: usize, f: impl FnOnce(Segments<'_>) -> R) -> R {
         match self {
-            Handle::Primitive(p) => f(0, count.saturating_mul(p.size())),
-            Handle::Node(node) => {
-                typemap::for_each_segment(node.runs(), node.shape().extent(), count, f)
+            Handle::Primitive(p) => {
+                let whole = [Run {
+                    offset: 0,
+                    len: count.saturating_mul(p.size()),
+                    count: 1,
+                    stride: 0,
+                }];
+                f(Segments::new(&whole, 0, 1))
             }
+            Handle::Node(node) => f(Segments::new(node.runs(), node.shape().extent(), count)),
         }
     }
 
