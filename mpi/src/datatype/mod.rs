@@ -92,7 +92,7 @@ mod view;
 pub use constructors::{Order, UncommittedUserDatatype, UserDatatype};
 pub use element::ElementType;
 pub use external32::{pack_external, pack_external_into, pack_external_size, unpack_external};
-pub(crate) use pack::{unpack_received, Incoming, Outgoing, Staging};
+pub(crate) use pack::{Incoming, Outgoing};
 pub(crate) use primitive::Primitive;
 pub use view::{Buffer, BufferMut, MutView, View};
 
@@ -164,7 +164,6 @@ pub type Count = i32;
 pub type Address = isize;
 
 use std::fmt;
-use std::ops::ControlFlow;
 use std::sync::Arc;
 use typemap::{Run, Segments, Shape, TypeNode};
 
@@ -212,7 +211,32 @@ pub(crate) enum Handle<'a> {
     Node(&'a Arc<TypeNode>),
 }
 
+/// A [`Handle`] that owns its node: the datatype of a stream the device
+/// keeps beyond the borrow the handle came from.
+#[derive(Clone)]
+pub(crate) enum OwnedHandle {
+    Primitive(Primitive),
+    Node(Arc<TypeNode>),
+}
+
+impl OwnedHandle {
+    pub(crate) fn handle(&self) -> Handle<'_> {
+        match self {
+            OwnedHandle::Primitive(p) => Handle::Primitive(*p),
+            OwnedHandle::Node(node) => Handle::Node(node),
+        }
+    }
+}
+
 impl Handle<'_> {
+    /// The datatype, owned (a node is shared, not copied).
+    pub(crate) fn to_owned_handle(self) -> OwnedHandle {
+        match self {
+            Handle::Primitive(p) => OwnedHandle::Primitive(p),
+            Handle::Node(node) => OwnedHandle::Node(Arc::clone(node)),
+        }
+    }
+
     pub(crate) fn shape(&self) -> Shape {
         match self {
             Handle::Primitive(p) => Shape::of_primitive(*p),
@@ -235,8 +259,8 @@ impl Handle<'_> {
     pub(crate) fn for_each_segment(
         &self,
         count: usize,
-        f: impl FnMut(isize, usize) -> ControlFlow<()>,
-    ) -> ControlFlow<()> {
+        f: impl FnMut(isize, usize) -> std::ops::ControlFlow<()>,
+    ) -> std::ops::ControlFlow<()> {
         self.with_segments(count, |segments| segments.for_each(f))
     }
 

@@ -16,8 +16,9 @@
 
 use super::constructors::count_arg;
 use super::typemap::Cursor;
-use super::{Count, Datatype, DatatypeRef, Equivalence, Handle};
+use super::{Count, Datatype, DatatypeRef, Equivalence, Handle, OwnedHandle};
 use crate::{Error, ErrorClass, Result};
+use oxmpi_adi::device::{MessageSink, MessageSource};
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -425,6 +426,125 @@ fn past_end(end: usize, left: usize) -> Error {
         ErrorClass::Truncate,
         format!("{left} bytes of a piece lie past the end of the data, at byte {end}"),
     )
+}
+
+/// A view's data, packed piece by piece as the device sends it: the
+/// [`MessageSource`] of a non-contiguous send. It keeps the view's buffer
+/// by address, beyond the borrow's end as the compiler sees it: see
+/// [`View::pack_stream`].
+pub(crate) struct PackStream {
+    base: *const u8,
+    span: usize,
+    datatype: OwnedHandle,
+    count: usize,
+    len: usize,
+    cursor: Cursor,
+}
+
+// SAFETY: the stream reads memory its creator vouched for (a shared
+// borrow of `Sync` data, as `View` is), through a shared datatype.
+unsafe impl Send for PackStream {}
+
+/// Where a view's data is unpacked piece by piece as the device receives
+/// it: the [`MessageSink`] of a non-contiguous receive. As
+/// [`PackStream`], it keeps the buffer by address: see
+/// [`MutView::unpack_stream`].
+pub(crate) struct UnpackStream {
+    base: *mut u8,
+    span: usize,
+    datatype: OwnedHandle,
+    count: usize,
+    len: usize,
+    cursor: Cursor,
+}
+
+// SAFETY: the stream writes memory its creator gave it exclusively (an
+// exclusive borrow of `Send` data, as `MutView` is).
+unsafe impl Send for UnpackStream {}
+
+/// Moves `cursor` to `offset` of `count` elements of `datatype`; an
+/// offset past the data is an error.
+fn seek(datatype: Handle<'_>, count: usize, cursor: &mut Cursor, offset: usize) -> Result<()> {
+    datatype.with_segments(count, |segments| segments.seek(cursor, offset));
+    if cursor.position() != offset {
+        return Err(past_end(cursor.position(), offset - cursor.position()));
+    }
+    Ok(())
+}
+
+impl View<'_> {
+    /// The view's data as a stream the device packs piece by piece.
+    ///
+    /// # Safety
+    /// The memory the view borrows must stay valid, and unmodified, for
+    /// as long as the stream is used: until the device request it is
+    /// given to completes (the device never uses it after).
+    pub(crate) unsafe fn pack_stream(&self, layout: &Layout) -> PackStream {
+        PackStream {
+            base: self.base,
+            span: self.span,
+            datatype: self.datatype.to_owned_handle(),
+            count: self.count,
+            len: layout.len,
+            cursor: Cursor::default(),
+        }
+    }
+}
+
+impl MessageSource for PackStream {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn pack(&mut self, offset: usize, out: &mut [u8]) -> Result<()> {
+        let view = View {
+            base: self.base,
+            span: self.span,
+            datatype: self.datatype.handle(),
+            count: self.count,
+            _memory: PhantomData,
+        };
+        // Pieces come in order: the seek is free.
+        seek(view.datatype, view.count, &mut self.cursor, offset)?;
+        view.pack_range(&mut self.cursor, out)
+    }
+}
+
+impl MutView<'_> {
+    /// The view as a stream the device unpacks into piece by piece.
+    ///
+    /// # Safety
+    /// The memory the view borrows must stay valid, and untouched by
+    /// anything else, for as long as the stream is used: until the device
+    /// request it is given to completes (the device never uses it after).
+    pub(crate) unsafe fn unpack_stream(self, layout: &Layout) -> UnpackStream {
+        UnpackStream {
+            base: self.base,
+            span: self.span,
+            datatype: self.datatype.to_owned_handle(),
+            count: self.count,
+            len: layout.len,
+            cursor: Cursor::default(),
+        }
+    }
+}
+
+impl MessageSink for UnpackStream {
+    fn capacity(&self) -> usize {
+        self.len
+    }
+
+    fn unpack(&mut self, offset: usize, bytes: &[u8]) -> Result<()> {
+        let mut view = MutView {
+            base: self.base,
+            span: self.span,
+            datatype: self.datatype.handle(),
+            count: self.count,
+            _memory: PhantomData,
+        };
+        seek(view.datatype, view.count, &mut self.cursor, offset)?;
+        view.unpack_range(&mut self.cursor, bytes)
+    }
 }
 
 impl fmt::Debug for View<'_> {
