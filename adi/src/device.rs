@@ -17,6 +17,13 @@
 //!   without a copy; or, where the transport offers remote memory copy,
 //!   copied between the two buffers by both sides at once, see
 //!   [`crate::proto`]);
+//! - streaming of data that is not contiguous in the user's memory: the
+//!   MPI layer hands the device a [`MessageSource`] that packs any range
+//!   of the message ([`Device::start_send_packed`]) or a [`MessageSink`]
+//!   that unpacks one ([`Device::start_recv_unpacked`]), and a rendezvous
+//!   then moves the data in pieces of at most [`PIECE_LEN`] bytes, packed
+//!   just before each leaves and unpacked as each arrives, so neither side
+//!   holds more than a piece of it packed;
 //! - the progress engine, [`Device::check_device`] (the seed's
 //!   `MPID_Check_device`): it polls every transport; a blocking call spins
 //!   for a while (latency) and then sleeps in the kernel on the transports'
@@ -34,7 +41,9 @@
 use crate::error::{Error, ErrorClass, Result};
 use crate::matching::{Envelope, Pattern, PostedQueue, UnexpectedQueue};
 use crate::pmi::Pmi;
-use crate::proto::{remote_split, Header, Kind, FLAG_REMOTE, FLAG_SYNC, MAX_ACTIVE_LEN};
+use crate::proto::{
+    remote_split, Header, Kind, FLAG_PIECE, FLAG_REMOTE, FLAG_SYNC, MAX_ACTIVE_LEN, PIECE_LEN,
+};
 use crate::request::Slab;
 use crate::select::{card_key, Routes};
 use crate::selfvc::SelfTransport;
@@ -87,6 +96,43 @@ pub struct ProbeInfo {
     pub len: usize,
 }
 
+/// The data of an outgoing message that is not contiguous in memory,
+/// packed on demand ([`Device::start_send_packed`]). The device asks for
+/// the message's packed bytes in order, a piece at a time, and only until
+/// the send's request completes.
+pub trait MessageSource: Send {
+    /// Length of the packed message in bytes.
+    fn len(&self) -> usize;
+
+    /// Whether the message is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Packs the message's bytes `offset..offset + out.len()` into `out`.
+    /// An error fails the send.
+    fn pack(&mut self, offset: usize, out: &mut [u8]) -> Result<()>;
+}
+
+/// Where an incoming message that is not contiguous in memory goes,
+/// unpacked piece by piece ([`Device::start_recv_unpacked`]). The device
+/// hands it the message's bytes in order, and only until the receive's
+/// request completes.
+pub trait MessageSink: Send {
+    /// The most bytes the receive takes (a longer message is truncated).
+    fn capacity(&self) -> usize;
+
+    /// Unpacks `bytes`, the message's bytes from `offset` on. An error
+    /// fails the receive.
+    fn unpack(&mut self, offset: usize, bytes: &[u8]) -> Result<()>;
+}
+
+/// The data of a send: a buffer, or a source that packs it.
+enum Outbound {
+    Raw(*const u8, usize),
+    Packed(Box<dyn MessageSource>),
+}
+
 /// Where a request stands.
 enum Phase {
     /// A long send announced with RTS, waiting for the receiver's CTS;
@@ -107,6 +153,18 @@ enum Phase {
     },
     /// A long send's data handed to the transport without a copy.
     SendingData,
+    /// A long send whose data goes in pieces ([`FLAG_PIECE`]): from `ptr`
+    /// (contiguous data, the receiver asked for pieces) or packed by the
+    /// request's source into its chunk. `sent` bytes went to the
+    /// transport; `in_flight`: it has not finished with the last piece,
+    /// and the next waits for its completion.
+    Streaming {
+        ptr: *const u8,
+        accepted: usize,
+        receiver_token: u64,
+        sent: usize,
+        in_flight: bool,
+    },
     /// A long send whose receiver copies by remote memory copy: this side
     /// writes its share into the receiver's buffer at `address` once the
     /// poll returns; `copied` counts the bytes written and those the
@@ -122,8 +180,16 @@ enum Phase {
     Posted,
     /// A receive whose payload is arriving straight into its buffer.
     Arriving,
-    /// A receive that sent CTS and waits for the data.
-    AwaitingData { accepted: usize },
+    /// A receive that sent CTS and waits for the data; `received` bytes
+    /// of it came in pieces so far.
+    AwaitingData { accepted: usize, received: usize },
+    /// A receive whose piece of `len` bytes from stream offset `offset` is
+    /// arriving (into its buffer, or its chunk for its sink).
+    ArrivingPiece {
+        accepted: usize,
+        offset: usize,
+        len: usize,
+    },
     /// An operation the layer above carries out itself (a generalized
     /// request): it completes by [`Device::complete_generalized`] alone.
     Generalized,
@@ -154,6 +220,14 @@ struct Request {
     status: Status,
     /// A send whose cancellation the receiver was asked for.
     cancel_asked: bool,
+    /// A send's packer, for data that is not contiguous.
+    source: Option<Box<dyn MessageSource>>,
+    /// A receive's unpacker, for data that is not contiguous (`buf` is
+    /// then unused).
+    sink: Option<Box<dyn MessageSink>>,
+    /// The piece a source packs into or a sink unpacks from (at most
+    /// [`PIECE_LEN`] bytes, or an eager message's length).
+    chunk: Vec<u8>,
 }
 
 impl Request {
@@ -166,13 +240,43 @@ impl Request {
             phase,
             status,
             cancel_asked: false,
+            source: None,
+            sink: None,
+            chunk: Vec::new(),
         }
     }
 
     fn fail(&mut self, error: Error) {
         if !matches!(self.phase, Phase::Done) {
             self.status.error = Some(error);
-            self.phase = Phase::Done;
+            self.done();
+        }
+    }
+
+    /// Completes the request as it stands, releasing its packer or
+    /// unpacker and its chunk, which are never used again.
+    fn done(&mut self) {
+        self.phase = Phase::Done;
+        self.source = None;
+        self.sink = None;
+        self.chunk = Vec::new();
+    }
+
+    /// Unpacks the first `len` bytes of the chunk with the sink, at stream
+    /// offset `offset`; no sink: nothing to do (the data is in `buf`).
+    fn unpack_chunk(&mut self, offset: usize, len: usize) -> Result<()> {
+        let Request { sink, chunk, .. } = self;
+        match sink {
+            Some(sink) => {
+                let bytes = chunk.get(..len).ok_or_else(|| {
+                    Error::new(
+                        ErrorClass::Intern,
+                        format!("{len} bytes to unpack from a chunk of {}", chunk.len()),
+                    )
+                })?;
+                sink.unpack(offset, bytes)
+            }
+            None => Ok(()),
         }
     }
 }
@@ -745,7 +849,46 @@ impl Device {
         len: usize,
         synchronous: bool,
     ) -> Result<RequestId> {
+        self.start_outbound(peer, envelope, Outbound::Raw(buf, len), synchronous)
+    }
+
+    /// Starts a send as [`Device::start_send`] does, of data that is not
+    /// contiguous in memory: `source` packs it. An eager message is packed
+    /// whole into its packet; a rendezvous sends it in pieces of at most
+    /// [`PIECE_LEN`] bytes, each packed into the request's one chunk just
+    /// before it leaves. The device calls `source` only until the request
+    /// completes, and drops it then.
+    pub fn start_send_packed(
+        &mut self,
+        peer: PeerRank,
+        envelope: Envelope,
+        source: Box<dyn MessageSource>,
+        synchronous: bool,
+    ) -> Result<RequestId> {
+        self.start_outbound(peer, envelope, Outbound::Packed(source), synchronous)
+    }
+
+    /// The protocol choice of every send: see [`Device::start_send`].
+    /// A raw buffer must meet [`Device::start_send`]'s safety rule.
+    fn start_outbound(
+        &mut self,
+        peer: PeerRank,
+        envelope: Envelope,
+        data: Outbound,
+        synchronous: bool,
+    ) -> Result<RequestId> {
         let t = self.bind(peer)?;
+        let (buf, len, mut source) = match data {
+            Outbound::Raw(buf, len) => (buf, len, None),
+            Outbound::Packed(source) => {
+                let len = source.len();
+                (
+                    std::ptr::NonNull::<u8>::dangling().as_ptr().cast_const(),
+                    len,
+                    Some(source),
+                )
+            }
+        };
         let mut header = eager_header(envelope, len);
         if synchronous {
             header.flags = FLAG_SYNC;
@@ -753,7 +896,8 @@ impl Device {
         let mut status = Status::empty();
         status.count = len;
         let eager = len <= self.transports[t].eager_limit();
-        let remote = !eager && len > 0 && self.transports[t].offers_remote_copy(peer);
+        let remote =
+            !eager && len > 0 && source.is_none() && self.transports[t].offers_remote_copy(peer);
         let phase = match (eager, synchronous) {
             (true, false) => Phase::Done,
             (true, true) => Phase::AwaitingAck,
@@ -767,17 +911,27 @@ impl Device {
             header.flags |= FLAG_REMOTE;
             header.address = buf as u64;
         }
-        let token = self
-            .core
-            .requests
-            .insert(Request::new(Some(peer), phase, status));
+        let mut request = Request::new(Some(peer), phase, status);
+        if !eager {
+            request.source = source.take();
+        }
+        let token = self.core.requests.insert(request);
         header.sender_token = token;
-        let sent = if eager {
-            // SAFETY: the caller guarantees `buf` is readable for `len`.
-            self.send_packet(peer, header, unsafe { payload(buf, len) })
-        } else {
-            header.kind = Kind::Rts;
-            self.send_packet(peer, header, &[])
+        let sent = match (eager, source) {
+            (true, Some(mut source)) => {
+                // An eager message is short: packed whole into its packet.
+                let mut packed = vec![0; len];
+                source
+                    .pack(0, &mut packed)
+                    .and_then(|()| self.send_packet(peer, header, &packed))
+            }
+            // SAFETY: the caller of `start_send` guarantees `buf` is
+            // readable for `len`.
+            (true, None) => self.send_packet(peer, header, unsafe { payload(buf, len) }),
+            (false, _) => {
+                header.kind = Kind::Rts;
+                self.send_packet(peer, header, &[])
+            }
         };
         if let Err(e) = sent {
             self.core.requests.remove(token);
@@ -866,11 +1020,42 @@ impl Device {
         buf: *mut u8,
         cap: usize,
     ) -> Result<RequestId> {
-        let token = self.core.requests.insert(Request {
+        let request = Request {
             buf,
             cap,
             ..Request::new(peer, Phase::Posted, Status::empty())
-        });
+        };
+        Ok(self.post(pattern, peer, request))
+    }
+
+    /// Posts a receive as [`Device::start_recv`] does, of data that is not
+    /// contiguous in memory: `sink` unpacks it, at most `sink.capacity()`
+    /// bytes. An eager message is unpacked whole; a rendezvous asks the
+    /// sender for pieces of at most [`PIECE_LEN`] bytes, each unpacked as
+    /// it arrives from the request's one chunk. The device calls `sink`
+    /// only until the request completes, and drops it then.
+    pub fn start_recv_unpacked(
+        &mut self,
+        pattern: Pattern,
+        peer: Option<PeerRank>,
+        sink: Box<dyn MessageSink>,
+    ) -> Result<RequestId> {
+        let request = Self::unpacked_request(peer, sink);
+        Ok(self.post(pattern, peer, request))
+    }
+
+    fn unpacked_request(peer: Option<PeerRank>, sink: Box<dyn MessageSink>) -> Request {
+        Request {
+            buf: std::ptr::NonNull::dangling().as_ptr(),
+            cap: sink.capacity(),
+            sink: Some(sink),
+            ..Request::new(peer, Phase::Posted, Status::empty())
+        }
+    }
+
+    /// Matches a new receive against the unexpected messages, or posts it.
+    fn post(&mut self, pattern: Pattern, peer: Option<PeerRank>, request: Request) -> RequestId {
+        let token = self.core.requests.insert(request);
         if let Some((envelope, message)) = self.core.unexpected.take_match(&pattern) {
             self.core.receive_unexpected(token, envelope, message);
             self.flush_deferred();
@@ -879,7 +1064,7 @@ impl Device {
         } else {
             self.core.posted.push(pattern, token);
         }
-        Ok(RequestId(token))
+        RequestId(token)
     }
 
     /// A probe: the oldest unexpected message `pattern` accepts, if any.
@@ -950,17 +1135,35 @@ impl Device {
         buf: *mut u8,
         cap: usize,
     ) -> Result<RequestId> {
+        let request = Request {
+            buf,
+            cap,
+            ..Request::new(None, Phase::Posted, Status::empty())
+        };
+        self.receive_matched(message, request)
+    }
+
+    /// Receives the message a matched probe took as
+    /// [`Device::start_matched_recv`] does, into `sink` as
+    /// [`Device::start_recv_unpacked`] does.
+    pub fn start_matched_recv_unpacked(
+        &mut self,
+        message: MessageId,
+        sink: Box<dyn MessageSink>,
+    ) -> Result<RequestId> {
+        let request = Self::unpacked_request(None, sink);
+        self.receive_matched(message, request)
+    }
+
+    fn receive_matched(&mut self, message: MessageId, mut request: Request) -> Result<RequestId> {
         let (envelope, message) = self.core.matched.remove(message.0).ok_or_else(|| {
             Error::new(
                 ErrorClass::Request,
                 "this matched message was already received",
             )
         })?;
-        let token = self.core.requests.insert(Request {
-            buf,
-            cap,
-            ..Request::new(message.peer(), Phase::Posted, Status::empty())
-        });
+        request.peer = message.peer();
+        let token = self.core.requests.insert(request);
         self.core.receive_unexpected(token, envelope, message);
         self.flush_deferred();
         Ok(RequestId(token))
@@ -1159,6 +1362,9 @@ impl Device {
         {
             return self.write_share(token, peer, ptr, accepted, receiver_token, address);
         }
+        if matches!(r.phase, Phase::Streaming { .. }) {
+            return self.send_piece(token);
+        }
         let (
             Phase::Cleared {
                 ptr,
@@ -1244,6 +1450,61 @@ impl Device {
     /// CTS, then the rest of this side's share. Later, if the sender could
     /// not write its share (`rest`), that share. Each read is reported to
     /// the sender with ReadDone, which frees its buffer once all is read.
+    /// The next piece of a streamed send ([`Phase::Streaming`]), once the
+    /// transport has finished with the last: packed into the request's
+    /// chunk by its source, or straight from the contiguous buffer.
+    fn send_piece(&mut self, token: u64) -> Result<()> {
+        let Some(r) = self.core.requests.get_mut(token) else {
+            return Ok(());
+        };
+        let (
+            &mut Phase::Streaming {
+                ptr,
+                accepted,
+                receiver_token,
+                ref mut sent,
+                ref mut in_flight,
+            },
+            Some(peer),
+        ) = (&mut r.phase, r.peer)
+        else {
+            return Ok(());
+        };
+        if *in_flight || *sent >= accepted {
+            return Ok(());
+        }
+        let offset = *sent;
+        let n = (accepted - offset).min(PIECE_LEN);
+        *sent += n;
+        *in_flight = true;
+        let from = match r.source.as_mut() {
+            Some(source) => {
+                if r.chunk.len() < n {
+                    // Once per send: the chunk never moves while the
+                    // transport reads a piece from it.
+                    r.chunk = vec![0; accepted.min(PIECE_LEN)];
+                }
+                source.pack(offset, &mut r.chunk[..n])?;
+                r.chunk.as_ptr()
+            }
+            // SAFETY: `offset + n <= accepted`, which does not exceed the
+            // length of the buffer `start_send`'s caller gave.
+            None => unsafe { ptr.add(offset) },
+        };
+        let t = self.bind(peer)?;
+        let mut header = Header::new(Kind::Data);
+        header.flags = FLAG_PIECE;
+        header.address = offset as u64;
+        header.message_len = n as u64;
+        header.receiver_token = receiver_token;
+        // Not stamped, as every data packet. SAFETY: `from` is the user's
+        // buffer, kept valid and unmodified by `start_send`'s caller until
+        // the request completes, or the request's chunk, which is neither
+        // written nor freed until the transport reports this piece complete
+        // (or the peer failed, which fails the request).
+        unsafe { self.transports[t].send_zcopy(peer, &header, from, n, token) }
+    }
+
     fn pull(&mut self, token: u64, rest: bool) -> Result<()> {
         let Some(r) = self.core.requests.get_mut(token) else {
             return Ok(());
@@ -1278,7 +1539,10 @@ impl Device {
             cts.receiver_token = token;
             if !allowed {
                 if let Some(r) = self.core.requests.get_mut(token) {
-                    r.phase = Phase::AwaitingData { accepted };
+                    r.phase = Phase::AwaitingData {
+                        accepted,
+                        received: 0,
+                    };
                 }
                 return self.send_packet(peer, cts, &[]);
             }
@@ -1354,12 +1618,22 @@ impl Core {
             Unexpected::Eager { data, sync } => {
                 r.message_len = data.len();
                 let n = data.len().min(r.cap);
-                if n > 0 {
-                    // SAFETY: `start_recv`'s caller gave a buffer writable
-                    // for `cap` bytes; `n <= cap`, and `data` is ours.
-                    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), r.buf, n) };
+                let placed = match r.sink.as_mut() {
+                    Some(sink) if n > 0 => sink.unpack(0, &data[..n]),
+                    _ => {
+                        if n > 0 {
+                            // SAFETY: `start_recv`'s caller gave a buffer
+                            // writable for `cap` bytes; `n <= cap`, and
+                            // `data` is ours.
+                            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), r.buf, n) };
+                        }
+                        Ok(())
+                    }
+                };
+                match placed {
+                    Ok(()) => finish_receive(r, n),
+                    Err(e) => r.fail(e),
                 }
-                finish_receive(r, n);
                 if let Some(sender) = sync {
                     self.acknowledge(sender);
                 }
@@ -1392,7 +1666,10 @@ impl Core {
         };
         let accepted = len.min(r.cap);
         r.message_len = len;
-        if let Some(address) = remote.filter(|_| accepted > 0) {
+        // A receive with a sink takes the data in pieces, never by remote
+        // copy into a buffer.
+        let pieces = r.sink.is_some() && accepted > 0;
+        if let Some(address) = remote.filter(|_| accepted > 0 && !pieces) {
             r.phase = Phase::CopyingIn {
                 address,
                 sender_token,
@@ -1402,8 +1679,15 @@ impl Core {
             self.deferred.push(Deferred::Pull { token, rest: false });
             return;
         }
-        r.phase = Phase::AwaitingData { accepted };
+        r.phase = Phase::AwaitingData {
+            accepted,
+            received: 0,
+        };
         let mut header = Header::new(Kind::Cts);
+        if pieces {
+            header.flags = FLAG_PIECE;
+            r.chunk = vec![0; accepted.min(PIECE_LEN)];
+        }
         header.message_len = accepted as u64;
         header.sender_token = sender_token;
         header.receiver_token = token;
@@ -1495,6 +1779,10 @@ impl Core {
                         r.status.tag = h.tag;
                         r.message_len = len;
                         r.phase = Phase::Arriving;
+                        if r.sink.is_some() {
+                            // At most the eager limit: unpacked whole.
+                            r.chunk = vec![0; len.min(r.cap)];
+                        }
                         if len == 0 {
                             finish_receive(r, 0);
                         }
@@ -1578,7 +1866,16 @@ impl Core {
                         let accepted = h.message_len as usize;
                         // The send reports the count the receiver took.
                         r.status.count = accepted;
-                        r.phase = if copy {
+                        let pieces = h.flags & FLAG_PIECE != 0 || r.source.is_some();
+                        r.phase = if pieces && accepted > 0 {
+                            Phase::Streaming {
+                                ptr,
+                                accepted,
+                                receiver_token: h.receiver_token,
+                                sent: 0,
+                                in_flight: false,
+                            }
+                        } else if copy {
                             Phase::CopyingOut {
                                 ptr,
                                 accepted,
@@ -1600,25 +1897,61 @@ impl Core {
             }
             Kind::Data => {
                 let token = h.receiver_token;
-                let ok = self.requests.get(token).is_some_and(|r| {
-                    r.peer == Some(peer)
-                        && matches!(r.phase, Phase::AwaitingData { accepted } if accepted as u64 == h.message_len)
-                });
-                if !ok {
+                let Some(r) = self
+                    .requests
+                    .get_mut(token)
+                    .filter(|r| r.peer == Some(peer))
+                else {
                     return Err(protocol_error(
                         peer,
                         format!("data for unknown receive {token:#x}"),
                     ));
+                };
+                let Phase::AwaitingData { accepted, received } = r.phase else {
+                    return Err(protocol_error(
+                        peer,
+                        format!("data for receive {token:#x}, which awaits none"),
+                    ));
+                };
+                if h.flags & FLAG_PIECE != 0 {
+                    // Decoding bounded the piece (1 to PIECE_LEN bytes,
+                    // ending within a message's length).
+                    let (offset, len) = (h.address, h.message_len);
+                    if offset != received as u64 || offset + len > accepted as u64 {
+                        return Err(protocol_error(
+                            peer,
+                            format!(
+                                "piece of {len} bytes at offset {offset} for receive \
+                                 {token:#x}, which has {received} of {accepted} bytes"
+                            ),
+                        ));
+                    }
+                    r.phase = Phase::ArrivingPiece {
+                        accepted,
+                        offset: received,
+                        len: len as usize,
+                    };
+                    return Ok(Some(PayloadSlot(token)));
+                }
+                if received != 0
+                    || accepted as u64 != h.message_len
+                    || (r.sink.is_some() && accepted > 0)
+                {
+                    return Err(protocol_error(
+                        peer,
+                        format!(
+                            "{} bytes of data in one packet for receive {token:#x}, which \
+                             accepted {accepted} (in pieces: {})",
+                            h.message_len,
+                            r.sink.is_some()
+                        ),
+                    ));
                 }
                 if h.message_len == 0 {
-                    if let Some(r) = self.requests.get_mut(token) {
-                        finish_receive(r, 0);
-                    }
+                    finish_receive(r, 0);
                     return Ok(None);
                 }
-                if let Some(r) = self.requests.get_mut(token) {
-                    r.phase = Phase::Arriving;
-                }
+                r.phase = Phase::Arriving;
                 Ok(Some(PayloadSlot(token)))
             }
             Kind::WriteDone => {
@@ -1826,7 +2159,7 @@ fn finish_receive(r: &mut Request, placed: usize) {
             ),
         ));
     }
-    r.phase = Phase::Done;
+    r.done();
 }
 
 /// The [`PacketSink`] a transport reports to: the core, plus which
@@ -1867,6 +2200,35 @@ impl PacketSink for Sink<'_> {
             };
         }
         match self.core.requests.get_mut(slot.0) {
+            Some(r) if r.sink.is_some() => match r.phase {
+                Phase::Arriving => {
+                    let n = r.cap.min(r.message_len).min(r.chunk.len());
+                    &mut r.chunk[..n]
+                }
+                Phase::ArrivingPiece { len, .. } => {
+                    let n = len.min(r.chunk.len());
+                    &mut r.chunk[..n]
+                }
+                _ => &mut [],
+            },
+            Some(r) if matches!(r.phase, Phase::ArrivingPiece { .. }) => {
+                let Phase::ArrivingPiece {
+                    accepted,
+                    offset,
+                    len,
+                } = r.phase
+                else {
+                    return &mut [];
+                };
+                if offset + len > accepted.min(r.cap) {
+                    return &mut [];
+                }
+                // SAFETY: `start_recv`'s caller gave a buffer writable for
+                // `cap` bytes, unaliased until the request completes; the
+                // piece ends within `accepted <= cap` (checked above, and
+                // when its header arrived).
+                unsafe { std::slice::from_raw_parts_mut(r.buf.add(offset), len) }
+            }
             Some(r) if matches!(r.phase, Phase::Arriving) => {
                 let n = r.cap.min(r.message_len);
                 if n == 0 {
@@ -1919,23 +2281,260 @@ impl PacketSink for Sink<'_> {
             }
             return;
         }
-        if let Some(r) = self.core.requests.get_mut(slot.0) {
-            if matches!(r.phase, Phase::Arriving) {
+        let Some(r) = self.core.requests.get_mut(slot.0) else {
+            return;
+        };
+        match r.phase {
+            Phase::Arriving => {
                 let placed = r.cap.min(r.message_len);
-                finish_receive(r, placed);
+                match r.unpack_chunk(0, placed) {
+                    Ok(()) => finish_receive(r, placed),
+                    Err(e) => r.fail(e),
+                }
             }
+            Phase::ArrivingPiece {
+                accepted,
+                offset,
+                len,
+            } => {
+                if let Err(e) = r.unpack_chunk(offset, len) {
+                    r.fail(e);
+                    return;
+                }
+                let received = offset + len;
+                if received == accepted {
+                    finish_receive(r, accepted);
+                } else {
+                    r.phase = Phase::AwaitingData { accepted, received };
+                }
+            }
+            _ => {}
         }
     }
 
     fn on_send_complete(&mut self, token: u64) {
-        if let Some(r) = self.core.requests.get_mut(token) {
-            if matches!(r.phase, Phase::SendingData) {
-                r.phase = Phase::Done;
+        let Some(r) = self.core.requests.get_mut(token) else {
+            return;
+        };
+        match r.phase {
+            Phase::SendingData => r.done(),
+            Phase::Streaming {
+                accepted,
+                sent,
+                ref mut in_flight,
+                ..
+            } => {
+                *in_flight = false;
+                if sent == accepted {
+                    r.done();
+                } else {
+                    // The next piece, once the poll returns.
+                    self.core.deferred.push(Deferred::Data { token });
+                }
             }
+            _ => {}
         }
     }
 
     fn on_peer_failed(&mut self, peer: PeerRank, error: Error) {
         self.core.peer_failed(peer, error);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// A sink that keeps what it is given, checking the offsets follow on.
+    struct Collect {
+        capacity: usize,
+        bytes: Arc<Mutex<Vec<u8>>>,
+    }
+
+    impl MessageSink for Collect {
+        fn capacity(&self) -> usize {
+            self.capacity
+        }
+
+        fn unpack(&mut self, offset: usize, bytes: &[u8]) -> Result<()> {
+            let mut kept = self.bytes.lock().unwrap();
+            assert_eq!(offset, kept.len(), "a piece out of order reached the sink");
+            kept.extend_from_slice(bytes);
+            Ok(())
+        }
+    }
+
+    const PEER: PeerRank = 1;
+
+    fn core() -> Core {
+        Core {
+            rank: 0,
+            vcs: (0..2)
+                .map(|_| Vc {
+                    binding: Binding::Unbound,
+                    send_sequence: 0,
+                    recv_sequence: 0,
+                    arriving: None,
+                    arriving_active: None,
+                })
+                .collect(),
+            requests: Slab::default(),
+            matched: Slab::default(),
+            posted: PostedQueue::default(),
+            unexpected: UnexpectedQueue::default(),
+            deferred: Vec::new(),
+            eager_limits: vec![64],
+            active: VecDeque::new(),
+        }
+    }
+
+    /// A receive into a sink of `capacity` bytes that matched an RTS of
+    /// `len` bytes from `PEER`: its token and what its sink keeps.
+    fn streamed_receive(
+        core: &mut Core,
+        len: usize,
+        capacity: usize,
+    ) -> (u64, Arc<Mutex<Vec<u8>>>) {
+        let bytes = Arc::new(Mutex::new(Vec::new()));
+        let sink = Box::new(Collect {
+            capacity,
+            bytes: Arc::clone(&bytes),
+        });
+        let token = core
+            .requests
+            .insert(Device::unpacked_request(Some(PEER), sink));
+        core.accept_rts(token, PEER, 77, len, Some(0x7f00_0000_0000));
+        (token, bytes)
+    }
+
+    fn piece(token: u64, offset: usize, len: usize) -> Header {
+        let mut h = Header::new(Kind::Data);
+        h.flags = FLAG_PIECE;
+        h.receiver_token = token;
+        h.address = offset as u64;
+        h.message_len = len as u64;
+        h
+    }
+
+    /// Delivers a packet carrying `payload` as a transport does.
+    fn deliver(core: &mut Core, header: &Header, payload: &[u8]) -> Result<()> {
+        let mut sink = Sink { core, transport: 0 };
+        if let Some(slot) = sink.on_header(PEER, header)? {
+            let buffer = sink.payload_buffer(slot);
+            assert_eq!(buffer.len(), payload.len());
+            buffer.copy_from_slice(payload);
+            sink.on_payload(PEER, slot);
+        }
+        Ok(())
+    }
+
+    fn message(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i * 13 + i / 977) as u8).collect()
+    }
+
+    #[test]
+    fn a_sink_asks_for_pieces_and_unpacks_each_in_order() {
+        let mut core = core();
+        let len = 2 * PIECE_LEN + 100;
+        let (token, kept) = streamed_receive(&mut core, len, len);
+        // A plain CTS with FLAG_PIECE, though the sender offered a remote
+        // copy: a sink takes pieces.
+        let cts = core.deferred.iter().find_map(|d| match d {
+            Deferred::Packet { header, .. } => Some(*header),
+            _ => None,
+        });
+        let cts = cts.expect("the receive answered with a CTS");
+        assert_eq!(
+            (cts.kind, cts.flags, cts.message_len),
+            (Kind::Cts, FLAG_PIECE, len as u64)
+        );
+        let data = message(len);
+        for offset in (0..len).step_by(PIECE_LEN) {
+            assert!(!matches!(
+                core.requests.get(token).unwrap().phase,
+                Phase::Done
+            ));
+            let end = (offset + PIECE_LEN).min(len);
+            deliver(
+                &mut core,
+                &piece(token, offset, end - offset),
+                &data[offset..end],
+            )
+            .unwrap();
+        }
+        let r = core.requests.get(token).unwrap();
+        assert!(matches!(r.phase, Phase::Done));
+        assert_eq!((r.status.count, r.status.error.clone()), (len, None));
+        assert!(
+            r.chunk.is_empty() && r.sink.is_none(),
+            "a done receive keeps its chunk"
+        );
+        assert_eq!(*kept.lock().unwrap(), data);
+    }
+
+    #[test]
+    fn a_truncated_streamed_receive_takes_what_fits_and_says_so() {
+        let mut core = core();
+        let (len, capacity) = (PIECE_LEN * 3, PIECE_LEN + 5);
+        let (token, kept) = streamed_receive(&mut core, len, capacity);
+        let data = message(capacity);
+        deliver(&mut core, &piece(token, 0, PIECE_LEN), &data[..PIECE_LEN]).unwrap();
+        deliver(&mut core, &piece(token, PIECE_LEN, 5), &data[PIECE_LEN..]).unwrap();
+        let r = core.requests.get(token).unwrap();
+        assert!(matches!(r.phase, Phase::Done));
+        assert_eq!(r.status.count, capacity);
+        let class = r.status.error.as_ref().map(Error::class);
+        assert_eq!(class, Some(ErrorClass::Truncate));
+        assert_eq!(*kept.lock().unwrap(), data);
+    }
+
+    #[test]
+    fn a_bad_piece_is_a_protocol_error_not_a_panic() {
+        const LEN: usize = 2 * PIECE_LEN;
+        let data = message(PIECE_LEN);
+        /// What is wrong, and the header of a piece for receive `t`.
+        type Bad = (&'static str, fn(u64) -> Header);
+        let bad: [Bad; 5] = [
+            ("out of order", |t| piece(t, PIECE_LEN, PIECE_LEN)),
+            ("past the accepted length", |t| piece(t, 0, LEN + 1)),
+            ("for another receive", |t| piece(t + 1, 0, 10)),
+            ("whole data for a sink", |t| {
+                let mut h = piece(t, 0, LEN);
+                h.flags = 0;
+                h.address = 0;
+                h
+            }),
+            ("a repeated piece", |t| piece(t, 0, 10)),
+        ];
+        for (what, header) in bad {
+            let mut core = core();
+            let (token, _) = streamed_receive(&mut core, LEN, LEN);
+            if what == "a repeated piece" {
+                deliver(&mut core, &piece(token, 0, 10), &data[..10]).unwrap();
+            }
+            let err = deliver(&mut core, &header(token), &data[..10]).unwrap_err();
+            assert_eq!(err.class(), ErrorClass::ProcFailed, "{what}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_contiguous_receive_takes_pieces_into_its_buffer() {
+        let mut core = core();
+        let len = PIECE_LEN + 3;
+        let mut buffer = vec![0u8; len];
+        let token = core.requests.insert(Request {
+            buf: buffer.as_mut_ptr(),
+            cap: len,
+            ..Request::new(Some(PEER), Phase::Posted, Status::empty())
+        });
+        core.accept_rts(token, PEER, 77, len, None);
+        let data = message(len);
+        deliver(&mut core, &piece(token, 0, PIECE_LEN), &data[..PIECE_LEN]).unwrap();
+        deliver(&mut core, &piece(token, PIECE_LEN, 3), &data[PIECE_LEN..]).unwrap();
+        let r = core.requests.get(token).unwrap();
+        assert!(matches!(r.phase, Phase::Done));
+        assert_eq!(r.status.count, len);
+        assert_eq!(buffer, data);
     }
 }

@@ -13,9 +13,9 @@
 //! | 8      | 4    | context id       | the communicator's context (matching)                  |
 //! | 12     | 4    | source           | sender's rank in the communicator (matching)           |
 //! | 16     | 4    | tag              | message tag (matching)                                 |
-//! | 20     | 4    | flags            | [`FLAG_SYNC`]; any other bit is refused                 |
+//! | 20     | 4    | flags            | [`FLAG_SYNC`], [`FLAG_REMOTE`], [`FLAG_PIECE`] where the kind takes them; any other bit is refused |
 //! | 24     | 8    | message length   | total bytes of the message                             |
-//! | 32     | 8    | address          | with [`FLAG_REMOTE`]: a buffer's address for a remote memory copy; else 0 |
+//! | 32     | 8    | address          | with [`FLAG_REMOTE`]: a buffer's address for a remote memory copy; in a [`FLAG_PIECE`] data packet: the piece's stream offset; else 0 |
 //! | 40     | 8    | sender token     | the sender's request, for rendezvous replies           |
 //! | 48     | 8    | receiver token   | the receiver's request, for rendezvous data            |
 //!
@@ -41,6 +41,19 @@
 //! writes the rest into the receiver's. [`Kind::WriteDone`] and
 //! [`Kind::ReadDone`] tell each side how much the other copied.
 //!
+//! # Streamed rendezvous
+//! Data that is not contiguous in memory (a derived datatype with gaps)
+//! moves in pieces, so that neither side needs a copy of the whole
+//! message: after the CTS the sender sends [`Kind::Data`] packets with
+//! [`FLAG_PIECE`], each at most [`PIECE_LEN`] bytes, `address` holding
+//! the piece's offset in the packed stream, packed just before it leaves
+//! (the next once the transport is done with the last); the receiver
+//! unpacks each as it arrives. A receiver that needs pieces asks for them
+//! with [`FLAG_PIECE`] in its CTS. Pieces come in order (a transport
+//! keeps them on one connection): a piece that does not start where the
+//! last ended, is empty, longer than [`PIECE_LEN`] or runs past the
+//! accepted length is a protocol error.
+//!
 //! # Active messages
 //! [`Kind::Active`] carries an opaque payload of at most
 //! [`MAX_ACTIVE_LEN`] bytes from the MPI layer of one rank to the MPI
@@ -57,7 +70,7 @@ pub const HEADER_LEN: usize = 56;
 /// First two bytes of every packet ("OX" little-endian).
 pub const MAGIC: u16 = 0x584f;
 /// Version of the packet format; peers of another version are refused.
-pub const VERSION: u8 = 4;
+pub const VERSION: u8 = 5;
 /// Flag of an [`Kind::Eager`] or [`Kind::Rts`] packet: a synchronous send,
 /// which completes only once a receive matched it. For an eager message the
 /// receiver answers the match with [`Kind::SyncAck`]; a rendezvous is
@@ -67,6 +80,18 @@ pub const FLAG_SYNC: u32 = 1;
 /// remote memory copy (see the module docs), and `address` is the sender's
 /// buffer (in the RTS) or the receiver's (in the CTS).
 pub const FLAG_REMOTE: u32 = 2;
+/// Flag of a [`Kind::Cts`] packet: the receiver takes the data in pieces
+/// (it unpacks each as it arrives), so the sender sends
+/// [`Kind::Data`] pieces even if its data is contiguous. Flag of a
+/// [`Kind::Data`] packet: one piece of a streamed rendezvous,
+/// `message_len` bytes (1 to [`PIECE_LEN`]) of the message from stream
+/// offset `address`; pieces come in order (see the module docs).
+pub const FLAG_PIECE: u32 = 4;
+
+/// The largest piece of a streamed rendezvous (256 KiB): the memory a
+/// sender packs into and a receiver unpacks from, whatever the message's
+/// length.
+pub const PIECE_LEN: usize = 256 * 1024;
 
 /// Bytes of a remote-copy rendezvous of `accepted` bytes that the receiver
 /// reads, from the start of the sender's buffer; the sender writes the
@@ -329,10 +354,12 @@ impl Header {
         let allowed = match kind {
             Kind::Eager => FLAG_SYNC,
             Kind::Rts => FLAG_SYNC | FLAG_REMOTE,
-            Kind::Cts => FLAG_REMOTE,
+            Kind::Cts => FLAG_REMOTE | FLAG_PIECE,
+            Kind::Data => FLAG_PIECE,
             _ => 0,
         };
-        let flags_ok = flags & !allowed == 0;
+        let flags_ok =
+            flags & !allowed == 0 && flags & (FLAG_REMOTE | FLAG_PIECE) != FLAG_REMOTE | FLAG_PIECE;
         if !flags_ok {
             return Err(DecodeError::Flags(flags));
         }
@@ -360,6 +387,12 @@ impl Header {
                     .address
                     .checked_add(header.message_len)
                     .is_some_and(|end| end <= MAX_ADDRESS)
+        } else if kind == Kind::Data && flags & FLAG_PIECE != 0 {
+            // A piece's stream offset: the piece must end within a message.
+            header
+                .address
+                .checked_add(header.message_len)
+                .is_some_and(|end| end <= MAX_MESSAGE_LEN)
         } else {
             header.address == 0
         };
@@ -374,6 +407,9 @@ impl Header {
             Kind::SyncAck | Kind::CancelSend => header.message_len == 0,
             Kind::CancelReply => header.message_len <= 1,
             Kind::Active => header.message_len <= MAX_ACTIVE_LEN,
+            Kind::Data if flags & FLAG_PIECE != 0 => {
+                (1..=PIECE_LEN as u64).contains(&header.message_len)
+            }
             _ => true,
         } && header.message_len <= MAX_MESSAGE_LEN;
         if !length_ok {
@@ -544,6 +580,49 @@ mod tests {
                 assert!(split < accepted, "{accepted}: the sender gets no share");
             }
         }
+    }
+
+    #[test]
+    fn pieces_carry_an_offset_and_a_bounded_length() {
+        let mut piece = Header::new(Kind::Data);
+        piece.flags = FLAG_PIECE;
+        piece.receiver_token = 9;
+        piece.address = 3 * PIECE_LEN as u64;
+        piece.message_len = PIECE_LEN as u64;
+        assert_eq!(Header::decode(&piece.encode()), Ok(piece));
+        for len in [0, PIECE_LEN as u64 + 1] {
+            let mut bad = piece;
+            bad.message_len = len;
+            assert!(
+                matches!(
+                    Header::decode(&bad.encode()),
+                    Err(DecodeError::Length { .. })
+                ),
+                "{bad:?} accepted"
+            );
+        }
+        let mut past = piece;
+        past.address = MAX_MESSAGE_LEN;
+        assert!(matches!(
+            Header::decode(&past.encode()),
+            Err(DecodeError::Address { .. })
+        ));
+        let mut both = sample(Kind::Cts);
+        both.flags = FLAG_REMOTE | FLAG_PIECE;
+        assert!(matches!(
+            Header::decode(&both.encode()),
+            Err(DecodeError::Flags(_))
+        ));
+        let mut asks = sample(Kind::Cts);
+        asks.flags = FLAG_PIECE;
+        asks.address = 0;
+        assert_eq!(Header::decode(&asks.encode()), Ok(asks));
+        let mut on_rts = sample(Kind::Rts);
+        on_rts.flags = FLAG_PIECE;
+        assert!(matches!(
+            Header::decode(&on_rts.encode()),
+            Err(DecodeError::Flags(_))
+        ));
     }
 
     #[test]

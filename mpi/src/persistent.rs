@@ -72,8 +72,8 @@
 //! its scope, but its data is not unpacked: the buffer keeps what it held.
 
 use crate::comm::{sent_status, Communicator, SendMode, Status, PROC_NULL};
-use crate::datatype::{unpack_received, Incoming, MutView, Staging, View};
-use crate::request::{Request, Scope, StagingSlot};
+use crate::datatype::{MutView, View};
+use crate::request::{Request, Scope};
 use crate::{buffered, progress_until, wait_request, with_device, Error, ErrorClass, Result};
 use std::fmt;
 
@@ -234,32 +234,28 @@ impl<'s, 'a, B: ?Sized> PersistentRequest<'s, 'a, B> {
         // non-contiguous data alive until then.
         let request = match &self.operation {
             Operation::Send { mode, view } => {
-                let (id, packed) = self.comm.start_send_packed(
+                let id = self.comm.start_send_later(
                     rank.unwrap_or(PROC_NULL),
                     self.tag,
                     view(self.buf.get()),
                     *mode,
                 )?;
-                self.scope.register(id, packed.map(Staging::keep))
+                self.scope.register(id)
             }
             Operation::BufferedSend { view } => {
                 let data = view(self.buf.get());
                 let len = buffered::send(&self.comm, rank.unwrap_or(PROC_NULL), self.tag, &data)?;
                 let id = with_device(|d| Ok(d.completed_request(sent_status(len))))?;
-                self.scope.register(id, None)
+                self.scope.register(id)
             }
             Operation::Receive { view } => {
                 let buf = self.buf.get_mut().ok_or_else(missing_buffer)?;
                 // The scope keeps `buf` borrowed until this receive
                 // completes; `buffer` and `buffer_mut` refuse to lend it
-                // while the request is active. A staged message is
-                // unpacked by `complete`, which has the buffer.
-                let mut incoming = Incoming::new(view(buf))?;
-                let id = self
-                    .comm
-                    .start_recv(rank, self.tag, incoming.device_buffer())?;
-                self.scope
-                    .register(id, incoming.into_staging_bytes().map(Staging::keep))
+                // while the request is active. Data that is not
+                // contiguous is unpacked by the device as it arrives.
+                let id = self.comm.start_recv_view(rank, self.tag, view(buf))?;
+                self.scope.register(id)
             }
         };
         self.active = Some(request);
@@ -267,20 +263,13 @@ impl<'s, 'a, B: ?Sized> PersistentRequest<'s, 'a, B> {
     }
 
     /// Ends the current operation, whose status was taken from the device
-    /// (`None`: it was not there), leaving the request inactive: a staged
-    /// receive is unpacked into the buffer. An inactive request gives an
-    /// empty status.
+    /// (`None`: it was not there), leaving the request inactive. An
+    /// inactive request gives an empty status.
     fn complete(&mut self, status: Option<oxmpi_adi::device::Status>) -> Result<Status> {
         let Some(request) = self.active.take() else {
             return Ok(Status::inactive());
         };
-        let staged = request.staging().and_then(StagingSlot::take);
-        let status = request.complete(status)?;
-        if let (Some(staged), Operation::Receive { view }) = (staged, &self.operation) {
-            let buf = self.buf.get_mut().ok_or_else(missing_buffer)?;
-            unpack_received(view(buf), &staged.into_bytes(), status.byte_count())?;
-        }
-        Ok(status)
+        request.complete(status)
     }
 
     /// Waits for the current operation to complete (`MPI_Wait`) and

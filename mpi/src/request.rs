@@ -84,52 +84,16 @@
 
 use crate::collective::engine;
 use crate::comm::{status_result, Status};
-use crate::datatype::Staging;
 use crate::{progress_once, progress_until, wait_request, with_device, Error, ErrorClass, Result};
 use oxmpi_adi::device::{Device, RequestId};
 use std::cell::RefCell;
-use std::fmt;
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex};
-
-/// The staging of an operation on non-contiguous data (see
-/// [`crate::datatype`]), shared by its request and its scope: the memory
-/// the device uses stays alive until both are done with it, and whichever
-/// completes the operation first finishes it (unpacks a receive).
-#[derive(Clone)]
-pub(crate) struct StagingSlot<'a>(Arc<Mutex<Option<Staging<'a>>>>);
-
-impl<'a> StagingSlot<'a> {
-    /// Takes the staging out, for an owner that finishes it itself.
-    pub(crate) fn take(&self) -> Option<Staging<'a>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
-    }
-
-    /// Finishes the staging of an operation that completed with `status`
-    /// (none: its status is lost), unless it was finished already.
-    fn finish(&self, status: Option<&oxmpi_adi::device::Status>) -> Result<()> {
-        let received = status.filter(|s| s.error.is_none()).map(|s| s.count);
-        self.take()
-            .map_or(Ok(()), |staging| staging.finish(received))
-    }
-
-    /// Whether the scope holds the only handle (the request was dropped).
-    fn orphaned(&self) -> bool {
-        Arc::strong_count(&self.0) == 1
-    }
-}
-
-impl fmt::Debug for StagingSlot<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("StagingSlot")
-    }
-}
 
 /// The region within which immediate operations may borrow buffers for
 /// `'a`. See the module docs and [`scope`].
 pub struct Scope<'a> {
-    /// Every request started in the scope, with its staging if it has one.
-    started: RefCell<Vec<(RequestId, Option<StagingSlot<'a>>)>>,
+    /// Every request started in the scope.
+    started: RefCell<Vec<RequestId>>,
     /// Invariant in `'a`, so the borrow checker cannot shrink it.
     _lifetime: PhantomData<std::cell::Cell<&'a mut ()>>,
 }
@@ -145,32 +109,22 @@ pub fn scope<'a, R>(f: impl FnOnce(&Scope<'a>) -> R) -> R {
 }
 
 impl<'a> Scope<'a> {
-    /// Registers the operation `id` with the scope, with the staging it
-    /// keeps if its data is not contiguous.
-    pub(crate) fn register(&self, id: RequestId, staging: Option<Staging<'a>>) -> Request<'a> {
+    /// Registers the operation `id` with the scope, which completes it
+    /// before `'a` ends if the program does not. Data that is not
+    /// contiguous needs nothing kept beside the request: the device packs
+    /// and unpacks it in the buffer itself, piece by piece.
+    pub(crate) fn register(&self, id: RequestId) -> Request<'a> {
         let mut started = self.started.borrow_mut();
         // Keep the list short when a long-lived scope starts many requests.
         if started.len() >= 1024 && started.len().is_power_of_two() {
             let _ = with_device(|d| {
-                started.retain(|(r, slot)| {
-                    if !d.is_complete(*r) {
-                        return true;
-                    }
-                    // A completed operation whose request was dropped is
-                    // finished here, while its status is at hand.
-                    if let Some(slot) = slot.as_ref().filter(|s| s.orphaned()) {
-                        report(slot.finish(d.take_status(*r).as_ref()));
-                    }
-                    false
-                });
+                started.retain(|r| !d.is_complete(*r));
                 Ok(())
             });
         }
-        let staging = staging.map(|s| StagingSlot(Arc::new(Mutex::new(Some(s)))));
-        started.push((id, staging.clone()));
+        started.push(id);
         Request {
             id,
-            staging,
             _buffer: PhantomData,
         }
     }
@@ -188,7 +142,7 @@ impl Drop for Scope<'_> {
     fn drop(&mut self) {
         let started = std::mem::take(self.started.get_mut());
         let result = with_device(|d| {
-            for &(id, _) in &started {
+            for &id in &started {
                 if !d.is_complete(id) {
                     d.cancel(id);
                 }
@@ -196,20 +150,12 @@ impl Drop for Scope<'_> {
             Ok(())
         })
         .and_then(|()| {
-            progress_until(|d| {
-                Ok(started
-                    .iter()
-                    .all(|&(id, _)| d.is_complete(id))
-                    .then_some(()))
-            })
+            progress_until(|d| Ok(started.iter().all(|&id| d.is_complete(id)).then_some(())))
         })
         .and_then(|()| {
             with_device(|d| {
-                for (id, slot) in &started {
-                    let status = d.take_status(*id);
-                    if let Some(slot) = slot {
-                        report(slot.finish(status.as_ref()));
-                    }
+                for &id in &started {
+                    d.take_status(id);
                 }
                 Ok(())
             })
@@ -217,8 +163,7 @@ impl Drop for Scope<'_> {
         // Non-blocking collectives the wait could not finish are dropped
         // now, while their buffers are still borrowed.
         if engine::has_pending() {
-            let ids: Vec<RequestId> = started.iter().map(|&(id, _)| id).collect();
-            engine::abandon(&ids);
+            engine::abandon(&started);
         }
         // The requests' buffers are no longer used either way (a failed
         // peer's requests are failed, not pending).
@@ -232,8 +177,6 @@ impl Drop for Scope<'_> {
 #[derive(Debug)]
 pub struct Request<'a> {
     pub(crate) id: RequestId,
-    /// The staging of non-contiguous data, shared with the scope.
-    staging: Option<StagingSlot<'a>>,
     _buffer: PhantomData<&'a mut [u8]>,
 }
 
@@ -244,7 +187,6 @@ impl<'a> Request<'a> {
     pub(crate) fn unscoped(id: RequestId) -> Request<'a> {
         Request {
             id,
-            staging: None,
             _buffer: PhantomData,
         }
     }
@@ -258,18 +200,9 @@ impl<'a> Request<'a> {
     }
 
     /// The outcome of the request, whose status was taken from the device
-    /// (`None`: it was not there): its staging is finished first, so a
-    /// receive's data is in its buffer.
+    /// (`None`: it was not there).
     pub(crate) fn complete(&self, status: Option<oxmpi_adi::device::Status>) -> Result<Status> {
-        if let Some(slot) = &self.staging {
-            slot.finish(status.as_ref())?;
-        }
         status.ok_or_else(freed).and_then(status_result)
-    }
-
-    /// The request's staging, for an owner that finishes it itself.
-    pub(crate) fn staging(&self) -> Option<&StagingSlot<'a>> {
-        self.staging.as_ref()
     }
 
     /// Completes the request if it is done (`MPI_Test`): `Ok` with the

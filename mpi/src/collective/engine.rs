@@ -96,7 +96,7 @@ pub(crate) fn start<'a>(
     // complete, or after dropping through `abandon` the operations of
     // those it could not complete.
     let request = unsafe { launch(operation) }?;
-    Ok(scope.register(request, None))
+    Ok(scope.register(request))
 }
 
 /// Starts the non-blocking collective `operation`, which borrows nothing,

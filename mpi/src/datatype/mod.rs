@@ -92,7 +92,7 @@ mod view;
 pub use constructors::{Order, UncommittedUserDatatype, UserDatatype};
 pub use element::ElementType;
 pub use external32::{pack_external, pack_external_into, pack_external_size, unpack_external};
-pub(crate) use pack::{unpack_received, Incoming, Outgoing, Staging};
+pub(crate) use pack::{Incoming, Outgoing};
 pub(crate) use primitive::Primitive;
 pub use view::{Buffer, BufferMut, MutView, View};
 
@@ -164,9 +164,8 @@ pub type Count = i32;
 pub type Address = isize;
 
 use std::fmt;
-use std::ops::ControlFlow;
 use std::sync::Arc;
-use typemap::{Shape, TypeNode};
+use typemap::{Run, Segments, Shape, TypeNode};
 
 /// A Rust type that has an MPI datatype (rsmpi's `Equivalence`): values of
 /// it can be sent and received, alone or in slices, arrays and vectors.
@@ -212,7 +211,32 @@ pub(crate) enum Handle<'a> {
     Node(&'a Arc<TypeNode>),
 }
 
+/// A [`Handle`] that owns its node: the datatype of a stream the device
+/// keeps beyond the borrow the handle came from.
+#[derive(Clone)]
+pub(crate) enum OwnedHandle {
+    Primitive(Primitive),
+    Node(Arc<TypeNode>),
+}
+
+impl OwnedHandle {
+    pub(crate) fn handle(&self) -> Handle<'_> {
+        match self {
+            OwnedHandle::Primitive(p) => Handle::Primitive(*p),
+            OwnedHandle::Node(node) => Handle::Node(node),
+        }
+    }
+}
+
 impl Handle<'_> {
+    /// The datatype, owned (a node is shared, not copied).
+    pub(crate) fn to_owned_handle(self) -> OwnedHandle {
+        match self {
+            Handle::Primitive(p) => OwnedHandle::Primitive(p),
+            Handle::Node(node) => OwnedHandle::Node(Arc::clone(node)),
+        }
+    }
+
     pub(crate) fn shape(&self) -> Shape {
         match self {
             Handle::Primitive(p) => Shape::of_primitive(*p),
@@ -231,16 +255,29 @@ impl Handle<'_> {
 
     /// Calls `f(offset, len)` for each segment of `count` elements, in
     /// type-map order, until `f` breaks.
+    #[cfg(test)]
     pub(crate) fn for_each_segment(
         &self,
         count: usize,
-        mut f: impl FnMut(isize, usize) -> ControlFlow<()>,
-    ) -> ControlFlow<()> {
+        f: impl FnMut(isize, usize) -> std::ops::ControlFlow<()>,
+    ) -> std::ops::ControlFlow<()> {
+        self.with_segments(count, |segments| segments.for_each(f))
+    }
+
+    /// Calls `f` with the [`Segments`] of `count` elements (a predefined
+    /// type's are one segment), to walk them with a cursor.
+    pub(crate) fn with_segments<R>(&self, count: usize, f: impl FnOnce(Segments<'_>) -> R) -> R {
         match self {
-            Handle::Primitive(p) => f(0, count.saturating_mul(p.size())),
-            Handle::Node(node) => {
-                typemap::for_each_segment(node.runs(), node.shape().extent(), count, f)
+            Handle::Primitive(p) => {
+                let whole = [Run {
+                    offset: 0,
+                    len: count.saturating_mul(p.size()),
+                    count: 1,
+                    stride: 0,
+                }];
+                f(Segments::new(&whole, 0, 1))
             }
+            Handle::Node(node) => f(Segments::new(node.runs(), node.shape().extent(), count)),
         }
     }
 

@@ -1,10 +1,12 @@
 //! Pack and unpack (MPI 4.1 §5.2), and how typed buffers meet the
-//! device, which moves bytes: an outgoing message is its buffer's own
-//! bytes when they are contiguous and a packed copy when not
-//! ([`Outgoing`]); an incoming one lands in the buffer itself when it is
-//! contiguous, or in a staging buffer that is unpacked into the buffer
-//! when the receive completes ([`Incoming`]). Collectives and every other
-//! operation that moves typed data go through these two.
+//! device, which moves bytes. Point-to-point operations hand the device
+//! a contiguous buffer's own bytes, or, for data that is not contiguous,
+//! a stream ([`super::view::PackStream`], [`super::view::UnpackStream`])
+//! that the device packs and unpacks piece by piece as the message moves
+//! (`Communicator::start_send_view`, `start_recv_view`). Collectives,
+//! which combine whole blocks, use [`Outgoing`] (the buffer's own bytes,
+//! or a packed copy) and [`Incoming`] (the buffer itself, or a staging
+//! buffer unpacked into it when the operation completes).
 
 use super::view::{Buffer, BufferMut, MutView, View};
 use super::{Count, Datatype};
@@ -35,15 +37,6 @@ impl<'a> Outgoing<'a> {
         match self {
             Outgoing::Borrowed(bytes) => bytes,
             Outgoing::Packed(packed) => packed,
-        }
-    }
-
-    /// The packed copy, which a pending send must keep until it
-    /// completes; `None` when the device reads the buffer itself.
-    pub(crate) fn into_packed(self) -> Option<Vec<u8>> {
-        match self {
-            Outgoing::Borrowed(_) => None,
-            Outgoing::Packed(packed) => Some(packed),
         }
     }
 }
@@ -96,37 +89,11 @@ impl<'a> Incoming<'a> {
             Incoming::Staged { bytes, target } => unpack_received(target, &bytes, received),
         }
     }
-
-    /// What a pending receive must keep until it completes; `None` when
-    /// the device writes into the buffer itself.
-    pub(crate) fn into_staging(self) -> Option<Staging<'a>> {
-        match self {
-            Incoming::Direct(_) => None,
-            Incoming::Staged { bytes, target } => Some(Staging {
-                bytes,
-                target: Some(target),
-            }),
-        }
-    }
-
-    /// The staging buffer alone, without the view: for a receive whose
-    /// owner unpacks it itself (a persistent request, which keeps its
-    /// buffer).
-    pub(crate) fn into_staging_bytes(self) -> Option<Vec<u8>> {
-        match self {
-            Incoming::Direct(_) => None,
-            Incoming::Staged { bytes, .. } => Some(bytes),
-        }
-    }
 }
 
 /// Unpacks the first `received` bytes of `bytes`, a staged message, into
 /// `target`.
-pub(crate) fn unpack_received(
-    mut target: MutView<'_>,
-    bytes: &[u8],
-    received: usize,
-) -> Result<()> {
+fn unpack_received(mut target: MutView<'_>, bytes: &[u8], received: usize) -> Result<()> {
     let received = bytes.get(..received).ok_or_else(|| {
         Error::new(
             ErrorClass::Intern,
@@ -138,39 +105,6 @@ pub(crate) fn unpack_received(
     })?;
     let layout = target.layout()?;
     target.unpack_from(&layout, received)
-}
-
-/// What a pending operation on non-contiguous data keeps beside the
-/// device, whose pointers point into it: the packed copy a send reads, or
-/// the staging buffer a receive fills, with the view to unpack it into
-/// when whoever completes the operation has not got the buffer.
-pub(crate) struct Staging<'a> {
-    bytes: Vec<u8>,
-    target: Option<MutView<'a>>,
-}
-
-impl Staging<'_> {
-    /// Bytes kept alive and nothing more: a send's packed copy.
-    pub(crate) fn keep(bytes: Vec<u8>) -> Self {
-        Staging {
-            bytes,
-            target: None,
-        }
-    }
-
-    /// Ends the staging of an operation that completed: a receive that
-    /// succeeded with `received` bytes is unpacked into its view.
-    pub(crate) fn finish(self, received: Option<usize>) -> Result<()> {
-        match (self.target, received) {
-            (Some(target), Some(received)) => unpack_received(target, &self.bytes, received),
-            _ => Ok(()),
-        }
-    }
-
-    /// The bytes, for an owner that unpacks them itself.
-    pub(crate) fn into_bytes(self) -> Vec<u8> {
-        self.bytes
-    }
 }
 
 /// Upper bound of the bytes [`Communicator::pack`] writes for `count`

@@ -17,6 +17,8 @@
 
 use super::primitive::Primitive;
 use crate::{Error, ErrorClass, Result};
+
+#[cfg(test)]
 use std::ops::ControlFlow;
 use std::sync::{Arc, OnceLock};
 
@@ -276,23 +278,175 @@ impl RunBuilder {
 /// whose element is `runs`, elements `extent` apart, in order; stops when
 /// `f` breaks. Offsets wrap rather than overflow: the caller checked that
 /// they fit its buffer.
-pub(crate) fn for_each_segment(
+#[cfg(test)]
+fn for_each_segment(
     runs: &[Run],
     extent: isize,
     count: usize,
-    mut f: impl FnMut(isize, usize) -> ControlFlow<()>,
+    f: impl FnMut(isize, usize) -> ControlFlow<()>,
 ) -> ControlFlow<()> {
-    for element in 0..count {
-        let base = (element as isize).wrapping_mul(extent);
-        for run in runs {
-            let mut offset = base.wrapping_add(run.offset);
-            for _ in 0..run.count {
-                f(offset, run.len)?;
-                offset = offset.wrapping_add(run.stride);
-            }
+    Segments::new(runs, extent, count).for_each(f)
+}
+
+/// The segments of `count` elements of a flattened type (its `runs`,
+/// elements `extent` apart), walked piece by piece with a [`Cursor`]:
+/// the packed stream of the elements is their segments' bytes one after
+/// another, and any byte range of it can be visited where it lies in the
+/// buffer. Pack, unpack (whole or in pieces), `MPI_Pack` and the device's
+/// streaming all walk with this one cursor.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Segments<'r> {
+    runs: &'r [Run],
+    extent: isize,
+    count: usize,
+    /// Packed bytes of one element (the runs' lengths added up).
+    element_size: usize,
+}
+
+/// A place in the packed stream of a [`Segments`]: the element, the run
+/// in it, the segment of the run and the byte in the segment, and the
+/// stream offset they make. Starts at offset 0 (`Default`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Cursor {
+    element: usize,
+    run: usize,
+    rep: usize,
+    within: usize,
+    position: usize,
+}
+
+impl Cursor {
+    /// The offset in the packed stream the cursor stands at.
+    pub(crate) fn position(&self) -> usize {
+        self.position
+    }
+
+    fn next_run(&mut self, runs: usize) {
+        self.run += 1;
+        self.rep = 0;
+        self.within = 0;
+        if self.run >= runs {
+            self.run = 0;
+            self.element += 1;
         }
     }
-    ControlFlow::Continue(())
+
+    fn at_element_start(&self) -> bool {
+        self.run == 0 && self.rep == 0 && self.within == 0
+    }
+}
+
+impl<'r> Segments<'r> {
+    /// The segments of `count` elements of `runs`, `extent` apart.
+    pub(crate) fn new(runs: &'r [Run], extent: isize, count: usize) -> Segments<'r> {
+        let element_size = runs.iter().fold(0usize, |n, r| {
+            n.saturating_add(r.len.saturating_mul(r.count))
+        });
+        Segments {
+            runs,
+            extent,
+            count,
+            element_size,
+        }
+    }
+
+    /// Calls `f(offset, len)` for each segment, in order, from the start;
+    /// stops when `f` breaks. The whole walk of a cursor.
+    #[cfg(test)]
+    pub(crate) fn for_each(
+        &self,
+        mut f: impl FnMut(isize, usize) -> ControlFlow<()>,
+    ) -> ControlFlow<()> {
+        let walked = self.advance(&mut Cursor::default(), usize::MAX, |offset, len| {
+            match f(offset, len) {
+                ControlFlow::Continue(()) => Ok(()),
+                ControlFlow::Break(()) => Err(()),
+            }
+        });
+        match walked {
+            Ok(_) => ControlFlow::Continue(()),
+            Err(()) => ControlFlow::Break(()),
+        }
+    }
+
+    /// Length of the packed stream.
+    pub(crate) fn len(&self) -> usize {
+        self.count.saturating_mul(self.element_size)
+    }
+
+    /// Moves `cursor` to stream offset `to` (at most [`Segments::len`]):
+    /// forward from where it is, skipping whole elements and whole
+    /// segments of a run at once; a cursor past `to` starts over.
+    pub(crate) fn seek(&self, cursor: &mut Cursor, to: usize) {
+        let to = to.min(self.len());
+        if to < cursor.position {
+            *cursor = Cursor::default();
+        }
+        while cursor.position < to && cursor.element < self.count {
+            let left = to - cursor.position;
+            if cursor.at_element_start() && self.element_size > 0 && left >= self.element_size {
+                let skip = left / self.element_size;
+                cursor.element += skip;
+                cursor.position += skip * self.element_size;
+                continue;
+            }
+            let run = &self.runs[cursor.run];
+            let in_run = run
+                .count
+                .saturating_sub(cursor.rep)
+                .saturating_mul(run.len)
+                .saturating_sub(cursor.within);
+            if left >= in_run {
+                cursor.position += in_run;
+                cursor.next_run(self.runs.len());
+                continue;
+            }
+            let into = cursor.within + left;
+            cursor.rep += into / run.len;
+            cursor.within = into % run.len;
+            cursor.position = to;
+        }
+    }
+
+    /// Visits the next `len` bytes of the stream from `cursor` (fewer if
+    /// the stream ends first) as `f(buffer offset, bytes)` pieces, each
+    /// within one segment, in order, and moves the cursor past them.
+    /// Returns the bytes visited, or `f`'s first error (the cursor then
+    /// stands after the pieces `f` accepted). Offsets wrap rather than
+    /// overflow: the caller checked the buffer's bounds.
+    pub(crate) fn advance<E>(
+        &self,
+        cursor: &mut Cursor,
+        len: usize,
+        mut f: impl FnMut(isize, usize) -> Result<(), E>,
+    ) -> Result<usize, E> {
+        let mut walked = 0;
+        while walked < len && cursor.element < self.count && !self.runs.is_empty() {
+            let run = &self.runs[cursor.run];
+            if cursor.rep >= run.count || run.len == 0 {
+                cursor.next_run(self.runs.len());
+                continue;
+            }
+            let n = (run.len - cursor.within).min(len - walked);
+            let offset = (cursor.element as isize)
+                .wrapping_mul(self.extent)
+                .wrapping_add(run.offset)
+                .wrapping_add((cursor.rep as isize).wrapping_mul(run.stride))
+                .wrapping_add(cursor.within as isize);
+            f(offset, n)?;
+            walked += n;
+            cursor.position += n;
+            cursor.within += n;
+            if cursor.within == run.len {
+                cursor.within = 0;
+                cursor.rep += 1;
+                if cursor.rep == run.count {
+                    cursor.next_run(self.runs.len());
+                }
+            }
+        }
+        Ok(walked)
+    }
 }
 
 /// A type signature: the basic types of one element in type-map order,

@@ -15,11 +15,12 @@
 //! is copied, so a bad one is an error before any byte moves.
 
 use super::constructors::count_arg;
-use super::{Count, Datatype, DatatypeRef, Equivalence, Handle};
+use super::typemap::Cursor;
+use super::{Count, Datatype, DatatypeRef, Equivalence, Handle, OwnedHandle};
 use crate::{Error, ErrorClass, Result};
+use oxmpi_adi::device::{MessageSink, MessageSource};
 use std::fmt;
 use std::marker::PhantomData;
-use std::ops::ControlFlow;
 
 /// Something that can be sent: its memory, datatype and count.
 pub trait Buffer {
@@ -235,24 +236,27 @@ impl<'a> View<'a> {
             out.copy_from_slice(bytes);
             return Ok(());
         }
+        self.pack_range(&mut Cursor::default(), out)
+    }
+
+    /// Packs the `out.len()` bytes of the packed stream that start at
+    /// `cursor` into `out`, and moves the cursor past them: one piece of
+    /// a message packed as it is sent. Past the end of the data is an
+    /// error.
+    pub(crate) fn pack_range(&self, cursor: &mut Cursor, out: &mut [u8]) -> Result<()> {
         let mut packed = 0;
-        let mut failed = None;
-        let _ = self.datatype.for_each_segment(self.count, |offset, len| {
-            let copied = self
-                .bytes_at(offset, len)
-                .and_then(|from| copy(from, out.get_mut(packed..packed + len)));
-            match copied {
-                Ok(()) => {
-                    packed += len;
-                    ControlFlow::Continue(())
-                }
-                Err(e) => {
-                    failed = Some(e);
-                    ControlFlow::Break(())
-                }
-            }
-        });
-        failed.map_or(Ok(()), Err)
+        let walked = self.datatype.with_segments(self.count, |segments| {
+            segments.advance(cursor, out.len(), |offset, len| {
+                let from = self.bytes_at(offset, len)?;
+                copy(from, out.get_mut(packed..packed + len))?;
+                packed += len;
+                Ok::<(), Error>(())
+            })
+        })?;
+        if walked != out.len() {
+            return Err(past_end(cursor.position(), out.len() - walked));
+        }
+        Ok(())
     }
 
     /// The data, packed in type-map order into a new vector.
@@ -390,29 +394,156 @@ impl<'a> MutView<'a> {
                 ),
             ));
         }
+        self.unpack_range(&mut Cursor::default(), packed)
+    }
+
+    /// Unpacks `packed`, the bytes of the packed stream that start at
+    /// `cursor`, into the data, and moves the cursor past them: one piece
+    /// of a message unpacked as it arrives. Past the end of the data is
+    /// an error.
+    pub(crate) fn unpack_range(&mut self, cursor: &mut Cursor, packed: &[u8]) -> Result<()> {
         let mut unpacked = 0;
-        let mut failed = None;
         let (datatype, count) = (self.datatype, self.count);
-        let _ = datatype.for_each_segment(count, |offset, len| {
-            let len = len.min(packed.len() - unpacked);
-            if len == 0 {
-                return ControlFlow::Break(());
-            }
-            let copied = self
-                .bytes_at_mut(offset, len)
-                .and_then(|to| copy(&packed[unpacked..unpacked + len], Some(to)));
-            match copied {
-                Ok(()) => {
-                    unpacked += len;
-                    ControlFlow::Continue(())
-                }
-                Err(e) => {
-                    failed = Some(e);
-                    ControlFlow::Break(())
-                }
-            }
-        });
-        failed.map_or(Ok(()), Err)
+        let walked = datatype.with_segments(count, |segments| {
+            segments.advance(cursor, packed.len(), |offset, len| {
+                let to = self.bytes_at_mut(offset, len)?;
+                copy(&packed[unpacked..unpacked + len], Some(to))?;
+                unpacked += len;
+                Ok::<(), Error>(())
+            })
+        })?;
+        if walked != packed.len() {
+            return Err(past_end(cursor.position(), packed.len() - walked));
+        }
+        Ok(())
+    }
+}
+
+/// The error of a piece that runs `left` bytes past the end of the data,
+/// which ends at `end`.
+fn past_end(end: usize, left: usize) -> Error {
+    Error::new(
+        ErrorClass::Truncate,
+        format!("{left} bytes of a piece lie past the end of the data, at byte {end}"),
+    )
+}
+
+/// A view's data, packed piece by piece as the device sends it: the
+/// [`MessageSource`] of a non-contiguous send. It keeps the view's buffer
+/// by address, beyond the borrow's end as the compiler sees it: see
+/// [`View::pack_stream`].
+pub(crate) struct PackStream {
+    base: *const u8,
+    span: usize,
+    datatype: OwnedHandle,
+    count: usize,
+    len: usize,
+    cursor: Cursor,
+}
+
+// SAFETY: the stream reads memory its creator vouched for (a shared
+// borrow of `Sync` data, as `View` is), through a shared datatype.
+unsafe impl Send for PackStream {}
+
+/// Where a view's data is unpacked piece by piece as the device receives
+/// it: the [`MessageSink`] of a non-contiguous receive. As
+/// [`PackStream`], it keeps the buffer by address: see
+/// [`MutView::unpack_stream`].
+pub(crate) struct UnpackStream {
+    base: *mut u8,
+    span: usize,
+    datatype: OwnedHandle,
+    count: usize,
+    len: usize,
+    cursor: Cursor,
+}
+
+// SAFETY: the stream writes memory its creator gave it exclusively (an
+// exclusive borrow of `Send` data, as `MutView` is).
+unsafe impl Send for UnpackStream {}
+
+/// Moves `cursor` to `offset` of `count` elements of `datatype`; an
+/// offset past the data is an error.
+fn seek(datatype: Handle<'_>, count: usize, cursor: &mut Cursor, offset: usize) -> Result<()> {
+    datatype.with_segments(count, |segments| segments.seek(cursor, offset));
+    if cursor.position() != offset {
+        return Err(past_end(cursor.position(), offset - cursor.position()));
+    }
+    Ok(())
+}
+
+impl View<'_> {
+    /// The view's data as a stream the device packs piece by piece.
+    ///
+    /// # Safety
+    /// The memory the view borrows must stay valid, and unmodified, for
+    /// as long as the stream is used: until the device request it is
+    /// given to completes (the device never uses it after).
+    pub(crate) unsafe fn pack_stream(&self, layout: &Layout) -> PackStream {
+        PackStream {
+            base: self.base,
+            span: self.span,
+            datatype: self.datatype.to_owned_handle(),
+            count: self.count,
+            len: layout.len,
+            cursor: Cursor::default(),
+        }
+    }
+}
+
+impl MessageSource for PackStream {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn pack(&mut self, offset: usize, out: &mut [u8]) -> Result<()> {
+        let view = View {
+            base: self.base,
+            span: self.span,
+            datatype: self.datatype.handle(),
+            count: self.count,
+            _memory: PhantomData,
+        };
+        // Pieces come in order: the seek is free.
+        seek(view.datatype, view.count, &mut self.cursor, offset)?;
+        view.pack_range(&mut self.cursor, out)
+    }
+}
+
+impl MutView<'_> {
+    /// The view as a stream the device unpacks into piece by piece.
+    ///
+    /// # Safety
+    /// The memory the view borrows must stay valid, and untouched by
+    /// anything else, for as long as the stream is used: until the device
+    /// request it is given to completes (the device never uses it after).
+    pub(crate) unsafe fn unpack_stream(self, layout: &Layout) -> UnpackStream {
+        UnpackStream {
+            base: self.base,
+            span: self.span,
+            datatype: self.datatype.to_owned_handle(),
+            count: self.count,
+            len: layout.len,
+            cursor: Cursor::default(),
+        }
+    }
+}
+
+impl MessageSink for UnpackStream {
+    fn capacity(&self) -> usize {
+        self.len
+    }
+
+    fn unpack(&mut self, offset: usize, bytes: &[u8]) -> Result<()> {
+        let mut view = MutView {
+            base: self.base,
+            span: self.span,
+            datatype: self.datatype.handle(),
+            count: self.count,
+            _memory: PhantomData,
+        };
+        seek(view.datatype, view.count, &mut self.cursor, offset)?;
+        view.unpack_range(&mut self.cursor, bytes)
     }
 }
 
@@ -510,7 +641,8 @@ impl<T: Equivalence, const N: usize> BufferMut for [T; N] {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Equivalence, UserDatatype};
+    use super::super::sealed::Sealed;
+    use super::super::{Equivalence, UncommittedDatatype, UserDatatype};
     use super::*;
 
     #[test]
@@ -566,6 +698,101 @@ mod tests {
         let e = MutView::with_count_and_datatype(&mut target[..], 1, &u32::equivalent_datatype())
             .unwrap_err();
         assert_eq!(e.class(), ErrorClass::Buffer);
+    }
+
+    /// A small deterministic generator of piece lengths (xorshift).
+    fn lengths(seed: u64) -> impl FnMut(usize) -> usize {
+        let mut state = seed | 1;
+        move |most| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            1 + (state % most as u64) as usize
+        }
+    }
+
+    #[test]
+    fn pieces_at_any_boundaries_pack_and_unpack_as_the_whole() {
+        let f64t = f64::equivalent_datatype();
+        let i32t = i32::equivalent_datatype();
+        let strided = UserDatatype::vector(5, 1, 2, &f64t).unwrap();
+        let nested = UserDatatype::indexed(&[2, 1, 3], &[4, 0, 9], &strided).unwrap();
+        let blocks = UserDatatype::indexed(&[3, 1], &[7, 1], &i32t).unwrap();
+        let mixed =
+            UserDatatype::structured(&[1, 2, 3], &[0, 96, 160], &[&strided, &blocks, &i32t])
+                .unwrap();
+        let resized = UserDatatype::resized(&mixed, 0, 256).unwrap();
+        let cases: [(&UserDatatype, usize); 5] = [
+            (&strided, 40),
+            (&nested, 3),
+            (&blocks, 20),
+            (&mixed, 2),
+            (&resized, 7),
+        ];
+        for (case, (datatype, count)) in cases.into_iter().enumerate() {
+            let span = usize::try_from(datatype.extent()).unwrap() * count + 512;
+            let source: Vec<u8> = (0..span).map(|i| (i * 7 + i / 251) as u8).collect();
+            let view =
+                View::with_count_and_datatype(&source[..], count as Count, datatype).unwrap();
+            let whole = view.packed().unwrap();
+            assert!(!whole.is_empty());
+            let mut next = lengths(case as u64 + 11);
+            for most in [1, 3, 17, 64, whole.len()] {
+                // In order, with one cursor.
+                let mut cursor = Cursor::default();
+                let mut pieces = Vec::new();
+                while pieces.len() < whole.len() {
+                    let n = next(most).min(whole.len() - pieces.len());
+                    let mut out = vec![0; n];
+                    view.pack_range(&mut cursor, &mut out).unwrap();
+                    pieces.extend_from_slice(&out);
+                }
+                assert_eq!(pieces, whole, "type {case}, pieces of at most {most}");
+                // Unpacked in pieces, into a buffer that starts zeroed.
+                let mut back = vec![0u8; span];
+                let mut expected = vec![0u8; span];
+                MutView::with_count_and_datatype(&mut expected[..], count as Count, datatype)
+                    .unwrap()
+                    .unpack_from(&view.layout().unwrap(), &whole)
+                    .unwrap();
+                let mut target =
+                    MutView::with_count_and_datatype(&mut back[..], count as Count, datatype)
+                        .unwrap();
+                let mut cursor = Cursor::default();
+                let mut at = 0;
+                while at < whole.len() {
+                    let n = next(most).min(whole.len() - at);
+                    target
+                        .unpack_range(&mut cursor, &whole[at..at + n])
+                        .unwrap();
+                    at += n;
+                }
+                assert_eq!(back, expected, "type {case}, pieces of at most {most}");
+            }
+            // Any range, reached by seeking (forward, or over again).
+            let mut cursor = Cursor::default();
+            for _ in 0..50 {
+                let from = next(whole.len()) - 1;
+                let n = next(whole.len() - from);
+                datatype
+                    .handle()
+                    .0
+                    .with_segments(count, |s| s.seek(&mut cursor, from));
+                assert_eq!(cursor.position(), from);
+                let mut out = vec![0; n];
+                view.pack_range(&mut cursor, &mut out).unwrap();
+                assert_eq!(out, whole[from..from + n], "type {case}, bytes {from}+{n}");
+            }
+            // A piece past the end is an error, not a panic.
+            let mut out = vec![0; 2];
+            let mut cursor = Cursor::default();
+            datatype
+                .handle()
+                .0
+                .with_segments(count, |s| s.seek(&mut cursor, whole.len() - 1));
+            let err = view.pack_range(&mut cursor, &mut out).unwrap_err();
+            assert_eq!(err.class(), ErrorClass::Truncate);
+        }
     }
 
     #[test]

@@ -1248,7 +1248,7 @@ impl<'a> Window<'a> {
         // SAFETY: `result` is borrowed for `'s`, and the scope completes
         // the request before `'s` ends.
         let id = unsafe { self.start_fetch(target, disp, result.as_mut_ptr().cast(), len, &what)? };
-        Ok(scope.register(id, None))
+        Ok(scope.register(id))
     }
 
     // ----- synchronization -----

@@ -36,7 +36,9 @@
 //! spreads rendezvous data over a second connection). Smaller data stays
 //! on the packet connection: a one-way flow gets no acknowledgements
 //! riding on packets the other way, and its sender stalls until a TCP
-//! loss probe, which costs more than the lane gains below 1 MiB.
+//! loss probe, which costs more than the lane gains below 1 MiB. The
+//! pieces of a streamed message (`FLAG_PIECE`, at most 256 KiB each) keep
+//! to the packet connection too, because they must arrive in order.
 //!
 //! A rank reads a peer's lanes on every poll only while it expects data
 //! from that peer (it sent a CTS whose data has not begun to arrive, or a
@@ -56,7 +58,7 @@
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use oxmpi_adi::auth::{Acceptor, Channel, Connector, Verdict, MESSAGE_LEN};
-use oxmpi_adi::proto::{Header, Kind, HEADER_LEN};
+use oxmpi_adi::proto::{Header, Kind, FLAG_PIECE, HEADER_LEN};
 use oxmpi_adi::transport::{JobInfo, PacketSink, PayloadSlot, PeerRank, Transport};
 use oxmpi_adi::{vlog, Error, ErrorClass, Result};
 use std::collections::VecDeque;
@@ -1356,7 +1358,14 @@ impl Transport for TcpTransport {
             },
             offset: 0,
         };
-        if header.kind == Kind::Data && len >= LANE_MIN && self.peers[peer].failed.is_none() {
+        // The pieces of a streamed message must arrive in order: they keep
+        // to the packet connection (they are below `LANE_MIN` anyway).
+        let piece = header.flags & FLAG_PIECE != 0;
+        if header.kind == Kind::Data
+            && !piece
+            && len >= LANE_MIN
+            && self.peers[peer].failed.is_none()
+        {
             self.open_lanes(peer);
             if let Some(lane) = self.data_lane(peer) {
                 let lane = &mut self.peers[peer].lanes[lane];
