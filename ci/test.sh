@@ -10,3 +10,7 @@ cargo test --workspace 2>&1
 # The verbs crate's libibverbs calls, off by default (see its crate docs).
 cargo clippy -p oxmpi-verbs --features rdma-core --all-targets --quiet -- -D warnings
 cargo test -p oxmpi-verbs --features rdma-core 2>&1
+# hw-tests built for the real provider: on a machine with no RDMA device
+# it skips, saying why (see hw-tests' crate docs and README.md).
+cargo clippy -p oxmpi-hw-tests --features rdma-core --all-targets --quiet -- -D warnings
+cargo test -p oxmpi-hw-tests --features rdma-core 2>&1
