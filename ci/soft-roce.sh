@@ -110,9 +110,10 @@ up() {
   trap - ERR
   say "soft-RoCE device $RXE on $VETH_A (${ADDR_A%/*}) in the network namespace $NS."
   say "run the hardware tests inside the namespace, as yourself, e.g.:"
-  echo "    cargo build -p oxmpi-launcher && cargo test -p oxmpi-hw-tests --features rdma-core --no-run"
+  echo "    cargo build --release -p oxmpi-launcher"
+  echo "    cargo test --release -p oxmpi-hw-tests --features rdma-core --no-run"
   echo "    sudo ip netns exec $NS sudo -u \"\$USER\" env \"PATH=\$PATH\" OXMPI_VERBS_DEVICE=$RXE \\"
-  echo "        cargo test -p oxmpi-hw-tests --features rdma-core"
+  echo "        cargo test --release -p oxmpi-hw-tests --features rdma-core"
   say "remove it with: sudo $0 down"
 }
 
