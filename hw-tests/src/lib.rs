@@ -47,9 +47,10 @@ use std::time::Duration;
 pub const SYSFS_DEVICES: &str = "/sys/class/infiniband";
 
 /// The command that runs these tests on a device: it builds `oxrun` and
-/// the programs with the `rdma-core` feature.
-pub const COMMAND: &str =
-    "cargo build -p oxmpi-launcher && cargo test -p oxmpi-hw-tests --features rdma-core";
+/// the programs with the `rdma-core` feature, optimized (oxbench's
+/// figures from a debug build of oxmpi measure the debug build).
+pub const COMMAND: &str = "cargo build --release -p oxmpi-launcher && \
+     cargo test --release -p oxmpi-hw-tests --features rdma-core";
 
 /// The environment of every job: the verbs transport alone, on the
 /// rdma-core provider; the programs take their eager threshold from

@@ -1,9 +1,10 @@
 //! The job-test matrix and oxbench over the verbs transport on a real RDMA
 //! device (see the crate docs). A program, not a libtest harness: it
-//! prints one line per check and oxbench's tables as they come, and exits
-//! with 0 when everything passed or it skipped, saying why.
+//! prints one line per check and each of oxbench's tables as its run
+//! ends, and exits with 0 when everything passed or it skipped, saying
+//! why.
 
-use oxmpi_hw_tests::{run_benchmark, Presence, BENCHMARKS, MATRIX};
+use oxmpi_hw_tests::{run_benchmark, Presence, BENCHMARKS, COMMAND, MATRIX};
 use oxmpi_jobs::Binaries;
 use std::path::Path;
 use std::process::ExitCode;
@@ -54,9 +55,14 @@ fn main() -> ExitCode {
             Ok(took) => println!("hw-tests: {} ok ({took:.1?})", check.name()),
             Err(why) => {
                 failed += 1;
-                println!("hw-tests: {} FAILED: {why}", check.name());
+                println!("hw-tests: FAILED: {why}");
             }
         }
+    }
+    if cfg!(debug_assertions) {
+        println!(
+            "hw-tests: this build of oxmpi is not optimized: for figures to compare, run `{COMMAND}`"
+        );
     }
     for benchmark in BENCHMARKS {
         println!("hw-tests: oxbench {benchmark}, 2 ranks, verbs over rdma-core on {device}");
@@ -64,7 +70,7 @@ fn main() -> ExitCode {
             Ok(table) => print!("{table}"),
             Err(why) => {
                 failed += 1;
-                println!("hw-tests: oxbench {benchmark} FAILED: {why}");
+                println!("hw-tests: FAILED: {why}");
             }
         }
     }
