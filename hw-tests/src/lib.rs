@@ -240,8 +240,9 @@ pub enum Presence {
 impl Presence {
     /// Looks for a device as the verbs transport will
     /// (`oxmpi_verbs::rdma_core::discover`, with the `OXMPI_VERBS_*`
-    /// choices). `Err` is an invalid choice, or a device named in
-    /// `OXMPI_VERBS_DEVICE` that cannot be used: a failure, not a skip.
+    /// choices). `Err` is an invalid choice, or (in a build with rdma-core
+    /// support) a device named in `OXMPI_VERBS_DEVICE` that cannot be
+    /// used: a failure, not a skip.
     pub fn detect() -> Result<Presence, String> {
         let found = Selection::from_env()
             .and_then(|s| discover(&s))
