@@ -705,31 +705,47 @@ fn passive(world: &Communicator) -> Result<()> {
     window.free()
 }
 
-/// Whether an allocated window takes the direct path (as the second
-/// argument says: `direct` or `messages`); a window on user memory never
-/// does, and every rank sees the same.
+/// Which path an allocated window takes (as the second argument says:
+/// `direct`, `rdma` or `messages`; the third, if any, says it of a window
+/// on user memory), and every rank sees the same.
 fn path(world: &Communicator) -> Result<()> {
     let arg = |i: usize| match std::env::args().nth(i).as_deref() {
-        Some("direct") => Ok(true),
-        Some("messages") => Ok(false),
+        Some(want @ ("direct" | "rdma" | "messages")) => Ok(want.to_owned()),
         other => Err(fail(format!(
-            "path: expected direct or messages, not {other:?}"
+            "path: expected direct, rdma or messages, not {other:?}"
         ))),
     };
+    let kind = |window: &Window<'_>| match (window.direct_access(), window.rdma_access()) {
+        (true, _) => "direct",
+        (false, true) => "rdma",
+        (false, false) => "messages",
+    };
     let want = arg(2)?;
-    let want_created = arg(3).unwrap_or(want);
+    let want_created = arg(3).unwrap_or_else(|_| want.clone());
     let window = Window::allocate(world, 64, 8, &Info::new())?;
-    ensure(window.direct_access() == want, || {
-        format!("an allocated window's direct access is {}", !want)
+    ensure(kind(&window) == want, || {
+        format!(
+            "an allocated window's path is {}, not {want}",
+            kind(&window)
+        )
     })?;
+    let code = |k: &str| {
+        ["direct", "rdma", "messages"]
+            .iter()
+            .position(|&c| c == k)
+            .unwrap_or(3) as u8
+    };
     let mut all = vec![0u8; world.size() as usize];
-    world.all_gather_into(&[u8::from(window.direct_access())][..], &mut all[..])?;
-    same(&all, &vec![u8::from(want); all.len()], "every rank's path")?;
+    world.all_gather_into(&[code(kind(&window))][..], &mut all[..])?;
+    same(&all, &vec![code(&want); all.len()], "every rank's path")?;
     window.free()?;
     let mut memory = [0u64; 4];
     let created = Window::create(world, &mut memory[..], 8, &Info::new())?;
-    ensure(created.direct_access() == want_created, || {
-        format!("a created window's direct access is {}", !want_created)
+    ensure(kind(&created) == want_created, || {
+        format!(
+            "a created window's path is {}, not {want_created}",
+            kind(&created)
+        )
     })?;
     created.free()
 }
