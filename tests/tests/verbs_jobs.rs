@@ -1,8 +1,8 @@
 //! Real jobs through oxrun over the verbs transport alone, on the soft
 //! provider (`OXMPI_TRANSPORTS=verbs OXMPI_VERBS_PROVIDER=soft`): the
 //! checks of `p2p_suite`, `completion` and `p2p_modes`, and some of the
-//! collectives and RMA suites, with 2 to 4 ranks and messages past the
-//! eager limit; a flood of unexpected messages into one rank; the
+//! collectives suite, with 2 to 4 ranks and messages past the eager
+//! limit; the RMA suite on the RDMA path (up to 8 ranks); a flood of unexpected messages into one rank; the
 //! default selection on this machine, which has no RDMA device, not
 //! choosing verbs; and verbs named without a provider, or a provider that
 //! does not exist, failing the job with a clear error.
@@ -89,9 +89,8 @@ fn a_flood_of_unexpected_messages_into_one_rank() {
 fn collectives_and_rma_over_verbs() {
     job("collectives", "data", 3, 180);
     job("collectives", "mismatch", 2, 60);
-    job("rma_suite", "ops", 2, 180);
+    // Dynamic windows stay active messages over verbs.
     job("rma_suite", "dynamic", 3, 60);
-    job_with("rma_suite", &["atomic", "500"], 4, &[], 120);
     job_with(
         "rma_suite",
         &["passive"],
@@ -99,6 +98,29 @@ fn collectives_and_rma_over_verbs() {
         &[("OXMPI_ASYNC_PROGRESS", "1")],
         60,
     );
+}
+
+/// Windows on user memory and allocated ones take the RDMA path over
+/// verbs (every rank agrees), and the RMA matrix passes on it: every
+/// operation under fence, PSCW, locks, lock_all and flushes; accumulate
+/// with every operation and type; exact totals of 8 ranks' NIC atomics;
+/// locks and the accumulate mutex excluding each other; a target that
+/// sleeps outside MPI (the soft NIC's threads do the work); the error
+/// classes of bad calls.
+#[test]
+fn rma_over_verbs_takes_the_rdma_path() {
+    job_with("rma_suite", &["path", "rdma"], 3, &[], 60);
+    for ranks in [2, 3, 5] {
+        job("rma_suite", "ops", ranks, 180);
+    }
+    job("rma_suite", "operations", 3, 120);
+    job_with("rma_suite", &["atomic", "2000"], 8, &[], 180);
+    job_with("rma_suite", &["spinlock", "20"], 4, &[], 120);
+    job_with("rma_suite", &["exclusion", "100"], 4, &[], 120);
+    job("rma_suite", "sleeping", 4, 60);
+    job_with("rma_suite", &["sleeping", "create"], 3, &[], 60);
+    job("rma_suite", "errors", 3, 60);
+    job("rma_suite", "attributes", 3, 60);
 }
 
 #[test]

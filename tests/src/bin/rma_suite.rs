@@ -11,18 +11,21 @@
 //! rank does N fetch-and-op and N accumulate sums on one element under
 //! shared locks: exact totals, and the fetched values all distinct),
 //! `spinlock` (a compare-and-swap lock guards N non-atomic increments by
-//! get and put), `dynamic` (attach, access, detach), `attributes`
+//! get and put), `exclusion` (N increments by get and put under rank 0's
+//! exclusive lock, alternating with accumulates of 4-byte integers and
+//! fetch-and-op of doubles under its shared lock: exact totals), `dynamic` (attach, access, detach), `attributes`
 //! (attributes, hints, names, sizes that differ between ranks), `errors`
 //! (the error classes of bad calls, after which the window still works)
 //! and `passive` (rank 0 computes outside MPI while the others lock, put
 //! and unlock: run with `OXMPI_ASYNC_PROGRESS=1`).
 //!
 //! The direct path (windows in shared memory, or user memory by
-//! cross-memory attach): `path direct|messages [direct|messages]` (which
-//! path an allocated window takes, and a created one), `sleeping
+//! cross-memory attach) and the RDMA path (verbs): `path
+//! direct|rdma|messages [direct|rdma|messages]` (which path an allocated
+//! window takes, and a created one), `sleeping
 //! [create]` (rank 0 sleeps outside MPI, with no progress thread, while
 //! the others lock, put, get and unlock its window, allocated or created:
-//! only the direct path completes that, and a bound makes the messages
+//! only the direct and RDMA paths complete that, and a bound makes the messages
 //! path fail rather than hang) and `shared` (`allocate_shared`: every rank
 //! stores into its own part and reads its neighbours' through
 //! `shared_query`, and RMA operations reach the same memory) and
@@ -55,6 +58,7 @@ fn main() -> ExitCode {
             "operations" => operations(&world),
             "atomic" => atomic(&world, n),
             "spinlock" => spinlock(&world, n),
+            "exclusion" => exclusion(&world, n),
             "dynamic" => dynamic(&world),
             "attributes" => attributes(&world),
             "errors" => errors(&world),
@@ -442,6 +446,43 @@ fn spinlock(world: &Communicator, n: usize) -> Result<()> {
         let mut got = [0u64; 2];
         window.read_local(0, &mut got)?;
         same(&got, &[0, (n * size) as u64], "lock word and counter")?;
+    }
+    window.free()
+}
+
+/// Every rank `n` times: under rank 0's exclusive lock, a non-atomic
+/// increment (get, then put) of element 0; under its shared lock, an
+/// accumulate of an `i32` 1 into bytes 8..12 and a fetch-and-op sum of a
+/// `f64` 1 into element 2 (neither a NIC atomic on the RDMA path: the
+/// target's accumulate mutex). No increment is lost.
+fn exclusion(world: &Communicator, n: usize) -> Result<()> {
+    let (rank, size) = (world.rank(), world.size() as usize);
+    let window = Window::allocate(world, 24, 4, &Info::new())?;
+    world.barrier()?;
+    for _ in 0..n {
+        window.lock(LockType::Exclusive, 0, 0)?;
+        let mut counter = [0u64];
+        window.get(&mut counter[..], 0, 0)?;
+        window.put(&[counter[0] + 1][..], 0, 0)?;
+        window.unlock(0)?;
+        window.lock(LockType::Shared, 0, 0)?;
+        window.accumulate(&[1i32][..], 0, 2, SystemOperation::sum())?;
+        let mut old = 0f64;
+        window.fetch_and_op(&1f64, &mut old, 0, 4, SystemOperation::sum())?;
+        window.unlock(0)?;
+    }
+    world.barrier()?;
+    if rank == 0 {
+        let want = (n * size) as u64;
+        let mut counter = [0u64];
+        window.read_local(0, &mut counter)?;
+        let mut ints = [0i32];
+        window.read_local(8, &mut ints)?;
+        let mut doubles = [0f64];
+        window.read_local(16, &mut doubles)?;
+        same(&counter, &[want], "increments under the exclusive lock")?;
+        same(&ints, &[want as i32], "i32 accumulates")?;
+        same(&doubles, &[want as f64], "f64 fetch-and-op sums")?;
     }
     window.free()
 }
