@@ -19,7 +19,11 @@
 //! them directly (`direct.rs`): loads, stores and atomics of its own, with
 //! no help from the target ([`Window::direct_access`]); windows on the
 //! program's memory ([`Window::create`]) are reached directly too on one
-//! host, by cross-memory attach. Other windows are reached by active messages handled by the target's progress
+//! host, by cross-memory attach. Windows of [`Window::create`] and
+//! [`Window::allocate`] whose ranks are reached over the verbs transport
+//! are registered memory that the origin's NIC reads, writes and runs
+//! atomics on (`rdma.rs`, [`Window::rdma_access`]), again with no help
+//! from the target. Other windows are reached by active messages handled by the target's progress
 //! engine, so a passive-target operation completes whenever the target
 //! is in any MPI call, or at any time when the target runs a progress
 //! thread (`OXMPI_ASYNC_PROGRESS=1`).
