@@ -115,6 +115,12 @@ fn locks_and_accumulates_exclude_each_other() {
 }
 
 #[test]
+fn large_puts_and_gets() {
+    job("large", &[], 3, &[], 60);
+    job("large", &[], 2, &TCP, 60);
+}
+
+#[test]
 fn dynamic_windows_attach_and_detach() {
     for ranks in [1, 3] {
         job("dynamic", &[], ranks, &[], 60);

@@ -109,7 +109,17 @@ fn collectives_and_rma_over_verbs() {
 /// classes of bad calls.
 #[test]
 fn rma_over_verbs_takes_the_rdma_path() {
-    job_with("rma_suite", &["path", "rdma"], 3, &[], 60);
+    let mut c = bins().check("rma_suite", "path", 3, &VERBS);
+    c.arg("rdma").env("OXMPI_VERBOSE", "1");
+    let out = run(c, Duration::from_secs(60));
+    out.assert_success();
+    assert!(
+        out.stderr
+            .contains("RDMA to the registered memory of its 3 ranks"),
+        "OXMPI_VERBOSE does not name the RDMA path:\n{}",
+        out.stderr
+    );
+    job("rma_suite", "large", 3, 60);
     for ranks in [2, 3, 5] {
         job("rma_suite", "ops", ranks, 180);
     }

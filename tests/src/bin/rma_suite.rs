@@ -13,7 +13,9 @@
 //! `spinlock` (a compare-and-swap lock guards N non-atomic increments by
 //! get and put), `exclusion` (N increments by get and put under rank 0's
 //! exclusive lock, alternating with accumulates of 4-byte integers and
-//! fetch-and-op of doubles under its shared lock: exact totals), `dynamic` (attach, access, detach), `attributes`
+//! fetch-and-op of doubles under its shared lock: exact totals), `large`
+//! (puts and gets of 300,000 bytes, at an odd displacement, to the next
+//! rank), `dynamic` (attach, access, detach), `attributes`
 //! (attributes, hints, names, sizes that differ between ranks), `errors`
 //! (the error classes of bad calls, after which the window still works)
 //! and `passive` (rank 0 computes outside MPI while the others lock, put
@@ -59,6 +61,7 @@ fn main() -> ExitCode {
             "atomic" => atomic(&world, n),
             "spinlock" => spinlock(&world, n),
             "exclusion" => exclusion(&world, n),
+            "large" => large(&world),
             "dynamic" => dynamic(&world),
             "attributes" => attributes(&world),
             "errors" => errors(&world),
@@ -484,6 +487,36 @@ fn exclusion(world: &Communicator, n: usize) -> Result<()> {
         same(&ints, &[want as i32], "i32 accumulates")?;
         same(&doubles, &[want as f64], "f64 fetch-and-op sums")?;
     }
+    window.free()
+}
+
+/// Each rank puts 300,000 bytes (more than one RDMA operation carries) at
+/// byte 3 of the next rank's window under an exclusive lock, flushes,
+/// gets them back in a shared-lock epoch, and after a barrier finds the
+/// previous rank's bytes in its own window.
+fn large(world: &Communicator) -> Result<()> {
+    const LEN: usize = 300_000;
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let next = ((rank + 1) % size) as i32;
+    let bytes = |r: usize| -> Vec<u8> { (0..LEN).map(|i| (i * 7 + r * 13) as u8).collect() };
+    let window = Window::allocate(world, LEN + 8, 1, &Info::new())?;
+    window.lock(LockType::Exclusive, next, 0)?;
+    window.put(&bytes(rank)[..], next, 3)?;
+    window.flush(next)?;
+    window.unlock(next)?;
+    let mut back = vec![0u8; LEN];
+    window.lock(LockType::Shared, next, 0)?;
+    window.get(&mut back[..], next, 3)?;
+    window.unlock(next)?;
+    ensure(back == bytes(rank), || {
+        "the bytes read back differ".to_owned()
+    })?;
+    world.barrier()?;
+    let mut mine = vec![0u8; LEN];
+    window.read_local(3, &mut mine)?;
+    ensure(mine == bytes((rank + size - 1) % size), || {
+        "the previous rank's bytes differ".to_owned()
+    })?;
     window.free()
 }
 
