@@ -1649,14 +1649,10 @@ impl Device {
         self.transports[t].rdma_post(peer, at, op)
     }
 
-    /// The outcome of `peer`'s operation `id` once it completed
-    /// ([`Transport::rdma_take`]).
-    pub fn rdma_take(&mut self, peer: PeerRank, id: u64) -> Option<Result<Vec<u8>>> {
-        let t = match self.bind(peer) {
-            Ok(t) => t,
-            Err(e) => return Some(Err(e)),
-        };
-        self.transports[t].rdma_take(id)
+    /// The outcome of operation `id` on `channel` once it completed
+    /// ([`Transport::rdma_take`]), even if its peer has failed since.
+    pub fn rdma_take(&mut self, channel: RdmaChannel, id: u64) -> Option<Result<Vec<u8>>> {
+        self.transports[channel.0].rdma_take(id)
     }
 
     /// Finalizes the device: lets every queued send leave, waits for all

@@ -106,7 +106,7 @@ fn collectives_and_rma_over_verbs() {
 /// with every operation and type; exact totals of 8 ranks' NIC atomics;
 /// locks and the accumulate mutex excluding each other; a target that
 /// sleeps outside MPI (the soft NIC's threads do the work); the error
-/// classes of bad calls.
+/// classes of bad calls; puts and gets longer than one RDMA operation.
 #[test]
 fn rma_over_verbs_takes_the_rdma_path() {
     let mut c = bins().check("rma_suite", "path", 3, &VERBS);
@@ -131,6 +131,14 @@ fn rma_over_verbs_takes_the_rdma_path() {
     job_with("rma_suite", &["sleeping", "create"], 3, &[], 60);
     job("rma_suite", "errors", 3, 60);
     job("rma_suite", "attributes", 3, 60);
+}
+
+/// A put to a window whose keys were revoked (dropped without free) fails
+/// at the flush with MPI_ERR_RMA_RANGE naming the NIC's remote access
+/// error; the memory is not touched and the other ranks go on.
+#[test]
+fn a_remote_access_error_fails_the_operation() {
+    job("rma_suite", "revoked", 3, 60);
 }
 
 #[test]

@@ -114,6 +114,8 @@ enum Place {
 #[derive(Debug)]
 pub(crate) struct Reach {
     at: At,
+    /// The transport whose one-sided channel reaches the target.
+    channel: RdmaChannel,
     /// The largest read or write of one post.
     max_len: usize,
     /// Operations posted and not known complete yet (flushes wait).
@@ -264,6 +266,7 @@ pub(crate) fn choose(
         };
         paths.push(Arc::new(Reach {
             at,
+            channel: registration.channel,
             max_len,
             pending: Mutex::new(Vec::new()),
         }));
@@ -319,15 +322,15 @@ impl Reach {
     }
 
     /// Waits for operation `id`'s outcome.
-    fn wait(peer: PeerRank, id: u64) -> Result<Vec<u8>> {
-        progress_until(|d| Ok(d.rdma_take(peer, id)))?
+    fn wait(&self, id: u64) -> Result<Vec<u8>> {
+        progress_until(|d| Ok(d.rdma_take(self.channel, id)))?
     }
 
     /// An 8-byte atomic on `place` (8-byte aligned): its old value.
     fn atomic(&self, place: Place, op: RdmaOp<'_>) -> Result<u64> {
         let Some(ptr) = self.local(place) else {
             let (peer, at) = self.remote(place).ok_or_else(no_target)?;
-            let old = Self::wait(peer, self.post(peer, at, op)?)?;
+            let old = self.wait(self.post(peer, at, op)?)?;
             let bytes: [u8; 8] = old
                 .as_slice()
                 .try_into()
@@ -399,10 +402,10 @@ impl Reach {
         for (i, chunk) in out.chunks(self.max_len).enumerate() {
             let place = Place::Data(disp + (i * self.max_len) as u64);
             let (peer, at) = self.remote(place).ok_or_else(no_target)?;
-            ids.push((peer, self.post(peer, at, RdmaOp::Read(chunk.len()))?));
+            ids.push(self.post(peer, at, RdmaOp::Read(chunk.len()))?);
         }
-        for (chunk, (peer, id)) in out.chunks_mut(self.max_len).zip(ids) {
-            let bytes = Self::wait(peer, id)?;
+        for (chunk, id) in out.chunks_mut(self.max_len).zip(ids) {
+            let bytes = self.wait(id)?;
             if bytes.len() != chunk.len() {
                 return Err(Error::new(
                     ErrorClass::Intern,
@@ -418,13 +421,13 @@ impl Reach {
     /// (`MPI_Win_flush`); the first error among them, if any.
     pub(crate) fn flush(&self) -> Result<()> {
         let ids = std::mem::take(&mut *self.pending());
-        let At::Remote { peer, .. } = self.at else {
+        if let At::Local { .. } = self.at {
             std::sync::atomic::fence(Ordering::SeqCst);
             return Ok(());
-        };
+        }
         let mut first = Ok(());
         for id in ids {
-            if let Err(e) = Self::wait(peer, id) {
+            if let Err(e) = self.wait(id) {
                 first = first.and(Err(e));
             }
         }

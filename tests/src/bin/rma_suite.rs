@@ -33,7 +33,11 @@
 //! `shared_query`, and RMA operations reach the same memory) and
 //! `dropped` (a rank drops its window on user memory without freeing it:
 //! an operation of another rank on it then fails with MPI_ERR_RMA_SYNC
-//! and the memory, the program's again, is not touched).
+//! and the memory, the program's again, is not touched), and on the RDMA
+//! path `revoked` (3 ranks: rank 1 drops its window on user memory
+//! without freeing it, which revokes its keys; rank 0's put to it fails
+//! at the flush with MPI_ERR_RMA_RANGE naming the remote access error,
+//! rank 1's memory is not touched, and rank 0 still reaches rank 2).
 
 use oxmpi::collective::{reduce_local_into, SystemOperation};
 use oxmpi::datatype::{UserDatatype, View};
@@ -70,6 +74,7 @@ fn main() -> ExitCode {
             "sleeping" => sleeping(&world),
             "shared" => shared(&world),
             "dropped" => dropped(&world),
+            "revoked" => revoked(&world),
             other => Err(fail(format!("unknown check {other:?}"))),
         };
         if let Err(e) = outcome {
@@ -993,6 +998,60 @@ fn dropped(world: &Communicator) -> Result<()> {
     )?;
     window.unlock(1)?;
     world.barrier()?;
+    drop(window);
+    Ok(())
+}
+
+/// See the module docs: after its remote access error the connection
+/// between ranks 0 and 1 is broken (RC), so rank 2 tells rank 1 when
+/// rank 0 is done.
+fn revoked(world: &Communicator) -> Result<()> {
+    let rank = world.rank();
+    let mut memory = vec![0u64; 4];
+    let window = Window::create(world, &mut memory[..], 8, &Info::new())?;
+    ensure(window.rdma_access(), || {
+        "revoked needs the RDMA path".to_owned()
+    })?;
+    match rank {
+        1 => {
+            drop(window);
+            memory.fill(7);
+            world.barrier()?;
+            let (_, _) = world.process_at_rank(2).receive::<u64>()?;
+            return same(&memory, &[7; 4], "memory after the window was dropped");
+        }
+        0 => {
+            world.barrier()?;
+            window.lock(LockType::Exclusive, 1, MODE_NOCHECK)?;
+            window.put(&[1u64; 4][..], 1, 0)?;
+            let flushed = window.flush(1);
+            if let Err(e) = &flushed {
+                ensure(e.message().contains("REM_ACCESS_ERR"), || {
+                    format!("the error does not name the remote access error: {e}")
+                })?;
+            }
+            expect_class(
+                flushed,
+                ErrorClass::RmaRange,
+                "a flush of a put to a revoked window",
+            )?;
+            window.unlock(1)?;
+            // Rank 2 is still reached, through its window and by messages.
+            window.lock(LockType::Shared, 2, 0)?;
+            window.put(&[5u64][..], 2, 0)?;
+            window.unlock(2)?;
+            world.process_at_rank(2).send(&1u64)?;
+        }
+        _ => {
+            world.barrier()?;
+            let (_, _) = world.process_at_rank(0).receive::<u64>()?;
+            let mut got = [0u64];
+            window.read_local(0, &mut got)?;
+            same(&got, &[5], "rank 0's put")?;
+            world.process_at_rank(1).send(&1u64)?;
+        }
+    }
+    // Not freed: free is collective, and rank 1 is out.
     drop(window);
     Ok(())
 }
