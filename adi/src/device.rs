@@ -47,7 +47,9 @@ use crate::proto::{
 use crate::request::Slab;
 use crate::select::{card_key, Routes};
 use crate::selfvc::SelfTransport;
-use crate::transport::{JobInfo, PacketSink, PayloadSlot, PeerRank, Transport};
+use crate::transport::{
+    JobInfo, PacketSink, PayloadSlot, PeerRank, RdmaOp, RdmaRegion, RdmaTarget, Transport,
+};
 use crate::vlog;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -449,6 +451,11 @@ pub struct Device {
     /// runs. Without one, active messages wait.
     active_handler: Option<Box<dyn ActiveMessageHandler>>,
 }
+
+/// A transport with a one-sided channel, as [`Device::rdma_channel`]
+/// found it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RdmaChannel(usize);
 
 /// A prepared sleep: the descriptors that wake it. It holds no borrow of
 /// the device, so a thread can sleep while others use the device; see
@@ -1580,6 +1587,72 @@ impl Device {
             }
         }
         Ok(())
+    }
+
+    /// The transport with a one-sided channel (see [`crate::transport`],
+    /// "One-sided channel") that reaches every one of `peers` (world
+    /// ranks other than this one), binding their VCs now; `None` when some
+    /// peer is reached by a transport without one, or `peers` is empty.
+    pub fn rdma_channel(&mut self, peers: &[PeerRank]) -> Result<Option<RdmaChannel>> {
+        let mut channel = None;
+        for &peer in peers {
+            let t = self.bind(peer)?;
+            if !self.transports[t].offers_rdma(peer) || channel.is_some_and(|c| c != t) {
+                return Ok(None);
+            }
+            channel = Some(t);
+        }
+        Ok(channel.map(RdmaChannel))
+    }
+
+    /// The largest read or write one [`Device::rdma_post`] on `channel` takes.
+    pub fn rdma_max_len(&self, channel: RdmaChannel) -> usize {
+        self.transports[channel.0].rdma_max_len()
+    }
+
+    /// Registers memory on `channel` for its peers' one-sided operations
+    /// ([`Transport::rdma_register`]).
+    ///
+    /// # Safety
+    /// As [`Transport::rdma_register`]: the memory stays allocated until
+    /// [`Device::rdma_deregister`] or finalize.
+    pub unsafe fn rdma_register(
+        &mut self,
+        channel: RdmaChannel,
+        addr: *mut u8,
+        len: usize,
+    ) -> Result<RdmaRegion> {
+        // SAFETY: the caller's promise is the transport's contract.
+        unsafe { self.transports[channel.0].rdma_register(addr, len) }
+    }
+
+    /// Revokes a registration of [`Device::rdma_register`].
+    pub fn rdma_deregister(&mut self, channel: RdmaChannel, handle: u64) {
+        self.transports[channel.0].rdma_deregister(handle);
+    }
+
+    /// Starts a one-sided operation on `peer`'s registered memory
+    /// ([`Transport::rdma_post`]): `Ok(None)` asks to poll and post again.
+    pub fn rdma_post(
+        &mut self,
+        peer: PeerRank,
+        at: RdmaTarget,
+        op: RdmaOp<'_>,
+    ) -> Result<Option<u64>> {
+        let t = self.bind(peer)?;
+        if !self.transports[t].offers_rdma(peer) {
+            return Err(Error::new(
+                ErrorClass::Intern,
+                format!("rank {peer} is not reached by a transport with a one-sided channel"),
+            ));
+        }
+        self.transports[t].rdma_post(peer, at, op)
+    }
+
+    /// The outcome of operation `id` on `channel` once it completed
+    /// ([`Transport::rdma_take`]), even if its peer has failed since.
+    pub fn rdma_take(&mut self, channel: RdmaChannel, id: u64) -> Option<Result<Vec<u8>>> {
+        self.transports[channel.0].rdma_take(id)
     }
 
     /// Finalizes the device: lets every queued send leave, waits for all

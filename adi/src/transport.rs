@@ -18,8 +18,21 @@
 //! with them instead of data packets (see [`crate::proto`], "Remote memory
 //! copy"); the ADI chooses the protocol in one place, `Device::start_send`,
 //! and falls back to data packets whenever a copy is refused.
+//!
+//! # One-sided channel (RDMA)
+//! A transport whose NIC reads and writes registered memory of its peers
+//! without their processes' help (verbs) also offers a small one-sided
+//! channel, which the MPI layer's RMA uses through the device
+//! (`Device::rdma_*`) without knowing the method:
+//! [`Transport::rdma_register`] registers memory for peers to reach and
+//! gives its remote key; [`Transport::rdma_post`] starts an [`RdmaOp`]
+//! on a peer's registered memory ([`RdmaTarget`]) and names it by an id;
+//! [`Transport::rdma_take`] returns its outcome once a
+//! [`Transport::poll`] saw it complete. Data to write is copied when the
+//! operation is posted, and data read is handed back by `rdma_take`, so
+//! no caller memory is borrowed while an operation is under way.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorClass, Result};
 use crate::proto::Header;
 use std::os::fd::RawFd;
 
@@ -183,6 +196,104 @@ pub trait Transport: Send {
         let _ = (peer, local, remote, len);
         Ok(false)
     }
+
+    /// Whether one-sided operations on `peer`'s registered memory
+    /// ([`Transport::rdma_post`]) are offered, done by the NIC without the
+    /// peer's process. The default: no.
+    fn offers_rdma(&self, peer: PeerRank) -> bool {
+        let _ = peer;
+        false
+    }
+
+    /// The largest [`RdmaOp::Write`] or [`RdmaOp::Read`] one post takes.
+    fn rdma_max_len(&self) -> usize {
+        0
+    }
+
+    /// Registers `len` bytes at `addr` for peers to read, write and run
+    /// atomics on with the returned key, until
+    /// [`Transport::rdma_deregister`] (or the transport is dropped).
+    ///
+    /// # Safety
+    /// The memory must stay allocated until it is deregistered, and the
+    /// caller must not hold Rust references to bytes peers may write
+    /// meanwhile.
+    unsafe fn rdma_register(&mut self, addr: *mut u8, len: usize) -> Result<RdmaRegion> {
+        let _ = (addr, len);
+        Err(Error::new(
+            ErrorClass::UnsupportedOperation,
+            format!("the {} transport has no one-sided channel", self.name()),
+        ))
+    }
+
+    /// Revokes a registration: from now on peers' operations on it fail.
+    /// An unknown handle is ignored.
+    fn rdma_deregister(&mut self, handle: u64) {
+        let _ = handle;
+    }
+
+    /// Starts `op` on `peer`'s memory at `at`. `Ok(Some(id))`: posted, its
+    /// outcome comes from [`Transport::rdma_take`] with `id` after a later
+    /// poll; `Ok(None)`: no room now (operations in flight): poll and post
+    /// again. An error (a lost peer: `ProcFailed`) means nothing was posted.
+    fn rdma_post(&mut self, peer: PeerRank, at: RdmaTarget, op: RdmaOp<'_>) -> Result<Option<u64>> {
+        let _ = (peer, at, op);
+        Err(Error::new(
+            ErrorClass::UnsupportedOperation,
+            format!("the {} transport has no one-sided channel", self.name()),
+        ))
+    }
+
+    /// The outcome of the operation `id` once it completed (once): the
+    /// bytes read, the old value of an atomic's word (8 bytes, native
+    /// order), nothing for a write; or why it failed (a remote access
+    /// error: `MPI_ERR_RMA_RANGE`; a lost peer: `ProcFailed`). `None`
+    /// while it is under way.
+    fn rdma_take(&mut self, id: u64) -> Option<Result<Vec<u8>>> {
+        let _ = id;
+        None
+    }
+}
+
+/// Memory of this process registered for peers' one-sided operations
+/// ([`Transport::rdma_register`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RdmaRegion {
+    /// The transport's name for the registration, for
+    /// [`Transport::rdma_deregister`].
+    pub handle: u64,
+    /// The key peers name it by in an [`RdmaTarget`].
+    pub rkey: u32,
+}
+
+/// Where a one-sided operation lands at a peer: an address in the peer's
+/// process inside a region it registered, and that region's key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RdmaTarget {
+    /// Address in the peer's process.
+    pub addr: u64,
+    /// The remote key of the peer's registration that covers it.
+    pub rkey: u32,
+}
+
+/// A one-sided operation ([`Transport::rdma_post`]). Lengths are at most
+/// [`Transport::rdma_max_len`]; atomics act on one 8-byte-aligned word of
+/// the target, in the target's byte order, and return its old value.
+#[derive(Clone, Copy, Debug)]
+pub enum RdmaOp<'a> {
+    /// Writes these bytes (copied when posted) at the target.
+    Write(&'a [u8]),
+    /// Reads this many bytes from the target.
+    Read(usize),
+    /// Adds to the target word (wrapping).
+    FetchAdd(u64),
+    /// Replaces the target word by `swap` if it equals `compare`.
+    CompareSwap {
+        /// The value expected.
+        compare: u64,
+        /// The value stored when it matched.
+        swap: u64,
+    },
 }
 
 /// What every transport needs to know about the job it is part of.

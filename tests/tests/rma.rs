@@ -105,6 +105,21 @@ fn compare_and_swap_makes_a_spin_lock() {
     job("spinlock", &["20"], 3, &TCP, 120);
 }
 
+/// Exclusive locks exclude each other, and accumulates that are no
+/// hardware atomic (4-byte integers, doubles) lose nothing under shared
+/// locks.
+#[test]
+fn locks_and_accumulates_exclude_each_other() {
+    job("exclusion", &["100"], 4, &[], 120);
+    job("exclusion", &["30"], 3, &TCP, 120);
+}
+
+#[test]
+fn large_puts_and_gets() {
+    job("large", &[], 3, &[], 60);
+    job("large", &[], 2, &TCP, 60);
+}
+
 #[test]
 fn dynamic_windows_attach_and_detach() {
     for ranks in [1, 3] {

@@ -19,7 +19,11 @@
 //! them directly (`direct.rs`): loads, stores and atomics of its own, with
 //! no help from the target ([`Window::direct_access`]); windows on the
 //! program's memory ([`Window::create`]) are reached directly too on one
-//! host, by cross-memory attach. Other windows are reached by active messages handled by the target's progress
+//! host, by cross-memory attach. Windows of [`Window::create`] and
+//! [`Window::allocate`] whose ranks are reached over the verbs transport
+//! are registered memory that the origin's NIC reads, writes and runs
+//! atomics on (`rdma.rs`, [`Window::rdma_access`]), again with no help
+//! from the target. Other windows are reached by active messages handled by the target's progress
 //! engine, so a passive-target operation completes whenever the target
 //! is in any MPI call, or at any time when the target runs a progress
 //! thread (`OXMPI_ASYNC_PROGRESS=1`).
@@ -74,6 +78,7 @@
 mod direct;
 mod path;
 pub(crate) mod progress;
+mod rdma;
 pub(crate) mod target;
 mod wire;
 
@@ -238,6 +243,9 @@ pub struct Window<'a> {
     hints: Info,
     no_locks: bool,
     epochs: Mutex<Epochs>,
+    /// This rank's registrations of the RDMA path: dropped (revoked)
+    /// before the memory goes.
+    _rdma: Option<rdma::Registration>,
     /// Memory MPI allocated for the window.
     _allocated: Option<Allocation>,
     freed: bool,
@@ -499,8 +507,8 @@ impl<'a> Window<'a> {
         let paths = comm
             .all_gather_into(&mine[..], &mut all[..])
             .and_then(|()| Window::choose_paths(&comm, &all, flavor, &allocated));
-        let paths = match paths {
-            Ok(paths) => paths,
+        let (paths, registration) = match paths {
+            Ok(chosen) => chosen,
             Err(e) => {
                 target::unregister(context_id);
                 return Err(e);
@@ -531,6 +539,7 @@ impl<'a> Window<'a> {
             hints,
             no_locks,
             epochs: Mutex::new(Epochs::default()),
+            _rdma: registration,
             _allocated: allocated,
             freed: false,
             _memory: PhantomData,
@@ -540,14 +549,18 @@ impl<'a> Window<'a> {
     /// The path to every target, from the rows every rank gathered: direct
     /// where every rank made a window segment on one host and every rank
     /// mapped every rank's segment (all ranks agree, by a second
-    /// all-gather), else active messages, or for `allocate_shared`
-    /// `MPI_ERR_RMA_SHARED`. Says which and why under `OXMPI_VERBOSE=1`.
+    /// all-gather); else, for `create` and `allocate`, RDMA where every
+    /// other rank is reached by a transport with a one-sided channel and
+    /// every rank registered its window (`rdma::choose`, agreed the same
+    /// way), with this rank's registrations; else active messages, or for
+    /// `allocate_shared` `MPI_ERR_RMA_SHARED`. Says which and why under
+    /// `OXMPI_VERBOSE=1`.
     fn choose_paths(
         comm: &Communicator,
         all: &[u64],
         flavor: CreateFlavor,
         allocated: &Option<Allocation>,
-    ) -> Result<Vec<Path>> {
+    ) -> Result<(Vec<Path>, Option<rdma::Registration>)> {
         let rows: Vec<&[u64]> = all.chunks(ROW).collect();
         let me = comm.rank() as usize;
         let mapped: std::result::Result<Vec<Path>, String> = (|| {
@@ -606,7 +619,7 @@ impl<'a> Window<'a> {
                     "window {context_id}: direct access to the shared memory of its {} ranks",
                     rows.len()
                 );
-                Ok(paths)
+                Ok((paths, None))
             }
             outcome => {
                 let reason = match outcome {
@@ -622,8 +635,29 @@ impl<'a> Window<'a> {
                         format!("a shared-memory window cannot be made here: {reason}"),
                     ));
                 }
+                let mut reason = reason;
+                if matches!(flavor, CreateFlavor::Create | CreateFlavor::Allocate) {
+                    let column = |i: usize| -> Vec<u64> { rows.iter().map(|row| row[i]).collect() };
+                    match rdma::choose(comm, comm.members(), &column(0), &column(1))? {
+                        Ok(rdma::Chosen {
+                            reaches,
+                            registration,
+                        }) => {
+                            oxmpi_adi::vlog!(
+                                "window {context_id}: RDMA to the registered memory of its {} \
+                                 ranks (not direct, since {reason})",
+                                rows.len()
+                            );
+                            return Ok((
+                                reaches.into_iter().map(Path::Rdma).collect(),
+                                Some(registration),
+                            ));
+                        }
+                        Err(why) => reason = format!("{reason}, and not RDMA, since {why}"),
+                    }
+                }
                 oxmpi_adi::vlog!("window {context_id}: active messages, since {reason}");
-                Ok(vec![Path::ActiveMessages; rows.len()])
+                Ok((vec![Path::ActiveMessages; rows.len()], None))
             }
         }
     }
@@ -634,6 +668,14 @@ impl<'a> Window<'a> {
     /// targets' progress engines handle. The same on every rank.
     pub fn direct_access(&self) -> bool {
         matches!(self.paths[self.rank], Path::Direct(_))
+    }
+
+    /// Whether this rank reaches the window's memory by RDMA (the windows
+    /// of [`Window::create`] and [`Window::allocate`] whose ranks are
+    /// reached over the verbs transport): the NIC does the operations,
+    /// with no help from the target. The same on every rank.
+    pub fn rdma_access(&self) -> bool {
+        matches!(self.paths[self.rank], Path::Rdma(_))
     }
 
     /// Rank `rank`'s part of a window made by [`Window::allocate_shared`]

@@ -17,16 +17,24 @@
 //!   need not be in MPI at all. Locks are the segment's fair
 //!   reader-writer lock; flushes are memory fences, every operation being
 //!   complete at the target when it returns.
+//! - [`Path::Rdma`], for windows of `MPI_Win_create` and
+//!   `MPI_Win_allocate` whose every other rank is reached by a transport
+//!   with a one-sided channel (verbs), when every rank registered its
+//!   window (`rdma.rs`): the origin's NIC does the work, so the target
+//!   need not be in MPI either. Locks are a phase-fair lock of NIC atomics
+//!   on words in the target's registered memory; flushes wait for the
+//!   completions of what was posted.
 //!
 //! The window, its epochs and its checks (range, epoch, datatypes) are
 //! the same for both, done before a path is taken. A path must give the
 //! same guarantees: an operation is complete at the target once `flush`
 //! returns for it, an accumulate is atomic per element with respect to
 //! the other accumulates to that target, and a lock excludes the other
-//! lock holders. A window uses one path for all its targets, so the two
-//! never meet on one window.
+//! lock holders. A window uses one kind of path for all its targets, so
+//! two never meet on one window.
 
 use super::direct;
+use super::rdma;
 use super::target::{Pending, Shared};
 use super::wire::{AccumulateOp, Kind, Message, FLAG_EXCLUSIVE, FLAG_FETCH, HEADER};
 use super::LockType;
@@ -35,6 +43,7 @@ use crate::{progress_until, with_device, Error, Result};
 use oxmpi_adi::device::{Device, RequestId};
 use oxmpi_adi::proto::MAX_ACTIVE_LEN;
 use oxmpi_adi::transport::PeerRank;
+use std::sync::Arc;
 
 /// The most data one message carries: a larger operation is split (on
 /// element boundaries: this is a multiple of every basic type's size).
@@ -65,6 +74,8 @@ pub(crate) enum Path {
     ActiveMessages,
     /// The origin reaches the target's window itself.
     Direct(direct::Reach),
+    /// The origin's NIC reaches the target's registered window.
+    Rdma(Arc<rdma::Reach>),
 }
 
 impl Path {
@@ -86,6 +97,7 @@ impl Path {
                 let _open = reach.open(to.locked)?;
                 direct::put(reach, disp, data)
             }
+            Path::Rdma(reach) => reach.put(disp, data),
         }
     }
 
@@ -117,6 +129,9 @@ impl Path {
             Path::Direct(reach) => {
                 let _open = reach.open(to.locked)?;
                 direct::accumulate(reach, disp, data, (element, op), to.exclusive, None)
+            }
+            Path::Rdma(reach) => {
+                rdma::accumulate(reach, disp, data, (element, op), to.exclusive, None)
             }
         }
     }
@@ -191,14 +206,9 @@ impl Path {
             }),
             Path::Direct(segment) => {
                 let _open = segment.open(to.locked)?;
-                let out = if len == 0 {
-                    &mut [][..]
-                } else {
-                    // SAFETY: the caller's guarantee: `result` is writable
-                    // for `len` bytes and not otherwise accessed meanwhile
-                    // (this returns with the operation done).
-                    unsafe { std::slice::from_raw_parts_mut(result, len) }
-                };
+                // SAFETY: the caller's guarantee (this returns with the
+                // operation done).
+                let out = unsafe { result_slice(result, len) };
                 match what {
                     Fetch::Get => direct::get(segment, disp, out)?,
                     Fetch::Accumulate { element, op, data } => direct::accumulate(
@@ -213,11 +223,21 @@ impl Path {
                         direct::compare_and_swap(segment, disp, data, to.exclusive, out)?
                     }
                 }
-                with_device(|d| {
-                    let request = d.start_generalized();
-                    d.complete_generalized(request, None);
-                    Ok(request)
-                })
+                completed_request()
+            }
+            Path::Rdma(reach) => {
+                // SAFETY: as above.
+                let out = unsafe { result_slice(result, len) };
+                match what {
+                    Fetch::Get => reach.get(disp, out)?,
+                    Fetch::Accumulate { element, op, data } => {
+                        rdma::accumulate(reach, disp, data, (element, op), to.exclusive, Some(out))?
+                    }
+                    Fetch::CompareAndSwap { data, .. } => {
+                        rdma::compare_and_swap(reach, disp, data, to.exclusive, out)?
+                    }
+                }
+                completed_request()
             }
         }
     }
@@ -243,6 +263,7 @@ impl Path {
                 }
                 Ok(())
             }
+            Path::Rdma(reach) => reach.lock(lock_type),
         }
     }
 
@@ -262,6 +283,7 @@ impl Path {
                 }
                 Ok(())
             }
+            Path::Rdma(reach) => reach.unlock(lock_type),
         }
     }
 
@@ -279,6 +301,7 @@ impl Path {
                 std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
                 Ok(())
             }
+            Path::Rdma(reach) => reach.flush(),
         }
     }
 
@@ -306,6 +329,30 @@ pub(crate) enum Fetch<'d> {
     /// Compares and swaps one element: `data` is the compare value
     /// followed by the new one.
     CompareAndSwap { element: Primitive, data: &'d [u8] },
+}
+
+/// The result buffer of a fetching operation the path does before it
+/// returns.
+///
+/// # Safety
+/// `result` must be writable for `len` bytes, and not otherwise accessed,
+/// while the slice lives.
+unsafe fn result_slice<'r>(result: *mut u8, len: usize) -> &'r mut [u8] {
+    if len == 0 {
+        return &mut [];
+    }
+    // SAFETY: the caller's guarantee.
+    unsafe { std::slice::from_raw_parts_mut(result, len) }
+}
+
+/// A request that is complete already: a fetching operation done before
+/// its start returned.
+fn completed_request() -> Result<RequestId> {
+    with_device(|d| {
+        let request = d.start_generalized();
+        d.complete_generalized(request, None);
+        Ok(request)
+    })
 }
 
 /// The chunks (offset, length) of `len` bytes.

@@ -11,24 +11,33 @@
 //! rank does N fetch-and-op and N accumulate sums on one element under
 //! shared locks: exact totals, and the fetched values all distinct),
 //! `spinlock` (a compare-and-swap lock guards N non-atomic increments by
-//! get and put), `dynamic` (attach, access, detach), `attributes`
+//! get and put), `exclusion` (N increments by get and put under rank 0's
+//! exclusive lock, alternating with accumulates of 4-byte integers and
+//! fetch-and-op of doubles under its shared lock: exact totals), `large`
+//! (puts and gets of 300,000 bytes, at an odd displacement, to the next
+//! rank), `dynamic` (attach, access, detach), `attributes`
 //! (attributes, hints, names, sizes that differ between ranks), `errors`
 //! (the error classes of bad calls, after which the window still works)
 //! and `passive` (rank 0 computes outside MPI while the others lock, put
 //! and unlock: run with `OXMPI_ASYNC_PROGRESS=1`).
 //!
 //! The direct path (windows in shared memory, or user memory by
-//! cross-memory attach): `path direct|messages [direct|messages]` (which
-//! path an allocated window takes, and a created one), `sleeping
+//! cross-memory attach) and the RDMA path (verbs): `path
+//! direct|rdma|messages [direct|rdma|messages]` (which path an allocated
+//! window takes, and a created one), `sleeping
 //! [create]` (rank 0 sleeps outside MPI, with no progress thread, while
 //! the others lock, put, get and unlock its window, allocated or created:
-//! only the direct path completes that, and a bound makes the messages
+//! only the direct and RDMA paths complete that, and a bound makes the messages
 //! path fail rather than hang) and `shared` (`allocate_shared`: every rank
 //! stores into its own part and reads its neighbours' through
 //! `shared_query`, and RMA operations reach the same memory) and
 //! `dropped` (a rank drops its window on user memory without freeing it:
 //! an operation of another rank on it then fails with MPI_ERR_RMA_SYNC
-//! and the memory, the program's again, is not touched).
+//! and the memory, the program's again, is not touched), and on the RDMA
+//! path `revoked` (3 ranks: rank 1 drops its window on user memory
+//! without freeing it, which revokes its keys; rank 0's put to it fails
+//! at the flush with MPI_ERR_RMA_RANGE naming the remote access error,
+//! rank 1's memory is not touched, and rank 0 still reaches rank 2).
 
 use oxmpi::collective::{reduce_local_into, SystemOperation};
 use oxmpi::datatype::{UserDatatype, View};
@@ -55,6 +64,8 @@ fn main() -> ExitCode {
             "operations" => operations(&world),
             "atomic" => atomic(&world, n),
             "spinlock" => spinlock(&world, n),
+            "exclusion" => exclusion(&world, n),
+            "large" => large(&world),
             "dynamic" => dynamic(&world),
             "attributes" => attributes(&world),
             "errors" => errors(&world),
@@ -63,6 +74,7 @@ fn main() -> ExitCode {
             "sleeping" => sleeping(&world),
             "shared" => shared(&world),
             "dropped" => dropped(&world),
+            "revoked" => revoked(&world),
             other => Err(fail(format!("unknown check {other:?}"))),
         };
         if let Err(e) = outcome {
@@ -446,6 +458,73 @@ fn spinlock(world: &Communicator, n: usize) -> Result<()> {
     window.free()
 }
 
+/// Every rank `n` times: under rank 0's exclusive lock, a non-atomic
+/// increment (get, then put) of element 0; under its shared lock, an
+/// accumulate of an `i32` 1 into bytes 8..12 and a fetch-and-op sum of a
+/// `f64` 1 into element 2 (neither a NIC atomic on the RDMA path: the
+/// target's accumulate mutex). No increment is lost.
+fn exclusion(world: &Communicator, n: usize) -> Result<()> {
+    let (rank, size) = (world.rank(), world.size() as usize);
+    let window = Window::allocate(world, 24, 4, &Info::new())?;
+    world.barrier()?;
+    for _ in 0..n {
+        window.lock(LockType::Exclusive, 0, 0)?;
+        let mut counter = [0u64];
+        window.get(&mut counter[..], 0, 0)?;
+        window.put(&[counter[0] + 1][..], 0, 0)?;
+        window.unlock(0)?;
+        window.lock(LockType::Shared, 0, 0)?;
+        window.accumulate(&[1i32][..], 0, 2, SystemOperation::sum())?;
+        let mut old = 0f64;
+        window.fetch_and_op(&1f64, &mut old, 0, 4, SystemOperation::sum())?;
+        window.unlock(0)?;
+    }
+    world.barrier()?;
+    if rank == 0 {
+        let want = (n * size) as u64;
+        let mut counter = [0u64];
+        window.read_local(0, &mut counter)?;
+        let mut ints = [0i32];
+        window.read_local(8, &mut ints)?;
+        let mut doubles = [0f64];
+        window.read_local(16, &mut doubles)?;
+        same(&counter, &[want], "increments under the exclusive lock")?;
+        same(&ints, &[want as i32], "i32 accumulates")?;
+        same(&doubles, &[want as f64], "f64 fetch-and-op sums")?;
+    }
+    window.free()
+}
+
+/// Each rank puts 300,000 bytes (more than one RDMA operation carries) at
+/// byte 3 of the next rank's window under an exclusive lock, flushes,
+/// gets them back in a shared-lock epoch, and after a barrier finds the
+/// previous rank's bytes in its own window.
+fn large(world: &Communicator) -> Result<()> {
+    const LEN: usize = 300_000;
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let next = ((rank + 1) % size) as i32;
+    let bytes = |r: usize| -> Vec<u8> { (0..LEN).map(|i| (i * 7 + r * 13) as u8).collect() };
+    let window = Window::allocate(world, LEN + 8, 1, &Info::new())?;
+    window.lock(LockType::Exclusive, next, 0)?;
+    window.put(&bytes(rank)[..], next, 3)?;
+    window.flush(next)?;
+    window.unlock(next)?;
+    let mut back = vec![0u8; LEN];
+    window.lock(LockType::Shared, next, 0)?;
+    window.get(&mut back[..], next, 3)?;
+    window.unlock(next)?;
+    ensure(back == bytes(rank), || {
+        "the bytes read back differ".to_owned()
+    })?;
+    world.barrier()?;
+    let mut mine = vec![0u8; LEN];
+    window.read_local(3, &mut mine)?;
+    ensure(mine == bytes((rank + size - 1) % size), || {
+        "the previous rank's bytes differ".to_owned()
+    })?;
+    window.free()
+}
+
 /// A dynamic window: each rank attaches two buffers, publishes their
 /// addresses, every rank writes into the next rank's and reads them
 /// back; after a detach, access to it is refused (RMA_RANGE).
@@ -705,31 +784,47 @@ fn passive(world: &Communicator) -> Result<()> {
     window.free()
 }
 
-/// Whether an allocated window takes the direct path (as the second
-/// argument says: `direct` or `messages`); a window on user memory never
-/// does, and every rank sees the same.
+/// Which path an allocated window takes (as the second argument says:
+/// `direct`, `rdma` or `messages`; the third, if any, says it of a window
+/// on user memory), and every rank sees the same.
 fn path(world: &Communicator) -> Result<()> {
     let arg = |i: usize| match std::env::args().nth(i).as_deref() {
-        Some("direct") => Ok(true),
-        Some("messages") => Ok(false),
+        Some(want @ ("direct" | "rdma" | "messages")) => Ok(want.to_owned()),
         other => Err(fail(format!(
-            "path: expected direct or messages, not {other:?}"
+            "path: expected direct, rdma or messages, not {other:?}"
         ))),
     };
+    let kind = |window: &Window<'_>| match (window.direct_access(), window.rdma_access()) {
+        (true, _) => "direct",
+        (false, true) => "rdma",
+        (false, false) => "messages",
+    };
     let want = arg(2)?;
-    let want_created = arg(3).unwrap_or(want);
+    let want_created = arg(3).unwrap_or_else(|_| want.clone());
     let window = Window::allocate(world, 64, 8, &Info::new())?;
-    ensure(window.direct_access() == want, || {
-        format!("an allocated window's direct access is {}", !want)
+    ensure(kind(&window) == want, || {
+        format!(
+            "an allocated window's path is {}, not {want}",
+            kind(&window)
+        )
     })?;
+    let code = |k: &str| {
+        ["direct", "rdma", "messages"]
+            .iter()
+            .position(|&c| c == k)
+            .unwrap_or(3) as u8
+    };
     let mut all = vec![0u8; world.size() as usize];
-    world.all_gather_into(&[u8::from(window.direct_access())][..], &mut all[..])?;
-    same(&all, &vec![u8::from(want); all.len()], "every rank's path")?;
+    world.all_gather_into(&[code(kind(&window))][..], &mut all[..])?;
+    same(&all, &vec![code(&want); all.len()], "every rank's path")?;
     window.free()?;
     let mut memory = [0u64; 4];
     let created = Window::create(world, &mut memory[..], 8, &Info::new())?;
-    ensure(created.direct_access() == want_created, || {
-        format!("a created window's direct access is {}", !want_created)
+    ensure(kind(&created) == want_created, || {
+        format!(
+            "a created window's path is {}, not {want_created}",
+            kind(&created)
+        )
     })?;
     created.free()
 }
@@ -903,6 +998,60 @@ fn dropped(world: &Communicator) -> Result<()> {
     )?;
     window.unlock(1)?;
     world.barrier()?;
+    drop(window);
+    Ok(())
+}
+
+/// See the module docs: after its remote access error the connection
+/// between ranks 0 and 1 is broken (RC), so rank 2 tells rank 1 when
+/// rank 0 is done.
+fn revoked(world: &Communicator) -> Result<()> {
+    let rank = world.rank();
+    let mut memory = vec![0u64; 4];
+    let window = Window::create(world, &mut memory[..], 8, &Info::new())?;
+    ensure(window.rdma_access(), || {
+        "revoked needs the RDMA path".to_owned()
+    })?;
+    match rank {
+        1 => {
+            drop(window);
+            memory.fill(7);
+            world.barrier()?;
+            let (_, _) = world.process_at_rank(2).receive::<u64>()?;
+            return same(&memory, &[7; 4], "memory after the window was dropped");
+        }
+        0 => {
+            world.barrier()?;
+            window.lock(LockType::Exclusive, 1, MODE_NOCHECK)?;
+            window.put(&[1u64; 4][..], 1, 0)?;
+            let flushed = window.flush(1);
+            if let Err(e) = &flushed {
+                ensure(e.message().contains("REM_ACCESS_ERR"), || {
+                    format!("the error does not name the remote access error: {e}")
+                })?;
+            }
+            expect_class(
+                flushed,
+                ErrorClass::RmaRange,
+                "a flush of a put to a revoked window",
+            )?;
+            window.unlock(1)?;
+            // Rank 2 is still reached, through its window and by messages.
+            window.lock(LockType::Shared, 2, 0)?;
+            window.put(&[5u64][..], 2, 0)?;
+            window.unlock(2)?;
+            world.process_at_rank(2).send(&1u64)?;
+        }
+        _ => {
+            world.barrier()?;
+            let (_, _) = world.process_at_rank(0).receive::<u64>()?;
+            let mut got = [0u64];
+            window.read_local(0, &mut got)?;
+            same(&got, &[5], "rank 0's put")?;
+            world.process_at_rank(1).send(&1u64)?;
+        }
+    }
+    // Not freed: free is collective, and rank 1 is out.
     drop(window);
     Ok(())
 }

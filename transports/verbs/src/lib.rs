@@ -16,8 +16,9 @@
 //!   feature.
 //!
 //! It also owns the verbs transport ([`transport`]): the ADI's packets over
-//! one RC queue pair per peer, written only against the provider
-//! interface. The providers must not know MPI, communicators, requests or
+//! one RC queue pair per peer, and the ADI's one-sided channel (memory
+//! registration, RDMA WRITE and READ, 8-byte atomics) that the MPI
+//! layer's RMA uses, written only against the provider interface. The providers must not know MPI, communicators, requests or
 //! the ADI's packets; the transport knows packets only as the ADI's
 //! headers and payloads, never communicators or requests.
 //!

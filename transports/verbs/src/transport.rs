@@ -42,6 +42,23 @@
 //! waits in the sender's queue, copied, and the receiver drains its
 //! buffers on every poll, whatever the ADI does with the messages.
 //!
+//! # One-sided channel
+//! The transport offers the ADI's one-sided channel
+//! ([`Transport::rdma_register`], [`Transport::rdma_post`],
+//! [`Transport::rdma_take`]) on the same queue pairs: a registration is a
+//! memory region of the rank's protection domain with every remote right;
+//! an operation is one RDMA WRITE, RDMA READ, fetch-and-add or
+//! compare-and-swap work request through a registered staging buffer of
+//! [`RMA_LEN`] bytes (a write's data is copied into it when posted, a
+//! read's lands there and is copied out at its completion), so no
+//! caller memory is borrowed while the NIC works. [`RMA_SLOTS`] staging
+//! buffers are shared by the peers, at most [`RMA_DEPTH`] operations per
+//! peer are in flight, and a post with none free asks the caller to poll
+//! and post again. The target's process takes no part: its NIC (the soft
+//! provider's queue-pair threads) does the work. A remote access error
+//! fails the operation with `MPI_ERR_RMA_RANGE`, and, as RC has it, the
+//! queue pair is then in the error state: the peer fails as below.
+//!
 //! # Failures
 //! A completion with an error status (a broken connection, a remote access
 //! or protocol error) fails that peer: [`PacketSink::on_peer_failed`] with
@@ -50,13 +67,15 @@
 
 use crate::provider::{
     connect_rc, AccessFlags, CompletionQueue, ConnectParams, Gid, MemoryRegion, Mtu, Nic,
-    PostError, QpAddress, QpCaps, QpInit, QueuePair, RecvWr, SendOp, SendWr, Sge,
+    PostError, QpAddress, QpCaps, QpInit, QueuePair, RecvWr, RemoteAddr, SendOp, SendWr, Sge,
     SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion,
 };
 use crate::ProviderKind;
 use oxmpi_adi::host::HostId;
 use oxmpi_adi::proto::{Header, HEADER_LEN};
-use oxmpi_adi::transport::{JobInfo, PacketSink, PayloadSlot, PeerRank, Transport};
+use oxmpi_adi::transport::{
+    JobInfo, PacketSink, PayloadSlot, PeerRank, RdmaOp, RdmaRegion, RdmaTarget, Transport,
+};
 use oxmpi_adi::{Error, ErrorClass, Result};
 use std::alloc::Layout;
 use std::collections::{HashMap, VecDeque};
@@ -81,11 +100,22 @@ const CARD_TAG: &str = "verbs1";
 pub const MAX_RANKS: usize = 64;
 /// `wr_id` bit of receive work requests.
 const RECV_BIT: u64 = 1 << 63;
+/// `wr_id` bit of one-sided operations (the low bits: the staging slot).
+const RMA_BIT: u64 = 1 << 62;
+/// Bytes of one staging buffer: the largest read or write of one post.
+pub const RMA_LEN: usize = 64 * 1024;
+/// Staging buffers of a rank, shared by its peers.
+pub const RMA_SLOTS: usize = 32;
+/// One-sided operations in flight to one peer at most.
+pub const RMA_DEPTH: u32 = 16;
 
-/// Page-aligned memory the NIC reads and writes: frames of [`FRAME_LEN`].
+/// Page-aligned memory the NIC reads and writes: buffers ("frames") of
+/// `len` bytes each ([`FRAME_LEN`] for the packet stream, [`RMA_LEN`] for
+/// staging).
 struct Frames {
     ptr: *mut u8,
     layout: Layout,
+    len: usize,
 }
 
 // SAFETY: `Frames` owns its allocation; the transport touches it only
@@ -94,8 +124,8 @@ struct Frames {
 unsafe impl Send for Frames {}
 
 impl Frames {
-    fn new(count: usize) -> Result<Frames> {
-        let layout = Layout::from_size_align(count * FRAME_LEN, 4096)
+    fn new(count: usize, len: usize) -> Result<Frames> {
+        let layout = Layout::from_size_align(count * len, 4096)
             .map_err(|e| Error::new(ErrorClass::NoMem, format!("verbs frame buffers: {e}")))?;
         // SAFETY: the layout has a non-zero size (count > 0 for every caller).
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
@@ -105,11 +135,11 @@ impl Frames {
                 format!("verbs: no memory for {} bytes of frames", layout.size()),
             ));
         }
-        Ok(Frames { ptr, layout })
+        Ok(Frames { ptr, layout, len })
     }
 
     fn addr(&self, index: usize) -> u64 {
-        self.ptr as u64 + (index * FRAME_LEN) as u64
+        self.ptr as u64 + (index * self.len) as u64
     }
 
     /// Frame `index`.
@@ -119,11 +149,11 @@ impl Frames {
     /// whose completion was polled and that is not posted again, or a send
     /// frame that is not posted.
     unsafe fn frame(&mut self, index: usize) -> &mut [u8] {
-        debug_assert!((index + 1) * FRAME_LEN <= self.layout.size());
+        debug_assert!((index + 1) * self.len <= self.layout.size());
         // SAFETY: in bounds of the allocation (the callers' indices are
         // below the count it was made for); the caller promises the NIC
         // does not touch it, and `&mut self` that nothing else does.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(index * FRAME_LEN), FRAME_LEN) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(index * self.len), self.len) }
     }
 }
 
@@ -271,6 +301,17 @@ struct Peer<Q> {
     incoming: Incoming,
     /// Whether a frame came from it during the current poll.
     heard: bool,
+    /// One-sided operations posted to it and not completed.
+    rma_in_flight: u32,
+}
+
+/// A one-sided operation under way, by staging slot.
+struct RmaPosted {
+    peer: PeerRank,
+    /// The id `rdma_post` returned.
+    id: u64,
+    /// Bytes of the staging buffer its completion hands back.
+    result_len: usize,
 }
 
 /// The verbs transport over a provider's NIC `N`: see the module docs.
@@ -295,7 +336,17 @@ pub struct VerbsTransport<N: Nic> {
     failures: Vec<(PeerRank, Error)>,
     wcs: Vec<WorkCompletion>,
     max_send_wr: u32,
-    _pd: N::Pd,
+    /// Memory registered for peers' one-sided operations, by handle.
+    regions: HashMap<u64, N::Mr>,
+    next_region: u64,
+    rma_mr: N::Mr,
+    rma_frames: Frames,
+    rma_free: Vec<usize>,
+    rma_posted: Vec<Option<RmaPosted>>,
+    /// Outcomes of completed one-sided operations, until taken.
+    rma_done: HashMap<u64, Result<Vec<u8>>>,
+    next_rma: u64,
+    pd: N::Pd,
     nic: N,
 }
 
@@ -421,6 +472,31 @@ fn parse_card(card: &str) -> Result<Card> {
     })
 }
 
+/// The error of a one-sided operation that completed with `status`.
+fn rma_error(peer: PeerRank, status: WcStatus) -> Error {
+    match status {
+        WcStatus::RemAccessErr => Error::new(
+            ErrorClass::RmaRange,
+            format!(
+                "rank {peer}'s NIC refused a one-sided operation (REM_ACCESS_ERR): the memory \
+                 key is revoked (the window was freed) or the range or right is outside its \
+                 registration"
+            ),
+        ),
+        WcStatus::RemInvReqErr => Error::new(
+            ErrorClass::RmaRange,
+            format!(
+                "rank {peer}'s NIC refused a one-sided operation as invalid (REM_INV_REQ_ERR: \
+                 a misaligned atomic)"
+            ),
+        ),
+        status => proc_failed(
+            peer,
+            format!("a one-sided operation completed with {status:?}"),
+        ),
+    }
+}
+
 fn proc_failed(peer: PeerRank, why: impl std::fmt::Display) -> Error {
     Error::new(
         ErrorClass::ProcFailed,
@@ -446,10 +522,11 @@ impl<N: Nic> VerbsTransport<N> {
         let peers_n = job.size.saturating_sub(1).max(1);
         let recv_count = peers_n * 2 * CREDITS as usize;
         let pd = nic.alloc_pd()?;
-        let cq = nic.create_cq((recv_count + SEND_SLOTS) as u32)?;
+        let cq = nic.create_cq((recv_count + SEND_SLOTS + RMA_SLOTS) as u32)?;
         let srq = nic.create_srq(&pd, recv_count as u32)?;
-        let recv_frames = Frames::new(recv_count)?;
-        let send_frames = Frames::new(SEND_SLOTS)?;
+        let recv_frames = Frames::new(recv_count, FRAME_LEN)?;
+        let send_frames = Frames::new(SEND_SLOTS, FRAME_LEN)?;
+        let rma_frames = Frames::new(RMA_SLOTS, RMA_LEN)?;
         // SAFETY: the frames stay allocated until the transport is dropped,
         // after the regions (field order); the transport makes slices of a
         // frame only while no work on it is posted.
@@ -468,6 +545,16 @@ impl<N: Nic> VerbsTransport<N> {
                 send_frames.ptr,
                 SEND_SLOTS * FRAME_LEN,
                 AccessFlags::NONE,
+            )?
+        };
+        // SAFETY: as above; staging buffers are touched only while no
+        // operation on them is posted.
+        let rma_mr = unsafe {
+            nic.register(
+                &pd,
+                rma_frames.ptr,
+                RMA_SLOTS * RMA_LEN,
+                AccessFlags::LOCAL_WRITE,
             )?
         };
         for index in 0..recv_count {
@@ -511,7 +598,7 @@ impl<N: Nic> VerbsTransport<N> {
                     recv_cq: &cq,
                     srq: Some(&srq),
                     caps: QpCaps {
-                        max_send_wr,
+                        max_send_wr: max_send_wr + RMA_DEPTH,
                         max_recv_wr: 1,
                         max_inline_data: 0,
                     },
@@ -530,6 +617,7 @@ impl<N: Nic> VerbsTransport<N> {
                 in_flight: 0,
                 incoming: Incoming::new(),
                 heard: false,
+                rma_in_flight: 0,
             }));
         }
         Ok(VerbsTransport {
@@ -550,7 +638,15 @@ impl<N: Nic> VerbsTransport<N> {
             failures: Vec::new(),
             wcs: Vec::with_capacity(POLL_BATCH),
             max_send_wr,
-            _pd: pd,
+            regions: HashMap::new(),
+            next_region: 0,
+            rma_mr,
+            rma_frames,
+            rma_free: (0..RMA_SLOTS).rev().collect(),
+            rma_posted: (0..RMA_SLOTS).map(|_| None).collect(),
+            rma_done: HashMap::new(),
+            next_rma: 0,
+            pd,
             nic,
         })
     }
@@ -733,6 +829,10 @@ impl<N: Nic> VerbsTransport<N> {
             }
             return;
         }
+        if wc.wr_id & RMA_BIT != 0 {
+            self.rma_complete(wc);
+            return;
+        }
         let slot = wc.wr_id as usize;
         if let Some(owner) = self.send_owner.get_mut(slot).and_then(Option::take) {
             self.free_send.push(slot);
@@ -792,6 +892,35 @@ impl<N: Nic> VerbsTransport<N> {
                 );
             }
         }
+    }
+
+    /// A one-sided operation completed: its outcome waits for
+    /// `rdma_take`. An error status leaves the queue pair in the error
+    /// state, so the peer fails too.
+    fn rma_complete(&mut self, wc: WorkCompletion) {
+        let slot = (wc.wr_id & !RMA_BIT) as usize;
+        let Some(posted) = self.rma_posted.get_mut(slot).and_then(Option::take) else {
+            return;
+        };
+        self.rma_free.push(slot);
+        let peer = posted.peer;
+        if let Some(Some(p)) = self.peers.get_mut(peer) {
+            p.rma_in_flight -= 1;
+        }
+        let outcome = if wc.status == WcStatus::Success {
+            // SAFETY: the operation's completion was polled: the NIC is
+            // done with the staging buffer, which is not posted again
+            // before this copy.
+            let buf = unsafe { self.rma_frames.frame(slot) };
+            Ok(buf[..posted.result_len].to_vec())
+        } else {
+            let error = rma_error(peer, wc.status);
+            if wc.status != WcStatus::WrFlushErr {
+                self.fail(peer, proc_failed(peer, error.message()));
+            }
+            Err(error)
+        };
+        self.rma_done.insert(posted.id, outcome);
     }
 
     fn queue(&mut self, peer: PeerRank, out: Outgoing) -> Result<()> {
@@ -929,10 +1058,126 @@ impl<N: Nic> Transport for VerbsTransport<N> {
     }
 
     fn has_pending_sends(&self) -> bool {
-        self.peers
-            .iter()
-            .flatten()
-            .any(|p| p.failed.is_none() && (!p.queue.is_empty() || p.in_flight > 0))
+        self.peers.iter().flatten().any(|p| {
+            p.failed.is_none() && (!p.queue.is_empty() || p.in_flight > 0 || p.rma_in_flight > 0)
+        })
+    }
+
+    fn offers_rdma(&self, peer: PeerRank) -> bool {
+        matches!(self.peers.get(peer), Some(Some(p)) if p.remote.is_some())
+    }
+
+    fn rdma_max_len(&self) -> usize {
+        RMA_LEN
+    }
+
+    unsafe fn rdma_register(&mut self, addr: *mut u8, len: usize) -> Result<RdmaRegion> {
+        let access = AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_ATOMIC;
+        // SAFETY: the caller keeps the memory allocated until it is
+        // deregistered (the region is dropped), this function's contract.
+        let mr = unsafe { self.nic.register(&self.pd, addr, len, access)? };
+        let handle = self.next_region;
+        self.next_region += 1;
+        let rkey = mr.rkey();
+        self.regions.insert(handle, mr);
+        Ok(RdmaRegion { handle, rkey })
+    }
+
+    fn rdma_deregister(&mut self, handle: u64) {
+        self.regions.remove(&handle);
+    }
+
+    fn rdma_post(&mut self, peer: PeerRank, at: RdmaTarget, op: RdmaOp<'_>) -> Result<Option<u64>> {
+        let Some(Some(p)) = self.peers.get_mut(peer) else {
+            return Err(Error::new(
+                ErrorClass::Rank,
+                format!("verbs transport: no queue pair to rank {peer}"),
+            ));
+        };
+        if let Some(e) = &p.failed {
+            return Err(e.clone());
+        }
+        let len = match op {
+            RdmaOp::Write(data) => data.len(),
+            RdmaOp::Read(len) => len,
+            RdmaOp::FetchAdd(_) | RdmaOp::CompareSwap { .. } => 8,
+        };
+        if p.remote.is_none() || len == 0 || len > RMA_LEN {
+            return Err(Error::new(
+                ErrorClass::Intern,
+                format!(
+                    "verbs transport: a one-sided operation of {len} bytes to rank {peer} \
+                     (from 1 to {RMA_LEN} bytes, on a connected queue pair)"
+                ),
+            ));
+        }
+        if p.rma_in_flight >= RMA_DEPTH {
+            return Ok(None);
+        }
+        let Some(slot) = self.rma_free.pop() else {
+            return Ok(None);
+        };
+        if let RdmaOp::Write(data) = op {
+            // SAFETY: a free staging buffer is not posted.
+            let buf = unsafe { self.rma_frames.frame(slot) };
+            buf[..len].copy_from_slice(data);
+        }
+        let local = Sge {
+            addr: self.rma_frames.addr(slot),
+            length: len as u32,
+            lkey: self.rma_mr.lkey(),
+        };
+        let remote = RemoteAddr {
+            addr: at.addr,
+            rkey: at.rkey,
+        };
+        let (send_op, result_len) = match op {
+            RdmaOp::Write(_) => (SendOp::RdmaWrite { local, remote }, 0),
+            RdmaOp::Read(_) => (SendOp::RdmaRead { local, remote }, len),
+            RdmaOp::FetchAdd(add) => (SendOp::FetchAdd { local, remote, add }, 8),
+            RdmaOp::CompareSwap { compare, swap } => (
+                SendOp::CompareSwap {
+                    local,
+                    remote,
+                    compare,
+                    swap,
+                },
+                8,
+            ),
+        };
+        let wr = SendWr {
+            wr_id: RMA_BIT | slot as u64,
+            signaled: true,
+            op: send_op,
+        };
+        match p.qp.post_send(&wr) {
+            Ok(()) => {
+                p.rma_in_flight += 1;
+                let id = self.next_rma;
+                self.next_rma += 1;
+                self.rma_posted[slot] = Some(RmaPosted {
+                    peer,
+                    id,
+                    result_len,
+                });
+                Ok(Some(id))
+            }
+            Err(PostError::QueueFull) => {
+                self.rma_free.push(slot);
+                Ok(None)
+            }
+            Err(PostError::Invalid(e)) => {
+                self.rma_free.push(slot);
+                Err(e)
+            }
+        }
+    }
+
+    fn rdma_take(&mut self, id: u64) -> Option<Result<Vec<u8>>> {
+        self.rma_done.remove(&id)
     }
 }
 
@@ -1222,5 +1467,83 @@ mod tests {
             .feed(2, &[0xff; HEADER_LEN], &mut sink)
             .unwrap_err();
         assert_eq!(e.class(), ErrorClass::ProcFailed);
+    }
+
+    /// Posts `op` from rank 0 to rank 1 and polls everyone until its outcome.
+    fn rdma(
+        ts: &mut [Option<VerbsTransport<SoftNic>>],
+        sinks: &mut [Sink],
+        at: RdmaTarget,
+        op: RdmaOp<'_>,
+    ) -> Result<Vec<u8>> {
+        let start = Instant::now();
+        let id = loop {
+            if let Some(id) = ts[0].as_mut().unwrap().rdma_post(1, at, op)? {
+                break id;
+            }
+            ts[0].as_mut().unwrap().poll(&mut sinks[0]).unwrap();
+        };
+        loop {
+            let t = ts[0].as_mut().unwrap();
+            t.poll(&mut sinks[0]).unwrap();
+            if let Some(outcome) = t.rdma_take(id) {
+                return outcome;
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "no completion");
+        }
+    }
+
+    #[test]
+    fn one_sided_operations_need_no_target_polling_and_are_checked() {
+        let mut ts = three();
+        let mut sinks: Vec<Sink> = (0..3).map(|_| Sink::default()).collect();
+        let mut memory = vec![0u64; 4];
+        let base = memory.as_mut_ptr() as u64;
+        // SAFETY: `memory` outlives the transports' use of it: it is
+        // deregistered below before it is read or dropped.
+        let region = unsafe {
+            ts[1]
+                .as_mut()
+                .unwrap()
+                .rdma_register(memory.as_mut_ptr().cast(), 32)
+                .unwrap()
+        };
+        let at = |word: u64| RdmaTarget {
+            addr: base + 8 * word,
+            rkey: region.rkey,
+        };
+        // Rank 1 is never polled from here on: its NIC does the work.
+        let data = 7u64.to_ne_bytes();
+        assert!(rdma(&mut ts, &mut sinks, at(0), RdmaOp::Write(&data))
+            .unwrap()
+            .is_empty());
+        assert_eq!(
+            rdma(&mut ts, &mut sinks, at(0), RdmaOp::Read(8)).unwrap(),
+            data
+        );
+        let old = rdma(&mut ts, &mut sinks, at(1), RdmaOp::FetchAdd(5)).unwrap();
+        assert_eq!(old, 0u64.to_ne_bytes());
+        let cas = RdmaOp::CompareSwap {
+            compare: 5,
+            swap: 9,
+        };
+        assert_eq!(
+            rdma(&mut ts, &mut sinks, at(1), cas).unwrap(),
+            5u64.to_ne_bytes()
+        );
+        // Past the registration: the NIC refuses it, the operation fails
+        // with RMA_RANGE, and the queue pair (so the peer) is broken.
+        let e = rdma(&mut ts, &mut sinks, at(4), RdmaOp::Write(&data)).unwrap_err();
+        assert_eq!(e.class(), ErrorClass::RmaRange, "{}", e.message());
+        assert!(e.message().contains("REM_ACCESS_ERR"), "{}", e.message());
+        assert_eq!(sinks[0].failed.len(), 1);
+        let e = ts[0]
+            .as_mut()
+            .unwrap()
+            .rdma_post(1, at(0), RdmaOp::Read(8))
+            .unwrap_err();
+        assert_eq!(e.class(), ErrorClass::ProcFailed);
+        ts[1].as_mut().unwrap().rdma_deregister(region.handle);
+        assert_eq!(memory, [7, 9, 0, 0]);
     }
 }
