@@ -128,6 +128,15 @@ pub const MATRIX: &[Check] = &[
     check("rma_suite", &["operations"], 3, 120),
     check("rma_suite", &["dynamic"], 3, 60),
     check("rma_suite", &["atomic", "500"], 4, 120),
+    // Windows take the RDMA path on the NIC: its atomics, the lock words
+    // and the accumulate mutex, a target asleep outside MPI, operations
+    // longer than one RDMA transfer, and the error classes of bad calls.
+    check("rma_suite", &["path", "rdma"], 3, 60),
+    check("rma_suite", &["spinlock", "20"], 4, 120),
+    check("rma_suite", &["exclusion", "100"], 4, 120),
+    check("rma_suite", &["sleeping"], 4, 60),
+    check("rma_suite", &["large"], 3, 60),
+    check("rma_suite", &["errors"], 3, 60),
     Check {
         program: "rma_suite",
         args: &["passive"],
