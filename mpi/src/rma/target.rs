@@ -488,12 +488,23 @@ pub(crate) fn combine(
         AccumulateOp::NoOp => {}
         AccumulateOp::Reduce(op) => {
             let reduction = Reduction::new(&op, ElementType::of_basic(basic))?;
-            // The kernels need aligned data: combine in aligned copies
-            // (the window and the packet may be at any offset).
-            let mut input = Aligned::from(data);
-            let mut inout = Aligned::from(&*window);
-            reduction.apply(input.bytes_mut(), inout.bytes_mut())?;
-            window.copy_from_slice(inout.bytes_mut());
+            let aligned = |bytes: &[u8]| (bytes.as_ptr() as usize).is_multiple_of(basic.align());
+            match (aligned(data), aligned(window)) {
+                // In place, in one pass: the usual case (an origin's typed
+                // buffer, a window at an aligned displacement).
+                (true, true) => reduction.apply(data, window)?,
+                // The kernels need aligned data: the packet or the window
+                // at an odd offset is combined in aligned copies.
+                (true, false) => {
+                    let mut inout = Aligned::from(&*window);
+                    reduction.apply(data, inout.bytes_mut())?;
+                    window.copy_from_slice(inout.bytes_mut());
+                }
+                (false, _) => {
+                    let input = Aligned::from(data);
+                    return combine(window, input.bytes(), basic, AccumulateOp::Reduce(op));
+                }
+            }
         }
     }
     Ok(())
@@ -513,6 +524,12 @@ impl Aligned {
         };
         a.bytes_mut().copy_from_slice(bytes);
         a
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: the words own `16 * words.len() >= len` initialized
+        // bytes.
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast(), self.len) }
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
