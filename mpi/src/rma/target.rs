@@ -20,6 +20,7 @@ use crate::{Error, ErrorClass, Result};
 use oxmpi_adi::device::{ActiveMessage, ActiveMessageHandler, Device, RequestId};
 use oxmpi_adi::transport::PeerRank;
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The windows of this process, by context id.
@@ -160,6 +161,10 @@ pub(crate) struct Shared {
     /// This rank's rank in the window's communicator, by world rank.
     ranks: HashMap<PeerRank, usize>,
     state: Mutex<State>,
+    /// Whether `State::errors` may hold something: set (under the state's
+    /// lock) when an error is recorded, so that the completion calls of
+    /// paths that never record one (direct, RDMA) need not lock.
+    pub(crate) errors_recorded: AtomicBool,
 }
 
 // SAFETY: the raw pointers in `State` name the window's memory and the
@@ -167,7 +172,7 @@ pub(crate) struct Shared {
 // window lives (or until the request that names them completes); they are
 // only used with the state locked.
 unsafe impl Send for Shared {}
-// SAFETY: as above: every access goes through the state's mutex.
+// SAFETY: as above: every access to the state goes through its mutex.
 unsafe impl Sync for Shared {}
 
 /// The mutable part of [`Shared`].
@@ -205,6 +210,7 @@ impl Shared {
                 posts: vec![0; n],
                 completes: vec![0; n],
             }),
+            errors_recorded: AtomicBool::new(false),
         }
     }
 
@@ -322,6 +328,7 @@ impl ActiveMessageHandler for Handler {
                     Pending::Done | Pending::Sync => {
                         if let Some(e) = refused {
                             state.errors.push(e);
+                            shared.errors_recorded.store(true, Ordering::Release);
                         }
                     }
                     Pending::Fetch {
