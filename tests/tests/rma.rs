@@ -49,7 +49,7 @@ fn accumulate_with_every_operation_and_type() {
     job("operations", &[], 2, &TCP, 120);
 }
 
-/// Over shared memory (the direct path: hardware atomics under shared
+/// Over shared memory (the direct path: region mutexes under shared
 /// locks) at the count, 100,000 of each per rank on 8 ranks (a
 /// few seconds); over TCP (active messages) fewer.
 #[test]
@@ -97,6 +97,16 @@ fn shared_windows_are_loads_and_stores_for_every_rank() {
     }
     // Shared memory needs one host, not the shared-memory transport.
     job("shared", &[], 2, &TCP, 60);
+}
+
+/// Reductions that no hardware atomic does, from a derived datatype, on
+/// overlapping spans under shared locks: atomic per element (region
+/// mutexes on shared memory; the target's handler over TCP).
+#[test]
+fn reductions_under_shared_locks_are_atomic_per_element() {
+    job("regions", &["3000"], 4, &[], 180);
+    job("regions", &["300"], 8, &[], 180);
+    job("regions", &["200"], 3, &TCP, 120);
 }
 
 #[test]

@@ -7,25 +7,28 @@
 //! the lock and region mutexes in a segment the target made for them.
 //!
 //! Puts and gets are copies. Accumulates, fetch-and-op and
-//! compare-and-swap are atomic per element with respect to each other:
-//! under a shared lock (or lock_all, fence, start) with one hardware
-//! atomic per element where the (element, op, address) triple allows it
-//! (`WindowSegment::atomic_capable`, which depends only on the type and
-//! the address, so two origins never mix the two ways on one element;
-//! never in memory reached by cross-memory attach, which atomics cannot
-//! reach), else under the region mutexes of the bytes touched, each taken once
-//! per operation; under an exclusive lock nobody else may touch the
-//! window, so neither. The range is checked by the window first and by
-//! the segment again: nothing is ever touched outside it.
+//! compare-and-swap are atomic per element with respect to each other.
+//! Under an exclusive lock nobody else may touch the window: plain
+//! copies and the reduction kernels, no mutex. Otherwise (a shared lock,
+//! lock_all, fence, start), on a mapped segment, a replace, a no-op (the
+//! fetch of get_accumulate) and a compare-and-swap of words of 1, 2, 4 or
+//! 8 bytes at aligned addresses (`WindowSegment::word_capable`) are one
+//! hardware atomic per element; every reduction, and anything else (other
+//! sizes, unaligned displacements, memory reached by cross-memory attach,
+//! which atomics cannot reach), runs under the region mutexes of the
+//! bytes it touches, each taken once per operation, and reads, combines
+//! and writes the span in one pass. The way depends only on the op, the
+//! element size and the address, so two origins doing the same op on one
+//! element take the same way, and a no-op's atomic loads meet a
+//! reduction's whole-element stores (`oxmpi_shm::window::atomics`). The
+//! range is checked by the window first and by the segment again:
+//! nothing is ever touched outside it.
 
 use super::target::combine;
 use super::wire::AccumulateOp;
-use crate::collective::op::SystemOp;
 use crate::datatype::Primitive;
 use crate::{Error, ErrorClass, Result};
-use oxmpi_shm::window::{
-    AccessError, AtomicOp, Element, RemoteWindow, SharedRwLock, WindowSegment,
-};
+use oxmpi_shm::window::{AccessError, RemoteWindow, SharedRwLock, WindowSegment};
 use std::sync::Arc;
 
 /// How the direct path reaches one target's window.
@@ -164,48 +167,15 @@ pub(crate) fn get(reach: &Reach, disp: u64, out: &mut [u8]) -> Result<()> {
     reach.read(offset(disp)?, out)
 }
 
-/// The hardware form of an accumulate of `basic` elements with `op`, if
-/// the atomics know the type and the operation.
-fn atomic_form(basic: Primitive, op: AccumulateOp) -> Option<(Element, AtomicOp)> {
-    let element = match basic {
-        Primitive::I8 => Element::I8,
-        Primitive::I16 => Element::I16,
-        Primitive::I32 => Element::I32,
-        Primitive::I64 => Element::I64,
-        Primitive::U8 => Element::U8,
-        Primitive::U16 => Element::U16,
-        Primitive::U32 => Element::U32,
-        Primitive::U64 => Element::U64,
-        Primitive::Isize if isize::BITS == 64 => Element::I64,
-        Primitive::Usize if usize::BITS == 64 => Element::U64,
-        Primitive::F32 => Element::F32,
-        Primitive::F64 => Element::F64,
-        _ => return None,
-    };
-    let op = match op {
-        AccumulateOp::Replace => AtomicOp::Replace,
-        AccumulateOp::NoOp => AtomicOp::NoOp,
-        AccumulateOp::Reduce(op) => match op.system_op() {
-            SystemOp::Sum => AtomicOp::Sum,
-            SystemOp::Product => AtomicOp::Prod,
-            SystemOp::Min => AtomicOp::Min,
-            SystemOp::Max => AtomicOp::Max,
-            SystemOp::BitwiseAnd => AtomicOp::BitAnd,
-            SystemOp::BitwiseOr => AtomicOp::BitOr,
-            SystemOp::BitwiseXor => AtomicOp::BitXor,
-            SystemOp::LogicalAnd => AtomicOp::LogicalAnd,
-            SystemOp::LogicalOr => AtomicOp::LogicalOr,
-            SystemOp::LogicalXor => AtomicOp::LogicalXor,
-            SystemOp::MinLoc | SystemOp::MaxLoc => return None,
-        },
-    };
-    Some((element, op))
-}
-
 /// `MPI_Accumulate` (`old: None`) and `MPI_Get_accumulate` (the target's
 /// data from before goes to `old`): combines `data` (elements of `basic`;
 /// ignored for `NO_OP`) into the window at `disp` with `op`. `exclusive`:
 /// this origin holds the target's exclusive lock.
+///
+/// Under a shared lock (or none: fence, start), a replace or a no-op on
+/// words the hardware reaches atomically is one atomic per element; every
+/// other accumulate runs under the region mutexes of its span, each taken
+/// once, and combines in place in one pass (the module docs).
 pub(crate) fn accumulate(
     reach: &Reach,
     disp: u64,
@@ -227,30 +197,16 @@ pub(crate) fn accumulate(
             ),
         ));
     }
-    let atomic = reach
-        .mapped()
-        .zip(atomic_form(basic, op))
-        .filter(|&(segment, (element, op))| {
-            !exclusive && len > 0 && segment.atomic_capable(at, element, op)
-        });
-    if let Some((segment, (element, atomic_op))) = atomic {
-        // Every element is aligned as the first is (the data is aligned
-        // and the elements are `size` bytes apart).
-        let none = [0u8; 8];
-        for i in 0..len / size {
-            let operand = if op == AccumulateOp::NoOp {
-                &none[..size]
-            } else {
-                &data[i * size..(i + 1) * size]
-            };
-            let previous = old.as_deref_mut().map(|o| &mut o[i * size..(i + 1) * size]);
-            segment
-                .fetch_op(at + i * size, element, atomic_op, operand, previous)
-                .map_err(access_error)?;
-        }
-        return Ok(());
+    let words = reach.mapped().filter(|segment| {
+        !exclusive
+            && matches!(op, AccumulateOp::Replace | AccumulateOp::NoOp)
+            && segment.word_capable(at, size)
+    });
+    if let Some(segment) = words {
+        let new = (op == AccumulateOp::Replace).then_some(data);
+        return segment.exchange(at, size, new, old).map_err(access_error);
     }
-    let _guard = if exclusive {
+    let _regions = if exclusive {
         None
     } else {
         Some(
@@ -260,16 +216,32 @@ pub(crate) fn accumulate(
                 .map_err(access_error)?,
         )
     };
-    let mut current = vec![0u8; len];
-    reach.read(at, &mut current)?;
-    if let Some(old) = old {
-        old.copy_from_slice(&current);
+    let mut read_modify_write = |window: &mut [u8]| -> Result<()> {
+        if let Some(old) = old.as_deref_mut() {
+            old.copy_from_slice(window);
+        }
+        combine(window, data, basic, op)
+    };
+    match reach {
+        Reach::Mapped(segment) => {
+            // SAFETY: this origin holds the region mutexes of the span
+            // (taken above) or the target's exclusive lock; every other
+            // origin writes these bytes only under the same mutexes, or
+            // not at all while the exclusive lock is held, and reads them
+            // (the atomic fetches above) only with atomic loads.
+            let updated = unsafe { segment.update(at, len, read_modify_write) };
+            updated.map_err(access_error)?
+        }
+        Reach::Remote { .. } => {
+            let mut current = vec![0u8; len];
+            reach.read(at, &mut current)?;
+            read_modify_write(&mut current)?;
+            if op != AccumulateOp::NoOp {
+                reach.write(at, &current)?;
+            }
+            Ok(())
+        }
     }
-    if op != AccumulateOp::NoOp {
-        combine(&mut current, data, basic, op)?;
-        reach.write(at, &current)?;
-    }
-    Ok(())
 }
 
 /// `MPI_Compare_and_swap` of one element: `data` is the compare value

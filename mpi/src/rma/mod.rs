@@ -97,6 +97,7 @@ use oxmpi_shm::window::{RemoteWindow, WindowSegment};
 use path::{take_errors, Fetch, Path, Target};
 use std::collections::HashMap;
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use target::{Memory, Shared};
 
@@ -217,6 +218,68 @@ impl Epochs {
     fn passive(&self, target: usize) -> bool {
         self.lock_all.is_some() || self.locks.contains_key(&target)
     }
+
+    /// What an operation on `target` needs to know, in one byte
+    /// ([`Access`]).
+    fn access(&self, target: usize) -> u8 {
+        let lock = self.locks.get(&target);
+        let bit = |on: bool, bit: u8| if on { bit } else { 0 };
+        bit(self.may_access(target), Access::OPEN)
+            | bit(self.passive(target), Access::PASSIVE)
+            | bit(
+                lock.is_some_and(|&(t, _)| t == LockType::Exclusive),
+                Access::EXCLUSIVE,
+            )
+            | bit(
+                lock.is_some_and(|&(_, taken)| taken) || self.lock_all == Some(true),
+                Access::LOCKED,
+            )
+    }
+}
+
+/// A summary of the epochs per target, kept beside them so that an
+/// operation and a flush read one atomic byte instead of locking the
+/// epochs and looking the target up: rewritten whenever the epochs
+/// change (when their guard drops, still under their mutex).
+struct Access;
+
+impl Access {
+    /// An access epoch to the target is open.
+    const OPEN: u8 = 1;
+    /// A passive-target one (lock or lock_all): flushes are allowed.
+    const PASSIVE: u8 = 2;
+    /// This origin holds the target's exclusive lock.
+    const EXCLUSIVE: u8 = 4;
+    /// This origin holds a lock on the target it took (not under
+    /// `MODE_NOCHECK`).
+    const LOCKED: u8 = 8;
+}
+
+/// The epochs, locked; dropping it republishes the per-target summary.
+struct EpochsGuard<'w> {
+    epochs: MutexGuard<'w, Epochs>,
+    summary: &'w [AtomicU8],
+}
+
+impl std::ops::Deref for EpochsGuard<'_> {
+    type Target = Epochs;
+    fn deref(&self) -> &Epochs {
+        &self.epochs
+    }
+}
+
+impl std::ops::DerefMut for EpochsGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Epochs {
+        &mut self.epochs
+    }
+}
+
+impl Drop for EpochsGuard<'_> {
+    fn drop(&mut self) {
+        for (target, byte) in self.summary.iter().enumerate() {
+            byte.store(self.epochs.access(target), Ordering::Release);
+        }
+    }
 }
 
 /// A window of memory for one-sided communication (`MPI_Win`): see the
@@ -243,6 +306,8 @@ pub struct Window<'a> {
     hints: Info,
     no_locks: bool,
     epochs: Mutex<Epochs>,
+    /// [`Epochs::access`] of every target, as of the last change.
+    access: Box<[AtomicU8]>,
     /// This rank's registrations of the RDMA path: dropped (revoked)
     /// before the memory goes.
     _rdma: Option<rdma::Registration>,
@@ -523,6 +588,7 @@ impl<'a> Window<'a> {
         };
         let (bases, sizes, disp_units) = (column(0), column(1), column(2));
         let same = |v: &[usize]| v.iter().all(|&x| x == v[0]);
+        let access = (0..sizes.len()).map(|_| AtomicU8::new(0)).collect();
         Ok(Window {
             rank: comm.rank() as usize,
             context_id,
@@ -539,6 +605,7 @@ impl<'a> Window<'a> {
             hints,
             no_locks,
             epochs: Mutex::new(Epochs::default()),
+            access,
             _rdma: registration,
             _allocated: allocated,
             freed: false,
@@ -729,8 +796,16 @@ impl<'a> Window<'a> {
         self.comm.clone().free()
     }
 
-    fn epochs(&self) -> MutexGuard<'_, Epochs> {
-        self.epochs.lock().unwrap_or_else(|p| p.into_inner())
+    fn epochs(&self) -> EpochsGuard<'_> {
+        EpochsGuard {
+            epochs: self.epochs.lock().unwrap_or_else(|p| p.into_inner()),
+            summary: &self.access,
+        }
+    }
+
+    /// The epochs' summary for `target` ([`Access`]).
+    fn access(&self, target: usize) -> u8 {
+        self.access[target].load(Ordering::Acquire)
     }
 
     // ----- attributes, hints, names, error handlers -----
@@ -944,23 +1019,17 @@ impl<'a> Window<'a> {
                     ),
                 )
             })?;
-        let exclusive = {
-            let epochs = self.epochs();
-            if !epochs.may_access(rank) {
-                return Err(Error::new(
+        let access = self.access(rank);
+        if access & Access::OPEN == 0 {
+            return Err(Error::new(
                 ErrorClass::RmaSync,
                 format!(
                     "no access epoch to rank {rank} is open: call fence, start, lock or lock_all first"
                 ),
             ));
-            }
-            let lock = epochs.locks.get(&rank);
-            (
-                lock.is_some_and(|&(t, _)| t == LockType::Exclusive),
-                lock.is_some_and(|&(_, taken)| taken) || epochs.lock_all == Some(true),
-            )
-        };
-        let (exclusive, locked) = exclusive;
+        }
+        let exclusive = access & Access::EXCLUSIVE != 0;
+        let locked = access & Access::LOCKED != 0;
         let byte_disp = if self.flavor == CreateFlavor::Dynamic {
             disp as u64
         } else {
@@ -1179,9 +1248,11 @@ impl<'a> Window<'a> {
         // SAFETY: `bytes` stays borrowed by `output`, untouched, until the
         // request is waited for below.
         let request = unsafe { self.start_fetch(target, disp, bytes.as_mut_ptr(), len, &what)? };
-        let status = crate::wait_request(request)?;
-        if let Some(e) = status.error {
-            return Err(e);
+        if let Some(request) = request {
+            let status = crate::wait_request(request)?;
+            if let Some(e) = status.error {
+                return Err(e);
+            }
         }
         output.finish()
     }
@@ -1197,7 +1268,7 @@ impl<'a> Window<'a> {
         dest: *mut u8,
         len: usize,
         what: &FetchKind,
-    ) -> Result<RequestId> {
+    ) -> Result<Option<RequestId>> {
         let (to, path, disp) = self.check_target(target, disp, len)?;
         let fetch = match *what {
             FetchKind::Get => Fetch::Get,
@@ -1290,7 +1361,10 @@ impl<'a> Window<'a> {
         // SAFETY: `result` is borrowed for `'s`, and the scope completes
         // the request before `'s` ends.
         let id = unsafe { self.start_fetch(target, disp, result.as_mut_ptr().cast(), len, &what)? };
-        Ok(scope.register(id))
+        match id {
+            Some(id) => Ok(scope.register(id)),
+            None => completed(),
+        }
     }
 
     // ----- synchronization -----
@@ -1626,7 +1700,7 @@ impl<'a> Window<'a> {
                 return Ok(());
             }
             let rank = self.rank_arg(target)?;
-            if !self.epochs().passive(rank) {
+            if self.access(rank) & Access::PASSIVE == 0 {
                 return Err(Error::new(
                     ErrorClass::RmaSync,
                     format!("flush of rank {rank} outside a passive-target epoch to it"),

@@ -43,6 +43,7 @@ use crate::{progress_until, with_device, Error, Result};
 use oxmpi_adi::device::{Device, RequestId};
 use oxmpi_adi::proto::MAX_ACTIVE_LEN;
 use oxmpi_adi::transport::PeerRank;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// The most data one message carries: a larger operation is split (on
@@ -140,7 +141,8 @@ impl Path {
     /// `result`): a get (`fetch: None`), a fetching accumulate of `data`
     /// (`Some((element, op, data))`), or a compare-and-swap
     /// (`swap: Some(compare ++ origin)`). Returns the request that
-    /// completes when the result is in place.
+    /// completes when the result is in place, or `None` when it is in
+    /// place already (the direct and RDMA paths).
     ///
     /// # Safety
     /// `result` must be writable for `len` bytes, and not otherwise
@@ -152,7 +154,7 @@ impl Path {
         result: *mut u8,
         len: usize,
         what: Fetch<'_>,
-    ) -> Result<RequestId> {
+    ) -> Result<Option<RequestId>> {
         match self {
             Path::ActiveMessages => with_device(|d| {
                 let request = d.start_generalized();
@@ -202,7 +204,7 @@ impl Path {
                         return Err(e);
                     }
                 }
-                Ok(request)
+                Ok(Some(request))
             }),
             Path::Direct(segment) => {
                 let _open = segment.open(to.locked)?;
@@ -223,7 +225,7 @@ impl Path {
                         direct::compare_and_swap(segment, disp, data, to.exclusive, out)?
                     }
                 }
-                completed_request()
+                Ok(None)
             }
             Path::Rdma(reach) => {
                 // SAFETY: as above.
@@ -237,7 +239,7 @@ impl Path {
                         rdma::compare_and_swap(reach, disp, data, to.exclusive, out)?
                     }
                 }
-                completed_request()
+                Ok(None)
             }
         }
     }
@@ -345,16 +347,6 @@ unsafe fn result_slice<'r>(result: *mut u8, len: usize) -> &'r mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(result, len) }
 }
 
-/// A request that is complete already: a fetching operation done before
-/// its start returned.
-fn completed_request() -> Result<RequestId> {
-    with_device(|d| {
-        let request = d.start_generalized();
-        d.complete_generalized(request, None);
-        Ok(request)
-    })
-}
-
 /// The chunks (offset, length) of `len` bytes.
 fn chunks(len: usize) -> impl Iterator<Item = (usize, usize)> {
     (0..len)
@@ -381,7 +373,11 @@ fn wait_reply(to: &Target<'_>, token: u64) -> Result<()> {
 /// The first error recorded for operations without requests, if any
 /// (all are taken).
 pub(crate) fn take_errors(shared: &Shared) -> Result<()> {
+    if !shared.errors_recorded.load(Ordering::Acquire) {
+        return Ok(());
+    }
     let mut state = shared.state();
+    shared.errors_recorded.store(false, Ordering::Release);
     let mut errors = std::mem::take(&mut state.errors);
     match errors.len() {
         0 => Ok(()),

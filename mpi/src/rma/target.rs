@@ -20,6 +20,7 @@ use crate::{Error, ErrorClass, Result};
 use oxmpi_adi::device::{ActiveMessage, ActiveMessageHandler, Device, RequestId};
 use oxmpi_adi::transport::PeerRank;
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The windows of this process, by context id.
@@ -160,6 +161,10 @@ pub(crate) struct Shared {
     /// This rank's rank in the window's communicator, by world rank.
     ranks: HashMap<PeerRank, usize>,
     state: Mutex<State>,
+    /// Whether `State::errors` may hold something: set (under the state's
+    /// lock) when an error is recorded, so that the completion calls of
+    /// paths that never record one (direct, RDMA) need not lock.
+    pub(crate) errors_recorded: AtomicBool,
 }
 
 // SAFETY: the raw pointers in `State` name the window's memory and the
@@ -167,7 +172,7 @@ pub(crate) struct Shared {
 // window lives (or until the request that names them completes); they are
 // only used with the state locked.
 unsafe impl Send for Shared {}
-// SAFETY: as above: every access goes through the state's mutex.
+// SAFETY: as above: every access to the state goes through its mutex.
 unsafe impl Sync for Shared {}
 
 /// The mutable part of [`Shared`].
@@ -205,6 +210,7 @@ impl Shared {
                 posts: vec![0; n],
                 completes: vec![0; n],
             }),
+            errors_recorded: AtomicBool::new(false),
         }
     }
 
@@ -322,6 +328,7 @@ impl ActiveMessageHandler for Handler {
                     Pending::Done | Pending::Sync => {
                         if let Some(e) = refused {
                             state.errors.push(e);
+                            shared.errors_recorded.store(true, Ordering::Release);
                         }
                     }
                     Pending::Fetch {
@@ -488,12 +495,23 @@ pub(crate) fn combine(
         AccumulateOp::NoOp => {}
         AccumulateOp::Reduce(op) => {
             let reduction = Reduction::new(&op, ElementType::of_basic(basic))?;
-            // The kernels need aligned data: combine in aligned copies
-            // (the window and the packet may be at any offset).
-            let mut input = Aligned::from(data);
-            let mut inout = Aligned::from(&*window);
-            reduction.apply(input.bytes_mut(), inout.bytes_mut())?;
-            window.copy_from_slice(inout.bytes_mut());
+            let aligned = |bytes: &[u8]| (bytes.as_ptr() as usize).is_multiple_of(basic.align());
+            match (aligned(data), aligned(window)) {
+                // In place, in one pass: the usual case (an origin's typed
+                // buffer, a window at an aligned displacement).
+                (true, true) => reduction.apply(data, window)?,
+                // The kernels need aligned data: the packet or the window
+                // at an odd offset is combined in aligned copies.
+                (true, false) => {
+                    let mut inout = Aligned::from(&*window);
+                    reduction.apply(data, inout.bytes_mut())?;
+                    window.copy_from_slice(inout.bytes_mut());
+                }
+                (false, _) => {
+                    let input = Aligned::from(data);
+                    return combine(window, input.bytes(), basic, AccumulateOp::Reduce(op));
+                }
+            }
         }
     }
     Ok(())
@@ -513,6 +531,12 @@ impl Aligned {
         };
         a.bytes_mut().copy_from_slice(bytes);
         a
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: the words own `16 * words.len() >= len` initialized
+        // bytes.
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast(), self.len) }
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {

@@ -10,6 +10,10 @@
 //! NO_OP on several types, against `reduce_local_into`), `atomic` (every
 //! rank does N fetch-and-op and N accumulate sums on one element under
 //! shared locks: exact totals, and the fetched values all distinct),
+//! `regions` (every rank does N sums of doubles through a derived origin
+//! datatype and N products of integers, overlapping spans across many
+//! regions, under shared locks, with no-op fetches meanwhile: exact
+//! results),
 //! `spinlock` (a compare-and-swap lock guards N non-atomic increments by
 //! get and put), `exclusion` (N increments by get and put under rank 0's
 //! exclusive lock, alternating with accumulates of 4-byte integers and
@@ -63,6 +67,7 @@ fn main() -> ExitCode {
             "ops" => ops(&world),
             "operations" => operations(&world),
             "atomic" => atomic(&world, n),
+            "regions" => regions(&world, n),
             "spinlock" => spinlock(&world, n),
             "exclusion" => exclusion(&world, n),
             "large" => large(&world),
@@ -420,6 +425,99 @@ fn atomic(world: &Communicator, n: usize) -> Result<()> {
             &every,
             &(0..want).collect::<Vec<_>>(),
             "values fetched (sorted)",
+        )?;
+    }
+    window.free()
+}
+
+/// Elements of rank 0's window in the `regions` check: `SPAN`-element
+/// accumulates at varying places inside `FIELD` elements of each kind.
+const FIELD: usize = 256;
+const SPAN: usize = 128;
+
+/// Where rank `rank`'s `i`th sum (of doubles) and product (of `i64`s)
+/// start in their fields.
+fn region_spans(rank: usize, i: usize) -> (usize, usize) {
+    (
+        (rank * 37 + i * 11) % (FIELD - SPAN),
+        (rank * 53 + i * 7) % (FIELD - SPAN),
+    )
+}
+
+/// Every rank `n` times, under one shared lock on rank 0, accumulates
+/// that no hardware atomic does (so under region mutexes): a sum of
+/// `SPAN` doubles 1.0 from a strided origin (a derived datatype) and a
+/// product of `SPAN` `i64`s by 3, over spans that overlap other ranks'
+/// and cross many regions, starting at different places; and now and
+/// then a no-op fetch of doubles, which must find whole numbers (no
+/// element seen half-written). The totals are exact: each double counts
+/// the sums that covered it, each product is 3 to the number of products
+/// (3 is invertible modulo 2^64, so one lost product changes the result).
+fn regions(world: &Communicator, n: usize) -> Result<()> {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let window = Window::allocate(world, 2 * FIELD * 8, 8, &Info::new())?;
+    if rank == 0 {
+        window.write_local(8 * FIELD, &[1i64; FIELD][..])?;
+    }
+    world.barrier()?;
+    let every_other = UserDatatype::vector(SPAN as i32, 1, 2, &f64::equivalent_datatype())?;
+    let ones = [1.0f64; 2 * SPAN];
+    let threes = [3i64; SPAN];
+    window.lock(LockType::Shared, 0, 0)?;
+    for i in 0..n {
+        let (sum_at, product_at) = region_spans(rank, i);
+        window.accumulate(
+            &View::with_count_and_datatype(&ones[..], 1, &every_other)?,
+            0,
+            sum_at,
+            SystemOperation::sum(),
+        )?;
+        window.accumulate(
+            &threes[..],
+            0,
+            FIELD + product_at,
+            SystemOperation::product(),
+        )?;
+        if i % 8 == 0 {
+            let mut seen = [0f64; SPAN];
+            window.get_accumulate(&[0f64; 0][..], &mut seen[..], 0, sum_at, AccumulateOp::NoOp)?;
+            let most = (size * n) as f64;
+            if let Some(bad) = seen.iter().find(|v| v.fract() != 0.0 || **v > most) {
+                return Err(fail(format!(
+                    "a no-op fetch found {bad} in a field of sums of 1.0"
+                )));
+            }
+        }
+        window.flush(0)?;
+    }
+    window.unlock(0)?;
+    world.barrier()?;
+    if rank == 0 {
+        let (mut sums, mut products) = (vec![0u64; FIELD], vec![0u32; FIELD]);
+        for r in 0..size {
+            for i in 0..n {
+                let (sum_at, product_at) = region_spans(r, i);
+                sums[sum_at..sum_at + SPAN].iter_mut().for_each(|c| *c += 1);
+                products[product_at..product_at + SPAN]
+                    .iter_mut()
+                    .for_each(|c| *c += 1);
+            }
+        }
+        let want_sums: Vec<f64> = sums.iter().map(|&c| c as f64).collect();
+        let want_products: Vec<i64> = products.iter().map(|&c| 3i64.wrapping_pow(c)).collect();
+        let mut got_sums = vec![0f64; FIELD];
+        let mut got_products = vec![0i64; FIELD];
+        window.read_local(0, &mut got_sums[..])?;
+        window.read_local(8 * FIELD, &mut got_products[..])?;
+        same(
+            &got_sums,
+            &want_sums,
+            "sums of doubles under region mutexes",
+        )?;
+        same(
+            &got_products,
+            &want_products,
+            "products of i64s under region mutexes",
         )?;
     }
     window.free()

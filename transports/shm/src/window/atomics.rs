@@ -1,201 +1,93 @@
-//! Hardware atomics on window memory: the element-wise operations of an
-//! accumulate, fetch-and-op and compare-and-swap, done by the origin on
-//! the target's memory with one atomic instruction (or a compare-and-swap
-//! loop) per element, so that they are atomic per element under a shared
-//! lock without a region mutex.
+//! Hardware atomics on window memory: the operations that need no region
+//! mutex under a shared lock, because one atomic instruction per element
+//! does each: a replace (a store, or a swap when the old value is
+//! fetched), a no-op (a load: the fetch of `MPI_Get_accumulate` with
+//! `MPI_NO_OP`) and a compare-and-swap, on words of 1, 2, 4 or 8 bytes
+//! aligned to their size ([`word_capable`]).
 //!
-//! The module has its own small vocabulary ([`Element`], [`AtomicOp`]):
-//! the MPI layer maps its datatypes and ops onto it and decides with
-//! [`atomic_capable`] whether an (op, element, address) triple goes here
-//! or under the region mutexes. The answer depends only on the element
-//! type and its address, never on the op being "cheap", so that every
-//! origin updating one element takes the same path: two origins never mix
-//! an atomic and a mutex-protected read-modify-write of one element.
+//! Every other accumulate (every reduction) is a read-modify-write under
+//! the region mutexes of the bytes it touches (module `regions`), done in
+//! one pass over the span, which stores each element whole (aligned
+//! elements are written by aligned stores, never byte by byte). So the
+//! two ways meet safely where MPI lets concurrent accumulates meet on one
+//! element (the same op, or that op and a no-op: `accumulate_ops`'
+//! default `same_op_no_op`): a no-op's load sees the element before or
+//! after a reduction, never half of it; and the choice between the ways
+//! depends only on the op, the element's size and its address, so two
+//! origins doing the same op on one element always take the same way.
 //!
-//! All accesses are sequentially consistent.
+//! Loads and swaps are sequentially consistent, stores release: a flush
+//! (a full fence) orders them against whatever comes next.
 
 use std::sync::atomic::{
-    AtomicI16, AtomicI32, AtomicI64, AtomicI8, AtomicU16, AtomicU32, AtomicU64, AtomicU8,
-    Ordering::SeqCst,
+    AtomicU16, AtomicU32, AtomicU64, AtomicU8,
+    Ordering::{Release, SeqCst},
 };
 
-/// A basic element type that atomics can update.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Element {
-    /// Signed 1-byte integer.
-    I8,
-    /// Signed 2-byte integer.
-    I16,
-    /// Signed 4-byte integer.
-    I32,
-    /// Signed 8-byte integer.
-    I64,
-    /// Unsigned 1-byte integer.
-    U8,
-    /// Unsigned 2-byte integer.
-    U16,
-    /// Unsigned 4-byte integer.
-    U32,
-    /// Unsigned 8-byte integer.
-    U64,
-    /// IEEE binary32.
-    F32,
-    /// IEEE binary64.
-    F64,
+/// Whether words of `size` bytes at `address` can be reached with
+/// atomics: the size is 1, 2, 4 or 8, and the address aligned to it.
+pub fn word_capable(size: usize, address: usize) -> bool {
+    matches!(size, 1 | 2 | 4 | 8) && address.is_multiple_of(size)
 }
 
-impl Element {
-    /// Size in bytes.
-    pub fn size(self) -> usize {
-        match self {
-            Element::I8 | Element::U8 => 1,
-            Element::I16 | Element::U16 => 2,
-            Element::I32 | Element::U32 | Element::F32 => 4,
-            Element::I64 | Element::U64 | Element::F64 => 8,
-        }
-    }
-
-    fn is_float(self) -> bool {
-        matches!(self, Element::F32 | Element::F64)
-    }
-}
-
-/// An element-wise operation: the new value from the old one and the
-/// operand.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AtomicOp {
-    /// old + operand (integers wrap).
-    Sum,
-    /// old × operand (integers wrap).
-    Prod,
-    /// The smaller.
-    Min,
-    /// The larger.
-    Max,
-    /// Bitwise and (integers).
-    BitAnd,
-    /// Bitwise or (integers).
-    BitOr,
-    /// Bitwise exclusive or (integers).
-    BitXor,
-    /// Logical and, 1 or 0 (integers).
-    LogicalAnd,
-    /// Logical or, 1 or 0 (integers).
-    LogicalOr,
-    /// Logical exclusive or, 1 or 0 (integers).
-    LogicalXor,
-    /// The operand (MPI's REPLACE).
-    Replace,
-    /// The old value, unchanged (MPI's NO_OP: a fetch).
-    NoOp,
-}
-
-/// Whether `op` on an `element` at address `address` can be done with
-/// atomics: the address is aligned to the element's size, and the op is
-/// defined for the element (bitwise and logical ops on integers only).
-pub fn atomic_capable(element: Element, op: AtomicOp, address: usize) -> bool {
-    address.is_multiple_of(element.size())
-        && !(element.is_float()
-            && matches!(
-                op,
-                AtomicOp::BitAnd
-                    | AtomicOp::BitOr
-                    | AtomicOp::BitXor
-                    | AtomicOp::LogicalAnd
-                    | AtomicOp::LogicalOr
-                    | AtomicOp::LogicalXor
-            ))
-}
-
-/// Applies `op` with `operand` to the element at `at` atomically and
-/// returns the old value's bytes (native order), in the first
-/// `element.size()` bytes of the result.
+/// Stores the words of `new` (if given) into the consecutive `size`-byte
+/// words at `at`, each atomically, and puts the words found there before
+/// in `old` (if given): a replace (`new`), a fetching replace (both) or a
+/// fetch (`old` alone). Both hold the same whole number of words.
 ///
 /// # Safety
-/// `at` must be valid for reads and writes of `element.size()` bytes and
-/// aligned to that size, and the memory may only be accessed atomically
-/// or with byte copies while this runs; [`atomic_capable`] must hold for
-/// `(element, op, at)`; `operand` must hold `element.size()` bytes.
-pub(crate) unsafe fn fetch_op(
+/// `at` must be valid for reads and writes of that many bytes and
+/// [`word_capable`] must hold for `(size, at)`; the memory may only be
+/// accessed atomically, or under a region mutex by whole-element stores,
+/// while this runs.
+pub(crate) unsafe fn exchange(
     at: *mut u8,
-    element: Element,
-    op: AtomicOp,
-    operand: &[u8],
-) -> [u8; 8] {
-    macro_rules! integer {
+    size: usize,
+    new: Option<&[u8]>,
+    mut old: Option<&mut [u8]>,
+) {
+    macro_rules! words {
         ($atomic:ty, $t:ty) => {{
-            // SAFETY: valid, aligned and atomically accessed (the contract).
-            let a = unsafe { <$atomic>::from_ptr(at.cast()) };
-            let v = <$t>::from_ne_bytes(leading(operand));
-            let update = |f: &dyn Fn($t) -> $t| match a.fetch_update(SeqCst, SeqCst, |x| Some(f(x)))
-            {
-                Ok(x) | Err(x) => x,
-            };
-            let truth = |b: bool| <$t>::from(b);
-            let old = match op {
-                AtomicOp::Sum => a.fetch_add(v, SeqCst),
-                AtomicOp::Prod => update(&|x| x.wrapping_mul(v)),
-                AtomicOp::Min => a.fetch_min(v, SeqCst),
-                AtomicOp::Max => a.fetch_max(v, SeqCst),
-                AtomicOp::BitAnd => a.fetch_and(v, SeqCst),
-                AtomicOp::BitOr => a.fetch_or(v, SeqCst),
-                AtomicOp::BitXor => a.fetch_xor(v, SeqCst),
-                AtomicOp::LogicalAnd => update(&|x| truth(x != 0 && v != 0)),
-                AtomicOp::LogicalOr => update(&|x| truth(x != 0 || v != 0)),
-                AtomicOp::LogicalXor => update(&|x| truth((x != 0) != (v != 0))),
-                AtomicOp::Replace => a.swap(v, SeqCst),
-                AtomicOp::NoOp => a.load(SeqCst),
-            };
-            widen(&old.to_ne_bytes())
+            let len = new.map_or_else(|| old.as_deref().map_or(0, <[u8]>::len), <[u8]>::len);
+            for i in 0..len / size {
+                // SAFETY: word `i` lies in the valid, aligned span (the
+                // contract), which is only accessed atomically.
+                let word = unsafe { <$atomic>::from_ptr(at.add(i * size).cast()) };
+                let bytes = i * size..(i + 1) * size;
+                let found = match new {
+                    Some(new) => {
+                        let value = <$t>::from_ne_bytes(leading(&new[bytes.clone()]));
+                        if old.is_none() {
+                            word.store(value, Release);
+                            continue;
+                        }
+                        word.swap(value, SeqCst)
+                    }
+                    None => word.load(SeqCst),
+                };
+                if let Some(old) = old.as_deref_mut() {
+                    old[bytes].copy_from_slice(&found.to_ne_bytes());
+                }
+            }
         }};
     }
-    macro_rules! float {
-        ($atomic:ty, $f:ty) => {{
-            // SAFETY: valid, aligned and atomically accessed (the contract).
-            let a = unsafe { <$atomic>::from_ptr(at.cast()) };
-            let v = <$f>::from_ne_bytes(leading(operand));
-            let update = |f: &dyn Fn($f) -> $f| match a
-                .fetch_update(SeqCst, SeqCst, |x| Some(f(<$f>::from_bits(x)).to_bits()))
-            {
-                Ok(x) | Err(x) => x,
-            };
-            let old = match op {
-                AtomicOp::Sum => update(&|x| x + v),
-                AtomicOp::Prod => update(&|x| x * v),
-                AtomicOp::Min => update(&|x| x.min(v)),
-                AtomicOp::Max => update(&|x| x.max(v)),
-                AtomicOp::Replace => a.swap(v.to_bits(), SeqCst),
-                // Bitwise and logical ops on floats are not atomic-capable
-                // (the contract): the value is left as it is.
-                _ => a.load(SeqCst),
-            };
-            widen(&old.to_ne_bytes())
-        }};
-    }
-    match element {
-        Element::I8 => integer!(AtomicI8, i8),
-        Element::I16 => integer!(AtomicI16, i16),
-        Element::I32 => integer!(AtomicI32, i32),
-        Element::I64 => integer!(AtomicI64, i64),
-        Element::U8 => integer!(AtomicU8, u8),
-        Element::U16 => integer!(AtomicU16, u16),
-        Element::U32 => integer!(AtomicU32, u32),
-        Element::U64 => integer!(AtomicU64, u64),
-        Element::F32 => float!(AtomicU32, f32),
-        Element::F64 => float!(AtomicU64, f64),
+    match size {
+        1 => words!(AtomicU8, u8),
+        2 => words!(AtomicU16, u16),
+        4 => words!(AtomicU32, u32),
+        _ => words!(AtomicU64, u64),
     }
 }
 
 /// Compares the `size`-byte word at `at` with `compare` and, if equal,
 /// stores `new`, atomically; returns the old value's bytes (native order)
-/// in the first `size` bytes of the result. Sizes other than 1, 2, 4 and
-/// 8 are not atomic-capable.
+/// in the first `size` bytes of the result.
 ///
 /// # Safety
-/// `at` must be valid for reads and writes of `size` bytes and aligned to
-/// `size`, which is 1, 2, 4 or 8, and the memory may only be accessed
-/// atomically or with byte copies while this runs; `compare` and `new`
-/// must hold `size` bytes.
+/// `at` must be valid for reads and writes of `size` bytes and
+/// [`word_capable`] must hold for `(size, at)`; the memory may only be
+/// accessed atomically while this runs; `compare` and `new` must hold
+/// `size` bytes.
 pub(crate) unsafe fn compare_and_swap(
     at: *mut u8,
     size: usize,
@@ -239,84 +131,42 @@ fn widen(bytes: &[u8]) -> [u8; 8] {
 mod tests {
     use super::*;
 
-    fn apply<const N: usize>(
-        cell: &mut [u8; N],
-        element: Element,
-        op: AtomicOp,
-        v: [u8; N],
-    ) -> [u8; N] {
-        assert!(atomic_capable(element, op, cell.as_ptr() as usize));
-        // SAFETY: `cell` is valid and, as checked, aligned; no one else
-        // touches it.
-        let old = unsafe { fetch_op(cell.as_mut_ptr(), element, op, &v) };
-        old[..N].try_into().unwrap()
+    #[repr(align(8))]
+    struct Cells([u8; 16]);
+
+    #[test]
+    fn exchange_replaces_fetches_and_swaps_whole_words() {
+        let mut c = Cells([0; 16]);
+        let at = c.0.as_mut_ptr();
+        let words = |v: [u32; 4]| -> Vec<u8> { v.iter().flat_map(|x| x.to_ne_bytes()).collect() };
+        assert!(word_capable(4, at as usize));
+        // SAFETY: 16 valid, 8-aligned bytes nobody else touches.
+        unsafe { exchange(at, 4, Some(&words([1, 2, 3, 4])), None) };
+        let mut old = vec![0u8; 16];
+        // SAFETY: as above.
+        unsafe { exchange(at, 4, None, Some(&mut old)) };
+        assert_eq!(old, words([1, 2, 3, 4]));
+        // SAFETY: as above; the second word on, three words.
+        unsafe {
+            exchange(
+                at.add(4),
+                4,
+                Some(&words([7, 8, 9, 0])[..12]),
+                Some(&mut old[..12]),
+            )
+        };
+        assert_eq!(&old[..12], &words([2, 3, 4, 0])[..12]);
+        assert_eq!(c.0.to_vec(), words([1, 7, 8, 9]));
     }
 
     #[test]
-    fn integer_ops_compute_the_mpi_results() {
-        #[repr(align(8))]
-        struct Cell([u8; 4]);
-        let mut c = Cell(7i32.to_ne_bytes());
-        let cell = &mut c.0;
-        let i = |v: i32| v.to_ne_bytes();
-        assert_eq!(apply(cell, Element::I32, AtomicOp::Sum, i(5)), i(7));
-        assert_eq!(apply(cell, Element::I32, AtomicOp::Prod, i(-3)), i(12));
-        assert_eq!(apply(cell, Element::I32, AtomicOp::Max, i(0)), i(-36));
-        assert_eq!(apply(cell, Element::I32, AtomicOp::Min, i(-1)), i(0));
-        assert_eq!(apply(cell, Element::I32, AtomicOp::BitAnd, i(6)), i(-1));
-        assert_eq!(apply(cell, Element::I32, AtomicOp::BitOr, i(9)), i(6));
-        assert_eq!(apply(cell, Element::I32, AtomicOp::BitXor, i(1)), i(15));
-        assert_eq!(apply(cell, Element::I32, AtomicOp::LogicalAnd, i(0)), i(14));
-        assert_eq!(apply(cell, Element::I32, AtomicOp::LogicalOr, i(4)), i(0));
-        assert_eq!(apply(cell, Element::I32, AtomicOp::LogicalXor, i(4)), i(1));
-        assert_eq!(apply(cell, Element::I32, AtomicOp::Replace, i(42)), i(0));
-        assert_eq!(apply(cell, Element::I32, AtomicOp::NoOp, i(0)), i(42));
-        assert_eq!(*cell, i(42));
-        // Unsigned min and max compare as unsigned; sums wrap.
-        let mut b = [200u8];
-        assert_eq!(apply(&mut b, Element::U8, AtomicOp::Max, [100]), [200]);
-        assert_eq!(apply(&mut b, Element::U8, AtomicOp::Sum, [100]), [200]);
-        assert_eq!(b, [44]);
-        let mut s = [0xFFu8]; // -1 as i8
-        assert_eq!(apply(&mut s, Element::I8, AtomicOp::Min, [1]), [0xFF]);
-        assert_eq!(s, [0xFF]);
-    }
-
-    #[test]
-    fn float_ops_compute_the_mpi_results() {
-        #[repr(align(8))]
-        struct Cell([u8; 8]);
-        let mut c = Cell(1.5f64.to_ne_bytes());
-        let f = |v: f64| v.to_ne_bytes();
-        assert_eq!(apply(&mut c.0, Element::F64, AtomicOp::Sum, f(2.0)), f(1.5));
-        assert_eq!(
-            apply(&mut c.0, Element::F64, AtomicOp::Prod, f(-2.0)),
-            f(3.5)
-        );
-        assert_eq!(
-            apply(&mut c.0, Element::F64, AtomicOp::Max, f(-10.0)),
-            f(-7.0)
-        );
-        assert_eq!(
-            apply(&mut c.0, Element::F64, AtomicOp::Min, f(-8.0)),
-            f(-7.0)
-        );
-        assert_eq!(
-            apply(&mut c.0, Element::F64, AtomicOp::Replace, f(0.25)),
-            f(-8.0)
-        );
-        assert_eq!(c.0, f(0.25));
-    }
-
-    #[test]
-    fn capability_needs_alignment_and_a_defined_op() {
-        assert!(atomic_capable(Element::I64, AtomicOp::Sum, 4096));
-        assert!(!atomic_capable(Element::I64, AtomicOp::Sum, 4100));
-        assert!(atomic_capable(Element::I32, AtomicOp::Prod, 4100));
-        assert!(atomic_capable(Element::U8, AtomicOp::Max, 4101));
-        assert!(atomic_capable(Element::F32, AtomicOp::Sum, 8));
-        assert!(!atomic_capable(Element::F32, AtomicOp::BitXor, 8));
-        assert!(!atomic_capable(Element::F64, AtomicOp::LogicalOr, 8));
+    fn capability_needs_a_word_size_and_alignment() {
+        assert!(word_capable(8, 4096));
+        assert!(!word_capable(8, 4100));
+        assert!(word_capable(4, 4100));
+        assert!(word_capable(1, 4101));
+        assert!(!word_capable(16, 4096));
+        assert!(!word_capable(3, 4095));
     }
 
     #[test]

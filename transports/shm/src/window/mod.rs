@@ -13,15 +13,16 @@
 //!   (`MPI_Win_create`), reached by cross-memory attach
 //!   (`process_vm_readv`/`process_vm_writev`), within the range the peer
 //!   advertised and never outside it.
-//! - [`atomics`]: accumulate, fetch-and-op and compare-and-swap as
-//!   hardware atomics on window memory, and which (op, element, address)
-//!   triples allow them; the rest goes under region mutexes.
+//! - [`atomics`]: replace, no-op (fetch) and compare-and-swap as one
+//!   hardware atomic per word of window memory, and which words allow
+//!   them; every reduction goes under region mutexes, read, combined and
+//!   written in place in one pass ([`WindowSegment::update`]).
 //!
 //! Every access checks its byte range against the window's size first:
 //! an access outside is [`AccessError::OutOfRange`], and nothing is read
 //! or written. This module knows nothing of MPI communicators, datatypes
-//! or ops: the MPI layer maps them onto byte ranges, [`Element`]s and
-//! [`AtomicOp`]s, and decides what lock it holds.
+//! or ops: the MPI layer maps them onto byte ranges and word sizes, and
+//! decides what lock it holds.
 //!
 //! # Segment layout
 //! | bytes | contents |
@@ -40,7 +41,6 @@ pub mod regions;
 mod remote;
 pub mod rwlock;
 
-pub use atomics::{AtomicOp, Element};
 pub use regions::RegionGuard;
 pub use remote::RemoteWindow;
 pub use rwlock::SharedRwLock;
@@ -72,8 +72,8 @@ pub enum AccessError {
         /// The window's size.
         size: u64,
     },
-    /// The (op, element, address) triple cannot be done with atomics (see
-    /// [`atomics::atomic_capable`]), or an operand has the wrong length.
+    /// The words cannot be reached with atomics (see
+    /// [`atomics::word_capable`]), or an operand has the wrong length.
     NotAtomic,
     /// A cross-memory copy failed: the kernel's error.
     Copy(io::Error),
@@ -253,40 +253,64 @@ impl WindowSegment {
         Ok(())
     }
 
-    /// Whether `op` on an `element` at `offset` can be done with atomics.
-    pub fn atomic_capable(&self, offset: usize, element: Element, op: AtomicOp) -> bool {
-        atomics::atomic_capable(element, op, self.layout.data_at + offset)
+    /// Whether words of `size` bytes at `offset` can be reached with
+    /// atomics ([`atomics::word_capable`]).
+    pub fn word_capable(&self, offset: usize, size: usize) -> bool {
+        atomics::word_capable(size, self.layout.data_at + offset)
     }
 
-    /// Applies `op` with `operand` (the element's bytes, native order) to
-    /// the element at `offset` with one atomic operation, and puts the
-    /// old value in `old` if given (`element.size()` bytes).
-    pub fn fetch_op(
+    /// Replaces the `size`-byte words at `offset` with those of `new` and
+    /// fetches the words from before into `old`, each of the two if
+    /// given, one atomic instruction per word ([`atomics::exchange`]):
+    /// no region mutex is needed.
+    pub fn exchange(
         &self,
         offset: usize,
-        element: Element,
-        op: AtomicOp,
-        operand: &[u8],
+        size: usize,
+        new: Option<&[u8]>,
         old: Option<&mut [u8]>,
     ) -> Result<(), AccessError> {
-        let size = element.size();
-        check_range(offset as u64, size as u64, self.size as u64)?;
-        if !self.atomic_capable(offset, element, op)
-            || operand.len() != size
-            || old.as_ref().is_some_and(|o| o.len() != size)
-        {
+        let len = match (new, old.as_deref()) {
+            (Some(new), Some(old)) if new.len() != old.len() => return Err(AccessError::NotAtomic),
+            (Some(bytes), _) | (None, Some(bytes)) => bytes.len(),
+            (None, None) => 0,
+        };
+        check_range(offset as u64, len as u64, self.size as u64)?;
+        if !self.word_capable(offset, size) || !len.is_multiple_of(size) {
             return Err(AccessError::NotAtomic);
         }
         let at = self.base().wrapping_add(offset);
-        // SAFETY: the element lies in the window (checked), aligned to its
-        // size (atomic_capable, the data being page-aligned), and window
-        // memory is only reached through atomics and byte copies; the op
-        // is capable and the operand has the element's size (checked).
-        let previous = unsafe { atomics::fetch_op(at, element, op, operand) };
-        if let Some(old) = old {
-            old.copy_from_slice(&previous[..size]);
-        }
+        // SAFETY: the words lie in the window (checked), aligned to their
+        // size, a word size (checked); window memory is reached only
+        // through atomics, byte copies and whole-element stores under the
+        // region mutexes.
+        unsafe { atomics::exchange(at, size, new, old) };
         Ok(())
+    }
+
+    /// Runs `update` on bytes `offset..offset + len` of the window, as a
+    /// slice: an accumulate's read-modify-write in place, in one pass.
+    ///
+    /// # Safety
+    /// While `update` runs no other process may write these bytes, nor
+    /// read them otherwise than with atomic loads: the caller holds their
+    /// region mutexes ([`WindowSegment::lock_regions`]), or the window's
+    /// exclusive lock, and every origin follows the module's rules.
+    pub unsafe fn update<R>(
+        &self,
+        offset: usize,
+        len: usize,
+        update: impl FnOnce(&mut [u8]) -> R,
+    ) -> Result<R, AccessError> {
+        check_range(offset as u64, len as u64, self.size as u64)?;
+        if len == 0 {
+            return Ok(update(&mut []));
+        }
+        let at = self.base().wrapping_add(offset);
+        // SAFETY: the bytes lie in the mapping (checked), which outlives
+        // the call; nobody else writes or plainly reads them meanwhile
+        // (the caller's guarantee), so the slice is this call's alone.
+        Ok(update(unsafe { std::slice::from_raw_parts_mut(at, len) }))
     }
 
     /// Compares the `compare.len()`-byte word at `offset` (1, 2, 4 or 8
@@ -301,17 +325,14 @@ impl WindowSegment {
     ) -> Result<(), AccessError> {
         let size = compare.len();
         check_range(offset as u64, size as u64, self.size as u64)?;
-        if ![1, 2, 4, 8].contains(&size)
-            || !(self.layout.data_at + offset).is_multiple_of(size)
-            || new.len() != size
-            || old.len() != size
-        {
+        if !self.word_capable(offset, size) || new.len() != size || old.len() != size {
             return Err(AccessError::NotAtomic);
         }
         let at = self.base().wrapping_add(offset);
         // SAFETY: the word lies in the window (checked) and is aligned to
-        // its size, 1, 2, 4 or 8 (checked); window memory is only reached
-        // through atomics and byte copies; the operands have its size.
+        // its size, 1, 2, 4 or 8 (checked); window memory is reached only
+        // through atomics, byte copies and whole-element stores under the
+        // region mutexes; the operands have its size.
         let previous = unsafe { atomics::compare_and_swap(at, size, compare, new) };
         old.copy_from_slice(&previous[..size]);
         Ok(())
@@ -335,14 +356,8 @@ mod tests {
         peer.read(992, &mut out).unwrap();
         assert_eq!(u64::from_ne_bytes(out), 7);
         let mut old = [0u8; 8];
-        peer.fetch_op(
-            992,
-            Element::U64,
-            AtomicOp::Sum,
-            &5u64.to_ne_bytes(),
-            Some(&mut old),
-        )
-        .unwrap();
+        peer.exchange(992, 8, Some(&12u64.to_ne_bytes()), Some(&mut old))
+            .unwrap();
         assert_eq!(u64::from_ne_bytes(old), 7);
         peer.compare_and_swap(992, &12u64.to_ne_bytes(), &1u64.to_ne_bytes(), &mut old)
             .unwrap();
@@ -358,12 +373,16 @@ mod tests {
             })
         ));
         assert!(peer.read(usize::MAX, &mut out).is_err());
-        assert!(peer
-            .fetch_op(1000, Element::U8, AtomicOp::Sum, &[1], None)
-            .is_err());
+        assert!(peer.exchange(1000, 1, Some(&[1]), None).is_err());
         assert!(peer.lock_regions(999, 2).is_err());
+        // SAFETY: a span outside the window is refused before anything.
+        assert!(unsafe { peer.update(999, 2, |_| ()) }.is_err());
         assert!(matches!(
-            peer.fetch_op(993, Element::U32, AtomicOp::Sum, &[1; 4], None),
+            peer.exchange(993, 4, Some(&[1; 4]), None),
+            Err(AccessError::NotAtomic)
+        ));
+        assert!(matches!(
+            peer.exchange(992, 4, Some(&[1; 8]), Some(&mut [0; 4])),
             Err(AccessError::NotAtomic)
         ));
         assert!(peer
@@ -391,10 +410,12 @@ mod tests {
         assert_eq!(WindowSegment::attach(&name).unwrap().size(), 0);
     }
 
-    /// Processes add to one element of a window with fetch-and-op and
-    /// compare-and-swap loops at once: the totals are exact.
+    /// Processes add to one element under its region mutex (a
+    /// read-modify-write in place), to another with compare-and-swap
+    /// loops, and fetch the first with atomic loads meanwhile: the totals
+    /// are exact and no fetch sees a value going backwards.
     #[test]
-    fn processes_updating_one_element_atomically_lose_nothing() {
+    fn processes_updating_elements_atomically_lose_nothing() {
         const PROCS: usize = 4;
         const ROUNDS: u64 = 20_000;
         let (window, _) = WindowSegment::create(64).unwrap();
@@ -402,20 +423,29 @@ mod tests {
             .map(|_| {
                 let window = &window;
                 forked::spawn(move || {
-                    let one = 1i64.to_ne_bytes();
+                    let mut last = 0u64;
                     for _ in 0..ROUNDS {
-                        let ok = window
-                            .fetch_op(0, Element::I64, AtomicOp::Sum, &one, None)
-                            .is_ok()
-                            && window
-                                .fetch_op(
-                                    8,
-                                    Element::F64,
-                                    AtomicOp::Sum,
-                                    &0.5f64.to_ne_bytes(),
-                                    None,
-                                )
-                                .is_ok();
+                        let Ok(_regions) = window.lock_regions(0, 8) else {
+                            return 1;
+                        };
+                        // SAFETY: this process holds the region mutex of
+                        // the bytes; the others only load them atomically.
+                        let added = unsafe {
+                            window.update(0, 8, |bytes| {
+                                let v = u64::from_ne_bytes(bytes.try_into().unwrap_or([0; 8]));
+                                bytes.copy_from_slice(&(v + 1).to_ne_bytes());
+                            })
+                        };
+                        drop(_regions);
+                        let mut seen = [0u8; 8];
+                        if added.is_err() || window.exchange(0, 8, None, Some(&mut seen)).is_err() {
+                            return 1;
+                        }
+                        let now = u64::from_ne_bytes(seen);
+                        if now < last {
+                            return 2;
+                        }
+                        last = now;
                         // A compare-and-swap increment of a 4-byte counter.
                         let mut seen = [0u8; 4];
                         let mut ok_cas = window.read(16, &mut seen).is_ok();
@@ -428,7 +458,7 @@ mod tests {
                             }
                             seen = old;
                         }
-                        if !ok || !ok_cas {
+                        if !ok_cas {
                             return 1;
                         }
                     }
@@ -440,12 +470,7 @@ mod tests {
         assert_eq!(codes, vec![Some(0); PROCS]);
         let mut out = [0u8; 8];
         window.read(0, &mut out).unwrap();
-        assert_eq!(i64::from_ne_bytes(out), (PROCS as i64) * ROUNDS as i64);
-        window.read(8, &mut out).unwrap();
-        assert_eq!(
-            f64::from_ne_bytes(out),
-            (PROCS as f64) * ROUNDS as f64 * 0.5
-        );
+        assert_eq!(u64::from_ne_bytes(out), PROCS as u64 * ROUNDS);
         let mut counter = [0u8; 4];
         window.read(16, &mut counter).unwrap();
         assert_eq!(u32::from_ne_bytes(counter) as u64, PROCS as u64 * ROUNDS);
