@@ -60,6 +60,19 @@ fn a_collective_failing_at_one_rank_alone_keeps_the_counts_in_step() {
 }
 
 #[test]
+fn blocking_collectives_over_shared_memory_stay_in_step_when_a_rank_leaves_one() {
+    for ranks in [2, 3, 4, 5, 8] {
+        job(
+            "node_alone",
+            ranks,
+            &[],
+            &format!("node_alone: {ranks} ranks"),
+        );
+    }
+    job("node_alone", 3, &TCP, "node_alone: 3 ranks");
+}
+
+#[test]
 fn collectives_hand_their_errors_to_the_error_handler() {
     let out = run(
         bins().check("group_collectives", "handler", 3, &[]),

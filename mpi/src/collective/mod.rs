@@ -214,38 +214,40 @@ impl Communicator {
     }
 
     async fn barrier_future(&self, sequence: Sequence, mode: Mode) -> Result<()> {
-        if let Some(node) = self.node_for(mode, 0)? {
-            return node.barrier();
+        if let Some(node) = self.node_for(&sequence, mode)? {
+            return node.barrier(sequence.0);
         }
         let team = self.team(sequence, CollectiveTag::Barrier)?;
         team.complete(algorithms::barrier(&team)).await
     }
 
-    /// The shared region for a collective of `len` bytes of data, when
-    /// this one may use it: a blocking collective (a non-blocking one must
-    /// not wait for the others at its start) whose data fits a slot, on a
-    /// communicator whose processes share one.
-    fn node_for(&self, mode: Mode, len: usize) -> Result<Option<&NodeRegion>> {
+    /// The shared region for collective `sequence`, when it may use one:
+    /// a blocking collective (a non-blocking one must not wait for the
+    /// others at its start) on a communicator whose processes share one.
+    /// Called first, before the collective checks its arguments, so that
+    /// every process takes part in making the region at the same call
+    /// (see `node`); the caller then checks that its data fits.
+    fn node_for(&self, sequence: &Sequence, mode: Mode) -> Result<Option<&NodeRegion>> {
         if mode == Mode::Immediate {
             return Ok(None);
         }
-        Ok(self.node()?.filter(|node| node.fits(len)))
+        self.node(sequence)
     }
 
-    /// All-reduces `acc` in place: through the shared region (see
-    /// [`Communicator::node_for`]), else by messages.
+    /// All-reduces `acc` in place: through the shared region `node` (see
+    /// [`Communicator::node_for`]) if the data fits, else by messages.
     async fn all_reduce_bytes(
         &self,
         sequence: Sequence,
         acc: &mut [u8],
         red: &Reduction<'_>,
-        mode: Mode,
+        node: Option<&NodeRegion>,
     ) -> Result<()> {
         if self.is_inter_communicator() {
             return self.inter_all_reduce(sequence, acc, red).await;
         }
-        if let Some(node) = self.node_for(mode, acc.len())? {
-            return node.all_reduce(acc, red);
+        if let Some(node) = node.filter(|node| node.fits(acc.len())) {
+            return node.all_reduce(sequence.0, acc, red);
         }
         let team = self.team(sequence, CollectiveTag::AllReduce)?;
         team.complete(algorithms::all_reduce(&team, acc, red)).await
@@ -259,10 +261,10 @@ impl Communicator {
         root: usize,
         acc: &mut [u8],
         red: &Reduction<'_>,
-        mode: Mode,
+        node: Option<&NodeRegion>,
     ) -> Result<()> {
-        if let Some(node) = self.node_for(mode, acc.len())? {
-            return node.reduce(root, acc, red);
+        if let Some(node) = node.filter(|node| node.fits(acc.len())) {
+            return node.reduce(sequence.0, root, acc, red);
         }
         let team = self.team(sequence, CollectiveTag::Reduce)?;
         team.complete(algorithms::reduce(&team, root, acc, red))
@@ -297,10 +299,10 @@ impl Communicator {
         sequence: Sequence,
         root: usize,
         buf: &mut [u8],
-        mode: Mode,
+        node: Option<&NodeRegion>,
     ) -> Result<()> {
-        if let Some(node) = self.node_for(mode, buf.len())? {
-            return node.broadcast(root, buf);
+        if let Some(node) = node.filter(|node| node.fits(buf.len())) {
+            return node.broadcast(sequence.0, root, buf);
         }
         let team = self.team(sequence, CollectiveTag::Broadcast)?;
         team.complete(algorithms::broadcast(&team, root, buf)).await
@@ -562,7 +564,12 @@ impl Communicator {
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
-        self.blocking(self.all_to_all_into_future(self.next_collective(), send, recv))
+        self.blocking(self.all_to_all_into_future(
+            self.next_collective(),
+            send,
+            recv,
+            Mode::Blocking,
+        ))
     }
 
     /// The non-blocking form of [`Communicator::all_to_all_into`]
@@ -581,7 +588,8 @@ impl Communicator {
         let comm = self.clone();
         let sequence = comm.next_collective();
         self.immediate(scope, async move {
-            comm.all_to_all_into_future(sequence, send, recv).await
+            comm.all_to_all_into_future(sequence, send, recv, Mode::Immediate)
+                .await
         })
     }
 
@@ -590,25 +598,28 @@ impl Communicator {
         sequence: Sequence,
         send: &S,
         recv: &mut R,
+        mode: Mode,
     ) -> Result<()>
     where
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
+        let node = self.node_for(&sequence, mode)?;
         let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
         let element_type = same_element_type(send.element_type(), output.element_type())?;
         let (send, recv) = (send.bytes(), output.bytes_mut());
         let n = self.addressed_size();
         let block = block_of(send.len(), n.max(1), element_type, "the send buffer")?;
         expect_len(recv.len(), send.len(), element_type, "the receive buffer")?;
-        self.all_to_all_blocks(sequence, send, recv, block).await?;
+        self.all_to_all_blocks(sequence, send, recv, block, node)
+            .await?;
         output.finish()
     }
 
     /// [`Communicator::all_to_all_into`] in place: `buf` is sent and then
     /// replaced (`MPI_Alltoall` with `MPI_IN_PLACE`).
     pub fn all_to_all_in_place<R: BufferMut + ?Sized>(&self, buf: &mut R) -> Result<()> {
-        self.blocking(self.all_to_all_in_place_future(self.next_collective(), buf))
+        self.blocking(self.all_to_all_in_place_future(self.next_collective(), buf, Mode::Blocking))
     }
 
     /// The non-blocking form of [`Communicator::all_to_all_in_place`]
@@ -622,7 +633,8 @@ impl Communicator {
         let comm = self.clone();
         let sequence = comm.next_collective();
         self.immediate(scope, async move {
-            comm.all_to_all_in_place_future(sequence, buf).await
+            comm.all_to_all_in_place_future(sequence, buf, Mode::Immediate)
+                .await
         })
     }
 
@@ -630,7 +642,9 @@ impl Communicator {
         &self,
         sequence: Sequence,
         buf: &mut R,
+        mode: Mode,
     ) -> Result<()> {
+        let node = self.node_for(&sequence, mode)?;
         self.require_intra("an in-place all-to-all")?;
         let n = self.size() as usize;
         let mut output = Output::new(buf)?;
@@ -642,17 +656,25 @@ impl Communicator {
         )?;
         let buf = output.bytes_mut();
         let send = buf.to_vec();
-        self.all_to_all_blocks(sequence, &send, buf, block).await?;
+        self.all_to_all_blocks(sequence, &send, buf, block, node)
+            .await?;
         output.finish()
     }
 
+    /// The all-to-all of `send` into `recv`, blocks of `block` bytes, one
+    /// per process addressed: through the shared region `node` (see
+    /// [`Communicator::node_for`]) if the data fits, else by messages.
     async fn all_to_all_blocks(
         &self,
         sequence: Sequence,
         send: &[u8],
         recv: &mut [u8],
         block: usize,
+        node: Option<&NodeRegion>,
     ) -> Result<()> {
+        if let Some(node) = node.filter(|node| node.fits_blocks(self.size() as usize, block)) {
+            return node.all_to_all(sequence.0, send, recv, block);
+        }
         let parts = uniform_blocks(self.addressed_size(), block);
         let sends: Vec<&[u8]> = parts.iter().map(|p| &send[p.clone()]).collect();
         let recvs = disjoint_blocks(recv.len(), &parts)?.split(recv);
@@ -981,11 +1003,12 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
+        let node = self.node_for(&sequence, mode)?;
         let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
         let element_type = same_element_type(send.element_type(), output.element_type())?;
         let red = Reduction::new(&op, element_type)?;
         let recv = copy_input(send.bytes(), output.bytes_mut(), element_type)?;
-        self.all_reduce_bytes(sequence, recv, &red, mode).await?;
+        self.all_reduce_bytes(sequence, recv, &red, node).await?;
         output.finish()
     }
 
@@ -1036,10 +1059,11 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
+        let node = self.node_for(&sequence, mode)?;
         self.require_intra("an in-place all-reduce")?;
         let mut output = Output::new(buf)?;
         let red = Reduction::new(&op, output.element_type())?;
-        self.all_reduce_bytes(sequence, output.bytes_mut(), &red, mode)
+        self.all_reduce_bytes(sequence, output.bytes_mut(), &red, node)
             .await?;
         output.finish()
     }
@@ -1596,11 +1620,12 @@ impl Process<'_> {
         buf: &mut B,
         mode: Mode,
     ) -> Result<()> {
+        let node = self.comm.node_for(&sequence, mode)?;
         let at_root = self.comm.rank() == self.rank;
         let root = self.root(at_root)?;
         let mut output = Output::new(buf)?;
         self.comm
-            .broadcast_bytes(sequence, root, output.bytes_mut(), mode)
+            .broadcast_bytes(sequence, root, output.bytes_mut(), node)
             .await?;
         output.finish()
     }
@@ -2292,12 +2317,13 @@ impl Process<'_> {
         S: Buffer + ?Sized,
         O: Operation,
     {
+        let node = self.comm.node_for(&sequence, mode)?;
         let root = self.root(false)?;
         let send = Input::new(send)?;
         let red = Reduction::new(&op, send.element_type())?;
         let mut acc = Scratch::copy_of(send.bytes());
         self.comm
-            .reduce_bytes(sequence, root, acc.bytes_mut(), &red, mode)
+            .reduce_bytes(sequence, root, acc.bytes_mut(), &red, node)
             .await
     }
 
@@ -2355,13 +2381,14 @@ impl Process<'_> {
         R: BufferMut + ?Sized,
         O: Operation,
     {
+        let node = self.comm.node_for(&sequence, mode)?;
         let root = self.root(true)?;
         let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
         let element_type = same_element_type(send.element_type(), output.element_type())?;
         let red = Reduction::new(&op, element_type)?;
         let recv = copy_input(send.bytes(), output.bytes_mut(), element_type)?;
         self.comm
-            .reduce_bytes(sequence, root, recv, &red, mode)
+            .reduce_bytes(sequence, root, recv, &red, node)
             .await?;
         output.finish()
     }
@@ -2414,11 +2441,12 @@ impl Process<'_> {
         R: BufferMut + ?Sized,
         O: Operation,
     {
+        let node = self.comm.node_for(&sequence, mode)?;
         let root = self.root(true)?;
         let mut output = Output::new(buf)?;
         let red = Reduction::new(&op, output.element_type())?;
         self.comm
-            .reduce_bytes(sequence, root, output.bytes_mut(), &red, mode)
+            .reduce_bytes(sequence, root, output.bytes_mut(), &red, node)
             .await?;
         output.finish()
     }

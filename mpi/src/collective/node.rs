@@ -1,45 +1,71 @@
 //! Collectives over shared memory, for communicators whose processes all
-//! share a host: barrier, broadcast, reduce and all-reduce of small data
-//! through one shared region per communicator, without messages.
+//! share a host: barrier, broadcast, reduce, all-reduce and all-to-all of
+//! small data through one shared region per communicator, without
+//! messages.
 //!
 //! # The region
-//! Made the first time a communicator runs one of these collectives (all
-//! its processes do so at the same call, as they call collectives in the
-//! same order): every process all-gathers its host identity's key, and
+//! Made at the first blocking collective of these kinds on the
+//! communicator, before the call checks its arguments (so a process whose
+//! arguments are wrong still takes part in it, as every process makes the
+//! same call): every process all-gathers its host identity's key, and
 //! rank 0 the name of a region it made ([`SharedRegion`], a memory file
 //! the others copy from it with `pidfd_getfd`); when all keys are equal,
 //! the others attach it; then an all-reduce tells whether every process
 //! has it. If not — processes on several hosts, a kernel that forbids the
 //! copy (ptrace restrictions), shared memory not among the transports
 //! (`OXMPI_TRANSPORTS`), or `OXMPI_COLL_SHM=0` — the communicator keeps to
-//! the message algorithms, and `OXMPI_VERBOSE=1` says why.
+//! the message algorithms, and `OXMPI_VERBOSE=1` says why. Its messages
+//! carry the number of the collective that made it (with a kind of their
+//! own), so they stay apart from every other collective's.
 //!
-//! Each process has a 64-byte line (its generation, and the length of
-//! what it published for even and for odd generations) and two data slots
-//! (for even and odd generations).
+//! Each process has two cells of one cache line each, which it uses in
+//! turn, and a data slot beside each cell. A cell holds a *stamp* (the
+//! number of the collective, and the length of the process's data) and up
+//! to 56 bytes of data; longer data goes to the cell's slot.
 //!
 //! # The protocol
-//! Every operation has a generation `g`, counted alike by every process.
-//! A process enters it by waiting until every line shows at least `g - 1`
-//! (everyone has finished `g - 2`, the last user of this parity's slots),
-//! writing its data to its slot of parity `g`, and storing `g` (with the
-//! length) in its line with release ordering; it then waits for the lines
-//! it needs to show `g` and reads their slots after an acquire load:
-//! - barrier: every line;
+//! An operation is known by its collective's number on the communicator
+//! (`Communicator::next_collective`), which every process takes at the
+//! call, before it checks its arguments. So when a call fails at some
+//! processes only, the numbers of the later collectives still agree
+//! everywhere, whether they go through shared memory or by messages; no
+//! count of the operations on this path is ever compared between
+//! processes.
+//!
+//! A process enters an operation by writing its data to its next cell (or
+//! the cell's slot) and storing the stamp with release ordering; it then
+//! waits for the cells it needs to show the operation's number, and reads
+//! their data after an acquire load:
+//! - barrier: every process's;
 //! - broadcast: the root's (the root waits for no one);
-//! - all-reduce: every line, then each process combines all slots in rank
-//!   order (`x0 op (x1 op ... )`), so every process gets the same result
-//!   and non-commutative operations see rank order;
-//! - reduce: the root waits for every line and combines.
+//! - all-reduce: every process's, and each process combines all the data
+//!   in rank order (`x0 op (x1 op ( ... ))`), so every process gets the
+//!   same result and non-commutative operations see rank order;
+//! - reduce: the root waits for every process and combines;
+//! - all-to-all: every process's, taking its own block of each.
+//!
+//! A cell is written again two operations of its process later: before
+//! that, the process waits until every process has stamped a cell with
+//! its previous operation's number or a later one, which every process
+//! does only after it has read what it needed of the operation before
+//! (the cell's last data). What a process has seen of the others (all
+//! at a barrier, say) spares it that wait. While a process reads another's
+//! data of an operation, the other cannot write that cell, so a reader
+//! that finds neither cell stamped with the number, but one with a later
+//! number, knows that the other left this collective (its call failed
+//! there), and fails with `MPI_ERR_OTHER` instead of waiting for ever.
+//! Numbers are compared modulo 2^32 (serial-number arithmetic: processes
+//! are never 2^31 collectives apart).
 //!
 //! A process whose length differs from another's gets the same errors as
 //! with messages (`MPI_ERR_TRUNCATE` when it would receive more,
 //! `MPI_ERR_COUNT` less) after taking its part.
 //!
 //! A waiting process polls the device now and then (messages and
-//! pending non-blocking collectives keep moving), yields the processor now and then (a node with more processes
-//! than cores), and naps briefly once it has waited longer than the
-//! device's spin time, since no one wakes it from a kernel sleep.
+//! pending non-blocking collectives keep moving), yields the processor
+//! now and then (a node with more processes than cores), and naps briefly
+//! once it has waited longer than the device's spin time, since no one
+//! wakes it from a kernel sleep.
 
 use super::engine::block_on;
 use super::op::Reduction;
@@ -50,16 +76,21 @@ use oxmpi_adi::device::Idle;
 use oxmpi_adi::host::HostId;
 use oxmpi_adi::vlog;
 use oxmpi_shm::region::{RegionName, SharedRegion};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// The environment variable that turns the shared-memory collectives off
 /// (`0`); they are on by default where they can be.
 pub const COLL_SHM_ENV: &str = "OXMPI_COLL_SHM";
 
-/// Bytes of a process's line.
+/// Bytes of a cell: one cache line, so that a small contribution and its
+/// stamp travel between cores together.
 const LINE: usize = 64;
-/// The region's share of data slots: 2 per process, at most this much in
+/// Cells per process, used in turn.
+const CELLS: usize = 2;
+/// Bytes of data a cell holds after its stamp.
+const INLINE: usize = LINE - 8;
+/// The region's share of data slots: one per cell, at most this much in
 /// all, each from [`SLOT_MIN`] to [`SLOT_MAX`] bytes.
 const SLOTS_BUDGET: usize = 256 << 10;
 const SLOT_MIN: usize = 1 << 10;
@@ -72,12 +103,58 @@ const NAP: Duration = Duration::from_micros(20);
 const POLL_EVERY: u32 = 64;
 const YIELD_EVERY: u32 = 4096;
 
-/// Data up to this many bytes is combined in a buffer on the stack.
+/// Data up to this many bytes is combined in buffers on the stack.
 const SMALL: usize = 256;
 
 /// A stack buffer aligned for every element type (as [`Scratch`] is).
 #[repr(C, align(16))]
 struct Aligned([u8; SMALL]);
+
+/// A cell's first word: the number of the collective (high 32 bits), a
+/// flag that it was ever stamped (bit 31), and the data's length.
+#[derive(Clone, Copy)]
+struct Stamp(u64);
+
+/// Bit 31 of a stamp: set in every stamp stored, clear in a cell never
+/// stamped.
+const STAMPED: u64 = 1 << 31;
+
+impl Stamp {
+    fn new(number: u32, len: usize) -> Stamp {
+        Stamp(u64::from(number) << 32 | STAMPED | len as u64)
+    }
+
+    /// The collective's number, if the cell was ever stamped.
+    fn number(self) -> Option<u32> {
+        (self.0 & STAMPED != 0).then_some((self.0 >> 32) as u32)
+    }
+
+    fn len(self) -> usize {
+        (self.0 & (STAMPED - 1)) as usize
+    }
+}
+
+/// Whether collective `a` is `b` or a later one (modulo 2^32).
+fn not_before(a: u32, b: u32) -> bool {
+    a.wrapping_sub(b) as i32 >= 0
+}
+
+/// One process's contribution to an operation, found in its cell.
+#[derive(Clone, Copy)]
+struct Published {
+    from: usize,
+    cell: usize,
+    len: usize,
+}
+
+/// What a look at a process's cells found of its contribution to a
+/// collective.
+enum Found {
+    Here(Published),
+    /// Not there, but a later collective's.
+    Later,
+    NotYet,
+}
 
 /// A communicator's shared region and this process's place in it.
 #[derive(Debug)]
@@ -87,8 +164,15 @@ pub(crate) struct NodeRegion {
     size: usize,
     /// Bytes of each data slot: the most one process can publish.
     slot: usize,
-    /// The generation of this process's last operation.
-    generation: AtomicU64,
+    /// Operations this process has entered (the next uses cell
+    /// `entered % CELLS`), and the number of the last one. A
+    /// communicator's collectives are called by one thread at a time, so
+    /// relaxed accesses suffice.
+    entered: AtomicU64,
+    last: AtomicU32,
+    /// A collective number every process is known to have stamped (or a
+    /// later one), with [`STAMPED`] set once one is known.
+    reached: AtomicU64,
 }
 
 impl NodeRegion {
@@ -158,126 +242,301 @@ impl NodeRegion {
             rank,
             size: n,
             slot,
-            generation: AtomicU64::new(0),
+            entered: AtomicU64::new(0),
+            last: AtomicU32::new(0),
+            reached: AtomicU64::new(0),
         }))
     }
 
-    /// Whether messages of `len` bytes fit a slot.
+    /// Whether data of `len` bytes from each process fits a slot.
     pub(crate) fn fits(&self, len: usize) -> bool {
         len <= self.slot
     }
 
-    /// `MPI_Barrier`.
-    pub(crate) fn barrier(&self) -> Result<()> {
-        let g = self.enter(&[])?;
-        self.wait_for_all(g)
+    /// Whether `blocks` blocks of `block` bytes (an all-to-all's data)
+    /// fit a slot.
+    pub(crate) fn fits_blocks(&self, blocks: usize, block: usize) -> bool {
+        blocks.checked_mul(block).is_some_and(|len| self.fits(len))
+    }
+
+    /// `MPI_Barrier`, collective number `number`.
+    pub(crate) fn barrier(&self, number: u32) -> Result<()> {
+        let cell = self.enter(number, &[])?;
+        for from in self.others() {
+            self.wait_for(from, number, cell)?;
+        }
+        self.everyone_reached(number);
+        Ok(())
     }
 
     /// `MPI_Bcast` of `buf` (which fits) from `root`.
-    pub(crate) fn broadcast(&self, root: usize, buf: &mut [u8]) -> Result<()> {
+    pub(crate) fn broadcast(&self, number: u32, root: usize, buf: &mut [u8]) -> Result<()> {
         if self.rank == root {
-            self.enter(buf)?;
+            self.enter(number, buf)?;
             return Ok(());
         }
-        let g = self.enter(&[])?;
-        self.wait_for(root, g)?;
-        self.take(root, g, buf)
+        let cell = self.enter(number, &[])?;
+        let mut mismatch = None;
+        self.take(number, root, cell, 0, buf, &mut mismatch)?;
+        mismatch.map_or(Ok(()), Err)
     }
 
     /// `MPI_Allreduce` in place on `acc` (which fits).
-    pub(crate) fn all_reduce(&self, acc: &mut [u8], red: &Reduction) -> Result<()> {
-        let g = self.enter(acc)?;
-        self.wait_for_all(g)?;
-        self.combine(g, acc, red)
+    pub(crate) fn all_reduce(&self, number: u32, acc: &mut [u8], red: &Reduction) -> Result<()> {
+        let cell = self.enter(number, acc)?;
+        self.combine(number, cell, acc, red)
     }
 
     /// `MPI_Reduce` to `root` in place on `acc` (which fits): only the
     /// root's is the result.
-    pub(crate) fn reduce(&self, root: usize, acc: &mut [u8], red: &Reduction) -> Result<()> {
-        let g = self.enter(acc)?;
+    pub(crate) fn reduce(
+        &self,
+        number: u32,
+        root: usize,
+        acc: &mut [u8],
+        red: &Reduction,
+    ) -> Result<()> {
+        let cell = self.enter(number, acc)?;
         if self.rank != root {
             return Ok(());
         }
-        self.wait_for_all(g)?;
-        self.combine(g, acc, red)
+        self.combine(number, cell, acc, red)
     }
 
-    /// Starts this process's next operation, publishing `data`: returns
-    /// its generation.
-    fn enter(&self, data: &[u8]) -> Result<u64> {
-        let g = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
-        // The slots of this parity were last read in generation g - 2:
-        // everyone has finished it once every line shows g - 1.
-        self.wait_for_all(g - 1)?;
-        if !self.region.write(self.slot_offset(g, self.rank), data) {
-            return Err(outside(data.len(), self.slot));
-        }
-        let [generation, len] = self.line(self.rank, g)?;
-        len.store(data.len() as u64, Ordering::Relaxed);
-        generation.store(g, Ordering::Release);
-        Ok(g)
-    }
-
-    /// Copies `from`'s data of generation `g` into `buf`, which must be as
-    /// long (else the error of a message of the other length).
-    fn take(&self, from: usize, g: u64, buf: &mut [u8]) -> Result<()> {
-        let len = self.published_len(from, g)?;
-        check_len(len, buf.len(), from)?;
-        if self.region.read(self.slot_offset(g, from), buf) {
-            Ok(())
-        } else {
-            Err(outside(buf.len(), self.slot))
-        }
-    }
-
-    /// Replaces `acc` (this process's contribution) by every process's
-    /// data of generation `g` combined in rank order.
-    fn combine(&self, g: u64, acc: &mut [u8], red: &Reduction) -> Result<()> {
-        // Small data (the common case here) needs no allocation; either
-        // buffer is 16-byte aligned, as every element type needs.
-        let mut on_stack = Aligned([0; SMALL]);
-        let mut on_heap = None;
-        let input = if acc.len() <= SMALL {
-            &mut on_stack.0[..acc.len()]
-        } else {
-            on_heap.insert(Scratch::zeroed(acc.len())).bytes_mut()
-        };
+    /// `MPI_Alltoall` of `send` into `recv`, both `size` blocks of
+    /// `block` bytes (which fit): block `i` of `send` goes to rank `i`.
+    pub(crate) fn all_to_all(
+        &self,
+        number: u32,
+        send: &[u8],
+        recv: &mut [u8],
+        block: usize,
+    ) -> Result<()> {
+        let cell = self.enter(number, send)?;
+        let mine = self.rank * block..(self.rank + 1) * block;
+        recv[mine.clone()].copy_from_slice(&send[mine.clone()]);
         let mut mismatch = None;
-        // acc = x(n-1), then x(k) op acc down to rank 0. This process's
-        // own data is read back from its slot like the others'.
-        for from in (0..self.size).rev() {
-            let taken = self.take(from, g, input);
-            if let Err(e) = taken {
+        for from in self.others() {
+            let published = self.wait_for(from, number, cell)?;
+            // The other's data must be as long as this process's (its
+            // block times the processes): else it passed another count.
+            if let Err(e) = check_len(published.len, send.len(), from) {
                 mismatch.get_or_insert(e);
                 continue;
             }
-            if from == self.size - 1 {
-                acc.copy_from_slice(input);
-            } else {
-                red.apply(input, acc)?;
-            }
+            let into = &mut recv[from * block..(from + 1) * block];
+            self.read(&published, mine.start, into)?;
         }
+        self.everyone_reached(number);
         mismatch.map_or(Ok(()), Err)
     }
 
-    /// Waits until every line shows generation `g` or later.
-    fn wait_for_all(&self, g: u64) -> Result<()> {
-        for from in 0..self.size {
-            self.wait_for(from, g)?;
+    /// Starts this process's part of collective `number`, publishing
+    /// `data` in its next cell: returns the cell.
+    fn enter(&self, number: u32, data: &[u8]) -> Result<usize> {
+        let entered = self.entered.load(Ordering::Relaxed);
+        let cell = (entered % CELLS as u64) as usize;
+        if entered >= CELLS as u64 {
+            // The cell last held this process's operation before its
+            // previous one; every process is done reading it once every
+            // process has stamped the previous one or later.
+            self.wait_until_everyone_reached(self.last.load(Ordering::Relaxed))?;
         }
+        let written = if data.len() <= INLINE {
+            self.region
+                .write(self.cell_offset(self.rank, cell) + 8, data)
+        } else {
+            data.len() <= self.slot && self.region.write(self.slot_offset(self.rank, cell), data)
+        };
+        if !written {
+            return Err(outside(data.len(), self.slot));
+        }
+        self.stamp_word(self.rank, cell)?
+            .store(Stamp::new(number, data.len()).0, Ordering::Release);
+        self.entered.store(entered + 1, Ordering::Relaxed);
+        self.last.store(number, Ordering::Relaxed);
+        Ok(cell)
+    }
+
+    /// Replaces `acc` (this process's contribution to collective
+    /// `number`, published in `cell`) by every process's data combined in
+    /// rank order.
+    fn combine(&self, number: u32, cell: usize, acc: &mut [u8], red: &Reduction) -> Result<()> {
+        // Small data (the common case here) needs no allocation; every
+        // buffer is 16-byte aligned, as every element type needs.
+        let len = acc.len();
+        let (mut stack_fold, mut stack_input) = (Aligned([0; SMALL]), Aligned([0; SMALL]));
+        let (mut heap_fold, mut heap_input);
+        let (fold, input) = if len <= SMALL {
+            (&mut stack_fold.0[..len], &mut stack_input.0[..len])
+        } else {
+            heap_fold = Scratch::zeroed(len);
+            heap_input = Scratch::zeroed(len);
+            (heap_fold.bytes_mut(), heap_input.bytes_mut())
+        };
+        let mut mismatch = None;
+        let last = self.size - 1;
+        // x(last), then x(k) op that for k down to 0; this process's own
+        // data is `acc` until the fold replaces it.
+        if self.rank == last {
+            for from in (0..last).rev() {
+                if self.take(number, from, cell, 0, input, &mut mismatch)? {
+                    red.apply(input, acc)?;
+                }
+            }
+        } else {
+            self.take(number, last, cell, 0, fold, &mut mismatch)?;
+            for from in (0..last).rev() {
+                if from == self.rank {
+                    red.apply(acc, fold)?;
+                } else if self.take(number, from, cell, 0, input, &mut mismatch)? {
+                    red.apply(input, fold)?;
+                }
+            }
+            acc.copy_from_slice(fold);
+        }
+        self.everyone_reached(number);
+        mismatch.map_or(Ok(()), Err)
+    }
+
+    /// Waits for `from`'s contribution to collective `number` and copies
+    /// its bytes from `offset` into `buf`: true if it has them, false if
+    /// the contribution has another length than `offset + buf.len()`
+    /// (noted in `mismatch`, as a message of that length would be).
+    fn take(
+        &self,
+        number: u32,
+        from: usize,
+        cell: usize,
+        offset: usize,
+        buf: &mut [u8],
+        mismatch: &mut Option<Error>,
+    ) -> Result<bool> {
+        let published = self.wait_for(from, number, cell)?;
+        if let Err(e) = check_len(published.len, offset + buf.len(), from) {
+            mismatch.get_or_insert(e);
+            return Ok(false);
+        }
+        self.read(&published, offset, buf)?;
+        Ok(true)
+    }
+
+    /// Copies the bytes of `published` from `offset` into `buf`.
+    fn read(&self, published: &Published, offset: usize, buf: &mut [u8]) -> Result<()> {
+        let start = if published.len <= INLINE {
+            self.cell_offset(published.from, published.cell) + 8
+        } else {
+            self.slot_offset(published.from, published.cell)
+        };
+        if offset + buf.len() <= published.len && self.region.read(start + offset, buf) {
+            Ok(())
+        } else {
+            Err(outside(offset + buf.len(), self.slot))
+        }
+    }
+
+    /// The ranks of the other processes.
+    fn others(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.size).filter(move |&r| r != self.rank)
+    }
+
+    /// Notes that every process has stamped collective `number`.
+    fn everyone_reached(&self, number: u32) {
+        self.reached
+            .store(u64::from(number) << 32 | STAMPED, Ordering::Relaxed);
+    }
+
+    /// Waits until every process has stamped collective `number` or a
+    /// later one.
+    fn wait_until_everyone_reached(&self, number: u32) -> Result<()> {
+        let known = Stamp(self.reached.load(Ordering::Relaxed)).number();
+        if known.is_some_and(|known| not_before(known, number)) {
+            return Ok(());
+        }
+        for from in self.others() {
+            self.wait(|| {
+                for cell in 0..CELLS {
+                    let stamp = self.stamp(from, cell, Ordering::Acquire)?;
+                    if stamp.number().is_some_and(|n| not_before(n, number)) {
+                        return Ok(true);
+                    }
+                }
+                Ok(false)
+            })?;
+        }
+        self.everyone_reached(number);
         Ok(())
     }
 
-    /// Waits until `from`'s line shows generation `g` or later.
-    fn wait_for(&self, from: usize, g: u64) -> Result<()> {
-        let [seen, _] = self.line(from, g)?;
-        if seen.load(Ordering::Acquire) >= g {
-            return Ok(());
+    /// Waits until `from` has published its contribution to collective
+    /// `number`: most likely in `cell` (this process's own, as both have
+    /// made as many operations unless calls failed). An `MPI_ERR_OTHER`
+    /// error if `from` went on to a later collective without it.
+    fn wait_for(&self, from: usize, number: u32, cell: usize) -> Result<Published> {
+        let mut found = None;
+        let mut look = || -> Result<bool> {
+            let later = match self.find(from, number, cell)? {
+                Found::Here(published) => {
+                    found = Some(published);
+                    return Ok(true);
+                }
+                Found::Later => true,
+                Found::NotYet => false,
+            };
+            if later {
+                // `from` may have stamped this collective in one cell and
+                // then a later one in the other after the first look read
+                // the first cell; it cannot stamp a third before this
+                // process has stamped a later one, so a second look that
+                // follows the later stamp is conclusive.
+                if let Found::Here(published) = self.find(from, number, cell)? {
+                    found = Some(published);
+                    return Ok(true);
+                }
+                return Err(Error::new(
+                    ErrorClass::Other,
+                    format!(
+                        "rank {from} went on to a later collective without taking part in \
+                         this one (its call failed there): the processes' calls no longer agree"
+                    ),
+                ));
+            }
+            Ok(false)
+        };
+        if !look()? {
+            self.wait(look)?;
         }
+        found
+            .ok_or_else(|| Error::new(ErrorClass::Intern, "a contribution was found and then lost"))
+    }
+
+    /// Looks at `from`'s cells (`cell` first) for its contribution to
+    /// collective `number`.
+    fn find(&self, from: usize, number: u32, cell: usize) -> Result<Found> {
+        let mut later = false;
+        for c in [cell, (cell + 1) % CELLS] {
+            let stamp = self.stamp(from, c, Ordering::Acquire)?;
+            match stamp.number() {
+                Some(n) if n == number => {
+                    return Ok(Found::Here(Published {
+                        from,
+                        cell: c,
+                        len: stamp.len(),
+                    }))
+                }
+                Some(n) => later |= not_before(n, number),
+                None => {}
+            }
+        }
+        Ok(if later { Found::Later } else { Found::NotYet })
+    }
+
+    /// Spins until `ready` says so: see the module docs.
+    fn wait(&self, mut ready: impl FnMut() -> Result<bool>) -> Result<()> {
         let mut idle = Idle::new();
         let mut checks = 0u32;
         loop {
-            if seen.load(Ordering::Acquire) >= g {
+            if ready()? {
                 return Ok(());
             }
             checks = checks.wrapping_add(1);
@@ -304,41 +563,30 @@ impl NodeRegion {
         }
     }
 
-    /// The length `from` published with generation `g` (which it has
-    /// reached).
-    fn published_len(&self, from: usize, g: u64) -> Result<usize> {
-        let len = self.line(from, g)?[1].load(Ordering::Relaxed);
-        usize::try_from(len)
-            .ok()
-            .filter(|&len| len <= self.slot)
+    /// The stamp of `rank`'s `cell`.
+    fn stamp(&self, rank: usize, cell: usize, order: Ordering) -> Result<Stamp> {
+        Ok(Stamp(self.stamp_word(rank, cell)?.load(order)))
+    }
+
+    fn stamp_word(&self, rank: usize, cell: usize) -> Result<&AtomicU64> {
+        self.region
+            .word(self.cell_offset(rank, cell))
             .ok_or_else(|| {
                 Error::new(
                     ErrorClass::Intern,
-                    format!(
-                        "rank {from} published {len} bytes in a slot of {}",
-                        self.slot
-                    ),
+                    format!("the cell of rank {rank} lies outside the shared region"),
                 )
             })
     }
 
-    /// The words of `rank`'s line that generation `g` uses: the
-    /// generation, and the length of generation `g`'s parity.
-    fn line(&self, rank: usize, g: u64) -> Result<[&AtomicU64; 2]> {
-        let word = |i: usize| self.region.word(rank * LINE + 8 * i);
-        match (word(0), word(1 + (g % 2) as usize)) {
-            (Some(generation), Some(len)) => Ok([generation, len]),
-            _ => Err(Error::new(
-                ErrorClass::Intern,
-                format!("the line of rank {rank} lies outside the shared region"),
-            )),
-        }
+    /// Where `rank`'s `cell` starts.
+    fn cell_offset(&self, rank: usize, cell: usize) -> usize {
+        (rank * CELLS + cell) * LINE
     }
 
-    /// Where `rank`'s slot of generation `g`'s parity starts.
-    fn slot_offset(&self, g: u64, rank: usize) -> usize {
-        let parity = (g % 2) as usize;
-        self.size * LINE + (parity * self.size + rank) * self.slot
+    /// Where the slot of `rank`'s `cell` starts.
+    fn slot_offset(&self, rank: usize, cell: usize) -> usize {
+        self.size * CELLS * LINE + (rank * CELLS + cell) * self.slot
     }
 }
 
@@ -358,12 +606,12 @@ fn wanted(n: usize) -> std::result::Result<(), String> {
 
 /// Bytes of each data slot for `n` processes.
 fn slot_bytes(n: usize) -> usize {
-    (SLOTS_BUDGET / (2 * n)).clamp(SLOT_MIN, SLOT_MAX) / LINE * LINE
+    (SLOTS_BUDGET / (CELLS * n)).clamp(SLOT_MIN, SLOT_MAX) / LINE * LINE
 }
 
-/// Bytes of the region for `n` processes: lines, then two slots each.
+/// Bytes of the region for `n` processes: cells, then a slot for each.
 fn region_len(n: usize, slot: usize) -> usize {
-    n * LINE + 2 * n * slot
+    n * CELLS * (LINE + slot)
 }
 
 /// Whether every process of `t` says `yes` (a bitwise-and all-reduce).
@@ -402,4 +650,42 @@ fn outside(len: usize, slot: usize) -> Error {
         ErrorClass::Intern,
         format!("{len} bytes do not fit a shared slot of {slot}"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stamp_holds_the_number_and_the_length() {
+        let stamp = Stamp::new(u32::MAX, INLINE);
+        assert_eq!(stamp.number(), Some(u32::MAX));
+        assert_eq!(stamp.len(), INLINE);
+        let empty = Stamp::new(0, 0);
+        assert_eq!((empty.number(), empty.len()), (Some(0), 0));
+        assert_eq!(Stamp(0).number(), None, "a cell never stamped");
+        assert_eq!(Stamp::new(7, SLOT_MAX).len(), SLOT_MAX);
+    }
+
+    #[test]
+    fn numbers_compare_across_the_wrap() {
+        assert!(not_before(5, 5));
+        assert!(not_before(6, 5));
+        assert!(!not_before(5, 6));
+        assert!(not_before(0, u32::MAX), "0 follows 2^32 - 1");
+        assert!(!not_before(u32::MAX, 0));
+        assert!(not_before(3, u32::MAX - 3));
+    }
+
+    #[test]
+    fn the_region_holds_every_cell_and_slot() {
+        for n in [2, 3, 8, 64, 1000] {
+            let slot = slot_bytes(n);
+            assert!((SLOT_MIN..=SLOT_MAX).contains(&slot), "{n}: {slot}");
+            assert_eq!(slot % LINE, 0);
+            // The last slot of the last process ends the region.
+            let last_slot = n * CELLS * LINE + (n * CELLS - 1) * slot;
+            assert_eq!(last_slot + slot, region_len(n, slot));
+        }
+    }
 }

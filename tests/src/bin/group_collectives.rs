@@ -16,7 +16,9 @@
 //! repeated edge), `handler` (collectives hand their errors to the
 //! communicator's error handler), `alone` (2 or more ranks: a collective
 //! whose arguments are wrong at the last rank only fails there with its
-//! class, and the collectives after it work everywhere).
+//! class, and the collectives after it work everywhere), `node_alone` (2
+//! or more ranks: the same with blocking collectives of small data, which
+//! go through shared memory, on several communicators at once).
 
 use oxmpi::collective::{Partition, PartitionMut, SystemOperation};
 use oxmpi::datatype::{Buffer, BufferMut};
@@ -37,6 +39,7 @@ fn main() -> ExitCode {
             "neighbor" => neighbor(&world),
             "handler" => handler(&world),
             "alone" => alone(&world),
+            "node_alone" => node_alone(&world),
             other => Err(fail(format!("unknown check {other:?}"))),
         };
         if let Err(e) = outcome {
@@ -1221,6 +1224,118 @@ fn alone(world: &Communicator) -> Result<()> {
     }
     if rank == 0 {
         println!("alone: {size} ranks, the later collectives agree");
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------- node_alone
+
+/// The sum of `rank + round` over `size` ranks.
+fn rank_sum(size: i64, round: i64) -> i64 {
+    size * (size - 1) / 2 + size * round
+}
+
+/// Blocking collectives of small data (the shared-memory path where the
+/// ranks share a host) on `comm`, checked against their sequential
+/// results; `round` varies the data and the roots.
+fn small_blocking(comm: &Communicator, round: i64) -> Result<()> {
+    let (rank, size) = (comm.rank(), comm.size());
+    let n = size as i64;
+    let what = |w: &str| format!("{w}, round {round}, {size} ranks");
+    let mut sum = 0i64;
+    comm.all_reduce_into(&(rank as i64 + round), &mut sum, SystemOperation::sum())?;
+    ensure(sum == rank_sum(n, round), || {
+        format!("{}: {sum}", what("all-reduce"))
+    })?;
+    let root = (round as i32).rem_euclid(size);
+    let mut data = if rank == root {
+        [round, root as i64, 9]
+    } else {
+        [-1; 3]
+    };
+    comm.process_at_rank(root).broadcast_into(&mut data)?;
+    same(&data, &[round, root as i64, 9], &what("broadcast"))?;
+    let target = comm.process_at_rank((root + 1) % size);
+    let contribution = [rank as i64, round];
+    if rank == (root + 1) % size {
+        let mut reduced = [0i64; 2];
+        target.reduce_into_root(&contribution, &mut reduced, SystemOperation::max())?;
+        same(&reduced, &[n - 1, round], &what("reduce"))?;
+    } else {
+        target.reduce_into(&contribution, SystemOperation::max())?;
+    }
+    comm.barrier()?;
+    let send: Vec<i64> = (0..n).map(|to| rank as i64 * 100 + to + round).collect();
+    let mut recv = vec![0i64; size as usize];
+    comm.all_to_all_into(&send[..], &mut recv[..])?;
+    let expected: Vec<i64> = (0..n)
+        .map(|from| from * 100 + rank as i64 + round)
+        .collect();
+    same(&recv, &expected, &what("all-to-all"))
+}
+
+/// `node_alone`: blocking collectives of small data, which ranks sharing
+/// a host carry out through shared memory, stay in step when ranks' calls
+/// differ: a blocking broadcast that fails at the last rank alone (a root
+/// outside the communicator) — as the first collective of a fresh
+/// communicator, whose shared region is made then, and again later —
+/// while the others' goes on without it; several live communicators with
+/// different members (a split in reversed key order, a group without rank
+/// 0) interleave their collectives; non-blocking collectives stay in
+/// flight across blocking ones.
+fn node_alone(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank(), world.size());
+    ensure(size >= 2, || "node_alone needs 2 or more ranks".into())?;
+    let last = rank == size - 1;
+    let comm = world.duplicate()?;
+    let leave_broadcast = |round: i64| -> Result<()> {
+        let mut data = if rank == 0 { [round, 7] } else { [-1; 2] };
+        if last {
+            expect_class(
+                comm.process_at_rank(size).broadcast_into(&mut data),
+                ErrorClass::Root,
+                "a blocking broadcast from a root outside the communicator, at the last rank",
+            )
+        } else {
+            comm.process_at_rank(0).broadcast_into(&mut data)?;
+            same(
+                &data,
+                &[round, 7],
+                "the blocking broadcast the last rank left",
+            )
+        }
+    };
+    leave_broadcast(-1)?;
+    let halves = world
+        .split_by_color_with_key(Color::with_value(rank % 2), -rank)?
+        .ok_or_else(|| fail("no communicator for a defined colour"))?;
+    let without_first = world.group().exclude(&[0])?;
+    let others = world.split_by_subgroup(&without_first)?;
+    for round in 0..6i64 {
+        small_blocking(&comm, round)?;
+        if round % 2 == 1 {
+            leave_broadcast(round)?;
+        }
+        // A non-blocking all-reduce on `comm` in flight across blocking
+        // collectives on all three communicators.
+        let (doubled, mut pending) = (rank as i64 * 2, 0i64);
+        scope(|sc| {
+            let request =
+                comm.immediate_all_reduce_into(sc, &doubled, &mut pending, SystemOperation::sum())?;
+            small_blocking(&halves, round + 10)?;
+            if let Some(others) = &others {
+                small_blocking(others, round + 20)?;
+            }
+            small_blocking(&comm, round + 30)?;
+            request.wait().map(drop)
+        })?;
+        let n = size as i64;
+        ensure(pending == n * (n - 1), || {
+            format!("the non-blocking all-reduce in flight, round {round}: {pending}")
+        })?;
+    }
+    if rank == 0 {
+        println!("node_alone: {size} ranks, the blocking collectives agree");
     }
     Ok(())
 }
