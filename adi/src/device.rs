@@ -48,7 +48,8 @@ use crate::request::Slab;
 use crate::select::{card_key, Routes};
 use crate::selfvc::SelfTransport;
 use crate::transport::{
-    JobInfo, PacketSink, PayloadSlot, PeerRank, RdmaOp, RdmaRegion, RdmaTarget, Transport,
+    deliver_in_steps, JobInfo, PacketSink, PayloadSlot, PeerRank, RdmaOp, RdmaRegion, RdmaTarget,
+    Transport,
 };
 use crate::vlog;
 use std::collections::VecDeque;
@@ -923,7 +924,12 @@ impl Device {
             request.source = source.take();
         }
         let token = self.core.requests.insert(request);
-        header.sender_token = token;
+        if !eager || synchronous {
+            // A standard eager packet carries no sender token: the
+            // receiver never names the send (no acknowledgement, nothing
+            // to cancel), and a packet without one fits a short cell.
+            header.sender_token = token;
+        }
         let sent = match (eager, source) {
             (true, Some(mut source)) => {
                 // An eager message is short: packed whole into its packet.
@@ -1689,24 +1695,7 @@ impl Core {
         r.status.tag = envelope.tag;
         match message {
             Unexpected::Eager { data, sync } => {
-                r.message_len = data.len();
-                let n = data.len().min(r.cap);
-                let placed = match r.sink.as_mut() {
-                    Some(sink) if n > 0 => sink.unpack(0, &data[..n]),
-                    _ => {
-                        if n > 0 {
-                            // SAFETY: `start_recv`'s caller gave a buffer
-                            // writable for `cap` bytes; `n <= cap`, and
-                            // `data` is ours.
-                            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), r.buf, n) };
-                        }
-                        Ok(())
-                    }
-                };
-                match placed {
-                    Ok(()) => finish_receive(r, n),
-                    Err(e) => r.fail(e),
-                }
+                place_eager(r, &data);
                 if let Some(sender) = sync {
                     self.acknowledge(sender);
                 }
@@ -1791,12 +1780,10 @@ impl Core {
         })
     }
 
-    fn handle_header(
-        &mut self,
-        transport: usize,
-        peer: PeerRank,
-        h: &Header,
-    ) -> Result<Option<PayloadSlot>> {
+    /// Checks that a packet from `peer` may arrive over `transport` (the
+    /// VC's binding, bound now if it was not) and, for a sequenced kind,
+    /// that it is the one due.
+    fn admit(&mut self, transport: usize, peer: PeerRank, h: &Header) -> Result<()> {
         let vc = self.vcs.get_mut(peer).ok_or_else(|| {
             Error::new(
                 ErrorClass::Intern,
@@ -1824,60 +1811,88 @@ impl Core {
             }
             vc.recv_sequence = vc.recv_sequence.wrapping_add(1);
         }
-        let envelope = Envelope {
-            context_id: h.context_id,
-            source: h.source,
-            tag: h.tag,
-        };
-        match h.kind {
-            Kind::Eager => {
-                let len = h.message_len as usize;
-                if len > self.eager_limits[transport] {
-                    return Err(protocol_error(
-                        peer,
-                        format!(
-                            "eager message of {len} bytes exceeds the limit of {}",
-                            self.eager_limits[transport]
-                        ),
-                    ));
-                }
-                let sync = (h.flags & FLAG_SYNC != 0).then_some(SyncSender {
-                    peer,
-                    token: h.sender_token,
-                });
-                if let Some(token) = self.posted.take_match(&envelope) {
-                    if let Some(r) = self.requests.get_mut(token) {
-                        r.peer = Some(peer);
-                        r.status.source = h.source;
-                        r.status.tag = h.tag;
+        Ok(())
+    }
+
+    /// An eager message's header arrived (admitted), with its whole
+    /// payload (`Some`) or with the payload still to come (`None`): the
+    /// oldest posted receive it matches takes it (at once when the
+    /// payload is here, else through the slot returned), or it joins the
+    /// unexpected messages (at once, or once its payload has arrived).
+    fn receive_eager(
+        &mut self,
+        transport: usize,
+        peer: PeerRank,
+        h: &Header,
+        payload: Option<&[u8]>,
+    ) -> Result<Option<PayloadSlot>> {
+        let len = h.message_len as usize;
+        if len > self.eager_limits[transport] {
+            return Err(protocol_error(
+                peer,
+                format!(
+                    "eager message of {len} bytes exceeds the limit of {}",
+                    self.eager_limits[transport]
+                ),
+            ));
+        }
+        // An empty payload is whole from the start.
+        let payload = payload.or((len == 0).then_some(&[][..]));
+        let envelope = envelope_of(h);
+        let sync = (h.flags & FLAG_SYNC != 0).then_some(SyncSender {
+            peer,
+            token: h.sender_token,
+        });
+        if let Some(token) = self.posted.take_match(&envelope) {
+            if let Some(r) = self.requests.get_mut(token) {
+                r.peer = Some(peer);
+                r.status.source = h.source;
+                r.status.tag = h.tag;
+                let slot = match payload {
+                    Some(data) => {
+                        place_eager(r, data);
+                        None
+                    }
+                    None => {
                         r.message_len = len;
                         r.phase = Phase::Arriving;
                         if r.sink.is_some() {
                             // At most the eager limit: unpacked whole.
                             r.chunk = vec![0; len.min(r.cap)];
                         }
-                        if len == 0 {
-                            finish_receive(r, 0);
-                        }
-                        if let Some(sender) = sync {
-                            self.acknowledge(sender);
-                        }
-                        return Ok((len > 0).then_some(PayloadSlot(token)));
+                        Some(PayloadSlot(token))
                     }
+                };
+                if let Some(sender) = sync {
+                    self.acknowledge(sender);
                 }
-                if len == 0 {
-                    self.unexpected.push(
-                        envelope,
-                        Unexpected::Eager {
-                            data: Vec::new(),
-                            sync,
-                        },
-                    );
-                    return Ok(None);
-                }
+                return Ok(slot);
+            }
+        }
+        match payload {
+            Some(data) => {
+                let data = data.to_vec();
+                self.unexpected
+                    .push(envelope, Unexpected::Eager { data, sync });
+                Ok(None)
+            }
+            None => {
                 self.vcs[peer].arriving = Some((envelope, vec![0; len], sync));
                 Ok(Some(PayloadSlot(ARRIVAL_SLOT | peer as u64)))
             }
+        }
+    }
+
+    fn handle_header(
+        &mut self,
+        transport: usize,
+        peer: PeerRank,
+        h: &Header,
+    ) -> Result<Option<PayloadSlot>> {
+        self.admit(transport, peer, h)?;
+        let envelope = envelope_of(h);
+        match h.kind {
+            Kind::Eager => self.receive_eager(transport, peer, h, None),
             Kind::Active => {
                 // Decoding bounded the length by `MAX_ACTIVE_LEN`.
                 let len = h.message_len as usize;
@@ -2188,7 +2203,6 @@ impl Core {
     }
 }
 
-/// The error of a peer that sent what the protocol does not allow.
 /// The header of an eager message of `len` bytes with `envelope` (a
 /// standard send's: no flags, no token).
 fn eager_header(envelope: Envelope, len: usize) -> Header {
@@ -2198,6 +2212,15 @@ fn eager_header(envelope: Envelope, len: usize) -> Header {
     header.tag = envelope.tag;
     header.message_len = len as u64;
     header
+}
+
+/// What a packet's header says of its message for matching.
+fn envelope_of(h: &Header) -> Envelope {
+    Envelope {
+        context_id: h.context_id,
+        source: h.source,
+        tag: h.tag,
+    }
 }
 
 /// The `len` bytes at `buf` as a slice (empty for 0, whatever `buf` is).
@@ -2212,11 +2235,36 @@ unsafe fn payload<'a>(buf: *const u8, len: usize) -> &'a [u8] {
     unsafe { std::slice::from_raw_parts(buf, len) }
 }
 
+/// The error of a peer that sent what the protocol does not allow.
 fn protocol_error(peer: PeerRank, what: impl std::fmt::Display) -> Error {
     Error::new(
         ErrorClass::ProcFailed,
         format!("rank {peer} broke the protocol: {what}"),
     )
+}
+
+/// Completes the receive `r` with the whole eager message `data`: what
+/// fits goes into its buffer (or through its unpacker), and a longer
+/// message is a truncation error.
+fn place_eager(r: &mut Request, data: &[u8]) {
+    r.message_len = data.len();
+    let n = data.len().min(r.cap);
+    let placed = match r.sink.as_mut() {
+        Some(sink) if n > 0 => sink.unpack(0, &data[..n]),
+        _ => {
+            if n > 0 {
+                // SAFETY: `start_recv`'s caller gave a buffer writable for
+                // `cap` bytes, unaliased until the request completes;
+                // `n <= cap`, and `data` is not in it.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), r.buf, n) };
+            }
+            Ok(())
+        }
+    };
+    match placed {
+        Ok(()) => finish_receive(r, n),
+        Err(e) => r.fail(e),
+    }
 }
 
 /// Marks a receive complete with `placed` bytes in its buffer, judging
@@ -2245,6 +2293,26 @@ struct Sink<'a> {
 impl PacketSink for Sink<'_> {
     fn on_header(&mut self, peer: PeerRank, header: &Header) -> Result<Option<PayloadSlot>> {
         self.core.handle_header(self.transport, peer, header)
+    }
+
+    fn on_packet(&mut self, peer: PeerRank, header: &Header, payload: &[u8]) -> Result<()> {
+        if header.kind != Kind::Eager {
+            return deliver_in_steps(self, peer, header, payload);
+        }
+        if payload.len() as u64 != header.message_len {
+            return Err(protocol_error(
+                peer,
+                format!(
+                    "an eager packet of {} bytes carries {}",
+                    header.message_len,
+                    payload.len()
+                ),
+            ));
+        }
+        self.core.admit(self.transport, peer, header)?;
+        self.core
+            .receive_eager(self.transport, peer, header, Some(payload))
+            .map(drop)
     }
 
     fn payload_buffer(&mut self, slot: PayloadSlot) -> &mut [u8] {
@@ -2504,6 +2572,71 @@ mod tests {
 
     fn message(len: usize) -> Vec<u8> {
         (0..len).map(|i| (i * 13 + i / 977) as u8).collect()
+    }
+
+    /// Posts a receive into `buf` for `pattern`, as `Device::post` does
+    /// when nothing unexpected matches.
+    fn post(core: &mut Core, pattern: Pattern, buf: &mut [u8]) -> u64 {
+        let request = Request {
+            buf: buf.as_mut_ptr(),
+            cap: buf.len(),
+            ..Request::new(None, Phase::Posted, Status::empty())
+        };
+        let token = core.requests.insert(request);
+        core.posted.push(pattern, token);
+        token
+    }
+
+    #[test]
+    fn a_whole_eager_packet_is_received_in_one_step() {
+        let mut core = core();
+        let pattern = |tag| Pattern {
+            context_id: 5,
+            source: Some(3),
+            tag,
+        };
+        let eager = |sequence, tag, len| Header {
+            sequence,
+            context_id: 5,
+            source: 3,
+            tag,
+            message_len: len,
+            ..Header::new(Kind::Eager)
+        };
+        let (mut any_tag, mut small) = ([0u8; 8], [0u8; 4]);
+        let first = post(&mut core, pattern(None), &mut any_tag);
+        let second = post(&mut core, pattern(Some(9)), &mut small);
+        let mut sink = Sink {
+            core: &mut core,
+            transport: 0,
+        };
+        // Both receives accept tag 9: the older takes the first message.
+        sink.on_packet(PEER, &eager(0, 9, 6), b"abcdef").unwrap();
+        sink.on_packet(PEER, &eager(1, 9, 6), b"ghijkl").unwrap();
+        // No receive left: the third waits as an unexpected message.
+        sink.on_packet(PEER, &eager(2, 9, 3), b"mno").unwrap();
+        // Out of sequence, or a payload that is not the message: the peer
+        // broke the protocol.
+        let late = sink.on_packet(PEER, &eager(9, 9, 1), b"p").unwrap_err();
+        assert_eq!(late.class(), ErrorClass::ProcFailed);
+        assert!(late.message().contains("sequence 9"), "{late}");
+        let odd = sink.on_packet(PEER, &eager(3, 9, 5), b"p").unwrap_err();
+        assert_eq!(odd.class(), ErrorClass::ProcFailed);
+        let status = |core: &mut Core, token| {
+            let r = core.requests.remove(token).unwrap();
+            assert!(matches!(r.phase, Phase::Done));
+            r.status
+        };
+        let s = status(&mut core, first);
+        assert_eq!((s.source, s.tag, s.count, s.error), (3, 9, 6, None));
+        let s = status(&mut core, second);
+        assert_eq!((s.tag, s.count), (9, 4));
+        assert_eq!(s.error.map(|e| e.class()), Some(ErrorClass::Truncate));
+        assert_eq!(&any_tag[..6], b"abcdef");
+        assert_eq!(&small, b"ghij");
+        let (envelope, message) = core.unexpected.take_match(&pattern(None)).unwrap();
+        assert_eq!(envelope.tag, 9);
+        assert!(matches!(message, Unexpected::Eager { data, sync: None } if data == b"mno"));
     }
 
     #[test]

@@ -109,15 +109,8 @@ impl Transport for SelfTransport {
             };
             // Our own packets cannot be malformed; an error here is the
             // ADI's verdict on the header, reported like any peer failure.
-            match sink.on_header(self.rank, &header) {
-                Ok(Some(slot)) => {
-                    let dest = sink.payload_buffer(slot);
-                    let n = dest.len().min(bytes.len());
-                    dest[..n].copy_from_slice(&bytes[..n]);
-                    sink.on_payload(self.rank, slot);
-                }
-                Ok(None) => {}
-                Err(e) => sink.on_peer_failed(self.rank, e),
+            if let Err(e) = sink.on_packet(self.rank, &header, bytes) {
+                sink.on_peer_failed(self.rank, e);
             }
             if let Payload::Borrowed { token, .. } = payload {
                 sink.on_send_complete(token);

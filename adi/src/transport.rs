@@ -67,6 +67,17 @@ pub trait PacketSink {
     /// beyond the destination discarded).
     fn on_payload(&mut self, peer: PeerRank, slot: PayloadSlot);
 
+    /// A whole packet from `peer` arrived at once: its header and all of
+    /// its payload (`header.payload_len()` bytes). The checks and errors
+    /// are those of [`PacketSink::on_header`]. The default delivers it in
+    /// the three steps above; the ADI takes a short message in one step,
+    /// matching it and copying it straight into the receive buffer. A
+    /// transport calls it for packets that arrive whole (a short message
+    /// in one shared-memory cell, a packet queued to the process itself).
+    fn on_packet(&mut self, peer: PeerRank, header: &Header, payload: &[u8]) -> Result<()> {
+        deliver_in_steps(self, peer, header, payload)
+    }
+
     /// A [`Transport::send_zcopy`] with this token has finished with the
     /// caller's buffer.
     fn on_send_complete(&mut self, token: u64);
@@ -74,6 +85,25 @@ pub trait PacketSink {
     /// The connection to `peer` is lost or broke the protocol. Every
     /// operation that needs the peer fails with `error`.
     fn on_peer_failed(&mut self, peer: PeerRank, error: Error);
+}
+
+/// Delivers a whole packet through [`PacketSink::on_header`],
+/// [`PacketSink::payload_buffer`] and [`PacketSink::on_payload`]: the
+/// default [`PacketSink::on_packet`], which a sink that overrides it
+/// uses for the packets its fast path does not take.
+pub fn deliver_in_steps<S: PacketSink + ?Sized>(
+    sink: &mut S,
+    peer: PeerRank,
+    header: &Header,
+    payload: &[u8],
+) -> Result<()> {
+    if let Some(slot) = sink.on_header(peer, header)? {
+        let dest = sink.payload_buffer(slot);
+        let n = dest.len().min(payload.len());
+        dest[..n].copy_from_slice(&payload[..n]);
+        sink.on_payload(peer, slot);
+    }
+    Ok(())
 }
 
 /// A communication method, as the ADI drives it.

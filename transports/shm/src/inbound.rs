@@ -45,6 +45,16 @@ impl InLink {
             };
             let n = frame.payload_len();
             let (slot, mut remaining, mut placed) = match (frame.kind, self.read) {
+                (FrameKind::Short, ReadState::Header) => {
+                    // A whole packet: the ADI takes it in one step.
+                    let (header, payload) = self.consumer.short(&frame);
+                    self.consumer.advance(&frame);
+                    sink.on_packet(peer, &header, &payload[..n])
+                        .map_err(|e| broke_protocol(peer, e))?;
+                    budget = budget.saturating_sub(CELL);
+                    progressed = true;
+                    continue;
+                }
                 (FrameKind::Header | FrameKind::ShortHeader, ReadState::Header) => {
                     let header = Header::decode(&self.consumer.header(&frame)).map_err(|e| {
                         Error::new(
@@ -169,6 +179,25 @@ mod tests {
         assert!(l.receive(&mut sink).unwrap());
         assert_eq!(sink.placed, 1);
         assert_eq!(sink.buffer, payload[..64]);
+        assert!(!l.receive(&mut sink).unwrap());
+    }
+
+    #[test]
+    fn a_short_packet_is_delivered_whole() {
+        let (mut p, c) = crate::ring::queue(64);
+        let header = Header {
+            sequence: 3,
+            tag: 11,
+            message_len: 5,
+            ..Header::new(Kind::Eager)
+        };
+        let fields = crate::proto::encode_short(&header, b"hello").unwrap();
+        assert!(p.push_short(&fields, b"hello").unwrap());
+        let mut sink = Sink::default();
+        let mut l = link(c);
+        assert!(l.receive(&mut sink).unwrap());
+        assert_eq!((sink.headers.as_slice(), sink.placed), (&[header][..], 1));
+        assert_eq!(&sink.buffer[..5], b"hello");
         assert!(!l.receive(&mut sink).unwrap());
     }
 

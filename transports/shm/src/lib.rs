@@ -1100,12 +1100,21 @@ impl Transport for ShmTransport {
 
     fn send(&mut self, peer: PeerRank, header: &Header, payload: &[u8]) -> Result<()> {
         self.check_peer(peer)?;
-        let header = header.encode();
         let mut sent = None;
         let p = &mut self.peers[peer];
         if let Some(link) = p.out.as_mut().filter(|l| l.ready && p.queue.is_empty()) {
-            // Fast path: straight into the queue.
-            match link.producer.push_packet(&header, payload, &mut sent) {
+            // Fast path: straight into the queue, a short message whole in
+            // one cell.
+            let pushed = match proto::encode_short(header, payload) {
+                Some(fields) => link
+                    .producer
+                    .push_short(&fields, payload)
+                    .inspect(|&done| sent = done.then_some(payload.len())),
+                None => link
+                    .producer
+                    .push_packet(&header.encode(), payload, &mut sent),
+            };
+            match pushed {
                 Ok(done) => {
                     if sent.is_some() && link.producer.consumer_sleeping() {
                         if let Some(conn) = link.conn.and_then(|i| self.conns[i].as_ref()) {
@@ -1128,7 +1137,7 @@ impl Transport for ShmTransport {
         self.enqueue(
             peer,
             Outgoing {
-                header,
+                header: header.encode(),
                 payload: Payload::Owned(rest.to_vec()),
                 sent: sent.map(|_| 0),
             },

@@ -31,12 +31,13 @@
 //! All integers are little-endian (the two ends run on one host).
 
 use crate::host::NAME_MAX;
+use oxmpi_adi::proto::{Header, Kind};
 
 /// First bytes of every queue segment.
 pub(crate) const SEGMENT_MAGIC: [u8; 8] = *b"OXMPISHM";
 /// Version of the segment layout, the frame format and the set-up
 /// message; a peer of another version is refused.
-pub const SHM_VERSION: u32 = 2;
+pub const SHM_VERSION: u32 = 3;
 /// Size of a queue cell: one cache line.
 pub(crate) const CELL: usize = 64;
 /// Distance between fields written by different sides: two cache lines,
@@ -90,6 +91,11 @@ pub(crate) enum FrameKind {
     /// which are zero (the receiver's token, unused by eager packets),
     /// then payload bytes: so that an 8-byte message fits one cell.
     ShortHeader = 3,
+    /// A whole short message in one cell: a standard eager packet's
+    /// [`SHORT_FIELDS`] bytes of header fields (see [`encode_short`]),
+    /// then its payload, at most [`SHORT_PAYLOAD_MAX`] bytes. The
+    /// receiver takes it in one step, published by one store.
+    Short = 4,
 }
 
 /// The zero bytes at the end of a packet header that a
@@ -102,8 +108,60 @@ impl FrameKind {
         match self {
             FrameKind::Header => oxmpi_adi::proto::HEADER_LEN,
             FrameKind::ShortHeader => oxmpi_adi::proto::HEADER_LEN - SHORT_HEADER_SAVING,
+            FrameKind::Short => SHORT_FIELDS,
             FrameKind::Data => 0,
         }
+    }
+}
+
+/// Bytes of header fields at the start of a [`FrameKind::Short`] frame:
+/// the sequence, context id, source and tag, each 4 bytes. The rest of
+/// the header is implied (an eager packet without flags or tokens) and
+/// the message length is the frame's.
+pub(crate) const SHORT_FIELDS: usize = 16;
+/// Most payload bytes of a [`FrameKind::Short`] frame: what one cell
+/// holds after the control word and the fields.
+pub(crate) const SHORT_PAYLOAD_MAX: usize = CELL - CONTROL_LEN - SHORT_FIELDS;
+
+/// The fields of a [`FrameKind::Short`] frame for a packet with
+/// `header` and `payload`, when the packet may travel as one: a standard
+/// eager message (no flags, no tokens, no address) of at most
+/// [`SHORT_PAYLOAD_MAX`] bytes. `None` otherwise.
+#[inline]
+pub(crate) fn encode_short(header: &Header, payload: &[u8]) -> Option<[u8; SHORT_FIELDS]> {
+    let standard_eager = header.kind == Kind::Eager
+        && header.flags == 0
+        && header.sender_token == 0
+        && header.receiver_token == 0
+        && header.address == 0;
+    if !standard_eager
+        || payload.len() > SHORT_PAYLOAD_MAX
+        || header.message_len != payload.len() as u64
+    {
+        return None;
+    }
+    let mut fields = [0u8; SHORT_FIELDS];
+    fields[0..4].copy_from_slice(&header.sequence.to_le_bytes());
+    fields[4..8].copy_from_slice(&header.context_id.to_le_bytes());
+    fields[8..12].copy_from_slice(&header.source.to_le_bytes());
+    fields[12..16].copy_from_slice(&header.tag.to_le_bytes());
+    Some(fields)
+}
+
+/// The header of a [`FrameKind::Short`] frame with `fields` and `len`
+/// payload bytes. Every value of the fields makes a valid header: what
+/// they say (sequence, envelope) is the ADI's to judge.
+#[inline]
+pub(crate) fn decode_short(fields: &[u8; SHORT_FIELDS], len: usize) -> Header {
+    let u32_at =
+        |o: usize| u32::from_le_bytes([fields[o], fields[o + 1], fields[o + 2], fields[o + 3]]);
+    Header {
+        sequence: u32_at(0),
+        context_id: u32_at(4),
+        source: u32_at(8) as i32,
+        tag: u32_at(12) as i32,
+        message_len: len as u64,
+        ..Header::new(Kind::Eager)
     }
 }
 
@@ -124,6 +182,7 @@ pub(crate) fn parse_control_word(word: u64) -> (Option<FrameKind>, u64, u64) {
         1 => Some(FrameKind::Header),
         2 => Some(FrameKind::Data),
         3 => Some(FrameKind::ShortHeader),
+        4 => Some(FrameKind::Short),
         _ => None,
     };
     (kind, (word >> 8) & 0xffff, word >> 24)
@@ -212,7 +271,12 @@ mod tests {
 
     #[test]
     fn control_words_round_trip_and_are_never_zero() {
-        for kind in [FrameKind::Header, FrameKind::Data, FrameKind::ShortHeader] {
+        for kind in [
+            FrameKind::Header,
+            FrameKind::Data,
+            FrameKind::ShortHeader,
+            FrameKind::Short,
+        ] {
             for (position, bytes) in [(0, 0), (0x1_2345, 56), (u64::MAX, 1 << 30)] {
                 let word = control_word(kind, position, bytes);
                 assert_ne!(word, 0);
@@ -223,6 +287,46 @@ mod tests {
             }
         }
         assert_eq!(parse_control_word(7).0, None);
+    }
+
+    #[test]
+    fn short_frames_carry_standard_eager_packets_of_one_cell() {
+        let header = Header {
+            sequence: 7,
+            context_id: 0x1234_5678,
+            source: -3,
+            tag: i32::MAX,
+            message_len: 40,
+            ..Header::new(Kind::Eager)
+        };
+        let fields = encode_short(&header, &[1; 40]).expect("fits a cell");
+        assert_eq!(decode_short(&fields, 40), header);
+        assert_eq!(CONTROL_LEN + SHORT_FIELDS + SHORT_PAYLOAD_MAX, CELL);
+        // Too long, a length that is not the payload's, or anything a
+        // short frame cannot say: the packet goes with its whole header.
+        let long = Header {
+            message_len: 41,
+            ..header
+        };
+        assert_eq!(encode_short(&long, &[1; 41]), None);
+        assert_eq!(encode_short(&header, &[1; 8]), None);
+        for other in [
+            Header {
+                flags: oxmpi_adi::proto::FLAG_SYNC,
+                sender_token: 5,
+                ..header
+            },
+            Header {
+                sender_token: 5,
+                ..header
+            },
+            Header {
+                kind: Kind::Active,
+                ..header
+            },
+        ] {
+            assert_eq!(encode_short(&other, &[1; 40]), None, "{other:?}");
+        }
     }
 
     #[test]

@@ -38,7 +38,8 @@
 //! of the two sees the other's store: no wake-up is lost.
 
 use crate::proto::{
-    control_word, parse_control_word, FrameKind, CELL, CONTROL_LEN, SHORT_HEADER_SAVING,
+    control_word, decode_short, parse_control_word, FrameKind, CELL, CONTROL_LEN, SHORT_FIELDS,
+    SHORT_HEADER_SAVING, SHORT_PAYLOAD_MAX,
 };
 use crate::segment::Segment;
 use oxmpi_adi::proto::HEADER_LEN;
@@ -121,6 +122,20 @@ impl Producer {
             return self.push(FrameKind::ShortHeader, &header[..short], payload);
         }
         self.push(FrameKind::Header, header, payload)
+    }
+
+    /// Writes a whole short packet in one cell: a [`FrameKind::Short`]
+    /// frame of its header `fields` ([`crate::proto::encode_short`]) and
+    /// `payload` (at most [`SHORT_PAYLOAD_MAX`] bytes). False if the
+    /// queue has no room.
+    pub(crate) fn push_short(
+        &mut self,
+        fields: &[u8; SHORT_FIELDS],
+        payload: &[u8],
+    ) -> Result<bool, Corrupt> {
+        debug_assert!(payload.len() <= SHORT_PAYLOAD_MAX);
+        // One cell always holds the frame whole, so it went if anything did.
+        Ok(self.push(FrameKind::Short, fields, payload)?.is_some())
     }
 
     /// Writes a data frame with as many bytes from the start of `payload`
@@ -295,10 +310,15 @@ impl Consumer {
             return Err(bad("wrong position check"));
         }
         let least = match kind {
-            FrameKind::Header | FrameKind::ShortHeader => kind.header_len() as u64,
+            FrameKind::Header | FrameKind::ShortHeader | FrameKind::Short => {
+                kind.header_len() as u64
+            }
             FrameKind::Data => 1,
         };
-        let most = ((count - index) as usize * CELL - CONTROL_LEN) as u64;
+        let most = match kind {
+            FrameKind::Short => CELL - CONTROL_LEN,
+            _ => (count - index) as usize * CELL - CONTROL_LEN,
+        } as u64;
         if bytes < least || bytes > most {
             return Err(bad("frame length out of bounds"));
         }
@@ -319,6 +339,23 @@ impl Consumer {
             &mut header[..len],
         );
         header
+    }
+
+    /// The packet a [`FrameKind::Short`] frame carries: its header, and
+    /// its payload in the first [`Frame::payload_len`] bytes of the array.
+    pub(crate) fn short(
+        &self,
+        frame: &Frame,
+    ) -> (oxmpi_adi::proto::Header, [u8; SHORT_PAYLOAD_MAX]) {
+        debug_assert_eq!(frame.kind, FrameKind::Short);
+        // Fixed-size copies of the whole cell: cheaper than ones sized by
+        // the length, and the cell is the frame's (`peek` checked it).
+        let start = frame.index as usize * CELL + CONTROL_LEN;
+        let mut fields = [0u8; SHORT_FIELDS];
+        self.segment.read_cells(start, &mut fields);
+        let mut payload = [0u8; SHORT_PAYLOAD_MAX];
+        self.segment.read_cells(start + SHORT_FIELDS, &mut payload);
+        (decode_short(&fields, frame.payload_len()), payload)
     }
 
     /// Copies the first `dest.len()` payload bytes of `frame` (at most
@@ -500,6 +537,43 @@ mod tests {
     }
 
     #[test]
+    fn a_short_packet_takes_one_cell_and_a_full_queue_refuses_it() {
+        use crate::proto::encode_short;
+        use oxmpi_adi::proto::{Header, Kind};
+        let (mut p, mut c) = queue(64);
+        let header = Header {
+            sequence: 4,
+            context_id: 2,
+            source: 1,
+            tag: 7,
+            message_len: SHORT_PAYLOAD_MAX as u64,
+            ..Header::new(Kind::Eager)
+        };
+        let payload = [5u8; SHORT_PAYLOAD_MAX];
+        let fields = encode_short(&header, &payload).unwrap();
+        // One cell each, one kept free to clear ahead.
+        for k in 0..63 {
+            assert!(p.push_short(&fields, &payload).unwrap(), "short {k}");
+        }
+        assert_eq!(p.tail, 63);
+        assert!(!p.push_short(&fields, &payload).unwrap());
+        for _ in 0..63 {
+            let f = c.peek().unwrap().unwrap();
+            assert_eq!(
+                (f.kind, f.payload_len()),
+                (FrameKind::Short, SHORT_PAYLOAD_MAX)
+            );
+            assert_eq!(c.short(&f), (header, payload));
+            c.advance(&f);
+        }
+        assert_eq!(c.peek().unwrap(), None);
+        assert!(p.push_short(&fields, &payload[..3]).unwrap());
+        let f = c.peek().unwrap().unwrap();
+        let (h, got) = c.short(&f);
+        assert_eq!((h.message_len, &got[..f.payload_len()]), (3, &payload[..3]));
+    }
+
+    #[test]
     fn a_full_queue_refuses_until_the_consumer_frees_cells() {
         let (mut p, mut c) = queue(64);
         let payload = [7u8; 8];
@@ -553,6 +627,12 @@ mod tests {
             c.segment.control(0).store(word, Ordering::Relaxed);
             assert!(c.peek().is_err(), "control word {word:#x} accepted");
         }
+        // A short frame longer than its cell.
+        c.segment.control(0).store(
+            control_word(FrameKind::Short, 0, CELL - CONTROL_LEN + 1),
+            Ordering::Relaxed,
+        );
+        assert!(c.peek().is_err());
         // A frame longer than the rest of the ring.
         c.segment
             .control(0)
