@@ -49,7 +49,7 @@ use crate::select::{card_key, Routes};
 use crate::selfvc::SelfTransport;
 use crate::transport::{
     deliver_in_steps, JobInfo, PacketSink, PayloadSlot, PeerRank, RdmaOp, RdmaRegion, RdmaTarget,
-    Transport,
+    RemoteRead, Transport,
 };
 use crate::vlog;
 use std::collections::VecDeque;
@@ -139,11 +139,12 @@ enum Outbound {
 /// Where a request stands.
 enum Phase {
     /// A long send announced with RTS, waiting for the receiver's CTS;
-    /// `remote`: the RTS offered the buffer for remote memory copy.
+    /// `remote`: the RTS offered the buffer for remote memory copy, under
+    /// this key ([`Transport::remote_offer`]).
     AwaitingCts {
         ptr: *const u8,
         len: usize,
-        remote: bool,
+        remote: Option<u64>,
     },
     /// A synchronous eager send, waiting for the receiver's match.
     AwaitingAck,
@@ -171,12 +172,14 @@ enum Phase {
     /// A long send whose receiver copies by remote memory copy: this side
     /// writes its share into the receiver's buffer at `address` once the
     /// poll returns; `copied` counts the bytes written and those the
-    /// receiver reported read. Done when they reach `accepted`.
+    /// receiver reported read. Done when they reach `accepted`, and the
+    /// buffer offered under `key` is withdrawn.
     CopyingOut {
         ptr: *const u8,
         accepted: usize,
         receiver_token: u64,
         address: u64,
+        key: u64,
         copied: usize,
     },
     /// A receive in the posted queue.
@@ -197,11 +200,14 @@ enum Phase {
     /// request): it completes by [`Device::complete_generalized`] alone.
     Generalized,
     /// A receive that matched an RTS offering remote memory copy of the
-    /// sender's buffer at `address`: it reads its share once the poll
-    /// returns (or answers with a plain CTS if it cannot); `copied` counts
-    /// the bytes read and those the sender reported written.
+    /// sender's buffer at `address` (offered under `key`): it reads its
+    /// share once the poll returns (or answers with a plain CTS if it
+    /// cannot); `copied` counts the bytes that landed (read by this side,
+    /// at once or reported by the transport later, and those the sender
+    /// reported written).
     CopyingIn {
         address: u64,
+        key: u64,
         sender_token: u64,
         accepted: usize,
         copied: usize,
@@ -301,8 +307,9 @@ enum Unexpected {
         peer: PeerRank,
         sender_token: u64,
         len: usize,
-        /// The sender's buffer, when it offers remote memory copy.
-        remote: Option<u64>,
+        /// The sender's buffer and its key, when it offers remote memory
+        /// copy.
+        remote: Option<(u64, u64)>,
     },
 }
 
@@ -411,6 +418,11 @@ enum Deferred {
     /// matching, or the sender's share too when the sender could not
     /// write it (`rest`).
     Pull { token: u64, rest: bool },
+    /// `len` bytes of a receive's remote copy landed (a read the transport
+    /// reported done): tell the sender (ReadDone) and count them.
+    Landed { token: u64, len: usize },
+    /// A remote-copy send is over: withdraw its buffer's offer.
+    Withdraw { peer: PeerRank, key: u64 },
 }
 
 /// Bytes the receiver of a remote-copy rendezvous reads before it sends
@@ -431,6 +443,9 @@ struct Core {
     deferred: Vec<Deferred>,
     /// Eager limits of the transports, by index (to judge eager packets).
     eager_limits: Vec<usize>,
+    /// Whether the receiver of a remote-copy rendezvous reads all of it,
+    /// by transport index ([`Transport::remote_reads_all`]).
+    reads_all: Vec<bool>,
     /// Active messages that arrived, for the handler.
     active: VecDeque<ActiveMessage>,
 }
@@ -678,6 +693,7 @@ impl Device {
                 unexpected: UnexpectedQueue::default(),
                 deferred: Vec::new(),
                 eager_limits: all.iter().map(|t| t.eager_limit()).collect(),
+                reads_all: all.iter().map(|t| t.remote_reads_all()).collect(),
                 active: VecDeque::new(),
             },
             transports: all,
@@ -904,8 +920,14 @@ impl Device {
         let mut status = Status::empty();
         status.count = len;
         let eager = len <= self.transports[t].eager_limit();
-        let remote =
-            !eager && len > 0 && source.is_none() && self.transports[t].offers_remote_copy(peer);
+        let remote = if !eager && len > 0 && source.is_none() {
+            // SAFETY: the caller of `start_send` keeps `buf` readable for
+            // `len` bytes and unmodified until the request completes, and
+            // the offer is withdrawn when it does (or the peer failed).
+            unsafe { self.transports[t].remote_offer(peer, buf, len)? }
+        } else {
+            None
+        };
         let phase = match (eager, synchronous) {
             (true, false) => Phase::Done,
             (true, true) => Phase::AwaitingAck,
@@ -915,9 +937,11 @@ impl Device {
                 remote,
             },
         };
-        if remote {
+        if let Some(key) = remote {
             header.flags |= FLAG_REMOTE;
             header.address = buf as u64;
+            // An RTS names no receive: the field carries the key.
+            header.receiver_token = key;
         }
         let mut request = Request::new(Some(peer), phase, status);
         if !eager {
@@ -948,6 +972,9 @@ impl Device {
         };
         if let Err(e) = sent {
             self.core.requests.remove(token);
+            if let Some(key) = remote {
+                self.transports[t].remote_withdraw(peer, key);
+            }
             return Err(e);
         }
         Ok(RequestId(token))
@@ -1353,6 +1380,16 @@ impl Device {
                         self.core.fail_token(token, e);
                     }
                 }
+                Deferred::Landed { token, len } => {
+                    if let Err(e) = self.landed(token, len) {
+                        self.core.fail_token(token, e);
+                    }
+                }
+                Deferred::Withdraw { peer, key } => {
+                    if let Ok(t) = self.bind(peer) {
+                        self.transports[t].remote_withdraw(peer, key);
+                    }
+                }
             }
         }
     }
@@ -1404,7 +1441,8 @@ impl Device {
     }
 
     /// The sender's share of a remote-copy rendezvous: the bytes beyond
-    /// [`remote_split`], written into the receiver's buffer at `address`,
+    /// the receiver's share ([`read_share`]; none where the receiver
+    /// reads all), written into the receiver's buffer at `address`,
     /// then reported with WriteDone (0 if the system refused the copy: the
     /// receiver then reads them).
     fn write_share(
@@ -1416,12 +1454,12 @@ impl Device {
         receiver_token: u64,
         address: u64,
     ) -> Result<()> {
-        let split = remote_split(accepted);
+        let t = self.bind(peer)?;
+        let split = read_share(self.core.reads_all[t], accepted);
         let share = accepted - split;
         if share == 0 {
             return Ok(());
         }
-        let t = self.bind(peer)?;
         // SAFETY: `start_send`'s caller keeps the buffer valid for `len`
         // bytes until the request completes, which needs this share;
         // `split + share == accepted <= len`. The remote address was
@@ -1434,27 +1472,9 @@ impl Device {
         header.message_len = if written { share as u64 } else { 0 };
         self.send_packet(peer, header, &[])?;
         if written {
-            self.count_copied_out(token, share);
+            self.core.count_copied_out(token, share);
         }
         Ok(())
-    }
-
-    /// `n` more bytes of the remote-copy send `token` are copied; it
-    /// completes when all are.
-    fn count_copied_out(&mut self, token: u64, n: usize) {
-        if let Some(r) = self.core.requests.get_mut(token) {
-            if let Phase::CopyingOut {
-                accepted,
-                ref mut copied,
-                ..
-            } = r.phase
-            {
-                *copied += n;
-                if *copied == accepted {
-                    r.phase = Phase::Done;
-                }
-            }
-        }
     }
 
     /// The receiver's reads of a remote-copy rendezvous. First (`rest`
@@ -1525,6 +1545,7 @@ impl Device {
         let (
             &Phase::CopyingIn {
                 address,
+                key,
                 sender_token,
                 accepted,
                 ..
@@ -1536,21 +1557,29 @@ impl Device {
         };
         let buf = r.buf;
         let t = self.bind(peer)?;
-        let split = remote_split(accepted);
+        let split = read_share(self.core.reads_all[t], accepted);
         let (from, to) = if rest { (split, accepted) } else { (0, split) };
         let mut at = from;
+        // Bytes copied by this call; reads the transport carries on with
+        // are reported (and counted) when they end.
+        let mut landed = 0;
         if !rest {
             let first = split.min(FIRST_READ);
-            // SAFETY: `start_recv`'s caller gave a buffer writable for `cap`
-            // bytes, unaliased until the request completes; `first <=
-            // accepted <= cap`.
-            let allowed = self.transports[t].offers_remote_copy(peer)
-                && unsafe { self.transports[t].remote_read(peer, address, buf, first)? };
+            let read = if self.transports[t].offers_remote_copy(peer) {
+                // SAFETY: `start_recv`'s caller gave a buffer writable for
+                // `cap` bytes, unaliased until the request completes, which
+                // needs this read to end; `first <= accepted <= cap`.
+                unsafe {
+                    self.transports[t].remote_read_start(peer, address, key, buf, first, token)?
+                }
+            } else {
+                RemoteRead::Refused
+            };
             let mut cts = Header::new(Kind::Cts);
             cts.message_len = accepted as u64;
             cts.sender_token = sender_token;
             cts.receiver_token = token;
-            if !allowed {
+            if read == RemoteRead::Refused {
                 if let Some(r) = self.core.requests.get_mut(token) {
                     r.phase = Phase::AwaitingData {
                         accepted,
@@ -1562,31 +1591,66 @@ impl Device {
             cts.flags = FLAG_REMOTE;
             cts.address = buf as u64;
             self.send_packet(peer, cts, &[])?;
+            if read == RemoteRead::Done {
+                landed += first;
+            }
             at = first;
         }
         if to > at {
             // SAFETY: as above, `at..to` lies within `accepted <= cap`; the
             // sender writes only beyond `split`, so no byte of this read
             // is written by the peer meanwhile.
-            let done = unsafe {
-                self.transports[t].remote_read(peer, address + at as u64, buf.add(at), to - at)?
+            let read = unsafe {
+                self.transports[t].remote_read_start(
+                    peer,
+                    address + at as u64,
+                    key,
+                    buf.add(at),
+                    to - at,
+                    token,
+                )?
             };
-            if !done {
-                return Err(Error::new(
-                    ErrorClass::Other,
-                    format!(
-                        "the system refused a remote copy from rank {peer} in the middle of a message"
-                    ),
-                ));
+            match read {
+                RemoteRead::Done => landed += to - at,
+                RemoteRead::Started => {}
+                RemoteRead::Refused => {
+                    return Err(Error::new(
+                        ErrorClass::Other,
+                        format!(
+                            "the system refused a remote copy from rank {peer} in the middle of a message"
+                        ),
+                    ))
+                }
             }
         }
+        if landed > 0 {
+            self.landed(token, landed)?;
+        }
+        Ok(())
+    }
+
+    /// `len` more bytes of the remote-copy receive `token` landed: the
+    /// sender learns it with ReadDone (its buffer is free once all is
+    /// read), and the receive completes once every byte is here.
+    fn landed(&mut self, token: u64, len: usize) -> Result<()> {
+        let Some(r) = self.core.requests.get_mut(token) else {
+            return Ok(());
+        };
+        let (&Phase::CopyingIn { sender_token, .. }, Some(peer)) = (&r.phase, r.peer) else {
+            return Ok(());
+        };
         let mut header = Header::new(Kind::ReadDone);
         header.sender_token = sender_token;
-        header.message_len = (to - from) as u64;
+        header.message_len = len as u64;
         self.send_packet(peer, header, &[])?;
         if let Some(r) = self.core.requests.get_mut(token) {
-            if let Phase::CopyingIn { ref mut copied, .. } = r.phase {
-                *copied += to - from;
+            if let Phase::CopyingIn {
+                accepted,
+                ref mut copied,
+                ..
+            } = r.phase
+            {
+                *copied += len;
                 if *copied == accepted {
                     finish_receive(r, accepted);
                 }
@@ -1679,6 +1743,29 @@ impl Device {
 }
 
 impl Core {
+    /// `n` more bytes of the remote-copy send `token` are copied; it
+    /// completes when all are, and its buffer's offer is withdrawn.
+    fn count_copied_out(&mut self, token: u64, n: usize) {
+        let Some(r) = self.requests.get_mut(token) else {
+            return;
+        };
+        if let Phase::CopyingOut {
+            accepted,
+            key,
+            ref mut copied,
+            ..
+        } = r.phase
+        {
+            *copied += n;
+            if *copied == accepted {
+                r.phase = Phase::Done;
+                if let Some(peer) = r.peer {
+                    self.deferred.push(Deferred::Withdraw { peer, key });
+                }
+            }
+        }
+    }
+
     /// Fails the request `token` (if it is live) with `error`.
     fn fail_token(&mut self, token: u64, error: Error) {
         if let Some(r) = self.requests.get_mut(token) {
@@ -1721,7 +1808,7 @@ impl Core {
         peer: PeerRank,
         sender_token: u64,
         len: usize,
-        remote: Option<u64>,
+        remote: Option<(u64, u64)>,
     ) {
         let Some(r) = self.requests.get_mut(token) else {
             return;
@@ -1731,9 +1818,10 @@ impl Core {
         // A receive with a sink takes the data in pieces, never by remote
         // copy into a buffer.
         let pieces = r.sink.is_some() && accepted > 0;
-        if let Some(address) = remote.filter(|_| accepted > 0 && !pieces) {
+        if let Some((address, key)) = remote.filter(|_| accepted > 0 && !pieces) {
             r.phase = Phase::CopyingIn {
                 address,
+                key,
                 sender_token,
                 accepted,
                 copied: 0,
@@ -1911,7 +1999,9 @@ impl Core {
                 let len = usize::try_from(h.message_len).map_err(|_| {
                     protocol_error(peer, "message longer than this machine's address space")
                 })?;
-                let remote = (h.flags & FLAG_REMOTE != 0).then_some(h.address);
+                // An RTS's receiver-token field carries the key of the
+                // offered buffer.
+                let remote = (h.flags & FLAG_REMOTE != 0).then_some((h.address, h.receiver_token));
                 match self.posted.take_match(&envelope) {
                     Some(token) => {
                         if let Some(r) = self.requests.get_mut(token) {
@@ -1939,7 +2029,7 @@ impl Core {
                 let ok = self.requests.get(token).is_some_and(|r| {
                     r.peer == Some(peer)
                         && matches!(r.phase, Phase::AwaitingCts { len, remote, .. }
-                            if h.message_len <= len as u64 && (remote || !copy))
+                            if h.message_len <= len as u64 && (remote.is_some() || !copy))
                 });
                 if !ok {
                     return Err(protocol_error(
@@ -1950,7 +2040,7 @@ impl Core {
                     ));
                 }
                 if let Some(r) = self.requests.get_mut(token) {
-                    if let Phase::AwaitingCts { ptr, .. } = r.phase {
+                    if let Phase::AwaitingCts { ptr, remote, .. } = r.phase {
                         let accepted = h.message_len as usize;
                         // The send reports the count the receiver took.
                         r.status.count = accepted;
@@ -1963,12 +2053,13 @@ impl Core {
                                 sent: 0,
                                 in_flight: false,
                             }
-                        } else if copy {
+                        } else if let Some(key) = remote.filter(|_| copy) {
                             Phase::CopyingOut {
                                 ptr,
                                 accepted,
                                 receiver_token: h.receiver_token,
                                 address: h.address,
+                                key,
                                 copied: 0,
                             }
                         } else {
@@ -2045,6 +2136,7 @@ impl Core {
             Kind::WriteDone => {
                 let token = h.receiver_token;
                 let written = h.message_len;
+                let reads_all = self.reads_all[transport];
                 let Some(r) = self
                     .requests
                     .get_mut(token)
@@ -2066,7 +2158,7 @@ impl Core {
                         format!("copy report for receive {token:#x}, which copies nothing"),
                     ));
                 };
-                let share = (accepted - remote_split(accepted)) as u64;
+                let share = (accepted - read_share(reads_all, accepted)) as u64;
                 if share == 0 || (written != share && written != 0) {
                     return Err(protocol_error(
                         peer,
@@ -2116,10 +2208,7 @@ impl Core {
                         ),
                     ));
                 }
-                *copied += read as usize;
-                if *copied == accepted {
-                    r.phase = Phase::Done;
-                }
+                self.count_copied_out(token, read as usize);
                 Ok(None)
             }
             Kind::SyncAck => {
@@ -2161,7 +2250,14 @@ impl Core {
                     Some(r) if r.cancel_asked => {
                         r.status.cancelled = true;
                         r.status.count = 0;
+                        let offered = match r.phase {
+                            Phase::AwaitingCts { remote, .. } => remote,
+                            _ => None,
+                        };
                         r.phase = Phase::Done;
+                        if let Some(key) = offered {
+                            self.deferred.push(Deferred::Withdraw { peer, key });
+                        }
                     }
                     _ => {
                         return Err(protocol_error(
@@ -2233,6 +2329,19 @@ unsafe fn payload<'a>(buf: *const u8, len: usize) -> &'a [u8] {
     }
     // SAFETY: the caller's guarantee.
     unsafe { std::slice::from_raw_parts(buf, len) }
+}
+
+/// Bytes of a remote-copy rendezvous of `accepted` bytes that the
+/// receiver reads, from the start of the sender's buffer: all over a
+/// transport whose NIC moves them (`reads_all`, see
+/// [`Transport::remote_reads_all`]), else [`remote_split`]'s share (the
+/// sender writes the rest).
+fn read_share(reads_all: bool, accepted: usize) -> usize {
+    if reads_all {
+        accepted
+    } else {
+        remote_split(accepted)
+    }
 }
 
 /// The error of a peer that sent what the protocol does not allow.
@@ -2477,6 +2586,21 @@ impl PacketSink for Sink<'_> {
         }
     }
 
+    fn on_remote_read(&mut self, peer: PeerRank, token: u64, outcome: Result<usize>) {
+        let reading =
+            self.core.requests.get(token).is_some_and(|r| {
+                r.peer == Some(peer) && matches!(r.phase, Phase::CopyingIn { .. })
+            });
+        if !reading {
+            // The receive failed (its peer did) or completed already.
+            return;
+        }
+        match outcome {
+            Ok(len) => self.core.deferred.push(Deferred::Landed { token, len }),
+            Err(e) => self.core.fail_token(token, e),
+        }
+    }
+
     fn on_peer_failed(&mut self, peer: PeerRank, error: Error) {
         self.core.peer_failed(peer, error);
     }
@@ -2526,6 +2650,7 @@ mod tests {
             unexpected: UnexpectedQueue::default(),
             deferred: Vec::new(),
             eager_limits: vec![64],
+            reads_all: vec![false],
             active: VecDeque::new(),
         }
     }
@@ -2545,7 +2670,7 @@ mod tests {
         let token = core
             .requests
             .insert(Device::unpacked_request(Some(PEER), sink));
-        core.accept_rts(token, PEER, 77, len, Some(0x7f00_0000_0000));
+        core.accept_rts(token, PEER, 77, len, Some((0x7f00_0000_0000, 0)));
         (token, bytes)
     }
 

@@ -17,7 +17,12 @@
 //! [`Transport::remote_write`], and the ADI then moves a rendezvous's data
 //! with them instead of data packets (see [`crate::proto`], "Remote memory
 //! copy"); the ADI chooses the protocol in one place, `Device::start_send`,
-//! and falls back to data packets whenever a copy is refused.
+//! and falls back to data packets whenever a copy is refused. A
+//! transport whose NIC copies (verbs) offers the sender's buffer under a
+//! key ([`Transport::remote_offer`]) and reads it asynchronously
+//! ([`Transport::remote_read_start`], reported by
+//! [`PacketSink::on_remote_read`]); the receiver then reads the whole
+//! message ([`Transport::remote_reads_all`]).
 //!
 //! # One-sided channel (RDMA)
 //! A transport whose NIC reads and writes registered memory of its peers
@@ -81,6 +86,23 @@ pub trait PacketSink {
     /// A [`Transport::send_zcopy`] with this token has finished with the
     /// caller's buffer.
     fn on_send_complete(&mut self, token: u64);
+
+    /// A read that [`Transport::remote_read_start`] started for `token`
+    /// ended: `Ok(len)`, its `len` bytes landed; an error, it failed (a remote
+    /// access error; the transport fails `peer` too when, as RC has it,
+    /// the connection is then broken). A sink that never starts such reads
+    /// keeps the default, which fails the peer: a transport that reports
+    /// one to it broke the ADI's contract.
+    fn on_remote_read(&mut self, peer: PeerRank, token: u64, outcome: Result<usize>) {
+        let _ = outcome;
+        self.on_peer_failed(
+            peer,
+            Error::new(
+                ErrorClass::Intern,
+                format!("a remote read for {token:#x} ended, and this sink started none"),
+            ),
+        );
+    }
 
     /// The connection to `peer` is lost or broke the protocol. Every
     /// operation that needs the peer fails with `error`.
@@ -227,6 +249,72 @@ pub trait Transport: Send {
         Ok(false)
     }
 
+    /// Whether the receiver of a remote-copy rendezvous reads the whole
+    /// message (the NIC moves it: verbs' RDMA READ) rather than half of
+    /// it while the sender writes the rest (two cores copy at once: shm's
+    /// cross-memory attach, the default). Fixed for the transport's life.
+    fn remote_reads_all(&self) -> bool {
+        false
+    }
+
+    /// Offers `len` bytes at `buf` to `peer` for a remote-copy rendezvous:
+    /// returns the key the peer's [`Transport::remote_read_start`] names
+    /// it by (0 where the transport needs none), or `None` when it is not
+    /// offered (the rendezvous then moves the data in packets). The
+    /// default offers it, keyless, wherever
+    /// [`Transport::offers_remote_copy`] says so.
+    ///
+    /// # Safety
+    /// `buf` must stay valid for reads of `len` bytes, and unmodified,
+    /// until [`Transport::remote_withdraw`] with the key, or the peer
+    /// fails.
+    unsafe fn remote_offer(
+        &mut self,
+        peer: PeerRank,
+        buf: *const u8,
+        len: usize,
+    ) -> Result<Option<u64>> {
+        let _ = (buf, len);
+        Ok(self.offers_remote_copy(peer).then_some(0))
+    }
+
+    /// The rendezvous that [`Transport::remote_offer`] offered a buffer
+    /// for, with `key`, is over: the peer reads no more of it.
+    fn remote_withdraw(&mut self, peer: PeerRank, key: u64) {
+        let _ = (peer, key);
+    }
+
+    /// Starts copying `len` bytes from address `remote` (offered with
+    /// `key`) in `peer`'s memory to `local`, for the receive `token`.
+    /// [`RemoteRead::Done`] and [`RemoteRead::Refused`] are the outcomes
+    /// of [`Transport::remote_read`], which the default calls;
+    /// [`RemoteRead::Started`]: the copy goes on without the caller, and
+    /// [`PacketSink::on_remote_read`] reports its end from a later poll.
+    /// An error means nothing was started (class `ProcFailed`: the peer
+    /// is lost).
+    ///
+    /// # Safety
+    /// `local` must be valid for writes of `len` bytes, with nothing else
+    /// reading or writing it, until the copy ended (`Done`, or its report)
+    /// or the peer failed.
+    unsafe fn remote_read_start(
+        &mut self,
+        peer: PeerRank,
+        remote: u64,
+        key: u64,
+        local: *mut u8,
+        len: usize,
+        token: u64,
+    ) -> Result<RemoteRead> {
+        let _ = (key, token);
+        // SAFETY: this function's contract includes `remote_read`'s.
+        Ok(if unsafe { self.remote_read(peer, remote, local, len)? } {
+            RemoteRead::Done
+        } else {
+            RemoteRead::Refused
+        })
+    }
+
     /// Whether one-sided operations on `peer`'s registered memory
     /// ([`Transport::rdma_post`]) are offered, done by the NIC without the
     /// peer's process. The default: no.
@@ -283,6 +371,19 @@ pub trait Transport: Send {
         let _ = id;
         None
     }
+}
+
+/// What [`Transport::remote_read_start`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemoteRead {
+    /// Every byte is copied.
+    Done,
+    /// The system refuses remote copies: nothing was copied, and from now
+    /// on [`Transport::offers_remote_copy`] says no.
+    Refused,
+    /// The copy is under way; [`PacketSink::on_remote_read`] reports its
+    /// end.
+    Started,
 }
 
 /// Memory of this process registered for peers' one-sided operations
