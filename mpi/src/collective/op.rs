@@ -23,7 +23,7 @@
 
 use super::typed::{Input, Output};
 use crate::datatype::{
-    Buffer, BufferMut, Datatype, DatatypeRef, ElementType, Equivalence, UserDatatype,
+    Buffer, BufferMut, Datatype, DatatypeRef, ElementType, Equivalence, Primitive, UserDatatype,
 };
 use crate::{Error, ErrorClass, Result};
 use std::mem::offset_of;
@@ -713,13 +713,6 @@ where
 
 /// The kernel of `op` on `element_type`, if the standard defines it.
 fn kernel(op: SystemOp, element_type: ElementType) -> Option<Kernel> {
-    macro_rules! pick {
-        ($class:ident: $($t:ty),*) => {$(
-            if element_type.is::<$t>() {
-                return $class::<$t>(op);
-            }
-        )*};
-    }
     macro_rules! pick_pairs {
         ($($v:ty, $i:ty);*) => {$(
             if element_type.is::<ValueIndex<$v, $i>>() {
@@ -732,9 +725,25 @@ fn kernel(op: SystemOp, element_type: ElementType) -> Option<Kernel> {
         pick_pairs!(i32, i32; u32, i32; f32, i32; i64, i64; u64, i64; f64, i64);
         return None;
     }
-    pick!(integer_kernel: i8, i16, i32, i64, i128, isize, u8, u16, u32, u64, u128, usize);
-    pick!(float_kernel: f32, f64);
-    None
+    // Numbers by their basic type's code: one match, where testing each
+    // type's signature in turn cost more than a small reduction itself
+    // (a one-sided fetch-and-op picks its kernel on every call).
+    match element_type.basic()? {
+        Primitive::I8 => integer_kernel::<i8>(op),
+        Primitive::I16 => integer_kernel::<i16>(op),
+        Primitive::I32 => integer_kernel::<i32>(op),
+        Primitive::I64 => integer_kernel::<i64>(op),
+        Primitive::I128 => integer_kernel::<i128>(op),
+        Primitive::Isize => integer_kernel::<isize>(op),
+        Primitive::U8 => integer_kernel::<u8>(op),
+        Primitive::U16 => integer_kernel::<u16>(op),
+        Primitive::U32 => integer_kernel::<u32>(op),
+        Primitive::U64 => integer_kernel::<u64>(op),
+        Primitive::U128 => integer_kernel::<u128>(op),
+        Primitive::Usize => integer_kernel::<usize>(op),
+        Primitive::F32 => float_kernel::<f32>(op),
+        Primitive::F64 => float_kernel::<f64>(op),
+    }
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@ use super::wire::AccumulateOp;
 use crate::datatype::Primitive;
 use crate::{Error, ErrorClass, Result};
 use oxmpi_shm::window::{AccessError, RemoteWindow, SharedRwLock, WindowSegment};
+use std::cell::Cell;
 use std::sync::Arc;
 
 /// How the direct path reaches one target's window.
@@ -68,6 +69,7 @@ impl Reach {
     }
 
     fn write(&self, at: usize, data: &[u8]) -> Result<()> {
+        stored();
         match self {
             Reach::Mapped(segment) => segment.write(at, data),
             Reach::Remote { memory, .. } => memory.write(at as u64, data),
@@ -108,6 +110,32 @@ impl Reach {
             Reach::Mapped(segment) => Some(segment),
             Reach::Remote { .. } => None,
         }
+    }
+}
+
+thread_local! {
+    /// Whether this thread stored into window memory with plain stores
+    /// since its last full barrier: then a flush must fence, so that the
+    /// stores leave this CPU before the flush returns. A region mutex's
+    /// release (an atomic swap) is such a barrier already, so that
+    /// accumulates under region mutexes and compare-and-swaps leave
+    /// nothing to fence, and a flush after them costs no fence. Per
+    /// thread, as the stores in a CPU's store buffer are.
+    static UNFENCED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Notes a plain store into window memory by this thread.
+fn stored() {
+    UNFENCED.with(|u| u.set(true));
+}
+
+/// Completes this thread's operations at their targets (`MPI_Win_flush`
+/// on the direct path): every operation is done when it returns, and only
+/// plain stores not followed by a full barrier may still sit in this
+/// CPU's store buffer, which a sequentially consistent fence drains.
+pub(crate) fn complete() {
+    if UNFENCED.with(|u| u.replace(false)) {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -204,7 +232,15 @@ pub(crate) fn accumulate(
     });
     if let Some(segment) = words {
         let new = (op == AccumulateOp::Replace).then_some(data);
+        if new.is_some() && old.is_none() {
+            // Release stores, not swaps.
+            stored();
+        }
         return segment.exchange(at, size, new, old).map_err(access_error);
+    }
+    if exclusive {
+        // No region mutex, so no barrier after the stores.
+        stored();
     }
     let _regions = if exclusive {
         None

@@ -1102,7 +1102,7 @@ impl<'a> Window<'a> {
         target: i32,
         disp: usize,
     ) -> Result<()> {
-        let outcome = self.fetch_blocking(result, target, disp, |_| Ok(FetchKind::Get));
+        let outcome = self.fetch_blocking(result, target, disp, |_| Ok(Fetch::Get));
         self.comm.handled(outcome)
     }
 
@@ -1198,44 +1198,53 @@ impl<'a> Window<'a> {
         disp: usize,
     ) -> Result<()> {
         let size = std::mem::size_of::<T>();
-        let mut data = Vec::with_capacity(2 * size);
-        for value in [compare, origin] {
-            data.extend_from_slice(
-                Input::new(std::slice::from_ref(value))
-                    .map(|i| i.bytes().to_vec())?
-                    .as_slice(),
-            );
-        }
-        let outcome = self.fetch_blocking(
-            std::slice::from_mut(result),
-            target,
-            disp,
-            |(element, _)| {
-                let basic = element
-                    .basic()
-                    .filter(|b| b.size() == size)
-                    .ok_or_else(|| {
-                        Error::new(
-                            ErrorClass::Type,
-                            format!(
-                                "compare_and_swap takes one element of a basic type, not {}",
-                                element.name()
-                            ),
-                        )
-                    })?;
-                Ok(FetchKind::CompareAndSwap(basic, data))
-            },
-        );
+        // The compare value, then the new one: two elements of a basic
+        // type, 16 bytes at most each.
+        let mut data = [0u8; 32];
+        let outcome = (|| {
+            let mut filled = 0;
+            for value in [compare, origin] {
+                let input = Input::new(std::slice::from_ref(value))?;
+                let bytes = input.bytes();
+                if let Some(place) = data.get_mut(filled..filled + bytes.len()) {
+                    place.copy_from_slice(bytes);
+                }
+                filled += bytes.len();
+            }
+            self.fetch_blocking(
+                std::slice::from_mut(result),
+                target,
+                disp,
+                |(element, _)| {
+                    let basic = element
+                        .basic()
+                        .filter(|b| b.size() == size && 2 * size == filled)
+                        .ok_or_else(|| {
+                            Error::new(
+                                ErrorClass::Type,
+                                format!(
+                                    "compare_and_swap takes one element of a basic type, not {}",
+                                    element.name()
+                                ),
+                            )
+                        })?;
+                    Ok(Fetch::CompareAndSwap {
+                        element: basic,
+                        data: &data[..filled],
+                    })
+                },
+            )
+        })();
         self.comm.handled(outcome)
     }
 
     /// Runs a fetching operation into `result` and waits for it.
-    fn fetch_blocking<R: BufferMut + ?Sized>(
+    fn fetch_blocking<'d, R: BufferMut + ?Sized>(
         &self,
         result: &mut R,
         target: i32,
         disp: usize,
-        what: impl FnOnce((ElementType, usize)) -> Result<FetchKind>,
+        what: impl FnOnce((ElementType, usize)) -> Result<Fetch<'d>>,
     ) -> Result<()> {
         if target == PROC_NULL {
             return Ok(());
@@ -1247,7 +1256,7 @@ impl<'a> Window<'a> {
         let what = what((element, len))?;
         // SAFETY: `bytes` stays borrowed by `output`, untouched, until the
         // request is waited for below.
-        let request = unsafe { self.start_fetch(target, disp, bytes.as_mut_ptr(), len, &what)? };
+        let request = unsafe { self.start_fetch(target, disp, bytes.as_mut_ptr(), len, what)? };
         if let Some(request) = request {
             let status = crate::wait_request(request)?;
             if let Some(e) = status.error {
@@ -1267,16 +1276,11 @@ impl<'a> Window<'a> {
         disp: usize,
         dest: *mut u8,
         len: usize,
-        what: &FetchKind,
+        what: Fetch<'_>,
     ) -> Result<Option<RequestId>> {
         let (to, path, disp) = self.check_target(target, disp, len)?;
-        let fetch = match *what {
-            FetchKind::Get => Fetch::Get,
-            FetchKind::Accumulate(element, op, ref data) => Fetch::Accumulate { element, op, data },
-            FetchKind::CompareAndSwap(element, ref data) => Fetch::CompareAndSwap { element, data },
-        };
         // SAFETY: the caller's guarantee.
-        unsafe { path.fetch(&to, disp, dest, len, fetch) }
+        unsafe { path.fetch(&to, disp, dest, len, what) }
     }
 
     /// The request-based put (`MPI_Rput`): the data is copied at once,
@@ -1319,7 +1323,7 @@ impl<'a> Window<'a> {
         target: i32,
         disp: usize,
     ) -> Result<Request<'s>> {
-        let outcome = self.start_scoped(scope, result, target, disp, |_| Ok(FetchKind::Get));
+        let outcome = self.start_scoped(scope, result, target, disp, |_| Ok(Fetch::Get));
         self.comm.handled(outcome)
     }
 
@@ -1345,13 +1349,13 @@ impl<'a> Window<'a> {
         self.comm.handled(outcome)
     }
 
-    fn start_scoped<'s, T: Equivalence>(
+    fn start_scoped<'s, 'd, T: Equivalence>(
         &self,
         scope: &Scope<'s>,
         result: &'s mut [T],
         target: i32,
         disp: usize,
-        what: impl FnOnce((ElementType, usize)) -> Result<FetchKind>,
+        what: impl FnOnce((ElementType, usize)) -> Result<Fetch<'d>>,
     ) -> Result<Request<'s>> {
         if target == PROC_NULL {
             return completed();
@@ -1360,7 +1364,7 @@ impl<'a> Window<'a> {
         let what = what((ElementType::of::<T>(), len))?;
         // SAFETY: `result` is borrowed for `'s`, and the scope completes
         // the request before `'s` ends.
-        let id = unsafe { self.start_fetch(target, disp, result.as_mut_ptr().cast(), len, &what)? };
+        let id = unsafe { self.start_fetch(target, disp, result.as_mut_ptr().cast(), len, what)? };
         match id {
             Some(id) => Ok(scope.register(id)),
             None => completed(),
@@ -1795,13 +1799,6 @@ impl Drop for Window<'_> {
     }
 }
 
-/// What a fetching operation does, with its data owned.
-enum FetchKind {
-    Get,
-    Accumulate(Primitive, AccumulateOp, Vec<u8>),
-    CompareAndSwap(Primitive, Vec<u8>),
-}
-
 /// The basic type an accumulate of `element`s with `op` works on, or the
 /// error (`MPI_ERR_TYPE` for data of several types, `MPI_ERR_OP` for an
 /// operation not defined for it).
@@ -1824,15 +1821,19 @@ fn accumulate_element(element: ElementType, op: AccumulateOp) -> Result<Primitiv
 
 /// The fetching accumulate of `input` into a result of `len` bytes of
 /// `element`s.
-fn fetch_accumulate(
-    input: &Input<'_>,
+fn fetch_accumulate<'d>(
+    input: &'d Input<'_>,
     element: ElementType,
     len: usize,
     op: AccumulateOp,
-) -> Result<FetchKind> {
+) -> Result<Fetch<'d>> {
     let basic = accumulate_element(element, op)?;
     if op == AccumulateOp::NoOp {
-        return Ok(FetchKind::Accumulate(basic, op, Vec::new()));
+        return Ok(Fetch::Accumulate {
+            element: basic,
+            op,
+            data: &[],
+        });
     }
     crate::collective::op::same_element_type(input.element_type(), element)?;
     if input.bytes().len() != len {
@@ -1844,7 +1845,11 @@ fn fetch_accumulate(
             ),
         ));
     }
-    Ok(FetchKind::Accumulate(basic, op, input.bytes().to_vec()))
+    Ok(Fetch::Accumulate {
+        element: basic,
+        op,
+        data: input.bytes(),
+    })
 }
 
 /// A request that is complete already (local completion, or an

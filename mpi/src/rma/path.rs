@@ -296,11 +296,11 @@ impl Path {
             Path::ActiveMessages => {
                 progress_until(|_| Ok((to.shared.state().outstanding[to.rank] == 0).then_some(())))
             }
-            // Every operation is done when it returns: a fence orders its
-            // stores before whatever this rank does next (an unlock, a
-            // message).
+            // Every operation is done when it returns: a fence, if plain
+            // stores may still wait in this CPU, orders them before
+            // whatever this rank does next (an unlock, a message).
             Path::Direct(_) => {
-                std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+                direct::complete();
                 Ok(())
             }
             Path::Rdma(reach) => reach.flush(),
