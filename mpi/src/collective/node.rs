@@ -112,12 +112,20 @@ const NAP: Duration = Duration::from_micros(20);
 const POLL_EVERY: u32 = 64;
 const YIELD_EVERY: u32 = 4096;
 
-/// Data up to this many bytes is combined in buffers on the stack.
-const SMALL: usize = 256;
+/// Data up to this many bytes is combined in buffers on the stack: of a
+/// cell's data, or of this size, so that the buffers zeroed fit the data.
+const SMALL: usize = 2 << 10;
 
-/// A stack buffer aligned for every element type (as [`Scratch`] is).
+/// A stack buffer of `N` bytes, aligned for every element type (as
+/// [`Scratch`] is).
 #[repr(C, align(16))]
-struct Aligned([u8; SMALL]);
+struct Aligned<const N: usize>([u8; N]);
+
+impl<const N: usize> Aligned<N> {
+    fn zeroed() -> Aligned<N> {
+        Aligned([0; N])
+    }
+}
 
 /// A cell's first word: the number of the collective (high 32 bits), a
 /// flag that it was ever stamped (bit 31), and the data's length.
@@ -376,7 +384,9 @@ impl NodeRegion {
         // stamped (before its first progress).
         let cell = self.begin(number, total, |_| Ok(()))?;
         let window = self.area / element * element;
-        let piece = (CHUNK / element).max(1) * element;
+        // No part is longer than this, nor a piece.
+        let longest_part = (window.min(total) / element).div_ceil(self.size) * element;
+        let piece = ((CHUNK / element).max(1) * element).min(longest_part);
         let (mut fold, mut input) = (Scratch::zeroed(piece), Scratch::zeroed(piece));
         let mut step = 0;
         for (round, w) in acc.chunks_mut(window).enumerate() {
@@ -485,9 +495,14 @@ impl NodeRegion {
         // Small data (the common case here) needs no allocation; every
         // buffer is 16-byte aligned, as every element type needs.
         let len = acc.len();
-        let (mut stack_fold, mut stack_input) = (Aligned([0; SMALL]), Aligned([0; SMALL]));
+        let (mut line_fold, mut line_input): (Aligned<INLINE>, Aligned<INLINE>);
+        let (mut stack_fold, mut stack_input): (Aligned<SMALL>, Aligned<SMALL>);
         let (mut heap_fold, mut heap_input);
-        let (fold, input) = if len <= SMALL {
+        let (fold, input) = if len <= INLINE {
+            (line_fold, line_input) = (Aligned::zeroed(), Aligned::zeroed());
+            (&mut line_fold.0[..len], &mut line_input.0[..len])
+        } else if len <= SMALL {
+            (stack_fold, stack_input) = (Aligned::zeroed(), Aligned::zeroed());
             (&mut stack_fold.0[..len], &mut stack_input.0[..len])
         } else {
             heap_fold = Scratch::zeroed(len);
