@@ -246,8 +246,13 @@ impl Communicator {
         if self.is_inter_communicator() {
             return self.inter_all_reduce(sequence, acc, red).await;
         }
-        if let Some(node) = node.filter(|node| node.fits(acc.len())) {
-            return node.all_reduce(sequence.0, acc, red);
+        if let Some(node) = node {
+            if node.fits(acc.len()) {
+                return node.all_reduce(sequence.0, acc, red);
+            }
+            if node.fits_staged(acc.len(), red.element_size()) {
+                return node.all_reduce_staged(sequence.0, acc, red);
+            }
         }
         let team = self.team(sequence, CollectiveTag::AllReduce)?;
         team.complete(algorithms::all_reduce(&team, acc, red)).await

@@ -95,6 +95,15 @@ const INLINE: usize = LINE - 8;
 const SLOTS_BUDGET: usize = 256 << 10;
 const SLOT_MIN: usize = 1 << 10;
 const SLOT_MAX: usize = 8 << 10;
+/// The staging areas of all-reduces too long for a slot: two per process
+/// (used in turn by rounds), at most this much in all, each from
+/// [`AREA_MIN`] to [`AREA_MAX`] bytes.
+const AREAS: usize = 2;
+const STAGING_BUDGET: usize = 1 << 20;
+const AREA_MIN: usize = 16 << 10;
+const AREA_MAX: usize = 256 << 10;
+/// Bytes a staged all-reduce combines at a time (in the cache).
+const CHUNK: usize = 16 << 10;
 /// How long a wait sleeps at a time once it has spun for the device's
 /// spin time.
 const NAP: Duration = Duration::from_micros(20);
@@ -103,12 +112,20 @@ const NAP: Duration = Duration::from_micros(20);
 const POLL_EVERY: u32 = 64;
 const YIELD_EVERY: u32 = 4096;
 
-/// Data up to this many bytes is combined in buffers on the stack.
-const SMALL: usize = 256;
+/// Data up to this many bytes is combined in buffers on the stack: of a
+/// cell's data, or of this size, so that the buffers zeroed fit the data.
+const SMALL: usize = 2 << 10;
 
-/// A stack buffer aligned for every element type (as [`Scratch`] is).
+/// A stack buffer of `N` bytes, aligned for every element type (as
+/// [`Scratch`] is).
 #[repr(C, align(16))]
-struct Aligned([u8; SMALL]);
+struct Aligned<const N: usize>([u8; N]);
+
+impl<const N: usize> Aligned<N> {
+    fn zeroed() -> Aligned<N> {
+        Aligned([0; N])
+    }
+}
 
 /// A cell's first word: the number of the collective (high 32 bits), a
 /// flag that it was ever stamped (bit 31), and the data's length.
@@ -173,6 +190,13 @@ pub(crate) struct NodeRegion {
     /// A collective number every process is known to have stamped (or a
     /// later one), with [`STAMPED`] set once one is known.
     reached: AtomicU64,
+    /// Bytes of each staging area.
+    area: usize,
+    /// Rounds of staged all-reduces this process has made (the next uses
+    /// area `staged_rounds % AREAS`), and for each area the progress at
+    /// which every process has read its last results (0: never used).
+    staged_rounds: AtomicU64,
+    free_after: [AtomicU64; AREAS],
 }
 
 impl NodeRegion {
@@ -182,9 +206,9 @@ impl NodeRegion {
         let (n, rank) = (t.size(), t.rank());
         let wanted = wanted(n);
         let host = HostId::current().ok().map(|h| h.key());
-        let slot = slot_bytes(n);
+        let (slot, area) = (slot_bytes(n), area_bytes(n));
         let made = match (rank, &host, &wanted) {
-            (0, Some(_), Ok(())) => match SharedRegion::create(region_len(n, slot)) {
+            (0, Some(_), Ok(())) => match SharedRegion::create(region_len(n, slot, area)) {
                 Ok(made) => Some(made),
                 Err(e) => {
                     vlog!("collectives over shared memory: cannot make a region: {e}");
@@ -245,6 +269,9 @@ impl NodeRegion {
             entered: AtomicU64::new(0),
             last: AtomicU32::new(0),
             reached: AtomicU64::new(0),
+            area,
+            staged_rounds: AtomicU64::new(0),
+            free_after: [AtomicU64::new(0), AtomicU64::new(0)],
         }))
     }
 
@@ -331,9 +358,120 @@ impl NodeRegion {
         mismatch.map_or(Ok(()), Err)
     }
 
+    /// Whether an all-reduce of `len` bytes of `element`-byte elements,
+    /// too long for a slot, can go through the staging areas.
+    pub(crate) fn fits_staged(&self, len: usize, element: usize) -> bool {
+        len < STAMPED as usize && element > 0 && self.area >= element
+    }
+
+    /// `MPI_Allreduce` in place on `acc` (which [fits the staging
+    /// areas](NodeRegion::fits_staged)), as a reduce-scatter and an
+    /// all-gather through them: in rounds of a window of at most an
+    /// area, each process copies the parts of its window that others
+    /// reduce into its area, reduces its own part of every process's in
+    /// rank order and leaves the result in its area, and copies the
+    /// others' results. Each byte is copied into shared memory once and
+    /// out of it once or twice.
+    pub(crate) fn all_reduce_staged(
+        &self,
+        number: u32,
+        acc: &mut [u8],
+        red: &Reduction,
+    ) -> Result<()> {
+        let element = red.element_size();
+        let total = acc.len();
+        // The stamp announces the length, checked once every process has
+        // stamped (before its first progress).
+        let cell = self.begin(number, total, |_| Ok(()))?;
+        let window = self.area / element * element;
+        // No part is longer than this, nor a piece.
+        let longest_part = (window.min(total) / element).div_ceil(self.size) * element;
+        let piece = ((CHUNK / element).max(1) * element).min(longest_part);
+        let (mut fold, mut input) = (Scratch::zeroed(piece), Scratch::zeroed(piece));
+        let mut step = 0;
+        for (round, w) in acc.chunks_mut(window).enumerate() {
+            let area = (self.staged_rounds.fetch_add(1, Ordering::Relaxed) % 2) as usize;
+            // Every process has read the area's last results.
+            let free = self.free_after[area].load(Ordering::Relaxed);
+            if free != 0 {
+                self.wait_for_progress(free, number, cell)?;
+            }
+            let elements = w.len() / element;
+            let parts = |q: usize| part(elements, self.size, q, element);
+            for q in self.others() {
+                self.write_staged(area, parts(q).start, &w[parts(q)])?;
+            }
+            step += 1;
+            self.publish_progress(number, step)?;
+            self.wait_for_progress(progress(number, step), number, cell)?;
+            if round == 0 {
+                // Every process stamped its cell before its progress.
+                self.everyone_reached(number);
+                if let Err(e) = self.same_lengths(number, cell, total) {
+                    // Every process sees a length that differs, and stops
+                    // here: none reads the area again.
+                    self.free_after[area].store(progress(number, step), Ordering::Relaxed);
+                    return Err(e);
+                }
+            }
+            // This process's part of every process's window, combined a
+            // piece at a time (which stays in the cache), left in its area.
+            let mine = parts(self.rank);
+            let mut at = mine.start;
+            while at < mine.end {
+                let end = (at + piece).min(mine.end);
+                let len = end - at;
+                self.fold_in_rank_order(
+                    &mut w[at..end],
+                    &mut fold.bytes_mut()[..len],
+                    &mut input.bytes_mut()[..len],
+                    red,
+                    |from, buf| self.read_staged(from, area, at, buf).map(|()| true),
+                )?;
+                at = end;
+            }
+            self.write_staged(area, mine.start, &w[mine])?;
+            step += 1;
+            self.publish_progress(number, step)?;
+            self.wait_for_progress(progress(number, step), number, cell)?;
+            for q in self.others() {
+                let part = parts(q);
+                self.read_staged(q, area, part.start, &mut w[part])?;
+            }
+            // The next progress says this process has read them.
+            self.free_after[area].store(progress(number, step + 1), Ordering::Relaxed);
+        }
+        self.publish_progress(number, step + 1)
+    }
+
     /// Starts this process's part of collective `number`, publishing
     /// `data` in its next cell: returns the cell.
     fn enter(&self, number: u32, data: &[u8]) -> Result<usize> {
+        self.begin(number, data.len(), |cell| {
+            let written = if data.len() <= INLINE {
+                self.region
+                    .write(self.cell_offset(self.rank, cell) + 8, data)
+            } else {
+                data.len() <= self.slot
+                    && self.region.write(self.slot_offset(self.rank, cell), data)
+            };
+            if written {
+                Ok(())
+            } else {
+                Err(outside(data.len(), self.slot))
+            }
+        })
+    }
+
+    /// Starts this process's part of collective `number` in its next
+    /// cell: once the cell is free, `write(cell)` puts the data in place,
+    /// and the stamp announces `len` bytes. Returns the cell.
+    fn begin(
+        &self,
+        number: u32,
+        len: usize,
+        write: impl FnOnce(usize) -> Result<()>,
+    ) -> Result<usize> {
         let entered = self.entered.load(Ordering::Relaxed);
         let cell = (entered % CELLS as u64) as usize;
         if entered >= CELLS as u64 {
@@ -342,17 +480,9 @@ impl NodeRegion {
             // process has stamped the previous one or later.
             self.wait_until_everyone_reached(self.last.load(Ordering::Relaxed))?;
         }
-        let written = if data.len() <= INLINE {
-            self.region
-                .write(self.cell_offset(self.rank, cell) + 8, data)
-        } else {
-            data.len() <= self.slot && self.region.write(self.slot_offset(self.rank, cell), data)
-        };
-        if !written {
-            return Err(outside(data.len(), self.slot));
-        }
+        write(cell)?;
         self.stamp_word(self.rank, cell)?
-            .store(Stamp::new(number, data.len()).0, Ordering::Release);
+            .store(Stamp::new(number, len).0, Ordering::Release);
         self.entered.store(entered + 1, Ordering::Relaxed);
         self.last.store(number, Ordering::Relaxed);
         Ok(cell)
@@ -365,9 +495,14 @@ impl NodeRegion {
         // Small data (the common case here) needs no allocation; every
         // buffer is 16-byte aligned, as every element type needs.
         let len = acc.len();
-        let (mut stack_fold, mut stack_input) = (Aligned([0; SMALL]), Aligned([0; SMALL]));
+        let (mut line_fold, mut line_input): (Aligned<INLINE>, Aligned<INLINE>);
+        let (mut stack_fold, mut stack_input): (Aligned<SMALL>, Aligned<SMALL>);
         let (mut heap_fold, mut heap_input);
-        let (fold, input) = if len <= SMALL {
+        let (fold, input) = if len <= INLINE {
+            (line_fold, line_input) = (Aligned::zeroed(), Aligned::zeroed());
+            (&mut line_fold.0[..len], &mut line_input.0[..len])
+        } else if len <= SMALL {
+            (stack_fold, stack_input) = (Aligned::zeroed(), Aligned::zeroed());
             (&mut stack_fold.0[..len], &mut stack_input.0[..len])
         } else {
             heap_fold = Scratch::zeroed(len);
@@ -375,28 +510,46 @@ impl NodeRegion {
             (heap_fold.bytes_mut(), heap_input.bytes_mut())
         };
         let mut mismatch = None;
+        self.fold_in_rank_order(acc, fold, input, red, |from, buf| {
+            self.take(number, from, cell, 0, buf, &mut mismatch)
+        })?;
+        self.everyone_reached(number);
+        mismatch.map_or(Ok(()), Err)
+    }
+
+    /// Replaces `acc` (this process's data) by `x0 op (x1 op ( ... ))`,
+    /// where `fetch(k, buf)` puts process `k`'s data in `buf` (false if it
+    /// has none, which is then left out). `fold` and `input` are buffers
+    /// as long as `acc`, aligned for its elements.
+    fn fold_in_rank_order(
+        &self,
+        acc: &mut [u8],
+        fold: &mut [u8],
+        input: &mut [u8],
+        red: &Reduction,
+        mut fetch: impl FnMut(usize, &mut [u8]) -> Result<bool>,
+    ) -> Result<()> {
         let last = self.size - 1;
         // x(last), then x(k) op that for k down to 0; this process's own
         // data is `acc` until the fold replaces it.
         if self.rank == last {
             for from in (0..last).rev() {
-                if self.take(number, from, cell, 0, input, &mut mismatch)? {
+                if fetch(from, input)? {
                     red.apply(input, acc)?;
                 }
             }
         } else {
-            self.take(number, last, cell, 0, fold, &mut mismatch)?;
+            fetch(last, fold)?;
             for from in (0..last).rev() {
                 if from == self.rank {
                     red.apply(acc, fold)?;
-                } else if self.take(number, from, cell, 0, input, &mut mismatch)? {
+                } else if fetch(from, input)? {
                     red.apply(input, fold)?;
                 }
             }
             acc.copy_from_slice(fold);
         }
-        self.everyone_reached(number);
-        mismatch.map_or(Ok(()), Err)
+        Ok(())
     }
 
     /// Waits for `from`'s contribution to collective `number` and copies
@@ -468,6 +621,87 @@ impl NodeRegion {
         Ok(())
     }
 
+    /// Checks that every process announced `len` bytes for collective
+    /// `number` (all have stamped it): else the error of a message of the
+    /// other length.
+    fn same_lengths(&self, number: u32, cell: usize, len: usize) -> Result<()> {
+        for from in self.others() {
+            match self.find(from, number, cell)? {
+                Found::Here(published) => check_len(published.len, len, from)?,
+                Found::Later | Found::NotYet => {
+                    return Err(Error::new(
+                        ErrorClass::Intern,
+                        format!("rank {from} moved on without stamping its cell"),
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Publishes this process's progress `step` in collective `number`
+    /// (see [`progress`]), after what it wrote to its area.
+    fn publish_progress(&self, number: u32, step: u32) -> Result<()> {
+        self.progress_word(self.rank)?
+            .store(progress(number, step), Ordering::Release);
+        Ok(())
+    }
+
+    /// Waits until every other process's progress is `target` or later.
+    /// A process that went on to a later collective without taking part
+    /// in collective `number` (stamped in `cell` here) is an
+    /// `MPI_ERR_OTHER` error, as in [`NodeRegion::wait_for`].
+    fn wait_for_progress(&self, target: u64, number: u32, cell: usize) -> Result<()> {
+        for from in self.others() {
+            let word = self.progress_word(from)?;
+            let there = || progress_not_before(word.load(Ordering::Acquire), target);
+            if there() {
+                continue;
+            }
+            self.wait(|| {
+                if there() {
+                    return Ok(true);
+                }
+                // A process cannot stamp a later collective before its
+                // progress in this one is complete; so one that did, and
+                // whose progress read after that is still short, left.
+                if let Found::Later = self.find(from, number, cell)? {
+                    if !there() {
+                        return Err(left_early(from));
+                    }
+                }
+                Ok(false)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Copies `data` into this process's staging `area` at `offset`.
+    fn write_staged(&self, area: usize, offset: usize, data: &[u8]) -> Result<()> {
+        if offset + data.len() <= self.area
+            && self
+                .region
+                .write(self.staging_offset(self.rank, area) + offset, data)
+        {
+            Ok(())
+        } else {
+            Err(outside(offset + data.len(), self.area))
+        }
+    }
+
+    /// Copies the bytes at `offset` of `from`'s staging `area` into `buf`.
+    fn read_staged(&self, from: usize, area: usize, offset: usize, buf: &mut [u8]) -> Result<()> {
+        if offset + buf.len() <= self.area
+            && self
+                .region
+                .read(self.staging_offset(from, area) + offset, buf)
+        {
+            Ok(())
+        } else {
+            Err(outside(offset + buf.len(), self.area))
+        }
+    }
+
     /// Waits until `from` has published its contribution to collective
     /// `number`: most likely in `cell` (this process's own, as both have
     /// made as many operations unless calls failed). An `MPI_ERR_OTHER`
@@ -493,13 +727,7 @@ impl NodeRegion {
                     found = Some(published);
                     return Ok(true);
                 }
-                return Err(Error::new(
-                    ErrorClass::Other,
-                    format!(
-                        "rank {from} went on to a later collective without taking part in \
-                         this one (its call failed there): the processes' calls no longer agree"
-                    ),
-                ));
+                return Err(left_early(from));
             }
             Ok(false)
         };
@@ -588,6 +816,52 @@ impl NodeRegion {
     fn slot_offset(&self, rank: usize, cell: usize) -> usize {
         self.size * CELLS * LINE + (rank * CELLS + cell) * self.slot
     }
+
+    /// `rank`'s progress word, on a line of its own after the slots.
+    fn progress_word(&self, rank: usize) -> Result<&AtomicU64> {
+        let offset = self.size * CELLS * (LINE + self.slot) + rank * LINE;
+        self.region.word(offset).ok_or_else(|| {
+            Error::new(
+                ErrorClass::Intern,
+                format!("the progress of rank {rank} lies outside the shared region"),
+            )
+        })
+    }
+
+    /// Where `rank`'s staging `area` starts, after the progress lines.
+    fn staging_offset(&self, rank: usize, area: usize) -> usize {
+        self.size * (CELLS * (LINE + self.slot) + LINE) + (rank * AREAS + area) * self.area
+    }
+}
+
+/// A progress word's value: `step` of collective `number`, in the same
+/// layout as a [`Stamp`] (so [`STAMPED`] tells a word ever written).
+fn progress(number: u32, step: u32) -> u64 {
+    Stamp::new(number, step as usize).0
+}
+
+/// Whether progress `word` is `target` or later (number first, then
+/// step; numbers modulo 2^32).
+fn progress_not_before(word: u64, target: u64) -> bool {
+    word & STAMPED != 0 && word.wrapping_sub(target) as i64 >= 0
+}
+
+/// Elements `[q * m / n, (q + 1) * m / n)` of `m`, in bytes of
+/// `element`-byte elements: process `q`'s part of a window, the parts as
+/// even as can be.
+fn part(m: usize, n: usize, q: usize, element: usize) -> std::ops::Range<usize> {
+    q * m / n * element..(q + 1) * m / n * element
+}
+
+/// The error of a process that left a collective the others are in.
+fn left_early(from: usize) -> Error {
+    Error::new(
+        ErrorClass::Other,
+        format!(
+            "rank {from} went on to a later collective without taking part in this one (its \
+             call failed there): the processes' calls no longer agree"
+        ),
+    )
 }
 
 /// Whether this process may use shared memory for collectives, or why not.
@@ -609,9 +883,15 @@ fn slot_bytes(n: usize) -> usize {
     (SLOTS_BUDGET / (CELLS * n)).clamp(SLOT_MIN, SLOT_MAX) / LINE * LINE
 }
 
-/// Bytes of the region for `n` processes: cells, then a slot for each.
-fn region_len(n: usize, slot: usize) -> usize {
-    n * CELLS * (LINE + slot)
+/// Bytes of each staging area for `n` processes.
+fn area_bytes(n: usize) -> usize {
+    (STAGING_BUDGET / (AREAS * n)).clamp(AREA_MIN, AREA_MAX) / LINE * LINE
+}
+
+/// Bytes of the region for `n` processes: cells, a slot for each, a
+/// progress line each, and the staging areas.
+fn region_len(n: usize, slot: usize, area: usize) -> usize {
+    n * (CELLS * (LINE + slot) + LINE + AREAS * area)
 }
 
 /// Whether every process of `t` says `yes` (a bitwise-and all-reduce).
@@ -678,14 +958,42 @@ mod tests {
     }
 
     #[test]
+    fn the_parts_of_a_window_cover_it_in_whole_elements() {
+        for (m, n) in [(0, 2), (1, 2), (7, 3), (1000, 8), (5, 8)] {
+            let parts: Vec<_> = (0..n).map(|q| part(m, n, q, 8)).collect();
+            assert_eq!(parts[0].start, 0);
+            assert_eq!(parts[n - 1].end, m * 8);
+            for pair in parts.windows(2) {
+                assert_eq!(pair[0].end, pair[1].start);
+                assert!(pair[1].len() <= pair[0].len() + 8, "{m} {n}: {parts:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn progress_orders_numbers_then_steps() {
+        assert!(progress_not_before(progress(4, 3), progress(4, 3)));
+        assert!(progress_not_before(progress(4, 3), progress(4, 2)));
+        assert!(progress_not_before(progress(5, 1), progress(4, 9)));
+        assert!(!progress_not_before(progress(4, 2), progress(4, 3)));
+        assert!(progress_not_before(progress(0, 1), progress(u32::MAX, 7)));
+        assert!(
+            !progress_not_before(0, progress(u32::MAX, 7)),
+            "never written"
+        );
+    }
+
+    #[test]
     fn the_region_holds_every_cell_and_slot() {
         for n in [2, 3, 8, 64, 1000] {
             let slot = slot_bytes(n);
             assert!((SLOT_MIN..=SLOT_MAX).contains(&slot), "{n}: {slot}");
             assert_eq!(slot % LINE, 0);
             // The last slot of the last process ends the region.
-            let last_slot = n * CELLS * LINE + (n * CELLS - 1) * slot;
-            assert_eq!(last_slot + slot, region_len(n, slot));
+            let area = area_bytes(n);
+            assert!((AREA_MIN..=AREA_MAX).contains(&area), "{n}: {area}");
+            let last_area = n * (CELLS * (LINE + slot) + LINE) + (n * AREAS - 1) * area;
+            assert_eq!(last_area + area, region_len(n, slot, area));
         }
     }
 }
