@@ -1221,10 +1221,14 @@ impl Device {
     /// Takes the status of a completed request and frees it. `None` if the
     /// request is not complete (it is left as it is).
     pub fn take_status(&mut self, request: RequestId) -> Option<Status> {
-        if !matches!(self.core.requests.get(request.0)?.phase, Phase::Done) {
+        let r = self.core.requests.get_mut(request.0)?;
+        if !matches!(r.phase, Phase::Done) {
             return None;
         }
-        self.core.requests.remove(request.0).map(|r| r.status)
+        // Taken out alone: the request itself is dropped where it lies.
+        let status = std::mem::replace(&mut r.status, Status::empty());
+        self.core.requests.discard(request.0);
+        Some(status)
     }
 
     /// A copy of the status of a completed request, which stays held

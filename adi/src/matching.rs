@@ -55,9 +55,9 @@ impl PostedQueue {
     }
 
     /// Removes and returns the oldest receive that accepts `envelope`.
+    #[inline]
     pub fn take_match(&mut self, envelope: &Envelope) -> Option<u64> {
-        let at = self.entries.iter().position(|(p, _)| p.matches(envelope))?;
-        take_at(&mut self.entries, at).map(|(_, token)| token)
+        take_oldest(&mut self.entries, |(p, _)| p.matches(envelope)).map(|(_, token)| token)
     }
 
     /// Removes the receive with `token`; false if it is not queued.
@@ -105,9 +105,9 @@ impl<T> UnexpectedQueue<T> {
     }
 
     /// Removes and returns the oldest message that `pattern` accepts.
+    #[inline]
     pub fn take_match(&mut self, pattern: &Pattern) -> Option<(Envelope, T)> {
-        let at = self.entries.iter().position(|(e, _)| pattern.matches(e))?;
-        take_at(&mut self.entries, at)
+        take_oldest(&mut self.entries, |(e, _)| pattern.matches(e))
     }
 
     /// Removes and returns the oldest message for which `wanted` holds.
@@ -115,8 +115,7 @@ impl<T> UnexpectedQueue<T> {
         &mut self,
         mut wanted: impl FnMut(&Envelope, &T) -> bool,
     ) -> Option<(Envelope, T)> {
-        let at = self.entries.iter().position(|(e, m)| wanted(e, m))?;
-        self.entries.remove(at)
+        take_oldest(&mut self.entries, |(e, m)| wanted(e, m))
     }
 
     /// The oldest message that `pattern` accepts, left in place (probe).
@@ -125,15 +124,23 @@ impl<T> UnexpectedQueue<T> {
     }
 }
 
-/// Removes the entry at `at`: usually the oldest, which a queue gives up
-/// for less than a removal from its middle (the common case of matching
-/// in order).
-fn take_at<T>(entries: &mut VecDeque<T>, at: usize) -> Option<T> {
-    if at == 0 {
-        entries.pop_front()
-    } else {
-        entries.remove(at)
+/// Removes and returns the oldest entry for which `wanted` holds. The
+/// oldest entry is looked at first, inline: in order it is the one that
+/// matches (a ping-pong's every message finds it so), and a queue gives
+/// it up for less than an entry from its middle.
+#[inline]
+fn take_oldest<T>(entries: &mut VecDeque<T>, mut wanted: impl FnMut(&T) -> bool) -> Option<T> {
+    if wanted(entries.front()?) {
+        return entries.pop_front();
     }
+    take_later(entries, wanted)
+}
+
+/// [`take_oldest`] past the oldest entry.
+#[inline(never)]
+fn take_later<T>(entries: &mut VecDeque<T>, wanted: impl FnMut(&T) -> bool) -> Option<T> {
+    let at = entries.iter().skip(1).position(wanted)? + 1;
+    entries.remove(at)
 }
 
 #[cfg(test)]
@@ -202,6 +209,14 @@ mod tests {
         assert_eq!(q.take_match(&env(1, 3)), Some(11));
         assert_eq!(q.take_match(&env(0, 9)), Some(12));
         assert_eq!(q.take_match(&env(0, 9)), None);
+        // The oldest does not accept it: a later one does, and the oldest
+        // stays first.
+        q.push(pat(Some(2), None), 20);
+        q.push(pat(Some(1), None), 21);
+        q.push(pat(None, None), 22);
+        assert_eq!(q.take_match(&env(1, 0)), Some(21));
+        assert_eq!(q.take_match(&env(2, 0)), Some(20));
+        assert_eq!(q.take_match(&env(1, 0)), Some(22));
     }
 
     #[test]

@@ -70,6 +70,18 @@ impl<T> Slab<T> {
         Some(value)
     }
 
+    /// Drops the value of `token` where it lies (no move out of the
+    /// slab, which costs for a large `T`); false if it is not live.
+    pub fn discard(&mut self, token: u64) -> bool {
+        if self.get(token).is_none() {
+            return false;
+        }
+        let index = (token & 0xffff_ffff) as u32;
+        self.slots[index as usize].value = None;
+        self.free.push(index);
+        true
+    }
+
     /// Tokens and values of every live entry.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (u64, &mut T)> {
         self.slots.iter_mut().enumerate().filter_map(|(i, s)| {
@@ -107,6 +119,10 @@ mod tests {
         assert_eq!(s.get(a), None);
         assert_eq!(s.remove(a), None);
         assert_eq!(s.get(b), Some(&"b"));
+        // Discarded in place, once.
+        assert!(s.discard(b) && !s.discard(b));
+        assert_eq!(s.get(b), None);
+        assert_ne!(s.insert("c"), b);
         // Forged tokens find nothing.
         assert_eq!(s.get(0), None);
         assert_eq!(s.get(u64::MAX), None);

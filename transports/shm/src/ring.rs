@@ -134,8 +134,37 @@ impl Producer {
         payload: &[u8],
     ) -> Result<bool, Corrupt> {
         debug_assert!(payload.len() <= SHORT_PAYLOAD_MAX);
-        // One cell always holds the frame whole, so it went if anything did.
-        Ok(self.push(FrameKind::Short, fields, payload)?.is_some())
+        // The frame's cell, and the one after it to clear.
+        if self.free_cells(2)? < 2 {
+            return Ok(false);
+        }
+        let index = self.tail & (self.segment.cells() - 1);
+        // The cell is built whole and written in one fixed-size copy:
+        // cheaper than copies sized by the payload.
+        let mut cell = [0u8; CELL - CONTROL_LEN];
+        cell[..SHORT_FIELDS].copy_from_slice(fields);
+        let bytes = SHORT_FIELDS + payload.len().min(SHORT_PAYLOAD_MAX);
+        cell[SHORT_FIELDS..bytes].copy_from_slice(&payload[..bytes - SHORT_FIELDS]);
+        self.segment
+            .write_cells(index as usize * CELL + CONTROL_LEN, &cell);
+        self.publish(index, FrameKind::Short, bytes, 1);
+        Ok(true)
+    }
+
+    /// Publishes the frame written at cell `index` (the tail's), of
+    /// `cells` cells carrying `bytes` bytes, and moves the tail past it.
+    #[inline]
+    fn publish(&mut self, index: u64, kind: FrameKind, bytes: usize, cells: u64) {
+        let next = (self.tail + cells) & (self.segment.cells() - 1);
+        // Relaxed: the release store below orders it before the consumer's
+        // first look at `next`, which follows its acquire of this frame.
+        self.segment.control(next).store(0, Ordering::Relaxed);
+        // Release: publishes the frame's bytes and the cleared control word
+        // after it to the consumer's acquire load in `Consumer::peek`.
+        self.segment
+            .control(index)
+            .store(control_word(kind, self.tail, bytes), Ordering::Release);
+        self.tail += cells;
     }
 
     /// Writes a data frame with as many bytes from the start of `payload`
@@ -200,17 +229,7 @@ impl Producer {
         self.segment.write_cells(start, prefix);
         self.segment
             .write_cells(start + prefix.len(), &payload[..n]);
-        let next = (self.tail + cells) & (count - 1);
-        // Relaxed: the release store below orders it before the consumer's
-        // first look at `next`, which follows its acquire of this frame.
-        self.segment.control(next).store(0, Ordering::Relaxed);
-        // Release: publishes the frame's bytes and the cleared control word
-        // after it to the consumer's acquire load in `Consumer::peek`.
-        self.segment.control(index).store(
-            control_word(kind, self.tail, prefix.len() + n),
-            Ordering::Release,
-        );
-        self.tail += cells;
+        self.publish(index, kind, prefix.len() + n, cells);
         Ok(Some(n))
     }
 
