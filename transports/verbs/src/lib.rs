@@ -51,8 +51,10 @@
 //! region's keys are revoked when its handle is dropped, a queue pair's
 //! connection closes and its NIC threads end when it is dropped.
 
+pub mod maps;
 pub mod provider;
 pub mod rdma_core;
+pub mod regcache;
 pub mod soft;
 pub mod transport;
 
