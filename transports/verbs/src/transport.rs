@@ -42,6 +42,46 @@
 //! waits in the sender's queue, copied, and the receiver drains its
 //! buffers on every poll, whatever the ADI does with the messages.
 //!
+//! # Long messages: zero-copy rendezvous by RDMA READ
+//! Messages past [`EAGER_LIMIT`] take the ADI's remote-copy rendezvous
+//! (the shape shm's cross-memory attach uses, see `oxmpi_adi::proto`):
+//! the sender registers its buffer with remote read
+//! ([`Transport::remote_offer`]) and its RTS carries the address and the
+//! rkey; the receiver, once a receive matches, registers its buffer with
+//! local write, sends its CTS and reads the whole message straight into
+//! the receive buffer by RDMA READs of at most [`READ_CHUNK`] bytes
+//! ([`READ_DEPTH`] in flight per peer); when the last completes it tells
+//! the sender (ReadDone), whose send then completes. So the data crosses
+//! once, NIC to NIC, with no copy on either side and no frame or credit.
+//! The receiver reads, rather than the sender writing into the receive
+//! buffer, because the receiver is the one that knows when the buffer is
+//! ready (its receive matched) and when the data has landed (its own
+//! completion): a write would need the receiver's address and key in the
+//! CTS, then a message from the sender after its write completed — one
+//! more trip — and would expose the receive buffer to remote writes. A
+//! buffer that cannot be registered (a limit on locked memory) is not
+//! offered, and the message goes in frames as `Data` packets; a receive
+//! buffer that cannot be registered turns remote copy off for the rank.
+//! Non-contiguous data (a derived datatype with gaps) moves in the ADI's
+//! streamed pieces through the frames.
+//!
+//! Registrations of user buffers are kept for reuse by the registration
+//! cache ([`crate::regcache`]), which validates each hit against the
+//! kernel's record of the mapping, so that freed memory mapped again is
+//! registered again; its registrations and invalidations are said under
+//! `OXMPI_VERBOSE=1`, and [`VerbsTransport::cache_stats`] counts them.
+//!
+//! A READ that fails (a remote access error: the rkey is revoked, or the
+//! range lies outside the registration) fails the message's receive with
+//! `MPI_ERR_PROC_FAILED` naming the error, once the message's other READs
+//! completed (so nothing writes the buffer after the receive failed). As
+//! RC has it, both queue pairs are then in the error state: the peer fails
+//! on both sides, which fails the send. The sender, which has nothing
+//! posted that would complete with an error, checks the state of the
+//! queue pairs to peers holding an offer of its memory every 64 polls. A
+//! peer that fails while reads from it are in flight is reported to the
+//! ADI only once they completed. Other peers go on.
+//!
 //! # One-sided channel
 //! The transport offers the ADI's one-sided channel
 //! ([`Transport::rdma_register`], [`Transport::rdma_post`],
