@@ -38,11 +38,16 @@
 //!
 //! Registrations in use (a rendezvous under way reads or writes them)
 //! are never dropped: a lease ([`RegCache::acquire`]) holds its entry
-//! until [`RegCache::release`].
+//! until [`RegCache::release`]. An idle one may outlive its memory, which
+//! [`Nic::register`] allows of the rights the cache gives (LOCAL_WRITE,
+//! used only by this rank's posted READs while leased, or REMOTE_READ): a
+//! peer that reads an old key out of protocol gets what the pinned pages
+//! hold, or with the soft provider a remote access error where nothing
+//! is mapped, never a fault of this process.
 
 use crate::maps::{Mapping, Maps};
 use crate::provider::{AccessFlags, MemoryRegion, Nic};
-use oxmpi_adi::Result;
+use oxmpi_adi::{Error, ErrorClass, Result};
 
 /// Idle registrations kept at most.
 pub const CACHE_ENTRIES: usize = 64;
@@ -127,6 +132,9 @@ impl<M: MemoryRegion> RegCache<M> {
     /// `addr` (`len > 0`): a cached one whose mapping is unchanged, or a
     /// new one of the whole pages. Held until [`RegCache::release`].
     ///
+    /// `access` is LOCAL_WRITE, REMOTE_READ or both (an `Intern` error
+    /// otherwise: see the module docs).
+    ///
     /// # Safety
     /// The memory must be valid (and writable where `access` asks it)
     /// for the whole lease.
@@ -138,6 +146,14 @@ impl<M: MemoryRegion> RegCache<M> {
         len: usize,
         access: AccessFlags,
     ) -> Result<Lease> {
+        if !(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ).contains(access) {
+            // Remote writes or atomics on memory the cache keeps after
+            // its buffer is freed would be writes into freed memory.
+            return Err(Error::new(
+                ErrorClass::Intern,
+                format!("the registration cache keeps no {access:?} registration"),
+            ));
+        }
         self.clock += 1;
         let start = addr & !(PAGE - 1);
         let end = (addr + len as u64).next_multiple_of(PAGE);
@@ -177,8 +193,10 @@ impl<M: MemoryRegion> RegCache<M> {
         }
         // SAFETY: the caller keeps `addr..addr + len` valid for the lease;
         // the rest of its first and last pages is mapped with them, and
-        // the registration gives no right beyond `access`. An idle cached
-        // registration outlives the lease: see the module docs.
+        // the registration gives no right beyond `access` (LOCAL_WRITE or
+        // REMOTE_READ, the transport's only uses). An idle cached
+        // registration outlives the lease, as `register` allows of these
+        // rights: see the module docs.
         let mr = match unsafe { nic.register(pd, start as *mut u8, (end - start) as usize, access) }
         {
             Ok(mr) => mr,
