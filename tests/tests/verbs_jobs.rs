@@ -2,7 +2,9 @@
 //! provider (`OXMPI_TRANSPORTS=verbs OXMPI_VERBS_PROVIDER=soft`): the
 //! checks of `p2p_suite`, `completion` and `p2p_modes`, and some of the
 //! collectives suite, with 2 to 4 ranks and messages past the eager
-//! limit; the RMA suite on the RDMA path (up to 8 ranks); a flood of unexpected messages into one rank; the
+//! limit; long messages by RDMA READ with the registration cache, and a
+//! refused read; the RMA suite on the RDMA path (up to 8 ranks); a flood
+//! of unexpected messages into one rank; the
 //! default selection on this machine, which has no RDMA device, not
 //! choosing verbs; and verbs named without a provider, or a provider that
 //! does not exist, failing the job with a clear error.
@@ -104,6 +106,16 @@ fn long_messages_by_rdma_read_with_a_registration_cache() {
     assert_eq!(rendezvous_cache("remap", 2), (3, 1));
     job("rendezvous", "many", 4, 240);
     job("rendezvous", "many", 2, 120);
+}
+
+/// A long send whose buffer the sender makes inaccessible before the
+/// receiver reads it: the RDMA READ is refused (REM_ACCESS_ERR), the
+/// receive and the send fail with MPI_ERR_PROC_FAILED saying so, the pair
+/// stays broken, and both ranks still exchange long messages with a
+/// third.
+#[test]
+fn a_refused_rendezvous_read_fails_the_message_and_the_job_goes_on() {
+    job("rendezvous", "refused", 3, 60);
 }
 
 /// Non-contiguous long messages (vector, indexed and struct datatypes,

@@ -9,11 +9,16 @@
 //!   addresses again with other bounds and sends new data from there:
 //!   what arrives is the new data (the stale registration is invalidated);
 //! - `many`: every rank sends 8 messages of 32 KiB to 3 MiB to every other
-//!   at once, and receives them from any source into buffers posted first.
+//!   at once, and receives them from any source into buffers posted first;
+//! - `refused` (3 ranks): rank 0 makes the buffer of a long send to rank 1
+//!   inaccessible before rank 1 receives it (an erroneous program): the
+//!   read of it is refused, the receive and the send fail with
+//!   `MPI_ERR_PROC_FAILED` naming the remote access error and the broken
+//!   pair, and both ranks still talk to rank 2.
 
 use oxmpi::request::{scope, wait_all};
-use oxmpi::{Communicator, Result};
-use oxmpi_jobs::checks::{ensure, fail};
+use oxmpi::{Communicator, ErrorClass, Result};
+use oxmpi_jobs::checks::{ensure, expect_class, fail};
 use std::process::ExitCode;
 
 const MIB: usize = 1 << 20;
@@ -26,6 +31,7 @@ fn main() -> ExitCode {
             "repeat" => repeat(&world),
             "remap" => remap(&world),
             "many" => many(&world),
+            "refused" => refused(&world),
             other => Err(fail(format!("unknown check {other:?}"))),
         };
         if let Err(e) = outcome {
@@ -230,6 +236,85 @@ fn many(world: &Communicator) -> Result<()> {
             &buf[1..1 + len],
             &format!("message {k} from {from}"),
         )?;
+    }
+    Ok(())
+}
+
+fn refused(world: &Communicator) -> Result<()> {
+    let len = 4 * MIB;
+    ensure(world.size() == 3, || "refused needs 3 ranks".into())?;
+    match world.rank() {
+        0 => {
+            let p = map(None, len)?;
+            {
+                // SAFETY: the mapping just made, used through this slice
+                // alone; the program breaks the send's rule on purpose by
+                // making it inaccessible during the send, which only the
+                // NIC reads.
+                let data = unsafe { std::slice::from_raw_parts_mut(p, len) };
+                fill(1, data);
+                let sent = scope(|s| -> Result<Result<oxmpi::Status>> {
+                    let send = world
+                        .process_at_rank(1)
+                        .immediate_send_with_tag(s, &data[..], 1)?;
+                    // SAFETY: the mapping made above; only the NIC reads it.
+                    if unsafe { libc::mprotect(p.cast(), len, libc::PROT_NONE) } != 0 {
+                        return Err(fail(format!(
+                            "mprotect: {}",
+                            std::io::Error::last_os_error()
+                        )));
+                    }
+                    world.process_at_rank(1).send_with_tag(&0u8, 2)?;
+                    Ok(send.wait())
+                })?;
+                if let Err(e) = &sent {
+                    ensure(e.message().contains("rendezvous read"), || {
+                        format!("the send's error does not name the refused read: {e}")
+                    })?;
+                }
+                expect_class(sent, ErrorClass::ProcFailed, "the refused send")?;
+            }
+            // SAFETY: the mapping made above; no reference to it is left.
+            if unsafe { libc::munmap(p.cast(), len) } != 0 {
+                return Err(fail(format!("munmap: {}", std::io::Error::last_os_error())));
+            }
+        }
+        1 => {
+            let zero = world.process_at_rank(0);
+            let mut go = [0u8];
+            zero.receive_into_with_tag(&mut go[..], 2)?;
+            let mut buf = vec![0u8; len];
+            let received = zero.receive_into_with_tag(&mut buf[..], 1);
+            if let Err(e) = &received {
+                ensure(e.message().contains("REM_ACCESS_ERR"), || {
+                    format!("the receive's error does not name the remote access error: {e}")
+                })?;
+            }
+            expect_class(received, ErrorClass::ProcFailed, "the refused receive")?;
+            // The pair is broken: later messages between them fail too.
+            expect_class(
+                zero.send(&1u8),
+                ErrorClass::ProcFailed,
+                "a send over the broken pair",
+            )?;
+        }
+        _ => {}
+    }
+    // Everyone still reaches rank 2, by long messages too.
+    if world.rank() == 2 {
+        for from in [0, 1] {
+            let mut buf = vec![0u8; len];
+            world.process_at_rank(from).receive_into(&mut buf[..])?;
+            check_bytes(10 + from as u64, &buf, &format!("message from {from}"))?;
+            world.process_at_rank(from).send(&buf[..])?;
+        }
+    } else {
+        let mut data = vec![0u8; len];
+        fill(10 + world.rank() as u64, &mut data);
+        let two = world.process_at_rank(2);
+        two.send(&data[..])?;
+        two.receive_into(&mut data[..])?;
+        check_bytes(10 + world.rank() as u64, &data, "echo from rank 2")?;
     }
     Ok(())
 }
