@@ -1568,7 +1568,13 @@ impl Device {
         // are reported (and counted) when they end.
         let mut landed = 0;
         if !rest {
-            let first = split.min(FIRST_READ);
+            // A transport whose NIC reads knows at once whether it can
+            // (registration), and needs no probe: one read takes it all.
+            let first = if self.core.reads_all[t] {
+                split
+            } else {
+                split.min(FIRST_READ)
+            };
             let read = if self.transports[t].offers_remote_copy(peer) {
                 // SAFETY: `start_recv`'s caller gave a buffer writable for
                 // `cap` bytes, unaliased until the request completes, which
@@ -2073,6 +2079,13 @@ impl Core {
                                 receiver_token: h.receiver_token,
                             }
                         };
+                        // The receiver takes the data in packets: the
+                        // offered buffer is read by no one.
+                        if let (Some(key), false) =
+                            (remote, matches!(r.phase, Phase::CopyingOut { .. }))
+                        {
+                            self.deferred.push(Deferred::Withdraw { peer, key });
+                        }
                     }
                 }
                 self.deferred.push(Deferred::Data { token });

@@ -17,7 +17,7 @@
 //! | 24     | 8    | message length   | total bytes of the message                             |
 //! | 32     | 8    | address          | with [`FLAG_REMOTE`]: a buffer's address for a remote memory copy; in a [`FLAG_PIECE`] data packet: the piece's stream offset; else 0 |
 //! | 40     | 8    | sender token     | the sender's request, for rendezvous replies           |
-//! | 48     | 8    | receiver token   | the receiver's request, for rendezvous data            |
+//! | 48     | 8    | receiver token   | the receiver's request, for rendezvous data; in an RTS with [`FLAG_REMOTE`]: the key the sender's transport offered its buffer under |
 //!
 //! Every packet but [`Kind::Data`] is sequenced: a VC numbers them, and the
 //! receiver checks that they arrive in order. Data packets are not (their
@@ -39,7 +39,11 @@
 //! buffer address, then each side copies a share ([`remote_split`]) at
 //! once: the receiver reads the front of the sender's buffer, the sender
 //! writes the rest into the receiver's. [`Kind::WriteDone`] and
-//! [`Kind::ReadDone`] tell each side how much the other copied.
+//! [`Kind::ReadDone`] tell each side how much the other copied. Where a
+//! NIC copies (verbs: RDMA READ), the RTS also carries the key of the
+//! sender's registered buffer (in the receiver-token field), the receiver
+//! reads the whole message, and its ReadDone reports each read as it
+//! ends; the sender writes nothing.
 //!
 //! # Streamed rendezvous
 //! Data that is not contiguous in memory (a derived datatype with gaps)
@@ -192,7 +196,9 @@ pub struct Header {
     pub message_len: u64,
     /// The sender's request token.
     pub sender_token: u64,
-    /// The receiver's request token.
+    /// The receiver's request token; in an RTS with [`FLAG_REMOTE`], the
+    /// key the sender's transport offered its buffer under (0 where it
+    /// needs none).
     pub receiver_token: u64,
     /// With [`FLAG_REMOTE`], the address of the sender's (RTS) or the
     /// receiver's (CTS) buffer in its own process; 0 otherwise.

@@ -2,7 +2,9 @@
 //! provider (`OXMPI_TRANSPORTS=verbs OXMPI_VERBS_PROVIDER=soft`): the
 //! checks of `p2p_suite`, `completion` and `p2p_modes`, and some of the
 //! collectives suite, with 2 to 4 ranks and messages past the eager
-//! limit; the RMA suite on the RDMA path (up to 8 ranks); a flood of unexpected messages into one rank; the
+//! limit; long messages by RDMA READ with the registration cache, and a
+//! refused read; the RMA suite on the RDMA path (up to 8 ranks); a flood
+//! of unexpected messages into one rank; the
 //! default selection on this machine, which has no RDMA device, not
 //! choosing verbs; and verbs named without a provider, or a provider that
 //! does not exist, failing the job with a clear error.
@@ -67,6 +69,61 @@ fn point_to_point_suite_over_verbs() {
     job("p2p_suite", "all-pairs", 4, 120);
     job("p2p_suite", "mprobe", 3, 120);
     job("p2p_suite", "threads", 2, 120);
+}
+
+/// Runs `rendezvous check` on `ranks` ranks over verbs under
+/// `OXMPI_VERBOSE=1`; it must succeed. Returns how many registrations and
+/// invalidations of the rendezvous's registration cache the ranks report.
+fn rendezvous_cache(check: &str, ranks: usize) -> (usize, usize) {
+    let mut c = bins().check("rendezvous", check, ranks, &VERBS);
+    c.env("OXMPI_VERBOSE", "1");
+    let out = run(c, Duration::from_secs(120));
+    out.assert_success();
+    let count = |what: &str| {
+        out.stderr
+            .lines()
+            .filter(|l| l.contains("verbs registration cache: ") && l.contains(what))
+            .count()
+    };
+    assert_eq!(
+        count("not cached"),
+        0,
+        "this kernel cannot validate cached registrations (no PROCMAP_QUERY):\n{}",
+        out.stderr
+    );
+    (count(": registered"), count(": invalidated"))
+}
+
+/// Long messages move by RDMA READ straight into the receive buffer: a
+/// buffer sent 20 times is registered once by the sender and once by
+/// the receiver; a mapping freed and mapped again at the same addresses
+/// (other bounds) is registered again, and its new data arrives; many
+/// long messages at once, of 32 KiB to 3 MiB, between 4 ranks into
+/// any-source receives.
+#[test]
+fn long_messages_by_rdma_read_with_a_registration_cache() {
+    assert_eq!(rendezvous_cache("repeat", 2), (2, 0));
+    assert_eq!(rendezvous_cache("remap", 2), (3, 1));
+    job("rendezvous", "many", 4, 240);
+    job("rendezvous", "many", 2, 120);
+}
+
+/// A long send whose buffer the sender makes inaccessible before the
+/// receiver reads it: the RDMA READ is refused (REM_ACCESS_ERR), the
+/// receive and the send fail with MPI_ERR_PROC_FAILED saying so, the pair
+/// stays broken, and both ranks still exchange long messages with a
+/// third.
+#[test]
+fn a_refused_rendezvous_read_fails_the_message_and_the_job_goes_on() {
+    job("rendezvous", "refused", 3, 60);
+}
+
+/// Non-contiguous long messages (vector, indexed and struct datatypes,
+/// 64 MiB) move in pieces over verbs, whichever side is not contiguous.
+#[test]
+fn large_noncontiguous_messages_over_verbs() {
+    let out = job("stream_suite", "large", 2, 300);
+    assert!(out.contains("every message landed"), "{out}");
 }
 
 #[test]

@@ -16,8 +16,12 @@
 //!   feature.
 //!
 //! It also owns the verbs transport ([`transport`]): the ADI's packets over
-//! one RC queue pair per peer, and the ADI's one-sided channel (memory
-//! registration, RDMA WRITE and READ, 8-byte atomics) that the MPI
+//! one RC queue pair per peer, long messages by a zero-copy rendezvous
+//! (the receiver RDMA-READs the sender's registered buffer straight into
+//! its own) with a registration cache that validates each hit against the
+//! process's mappings ([`regcache`], [`maps`]; its module docs say why it
+//! checks rather than learns of frees), and the ADI's one-sided channel
+//! (memory registration, RDMA WRITE and READ, 8-byte atomics) that the MPI
 //! layer's RMA uses, written only against the provider interface. The providers must not know MPI, communicators, requests or
 //! the ADI's packets; the transport knows packets only as the ADI's
 //! headers and payloads, never communicators or requests.
@@ -51,8 +55,10 @@
 //! region's keys are revoked when its handle is dropped, a queue pair's
 //! connection closes and its NIC threads end when it is dropped.
 
+pub mod maps;
 pub mod provider;
 pub mod rdma_core;
+pub mod regcache;
 pub mod soft;
 pub mod transport;
 

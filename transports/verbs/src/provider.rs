@@ -716,7 +716,12 @@ pub trait Nic: Send + Sync {
     /// # Safety
     /// The memory must stay valid (allocated, and writable when `access`
     /// has LOCAL_WRITE, REMOTE_WRITE or REMOTE_ATOMIC) until the returned
-    /// region is dropped. While it is registered the NIC may read and write
+    /// region is dropped — except a region whose only rights are
+    /// LOCAL_WRITE and REMOTE_READ, which may outlive its memory while no
+    /// posted work names it: peers' READs of it then get what the pages
+    /// hold (hardware keeps them pinned) or, where they are no longer
+    /// mapped, REM_ACCESS_ERR (the soft provider reads through the kernel).
+    /// While it is registered the NIC may read and write
     /// it at any time on behalf of posted work and of peers holding its
     /// rkey: the caller must not hold Rust references to bytes that such
     /// work may touch while it may touch them.

@@ -42,6 +42,46 @@
 //! waits in the sender's queue, copied, and the receiver drains its
 //! buffers on every poll, whatever the ADI does with the messages.
 //!
+//! # Long messages: zero-copy rendezvous by RDMA READ
+//! Messages past [`EAGER_LIMIT`] take the ADI's remote-copy rendezvous
+//! (the shape shm's cross-memory attach uses, see `oxmpi_adi::proto`):
+//! the sender registers its buffer with remote read
+//! ([`Transport::remote_offer`]) and its RTS carries the address and the
+//! rkey; the receiver, once a receive matches, registers its buffer with
+//! local write, sends its CTS and reads the whole message straight into
+//! the receive buffer by RDMA READs of at most [`READ_CHUNK`] bytes
+//! ([`READ_DEPTH`] in flight per peer); when the last completes it tells
+//! the sender (ReadDone), whose send then completes. So the data crosses
+//! once, NIC to NIC, with no copy on either side and no frame or credit.
+//! The receiver reads, rather than the sender writing into the receive
+//! buffer, because the receiver is the one that knows when the buffer is
+//! ready (its receive matched) and when the data has landed (its own
+//! completion): a write would need the receiver's address and key in the
+//! CTS, then a message from the sender after its write completed — one
+//! more trip — and would expose the receive buffer to remote writes. A
+//! buffer that cannot be registered (a limit on locked memory) is not
+//! offered, and the message goes in frames as `Data` packets; a receive
+//! buffer that cannot be registered turns remote copy off for the rank.
+//! Non-contiguous data (a derived datatype with gaps) moves in the ADI's
+//! streamed pieces through the frames.
+//!
+//! Registrations of user buffers are kept for reuse by the registration
+//! cache ([`crate::regcache`]), which validates each hit against the
+//! kernel's record of the mapping, so that freed memory mapped again is
+//! registered again; its registrations and invalidations are said under
+//! `OXMPI_VERBOSE=1`, and [`VerbsTransport::cache_stats`] counts them.
+//!
+//! A READ that fails (a remote access error: the rkey is revoked, or the
+//! range lies outside the registration) fails the message's receive with
+//! `MPI_ERR_PROC_FAILED` naming the error, once the message's other READs
+//! completed (so nothing writes the buffer after the receive failed). As
+//! RC has it, both queue pairs are then in the error state: the peer fails
+//! on both sides, which fails the send. The sender, which has nothing
+//! posted that would complete with an error, checks the state of the
+//! queue pairs to peers holding an offer of its memory every 64 polls. A
+//! peer that fails while reads from it are in flight is reported to the
+//! ADI only once they completed. Other peers go on.
+//!
 //! # One-sided channel
 //! The transport offers the ADI's one-sided channel
 //! ([`Transport::rdma_register`], [`Transport::rdma_post`],
@@ -67,14 +107,16 @@
 
 use crate::provider::{
     connect_rc, AccessFlags, CompletionQueue, ConnectParams, Gid, MemoryRegion, Mtu, Nic,
-    PostError, QpAddress, QpCaps, QpInit, QueuePair, RecvWr, RemoteAddr, SendOp, SendWr, Sge,
-    SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion,
+    PostError, QpAddress, QpCaps, QpInit, QpState, QueuePair, RecvWr, RemoteAddr, SendOp, SendWr,
+    Sge, SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion,
 };
+use crate::regcache::{CacheStats, RegCache};
 use crate::ProviderKind;
 use oxmpi_adi::host::HostId;
 use oxmpi_adi::proto::{Header, HEADER_LEN};
 use oxmpi_adi::transport::{
-    JobInfo, PacketSink, PayloadSlot, PeerRank, RdmaOp, RdmaRegion, RdmaTarget, Transport,
+    JobInfo, PacketSink, PayloadSlot, PeerRank, RdmaOp, RdmaRegion, RdmaTarget, RemoteRead,
+    Transport,
 };
 use oxmpi_adi::{Error, ErrorClass, Result};
 use std::alloc::Layout;
@@ -108,6 +150,17 @@ pub const RMA_LEN: usize = 64 * 1024;
 pub const RMA_SLOTS: usize = 32;
 /// One-sided operations in flight to one peer at most.
 pub const RMA_DEPTH: u32 = 16;
+/// `wr_id` bit of rendezvous reads (the low bits: the read's id).
+const READ_BIT: u64 = 1 << 61;
+/// Bytes of one RDMA READ of a rendezvous: a longer message is read in
+/// several, which bounds what one work request holds (the soft provider
+/// carries it in one frame) and lets several be in flight.
+pub const READ_CHUNK: usize = 1 << 20;
+/// Rendezvous RDMA READs in flight to one peer at most.
+pub const READ_DEPTH: u32 = 8;
+/// Polls between checks of the queue pairs to peers that hold an offer
+/// of this rank's memory (see [`VerbsTransport::check_offers`]).
+const OFFER_CHECK_POLLS: u64 = 64;
 
 /// Page-aligned memory the NIC reads and writes: buffers ("frames") of
 /// `len` bytes each ([`FRAME_LEN`] for the packet stream, [`RMA_LEN`] for
@@ -303,6 +356,31 @@ struct Peer<Q> {
     heard: bool,
     /// One-sided operations posted to it and not completed.
     rma_in_flight: u32,
+    /// Rendezvous reads from it posted and not completed.
+    reads_in_flight: u32,
+    /// This rank's buffers offered to it for a rendezvous: (rkey, lease).
+    offers: Vec<(u32, u64)>,
+}
+
+/// A rendezvous read under way: `len` bytes from the peer's offered
+/// buffer into this rank's, in RDMA READs of at most [`READ_CHUNK`].
+struct Read {
+    peer: PeerRank,
+    /// The ADI's receive.
+    token: u64,
+    remote: u64,
+    rkey: u32,
+    local: u64,
+    /// The registration of the local buffer.
+    lkey: u32,
+    lease: u64,
+    len: usize,
+    /// Bytes covered by posted READs.
+    posted: usize,
+    /// READs posted and not completed.
+    in_flight: u32,
+    /// Why it failed, once a READ did.
+    error: Option<Error>,
 }
 
 /// A one-sided operation under way, by staging slot.
@@ -346,6 +424,18 @@ pub struct VerbsTransport<N: Nic> {
     /// Outcomes of completed one-sided operations, until taken.
     rma_done: HashMap<u64, Result<Vec<u8>>>,
     next_rma: u64,
+    /// Registrations of user buffers for the zero-copy rendezvous.
+    cache: RegCache<N::Mr>,
+    /// Rendezvous reads under way, by id.
+    reads: HashMap<u64, Read>,
+    /// Reads with bytes left to post, oldest first.
+    read_queue: VecDeque<u64>,
+    /// Ended reads, for the next poll to report: (peer, token, outcome).
+    read_outcomes: Vec<(PeerRank, u64, Result<usize>)>,
+    next_read: u64,
+    /// A registration failed: long messages go in frames from now on.
+    remote_copy_off: bool,
+    polls: u64,
     pd: N::Pd,
     nic: N,
 }
@@ -598,7 +688,7 @@ impl<N: Nic> VerbsTransport<N> {
                     recv_cq: &cq,
                     srq: Some(&srq),
                     caps: QpCaps {
-                        max_send_wr: max_send_wr + RMA_DEPTH,
+                        max_send_wr: max_send_wr + RMA_DEPTH + READ_DEPTH,
                         max_recv_wr: 1,
                         max_inline_data: 0,
                     },
@@ -618,6 +708,8 @@ impl<N: Nic> VerbsTransport<N> {
                 incoming: Incoming::new(),
                 heard: false,
                 rma_in_flight: 0,
+                reads_in_flight: 0,
+                offers: Vec::new(),
             }));
         }
         Ok(VerbsTransport {
@@ -646,6 +738,13 @@ impl<N: Nic> VerbsTransport<N> {
             rma_posted: (0..RMA_SLOTS).map(|_| None).collect(),
             rma_done: HashMap::new(),
             next_rma: 0,
+            cache: RegCache::new(),
+            reads: HashMap::new(),
+            read_queue: VecDeque::new(),
+            read_outcomes: Vec::new(),
+            next_read: 0,
+            remote_copy_off: false,
+            polls: 0,
             pd,
             nic,
         })
@@ -715,6 +814,10 @@ impl<N: Nic> VerbsTransport<N> {
         oxmpi_adi::vlog!("rank {}: {}", self.rank, error.message());
         p.failed = Some(error.clone());
         p.queue.clear();
+        // The peer reads no more of what was offered to it.
+        for (_, lease) in p.offers.drain(..) {
+            self.cache.release(lease);
+        }
         self.failures.push((peer, error));
     }
 
@@ -833,6 +936,10 @@ impl<N: Nic> VerbsTransport<N> {
             self.rma_complete(wc);
             return;
         }
+        if wc.wr_id & READ_BIT != 0 {
+            self.read_complete(wc);
+            return;
+        }
         let slot = wc.wr_id as usize;
         if let Some(owner) = self.send_owner.get_mut(slot).and_then(Option::take) {
             self.free_send.push(slot);
@@ -921,6 +1028,153 @@ impl<N: Nic> VerbsTransport<N> {
             Err(error)
         };
         self.rma_done.insert(posted.id, outcome);
+    }
+
+    /// What the registration cache of the zero-copy rendezvous did so far.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.cache.stats()
+    }
+
+    /// A rendezvous READ completed. An error status fails the read (once
+    /// its other READs completed too, so nothing writes the buffer after
+    /// the ADI hears of it) and, as RC leaves the queue pair in the error
+    /// state, the peer.
+    fn read_complete(&mut self, wc: WorkCompletion) {
+        let id = wc.wr_id & !READ_BIT;
+        let Some(read) = self.reads.get_mut(&id) else {
+            return;
+        };
+        let peer = read.peer;
+        read.in_flight -= 1;
+        if let Some(Some(p)) = self.peers.get_mut(peer) {
+            p.reads_in_flight -= 1;
+        }
+        if wc.status != WcStatus::Success {
+            let why = match wc.status {
+                WcStatus::RemAccessErr => format!(
+                    "its NIC refused a rendezvous read of its send buffer (REM_ACCESS_ERR: the \
+                     memory key {:#x} is revoked, or the range lies outside its registration); \
+                     the connection to it is broken",
+                    read.rkey
+                ),
+                status => format!("a rendezvous read completed with {status:?}"),
+            };
+            read.error.get_or_insert_with(|| proc_failed(peer, &why));
+            if wc.status != WcStatus::WrFlushErr {
+                self.fail(peer, proc_failed(peer, why));
+            }
+        }
+        self.end_read_if_over(id);
+    }
+
+    /// Ends read `id` if nothing of it is in flight and it failed or all
+    /// of it is read: its registration is released and its outcome waits
+    /// for the next poll's report.
+    fn end_read_if_over(&mut self, id: u64) {
+        let over = self
+            .reads
+            .get(&id)
+            .is_some_and(|r| r.in_flight == 0 && (r.error.is_some() || r.posted == r.len));
+        if !over {
+            return;
+        }
+        let Some(read) = self.reads.remove(&id) else {
+            return;
+        };
+        self.read_queue.retain(|&q| q != id);
+        self.cache.release(read.lease);
+        let outcome = match read.error {
+            Some(e) => Err(e),
+            None => Ok(read.len),
+        };
+        self.read_outcomes.push((read.peer, read.token, outcome));
+    }
+
+    /// Posts the queued reads' next READs, as far as each peer's
+    /// [`READ_DEPTH`] and send queue allow. A read whose peer failed ends
+    /// with the peer's error once its posted READs completed.
+    fn pump_reads(&mut self) -> bool {
+        let mut progressed = false;
+        for id in self.read_queue.clone() {
+            let Some(read) = self.reads.get_mut(&id) else {
+                continue;
+            };
+            let Some(Some(p)) = self.peers.get_mut(read.peer) else {
+                continue;
+            };
+            if let Some(e) = &p.failed {
+                read.error.get_or_insert_with(|| e.clone());
+            }
+            while read.error.is_none() && read.posted < read.len && p.reads_in_flight < READ_DEPTH {
+                let n = (read.len - read.posted).min(READ_CHUNK);
+                let at = read.posted as u64;
+                let wr = SendWr {
+                    wr_id: READ_BIT | id,
+                    signaled: true,
+                    op: SendOp::RdmaRead {
+                        local: Sge {
+                            addr: read.local + at,
+                            length: n as u32,
+                            lkey: read.lkey,
+                        },
+                        remote: RemoteAddr {
+                            addr: read.remote + at,
+                            rkey: read.rkey,
+                        },
+                    },
+                };
+                match p.qp.post_send(&wr) {
+                    Ok(()) => {
+                        read.posted += n;
+                        read.in_flight += 1;
+                        p.reads_in_flight += 1;
+                        progressed = true;
+                    }
+                    Err(PostError::QueueFull) => break,
+                    Err(PostError::Invalid(e)) => {
+                        read.error = Some(proc_failed(
+                            read.peer,
+                            format!("posting a rendezvous read failed: {}", e.message()),
+                        ));
+                    }
+                }
+            }
+            if read.error.is_some() || read.posted == read.len {
+                self.read_queue.retain(|&q| q != id);
+                self.end_read_if_over(id);
+            }
+        }
+        progressed
+    }
+
+    /// Fails the peers whose queue pair went to the error state while
+    /// they held an offer of this rank's memory. A peer whose READ of an
+    /// offered buffer is refused (a remote access error) leaves this
+    /// side's queue pair in the error state too, as RC has it, but this
+    /// side has nothing posted that would complete with an error, and its
+    /// send would wait for ever for the peer's report of the read.
+    fn check_offers(&mut self) {
+        self.polls += 1;
+        if !self.polls.is_multiple_of(OFFER_CHECK_POLLS) {
+            return;
+        }
+        let broken: Vec<PeerRank> = (0..self.peers.len())
+            .filter(|&peer| {
+                matches!(&self.peers[peer], Some(p) if p.failed.is_none()
+                    && !p.offers.is_empty()
+                    && p.qp.state() == QpState::Error)
+            })
+            .collect();
+        for peer in broken {
+            self.fail(
+                peer,
+                proc_failed(
+                    peer,
+                    "its queue pair went to the error state while it was reading this rank's \
+                     buffer (its NIC refused a rendezvous read, or the connection broke)",
+                ),
+            );
+        }
     }
 
     fn queue(&mut self, peer: PeerRank, out: Outgoing) -> Result<()> {
@@ -1036,14 +1290,31 @@ impl<N: Nic> Transport for VerbsTransport<N> {
             let credit_only = p.owed >= CREDITS / 2 || (p.owed > 0 && !p.heard);
             progressed |= self.pump(peer, credit_only);
         }
+        if !self.read_queue.is_empty() {
+            progressed |= self.pump_reads();
+        }
+        self.check_offers();
         for token in self.completed.drain(..) {
             sink.on_send_complete(token);
             progressed = true;
         }
-        for (peer, error) in self.failures.drain(..) {
-            sink.on_peer_failed(peer, error);
+        for (peer, token, outcome) in self.read_outcomes.drain(..) {
+            sink.on_remote_read(peer, token, outcome);
             progressed = true;
         }
+        // A peer with reads in flight is reported once they completed
+        // (flushed, or done): the ADI then fails their receives, whose
+        // buffers nothing may write any more.
+        let mut failures = std::mem::take(&mut self.failures);
+        failures.retain(|(peer, error)| {
+            if matches!(&self.peers[*peer], Some(p) if p.reads_in_flight > 0) {
+                return true;
+            }
+            sink.on_peer_failed(*peer, error.clone());
+            progressed = true;
+            false
+        });
+        self.failures = failures;
         Ok(progressed)
     }
 
@@ -1060,7 +1331,143 @@ impl<N: Nic> Transport for VerbsTransport<N> {
     fn has_pending_sends(&self) -> bool {
         self.peers.iter().flatten().any(|p| {
             p.failed.is_none() && (!p.queue.is_empty() || p.in_flight > 0 || p.rma_in_flight > 0)
-        })
+        }) || !self.reads.is_empty()
+    }
+
+    fn offers_remote_copy(&self, peer: PeerRank) -> bool {
+        !self.remote_copy_off
+            && matches!(self.peers.get(peer), Some(Some(p)) if p.remote.is_some() && p.failed.is_none())
+    }
+
+    fn remote_reads_all(&self) -> bool {
+        true
+    }
+
+    unsafe fn remote_offer(
+        &mut self,
+        peer: PeerRank,
+        buf: *const u8,
+        len: usize,
+    ) -> Result<Option<u64>> {
+        if !self.offers_remote_copy(peer) || len == 0 {
+            return Ok(None);
+        }
+        // SAFETY: the caller keeps the buffer readable until the offer is
+        // withdrawn or the peer fails, when the lease ends; the
+        // registration gives peers reads only.
+        let lease = match unsafe {
+            self.cache.acquire(
+                &self.nic,
+                &self.pd,
+                buf as u64,
+                len,
+                AccessFlags::REMOTE_READ,
+            )
+        } {
+            Ok(lease) => lease,
+            Err(e) => {
+                oxmpi_adi::vlog!(
+                    "rank {}: verbs: registering a send buffer of {len} bytes failed ({}); \
+                     this message goes in frames",
+                    self.rank,
+                    e.message()
+                );
+                return Ok(None);
+            }
+        };
+        if let Some(Some(p)) = self.peers.get_mut(peer) {
+            p.offers.push((lease.rkey, lease.id));
+        }
+        Ok(Some(u64::from(lease.rkey)))
+    }
+
+    fn remote_withdraw(&mut self, peer: PeerRank, key: u64) {
+        let Some(Some(p)) = self.peers.get_mut(peer) else {
+            return;
+        };
+        if let Some(i) = p
+            .offers
+            .iter()
+            .position(|&(rkey, _)| u64::from(rkey) == key)
+        {
+            let (_, lease) = p.offers.swap_remove(i);
+            self.cache.release(lease);
+        }
+    }
+
+    unsafe fn remote_read_start(
+        &mut self,
+        peer: PeerRank,
+        remote: u64,
+        key: u64,
+        local: *mut u8,
+        len: usize,
+        token: u64,
+    ) -> Result<RemoteRead> {
+        let p = self.peer_mut(peer)?;
+        if let Some(e) = &p.failed {
+            return Err(e.clone());
+        }
+        let Ok(rkey) = u32::try_from(key) else {
+            let error = proc_failed(
+                peer,
+                format!("it offered a buffer under key {key:#x}, which is no memory key"),
+            );
+            self.fail(peer, error.clone());
+            return Err(error);
+        };
+        if len == 0 {
+            return Ok(RemoteRead::Done);
+        }
+        if self.remote_copy_off {
+            return Ok(RemoteRead::Refused);
+        }
+        // SAFETY: the caller keeps `local` writable and unaliased until
+        // the read's end is reported (or the peer failed, which is
+        // reported only once no READ of it is in flight); the lease ends
+        // with the read.
+        let lease = match unsafe {
+            self.cache.acquire(
+                &self.nic,
+                &self.pd,
+                local as u64,
+                len,
+                AccessFlags::LOCAL_WRITE,
+            )
+        } {
+            Ok(lease) => lease,
+            Err(e) => {
+                oxmpi_adi::vlog!(
+                    "rank {}: verbs: registering a receive buffer of {len} bytes failed ({}); \
+                     long messages go in frames from now on",
+                    self.rank,
+                    e.message()
+                );
+                self.remote_copy_off = true;
+                return Ok(RemoteRead::Refused);
+            }
+        };
+        let id = self.next_read;
+        self.next_read += 1;
+        self.reads.insert(
+            id,
+            Read {
+                peer,
+                token,
+                remote,
+                rkey,
+                local: local as u64,
+                lkey: lease.lkey,
+                lease: lease.id,
+                len,
+                posted: 0,
+                in_flight: 0,
+                error: None,
+            },
+        );
+        self.read_queue.push_back(id);
+        self.pump_reads();
+        Ok(RemoteRead::Started)
     }
 
     fn offers_rdma(&self, peer: PeerRank) -> bool {
@@ -1195,6 +1602,8 @@ mod tests {
         slots: Vec<(PeerRank, i32, Vec<u8>, bool)>,
         sent: Vec<u64>,
         failed: Vec<(PeerRank, Error)>,
+        /// Ended rendezvous reads: (peer, token, outcome).
+        reads: Vec<(PeerRank, u64, Result<usize>)>,
     }
 
     impl PacketSink for Sink {
@@ -1214,6 +1623,9 @@ mod tests {
         }
         fn on_peer_failed(&mut self, peer: PeerRank, error: Error) {
             self.failed.push((peer, error));
+        }
+        fn on_remote_read(&mut self, peer: PeerRank, token: u64, outcome: Result<usize>) {
+            self.reads.push((peer, token, outcome));
         }
     }
 
@@ -1545,5 +1957,118 @@ mod tests {
         assert_eq!(e.class(), ErrorClass::ProcFailed);
         ts[1].as_mut().unwrap().rdma_deregister(region.handle);
         assert_eq!(memory, [7, 9, 0, 0]);
+    }
+
+    /// Rank 1 reads `len` bytes of rank 0's `data` (offered for it) into
+    /// `into`, as the receiver of a rendezvous; returns the outcome.
+    fn rendezvous_read(
+        ts: &mut [Option<VerbsTransport<SoftNic>>],
+        sinks: &mut [Sink],
+        data: &[u8],
+        into: &mut [u8],
+        token: u64,
+    ) -> Result<usize> {
+        let sender = ts[0].as_mut().unwrap();
+        // SAFETY: `data` outlives the offer, withdrawn below.
+        let key = unsafe { sender.remote_offer(1, data.as_ptr(), data.len()) }
+            .unwrap()
+            .expect("offered");
+        let receiver = ts[1].as_mut().unwrap();
+        // SAFETY: `into` is neither read nor written until the read ended.
+        let started = unsafe {
+            receiver.remote_read_start(
+                0,
+                data.as_ptr() as u64,
+                key,
+                into.as_mut_ptr(),
+                data.len(),
+                token,
+            )
+        }
+        .unwrap();
+        assert_eq!(started, RemoteRead::Started);
+        poll_until(ts, sinks, |s| s[1].reads.iter().any(|r| r.1 == token));
+        ts[0].as_mut().unwrap().remote_withdraw(1, key);
+        let i = sinks[1].reads.iter().position(|r| r.1 == token).unwrap();
+        sinks[1].reads.remove(i).2
+    }
+
+    #[test]
+    fn rendezvous_reads_land_in_place_and_reuse_registrations() {
+        let mut ts = three();
+        let mut sinks: Vec<Sink> = (0..3).map(|_| Sink::default()).collect();
+        // Around a chunk, and several chunks with a ragged end.
+        for (i, len) in [1, 4097, READ_CHUNK, 3 * READ_CHUNK + 123]
+            .into_iter()
+            .enumerate()
+        {
+            let data = bytes(i, len);
+            let mut into = vec![0u8; len];
+            let n = rendezvous_read(&mut ts, &mut sinks, &data, &mut into, i as u64).unwrap();
+            assert_eq!(n, len);
+            assert!(into == data, "{len} bytes read wrong");
+        }
+        // The same buffers again: no new registration on either side.
+        let data = bytes(9, 2 * READ_CHUNK);
+        let mut into = vec![0u8; data.len()];
+        rendezvous_read(&mut ts, &mut sinks, &data, &mut into, 10).unwrap();
+        let (sent, received) = (
+            ts[0].as_ref().unwrap().cache_stats(),
+            ts[1].as_ref().unwrap().cache_stats(),
+        );
+        for _ in 0..3 {
+            into.fill(0);
+            rendezvous_read(&mut ts, &mut sinks, &data, &mut into, 11).unwrap();
+            assert!(into == data);
+        }
+        let (sent2, received2) = (
+            ts[0].as_ref().unwrap().cache_stats(),
+            ts[1].as_ref().unwrap().cache_stats(),
+        );
+        if ts[0].as_ref().unwrap().cache.caches() {
+            assert_eq!(sent2.registrations, sent.registrations);
+            assert_eq!(received2.registrations, received.registrations);
+            assert_eq!(sent2.hits, sent.hits + 3);
+            assert_eq!(received2.hits, received.hits + 3);
+        }
+        assert!(sinks.iter().all(|s| s.failed.is_empty()));
+    }
+
+    #[test]
+    fn a_refused_rendezvous_read_fails_the_read_and_both_sides_of_the_pair() {
+        let mut ts = three();
+        let mut sinks: Vec<Sink> = (0..3).map(|_| Sink::default()).collect();
+        let data = bytes(1, 3 * READ_CHUNK);
+        let mut into = vec![0u8; data.len()];
+        let sender = ts[0].as_mut().unwrap();
+        // SAFETY: `data` outlives the offer.
+        let key = unsafe { sender.remote_offer(1, data.as_ptr(), data.len()) }
+            .unwrap()
+            .unwrap();
+        // Past the end of the offered buffer's pages: outside the
+        // registration.
+        let beyond = data.as_ptr() as u64 + (4 * READ_CHUNK) as u64;
+        let receiver = ts[1].as_mut().unwrap();
+        // SAFETY: `into` is untouched until the read ended.
+        unsafe { receiver.remote_read_start(0, beyond, key, into.as_mut_ptr(), into.len(), 5) }
+            .unwrap();
+        poll_until(&mut ts, &mut sinks, |s| {
+            s[1].reads.len() == 1 && !s[1].failed.is_empty() && !s[0].failed.is_empty()
+        });
+        let (peer, token, outcome) = sinks[1].reads.pop().unwrap();
+        let e = outcome.unwrap_err();
+        assert_eq!((peer, token), (0, 5));
+        assert_eq!(e.class(), ErrorClass::ProcFailed);
+        assert!(e.message().contains("REM_ACCESS_ERR"), "{}", e.message());
+        assert_eq!(sinks[0].failed[0].0, 1);
+        assert!(sinks[0].failed[0].1.message().contains("rendezvous read"));
+        // The other peers go on.
+        ts[0]
+            .as_mut()
+            .unwrap()
+            .send(2, &eager(3, 10), &bytes(3, 10))
+            .unwrap();
+        poll_until(&mut ts, &mut sinks, |s| s[2].slots.iter().any(|x| x.3));
+        assert_eq!(sinks[2].slots[0].2, bytes(3, 10));
     }
 }

@@ -1020,3 +1020,53 @@ fn requests_behind_a_local_error_are_not_executed() {
         "a flushed request was executed"
     );
 }
+
+/// A registration with remote reads whose memory is no longer accessible
+/// (unmapped: the transport's registration cache keeps idle ones; here
+/// protected) answers a peer's READ with REM_ACCESS_ERR instead of
+/// faulting the soft NIC's process.
+#[test]
+fn a_read_of_unmapped_registered_memory_is_a_remote_access_error() {
+    let (a, b) = pair();
+    let local = Memory::new(8192);
+    let lmr = register(&a.nic, &a.pd, &local, AccessFlags::LOCAL_WRITE);
+    let len = 8192;
+    // SAFETY: a fresh anonymous mapping, made inaccessible below while
+    // registered.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    // SAFETY: the registration gives remote reads only; the soft NIC reads
+    // it through the kernel, which this test checks.
+    let tmr = unsafe {
+        b.nic
+            .register(&b.pd, p.cast(), len, AccessFlags::REMOTE_READ)
+            .unwrap()
+    };
+    // No longer accessible, as if unmapped; kept reserved so that no
+    // other mapping of this (multi-threaded) test process takes the
+    // addresses meanwhile. SAFETY: the mapping made above; nothing of
+    // this process uses it.
+    assert_eq!(unsafe { libc::mprotect(p, len, libc::PROT_NONE) }, 0);
+    post(
+        &a.qp,
+        3,
+        SendOp::RdmaRead {
+            local: sge(&lmr, &local, 0, 4096),
+            remote: remote(&tmr, 0),
+        },
+    );
+    let wcs = wait(&a.scq, 1);
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (3, WcStatus::RemAccessErr));
+    drop(tmr);
+    // SAFETY: the mapping made above, deregistered.
+    assert_eq!(unsafe { libc::munmap(p, len) }, 0);
+}

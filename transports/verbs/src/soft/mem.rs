@@ -12,7 +12,7 @@
 use crate::provider::{AccessFlags, RemoteAddr, Sge, WcStatus};
 use oxmpi_adi::{Error, ErrorClass, Result};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{RwLock, RwLockReadGuard};
 
 /// One registration.
@@ -211,9 +211,11 @@ impl MrTable {
         }
         let keys = self.read();
         Self::remote_region(&keys, remote, len.into(), AccessFlags::REMOTE_READ)?;
-        // SAFETY: the range lies in a live registration with REMOTE_READ,
-        // checked under the read lock held until the copy is done.
-        Ok(unsafe { copy_out(remote.addr, len as usize) })
+        // A registration with remote reads may outlive its memory (the
+        // transport's registration cache keeps idle ones, as hardware
+        // keeps their pages pinned): the copy is checked by the kernel, so
+        // a range no longer mapped is a remote access error, not a fault.
+        read_checked(remote.addr, len as usize)
     }
 
     /// Executes a peer's 8-byte atomic with a real atomic instruction on the
@@ -275,6 +277,44 @@ unsafe fn copy_out(addr: u64, len: usize) -> Vec<u8> {
     // `out` is a fresh allocation of `len` bytes, so they cannot overlap.
     unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), len) };
     out
+}
+
+/// Whether the kernel lets this process read its own memory through
+/// `process_vm_readv` (a seccomp filter may forbid the call).
+static CHECKED_READS: AtomicBool = AtomicBool::new(true);
+
+/// Copies `len` bytes from `addr` of this process's memory, through the
+/// kernel: REM_ACCESS_ERR where some of it is not mapped. Where the kernel
+/// refuses the call, a plain copy of the range, which the registrant keeps
+/// mapped while its registration is live.
+fn read_checked(addr: u64, len: usize) -> std::result::Result<Vec<u8>, WcStatus> {
+    if CHECKED_READS.load(Ordering::Relaxed) {
+        let mut out = vec![0u8; len];
+        let local = libc::iovec {
+            iov_base: out.as_mut_ptr().cast(),
+            iov_len: len,
+        };
+        let remote = libc::iovec {
+            iov_base: addr as *mut libc::c_void,
+            iov_len: len,
+        };
+        // SAFETY: `local` is `out`, writable for `len` bytes; the kernel
+        // checks `remote` against this process's mappings and fails with
+        // EFAULT rather than fault.
+        let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+        if n == len as isize {
+            return Ok(out);
+        }
+        let errno = std::io::Error::last_os_error().raw_os_error();
+        if n >= 0 || errno == Some(libc::EFAULT) {
+            return Err(WcStatus::RemAccessErr);
+        }
+        CHECKED_READS.store(false, Ordering::Relaxed);
+    }
+    // SAFETY: the range lies in a live registration with REMOTE_READ,
+    // checked by the caller under the read lock held until the copy is
+    // done; the registrant keeps it mapped.
+    Ok(unsafe { copy_out(addr, len) })
 }
 
 /// Copies `data` to `addr`.
