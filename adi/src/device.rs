@@ -2656,7 +2656,7 @@ mod tests {
         let buf = vec![0u8; LEN];
         let mut core = core();
         core.reads_all = vec![true];
-        let mut send = |core: &mut Core| {
+        let send = |core: &mut Core| {
             let mut status = Status::empty();
             status.count = LEN;
             let phase = Phase::AwaitingCts {
