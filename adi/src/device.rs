@@ -2781,6 +2781,93 @@ mod tests {
         assert!(matches!(message, Unexpected::Eager { data, sync: None } if data == b"mno"));
     }
 
+    /// Over a transport whose NIC reads the whole message, the sender
+    /// writes nothing: a WriteDone is a protocol error, ReadDones add up
+    /// to the accepted length, and then the send completes and its
+    /// buffer's offer is withdrawn (as it is when the receiver asks for
+    /// data packets instead).
+    #[test]
+    fn a_send_the_receiver_reads_whole_completes_on_read_done_and_withdraws_its_offer() {
+        const LEN: usize = 100_000;
+        let buf = vec![0u8; LEN];
+        let mut core = core();
+        core.reads_all = vec![true];
+        let send = |core: &mut Core| {
+            let mut status = Status::empty();
+            status.count = LEN;
+            let phase = Phase::AwaitingCts {
+                ptr: buf.as_ptr(),
+                len: LEN,
+                remote: Some(0x1234),
+            };
+            core.requests
+                .insert(Request::new(Some(PEER), phase, status))
+        };
+        let mut sequence = 0;
+        let mut packet = |kind: Kind, token: u64, len: usize| {
+            let mut h = Header::new(kind);
+            h.sequence = sequence;
+            sequence += 1;
+            h.sender_token = token;
+            h.receiver_token = 9;
+            h.message_len = len as u64;
+            h
+        };
+        let token = send(&mut core);
+        let mut cts = packet(Kind::Cts, token, LEN);
+        cts.flags = FLAG_REMOTE;
+        cts.address = 0x7f00_0000_0000;
+        deliver(&mut core, &cts, &[]).unwrap();
+        assert!(matches!(core.deferred.pop(), Some(Deferred::Data { token: t }) if t == token));
+        deliver(&mut core, &packet(Kind::ReadDone, token, LEN - 1), &[]).unwrap();
+        assert!(core.deferred.is_empty());
+        assert!(!matches!(
+            core.requests.get(token).unwrap().phase,
+            Phase::Done
+        ));
+        deliver(&mut core, &packet(Kind::ReadDone, token, 1), &[]).unwrap();
+        assert!(matches!(
+            core.requests.get(token).unwrap().phase,
+            Phase::Done
+        ));
+        assert!(matches!(
+            core.deferred.pop(),
+            Some(Deferred::Withdraw {
+                peer: PEER,
+                key: 0x1234
+            })
+        ));
+        // The receiver asks for packets: the offer is withdrawn at once.
+        let token = send(&mut core);
+        deliver(&mut core, &packet(Kind::Cts, token, LEN), &[]).unwrap();
+        assert!(matches!(
+            core.deferred.as_slice(),
+            [
+                Deferred::Withdraw {
+                    peer: PEER,
+                    key: 0x1234
+                },
+                Deferred::Data { .. }
+            ]
+        ));
+        // A receive never gets a WriteDone from such a sender.
+        let receive =
+            core.requests
+                .insert(Request::new(Some(PEER), Phase::Posted, Status::empty()));
+        if let Some(r) = core.requests.get_mut(receive) {
+            r.phase = Phase::CopyingIn {
+                address: 0x7f00_0000_0000,
+                key: 0x1234,
+                sender_token: 5,
+                accepted: LEN,
+                copied: 0,
+            };
+        }
+        let mut done = packet(Kind::WriteDone, 0, LEN - remote_split(LEN));
+        done.receiver_token = receive;
+        assert!(deliver(&mut core, &done, &[]).is_err());
+    }
+
     #[test]
     fn a_sink_asks_for_pieces_and_unpacks_each_in_order() {
         let mut core = core();

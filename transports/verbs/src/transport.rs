@@ -612,7 +612,11 @@ impl<N: Nic> VerbsTransport<N> {
         let peers_n = job.size.saturating_sub(1).max(1);
         let recv_count = peers_n * 2 * CREDITS as usize;
         let pd = nic.alloc_pd()?;
-        let cq = nic.create_cq((recv_count + SEND_SLOTS + RMA_SLOTS) as u32)?;
+        // Room for every completion that can be outstanding: receives,
+        // sends, one-sided operations and rendezvous reads.
+        let cq = nic.create_cq(
+            (recv_count + SEND_SLOTS + RMA_SLOTS + peers_n * READ_DEPTH as usize) as u32,
+        )?;
         let srq = nic.create_srq(&pd, recv_count as u32)?;
         let recv_frames = Frames::new(recv_count, FRAME_LEN)?;
         let send_frames = Frames::new(SEND_SLOTS, FRAME_LEN)?;
