@@ -261,7 +261,7 @@ impl WindowSegment {
 
     /// Replaces the `size`-byte words at `offset` with those of `new` and
     /// fetches the words from before into `old`, each of the two if
-    /// given, one atomic instruction per word ([`atomics::exchange`]):
+    /// given, one atomic instruction per word (`atomics::exchange`):
     /// no region mutex is needed.
     pub fn exchange(
         &self,
