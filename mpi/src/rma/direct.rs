@@ -215,7 +215,8 @@ pub(crate) fn accumulate(
     let at = offset(disp)?;
     let len = old.as_deref().map_or(data.len(), <[u8]>::len);
     let size = basic.size();
-    if (op != AccumulateOp::NoOp && data.len() != len) || !len.is_multiple_of(size) {
+    // A basic type's size is a power of two: a mask, not a division.
+    if (op != AccumulateOp::NoOp && data.len() != len) || len & (size - 1) != 0 {
         return Err(Error::new(
             ErrorClass::Count,
             format!(

@@ -208,32 +208,41 @@ struct Epochs {
 }
 
 impl Epochs {
-    fn may_access(&self, target: usize) -> bool {
-        self.fence
-            || self.lock_all.is_some()
-            || self.locks.contains_key(&target)
-            || self.access.as_ref().is_some_and(|g| g.contains(&target))
-    }
-
-    fn passive(&self, target: usize) -> bool {
-        self.lock_all.is_some() || self.locks.contains_key(&target)
-    }
-
-    /// What an operation on `target` needs to know, in one byte
-    /// ([`Access`]).
-    fn access(&self, target: usize) -> u8 {
-        let lock = self.locks.get(&target);
-        let bit = |on: bool, bit: u8| if on { bit } else { 0 };
-        bit(self.may_access(target), Access::OPEN)
-            | bit(self.passive(target), Access::PASSIVE)
-            | bit(
-                lock.is_some_and(|&(t, _)| t == LockType::Exclusive),
-                Access::EXCLUSIVE,
-            )
-            | bit(
-                lock.is_some_and(|&(_, taken)| taken) || self.lock_all == Some(true),
-                Access::LOCKED,
-            )
+    /// Writes what an operation on each target needs to know, one byte
+    /// per target ([`Access`]), into `summary`: in one pass over the
+    /// targets, the start group and the locks (not a look-up in the group
+    /// per target: a start group may hold every rank).
+    fn summarize(&self, summary: &[AtomicU8]) {
+        let mut everyone = 0;
+        if self.fence {
+            everyone |= Access::OPEN;
+        }
+        if let Some(taken) = self.lock_all {
+            everyone |= Access::OPEN | Access::PASSIVE;
+            if taken {
+                everyone |= Access::LOCKED;
+            }
+        }
+        let mut bytes = vec![everyone; summary.len()];
+        for &target in self.access.iter().flatten() {
+            if let Some(byte) = bytes.get_mut(target) {
+                *byte |= Access::OPEN;
+            }
+        }
+        for (&target, &(lock_type, taken)) in &self.locks {
+            if let Some(byte) = bytes.get_mut(target) {
+                *byte |= Access::OPEN | Access::PASSIVE;
+                if lock_type == LockType::Exclusive {
+                    *byte |= Access::EXCLUSIVE;
+                }
+                if taken {
+                    *byte |= Access::LOCKED;
+                }
+            }
+        }
+        for (byte, value) in summary.iter().zip(bytes) {
+            byte.store(value, Ordering::Release);
+        }
     }
 }
 
@@ -276,9 +285,7 @@ impl std::ops::DerefMut for EpochsGuard<'_> {
 
 impl Drop for EpochsGuard<'_> {
     fn drop(&mut self) {
-        for (target, byte) in self.summary.iter().enumerate() {
-            byte.store(self.epochs.access(target), Ordering::Release);
-        }
+        self.epochs.summarize(self.summary);
     }
 }
 
@@ -306,7 +313,8 @@ pub struct Window<'a> {
     hints: Info,
     no_locks: bool,
     epochs: Mutex<Epochs>,
-    /// [`Epochs::access`] of every target, as of the last change.
+    /// [`Epochs::summarize`]: every target's [`Access`] byte, as of the
+    /// last change of the epochs.
     access: Box<[AtomicU8]>,
     /// This rank's registrations of the RDMA path: dropped (revoked)
     /// before the memory goes.

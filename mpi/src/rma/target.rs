@@ -495,7 +495,7 @@ pub(crate) fn combine(
         AccumulateOp::NoOp => {}
         AccumulateOp::Reduce(op) => {
             let reduction = Reduction::new(&op, ElementType::of_basic(basic))?;
-            let aligned = |bytes: &[u8]| (bytes.as_ptr() as usize).is_multiple_of(basic.align());
+            let aligned = |bytes: &[u8]| bytes.as_ptr().align_offset(basic.align()) == 0;
             match (aligned(data), aligned(window)) {
                 // In place, in one pass: the usual case (an origin's typed
                 // buffer, a window at an aligned displacement).

@@ -431,9 +431,17 @@ fn atomic(world: &Communicator, n: usize) -> Result<()> {
 }
 
 /// Elements of rank 0's window in the `regions` check: `SPAN`-element
-/// accumulates at varying places inside `FIELD` elements of each kind.
+/// accumulates at varying places inside `FIELD` elements of each kind,
+/// the sums' field from element `SUM_AT`, the products' from
+/// `PRODUCT_AT`, each across a page boundary (a region boundary of the
+/// shared-memory window) in a window of `REGIONS_WINDOW` elements: some
+/// spans start before the boundary and end after it, others start after
+/// it, so a span that left its second region unlocked would race.
 const FIELD: usize = 256;
 const SPAN: usize = 128;
+const SUM_AT: usize = 512 - SPAN / 2;
+const PRODUCT_AT: usize = 1024 - SPAN / 2;
+const REGIONS_WINDOW: usize = 1536;
 
 /// Where rank `rank`'s `i`th sum (of doubles) and product (of `i64`s)
 /// start in their fields.
@@ -455,9 +463,9 @@ fn region_spans(rank: usize, i: usize) -> (usize, usize) {
 /// (3 is invertible modulo 2^64, so one lost product changes the result).
 fn regions(world: &Communicator, n: usize) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
-    let window = Window::allocate(world, 2 * FIELD * 8, 8, &Info::new())?;
+    let window = Window::allocate(world, REGIONS_WINDOW * 8, 8, &Info::new())?;
     if rank == 0 {
-        window.write_local(8 * FIELD, &[1i64; FIELD][..])?;
+        window.write_local(8 * PRODUCT_AT, &[1i64; FIELD][..])?;
     }
     world.barrier()?;
     let every_other = UserDatatype::vector(SPAN as i32, 1, 2, &f64::equivalent_datatype())?;
@@ -469,18 +477,24 @@ fn regions(world: &Communicator, n: usize) -> Result<()> {
         window.accumulate(
             &View::with_count_and_datatype(&ones[..], 1, &every_other)?,
             0,
-            sum_at,
+            SUM_AT + sum_at,
             SystemOperation::sum(),
         )?;
         window.accumulate(
             &threes[..],
             0,
-            FIELD + product_at,
+            PRODUCT_AT + product_at,
             SystemOperation::product(),
         )?;
         if i % 8 == 0 {
             let mut seen = [0f64; SPAN];
-            window.get_accumulate(&[0f64; 0][..], &mut seen[..], 0, sum_at, AccumulateOp::NoOp)?;
+            window.get_accumulate(
+                &[0f64; 0][..],
+                &mut seen[..],
+                0,
+                SUM_AT + sum_at,
+                AccumulateOp::NoOp,
+            )?;
             let most = (size * n) as f64;
             if let Some(bad) = seen.iter().find(|v| v.fract() != 0.0 || **v > most) {
                 return Err(fail(format!(
@@ -507,8 +521,8 @@ fn regions(world: &Communicator, n: usize) -> Result<()> {
         let want_products: Vec<i64> = products.iter().map(|&c| 3i64.wrapping_pow(c)).collect();
         let mut got_sums = vec![0f64; FIELD];
         let mut got_products = vec![0i64; FIELD];
-        window.read_local(0, &mut got_sums[..])?;
-        window.read_local(8 * FIELD, &mut got_products[..])?;
+        window.read_local(8 * SUM_AT, &mut got_sums[..])?;
+        window.read_local(8 * PRODUCT_AT, &mut got_products[..])?;
         same(
             &got_sums,
             &want_sums,
