@@ -354,7 +354,7 @@ impl Communicator {
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
-        let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
+        let (send, mut output) = (Input::new(send)?, Output::overwritten(recv)?);
         let element_type = same_element_type(send.element_type(), output.element_type())?;
         let (send, recv) = (send.bytes(), output.bytes_mut());
         if self.is_inter_communicator() {
@@ -610,7 +610,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
     {
         let node = self.node_for(&sequence, mode)?;
-        let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
+        let (send, mut output) = (Input::new(send)?, Output::overwritten(recv)?);
         let element_type = same_element_type(send.element_type(), output.element_type())?;
         let (send, recv) = (send.bytes(), output.bytes_mut());
         let n = self.addressed_size();
@@ -1009,7 +1009,7 @@ impl Communicator {
         O: Operation,
     {
         let node = self.node_for(&sequence, mode)?;
-        let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
+        let (send, mut output) = (Input::new(send)?, Output::overwritten(recv)?);
         let element_type = same_element_type(send.element_type(), output.element_type())?;
         let red = Reduction::new(&op, element_type)?;
         let recv = copy_input(send.bytes(), output.bytes_mut(), element_type)?;
@@ -1628,7 +1628,12 @@ impl Process<'_> {
         let node = self.comm.node_for(&sequence, mode)?;
         let at_root = self.comm.rank() == self.rank;
         let root = self.root(at_root)?;
-        let mut output = Output::new(buf)?;
+        // The root's buffer is the data; the others' is only written.
+        let mut output = if at_root {
+            Output::new(buf)?
+        } else {
+            Output::overwritten(buf)?
+        };
         self.comm
             .broadcast_bytes(sequence, root, output.bytes_mut(), node)
             .await?;
@@ -2388,7 +2393,7 @@ impl Process<'_> {
     {
         let node = self.comm.node_for(&sequence, mode)?;
         let root = self.root(true)?;
-        let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
+        let (send, mut output) = (Input::new(send)?, Output::overwritten(recv)?);
         let element_type = same_element_type(send.element_type(), output.element_type())?;
         let red = Reduction::new(&op, element_type)?;
         let recv = copy_input(send.bytes(), output.bytes_mut(), element_type)?;

@@ -1,7 +1,7 @@
 //! Collectives over shared memory, for communicators whose processes all
 //! share a host: barrier, broadcast, reduce, all-reduce and all-to-all of
-//! small data through one shared region per communicator, without
-//! messages.
+//! small data, and all-reduce of long data, through one shared region per
+//! communicator, without messages.
 //!
 //! # The region
 //! Made at the first blocking collective of these kinds on the
@@ -56,6 +56,21 @@
 //! there), and fails with `MPI_ERR_OTHER` instead of waiting for ever.
 //! Numbers are compared modulo 2^32 (serial-number arithmetic: processes
 //! are never 2^31 collectives apart).
+//!
+//! # Long all-reduces
+//! An all-reduce too long for a slot goes through two staging areas per
+//! process, in rounds of a window of at most an area (the rounds use the
+//! areas in turn, picked by the collective's number and the round so that
+//! every process picks alike). In a round, each process copies the parts
+//! of its window that the others reduce (one part per process, whole
+//! elements) into its area and publishes its progress (a word of its own:
+//! the collective's number and a step, with a release store); once every
+//! process has, it combines its own part of every process's window in
+//! rank order, a cache-sized piece at a time, leaves the result in its
+//! area and publishes again; then it copies the others' results. An area
+//! is written again once every process's progress shows that it has read
+//! the area's last results. The cell's stamp announces the length, which
+//! every process checks after the first round's first step.
 //!
 //! A process whose length differs from another's gets the same errors as
 //! with messages (`MPI_ERR_TRUNCATE` when it would receive more,
@@ -192,10 +207,8 @@ pub(crate) struct NodeRegion {
     reached: AtomicU64,
     /// Bytes of each staging area.
     area: usize,
-    /// Rounds of staged all-reduces this process has made (the next uses
-    /// area `staged_rounds % AREAS`), and for each area the progress at
-    /// which every process has read its last results (0: never used).
-    staged_rounds: AtomicU64,
+    /// For each staging area, the progress at which every process has
+    /// read its last results (0: never used).
     free_after: [AtomicU64; AREAS],
 }
 
@@ -270,7 +283,6 @@ impl NodeRegion {
             last: AtomicU32::new(0),
             reached: AtomicU64::new(0),
             area,
-            staged_rounds: AtomicU64::new(0),
             free_after: [AtomicU64::new(0), AtomicU64::new(0)],
         }))
     }
@@ -390,7 +402,10 @@ impl NodeRegion {
         let (mut fold, mut input) = (Scratch::zeroed(piece), Scratch::zeroed(piece));
         let mut step = 0;
         for (round, w) in acc.chunks_mut(window).enumerate() {
-            let area = (self.staged_rounds.fetch_add(1, Ordering::Relaxed) % 2) as usize;
+            // Every process picks the same area for a round (a count of
+            // rounds made could differ between processes whose calls
+            // failed), and rounds alternate.
+            let area = (number as usize + round) % AREAS;
             // Every process has read the area's last results.
             let free = self.free_after[area].load(Ordering::Relaxed);
             if free != 0 {

@@ -51,6 +51,17 @@ impl<'a> Output<'a> {
         })
     }
 
+    /// `buf`'s data for an operation that writes every byte of it before
+    /// it reads any: its own bytes, or a staging buffer that starts
+    /// zeroed (the buffer's data is not packed for nothing).
+    pub(crate) fn overwritten<B: BufferMut + ?Sized>(buf: &'a mut B) -> Result<Output<'a>> {
+        let view = buf.view_mut();
+        Ok(Output {
+            element_type: ElementType::of_datatype(view.datatype()),
+            data: Incoming::new(view)?,
+        })
+    }
+
     /// The packed data, to read and write.
     pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
         self.data.device_buffer()

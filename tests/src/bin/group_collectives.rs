@@ -1235,10 +1235,11 @@ fn rank_sum(size: i64, round: i64) -> i64 {
     size * (size - 1) / 2 + size * round
 }
 
-/// Blocking collectives of small data (the shared-memory path where the
-/// ranks share a host) on `comm`, checked against their sequential
+/// Blocking collectives of small data, and a long all-reduce (the
+/// shared-memory path where the ranks share a host, through cells and
+/// through staging areas) on `comm`, checked against their sequential
 /// results; `round` varies the data and the roots.
-fn small_blocking(comm: &Communicator, round: i64) -> Result<()> {
+fn node_blocking(comm: &Communicator, round: i64) -> Result<()> {
     let (rank, size) = (comm.rank(), comm.size());
     let n = size as i64;
     let what = |w: &str| format!("{w}, round {round}, {size} ranks");
@@ -1271,11 +1272,19 @@ fn small_blocking(comm: &Communicator, round: i64) -> Result<()> {
     let expected: Vec<i64> = (0..n)
         .map(|from| from * 100 + rank as i64 + round)
         .collect();
-    same(&recv, &expected, &what("all-to-all"))
+    same(&recv, &expected, &what("all-to-all"))?;
+    // 320,000 bytes: more than a round of the staging areas.
+    let long: Vec<i64> = (0..40_000).map(|i| rank as i64 * i + round).collect();
+    let mut sums = vec![0i64; long.len()];
+    comm.all_reduce_into(&long[..], &mut sums[..], SystemOperation::sum())?;
+    let expected: Vec<i64> = (0..40_000)
+        .map(|i| i * (n * (n - 1) / 2) + n * round)
+        .collect();
+    same(&sums, &expected, &what("long all-reduce"))
 }
 
-/// `node_alone`: blocking collectives of small data, which ranks sharing
-/// a host carry out through shared memory, stay in step when ranks' calls
+/// `node_alone`: blocking collectives, which ranks sharing a host carry
+/// out through shared memory, stay in step when ranks' calls
 /// differ: a blocking broadcast that fails at the last rank alone (a root
 /// outside the communicator) — as the first collective of a fresh
 /// communicator, whose shared region is made then, and again later —
@@ -1312,7 +1321,7 @@ fn node_alone(world: &Communicator) -> Result<()> {
     let without_first = world.group().exclude(&[0])?;
     let others = world.split_by_subgroup(&without_first)?;
     for round in 0..6i64 {
-        small_blocking(&comm, round)?;
+        node_blocking(&comm, round)?;
         if round % 2 == 1 {
             leave_broadcast(round)?;
         }
@@ -1322,11 +1331,11 @@ fn node_alone(world: &Communicator) -> Result<()> {
         scope(|sc| {
             let request =
                 comm.immediate_all_reduce_into(sc, &doubled, &mut pending, SystemOperation::sum())?;
-            small_blocking(&halves, round + 10)?;
+            node_blocking(&halves, round + 10)?;
             if let Some(others) = &others {
-                small_blocking(others, round + 20)?;
+                node_blocking(others, round + 20)?;
             }
-            small_blocking(&comm, round + 30)?;
+            node_blocking(&comm, round + 30)?;
             request.wait().map(drop)
         })?;
         let n = size as i64;
