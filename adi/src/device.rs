@@ -1145,7 +1145,12 @@ impl Device {
 
     /// Where the direct receive stands. `Done` and `Request` end it (the
     /// next [`Device::start_direct_recv`] may start another).
+    #[inline]
     pub fn direct_recv(&mut self) -> DirectRecv {
+        // Every turn of the wait asks: a pending one is left untouched.
+        if matches!(self.core.direct, Direct::Posted { .. }) {
+            return DirectRecv::Pending;
+        }
         match std::mem::replace(&mut self.core.direct, Direct::Idle) {
             Direct::Done(status) => DirectRecv::Done(status),
             Direct::Request(token) => DirectRecv::Request(RequestId(token)),
