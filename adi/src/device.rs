@@ -464,7 +464,8 @@ struct Core {
     posted: PostedQueue,
     unexpected: UnexpectedQueue<Unexpected>,
     deferred: Vec<Deferred>,
-    /// Eager limits of the transports, by index (to judge eager packets).
+    /// Eager limits of the transports, by index (read once at start: to
+    /// choose a send's protocol and to judge eager packets).
     eager_limits: Vec<usize>,
     /// Active messages that arrived, for the handler.
     active: VecDeque<ActiveMessage>,
@@ -942,7 +943,7 @@ impl Device {
         }
         let mut status = Status::empty();
         status.count = len;
-        let eager = len <= self.transports[t].eager_limit();
+        let eager = len <= self.core.eager_limits[t];
         let remote =
             !eager && len > 0 && source.is_none() && self.transports[t].offers_remote_copy(peer);
         let phase = match (eager, synchronous) {
@@ -1009,7 +1010,7 @@ impl Device {
         len: usize,
     ) -> Result<Option<RequestId>> {
         let t = self.bind(peer)?;
-        if len > self.transports[t].eager_limit() {
+        if len > self.core.eager_limits[t] {
             // SAFETY: the caller's guarantee, passed on.
             return unsafe { self.start_send(peer, envelope, buf, len, false) }.map(Some);
         }
