@@ -159,7 +159,7 @@ fn ordered(world: &Communicator) -> Result<()> {
     Ok(())
 }
 
-/// Every rank but 0 sends rank 0 [`FLOOD`] eager messages (1 byte to
+/// Every rank but 0 sends rank 0 `FLOOD` eager messages (1 byte to
 /// 4000) before rank 0 posts a receive: all of them are unexpected, and a
 /// transport with bounded buffers must hold them back without deadlock
 /// (the barrier's own messages queue behind them). Then rank 0 receives
