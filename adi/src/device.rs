@@ -341,6 +341,41 @@ impl Unexpected {
     }
 }
 
+/// The blocking receive that waits without a request (see
+/// [`Device::start_direct_recv`]). Its place in the posted queue is
+/// [`DIRECT_TOKEN`].
+enum Direct {
+    /// None is under way.
+    Idle,
+    /// Posted: its buffer, the buffer's length, and the peer it needs
+    /// (`None`: any source).
+    Posted {
+        buf: *mut u8,
+        cap: usize,
+        peer: Option<PeerRank>,
+    },
+    /// Complete with this status.
+    Done(Status),
+    /// Matched a message that needs a request (a rendezvous, or an eager
+    /// message whose payload arrives in parts): it goes on as this one.
+    Request(u64),
+}
+
+/// Where a direct receive stands ([`Device::direct_recv`]).
+#[derive(Debug)]
+pub enum DirectRecv {
+    /// Not complete yet.
+    Pending,
+    /// Complete with this status (taken: the direct receive is over).
+    Done(Status),
+    /// It goes on as this request, to wait for as any other.
+    Request(RequestId),
+}
+
+/// The posted queue's token for the direct receive: no request's token
+/// is 0 (see `request::Slab`).
+const DIRECT_TOKEN: u64 = 0;
+
 /// A message taken out of matching by a matched probe (`MPI_Mprobe`),
 /// waiting for its matched receive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -441,13 +476,16 @@ struct Core {
     posted: PostedQueue,
     unexpected: UnexpectedQueue<Unexpected>,
     deferred: Vec<Deferred>,
-    /// Eager limits of the transports, by index (to judge eager packets).
+    /// Eager limits of the transports, by index (read once at start: to
+    /// choose a send's protocol and to judge eager packets).
     eager_limits: Vec<usize>,
     /// Whether the receiver of a remote-copy rendezvous reads all of it,
     /// by transport index ([`Transport::remote_reads_all`]).
     reads_all: Vec<bool>,
     /// Active messages that arrived, for the handler.
     active: VecDeque<ActiveMessage>,
+    /// The blocking receive under way without a request, if any.
+    direct: Direct,
 }
 
 /// The abstract device of one process: see the module documentation.
@@ -505,9 +543,10 @@ impl Sleep {
     }
 }
 
-// SAFETY: the raw pointers in requests and in the self transport refer to
-// user buffers that the MPI layer keeps valid (and unaliased) until the
-// request completes, whichever thread then drives the device; the device is
+// SAFETY: the raw pointers in requests, in the direct receive and in the
+// self transport refer to user buffers that the MPI layer keeps valid (and
+// unaliased) until the request (or the direct receive) completes, whichever
+// thread then drives the device; the device is
 // only ever used through `&mut`, one thread at a time.
 unsafe impl Send for Device {}
 
@@ -695,6 +734,7 @@ impl Device {
                 eager_limits: all.iter().map(|t| t.eager_limit()).collect(),
                 reads_all: all.iter().map(|t| t.remote_reads_all()).collect(),
                 active: VecDeque::new(),
+                direct: Direct::Idle,
             },
             transports: all,
             routes,
@@ -919,7 +959,7 @@ impl Device {
         }
         let mut status = Status::empty();
         status.count = len;
-        let eager = len <= self.transports[t].eager_limit();
+        let eager = len <= self.core.eager_limits[t];
         let remote = if !eager && len > 0 && source.is_none() {
             // SAFETY: the caller of `start_send` keeps `buf` readable for
             // `len` bytes and unmodified until the request completes, and
@@ -997,7 +1037,7 @@ impl Device {
         len: usize,
     ) -> Result<Option<RequestId>> {
         let t = self.bind(peer)?;
-        if len > self.transports[t].eager_limit() {
+        if len > self.core.eager_limits[t] {
             // SAFETY: the caller's guarantee, passed on.
             return unsafe { self.start_send(peer, envelope, buf, len, false) }.map(Some);
         }
@@ -1105,6 +1145,61 @@ impl Device {
             self.core.posted.push(pattern, token);
         }
         RequestId(token)
+    }
+
+    /// Starts a blocking receive (`MPI_Recv` into contiguous memory) that
+    /// waits without a request: it takes its place among the posted
+    /// receives (so matching order is kept) and a short message that
+    /// matches it is copied into `buf` and completes it in place; see
+    /// [`Device::direct_recv`]. False, with nothing started, when it
+    /// cannot: another direct receive is under way (one at a time), a
+    /// message that `pattern` accepts is already here, or the peer is
+    /// lost; the caller then starts the receive with
+    /// [`Device::start_recv`].
+    ///
+    /// # Safety
+    /// As for [`Device::start_recv`], until the direct receive is over
+    /// ([`DirectRecv::Done`], or [`Device::abandon_direct_recv`]) or has
+    /// become a request, then until that request completes.
+    pub unsafe fn start_direct_recv(
+        &mut self,
+        pattern: Pattern,
+        peer: Option<PeerRank>,
+        buf: *mut u8,
+        cap: usize,
+    ) -> bool {
+        self.core.post_direct(pattern, peer, buf, cap)
+    }
+
+    /// Where the direct receive stands. `Done` and `Request` end it (the
+    /// next [`Device::start_direct_recv`] may start another).
+    #[inline]
+    pub fn direct_recv(&mut self) -> DirectRecv {
+        // Every turn of the wait asks: a pending one is left untouched.
+        if matches!(self.core.direct, Direct::Posted { .. }) {
+            return DirectRecv::Pending;
+        }
+        match std::mem::replace(&mut self.core.direct, Direct::Idle) {
+            Direct::Done(status) => DirectRecv::Done(status),
+            Direct::Request(token) => DirectRecv::Request(RequestId(token)),
+            pending => {
+                self.core.direct = pending;
+                DirectRecv::Pending
+            }
+        }
+    }
+
+    /// Withdraws the direct receive whose wait ended without it (an
+    /// error): its buffer is never written after this returns, unless it
+    /// became a request that had already matched.
+    pub fn abandon_direct_recv(&mut self) {
+        match std::mem::replace(&mut self.core.direct, Direct::Idle) {
+            Direct::Posted { .. } => {
+                self.core.posted.remove(DIRECT_TOKEN);
+            }
+            Direct::Request(token) => self.cancel(RequestId(token)),
+            Direct::Idle | Direct::Done(_) => {}
+        }
     }
 
     /// A probe: the oldest unexpected message `pattern` accepts, if any.
@@ -1783,6 +1878,74 @@ impl Core {
         }
     }
 
+    /// [`Device::start_direct_recv`]'s work (with its safety rule).
+    fn post_direct(
+        &mut self,
+        pattern: Pattern,
+        peer: Option<PeerRank>,
+        buf: *mut u8,
+        cap: usize,
+    ) -> bool {
+        let free = matches!(self.direct, Direct::Idle);
+        let lost = peer.is_some_and(|p| {
+            self.vcs
+                .get(p)
+                .is_none_or(|vc| matches!(vc.binding, Binding::Failed(_)))
+        });
+        if !free || lost || self.unexpected.find(&pattern).is_some() {
+            return false;
+        }
+        self.direct = Direct::Posted { buf, cap, peer };
+        self.posted.push(pattern, DIRECT_TOKEN);
+        true
+    }
+
+    /// The request of the oldest posted receive that accepts `envelope`,
+    /// taken out of the posted queue (the direct receive becomes a
+    /// request if it is the one).
+    fn take_posted(&mut self, envelope: &Envelope) -> Option<u64> {
+        let token = self.posted.take_match(envelope)?;
+        Some(self.claim(token))
+    }
+
+    /// The request a matched posted token names: the direct receive
+    /// ([`DIRECT_TOKEN`]) becomes one now, for a message that needs it.
+    fn claim(&mut self, token: u64) -> u64 {
+        if token != DIRECT_TOKEN {
+            return token;
+        }
+        let Direct::Posted { buf, cap, peer } = self.direct else {
+            return token;
+        };
+        let token = self.requests.insert(Request {
+            buf,
+            cap,
+            ..Request::new(peer, Phase::Posted, Status::empty())
+        });
+        self.direct = Direct::Request(token);
+        token
+    }
+
+    /// Completes the direct receive with the whole eager message `data`
+    /// with `envelope` (copied into its buffer, truncated to fit).
+    fn complete_direct(&mut self, envelope: &Envelope, data: &[u8]) {
+        let Direct::Posted { buf, cap, .. } = self.direct else {
+            return;
+        };
+        let n = data.len().min(cap);
+        // SAFETY: `start_direct_recv`'s caller gave a buffer writable for
+        // `cap` bytes, unaliased until the receive completes; `n <= cap`,
+        // and `data` is not in it.
+        unsafe { copy_into(buf, data, n) };
+        self.direct = Direct::Done(Status {
+            source: envelope.source,
+            tag: envelope.tag,
+            count: n,
+            cancelled: false,
+            error: truncation(data.len(), cap, envelope),
+        });
+    }
+
     /// Completes the receive `token` with an unexpected message that matched.
     fn receive_unexpected(&mut self, token: u64, envelope: Envelope, message: Unexpected) {
         let Some(r) = self.requests.get_mut(token) else {
@@ -1942,6 +2105,16 @@ impl Core {
             token: h.sender_token,
         });
         if let Some(token) = self.posted.take_match(&envelope) {
+            let token = match payload {
+                Some(data) if token == DIRECT_TOKEN => {
+                    self.complete_direct(&envelope, data);
+                    if let Some(sender) = sync {
+                        self.acknowledge(sender);
+                    }
+                    return Ok(None);
+                }
+                _ => self.claim(token),
+            };
             if let Some(r) = self.requests.get_mut(token) {
                 r.peer = Some(peer);
                 r.status.source = h.source;
@@ -2012,7 +2185,7 @@ impl Core {
                 // An RTS's receiver-token field carries the key of the
                 // offered buffer.
                 let remote = (h.flags & FLAG_REMOTE != 0).then_some((h.address, h.receiver_token));
-                match self.posted.take_match(&envelope) {
+                match self.take_posted(&envelope) {
                     Some(token) => {
                         if let Some(r) = self.requests.get_mut(token) {
                             r.peer = Some(peer);
@@ -2307,6 +2480,15 @@ impl Core {
         for t in doomed {
             self.fail_token(t, error.clone());
         }
+        if let Direct::Posted { peer: Some(p), .. } = self.direct {
+            if p == peer {
+                self.posted.remove(DIRECT_TOKEN);
+                self.direct = Direct::Done(Status {
+                    error: Some(error.clone()),
+                    ..Status::empty()
+                });
+            }
+        }
         for (_, r) in self.requests.iter_mut() {
             let active = !matches!(r.phase, Phase::Done | Phase::Posted);
             if active && r.peer == Some(peer) {
@@ -2378,12 +2560,10 @@ fn place_eager(r: &mut Request, data: &[u8]) {
     let placed = match r.sink.as_mut() {
         Some(sink) if n > 0 => sink.unpack(0, &data[..n]),
         _ => {
-            if n > 0 {
-                // SAFETY: `start_recv`'s caller gave a buffer writable for
-                // `cap` bytes, unaliased until the request completes;
-                // `n <= cap`, and `data` is not in it.
-                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), r.buf, n) };
-            }
+            // SAFETY: `start_recv`'s caller gave a buffer writable for
+            // `cap` bytes, unaliased until the request completes;
+            // `n <= cap`, and `data` is not in it.
+            unsafe { copy_into(r.buf, data, n) };
             Ok(())
         }
     };
@@ -2397,16 +2577,43 @@ fn place_eager(r: &mut Request, data: &[u8]) {
 /// truncation against the matched message's length.
 fn finish_receive(r: &mut Request, placed: usize) {
     r.status.count = placed;
-    if r.message_len > r.cap {
-        r.status.error = Some(Error::new(
-            ErrorClass::Truncate,
-            format!(
-                "message of {} bytes from rank {} (tag {}) does not fit the receive buffer of {} bytes",
-                r.message_len, r.status.source, r.status.tag, r.cap
-            ),
-        ));
+    let envelope = Envelope {
+        context_id: 0,
+        source: r.status.source,
+        tag: r.status.tag,
+    };
+    if let Some(error) = truncation(r.message_len, r.cap, &envelope) {
+        r.status.error = Some(error);
     }
     r.done();
+}
+
+/// The error of a receive of `cap` bytes that matched a message of `len`
+/// bytes with `envelope`, if it does not fit.
+fn truncation(len: usize, cap: usize, envelope: &Envelope) -> Option<Error> {
+    (len > cap).then(|| {
+        Error::new(
+            ErrorClass::Truncate,
+            format!(
+                "message of {len} bytes from rank {} (tag {}) does not fit the receive buffer of {cap} bytes",
+                envelope.source, envelope.tag
+            ),
+        )
+    })
+}
+
+/// Copies the first `n` bytes of `data` to `buf` (nothing when `n` is 0,
+/// whatever `buf` is).
+///
+/// # Safety
+/// `buf` must be valid for writes of `n` bytes, not overlap `data`, and
+/// `n <= data.len()`.
+unsafe fn copy_into(buf: *mut u8, data: &[u8], n: usize) {
+    debug_assert!(n <= data.len());
+    if n > 0 {
+        // SAFETY: the caller's guarantee.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), buf, n) };
+    }
 }
 
 /// The [`PacketSink`] a transport reports to: the core, plus which
@@ -2537,7 +2744,7 @@ impl PacketSink for Sink<'_> {
             };
             let message = Unexpected::Eager { data, sync };
             // A receive may have been posted while the payload arrived.
-            match self.core.posted.take_match(&envelope) {
+            match self.core.take_posted(&envelope) {
                 Some(token) => {
                     if let Some(r) = self.core.requests.get_mut(token) {
                         r.peer = Some(peer);
@@ -2669,6 +2876,7 @@ mod tests {
             eager_limits: vec![64],
             reads_all: vec![false],
             active: VecDeque::new(),
+            direct: Direct::Idle,
         }
     }
 
@@ -2866,6 +3074,81 @@ mod tests {
         let mut done = packet(Kind::WriteDone, 0, LEN - remote_split(LEN));
         done.receiver_token = receive;
         assert!(deliver(&mut core, &done, &[]).is_err());
+    }
+
+    #[test]
+    fn a_direct_receive_keeps_its_place_and_becomes_a_request_when_it_must() {
+        let mut core = core();
+        let any = Pattern {
+            context_id: 5,
+            source: None,
+            tag: None,
+        };
+        let eager = |sequence, len| Header {
+            sequence,
+            context_id: 5,
+            source: 3,
+            tag: 9,
+            message_len: len,
+            ..Header::new(Kind::Eager)
+        };
+        let (mut earlier, mut direct) = ([0u8; 4], [0u8; 4]);
+        let token = post(&mut core, any, &mut earlier);
+        assert!(core.post_direct(any, None, direct.as_mut_ptr(), direct.len()));
+        // One at a time.
+        assert!(!core.post_direct(any, None, direct.as_mut_ptr(), 4));
+        let mut sink = Sink {
+            core: &mut core,
+            transport: 0,
+        };
+        sink.on_packet(PEER, &eager(0, 3), b"abc").unwrap();
+        sink.on_packet(PEER, &eager(1, 6), b"defghi").unwrap();
+        assert!(matches!(
+            core.requests.get(token).unwrap().phase,
+            Phase::Done
+        ));
+        assert_eq!(&earlier[..3], b"abc");
+        let Direct::Done(status) = std::mem::replace(&mut core.direct, Direct::Idle) else {
+            panic!("the direct receive did not complete");
+        };
+        assert_eq!((status.source, status.tag, status.count), (3, 9, 4));
+        assert_eq!(status.error.map(|e| e.class()), Some(ErrorClass::Truncate));
+        assert_eq!(&direct, b"defg");
+        // A rendezvous needs a request: the direct receive becomes one,
+        // which answers the RTS.
+        assert!(core.post_direct(any, None, direct.as_mut_ptr(), 4));
+        let rts = Header {
+            kind: Kind::Rts,
+            sender_token: 77,
+            ..eager(2, 1000)
+        };
+        deliver(&mut core, &rts, &[]).unwrap();
+        let Direct::Request(token) = core.direct else {
+            panic!("the direct receive did not become a request");
+        };
+        let r = core.requests.get(token).unwrap();
+        assert!(matches!(r.phase, Phase::AwaitingData { accepted: 4, .. }));
+        assert_eq!((r.peer, r.cap), (Some(PEER), 4));
+        assert!(core.deferred.iter().any(|d| matches!(d,
+            Deferred::Packet { header, .. } if header.kind == Kind::Cts && header.receiver_token == token)));
+        // A direct receive from a peer that fails completes with the error.
+        core.direct = Direct::Idle;
+        let from_peer = Pattern {
+            source: Some(3),
+            ..any
+        };
+        assert!(core.post_direct(from_peer, Some(PEER), direct.as_mut_ptr(), 4));
+        core.peer_failed(PEER, Error::new(ErrorClass::ProcFailed, "gone"));
+        let Direct::Done(status) = std::mem::replace(&mut core.direct, Direct::Idle) else {
+            panic!("the direct receive from a lost peer did not complete");
+        };
+        assert_eq!(
+            status.error.map(|e| e.class()),
+            Some(ErrorClass::ProcFailed)
+        );
+        assert!(core.posted.take_match(&envelope_of(&eager(0, 0))).is_none());
+        // Nor does a new one start for it.
+        assert!(!core.post_direct(from_peer, Some(PEER), direct.as_mut_ptr(), 4));
     }
 
     #[test]

@@ -152,6 +152,13 @@ fn ten_thousand_outstanding_receives() {
 }
 
 #[test]
+fn blocking_receives_without_a_request_keep_order_and_truncate() {
+    // Over TCP every payload arrives in parts: the direct receive becomes
+    // a request for each message but the empty one.
+    suite("direct", 2);
+}
+
+#[test]
 fn truncation_is_an_error_and_the_job_goes_on() {
     suite("truncation", 2);
 }

@@ -186,6 +186,12 @@ fn ten_thousand_outstanding_receives() {
 }
 
 #[test]
+fn blocking_receives_without_a_request_keep_order_and_truncate() {
+    suite("direct", 2);
+    job("p2p_suite", "direct", 2, &SMALL_EAGER);
+}
+
+#[test]
 fn truncation_is_an_error_and_the_job_goes_on() {
     suite("truncation", 2);
 }

@@ -37,6 +37,7 @@ fn main() -> ExitCode {
             "huge" => huge_message(&world),
             "long" => long_messages(&world),
             "flood" => flood(&world),
+            "direct" => direct_receives(&world),
             // Failures the launcher must notice: rank 1 leaves without
             // finalizing (exit code 0), or aborts the job with code 7.
             "exit-early" => {
@@ -405,6 +406,112 @@ fn truncation(world: &Communicator) -> Result<()> {
             }
             let (v, _) = world.process_at_rank(0).receive::<u32>()?;
             ensure(v == 42, || format!("message after the truncations is {v}"))?;
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Blocking receives, which wait without a request where the device
+/// allows (its direct receive): one posted after an immediate receive
+/// that accepts the same messages gets the second message; each kind of
+/// message (one shared-memory cell, several, a rendezvous) arrives whole
+/// into a blocking receive posted before it; a longer one is an
+/// `MPI_ERR_TRUNCATE` with what fits placed; and from any source, a
+/// message from this rank itself and one from a peer are both received.
+/// Rank 0 sends each message some time after rank 1 says it is about to
+/// block, so that the receive is usually posted first (the checks hold
+/// either way).
+fn direct_receives(world: &Communicator) -> Result<()> {
+    const TAG: i32 = 3;
+    let long = threshold() * 2;
+    let kinds = [(3, 0), (4, 40), (5, 1000), (6, long)];
+    let truncated = [(7, 30), (8, long)];
+    match world.rank() {
+        0 => {
+            let one = world.process_at_rank(1);
+            let after_ready = || -> Result<()> {
+                one.receive::<u8>()?;
+                std::thread::sleep(Duration::from_millis(20));
+                Ok(())
+            };
+            after_ready()?;
+            one.send_with_tag(&filled(1, 8)[..], TAG)?;
+            one.send_with_tag(&filled(2, 8)[..], TAG)?;
+            for (seed, len) in kinds.into_iter().chain(truncated) {
+                after_ready()?;
+                one.send_with_tag(&filled(seed, len)[..], TAG)?;
+            }
+            after_ready()?;
+            one.send_with_tag(&filled(9, 16)[..], TAG)?;
+        }
+        1 => {
+            let zero = world.process_at_rank(0);
+            let (mut first, mut second) = ([0u8; 8], [0u8; 8]);
+            scope(|s| -> Result<()> {
+                let earlier = zero.immediate_receive_into_with_tag(s, &mut first[..], TAG)?;
+                zero.send(&0u8)?;
+                zero.receive_into_with_tag(&mut second[..], TAG)?;
+                earlier.wait()?;
+                Ok(())
+            })?;
+            check_bytes(1, &first, "the immediate receive posted first")?;
+            check_bytes(2, &second, "the blocking receive posted after it")?;
+            for (seed, len) in kinds {
+                let mut buf = vec![0u8; len];
+                zero.send(&0u8)?;
+                let status = zero.receive_into_with_tag(&mut buf[..], TAG)?;
+                ensure(status.byte_count() == len, || {
+                    format!("{len} bytes arrived as {}", status.byte_count())
+                })?;
+                check_bytes(seed, &buf, "a message into a blocking receive")?;
+            }
+            for (seed, len) in truncated {
+                let mut small = vec![0u8; 10];
+                zero.send(&0u8)?;
+                match zero.receive_into_with_tag(&mut small[..], TAG) {
+                    Err(e) if e.class() == ErrorClass::Truncate => {
+                        check_bytes(seed, &small, "a truncated message's first bytes")?;
+                    }
+                    other => {
+                        return Err(fail(format!(
+                            "{len} bytes into 10: expected MPI_ERR_TRUNCATE, got {other:?}"
+                        )))
+                    }
+                }
+            }
+            let me = world.process_at_rank(1);
+            let mine = filled(10, 12);
+            scope(|s| -> Result<()> {
+                let to_self = me.immediate_send_with_tag(s, &mine[..], TAG)?;
+                zero.send(&0u8)?;
+                let mut got = [false; 2];
+                for _ in 0..2 {
+                    let mut buf = [0u8; 16];
+                    let status = world
+                        .any_process()
+                        .receive_into_with_tag(&mut buf[..], TAG)?;
+                    let from = status.source_rank();
+                    let (seed, len) = match from {
+                        0 => (9, 16),
+                        1 => (10, 12),
+                        other => return Err(fail(format!("a message from rank {other}"))),
+                    };
+                    ensure(!got[from as usize], || {
+                        format!("two messages from rank {from}")
+                    })?;
+                    got[from as usize] = true;
+                    ensure(status.byte_count() == len, || {
+                        format!(
+                            "{len} bytes from rank {from} arrived as {}",
+                            status.byte_count()
+                        )
+                    })?;
+                    check_bytes(seed, &buf[..len], "a message from any source")?;
+                }
+                to_self.wait()?;
+                Ok(())
+            })?;
         }
         _ => {}
     }

@@ -5,7 +5,8 @@
 //! # A queue segment
 //! One segment holds one single-producer single-consumer queue, from the
 //! rank that created it (the producer) to one peer (the consumer). It is a
-//! [`SegmentHeader`] followed by `cell_count` cells of [`CELL`] bytes:
+//! header (its [`SegmentLayout`], then the fields both sides write)
+//! followed by `cell_count` cells of [`CELL`] bytes:
 //!
 //! | offset | size | field              | written by | meaning                                        |
 //! |-------:|-----:|--------------------|------------|------------------------------------------------|

@@ -4,7 +4,10 @@
 //! consecutive cells, never wrapping past the end of the ring, whose first
 //! 8 bytes are the control word ([`crate::proto::control_word`]: kind,
 //! position check, length) and whose following bytes (56 in the first
-//! cell, 64 in each next one) carry the contents. A packet is a header
+//! cell, 64 in each next one) carry the contents. A standard eager packet
+//! of up to 40 payload bytes is one short frame of one cell (16 bytes of
+//! header fields, then the payload; see [`FrameKind::Short`]). Any other
+//! packet is a header
 //! frame (the 56-byte packet header, or its first 48 bytes when the last
 //! 8 are zero, as in every eager packet, then the first payload bytes) and as
 //! many data frames as the rest of its payload needs, so a packet may span
