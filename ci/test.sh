@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 ci/install-deps.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 cargo test --workspace 2>&1
 # The verbs crate's libibverbs calls, off by default (see its crate docs).
 cargo clippy -p oxmpi-verbs --features rdma-core --all-targets --quiet -- -D warnings
