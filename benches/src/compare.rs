@@ -477,6 +477,11 @@ fn peer_job(
                 // Open MPI leaves the loopback interface out by default;
                 // oxmpi and MPICH use it, and it may be the only one.
                 launch.extend(["--mca", "btl_tcp_if_include", "lo"]);
+                // Its one-sided component would otherwise be osc sm,
+                // which maps the windows of ranks on one host whatever
+                // the btl: pt2pt carries RMA over the TCP btl, as oxmpi's
+                // active messages and MPICH's UCX tcp do.
+                launch.extend(["--mca", "osc", "pt2pt"]);
             }
             if root {
                 launch.push("--allow-run-as-root");
@@ -1004,7 +1009,7 @@ mod tests {
         );
         let args = ompi.args.join(" ");
         assert!(
-            args.contains("--mca btl tcp,self --mca btl_tcp_if_include lo"),
+            args.contains("--mca btl tcp,self --mca btl_tcp_if_include lo --mca osc pt2pt"),
             "{args}"
         );
         assert!(args.contains("--allow-run-as-root"), "{args}");
