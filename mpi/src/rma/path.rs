@@ -48,7 +48,12 @@ use std::sync::Arc;
 
 /// The most data one message carries: a larger operation is split (on
 /// element boundaries: this is a multiple of every basic type's size).
-const CHUNK: usize = (MAX_ACTIVE_LEN as usize - HEADER) / 16 * 16;
+/// Pieces well below the active-message limit let the target copy one
+/// piece while the previous one is on the wire: over TCP a 1 MiB get
+/// took 960 us as one piece, 290 us as 8 pieces of 128 KiB (16 of
+/// 64 KiB did worse again: 580 us).
+const CHUNK: usize = (128 * 1024 - HEADER) / 16 * 16;
+const _: () = assert!(CHUNK + HEADER <= MAX_ACTIVE_LEN as usize);
 
 /// Which window and target an operation is for.
 pub(crate) struct Target<'w> {
