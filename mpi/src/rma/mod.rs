@@ -1870,5 +1870,5 @@ fn completed<'s>() -> Result<Request<'s>> {
 /// Installs the handler of one-sided messages in the device (at
 /// initialize).
 pub(crate) fn install(device: &mut oxmpi_adi::device::Device) {
-    device.set_active_message_handler(Box::new(target::Handler));
+    device.set_active_message_handler(Box::new(target::Handler::default()));
 }

@@ -243,11 +243,18 @@ impl State {
     }
 }
 
-/// The device's handler of active messages: see the module docs.
-pub(crate) struct Handler;
+/// The device's handler of active messages: see the module docs. It
+/// keeps its buffers for the next message: an operation's old data, and
+/// a reply's wire form.
+#[derive(Default)]
+pub(crate) struct Handler {
+    old: Vec<u8>,
+    encoded: Vec<u8>,
+}
 
 impl ActiveMessageHandler for Handler {
-    fn handle(&mut self, device: &mut Device, message: ActiveMessage) -> Result<()> {
+    fn handle(&mut self, device: &mut Device, message: &ActiveMessage) -> Result<()> {
+        let Handler { old, encoded } = self;
         let shared = lock(&WINDOWS)
             .as_ref()
             .and_then(|m| m.get(&message.context_id).cloned())
@@ -271,16 +278,17 @@ impl ActiveMessageHandler for Handler {
         })?;
         let m = Message::decode(&message.payload)?;
         let mut state = shared.state();
-        let reply = |device: &mut Device, answer: Message<'_>| {
-            device.send_active_message(message.peer, message.context_id, &answer.encode())
+        let mut reply = |device: &mut Device, answer: Message<'_>| {
+            answer.encode_into(encoded);
+            device.send_active_message(message.peer, message.context_id, encoded)
         };
         match m.kind {
             Kind::Put | Kind::Get | Kind::Accumulate | Kind::CompareAndSwap => {
-                let answer = match apply(&mut state.memory, &m) {
-                    Ok(old) => {
+                let answer = match apply(&mut state.memory, &m, old) {
+                    Ok(()) => {
                         let mut answer = Message::new(Kind::Reply, m.token);
                         answer.len = old.len() as u64;
-                        answer.data = &old;
+                        answer.data = old;
                         reply(device, answer)
                     }
                     Err(e) => {
@@ -422,10 +430,12 @@ fn class_of(code: u8) -> ErrorClass {
         .unwrap_or(ErrorClass::Other)
 }
 
-/// Applies an operation to the window's memory; its result (the target's
-/// old data for a get or a fetching operation, else nothing). Nothing is
-/// touched unless the whole range lies in the window.
-fn apply(memory: &mut Memory, m: &Message<'_>) -> Result<Vec<u8>> {
+/// Applies an operation to the window's memory; its result in `old`
+/// (the target's old data for a get or a fetching operation, else
+/// nothing). Nothing is touched unless the whole range lies in the
+/// window.
+fn apply(memory: &mut Memory, m: &Message<'_>, old: &mut Vec<u8>) -> Result<()> {
+    old.clear();
     let len = usize::try_from(m.len).map_err(|_| {
         Error::new(
             ErrorClass::RmaRange,
@@ -441,31 +451,31 @@ fn apply(memory: &mut Memory, m: &Message<'_>) -> Result<Vec<u8>> {
     match m.kind {
         Kind::Put => {
             window.copy_from_slice(m.data);
-            Ok(Vec::new())
+            Ok(())
         }
-        Kind::Get => Ok(window.to_vec()),
+        Kind::Get => {
+            old.extend_from_slice(window);
+            Ok(())
+        }
         Kind::Accumulate => {
-            let old = if m.flags & FLAG_FETCH != 0 {
-                window.to_vec()
-            } else {
-                Vec::new()
-            };
+            if m.flags & FLAG_FETCH != 0 {
+                old.extend_from_slice(window);
+            }
             let (Some(basic), Some(op)) = (m.element, m.op) else {
                 return Err(Error::new(
                     ErrorClass::Intern,
                     "an accumulate without its type",
                 ));
             };
-            combine(window, m.data, basic, op)?;
-            Ok(old)
+            combine(window, m.data, basic, op)
         }
         Kind::CompareAndSwap => {
-            let old = window.to_vec();
+            old.extend_from_slice(window);
             let (compare, origin) = m.data.split_at(len);
             if window == compare {
                 window.copy_from_slice(origin);
             }
-            Ok(old)
+            Ok(())
         }
         _ => Err(Error::new(ErrorClass::Intern, "not an operation")),
     }

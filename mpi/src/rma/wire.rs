@@ -186,6 +186,13 @@ impl<'p> Message<'p> {
     /// The wire form: header and data.
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER + self.data.len());
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// The wire form, in `out` (cleared first: a buffer kept for reuse).
+    pub(crate) fn encode_into(&self, out: &mut Vec<u8>) {
+        out.clear();
         out.push(self.kind as u8);
         out.push(self.flags);
         out.push(
@@ -203,7 +210,6 @@ impl<'p> Message<'p> {
         out.extend_from_slice(&self.disp.to_le_bytes());
         out.extend_from_slice(&self.len.to_le_bytes());
         out.extend_from_slice(self.data);
-        out
     }
 
     /// Decodes and checks a message. Never panics, whatever the bytes.
