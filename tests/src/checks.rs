@@ -47,3 +47,40 @@ pub fn expect_class<T: Debug>(result: Result<T>, class: ErrorClass, what: &str) 
         other => Err(fail(format!("{what}: expected {class}, got {other:?}"))),
     }
 }
+
+/// Byte `i` of the test message `seed`: a pattern that differs between
+/// messages and along one, so a byte in the wrong place or from the
+/// wrong message shows.
+pub fn pattern(seed: u64, i: usize) -> u8 {
+    let x = (i as u64).wrapping_add(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    (x ^ (x >> 7) ^ (x >> 17)) as u8
+}
+
+/// The test message `seed` of `len` bytes.
+pub fn filled(seed: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|i| pattern(seed, i)).collect()
+}
+
+/// Fills `out` with the test message `seed`.
+pub fn fill(seed: u64, out: &mut [u8]) {
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = pattern(seed, i);
+    }
+}
+
+/// That `got` is the test message `seed`: else an error naming the first
+/// wrong byte.
+pub fn check_bytes(seed: u64, got: &[u8], what: &str) -> Result<()> {
+    match got
+        .iter()
+        .enumerate()
+        .find(|&(i, &b)| b != pattern(seed, i))
+    {
+        None => Ok(()),
+        Some((i, b)) => Err(fail(format!(
+            "{what}: byte {i} of {} is {b:#04x}, expected {:#04x}",
+            got.len(),
+            pattern(seed, i)
+        ))),
+    }
+}

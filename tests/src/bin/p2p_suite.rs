@@ -4,7 +4,7 @@
 
 use oxmpi::request::{scope, wait_all, wait_any};
 use oxmpi::{Communicator, ErrorClass, Result, Threading, ANY_TAG, PROC_NULL};
-use oxmpi_jobs::checks::{ensure, fail};
+use oxmpi_jobs::checks::{check_bytes, ensure, fail, filled};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -68,31 +68,6 @@ fn main() -> ExitCode {
             eprintln!("p2p_suite {check}: {e}");
             ExitCode::FAILURE
         }
-    }
-}
-
-/// Byte `i` of the test message `seed`.
-fn pattern(seed: u64, i: usize) -> u8 {
-    let x = (i as u64).wrapping_add(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    (x ^ (x >> 7) ^ (x >> 17)) as u8
-}
-
-fn filled(seed: u64, len: usize) -> Vec<u8> {
-    (0..len).map(|i| pattern(seed, i)).collect()
-}
-
-fn check_bytes(seed: u64, got: &[u8], what: &str) -> Result<()> {
-    match got
-        .iter()
-        .enumerate()
-        .find(|&(i, &b)| b != pattern(seed, i))
-    {
-        None => Ok(()),
-        Some((i, b)) => Err(fail(format!(
-            "{what}: byte {i} of {} is {b:#04x}, expected {:#04x}",
-            got.len(),
-            pattern(seed, i)
-        ))),
     }
 }
 

@@ -18,7 +18,7 @@
 
 use oxmpi::request::{scope, wait_all};
 use oxmpi::{Communicator, ErrorClass, Result};
-use oxmpi_jobs::checks::{ensure, expect_class, fail};
+use oxmpi_jobs::checks::{check_bytes, ensure, expect_class, fail, fill};
 use std::process::ExitCode;
 
 const MIB: usize = 1 << 20;
@@ -46,33 +46,6 @@ fn main() -> ExitCode {
             eprintln!("rendezvous {check}: {e}");
             ExitCode::FAILURE
         }
-    }
-}
-
-/// Byte `i` of the test message `seed`.
-fn pattern(seed: u64, i: usize) -> u8 {
-    let x = (i as u64).wrapping_add(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    (x ^ (x >> 7) ^ (x >> 17)) as u8
-}
-
-fn fill(seed: u64, out: &mut [u8]) {
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = pattern(seed, i);
-    }
-}
-
-fn check_bytes(seed: u64, got: &[u8], what: &str) -> Result<()> {
-    match got
-        .iter()
-        .enumerate()
-        .find(|&(i, &b)| b != pattern(seed, i))
-    {
-        None => Ok(()),
-        Some((i, b)) => Err(fail(format!(
-            "{what}: byte {i} of {} is {b:#04x}, expected {:#04x}",
-            got.len(),
-            pattern(seed, i)
-        ))),
     }
 }
 
