@@ -16,10 +16,12 @@
 //! the examples of the `oxmpi` crate; `cargo test --workspace` builds all
 //! of them next to `oxrun`.
 //!
-//! [`checks`] holds the result checks those programs share.
+//! [`checks`] holds the result checks those programs share, and
+//! [`program`] the frame around a check that each of them runs in.
 
 pub mod affine;
 pub mod checks;
+pub mod program;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{BufRead, BufReader, Read};

@@ -18,37 +18,31 @@ use oxmpi::collective::{
 };
 use oxmpi::datatype::{MutView, UserDatatype, View};
 use oxmpi::traits::*;
+use oxmpi::Threading;
 use oxmpi::{Communicator, ErrorClass, Result};
 use oxmpi_jobs::affine::{affine, composed, composition};
 use oxmpi_jobs::checks::{ensure, expect_class, fail, same};
+use oxmpi_jobs::program::run_check;
 use std::fmt::Debug;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let check = std::env::args().nth(1).unwrap_or_default();
-    let result = oxmpi::initialize().and_then(|universe| {
-        let world = universe.world();
-        let outcome = match check.as_str() {
-            "data" => data(&world),
-            "operations" => operations(&world),
-            "mismatch" => mismatch(&world),
-            "errors" => errors(&world),
-            "datatypes" => datatypes(&world),
-            other => Err(fail(format!("unknown check {other:?}"))),
-        };
-        if let Err(e) = outcome {
-            eprintln!("collectives {check}: rank {}: {e}", world.rank());
-            world.abort(1);
-        }
-        universe.finalize()
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("collectives {check}: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    run_check(
+        &format!("collectives {check}"),
+        Threading::Single,
+        |universe| {
+            let world = universe.world();
+            match check.as_str() {
+                "data" => data(&world),
+                "operations" => operations(&world),
+                "mismatch" => mismatch(&world),
+                "errors" => errors(&world),
+                "datatypes" => datatypes(&world),
+                other => Err(fail(format!("unknown check {other:?}"))),
+            }
+        },
+    )
 }
 
 /// Byte `i` of rank `rank`'s message `seed`.

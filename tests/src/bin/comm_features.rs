@@ -17,39 +17,33 @@
 //! job).
 
 use oxmpi::collective::SystemOperation;
+use oxmpi::Threading;
 use oxmpi::{
     dims_create, Color, Communicator, CommunicatorRelation, Error, ErrorClass, ErrorHandler, Info,
     Keyval, PredefinedAttribute, Result, TopologyKind, MAX_INFO_KEY, PROC_NULL, TAG_UB,
 };
 use oxmpi_jobs::checks::{ensure, expect_class, fail};
+use oxmpi_jobs::program::run_check;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 fn main() -> ExitCode {
     let check = std::env::args().nth(1).unwrap_or_default();
-    let result = oxmpi::initialize().and_then(|universe| {
-        let world = universe.world();
-        let outcome = match check.as_str() {
-            "inter" => inter(&world, &universe.self_comm()),
-            "topology" => topology(&world),
-            "state" => state(&world, &universe.self_comm()),
-            "fatal" => fatal(&world),
-            other => Err(fail(format!("unknown check {other:?}"))),
-        };
-        if let Err(e) = outcome {
-            eprintln!("comm_features {check}: rank {}: {e}", world.rank());
-            world.abort(1);
-        }
-        universe.finalize()
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("comm_features {check}: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    run_check(
+        &format!("comm_features {check}"),
+        Threading::Single,
+        |universe| {
+            let world = universe.world();
+            match check.as_str() {
+                "inter" => inter(&world, &universe.self_comm()),
+                "topology" => topology(&world),
+                "state" => state(&world, &universe.self_comm()),
+                "fatal" => fatal(&world),
+                other => Err(fail(format!("unknown check {other:?}"))),
+            }
+        },
+    )
 }
 
 /// The world rank of every member of `comm`, in rank order.

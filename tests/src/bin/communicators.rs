@@ -17,6 +17,7 @@ use oxmpi::{
     ANY_TAG,
 };
 use oxmpi_jobs::checks::{ensure, expect_class, fail};
+use oxmpi_jobs::program::run_check;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -27,28 +28,16 @@ fn main() -> ExitCode {
     } else {
         Threading::Single
     };
-    let result = oxmpi::initialize_with_threading(threading).and_then(|(universe, provided)| {
+    run_check(&format!("communicators {check}"), threading, |universe| {
         let world = universe.world();
-        let outcome = match check.as_str() {
+        match check.as_str() {
             "manage" => manage(&world, &universe.self_comm()),
             "many" => many(&world),
-            "threads" if provided == Threading::Multiple => threads(&world),
+            "threads" => threads(&world),
             "hosts" => hosts(&world),
             other => Err(fail(format!("unknown check {other:?}"))),
-        };
-        if let Err(e) = outcome {
-            eprintln!("communicators {check}: rank {}: {e}", world.rank());
-            world.abort(1);
         }
-        universe.finalize()
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("communicators {check}: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    })
 }
 
 /// The sum over `comm` of each member's world rank, and the check that it

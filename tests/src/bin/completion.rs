@@ -20,8 +20,10 @@ use oxmpi::request::{
     scope, test_all, test_any, test_some, wait_all, wait_all_outcomes, wait_any, wait_some,
     Completed, Request,
 };
+use oxmpi::Threading;
 use oxmpi::{Communicator, ErrorClass, Process, Result, Status};
 use oxmpi_jobs::checks::{check_bytes, ensure, fail, filled};
+use oxmpi_jobs::program::run_check;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -30,33 +32,20 @@ const CONTROL: i32 = 1_000_000;
 
 fn main() -> ExitCode {
     let check = std::env::args().nth(1).unwrap_or_default();
-    let result = oxmpi::initialize().and_then(|universe| {
-        let world = universe.world();
-        let outcome = match check.as_str() {
-            "order" => order(&world),
-            "bulk" => bulk(&world),
-            "get-status" => get_status(&world),
-            "in-status" => in_status(&world),
-            other => Err(fail(format!("unknown check {other:?}"))),
-        };
-        if let Err(e) = outcome {
-            // The other ranks may be waiting for this one: end the job
-            // now, with the reason, rather than hang in finalize.
-            eprintln!("completion {check}: rank {}: {e}", world.rank());
-            world.abort(1);
-        }
-        if world.rank() == 0 {
-            println!("completion {check}: ok on {} ranks", world.size());
-        }
-        universe.finalize()
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("completion {check}: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    run_check(
+        &format!("completion {check}"),
+        Threading::Single,
+        |universe| {
+            let world = universe.world();
+            match check.as_str() {
+                "order" => order(&world),
+                "bulk" => bulk(&world),
+                "get-status" => get_status(&world),
+                "in-status" => in_status(&world),
+                other => Err(fail(format!("unknown check {other:?}"))),
+            }
+        },
+    )
 }
 
 /// Calls `poll` until it gives a value; fails after 30 s instead of

@@ -17,35 +17,25 @@ use oxmpi::datatype::{
 };
 use oxmpi::request::scope;
 use oxmpi::traits::*;
+use oxmpi::Threading;
 use oxmpi::{Communicator, ErrorClass, Result};
 use oxmpi_jobs::checks::{ensure, fail};
+use oxmpi_jobs::program::run_check;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let result = oxmpi::initialize().and_then(|universe| {
+    run_check("datatype_suite", Threading::Single, |universe| {
         let world = universe.world();
         if world.size() != 2 {
             return Err(fail("datatype_suite runs on 2 ranks"));
         }
-        let outcome = layouts(&world)
+        layouts(&world)
             .and_then(|()| partial_messages(&world))
             .and_then(|()| derived_structs(&world))
             .and_then(|()| operations(&world))
             .and_then(|()| external32(&world))
-            .and_then(|()| errors(&world));
-        if let Err(e) = outcome {
-            eprintln!("datatype_suite: rank {}: {e}", world.rank());
-            world.abort(1);
-        }
-        universe.finalize()
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("datatype_suite: {e}");
-            ExitCode::FAILURE
-        }
-    }
+            .and_then(|()| errors(&world))
+    })
 }
 
 fn expect_class<T>(what: &str, result: Result<T>, class: ErrorClass) -> Result<()> {

@@ -23,38 +23,32 @@
 use oxmpi::collective::{Partition, PartitionMut, SystemOperation};
 use oxmpi::datatype::{Buffer, BufferMut};
 use oxmpi::request::{scope, wait_all};
+use oxmpi::Threading;
 use oxmpi::{Color, Communicator, ErrorClass, ErrorHandler, Result, PROC_NULL};
 use oxmpi_jobs::affine::{affines, composed, composition};
 use oxmpi_jobs::checks::{ensure, expect_class, fail, same};
+use oxmpi_jobs::program::run_check;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 fn main() -> ExitCode {
     let check = std::env::args().nth(1).unwrap_or_default();
-    let result = oxmpi::initialize().and_then(|universe| {
-        let world = universe.world();
-        let outcome = match check.as_str() {
-            "inter" => inter(&world),
-            "neighbor" => neighbor(&world),
-            "handler" => handler(&world),
-            "alone" => alone(&world),
-            "node_alone" => node_alone(&world),
-            other => Err(fail(format!("unknown check {other:?}"))),
-        };
-        if let Err(e) = outcome {
-            eprintln!("group_collectives {check}: rank {}: {e}", world.rank());
-            world.abort(1);
-        }
-        universe.finalize()
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("group_collectives {check}: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    run_check(
+        &format!("group_collectives {check}"),
+        Threading::Single,
+        |universe| {
+            let world = universe.world();
+            match check.as_str() {
+                "inter" => inter(&world),
+                "neighbor" => neighbor(&world),
+                "handler" => handler(&world),
+                "alone" => alone(&world),
+                "node_alone" => node_alone(&world),
+                other => Err(fail(format!("unknown check {other:?}"))),
+            }
+        },
+    )
 }
 
 /// Element `i` of process `id`'s data.

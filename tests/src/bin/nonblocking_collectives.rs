@@ -18,37 +18,28 @@
 use oxmpi::collective::{Partition, PartitionMut, SystemOperation};
 use oxmpi::request::{scope, test_some, wait_all, wait_any, Request};
 use oxmpi::traits::*;
+use oxmpi::Threading;
 use oxmpi::{Communicator, Error, ErrorClass, Result};
 use oxmpi_jobs::affine::{affines, composed, composition};
 use oxmpi_jobs::checks::{ensure, expect_class, fail, same};
+use oxmpi_jobs::program::run_check;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let check = std::env::args().nth(1).unwrap_or_default();
-    let result = oxmpi::initialize().and_then(|universe| {
-        let world = universe.world();
-        let outcome = match check.as_str() {
-            "data" => data(&world),
-            "overlap" => overlap(&world),
-            "progress" => progress(&world),
-            other => Err(fail(format!("unknown check {other:?}"))),
-        };
-        if let Err(e) = outcome {
-            eprintln!(
-                "nonblocking_collectives {check}: rank {}: {e}",
-                world.rank()
-            );
-            world.abort(1);
-        }
-        universe.finalize()
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("nonblocking_collectives {check}: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    run_check(
+        &format!("nonblocking_collectives {check}"),
+        Threading::Single,
+        |universe| {
+            let world = universe.world();
+            match check.as_str() {
+                "data" => data(&world),
+                "overlap" => overlap(&world),
+                "progress" => progress(&world),
+                other => Err(fail(format!("unknown check {other:?}"))),
+            }
+        },
+    )
 }
 
 /// Element `i` of rank `rank`'s `u32` data `seed`.

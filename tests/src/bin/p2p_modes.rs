@@ -9,6 +9,7 @@ use oxmpi::persistent::{start_all, wait_all};
 use oxmpi::request::scope;
 use oxmpi::{Communicator, ErrorClass, Result, Status, Threading, ANY_TAG, PROC_NULL};
 use oxmpi_jobs::checks::{check_bytes, ensure, fail, filled, pattern};
+use oxmpi_jobs::program::run_check;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -19,12 +20,9 @@ fn main() -> ExitCode {
     } else {
         Threading::Single
     };
-    let result = oxmpi::initialize_with_threading(threading).and_then(|(universe, provided)| {
-        ensure(provided == threading, || {
-            format!("asked for {threading:?}, got {provided:?}")
-        })?;
+    run_check(&format!("p2p_modes {check}"), threading, |universe| {
         let world = universe.world();
-        let outcome = match check.as_str() {
+        match check.as_str() {
             "buffered" => buffered(&world),
             "buffered-all" => buffered_all(&world),
             "buffered-overflow" => buffered_overflow(&world),
@@ -34,22 +32,8 @@ fn main() -> ExitCode {
             "replace-ring" => replace_ring(&world),
             "elements" => elements(&world),
             other => Err(fail(format!("unknown check {other:?}"))),
-        };
-        if let Err(e) = outcome {
-            // The other ranks may be waiting for this one: end the job
-            // now, with the reason, rather than hang.
-            eprintln!("p2p_modes {check}: rank {}: {e}", world.rank());
-            world.abort(1);
         }
-        universe.finalize()
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("p2p_modes {check}: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    })
 }
 
 /// The TCP eager limit the job runs with.

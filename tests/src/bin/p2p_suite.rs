@@ -5,6 +5,7 @@
 use oxmpi::request::{scope, wait_all, wait_any};
 use oxmpi::{Communicator, ErrorClass, Result, Threading, ANY_TAG, PROC_NULL};
 use oxmpi_jobs::checks::{check_bytes, ensure, fail, filled};
+use oxmpi_jobs::program::run_check;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -15,12 +16,9 @@ fn main() -> ExitCode {
     } else {
         Threading::Single
     };
-    let result = oxmpi::initialize_with_threading(threading).and_then(|(universe, provided)| {
-        ensure(provided == threading, || {
-            format!("asked for {threading:?}, got {provided:?}")
-        })?;
+    run_check(&format!("p2p_suite {check}"), threading, |universe| {
         let world = universe.world();
-        let outcome = match check.as_str() {
+        match check.as_str() {
             "all-pairs" => all_pairs(&world),
             "ordered" => ordered(&world),
             "sizes" => sizes(&world),
@@ -53,22 +51,8 @@ fn main() -> ExitCode {
                 hold(&world)
             }
             other => Err(fail(format!("unknown check {other:?}"))),
-        };
-        if let Err(e) = outcome {
-            // The other ranks may be waiting for this one: end the job
-            // now, with the reason, rather than hang in finalize.
-            eprintln!("p2p_suite {check}: rank {}: {e}", world.rank());
-            world.abort(1);
         }
-        universe.finalize()
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("p2p_suite {check}: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    })
 }
 
 /// Every rank sends to every other; receives are from ANY_SOURCE.

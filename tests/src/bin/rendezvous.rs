@@ -17,36 +17,30 @@
 //!   pair, and both ranks still talk to rank 2.
 
 use oxmpi::request::{scope, wait_all};
+use oxmpi::Threading;
 use oxmpi::{Communicator, ErrorClass, Result};
 use oxmpi_jobs::checks::{check_bytes, ensure, expect_class, fail, fill};
+use oxmpi_jobs::program::run_check;
 use std::process::ExitCode;
 
 const MIB: usize = 1 << 20;
 
 fn main() -> ExitCode {
     let check = std::env::args().nth(1).unwrap_or_default();
-    let result = oxmpi::initialize().and_then(|universe| {
-        let world = universe.world();
-        let outcome = match check.as_str() {
-            "repeat" => repeat(&world),
-            "remap" => remap(&world),
-            "many" => many(&world),
-            "refused" => refused(&world),
-            other => Err(fail(format!("unknown check {other:?}"))),
-        };
-        if let Err(e) = outcome {
-            eprintln!("rendezvous {check}: rank {}: {e}", world.rank());
-            world.abort(1);
-        }
-        universe.finalize()
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("rendezvous {check}: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    run_check(
+        &format!("rendezvous {check}"),
+        Threading::Single,
+        |universe| {
+            let world = universe.world();
+            match check.as_str() {
+                "repeat" => repeat(&world),
+                "remap" => remap(&world),
+                "many" => many(&world),
+                "refused" => refused(&world),
+                other => Err(fail(format!("unknown check {other:?}"))),
+            }
+        },
+    )
 }
 
 fn repeat(world: &Communicator) -> Result<()> {

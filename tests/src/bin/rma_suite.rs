@@ -50,8 +50,10 @@ use oxmpi::rma::{
     MODE_NOPRECEDE, MODE_NOSUCCEED,
 };
 use oxmpi::traits::*;
+use oxmpi::Threading;
 use oxmpi::{Communicator, ErrorClass, Info, Result};
 use oxmpi_jobs::checks::{ensure, expect_class, fail, same};
+use oxmpi_jobs::program::run_check;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -61,40 +63,32 @@ fn main() -> ExitCode {
         .nth(2)
         .and_then(|s| s.parse().ok())
         .unwrap_or(100);
-    let result = oxmpi::initialize().and_then(|universe| {
-        let world = universe.world();
-        let outcome = match check.as_str() {
-            "ops" => ops(&world),
-            "operations" => operations(&world),
-            "atomic" => atomic(&world, n),
-            "regions" => regions(&world, n),
-            "spinlock" => spinlock(&world, n),
-            "exclusion" => exclusion(&world, n),
-            "large" => large(&world),
-            "dynamic" => dynamic(&world),
-            "attributes" => attributes(&world),
-            "errors" => errors(&world),
-            "passive" => passive(&world),
-            "path" => path(&world),
-            "sleeping" => sleeping(&world),
-            "shared" => shared(&world),
-            "dropped" => dropped(&world),
-            "revoked" => revoked(&world),
-            other => Err(fail(format!("unknown check {other:?}"))),
-        };
-        if let Err(e) = outcome {
-            eprintln!("rma_suite {check}: rank {}: {e}", world.rank());
-            world.abort(1);
-        }
-        universe.finalize()
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("rma_suite {check}: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    run_check(
+        &format!("rma_suite {check}"),
+        Threading::Single,
+        |universe| {
+            let world = universe.world();
+            match check.as_str() {
+                "ops" => ops(&world),
+                "operations" => operations(&world),
+                "atomic" => atomic(&world, n),
+                "regions" => regions(&world, n),
+                "spinlock" => spinlock(&world, n),
+                "exclusion" => exclusion(&world, n),
+                "large" => large(&world),
+                "dynamic" => dynamic(&world),
+                "attributes" => attributes(&world),
+                "errors" => errors(&world),
+                "passive" => passive(&world),
+                "path" => path(&world),
+                "sleeping" => sleeping(&world),
+                "shared" => shared(&world),
+                "dropped" => dropped(&world),
+                "revoked" => revoked(&world),
+                other => Err(fail(format!("unknown check {other:?}"))),
+            }
+        },
+    )
 }
 
 /// Elements of each rank's window in `ops`.

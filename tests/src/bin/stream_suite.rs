@@ -16,8 +16,10 @@
 
 use oxmpi::datatype::{Equivalence, MutView, UserDatatype, View};
 use oxmpi::request::scope;
+use oxmpi::Threading;
 use oxmpi::{Communicator, ErrorClass, Result};
 use oxmpi_jobs::checks::{ensure, fail};
+use oxmpi_jobs::program::run_check;
 use std::process::ExitCode;
 
 /// `f64`s in a strided buffer: 128 MiB, of which every other one is data.
@@ -29,30 +31,21 @@ const MEMORY_BOUND_KIB: u64 = 16 * 1024;
 
 fn main() -> ExitCode {
     let check = std::env::args().nth(1).unwrap_or_default();
-    let result = oxmpi::initialize().and_then(|universe| {
-        let world = universe.world();
-        let outcome = if world.size() != 2 {
-            Err(fail("stream_suite runs on 2 ranks"))
-        } else {
+    run_check(
+        &format!("stream_suite {check}"),
+        Threading::Single,
+        |universe| {
+            let world = universe.world();
+            if world.size() != 2 {
+                return Err(fail("stream_suite runs on 2 ranks"));
+            }
             match check.as_str() {
                 "large" => large(&world),
                 "memory" => memory(&world),
                 other => Err(fail(format!("unknown check {other:?}"))),
             }
-        };
-        if let Err(e) = outcome {
-            eprintln!("stream_suite {check}: rank {}: {e}", world.rank());
-            world.abort(1);
-        }
-        universe.finalize()
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("stream_suite {check}: {e}");
-            ExitCode::FAILURE
-        }
-    }
+        },
+    )
 }
 
 /// The value of the `i`th `f64` of a sender's buffer.
