@@ -16,7 +16,8 @@
 //!   feature.
 //!
 //! It also owns the verbs transport ([`transport`]): the ADI's packets over
-//! one RC queue pair per peer, long messages by a zero-copy rendezvous
+//! one RC queue pair per peer, connected on first use through requests
+//! between the ranks' UD queue pairs ([`connect`] has the messages), long messages by a zero-copy rendezvous
 //! (the receiver RDMA-READs the sender's registered buffer straight into
 //! its own) with a registration cache that validates each hit against the
 //! process's mappings ([`regcache`], [`maps`]; its module docs say why it
@@ -55,6 +56,7 @@
 //! region's keys are revoked when its handle is dropped, a queue pair's
 //! connection closes and its NIC threads end when it is dropped.
 
+pub mod connect;
 pub mod maps;
 pub mod provider;
 pub mod rdma_core;

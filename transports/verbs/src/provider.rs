@@ -4,8 +4,10 @@
 //! here, in the vocabulary of verbs (`man ibv_post_send`, `ibv_modify_qp`,
 //! `ibv_poll_cq`): a [`Nic`] (an opened device and the port chosen on it)
 //! gives protection domains, memory registrations with access flags and
-//! their lkey/rkey, completion queues, shared receive queues and
-//! reliable-connected queue pairs. A queue pair has an address
+//! their lkey/rkey, completion queues, shared receive queues,
+//! reliable-connected queue pairs, and unreliable-datagram queue pairs with
+//! their address handles ([`UdQueuePair`], for connection requests). A
+//! queue pair has an address
 //! ([`QpAddress`], what goes in a business card) and is connected by the
 //! RESET → INIT → RTR → RTS transitions ([`connect_rc`]); work is posted with
 //! [`QueuePair::post_send`] / [`QueuePair::post_recv`] /
@@ -691,6 +693,94 @@ pub struct QpInit<'a, N: Nic + ?Sized> {
     pub caps: QpCaps,
 }
 
+/// Bytes of the global route header that starts every receive buffer of
+/// a UD queue pair: the NIC writes it (valid or not) before the payload,
+/// and a receive's `byte_len` counts it.
+pub const GRH_LEN: usize = 40;
+
+/// Largest payload of one datagram the transport sends: the smallest path
+/// MTU, so that it fits on every fabric.
+pub const UD_MAX_PAYLOAD: usize = 256;
+
+/// Where datagrams go: what an address handle is created from (`struct
+/// ibv_ah_attr`, from a peer's GID and LID).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AhAttr {
+    /// The remote port's GID (how RoCE addresses it).
+    pub gid: Gid,
+    /// The remote port's LID (how InfiniBand addresses it; 0 on RoCE).
+    pub lid: u16,
+}
+
+/// Attributes of readying a UD queue pair: RESET → INIT (port, P_Key
+/// index, Q_Key) → RTR → RTS (first PSN).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdAttr {
+    /// The port (from 1).
+    pub port: u8,
+    /// P_Key index (0: the default partition).
+    pub pkey_index: u16,
+    /// The Q_Key: datagrams that carry another are dropped by the receiver.
+    pub qkey: u32,
+    /// First PSN sent (24 bits).
+    pub sq_psn: u32,
+}
+
+impl UdAttr {
+    /// Checks the ranges verbs allows: a port from 1, a PSN of 24 bits.
+    pub fn check(&self) -> Result<()> {
+        if self.port == 0 {
+            return Err(Error::new(ErrorClass::Arg, "port numbers start at 1"));
+        }
+        if self.sq_psn >= 1 << 24 {
+            return Err(Error::new(
+                ErrorClass::Arg,
+                format!("sq_psn {} does not fit 24 bits", self.sq_psn),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A datagram to send (`struct ibv_send_wr` of a UD queue pair, opcode
+/// SEND, one SGE).
+#[derive(Clone, Copy, Debug)]
+pub struct UdSendWr<'a, A> {
+    /// The caller's identifier, returned in the completion.
+    pub wr_id: u64,
+    /// Whether a successful completion is reported.
+    pub signaled: bool,
+    /// The payload, in registered memory (at most the path MTU).
+    pub sge: Sge,
+    /// The destination port.
+    pub ah: &'a A,
+    /// The destination queue pair.
+    pub remote_qpn: u32,
+    /// The Q_Key the destination expects.
+    pub remote_qkey: u32,
+}
+
+/// An unreliable-datagram queue pair (`IBV_QPT_UD`): each SEND goes to the
+/// queue pair its request names; nothing is acknowledged, so a datagram
+/// may be lost (no receive posted, a full queue on the way, a wrong
+/// Q_Key) and its sender still completes with success. Receives take the
+/// [`GRH_LEN`]-byte header before the payload.
+pub trait UdQueuePair: Send + Sync {
+    /// The address handle type of its NIC.
+    type Ah;
+    /// Its number.
+    fn qp_num(&self) -> u32;
+    /// Its current state.
+    fn state(&self) -> QpState;
+    /// RESET → INIT → RTR → RTS: ready to receive and send.
+    fn ready(&self, attr: &UdAttr) -> Result<()>;
+    /// Posts a datagram (`ibv_post_send`); allowed in RTS.
+    fn post_send(&self, wr: &UdSendWr<'_, Self::Ah>) -> std::result::Result<(), PostError>;
+    /// Posts a receive buffer of at least [`GRH_LEN`] bytes plus the
+    /// largest payload expected (`ibv_post_recv`); allowed from INIT on.
+    fn post_recv(&self, wr: &RecvWr) -> std::result::Result<(), PostError>;
+}
+
 /// An opened RDMA device and the port chosen on it (`struct ibv_context`).
 pub trait Nic: Send + Sync {
     /// A protection domain: regions and queue pairs of one domain may be
@@ -704,6 +794,10 @@ pub trait Nic: Send + Sync {
     type Srq: SharedReceiveQueue;
     /// A reliable-connected queue pair.
     type Qp: QueuePair;
+    /// An address handle (`struct ibv_ah`): a route to a remote port.
+    type Ah: Send + Sync;
+    /// An unreliable-datagram queue pair.
+    type Ud: UdQueuePair<Ah = Self::Ah>;
 
     /// The device's name (e.g. `mlx5_0`, or `soft`).
     fn name(&self) -> &str;
@@ -738,6 +832,11 @@ pub trait Nic: Send + Sync {
     fn create_srq(&self, pd: &Self::Pd, max_wr: u32) -> Result<Self::Srq>;
     /// Creates an RC queue pair in the RESET state.
     fn create_qp(&self, pd: &Self::Pd, init: &QpInit<'_, Self>) -> Result<Self::Qp>;
+    /// Creates a UD queue pair in the RESET state, with its own receive
+    /// queue (`init.srq` must be `None`).
+    fn create_ud(&self, pd: &Self::Pd, init: &QpInit<'_, Self>) -> Result<Self::Ud>;
+    /// Creates an address handle to the port `attr` names (`ibv_create_ah`).
+    fn create_ah(&self, pd: &Self::Pd, attr: &AhAttr) -> Result<Self::Ah>;
 }
 
 /// A registered memory region (`struct ibv_mr`).

@@ -3,27 +3,44 @@
 //! so that it runs on the soft and the rdma-core providers alike.
 //!
 //! It owns the NIC objects of a rank (one protection domain, one completion
-//! queue, one shared receive queue with its registered receive buffers, a
-//! registered pool of send buffers, one RC queue pair per peer), the
-//! business card, the framing of the packet stream into SENDs, and the
-//! credits that keep a peer from sending more than the buffers posted for
-//! it. It must not know communicators, requests or matching: like every
+//! queue, one shared receive queue with registered receive buffers for each
+//! connected peer, a registered pool of send buffers, a UD queue pair for
+//! connection requests, one RC queue pair per connected peer), the
+//! business card, the connections, the framing of the packet stream into
+//! SENDs, and the credits that keep a peer from sending more than the
+//! buffers posted for it. It must not know communicators, requests or matching: like every
 //! transport it hands headers to the ADI's [`PacketSink`] and writes
 //! payloads where the sink says.
 //!
 //! # Connections
-//! Every rank creates one queue pair per peer when the transport starts,
-//! and its card lists their numbers and first PSNs:
-//! `verbs1,<provider>,<gid hex>,<lid>,<mtu>,<qpn.psn for rank 0>,...`
-//! (`-` at the rank's own place; numbers in hex). So the card is the whole
-//! connection exchange, and it is read from the KVS like every card. An RC
-//! queue pair must be in RTR before the first SEND reaches it, and a rank
-//! cannot learn that a peer used a VC for the first time before its queue
-//! pair can receive; so the queue pair to a peer whose route is verbs is
-//! connected (RESET → INIT → RTR → RTS) when the device plans the routes
-//! ([`Transport::prepare_peer`]), and the VC is bound on first use as for
-//! every transport. A PMI value holds 1024 bytes, which bounds a job to
-//! [`MAX_RANKS`] ranks on this transport (a larger job does not start it).
+//! The card has one size whatever the job (at most [`CARD_MAX`]
+//! characters): `verbs2,<provider>,<gid hex>,<lid>,<mtu>,<UD qpn hex>`.
+//! The UD queue pair it names is the rank's connection channel: RC queue
+//! pairs are made and connected on a VC's first use (a send, a one-sided
+//! operation, a window's creation: whatever makes the ADI add the peer).
+//! An RC queue pair drops (hardware) or parks (soft) what arrives before
+//! it is in RTR, so the peer must connect its side before anything is
+//! sent; the requester asks it by datagram ([`crate::connect`] has the
+//! messages, authenticated under the job's secret, and the Q_Key):
+//!
+//! ```text
+//! requester                                        peer
+//!   make QP_a            REQUEST {QP_a, PSN, MTU} ──►  make QP_b (or use the
+//!                                                       one it made), connect
+//!                                                       it to QP_a (RTS)
+//!   connect QP_a to QP_b ◄── REPLY {QP_b, PSN, QP_a}
+//!   first frame (even empty)                   ──►  ready: sends from now on
+//! ```
+//!
+//! Queued packets wait until their side is ready. Datagrams may be lost:
+//! a request unanswered is sent again, after 50 ms and then twice as long
+//! each time up to 1 s, and the peer is taken for lost after
+//! [`CONNECT_TIMEOUT`]; a duplicate request gets the same reply, a
+//! duplicate reply is ignored. A rank makes one queue pair per peer, for
+//! its own request or for the peer's, whichever comes first, so when two
+//! ranks ask each other at once each connects the one it has to the
+//! other's and both reply: one pair of queue pairs, no tie-break needed.
+//! A peer answers only from inside its polls; its NIC does the rest.
 //!
 //! # Frames and credits
 //! A peer's packets (the ADI header, then the payload: the same byte stream
@@ -105,10 +122,12 @@
 //! `MPI_ERR_PROC_FAILED` and the status, its queued packets are dropped
 //! and later sends to it fail; other peers go on.
 
+use crate::connect::{self, Kind, Message, MESSAGE_LEN};
 use crate::provider::{
-    connect_rc, AccessFlags, CompletionQueue, ConnectParams, Gid, MemoryRegion, Mtu, Nic,
+    connect_rc, AccessFlags, AhAttr, CompletionQueue, ConnectParams, Gid, MemoryRegion, Nic,
     PostError, QpAddress, QpCaps, QpInit, QpState, QueuePair, RecvWr, RemoteAddr, SendOp, SendWr,
-    Sge, SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion,
+    Sge, SharedReceiveQueue, UdAttr, UdQueuePair, UdSendWr, WcOpcode, WcStatus, WorkCompletion,
+    GRH_LEN, UD_MAX_PAYLOAD,
 };
 use crate::regcache::{CacheStats, RegCache};
 use crate::ProviderKind;
@@ -122,6 +141,7 @@ use oxmpi_adi::{Error, ErrorClass, Result};
 use std::alloc::Layout;
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
 
 /// Bytes of one frame (one receive buffer), its 4-byte head included.
 pub const FRAME_LEN: usize = 8192;
@@ -136,10 +156,12 @@ pub const EAGER_LIMIT: usize = 32 * 1024;
 /// Completions taken from the completion queue at a time.
 const POLL_BATCH: usize = 64;
 /// Version tag that starts a card.
-const CARD_TAG: &str = "verbs1";
-/// Largest job whose card fits a PMI value (1024 bytes): a head of at
-/// most 120 characters, then at most 14 per rank.
-pub const MAX_RANKS: usize = 64;
+const CARD_TAG: &str = "verbs2";
+/// Most characters of a card: the tag, a provider field of at most 64,
+/// a GID of 32 hex digits, a LID, an MTU and a UD queue-pair number.
+pub const CARD_MAX: usize = 7 + 65 + 33 + 6 + 5 + 7;
+// A card fits a PMI value (1024 bytes) whatever the size of the job.
+const _: () = assert!(CARD_MAX <= 1024);
 /// `wr_id` bit of receive work requests.
 const RECV_BIT: u64 = 1 << 63;
 /// `wr_id` bit of one-sided operations (the low bits: the staging slot).
@@ -158,6 +180,25 @@ const READ_BIT: u64 = 1 << 61;
 pub const READ_CHUNK: usize = 1 << 20;
 /// Rendezvous RDMA READs in flight to one peer at most.
 pub const READ_DEPTH: u32 = 8;
+/// `wr_id` bit of the UD queue pair's work requests (the low bits: the
+/// buffer; receives below [`UD_RECVS`], sends above).
+const UD_BIT: u64 = 1 << 60;
+/// Receives posted on the UD queue pair: connection messages that find
+/// none are lost, and their senders try again.
+const UD_RECVS: usize = 32;
+/// Send buffers of the UD queue pair.
+const UD_SENDS: usize = 16;
+/// Bytes of one UD buffer: the GRH and a message.
+const UD_BUF: usize = 512;
+/// The first wait for a reply before a request is sent again; each
+/// retry doubles it, up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+/// The longest wait between two requests to a peer.
+const RETRY_MAX: Duration = Duration::from_secs(1);
+/// How long a peer may leave connection requests unanswered before it
+/// is taken for lost: long, as a rank answers only from inside MPI calls.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// Polls between checks of the queue pairs to peers that hold an offer
 /// of this rank's memory (see [`VerbsTransport::check_offers`]).
 const OFFER_CHECK_POLLS: u64 = 64;
@@ -336,9 +377,47 @@ impl Incoming {
     }
 }
 
+// A connection message and its GRH fit a UD buffer and the smallest MTU.
+const _: () = assert!(GRH_LEN + MESSAGE_LEN <= UD_BUF && MESSAGE_LEN <= UD_MAX_PAYLOAD);
+
+/// Where a peer's connection messages go: its UD queue pair.
+struct Channel<A> {
+    gid: Gid,
+    lid: u16,
+    ud_qpn: u32,
+    /// The address handle to its port, made on first use.
+    ah: Option<A>,
+}
+
+/// How far the connection to a peer is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Link {
+    /// No queue pair to it yet.
+    Idle,
+    /// This rank made its queue pair and asks the peer to connect to it:
+    /// since `since`, last at `sent`, again after `wait`.
+    Requested {
+        since: Instant,
+        sent: Instant,
+        wait: Duration,
+    },
+    /// Connected at the peer's request (RTS), but nothing is sent until
+    /// the peer's first frame shows that its side is connected too.
+    Accepted,
+    /// Both sides are connected.
+    Ready,
+}
+
 /// What the transport knows of one peer.
-struct Peer<Q> {
-    qp: Q,
+struct Peer<Q, A> {
+    /// The queue pair to it, made on first use (this rank's or the peer's).
+    qp: Option<Q>,
+    /// Where its connection messages go, from its card or its first message.
+    channel: Option<Channel<A>>,
+    link: Link,
+    /// A requester's first frame on a new connection, sent even when empty:
+    /// it tells the peer that both sides are connected.
+    announce: bool,
     /// The peer's queue pair, once connected to it.
     remote: Option<QpAddress>,
     /// Why the peer is lost, once it is.
@@ -361,6 +440,40 @@ struct Peer<Q> {
     /// This rank's buffers offered to it for a rendezvous: (rkey, lease).
     offers: Vec<(u32, u64)>,
 }
+
+impl<Q, A> Peer<Q, A> {
+    fn new() -> Peer<Q, A> {
+        Peer {
+            qp: None,
+            channel: None,
+            link: Link::Idle,
+            announce: false,
+            remote: None,
+            failed: None,
+            credits: CREDITS,
+            owed: 0,
+            queue: VecDeque::new(),
+            in_flight: 0,
+            incoming: Incoming::new(),
+            heard: false,
+            rma_in_flight: 0,
+            reads_in_flight: 0,
+            offers: Vec::new(),
+        }
+    }
+}
+
+/// The receive buffers posted for one connected peer: [`CREDITS`] for
+/// frames with stream bytes and as many for credit-only frames, shared
+/// with every peer through the shared receive queue.
+struct RecvChunk<M> {
+    /// Declared before the frames: deregistered before they are freed.
+    mr: M,
+    frames: Frames,
+}
+
+/// Receive buffers per chunk.
+const CHUNK_FRAMES: usize = 2 * CREDITS as usize;
 
 /// A rendezvous read under way: `len` bytes from the peer's offered
 /// buffer into this rank's, in RDMA READs of at most [`READ_CHUNK`].
@@ -399,13 +512,25 @@ pub struct VerbsTransport<N: Nic> {
     tag: String,
     card: String,
     /// Index by rank; `None` at the own rank.
-    peers: Vec<Option<Peer<N::Qp>>>,
+    peers: Vec<Option<Peer<N::Qp, N::Ah>>>,
     by_qpn: HashMap<u32, PeerRank>,
     srq: N::Srq,
     cq: N::Cq,
-    recv_mr: N::Mr,
+    /// The job's secret, which authenticates connection messages.
+    secret: [u8; 32],
+    size: usize,
+    qkey: u32,
+    /// The connection channel: its queue pair, and buffers for
+    /// [`UD_RECVS`] receives and [`UD_SENDS`] sends.
+    ud: N::Ud,
+    ud_mr: N::Mr,
+    ud_frames: Frames,
+    ud_free: Vec<usize>,
+    /// Peers in [`Link::Requested`].
+    requesting: Vec<PeerRank>,
+    /// Receive buffers, a chunk per connected peer.
+    recv_chunks: Vec<RecvChunk<N::Mr>>,
     send_mr: N::Mr,
-    recv_frames: Frames,
     send_frames: Frames,
     free_send: Vec<usize>,
     /// Which peer each posted send frame went to.
@@ -511,9 +636,8 @@ struct Card {
     tag: String,
     gid: Gid,
     lid: u16,
-    mtu: Mtu,
-    /// Per rank: (qpn, psn); `None` at the card owner's own place.
-    qps: Vec<Option<(u32, u32)>>,
+    /// Its UD queue pair, where connection requests go.
+    ud_qpn: u32,
 }
 
 fn parse_card(card: &str) -> Result<Card> {
@@ -524,8 +648,10 @@ fn parse_card(card: &str) -> Result<Card> {
         )
     };
     let fields: Vec<&str> = card.split(',').collect();
-    if fields.len() < 6 || fields[0] != CARD_TAG {
-        return Err(bad("expected verbs1,<provider>,<gid>,<lid>,<mtu>,<qps...>"));
+    if fields.len() != 6 || fields[0] != CARD_TAG {
+        return Err(bad(
+            "expected verbs2,<provider>,<gid>,<lid>,<mtu>,<UD queue pair>",
+        ));
     }
     let tag = fields[1];
     let soft_host = tag.strip_prefix("soft@").and_then(|host| {
@@ -539,26 +665,15 @@ fn parse_card(card: &str) -> Result<Card> {
     let address =
         QpAddress::from_card(&format!("v1:{}:{}:1:0:{}", fields[2], fields[3], fields[4]))
             .map_err(|e| bad(e.message()))?;
-    let mut qps = Vec::with_capacity(fields.len() - 5);
-    for field in &fields[5..] {
-        if *field == "-" {
-            qps.push(None);
-            continue;
-        }
-        let (qpn, psn) = field.split_once('.').ok_or_else(|| bad("bad qpn.psn"))?;
-        let qpn = u32::from_str_radix(qpn, 16).map_err(|_| bad("bad QP number"))?;
-        let psn = u32::from_str_radix(psn, 16).map_err(|_| bad("bad PSN"))?;
-        if qpn == 0 || qpn >= 1 << 24 || psn >= 1 << 24 {
-            return Err(bad("QP numbers and PSNs have 24 bits"));
-        }
-        qps.push(Some((qpn, psn)));
+    let ud_qpn = u32::from_str_radix(fields[5], 16).map_err(|_| bad("bad UD queue pair number"))?;
+    if ud_qpn == 0 || ud_qpn >= 1 << 24 {
+        return Err(bad("queue pair numbers have 24 bits and are not 0"));
     }
     Ok(Card {
         tag: tag.to_owned(),
         gid: address.gid,
         lid: address.lid,
-        mtu: address.mtu,
-        qps,
+        ud_qpn,
     })
 }
 
@@ -587,6 +702,11 @@ fn rma_error(peer: PeerRank, status: WcStatus) -> Error {
     }
 }
 
+/// The `wr_id` of receive buffer `index` of chunk `chunk`.
+fn recv_wr_id(chunk: usize, index: usize) -> u64 {
+    RECV_BIT | (chunk * CHUNK_FRAMES + index) as u64
+}
+
 fn proc_failed(peer: PeerRank, why: impl std::fmt::Display) -> Error {
     Error::new(
         ErrorClass::ProcFailed,
@@ -595,44 +715,31 @@ fn proc_failed(peer: PeerRank, why: impl std::fmt::Display) -> Error {
 }
 
 impl<N: Nic> VerbsTransport<N> {
-    /// Builds the transport of rank `job.rank` on `nic`: its queues, buffers
-    /// and one queue pair per peer (in RESET until the peer's card is
-    /// known), and its card.
+    /// Builds the transport of rank `job.rank` on `nic`: its queues,
+    /// buffers and connection channel (a UD queue pair), and its card.
+    /// Queue pairs to peers are made on first use.
     pub fn new(nic: N, kind: ProviderKind, job: &JobInfo) -> Result<VerbsTransport<N>> {
-        if job.size > MAX_RANKS {
-            return Err(Error::new(
-                ErrorClass::Other,
-                format!(
-                    "the verbs transport serves jobs of at most {MAX_RANKS} ranks (its card lists \
-                     a queue pair per peer), and this one has {}",
-                    job.size
-                ),
-            ));
-        }
         let peers_n = job.size.saturating_sub(1).max(1);
-        let recv_count = peers_n * 2 * CREDITS as usize;
+        let recv_count = peers_n * CHUNK_FRAMES;
         let pd = nic.alloc_pd()?;
         // Room for every completion that can be outstanding: receives,
-        // sends, one-sided operations and rendezvous reads.
+        // sends, one-sided operations, rendezvous reads and datagrams.
         let cq = nic.create_cq(
-            (recv_count + SEND_SLOTS + RMA_SLOTS + peers_n * READ_DEPTH as usize) as u32,
+            (recv_count
+                + SEND_SLOTS
+                + RMA_SLOTS
+                + peers_n * READ_DEPTH as usize
+                + UD_RECVS
+                + UD_SENDS) as u32,
         )?;
+        // Room for the buffers of every peer, posted as peers connect.
         let srq = nic.create_srq(&pd, recv_count as u32)?;
-        let recv_frames = Frames::new(recv_count, FRAME_LEN)?;
         let send_frames = Frames::new(SEND_SLOTS, FRAME_LEN)?;
         let rma_frames = Frames::new(RMA_SLOTS, RMA_LEN)?;
+        let ud_frames = Frames::new(UD_RECVS + UD_SENDS, UD_BUF)?;
         // SAFETY: the frames stay allocated until the transport is dropped,
         // after the regions (field order); the transport makes slices of a
         // frame only while no work on it is posted.
-        let recv_mr = unsafe {
-            nic.register(
-                &pd,
-                recv_frames.ptr,
-                recv_count * FRAME_LEN,
-                AccessFlags::LOCAL_WRITE,
-            )?
-        };
-        // SAFETY: as above.
         let send_mr = unsafe {
             nic.register(
                 &pd,
@@ -651,22 +758,51 @@ impl<N: Nic> VerbsTransport<N> {
                 AccessFlags::LOCAL_WRITE,
             )?
         };
-        for index in 0..recv_count {
-            srq.post_recv(&RecvWr {
-                wr_id: RECV_BIT | index as u64,
+        // SAFETY: as above.
+        let ud_mr = unsafe {
+            nic.register(
+                &pd,
+                ud_frames.ptr,
+                (UD_RECVS + UD_SENDS) * UD_BUF,
+                AccessFlags::LOCAL_WRITE,
+            )?
+        };
+        let ud = nic.create_ud(
+            &pd,
+            &QpInit {
+                send_cq: &cq,
+                recv_cq: &cq,
+                srq: None,
+                caps: QpCaps {
+                    max_send_wr: UD_SENDS as u32,
+                    max_recv_wr: UD_RECVS as u32,
+                    max_inline_data: 0,
+                },
+            },
+        )?;
+        let port = nic.port().clone();
+        let qkey = connect::qkey(&job.secret);
+        ud.ready(&UdAttr {
+            port: port.port,
+            pkey_index: 0,
+            qkey,
+            sq_psn: 0,
+        })?;
+        for index in 0..UD_RECVS {
+            ud.post_recv(&RecvWr {
+                wr_id: UD_BIT | index as u64,
                 sge: Sge {
-                    addr: recv_frames.addr(index),
-                    length: FRAME_LEN as u32,
-                    lkey: recv_mr.lkey(),
+                    addr: ud_frames.addr(index),
+                    length: UD_BUF as u32,
+                    lkey: ud_mr.lkey(),
                 },
             })
             .map_err(Error::from)?;
         }
         let max_send_wr = 2 * CREDITS + 2;
         let tag = provider_tag(kind)?;
-        let port = nic.port().clone();
-        let mut card = format!(
-            "{CARD_TAG},{},{},{},{}",
+        let card = format!(
+            "{CARD_TAG},{},{},{},{},{:x}",
             tag,
             port.gid
                 .gid
@@ -675,58 +811,30 @@ impl<N: Nic> VerbsTransport<N> {
                 .map(|b| format!("{b:02x}"))
                 .collect::<String>(),
             port.lid,
-            port.active_mtu.bytes()
+            port.active_mtu.bytes(),
+            ud.qp_num()
         );
-        let mut peers = Vec::with_capacity(job.size);
-        let mut by_qpn = HashMap::new();
-        for rank in 0..job.size {
-            if rank == job.rank {
-                card.push_str(",-");
-                peers.push(None);
-                continue;
-            }
-            let qp = nic.create_qp(
-                &pd,
-                &QpInit {
-                    send_cq: &cq,
-                    recv_cq: &cq,
-                    srq: Some(&srq),
-                    caps: QpCaps {
-                        max_send_wr: max_send_wr + RMA_DEPTH + READ_DEPTH,
-                        max_recv_wr: 1,
-                        max_inline_data: 0,
-                    },
-                },
-            )?;
-            let address = qp.address();
-            card.push_str(&format!(",{:x}.{:x}", address.qpn, address.psn));
-            by_qpn.insert(address.qpn, rank);
-            peers.push(Some(Peer {
-                qp,
-                remote: None,
-                failed: None,
-                credits: CREDITS,
-                owed: 0,
-                queue: VecDeque::new(),
-                in_flight: 0,
-                incoming: Incoming::new(),
-                heard: false,
-                rma_in_flight: 0,
-                reads_in_flight: 0,
-                offers: Vec::new(),
-            }));
-        }
+        let peers = (0..job.size)
+            .map(|rank| (rank != job.rank).then(Peer::new))
+            .collect();
         Ok(VerbsTransport {
             rank: job.rank,
             tag,
             card,
             peers,
-            by_qpn,
+            by_qpn: HashMap::new(),
             srq,
             cq,
-            recv_mr,
+            secret: job.secret,
+            size: job.size,
+            qkey,
+            ud,
+            ud_mr,
+            ud_frames,
+            ud_free: (UD_RECVS..UD_RECVS + UD_SENDS).rev().collect(),
+            requesting: Vec::new(),
+            recv_chunks: Vec::new(),
             send_mr,
-            recv_frames,
             send_frames,
             free_send: (0..SEND_SLOTS).rev().collect(),
             send_owner: vec![None; SEND_SLOTS],
@@ -754,7 +862,7 @@ impl<N: Nic> VerbsTransport<N> {
         })
     }
 
-    fn peer_mut(&mut self, peer: PeerRank) -> Result<&mut Peer<N::Qp>> {
+    fn peer_mut(&mut self, peer: PeerRank) -> Result<&mut Peer<N::Qp, N::Ah>> {
         match self.peers.get_mut(peer) {
             Some(Some(p)) => Ok(p),
             _ => Err(Error::new(
@@ -764,13 +872,9 @@ impl<N: Nic> VerbsTransport<N> {
         }
     }
 
-    /// Connects the queue pair to `peer` from its card (once).
-    fn connect(&mut self, peer: PeerRank, card: &str) -> Result<()> {
-        let rank = self.rank;
-        let p = self.peer_mut(peer)?;
-        if p.remote.is_some() || p.failed.is_some() {
-            return Ok(());
-        }
+    /// Takes `peer`'s card: where its connection requests go. Connects
+    /// nothing (that happens on first use).
+    fn learn(&mut self, peer: PeerRank, card: &str) -> Result<()> {
         let parsed = parse_card(card)?;
         if parsed.tag != self.tag {
             return Err(Error::new(
@@ -782,27 +886,388 @@ impl<N: Nic> VerbsTransport<N> {
                 ),
             ));
         }
-        let Some(Some((qpn, psn))) = parsed.qps.get(rank).copied() else {
-            return Err(Error::new(
-                ErrorClass::Other,
-                format!("rank {peer}'s verbs card {card:?} has no queue pair for rank {rank}"),
-            ));
-        };
-        let remote = QpAddress {
-            gid: parsed.gid,
-            lid: parsed.lid,
-            qpn,
-            psn,
-            mtu: parsed.mtu,
-        };
-        let p = self.peers[peer].as_mut().expect("checked above");
-        connect_rc(&self.nic, &p.qp, &remote, &ConnectParams::default())?;
-        p.remote = Some(remote);
-        oxmpi_adi::vlog!(
-            "rank {rank}: verbs queue pair {:#x} connected to rank {peer}'s {qpn:#x}",
-            p.qp.qp_num()
-        );
+        let p = self.peer_mut(peer)?;
+        if p.channel.is_none() {
+            p.channel = Some(Channel {
+                gid: parsed.gid,
+                lid: parsed.lid,
+                ud_qpn: parsed.ud_qpn,
+                ah: None,
+            });
+        }
         Ok(())
+    }
+
+    /// Makes the queue pair to `peer` and posts the receive buffers it
+    /// brings; any failure fails the peer.
+    fn make_qp(&mut self, peer: PeerRank) -> Result<()> {
+        let made = (|| {
+            let qp = self.nic.create_qp(
+                &self.pd,
+                &QpInit {
+                    send_cq: &self.cq,
+                    recv_cq: &self.cq,
+                    srq: Some(&self.srq),
+                    caps: QpCaps {
+                        max_send_wr: self.max_send_wr + RMA_DEPTH + READ_DEPTH,
+                        max_recv_wr: 1,
+                        max_inline_data: 0,
+                    },
+                },
+            )?;
+            let frames = Frames::new(CHUNK_FRAMES, FRAME_LEN)?;
+            // SAFETY: the frames are freed after the region (field order
+            // of `RecvChunk`), which the transport keeps until it is
+            // dropped; slices of a frame are made only while it is not
+            // posted.
+            let mr = unsafe {
+                self.nic.register(
+                    &self.pd,
+                    frames.ptr,
+                    CHUNK_FRAMES * FRAME_LEN,
+                    AccessFlags::LOCAL_WRITE,
+                )?
+            };
+            let chunk = self.recv_chunks.len();
+            for index in 0..CHUNK_FRAMES {
+                self.srq
+                    .post_recv(&RecvWr {
+                        wr_id: recv_wr_id(chunk, index),
+                        sge: Sge {
+                            addr: frames.addr(index),
+                            length: FRAME_LEN as u32,
+                            lkey: mr.lkey(),
+                        },
+                    })
+                    .map_err(Error::from)?;
+            }
+            self.recv_chunks.push(RecvChunk { mr, frames });
+            Ok::<_, Error>(qp)
+        })();
+        match made {
+            Ok(qp) => {
+                self.by_qpn.insert(qp.qp_num(), peer);
+                self.peer_mut(peer)?.qp = Some(qp);
+                Ok(())
+            }
+            Err(e) => {
+                let error = proc_failed(
+                    peer,
+                    format!("no queue pair could be made for it: {}", e.message()),
+                );
+                self.fail(peer, error.clone());
+                Err(error)
+            }
+        }
+    }
+
+    /// Starts connecting to `peer` if nothing has: makes the queue pair
+    /// and sends the first request. An error if the peer failed.
+    fn connect_start(&mut self, peer: PeerRank) -> Result<()> {
+        let p = self.peer_mut(peer)?;
+        if let Some(e) = &p.failed {
+            return Err(e.clone());
+        }
+        if p.link != Link::Idle {
+            return Ok(());
+        }
+        if p.channel.is_none() {
+            return Err(Error::new(
+                ErrorClass::Intern,
+                format!("verbs transport: rank {peer} was not added before a send to it"),
+            ));
+        }
+        self.make_qp(peer)?;
+        let now = Instant::now();
+        self.peer_mut(peer)?.link = Link::Requested {
+            since: now,
+            sent: now,
+            wait: RETRY_FIRST,
+        };
+        self.requesting.push(peer);
+        self.send_message(peer, Kind::Request, 0);
+        Ok(())
+    }
+
+    /// Sends `peer` a connection message about this rank's queue pair to
+    /// it. A message that cannot be sent now (no free buffer) is dropped
+    /// like a lost datagram: requests are sent again until answered, and
+    /// each brings its reply again.
+    fn send_message(&mut self, peer: PeerRank, kind: Kind, echo: u32) {
+        let port = self.nic.port();
+        let (gid, lid, mtu, rank) = (port.gid.gid, port.lid, port.active_mtu, self.rank);
+        let ud_qpn = self.ud.qp_num();
+        let Some(Some(p)) = self.peers.get_mut(peer) else {
+            return;
+        };
+        let (Some(qp), Some(channel)) = (&p.qp, &mut p.channel) else {
+            return;
+        };
+        if channel.ah.is_none() {
+            match self.nic.create_ah(
+                &self.pd,
+                &AhAttr {
+                    gid: channel.gid,
+                    lid: channel.lid,
+                },
+            ) {
+                Ok(ah) => channel.ah = Some(ah),
+                Err(e) => {
+                    let error = proc_failed(
+                        peer,
+                        format!("no address handle to its port: {}", e.message()),
+                    );
+                    self.fail(peer, error);
+                    return;
+                }
+            }
+        }
+        let Some(slot) = self.ud_free.pop() else {
+            return;
+        };
+        let address = qp.address();
+        let message = Message {
+            kind,
+            from: rank as u32,
+            to: peer as u32,
+            gid,
+            lid,
+            mtu,
+            ud_qpn,
+            qpn: address.qpn,
+            psn: address.psn,
+            echo,
+        };
+        // SAFETY: a free UD send buffer is not posted.
+        let buf = unsafe { self.ud_frames.frame(slot) };
+        buf[..MESSAGE_LEN].copy_from_slice(&message.encode(&self.secret));
+        let wr = UdSendWr {
+            wr_id: UD_BIT | slot as u64,
+            signaled: true,
+            sge: Sge {
+                addr: self.ud_frames.addr(slot),
+                length: MESSAGE_LEN as u32,
+                lkey: self.ud_mr.lkey(),
+            },
+            ah: channel.ah.as_ref().expect("made above"),
+            remote_qpn: channel.ud_qpn,
+            remote_qkey: self.qkey,
+        };
+        if let Err(e) = self.ud.post_send(&wr) {
+            self.ud_free.push(slot);
+            oxmpi_adi::vlog!(
+                "rank {rank}: verbs: a connection message to rank {peer} could not be posted: {}",
+                Error::from(e).message()
+            );
+        }
+    }
+
+    /// A completion of the connection channel: a datagram arrived (its
+    /// buffer is posted again), or one was sent.
+    fn ud_complete(&mut self, wc: WorkCompletion) {
+        let index = (wc.wr_id & !UD_BIT) as usize;
+        if index >= UD_RECVS {
+            self.ud_free.push(index);
+            return;
+        }
+        if wc.status == WcStatus::Success && wc.byte_len as usize == GRH_LEN + MESSAGE_LEN {
+            // SAFETY: the receive's completion was polled, and the buffer
+            // is posted again only after this copy.
+            let buf = unsafe { self.ud_frames.frame(index) };
+            let mut bytes = [0u8; MESSAGE_LEN];
+            bytes.copy_from_slice(&buf[GRH_LEN..GRH_LEN + MESSAGE_LEN]);
+            match Message::decode(&bytes, &self.secret, self.rank as u32, self.size as u32) {
+                Ok(message) => self.on_message(&message),
+                Err(why) => oxmpi_adi::vlog!(
+                    "rank {}: verbs: dropped a connection datagram: {why}",
+                    self.rank
+                ),
+            }
+        } else if wc.status != WcStatus::WrFlushErr {
+            oxmpi_adi::vlog!(
+                "rank {}: verbs: dropped a datagram of {} bytes ({:?})",
+                self.rank,
+                wc.byte_len,
+                wc.status
+            );
+        }
+        let wr = RecvWr {
+            wr_id: wc.wr_id,
+            sge: Sge {
+                addr: self.ud_frames.addr(index),
+                length: UD_BUF as u32,
+                lkey: self.ud_mr.lkey(),
+            },
+        };
+        if let Err(e) = self.ud.post_recv(&wr) {
+            oxmpi_adi::vlog!(
+                "rank {}: verbs: re-posting a datagram buffer failed: {}",
+                self.rank,
+                Error::from(e).message()
+            );
+        }
+    }
+
+    /// A connection message from a peer. A rank makes one queue pair per
+    /// peer, for its own request or for the peer's, whichever comes
+    /// first; so when both ranks start at once and their requests cross,
+    /// each connects the queue pair it made for its own request to the
+    /// one the other's request names, both reply, and the two ranks hold
+    /// one pair of queue pairs, connected to each other, with no
+    /// tie-break needed. Duplicates (a lost reply, a request sent again)
+    /// get the same reply or are ignored.
+    fn on_message(&mut self, m: &Message) {
+        let peer = m.from as PeerRank;
+        let Some(Some(p)) = self.peers.get_mut(peer) else {
+            return;
+        };
+        if p.failed.is_some() {
+            return;
+        }
+        // A rank may hear from a peer before it reads the peer's card.
+        let stale = p
+            .channel
+            .as_ref()
+            .is_none_or(|c| (c.gid, c.lid, c.ud_qpn) != (m.gid, m.lid, m.ud_qpn));
+        if stale {
+            p.channel = Some(Channel {
+                gid: m.gid,
+                lid: m.lid,
+                ud_qpn: m.ud_qpn,
+                ah: None,
+            });
+        }
+        let remote = QpAddress {
+            gid: m.gid,
+            lid: m.lid,
+            qpn: m.qpn,
+            psn: m.psn,
+            mtu: m.mtu,
+        };
+        match (m.kind, p.link) {
+            (Kind::Request, Link::Idle) => {
+                if self.make_qp(peer).is_ok() {
+                    self.accept(peer, remote);
+                }
+            }
+            (Kind::Request, Link::Requested { .. }) => {
+                self.requesting.retain(|&r| r != peer);
+                self.accept(peer, remote);
+            }
+            (Kind::Request, Link::Accepted | Link::Ready)
+                if p.remote.is_some_and(|r| r.qpn == m.qpn) =>
+            {
+                self.send_message(peer, Kind::Reply, m.qpn);
+            }
+            (Kind::Reply, Link::Requested { .. })
+                if p.qp.as_ref().is_some_and(|q| q.qp_num() == m.echo) =>
+            {
+                self.requesting.retain(|&r| r != peer);
+                if self.connect_qp(peer, remote) {
+                    self.ready(peer);
+                }
+            }
+            // Crossed requests: the peer connected to this rank's queue
+            // pair, which is connected to the peer's.
+            (Kind::Reply, Link::Accepted)
+                if p.qp.as_ref().is_some_and(|q| q.qp_num() == m.echo)
+                    && p.remote.is_some_and(|r| r.qpn == m.qpn) =>
+            {
+                self.ready(peer);
+            }
+            // Duplicates.
+            (kind, link) => oxmpi_adi::vlog!(
+                "rank {}: verbs: ignored a connection {kind:?} from rank {peer} for queue pair \
+                 {:#x} (connection {link:?})",
+                self.rank,
+                m.qpn
+            ),
+        }
+    }
+
+    /// Both sides of the connection to `peer` are connected: this rank's
+    /// first frame (sent even when empty) tells the peer so.
+    fn ready(&mut self, peer: PeerRank) {
+        let p = self.peers[peer].as_mut().expect("a peer");
+        p.link = Link::Ready;
+        p.announce = true;
+        self.pump(peer, false);
+    }
+
+    /// Connects the queue pair to `peer` to `remote` at the peer's
+    /// request, and replies.
+    fn accept(&mut self, peer: PeerRank, remote: QpAddress) {
+        if self.connect_qp(peer, remote) {
+            self.peers[peer].as_mut().expect("a peer").link = Link::Accepted;
+            self.send_message(peer, Kind::Reply, remote.qpn);
+        }
+    }
+
+    /// Moves the queue pair to `peer` to RTS, connected to `remote`;
+    /// whether it worked (if not, the peer failed).
+    fn connect_qp(&mut self, peer: PeerRank, remote: QpAddress) -> bool {
+        let rank = self.rank;
+        let Some(Some(p)) = self.peers.get_mut(peer) else {
+            return false;
+        };
+        let Some(qp) = &p.qp else {
+            return false;
+        };
+        match connect_rc(&self.nic, qp, &remote, &ConnectParams::default()) {
+            Ok(()) => {
+                p.remote = Some(remote);
+                oxmpi_adi::vlog!(
+                    "rank {rank}: verbs queue pair {:#x} connected to rank {peer}'s {:#x}",
+                    qp.qp_num(),
+                    remote.qpn
+                );
+                true
+            }
+            Err(e) => {
+                let error = proc_failed(
+                    peer,
+                    format!("connecting the queue pair to it failed: {}", e.message()),
+                );
+                self.fail(peer, error);
+                false
+            }
+        }
+    }
+
+    /// Sends again the requests whose reply is late, and fails the peers
+    /// that left them unanswered for [`CONNECT_TIMEOUT`].
+    fn retry_requests(&mut self) {
+        if self.requesting.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        for peer in self.requesting.clone() {
+            let Some(Some(p)) = self.peers.get_mut(peer) else {
+                continue;
+            };
+            let Link::Requested { since, sent, wait } = p.link else {
+                continue;
+            };
+            if now - since > CONNECT_TIMEOUT {
+                self.requesting.retain(|&r| r != peer);
+                let error = proc_failed(
+                    peer,
+                    format!(
+                        "it left connection requests unanswered for {} s (it is gone, or has \
+                         made no MPI call since)",
+                        CONNECT_TIMEOUT.as_secs()
+                    ),
+                );
+                self.fail(peer, error);
+            } else if now - sent >= wait {
+                p.link = Link::Requested {
+                    since,
+                    sent: now,
+                    wait: (wait * 2).min(RETRY_MAX),
+                };
+                self.send_message(peer, Kind::Request, 0);
+            }
+        }
     }
 
     /// Marks `peer` lost: its queued packets are dropped (their zero-copy
@@ -818,6 +1283,7 @@ impl<N: Nic> VerbsTransport<N> {
         oxmpi_adi::vlog!("rank {}: {}", self.rank, error.message());
         p.failed = Some(error.clone());
         p.queue.clear();
+        self.requesting.retain(|&r| r != peer);
         // The peer reads no more of what was offered to it.
         for (_, lease) in p.offers.drain(..) {
             self.cache.release(lease);
@@ -834,11 +1300,14 @@ impl<N: Nic> VerbsTransport<N> {
             let Some(Some(p)) = self.peers.get_mut(peer) else {
                 return progressed;
             };
-            if p.failed.is_some() || p.remote.is_none() || p.in_flight >= self.max_send_wr {
+            let (Link::Ready, Some(qp)) = (p.link, &p.qp) else {
+                return progressed;
+            };
+            if p.failed.is_some() || p.in_flight >= self.max_send_wr {
                 return progressed;
             }
             let data = !p.queue.is_empty() && p.credits > 0;
-            let credit_frame = credit_only && p.owed > 0;
+            let credit_frame = (credit_only && p.owed > 0) || p.announce;
             if !data && !credit_frame {
                 return progressed;
             }
@@ -873,9 +1342,10 @@ impl<N: Nic> VerbsTransport<N> {
                     lkey: self.send_mr.lkey(),
                 }),
             };
-            match p.qp.post_send(&wr) {
+            match qp.post_send(&wr) {
                 Ok(()) => {
                     p.owed = 0;
+                    p.announce = false;
                     if data {
                         p.credits -= 1;
                     }
@@ -907,11 +1377,19 @@ impl<N: Nic> VerbsTransport<N> {
     /// Handles one completion.
     fn complete(&mut self, wc: WorkCompletion, sink: &mut dyn PacketSink) {
         let peer = self.by_qpn.get(&wc.qp_num).copied();
+        if wc.wr_id & UD_BIT != 0 {
+            self.ud_complete(wc);
+            return;
+        }
         if wc.wr_id & RECV_BIT != 0 {
-            let index = (wc.wr_id & !RECV_BIT) as usize;
+            let at = (wc.wr_id & !RECV_BIT) as usize;
+            let (chunk, index) = (at / CHUNK_FRAMES, at % CHUNK_FRAMES);
+            if chunk >= self.recv_chunks.len() {
+                return;
+            }
             if let Some(peer) = peer {
                 if wc.status == WcStatus::Success && wc.opcode == WcOpcode::Recv {
-                    self.received(peer, index, wc.byte_len as usize, sink);
+                    self.received(peer, chunk, index, wc.byte_len as usize, sink);
                 } else if wc.status != WcStatus::WrFlushErr {
                     self.fail(
                         peer,
@@ -919,12 +1397,13 @@ impl<N: Nic> VerbsTransport<N> {
                     );
                 }
             }
+            let RecvChunk { mr, frames } = &self.recv_chunks[chunk];
             let wr = RecvWr {
                 wr_id: wc.wr_id,
                 sge: Sge {
-                    addr: self.recv_frames.addr(index),
+                    addr: frames.addr(index),
                     length: FRAME_LEN as u32,
-                    lkey: self.recv_mr.lkey(),
+                    lkey: mr.lkey(),
                 },
             };
             if let Err(e) = self.srq.post_recv(&wr) {
@@ -967,11 +1446,18 @@ impl<N: Nic> VerbsTransport<N> {
         }
     }
 
-    /// A frame from `peer` landed in receive buffer `index`.
-    fn received(&mut self, peer: PeerRank, index: usize, len: usize, sink: &mut dyn PacketSink) {
+    /// A frame from `peer` landed in receive buffer `index` of `chunk`.
+    fn received(
+        &mut self,
+        peer: PeerRank,
+        chunk: usize,
+        index: usize,
+        len: usize,
+        sink: &mut dyn PacketSink,
+    ) {
         // SAFETY: the receive's completion was polled and the buffer is not
         // posted again until this frame is handled.
-        let frame = unsafe { self.recv_frames.frame(index) };
+        let frame = unsafe { self.recv_chunks[chunk].frames.frame(index) };
         let Some(Some(p)) = self.peers.get_mut(peer) else {
             return;
         };
@@ -979,6 +1465,10 @@ impl<N: Nic> VerbsTransport<N> {
             return;
         }
         p.heard = true;
+        // The requester's first frame: its side is connected too.
+        if p.link == Link::Accepted {
+            p.link = Link::Ready;
+        }
         if !(FRAME_HEAD..=FRAME_LEN).contains(&len) {
             let error = proc_failed(peer, format!("it sent a frame of {len} bytes"));
             self.fail(peer, error);
@@ -1109,6 +1599,11 @@ impl<N: Nic> VerbsTransport<N> {
             if let Some(e) = &p.failed {
                 read.error.get_or_insert_with(|| e.clone());
             }
+            // The offer came over this connection, so it is ready but for
+            // a failure, which the check above reports.
+            let (Link::Ready, Some(qp)) = (p.link, &p.qp) else {
+                continue;
+            };
             while read.error.is_none() && read.posted < read.len && p.reads_in_flight < READ_DEPTH {
                 let n = (read.len - read.posted).min(READ_CHUNK);
                 let at = read.posted as u64;
@@ -1127,7 +1622,7 @@ impl<N: Nic> VerbsTransport<N> {
                         },
                     },
                 };
-                match p.qp.post_send(&wr) {
+                match qp.post_send(&wr) {
                     Ok(()) => {
                         read.posted += n;
                         read.in_flight += 1;
@@ -1166,7 +1661,7 @@ impl<N: Nic> VerbsTransport<N> {
             .filter(|&peer| {
                 matches!(&self.peers[peer], Some(p) if p.failed.is_none()
                     && !p.offers.is_empty()
-                    && p.qp.state() == QpState::Error)
+                    && p.qp.as_ref().is_some_and(|q| q.state() == QpState::Error))
             })
             .collect();
         for peer in broken {
@@ -1181,18 +1676,11 @@ impl<N: Nic> VerbsTransport<N> {
         }
     }
 
+    /// Queues a packet for `peer` (connecting to it on the first) and
+    /// frames what can leave.
     fn queue(&mut self, peer: PeerRank, out: Outgoing) -> Result<()> {
-        let p = self.peer_mut(peer)?;
-        if let Some(e) = &p.failed {
-            return Err(e.clone());
-        }
-        if p.remote.is_none() {
-            return Err(Error::new(
-                ErrorClass::Intern,
-                format!("verbs transport: rank {peer} was not added before a send to it"),
-            ));
-        }
-        p.queue.push_back(out);
+        self.connect_start(peer)?;
+        self.peer_mut(peer)?.queue.push_back(out);
         self.pump(peer, false);
         Ok(())
     }
@@ -1208,16 +1696,15 @@ impl<N: Nic> Transport for VerbsTransport<N> {
     }
 
     fn reachable(&self, card: &str) -> bool {
-        parse_card(card)
-            .is_ok_and(|c| c.tag == self.tag && matches!(c.qps.get(self.rank), Some(Some(_))))
+        parse_card(card).is_ok_and(|c| c.tag == self.tag)
     }
 
-    fn prepare_peer(&mut self, peer: PeerRank, card: &str) -> Result<()> {
-        self.connect(peer, card)
-    }
-
+    /// Takes the card and starts connecting: the ADI adds a peer on the
+    /// VC's first use (a send, a window's creation, or the peer's first
+    /// packet, by when the connection is made).
     fn add_peer(&mut self, peer: PeerRank, card: &str) -> Result<()> {
-        self.connect(peer, card)
+        self.learn(peer, card)?;
+        self.connect_start(peer)
     }
 
     fn eager_limit(&self) -> usize {
@@ -1297,6 +1784,7 @@ impl<N: Nic> Transport for VerbsTransport<N> {
         if !self.read_queue.is_empty() {
             progressed |= self.pump_reads();
         }
+        self.retry_requests();
         self.check_offers();
         for token in self.completed.drain(..) {
             sink.on_send_complete(token);
@@ -1339,8 +1827,7 @@ impl<N: Nic> Transport for VerbsTransport<N> {
     }
 
     fn offers_remote_copy(&self, peer: PeerRank) -> bool {
-        !self.remote_copy_off
-            && matches!(self.peers.get(peer), Some(Some(p)) if p.remote.is_some() && p.failed.is_none())
+        !self.remote_copy_off && matches!(self.peers.get(peer), Some(Some(p)) if p.failed.is_none())
     }
 
     fn remote_reads_all(&self) -> bool {
@@ -1408,10 +1895,9 @@ impl<N: Nic> Transport for VerbsTransport<N> {
         len: usize,
         token: u64,
     ) -> Result<RemoteRead> {
-        let p = self.peer_mut(peer)?;
-        if let Some(e) = &p.failed {
-            return Err(e.clone());
-        }
+        // The offer came over the connection, which is ready unless the
+        // peer failed (an error here).
+        self.connect_start(peer)?;
         let Ok(rkey) = u32::try_from(key) else {
             let error = proc_failed(
                 peer,
@@ -1475,7 +1961,7 @@ impl<N: Nic> Transport for VerbsTransport<N> {
     }
 
     fn offers_rdma(&self, peer: PeerRank) -> bool {
-        matches!(self.peers.get(peer), Some(Some(p)) if p.remote.is_some())
+        matches!(self.peers.get(peer), Some(Some(p)) if p.channel.is_some())
     }
 
     fn rdma_max_len(&self) -> usize {
@@ -1502,29 +1988,29 @@ impl<N: Nic> Transport for VerbsTransport<N> {
     }
 
     fn rdma_post(&mut self, peer: PeerRank, at: RdmaTarget, op: RdmaOp<'_>) -> Result<Option<u64>> {
-        let Some(Some(p)) = self.peers.get_mut(peer) else {
-            return Err(Error::new(
-                ErrorClass::Rank,
-                format!("verbs transport: no queue pair to rank {peer}"),
-            ));
-        };
-        if let Some(e) = &p.failed {
-            return Err(e.clone());
-        }
         let len = match op {
             RdmaOp::Write(data) => data.len(),
             RdmaOp::Read(len) => len,
             RdmaOp::FetchAdd(_) | RdmaOp::CompareSwap { .. } => 8,
         };
-        if p.remote.is_none() || len == 0 || len > RMA_LEN {
+        if len == 0 || len > RMA_LEN {
             return Err(Error::new(
                 ErrorClass::Intern,
                 format!(
                     "verbs transport: a one-sided operation of {len} bytes to rank {peer} \
-                     (from 1 to {RMA_LEN} bytes, on a connected queue pair)"
+                     (from 1 to {RMA_LEN} bytes)"
                 ),
             ));
         }
+        // The first operation to a peer connects to it; until both sides
+        // are connected, the caller polls and posts again.
+        self.connect_start(peer)?;
+        let Some(Some(p)) = self.peers.get_mut(peer) else {
+            return Ok(None);
+        };
+        let (Link::Ready, Some(qp)) = (p.link, &p.qp) else {
+            return Ok(None);
+        };
         if p.rma_in_flight >= RMA_DEPTH {
             return Ok(None);
         }
@@ -1564,7 +2050,7 @@ impl<N: Nic> Transport for VerbsTransport<N> {
             signaled: true,
             op: send_op,
         };
-        match p.qp.post_send(&wr) {
+        match qp.post_send(&wr) {
             Ok(()) => {
                 p.rma_in_flight += 1;
                 let id = self.next_rma;
@@ -1669,6 +2155,24 @@ mod tests {
         }
     }
 
+    /// Polls every transport until every pair of them is connected.
+    fn connect_all(ts: &mut [Option<VerbsTransport<SoftNic>>], sinks: &mut [Sink]) {
+        let start = Instant::now();
+        let ready = |ts: &[Option<VerbsTransport<SoftNic>>]| {
+            ts.iter()
+                .flatten()
+                .all(|t| t.peers.iter().flatten().all(|p| p.link == Link::Ready))
+        };
+        while !ready(ts) {
+            for (t, sink) in ts.iter_mut().zip(sinks.iter_mut()) {
+                if let Some(t) = t {
+                    t.poll(sink).unwrap();
+                }
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "not connected");
+        }
+    }
+
     fn three() -> Vec<Option<VerbsTransport<SoftNic>>> {
         let mut ts: Vec<_> = (0..3)
             .map(|r| {
@@ -1687,7 +2191,6 @@ mod tests {
             for (peer, card) in cards.iter().enumerate() {
                 if peer != r {
                     assert!(t.reachable(card));
-                    t.prepare_peer(peer, card).unwrap();
                     t.add_peer(peer, card).unwrap();
                 }
             }
@@ -1701,22 +2204,21 @@ mod tests {
             VerbsTransport::new(SoftNic::open().unwrap(), ProviderKind::Soft, &job(1, 3)).unwrap();
         let card = parse_card(t.card()).unwrap();
         assert!(card.tag.starts_with("soft@"), "{}", card.tag);
-        assert_eq!(card.qps.len(), 3);
-        assert!(card.qps[1].is_none() && card.qps[0].is_some());
-        // Its own card has no queue pair for itself.
-        assert!(!t.reachable(t.card()));
+        assert_eq!(card.ud_qpn, t.ud.qp_num());
+        assert!(t.reachable(t.card()));
         for bad in [
             "",
-            "verbs1,soft@b:1",
-            "verbs2,soft@b:1,00000000000000000000000000000000,0,4096,1.1",
-            "verbs1,soft,00000000000000000000000000000000,0,4096,1.1",
-            "verbs1,soft@b:x,00000000000000000000000000000000,0,4096,1.1",
-            "verbs1,ib,00000000000000000000000000000000,0,4096,1.1",
-            "verbs1,soft@b:1,000000000000000000000000000000zz,0,4096,1.1",
-            "verbs1,soft@b:1,00000000000000000000000000000000,0,4000,1.1",
+            "verbs2,soft@b:1",
             "verbs1,soft@b:1,00000000000000000000000000000000,0,4096,1",
-            "verbs1,soft@b:1,00000000000000000000000000000000,0,4096,1000000.1",
-            "verbs1,soft@b:1,00000000000000000000000000000000,0,4096,0.1",
+            "verbs2,soft,00000000000000000000000000000000,0,4096,1",
+            "verbs2,soft@b:x,00000000000000000000000000000000,0,4096,1",
+            "verbs2,ib,00000000000000000000000000000000,0,4096,1",
+            "verbs2,soft@b:1,000000000000000000000000000000zz,0,4096,1",
+            "verbs2,soft@b:1,00000000000000000000000000000000,0,4000,1",
+            "verbs2,soft@b:1,00000000000000000000000000000000,0,4096,x",
+            "verbs2,soft@b:1,00000000000000000000000000000000,0,4096,1000000",
+            "verbs2,soft@b:1,00000000000000000000000000000000,0,4096,0",
+            "verbs2,soft@b:1,00000000000000000000000000000000,0,4096,1,2",
         ] {
             let e = parse_card(bad)
                 .err()
@@ -1725,32 +2227,40 @@ mod tests {
             assert!(!t.reachable(bad));
         }
         // A soft NIC of another host (or network namespace) is out of reach.
-        let elsewhere = "verbs1,soft@b:1,00000000000000000000000000000000,0,4096,1.1,-,2.2";
+        let elsewhere = "verbs2,soft@b:1,00000000000000000000000000000000,0,4096,1";
         assert!(parse_card(elsewhere).is_ok());
         assert!(!t.reachable(elsewhere));
         let mut u =
             VerbsTransport::new(SoftNic::open().unwrap(), ProviderKind::Soft, &job(0, 3)).unwrap();
         let e = u.add_peer(1, elsewhere).unwrap_err();
         assert!(e.message().contains("network namespace"), "{}", e.message());
-        let e = VerbsTransport::new(
-            SoftNic::open().unwrap(),
-            ProviderKind::Soft,
-            &job(0, MAX_RANKS + 1),
-        )
-        .err()
-        .unwrap();
-        assert_eq!(e.class(), ErrorClass::Other);
     }
 
     #[test]
-    fn a_full_card_fits_a_pmi_value() {
-        let t = VerbsTransport::new(
-            SoftNic::open().unwrap(),
-            ProviderKind::Soft,
-            &job(0, MAX_RANKS),
-        )
-        .unwrap();
-        assert!(t.card().len() <= 1024, "{} bytes", t.card().len());
+    fn the_card_has_one_size_whatever_the_job() {
+        // The longest provider field a card takes, and the longest LID
+        // and UD queue-pair number.
+        let longest = format!(
+            "{CARD_TAG},{},{},65535,4096,ffffff",
+            "x".repeat(64),
+            "f".repeat(32)
+        );
+        assert!(longest.len() <= CARD_MAX, "{} > {CARD_MAX}", longest.len());
+        let sizes: Vec<usize> = [2, 1000, 100_000]
+            .into_iter()
+            .map(|size| {
+                VerbsTransport::new(SoftNic::open().unwrap(), ProviderKind::Soft, &job(1, size))
+                    .unwrap()
+                    .card()
+                    .len()
+            })
+            .collect();
+        assert!(
+            sizes
+                .iter()
+                .all(|&n| n <= CARD_MAX && n + 2 >= sizes[0] && n <= sizes[0] + 2),
+            "{sizes:?}"
+        );
     }
 
     #[test]
@@ -1898,6 +2408,7 @@ mod tests {
                 break id;
             }
             ts[0].as_mut().unwrap().poll(&mut sinks[0]).unwrap();
+            assert!(start.elapsed() < Duration::from_secs(10), "no post");
         };
         loop {
             let t = ts[0].as_mut().unwrap();
@@ -1928,6 +2439,9 @@ mod tests {
             addr: base + 8 * word,
             rkey: region.rkey,
         };
+        // The connection needs both ranks once (as a window's creation,
+        // where every rank is in the call, does it).
+        connect_all(&mut ts, &mut sinks);
         // Rank 1 is never polled from here on: its NIC does the work.
         let data = 7u64.to_ne_bytes();
         assert!(rdma(&mut ts, &mut sinks, at(0), RdmaOp::Write(&data))
@@ -2042,6 +2556,8 @@ mod tests {
     fn a_refused_rendezvous_read_fails_the_read_and_both_sides_of_the_pair() {
         let mut ts = three();
         let mut sinks: Vec<Sink> = (0..3).map(|_| Sink::default()).collect();
+        // The offer would come over the connection.
+        connect_all(&mut ts, &mut sinks);
         let data = bytes(1, 3 * READ_CHUNK);
         let mut into = vec![0u8; data.len()];
         let sender = ts[0].as_mut().unwrap();
@@ -2074,5 +2590,127 @@ mod tests {
             .unwrap();
         poll_until(&mut ts, &mut sinks, |s| s[2].slots.iter().any(|x| x.3));
         assert_eq!(sinks[2].slots[0].2, bytes(3, 10));
+    }
+
+    #[test]
+    fn connections_are_made_on_first_use_between_the_ranks_that_talk() {
+        let mut ts: Vec<_> = (0..3)
+            .map(|r| {
+                Some(
+                    VerbsTransport::new(SoftNic::open().unwrap(), ProviderKind::Soft, &job(r, 3))
+                        .unwrap(),
+                )
+            })
+            .collect();
+        let cards: Vec<String> = ts
+            .iter()
+            .map(|t| t.as_ref().unwrap().card().to_owned())
+            .collect();
+        for (r, t) in ts.iter_mut().enumerate() {
+            for (peer, card) in cards.iter().enumerate() {
+                if peer != r {
+                    t.as_mut().unwrap().learn(peer, card).unwrap();
+                }
+            }
+        }
+        let mut sinks: Vec<Sink> = (0..3).map(|_| Sink::default()).collect();
+        let link = |ts: &[Option<VerbsTransport<SoftNic>>], a: usize, b: usize| {
+            ts[a].as_ref().unwrap().peers[b].as_ref().unwrap().link
+        };
+        // Only 0 and 1 talk: only they connect, with one queue pair each.
+        ts[0]
+            .as_mut()
+            .unwrap()
+            .send(1, &eager(1, 5), &bytes(1, 5))
+            .unwrap();
+        poll_until(&mut ts, &mut sinks, |s| s[1].slots.iter().any(|x| x.3));
+        let start = Instant::now();
+        while link(&ts, 1, 0) != Link::Ready {
+            for (t, sink) in ts.iter_mut().zip(sinks.iter_mut()) {
+                t.as_mut().unwrap().poll(sink).unwrap();
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "1 never saw 0 ready"
+            );
+        }
+        assert_eq!(link(&ts, 0, 1), Link::Ready);
+        for (a, b) in [(0, 2), (2, 0), (1, 2), (2, 1)] {
+            assert_eq!(link(&ts, a, b), Link::Idle, "{a} -> {b}");
+        }
+        assert_eq!(ts[2].as_ref().unwrap().by_qpn.len(), 0);
+        assert_eq!(ts[0].as_ref().unwrap().by_qpn.len(), 1);
+
+        // 1 and 2 start at once: the requests cross, and each side still
+        // has one queue pair, connected to the other's.
+        ts[1]
+            .as_mut()
+            .unwrap()
+            .send(2, &eager(2, 7), &bytes(2, 7))
+            .unwrap();
+        ts[2]
+            .as_mut()
+            .unwrap()
+            .send(1, &eager(3, 9), &bytes(3, 9))
+            .unwrap();
+        poll_until(&mut ts, &mut sinks, |s| {
+            s[2].slots.iter().any(|x| x.1 == 2 && x.3) && s[1].slots.iter().any(|x| x.1 == 3 && x.3)
+        });
+        let (q1, q2) = (
+            ts[1].as_ref().unwrap().peers[2].as_ref().unwrap(),
+            ts[2].as_ref().unwrap().peers[1].as_ref().unwrap(),
+        );
+        assert_eq!(q1.remote.unwrap().qpn, q2.qp.as_ref().unwrap().qp_num());
+        assert_eq!(q2.remote.unwrap().qpn, q1.qp.as_ref().unwrap().qp_num());
+        assert_eq!(ts[1].as_ref().unwrap().by_qpn.len(), 2);
+
+        // Duplicate requests (as after a lost reply) change nothing.
+        for _ in 0..2 {
+            ts[0]
+                .as_mut()
+                .unwrap()
+                .send_message(1, crate::connect::Kind::Request, 0);
+        }
+        ts[0]
+            .as_mut()
+            .unwrap()
+            .send(1, &eager(4, 3), &bytes(4, 3))
+            .unwrap();
+        poll_until(&mut ts, &mut sinks, |s| {
+            s[1].slots.iter().any(|x| x.1 == 4 && x.3)
+        });
+        assert_eq!(
+            (link(&ts, 0, 1), link(&ts, 1, 0)),
+            (Link::Ready, Link::Ready)
+        );
+        assert_eq!(ts[1].as_ref().unwrap().by_qpn.len(), 2);
+
+        // A stranger (another job's secret, so another Q_Key and MAC)
+        // asking rank 1 is never answered, and goes on asking less often.
+        let mut stranger = VerbsTransport::new(
+            SoftNic::open().unwrap(),
+            ProviderKind::Soft,
+            &JobInfo {
+                rank: 0,
+                size: 3,
+                secret: [8; 32],
+            },
+        )
+        .unwrap();
+        stranger.add_peer(1, &cards[1]).unwrap();
+        let mut lonely = Sink::default();
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(300) {
+            stranger.poll(&mut lonely).unwrap();
+            for (t, sink) in ts.iter_mut().zip(sinks.iter_mut()) {
+                t.as_mut().unwrap().poll(sink).unwrap();
+            }
+        }
+        let Link::Requested { wait, .. } = stranger.peers[1].as_ref().unwrap().link else {
+            panic!("the stranger was answered");
+        };
+        assert!(wait > RETRY_FIRST, "{wait:?}");
+        assert_eq!(ts[1].as_ref().unwrap().by_qpn.len(), 2);
+        assert!(sinks.iter().all(|s| s.failed.is_empty()));
     }
 }

@@ -1,4 +1,4 @@
-//! The RC semantics of `common::rc_semantics` on a real RDMA device (or
+//! The RC and UD semantics of `common::rc_semantics` and `common::ud_semantics` on a real RDMA device (or
 //! soft-RoCE): opt-in, as no machine of the project has one. Run with
 //! `OXMPI_VERBS_DEVICE=<device> cargo test -p oxmpi-verbs --features
 //! rdma-core --test hw -- --ignored`; it fails loudly when the device it
@@ -21,4 +21,5 @@ fn rc_semantics_on_a_device() {
             panic!("RDMA device {device} not found: run with OXMPI_VERBOSE=1 to see why")
         });
     common::rc_semantics(&nic, &nic);
+    common::ud_semantics(&nic, &nic);
 }

@@ -971,6 +971,14 @@ fn the_common_rc_semantics_hold() {
 }
 
 #[test]
+fn the_common_ud_semantics_hold() {
+    let (a, b) = (SoftNic::open().unwrap(), SoftNic::open().unwrap());
+    common::ud_semantics(&a, &b);
+    // Within one NIC too, as a rank's datagrams to itself would go.
+    common::ud_semantics(&a, &a);
+}
+
+#[test]
 fn requests_behind_a_local_error_are_not_executed() {
     let (a, b) = pair();
     let target = Memory::new(64);

@@ -180,6 +180,7 @@ mod tests {
             ),
             (attr_mask::PKEY_INDEX, ibv_qp_attr_mask::IBV_QP_PKEY_INDEX),
             (attr_mask::PORT, ibv_qp_attr_mask::IBV_QP_PORT),
+            (attr_mask::QKEY, ibv_qp_attr_mask::IBV_QP_QKEY),
             (attr_mask::AV, ibv_qp_attr_mask::IBV_QP_AV),
             (attr_mask::PATH_MTU, ibv_qp_attr_mask::IBV_QP_PATH_MTU),
             (attr_mask::TIMEOUT, ibv_qp_attr_mask::IBV_QP_TIMEOUT),

@@ -30,8 +30,8 @@ mod nic;
 pub use nic::{RdmaCq, RdmaMr, RdmaNic, RdmaPd, RdmaQp, RdmaSrq};
 
 use crate::provider::{
-    check_attributes, AccessFlags, Gid, GidEntry, GidType, InitAttr, LinkLayer, Mtu, PortInfo,
-    RtrAttr, RtsAttr,
+    check_attributes, AccessFlags, AhAttr, Gid, GidEntry, GidType, InitAttr, LinkLayer, Mtu,
+    PortInfo, RtrAttr, RtsAttr, UdAttr,
 };
 use oxmpi_adi::{Error, ErrorClass, Result};
 
@@ -336,6 +336,8 @@ pub mod attr_mask {
     pub const PKEY_INDEX: u32 = 1 << 4;
     /// IBV_QP_PORT.
     pub const PORT: u32 = 1 << 5;
+    /// IBV_QP_QKEY.
+    pub const QKEY: u32 = 1 << 6;
     /// IBV_QP_AV.
     pub const AV: u32 = 1 << 7;
     /// IBV_QP_PATH_MTU.
@@ -406,8 +408,10 @@ pub struct QpAttrPlan {
     pub pkey_index: u16,
     /// INIT: port.
     pub port_num: u8,
-    /// INIT: `IBV_ACCESS_*` bits for remote operations.
+    /// INIT: `IBV_ACCESS_*` bits for remote operations (RC).
     pub qp_access_flags: u32,
+    /// INIT: the Q_Key (UD).
+    pub qkey: u32,
     /// RTR: `enum ibv_mtu`.
     pub path_mtu: u32,
     /// RTR: remote QP number.
@@ -461,21 +465,21 @@ pub fn init_plan(attr: &InitAttr) -> Result<QpAttrPlan> {
 pub fn rtr_plan(attr: &RtrAttr, port: &PortInfo) -> Result<QpAttrPlan> {
     check_attributes(Some(attr), None)?;
     let remote = &attr.remote;
-    let by_gid = port.link_layer == LinkLayer::Ethernet || remote.lid == 0;
-    if by_gid && remote.gid.is_zero() {
-        return Err(Error::new(
+    let av = address_vector(
+        &AhAttr {
+            gid: remote.gid,
+            lid: remote.lid,
+        },
+        port,
+        attr.sgid_index,
+        attr.hop_limit,
+    )
+    .map_err(|why| {
+        Error::new(
             ErrorClass::Other,
-            format!(
-                "the remote queue pair {:#x} has neither a LID nor a GID to be reached by",
-                remote.qpn
-            ),
-        ));
-    }
-    let global = by_gid.then_some(GlobalRoute {
-        dgid: remote.gid,
-        sgid_index: attr.sgid_index,
-        hop_limit: attr.hop_limit.max(1),
-    });
+            format!("the remote queue pair {:#x} {why}", remote.qpn),
+        )
+    })?;
     Ok(QpAttrPlan {
         mask: attr_mask::STATE
             | attr_mask::AV
@@ -490,17 +494,67 @@ pub fn rtr_plan(attr: &RtrAttr, port: &PortInfo) -> Result<QpAttrPlan> {
         rq_psn: remote.psn,
         max_dest_rd_atomic: attr.max_dest_rd_atomic.max(1),
         min_rnr_timer: attr.min_rnr_timer,
-        ah: Some(AddressVector {
-            dlid: if port.link_layer == LinkLayer::Ethernet {
-                0
-            } else {
-                remote.lid
-            },
-            port_num: port.port,
-            global,
-        }),
+        ah: Some(av),
         ..QpAttrPlan::default()
     })
+}
+
+/// The address vector to the port `remote` names, from `port`: on
+/// Ethernet the peer is addressed by GID (a global route from GID index
+/// `sgid_index`); on InfiniBand by LID, with a global route only when the
+/// peer has no LID. What an RC queue pair's RTR and an address handle
+/// (`ibv_create_ah`) are given. The error says why it has no route.
+pub fn address_vector(
+    remote: &AhAttr,
+    port: &PortInfo,
+    sgid_index: u8,
+    hop_limit: u8,
+) -> std::result::Result<AddressVector, &'static str> {
+    let by_gid = port.link_layer == LinkLayer::Ethernet || remote.lid == 0;
+    if by_gid && remote.gid.is_zero() {
+        return Err("has neither a LID nor a GID to be reached by");
+    }
+    let global = by_gid.then_some(GlobalRoute {
+        dgid: remote.gid,
+        sgid_index,
+        hop_limit: hop_limit.max(1),
+    });
+    Ok(AddressVector {
+        dlid: if port.link_layer == LinkLayer::Ethernet {
+            0
+        } else {
+            remote.lid
+        },
+        port_num: port.port,
+        global,
+    })
+}
+
+/// The three transitions that ready a UD queue pair: RESET → INIT (port,
+/// P_Key index, Q_Key), INIT → RTR (nothing more), RTR → RTS (first PSN).
+pub fn ud_plans(attr: &UdAttr) -> Result<[QpAttrPlan; 3]> {
+    attr.check()?;
+    Ok([
+        QpAttrPlan {
+            mask: attr_mask::STATE | attr_mask::PKEY_INDEX | attr_mask::PORT | attr_mask::QKEY,
+            qp_state: qp_state::INIT,
+            pkey_index: attr.pkey_index,
+            port_num: attr.port,
+            qkey: attr.qkey,
+            ..QpAttrPlan::default()
+        },
+        QpAttrPlan {
+            mask: attr_mask::STATE,
+            qp_state: qp_state::RTR,
+            ..QpAttrPlan::default()
+        },
+        QpAttrPlan {
+            mask: attr_mask::STATE | attr_mask::SQ_PSN,
+            qp_state: qp_state::RTS,
+            sq_psn: attr.sq_psn,
+            ..QpAttrPlan::default()
+        },
+    ])
 }
 
 /// The RTR → RTS attributes.
@@ -819,5 +873,59 @@ mod tests {
             max_rd_atomic: 1
         })
         .is_err());
+    }
+
+    #[test]
+    fn ud_queue_pairs_and_address_handles_get_what_verbs_requires() {
+        use attr_mask::*;
+        let attr = UdAttr {
+            port: 1,
+            pkey_index: 0,
+            qkey: 0x1234_5678,
+            sq_psn: 0x77,
+        };
+        let [init, rtr, rts] = ud_plans(&attr).unwrap();
+        assert_eq!(init.mask, STATE | PKEY_INDEX | PORT | QKEY);
+        assert_eq!(
+            (init.qp_state, init.port_num, init.qkey),
+            (qp_state::INIT, 1, 0x1234_5678)
+        );
+        assert_eq!((rtr.mask, rtr.qp_state), (STATE, qp_state::RTR));
+        assert_eq!(
+            (rts.mask, rts.qp_state, rts.sq_psn),
+            (STATE | SQ_PSN, qp_state::RTS, 0x77)
+        );
+        for bad in [
+            UdAttr { port: 0, ..attr },
+            UdAttr {
+                sq_psn: 1 << 24,
+                ..attr
+            },
+        ] {
+            assert_eq!(ud_plans(&bad).unwrap_err().class(), ErrorClass::Arg);
+        }
+        // An address handle's vector: by GID on RoCE, by LID on InfiniBand.
+        let to = |gid, lid| AhAttr { gid, lid };
+        let av = address_vector(&to(v4(9), 0), &roce_port(), 3, 0).unwrap();
+        assert_eq!(
+            (av.dlid, av.port_num, av.global),
+            (
+                0,
+                1,
+                Some(GlobalRoute {
+                    dgid: v4(9),
+                    sgid_index: 3,
+                    hop_limit: 1
+                })
+            )
+        );
+        assert!(address_vector(&to(Gid::default(), 0), &roce_port(), 3, 64).is_err());
+        let ib = PortInfo {
+            link_layer: LinkLayer::InfiniBand,
+            lid: 3,
+            ..roce_port()
+        };
+        let av = address_vector(&to(Gid::default(), 7), &ib, 0, 64).unwrap();
+        assert_eq!((av.dlid, av.global), (7, None));
     }
 }

@@ -13,21 +13,24 @@
 //! registrations whose memory the registrant keeps valid (the contract of
 //! [`Nic::register`]).
 
-use super::{attr_mask, discover, init_plan, rtr_plan, rts_plan, Discovery, QpAttrPlan, Selection};
+use super::{
+    address_vector, attr_mask, discover, init_plan, rtr_plan, rts_plan, ud_plans, AddressVector,
+    Discovery, QpAttrPlan, Selection,
+};
 use crate::provider::{
-    check_transition, AccessFlags, CompletionQueue, InitAttr, MemoryRegion, Nic, PortInfo,
+    check_transition, AccessFlags, AhAttr, CompletionQueue, InitAttr, MemoryRegion, Nic, PortInfo,
     PostError, QpAddress, QpInit, QpState, QueuePair, RecvWr, RtrAttr, RtsAttr, SendOp, SendWr,
-    Sge, SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion,
+    Sge, SharedReceiveQueue, UdAttr, UdQueuePair, UdSendWr, WcOpcode, WcStatus, WorkCompletion,
 };
 use oxmpi_adi::{Error, ErrorClass, Result};
 use rdma_sys::{
-    ibv_alloc_pd, ibv_close_device, ibv_context, ibv_cq, ibv_create_cq, ibv_create_qp,
-    ibv_create_srq, ibv_dealloc_pd, ibv_dereg_mr, ibv_destroy_cq, ibv_destroy_qp, ibv_destroy_srq,
-    ibv_free_device_list, ibv_get_device_list, ibv_get_device_name, ibv_modify_qp, ibv_mr,
-    ibv_open_device, ibv_pd, ibv_poll_cq, ibv_post_recv, ibv_post_send, ibv_post_srq_recv, ibv_qp,
-    ibv_qp_attr, ibv_qp_init_attr, ibv_qp_state, ibv_qp_type, ibv_query_qp, ibv_recv_wr,
-    ibv_reg_mr, ibv_send_wr, ibv_sge, ibv_srq, ibv_srq_init_attr, ibv_wc, ibv_wc_opcode,
-    ibv_wr_opcode,
+    ibv_ah, ibv_ah_attr, ibv_alloc_pd, ibv_close_device, ibv_context, ibv_cq, ibv_create_ah,
+    ibv_create_cq, ibv_create_qp, ibv_create_srq, ibv_dealloc_pd, ibv_dereg_mr, ibv_destroy_ah,
+    ibv_destroy_cq, ibv_destroy_qp, ibv_destroy_srq, ibv_free_device_list, ibv_get_device_list,
+    ibv_get_device_name, ibv_modify_qp, ibv_mr, ibv_open_device, ibv_pd, ibv_poll_cq,
+    ibv_post_recv, ibv_post_send, ibv_post_srq_recv, ibv_qp, ibv_qp_attr, ibv_qp_init_attr,
+    ibv_qp_state, ibv_qp_type, ibv_query_qp, ibv_recv_wr, ibv_reg_mr, ibv_send_wr, ibv_sge,
+    ibv_srq, ibv_srq_init_attr, ibv_wc, ibv_wc_opcode, ibv_wr_opcode,
 };
 use std::ffi::CStr;
 use std::ptr::null_mut;
@@ -330,6 +333,21 @@ impl Drop for RdmaQp {
     }
 }
 
+/// The `struct ibv_ah_attr` of an address vector.
+fn ah_attr(av: &AddressVector) -> ibv_ah_attr {
+    // SAFETY: a plain C structure, for which all zeros is a valid value.
+    let mut a: ibv_ah_attr = unsafe { std::mem::zeroed() };
+    a.dlid = av.dlid;
+    a.port_num = av.port_num;
+    if let Some(g) = av.global {
+        a.is_global = 1;
+        a.grh.dgid.raw = g.dgid.0;
+        a.grh.sgid_index = g.sgid_index;
+        a.grh.hop_limit = g.hop_limit;
+    }
+    a
+}
+
 /// The `struct ibv_qp_attr` and mask of a plan.
 fn qp_attr(plan: &QpAttrPlan) -> (ibv_qp_attr, i32) {
     // SAFETY: a plain C structure, for which all zeros is a valid value.
@@ -338,20 +356,14 @@ fn qp_attr(plan: &QpAttrPlan) -> (ibv_qp_attr, i32) {
     a.pkey_index = plan.pkey_index;
     a.port_num = plan.port_num;
     a.qp_access_flags = plan.qp_access_flags;
+    a.qkey = plan.qkey;
     a.path_mtu = plan.path_mtu;
     a.dest_qp_num = plan.dest_qp_num;
     a.rq_psn = plan.rq_psn;
     a.max_dest_rd_atomic = plan.max_dest_rd_atomic;
     a.min_rnr_timer = plan.min_rnr_timer;
     if let Some(av) = plan.ah {
-        a.ah_attr.dlid = av.dlid;
-        a.ah_attr.port_num = av.port_num;
-        if let Some(g) = av.global {
-            a.ah_attr.is_global = 1;
-            a.ah_attr.grh.dgid.raw = g.dgid.0;
-            a.ah_attr.grh.sgid_index = g.sgid_index;
-            a.ah_attr.grh.hop_limit = g.hop_limit;
-        }
+        a.ah_attr = ah_attr(&av);
     }
     a.sq_psn = plan.sq_psn;
     a.timeout = plan.timeout;
@@ -361,18 +373,73 @@ fn qp_attr(plan: &QpAttrPlan) -> (ibv_qp_attr, i32) {
     (a, plan.mask as i32)
 }
 
+/// The state of `qp` as the device reports it (`ibv_query_qp`), or `None`
+/// when the query fails.
+fn query_state(qp: *mut ibv_qp) -> Option<QpState> {
+    // SAFETY: plain C structures, for which all zeros is a valid value.
+    let (mut attr, mut init): (ibv_qp_attr, ibv_qp_init_attr) =
+        unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+    // SAFETY: the caller's queue pair is live, and the structures are of
+    // the types the call writes.
+    let rc = unsafe { ibv_query_qp(qp, &mut attr, attr_mask::STATE as i32, &mut init) };
+    if rc != 0 {
+        return None;
+    }
+    Some(match attr.qp_state {
+        ibv_qp_state::IBV_QPS_RESET => QpState::Reset,
+        ibv_qp_state::IBV_QPS_INIT => QpState::Init,
+        ibv_qp_state::IBV_QPS_RTR => QpState::Rtr,
+        ibv_qp_state::IBV_QPS_RTS => QpState::Rts,
+        // ERR, and SQE (a send-queue error); SQD is never asked for.
+        _ => QpState::Error,
+    })
+}
+
+/// Creates a queue pair of `qp_type` in `pd` (`ibv_create_qp`); returns it
+/// and the `max_inline_data` the device granted.
+fn create_raw_qp(
+    pd: &RdmaPd,
+    init: &QpInit<'_, RdmaNic>,
+    qp_type: u32,
+) -> Result<(*mut ibv_qp, u32)> {
+    // SAFETY: a plain C structure, for which all zeros is a valid value.
+    let mut attr: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+    attr.send_cq = init.send_cq.0.cq;
+    attr.recv_cq = init.recv_cq.0.cq;
+    attr.srq = init.srq.map_or(null_mut(), |s| s.0.srq);
+    attr.qp_type = qp_type;
+    attr.cap.max_send_wr = init.caps.max_send_wr;
+    attr.cap.max_recv_wr = init.caps.max_recv_wr;
+    attr.cap.max_send_sge = 1;
+    attr.cap.max_recv_sge = 1;
+    attr.cap.max_inline_data = init.caps.max_inline_data;
+    // SAFETY: a live domain, CQs and SRQ, and an attribute structure
+    // that outlives the call.
+    let qp = unsafe { ibv_create_qp(pd.0.pd, &mut attr) };
+    if qp.is_null() {
+        return Err(last_os_error("ibv_create_qp"));
+    }
+    Ok((qp, attr.cap.max_inline_data))
+}
+
+/// Applies one transition plan to `qp` (`ibv_modify_qp`).
+fn modify_raw(qp: *mut ibv_qp, to: QpState, plan: &QpAttrPlan) -> Result<()> {
+    let (mut attr, mask) = qp_attr(plan);
+    // SAFETY: the caller's queue pair is live; the call only reads the
+    // attribute structure.
+    let rc = unsafe { ibv_modify_qp(qp, &mut attr, mask) };
+    if rc != 0 {
+        return Err(os_error(&format!("ibv_modify_qp to {to:?}"), rc));
+    }
+    Ok(())
+}
+
 impl RdmaQp {
     fn modify(&self, to: QpState, plan: Result<QpAttrPlan>) -> Result<()> {
         let current = self.state();
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         check_transition(current, to)?;
-        let (mut attr, mask) = qp_attr(&plan?);
-        // SAFETY: a live queue pair and an attribute structure the call
-        // only reads.
-        let rc = unsafe { ibv_modify_qp(self.qp, &mut attr, mask) };
-        if rc != 0 {
-            return Err(os_error(&format!("ibv_modify_qp to {to:?}"), rc));
-        }
+        modify_raw(self.qp, to, &plan?)?;
         *state = to;
         Ok(())
     }
@@ -389,24 +456,7 @@ impl QueuePair for RdmaQp {
     /// query fails.
     fn state(&self) -> QpState {
         let last = *self.state.lock().unwrap_or_else(|e| e.into_inner());
-        // SAFETY: plain C structures, for which all zeros is a valid value.
-        let (mut attr, mut init): (ibv_qp_attr, ibv_qp_init_attr) =
-            unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
-        // SAFETY: a live queue pair, and structures of the types the call
-        // writes.
-        let rc = unsafe { ibv_query_qp(self.qp, &mut attr, attr_mask::STATE as i32, &mut init) };
-        if rc != 0 {
-            return last;
-        }
-        match attr.qp_state {
-            ibv_qp_state::IBV_QPS_RESET => QpState::Reset,
-            ibv_qp_state::IBV_QPS_INIT => QpState::Init,
-            ibv_qp_state::IBV_QPS_RTR => QpState::Rtr,
-            ibv_qp_state::IBV_QPS_RTS => QpState::Rts,
-            // ERR, and SQE (a send-queue error, which RC queue pairs do not
-            // have); SQD is never asked for.
-            _ => QpState::Error,
-        }
+        query_state(self.qp).unwrap_or(last)
     }
 
     fn address(&self) -> QpAddress {
@@ -535,6 +585,8 @@ impl Nic for RdmaNic {
     type Cq = RdmaCq;
     type Srq = RdmaSrq;
     type Qp = RdmaQp;
+    type Ah = RdmaAh;
+    type Ud = RdmaUd;
 
     fn name(&self) -> &str {
         &self.name
@@ -612,34 +664,161 @@ impl Nic for RdmaNic {
         let mut random = [0u8; 4];
         getrandom::getrandom(&mut random)
             .map_err(|e| Error::new(ErrorClass::Other, format!("no random PSN: {e}")))?;
-        // SAFETY: a plain C structure, for which all zeros is a valid value.
-        let mut attr: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
-        attr.send_cq = init.send_cq.0.cq;
-        attr.recv_cq = init.recv_cq.0.cq;
-        attr.srq = init.srq.map_or(null_mut(), |s| s.0.srq);
-        attr.qp_type = ibv_qp_type::IBV_QPT_RC;
-        attr.cap.max_send_wr = init.caps.max_send_wr;
-        attr.cap.max_recv_wr = init.caps.max_recv_wr;
-        attr.cap.max_send_sge = 1;
-        attr.cap.max_recv_sge = 1;
-        attr.cap.max_inline_data = init.caps.max_inline_data;
-        // SAFETY: a live domain, CQs and SRQ, and an attribute structure
-        // that outlives the call.
-        let qp = unsafe { ibv_create_qp(pd.0.pd, &mut attr) };
-        if qp.is_null() {
-            return Err(last_os_error("ibv_create_qp"));
-        }
+        let (qp, max_inline_data) = create_raw_qp(pd, init, ibv_qp_type::IBV_QPT_RC)?;
         Ok(RdmaQp {
             qp,
             psn: u32::from_le_bytes(random) & 0xff_ffff,
             port: self.port.clone(),
             state: Mutex::new(QpState::Reset),
             // What the device granted, which may exceed what was asked.
-            max_inline_data: attr.cap.max_inline_data,
+            max_inline_data,
             has_srq: init.srq.is_some(),
             _pd: pd.0.clone(),
             _cqs: [init.send_cq.0.clone(), init.recv_cq.0.clone()],
             _srq: init.srq.map(|s| s.0.clone()),
         })
+    }
+
+    fn create_ud(&self, pd: &RdmaPd, init: &QpInit<'_, Self>) -> Result<RdmaUd> {
+        if init.srq.is_some() {
+            return Err(Error::new(
+                ErrorClass::Arg,
+                "a UD queue pair takes its receives from its own queue, not a shared one",
+            ));
+        }
+        let (qp, _) = create_raw_qp(pd, init, ibv_qp_type::IBV_QPT_UD)?;
+        Ok(RdmaUd {
+            qp,
+            port: self.port.clone(),
+            state: Mutex::new(QpState::Reset),
+            _pd: pd.0.clone(),
+            _cqs: [init.send_cq.0.clone(), init.recv_cq.0.clone()],
+        })
+    }
+
+    fn create_ah(&self, pd: &RdmaPd, attr: &AhAttr) -> Result<RdmaAh> {
+        let av = address_vector(attr, &self.port, self.port.gid.index, 64).map_err(|why| {
+            Error::new(
+                ErrorClass::Other,
+                format!("an address handle to the port {} {why}", attr.gid),
+            )
+        })?;
+        let mut raw = ah_attr(&av);
+        // SAFETY: a live domain, and an attribute structure the call only
+        // reads.
+        let ah = unsafe { ibv_create_ah(pd.0.pd, &mut raw) };
+        if ah.is_null() {
+            return Err(last_os_error("ibv_create_ah"));
+        }
+        Ok(RdmaAh {
+            ah,
+            _pd: pd.0.clone(),
+        })
+    }
+}
+
+/// An address handle; destroyed on drop.
+pub struct RdmaAh {
+    ah: *mut ibv_ah,
+    _pd: Arc<PdHandle>,
+}
+
+// SAFETY: see `Context`.
+unsafe impl Send for RdmaAh {}
+// SAFETY: see `Context`.
+unsafe impl Sync for RdmaAh {}
+
+impl Drop for RdmaAh {
+    fn drop(&mut self) {
+        // SAFETY: created by ibv_create_ah, destroyed once, before its
+        // domain (held by this handle).
+        unsafe { ibv_destroy_ah(self.ah) };
+    }
+}
+
+/// An unreliable-datagram queue pair.
+pub struct RdmaUd {
+    qp: *mut ibv_qp,
+    port: PortInfo,
+    /// The last state set (the device may have moved on).
+    state: Mutex<QpState>,
+    _pd: Arc<PdHandle>,
+    _cqs: [Arc<CqHandle>; 2],
+}
+
+// SAFETY: see `Context`.
+unsafe impl Send for RdmaUd {}
+// SAFETY: see `Context`.
+unsafe impl Sync for RdmaUd {}
+
+impl Drop for RdmaUd {
+    fn drop(&mut self) {
+        // SAFETY: created by ibv_create_qp, destroyed once, before its
+        // domain and CQs (held by this handle).
+        unsafe { ibv_destroy_qp(self.qp) };
+    }
+}
+
+impl UdQueuePair for RdmaUd {
+    type Ah = RdmaAh;
+
+    fn qp_num(&self) -> u32 {
+        // SAFETY: the queue pair lives until `self` is dropped.
+        unsafe { (*self.qp).qp_num }
+    }
+
+    fn state(&self) -> QpState {
+        let last = *self.state.lock().unwrap_or_else(|e| e.into_inner());
+        query_state(self.qp).unwrap_or(last)
+    }
+
+    fn ready(&self, attr: &UdAttr) -> Result<()> {
+        if attr.port != self.port.port {
+            return Err(Error::new(
+                ErrorClass::Arg,
+                format!(
+                    "UD queue pair on port {} of a NIC opened on port {}",
+                    attr.port, self.port.port
+                ),
+            ));
+        }
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        for (to, plan) in [QpState::Init, QpState::Rtr, QpState::Rts]
+            .into_iter()
+            .zip(ud_plans(attr)?)
+        {
+            check_transition(*state, to)?;
+            modify_raw(self.qp, to, &plan)?;
+            *state = to;
+        }
+        Ok(())
+    }
+
+    fn post_send(&self, wr: &UdSendWr<'_, RdmaAh>) -> std::result::Result<(), PostError> {
+        // SAFETY: a plain C structure (integers, pointers and unions of
+        // them), for which all zeros is a valid value.
+        let mut send: ibv_send_wr = unsafe { std::mem::zeroed() };
+        send.wr_id = wr.wr_id;
+        send.num_sge = 1;
+        send.send_flags = if wr.signaled { SEND_SIGNALED } else { 0 };
+        send.opcode = ibv_wr_opcode::IBV_WR_SEND;
+        send.wr.ud.ah = wr.ah.ah;
+        send.wr.ud.remote_qpn = wr.remote_qpn;
+        send.wr.ud.remote_qkey = wr.remote_qkey;
+        let mut sge = ibv_sge_of(&wr.sge);
+        send.sg_list = &mut sge;
+        let mut bad = null_mut();
+        // SAFETY: a live queue pair and address handle (borrowed for the
+        // call); the request and its SGE live through the call, which
+        // copies them; the SGE names registered memory, which the
+        // registrant keeps valid.
+        let rc = unsafe { ibv_post_send(self.qp, &mut send, &mut bad) };
+        posted(rc, "posting a datagram")
+    }
+
+    fn post_recv(&self, wr: &RecvWr) -> std::result::Result<(), PostError> {
+        // SAFETY: a live queue pair; the request and its SGE live through
+        // the call, which copies them.
+        post_receive(wr, |w, bad| unsafe { ibv_post_recv(self.qp, w, bad) })
     }
 }

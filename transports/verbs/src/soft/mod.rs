@@ -58,12 +58,15 @@
 
 mod mem;
 mod sys;
+mod ud;
 mod wire;
 
+pub use ud::{SoftAh, SoftUd};
+
 use crate::provider::{
-    check_attributes, check_transition, rnr_timer_duration, AccessFlags, CompletionQueue, Gid,
-    GidEntry, GidType, InitAttr, LinkLayer, MemoryRegion, Mtu, Nic, PortInfo, PostError, QpAddress,
-    QpCaps, QpInit, QpState, QueuePair, RecvWr, RtrAttr, RtsAttr, SendOp, SendWr, Sge,
+    check_attributes, check_transition, rnr_timer_duration, AccessFlags, AhAttr, CompletionQueue,
+    Gid, GidEntry, GidType, InitAttr, LinkLayer, MemoryRegion, Mtu, Nic, PortInfo, PostError,
+    QpAddress, QpCaps, QpInit, QpState, QueuePair, RecvWr, RtrAttr, RtsAttr, SendOp, SendWr, Sge,
     SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion, RNR_RETRY_FOREVER,
 };
 use mem::{Atomic, MrTable};
@@ -131,6 +134,18 @@ pub struct SoftNic {
     shared: Arc<NicShared>,
     port: PortInfo,
     listener: Option<JoinHandle<()>>,
+}
+
+impl NicShared {
+    /// A fresh queue-pair number (24 bits, never 0), RC and UD alike.
+    fn new_qpn(&self) -> u32 {
+        loop {
+            let n = self.next_qpn.fetch_add(1, Ordering::Relaxed) & 0xff_ffff;
+            if n != 0 {
+                return n;
+            }
+        }
+    }
 }
 
 impl SoftNic {
@@ -1025,6 +1040,8 @@ impl Nic for SoftNic {
     type Cq = SoftCq;
     type Srq = SoftSrq;
     type Qp = SoftQp;
+    type Ah = SoftAh;
+    type Ud = SoftUd;
 
     fn name(&self) -> &str {
         "soft"
@@ -1071,12 +1088,7 @@ impl Nic for SoftNic {
     }
 
     fn create_qp(&self, pd: &SoftPd, init: &QpInit<'_, Self>) -> Result<SoftQp> {
-        let qpn = loop {
-            let n = self.shared.next_qpn.fetch_add(1, Ordering::Relaxed) & 0xff_ffff;
-            if n != 0 {
-                break n;
-            }
-        };
+        let qpn = self.shared.new_qpn();
         let psn = u32::from_le_bytes(random_bytes()?) & 0xff_ffff;
         let (to_writer, writer_queue) = channel();
         let shared = Arc::new(QpShared {
@@ -1106,5 +1118,32 @@ impl Nic for SoftNic {
         });
         lock(&self.shared.qps).insert(qpn, Arc::downgrade(&shared));
         Ok(SoftQp(shared))
+    }
+
+    fn create_ud(&self, pd: &SoftPd, init: &QpInit<'_, Self>) -> Result<SoftUd> {
+        if init.srq.is_some() {
+            return Err(Error::new(
+                ErrorClass::Arg,
+                "a UD queue pair takes its receives from its own queue, not a shared one",
+            ));
+        }
+        SoftUd::create(
+            &self.shared,
+            self.shared.new_qpn(),
+            pd.mrs.clone(),
+            init.send_cq.0.clone(),
+            init.recv_cq.0.clone(),
+            init.caps,
+        )
+    }
+
+    fn create_ah(&self, _pd: &SoftPd, attr: &AhAttr) -> Result<SoftAh> {
+        if attr.gid.is_zero() {
+            return Err(Error::new(
+                ErrorClass::Arg,
+                "an address handle needs the remote GID (soft NICs are addressed by GID)",
+            ));
+        }
+        Ok(SoftAh { gid: attr.gid })
     }
 }

@@ -3,9 +3,9 @@
 //! device in the opt-in `tests/hw.rs`.
 
 use oxmpi_verbs::provider::{
-    connect_rc, AccessFlags, CompletionQueue, ConnectParams, MemoryRegion, Nic, QpCaps, QpInit,
-    QpState, QueuePair, RecvWr, RemoteAddr, SendOp, SendWr, Sge, WcOpcode, WcStatus,
-    WorkCompletion,
+    connect_rc, AccessFlags, AhAttr, CompletionQueue, ConnectParams, MemoryRegion, Nic, QpCaps,
+    QpInit, QpState, QueuePair, RecvWr, RemoteAddr, SendOp, SendWr, Sge, UdAttr, UdQueuePair,
+    UdSendWr, WcOpcode, WcStatus, WorkCompletion, GRH_LEN,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -275,4 +275,113 @@ pub fn rc_semantics<N: Nic>(nic_a: &N, nic_b: &N) {
     assert_eq!((wcs[1].wr_id, wcs[1].status), (8, WcStatus::WrFlushErr));
     assert_eq!(target.bytes(), before);
     drop((qp_a, qp_b));
+}
+
+/// Readies a UD queue pair on `nic_a` and one on `nic_b` and checks: a
+/// datagram lands after the GRH, whose source GID is `nic_a`'s port's, with
+/// `byte_len` counting the GRH; a datagram with the wrong Q_Key, and one
+/// that finds no receive posted, are lost while their sends succeed; and
+/// the next good datagram still lands.
+pub fn ud_semantics<N: Nic>(nic_a: &N, nic_b: &N) {
+    let caps = QpCaps {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_inline_data: 0,
+    };
+    let (pd_a, pd_b) = (nic_a.alloc_pd().unwrap(), nic_b.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (nic_a.create_cq(64).unwrap(), nic_b.create_cq(64).unwrap());
+    let make = |nic: &N, pd, cq| {
+        nic.create_ud(
+            pd,
+            &QpInit {
+                send_cq: cq,
+                recv_cq: cq,
+                srq: None,
+                caps,
+            },
+        )
+        .unwrap()
+    };
+    let ud_a = make(nic_a, &pd_a, &cq_a);
+    let ud_b = make(nic_b, &pd_b, &cq_b);
+    let qkey = 0x0bad_cafe;
+    for (nic, ud) in [(nic_a, &ud_a), (nic_b, &ud_b)] {
+        ud.ready(&UdAttr {
+            port: nic.port().port,
+            pkey_index: 0,
+            qkey,
+            sq_psn: 1,
+        })
+        .unwrap();
+        assert_eq!(ud.state(), QpState::Rts);
+    }
+    let port_b = nic_b.port();
+    let ah = nic_a
+        .create_ah(
+            &pd_a,
+            &AhAttr {
+                gid: port_b.gid.gid,
+                lid: port_b.lid,
+            },
+        )
+        .unwrap();
+    let out = Memory::new(256);
+    let inbox = Memory::new(1024);
+    let omr = register(nic_a, &pd_a, &out, AccessFlags::NONE);
+    let imr = register(nic_b, &pd_b, &inbox, AccessFlags::LOCAL_WRITE);
+    let send = |wr_id, payload: &[u8], remote_qkey| {
+        out.fill(payload);
+        ud_a.post_send(&UdSendWr {
+            wr_id,
+            signaled: true,
+            sge: sge(&omr, &out, 0, payload.len() as u32),
+            ah: &ah,
+            remote_qpn: ud_b.qp_num(),
+            remote_qkey,
+        })
+        .unwrap();
+        let wc = wait(&cq_a, 1)[0];
+        assert_eq!((wc.wr_id, wc.status), (wr_id, WcStatus::Success));
+    };
+    let post_recv = |wr_id, offset| {
+        ud_b.post_recv(&RecvWr {
+            wr_id,
+            sge: sge(&imr, &inbox, offset, 512),
+        })
+        .unwrap();
+    };
+    let no_more = |cq: &N::Cq| {
+        // Long enough for a datagram to cross one host or fabric.
+        std::thread::sleep(Duration::from_millis(200));
+        let mut late = Vec::new();
+        cq.poll(4, &mut late).unwrap();
+        assert!(late.is_empty(), "unexpected completions: {late:?}");
+    };
+
+    post_recv(20, 0);
+    send(1, b"ud datagram", qkey);
+    let got = wait(&cq_b, 1)[0];
+    assert_eq!(
+        (got.wr_id, got.status, got.opcode, got.byte_len),
+        (20, WcStatus::Success, WcOpcode::Recv, (GRH_LEN + 11) as u32)
+    );
+    let bytes = inbox.bytes();
+    assert_eq!(&bytes[GRH_LEN..GRH_LEN + 11], b"ud datagram");
+    // The GRH's source GID (bytes 8..24) names the sender's port.
+    assert_eq!(&bytes[8..24], &nic_a.port().gid.gid.0);
+
+    // Lost: the wrong Q_Key; then no receive posted.
+    post_recv(21, 512);
+    send(2, b"wrong key", qkey ^ 1);
+    no_more(&cq_b);
+    send(3, b"hello", qkey);
+    let got = wait(&cq_b, 1)[0];
+    assert_eq!((got.wr_id, got.status), (21, WcStatus::Success));
+    send(4, b"nobody listens", qkey);
+    no_more(&cq_b);
+    post_recv(22, 0);
+    send(5, b"again", qkey);
+    let got = wait(&cq_b, 1)[0];
+    assert_eq!((got.wr_id, got.byte_len), (22, (GRH_LEN + 5) as u32));
+    assert_eq!(&inbox.bytes()[GRH_LEN..GRH_LEN + 5], b"again");
 }
