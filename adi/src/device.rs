@@ -376,6 +376,23 @@ pub enum DirectRecv {
 /// is 0 (see `request::Slab`).
 const DIRECT_TOKEN: u64 = 0;
 
+/// The bit that marks the id of a standard eager send, complete when
+/// started ([`Device::start_send`]): its low bits are the message's
+/// length, and it names no request. A request's token has its high 32
+/// bits non-zero (generations start at 1, see `request::Slab`), so no
+/// request's id is ever one of these.
+const SENT: u64 = 1 << 31;
+
+/// The status of a standard eager send's id ([`SENT`]), which is
+/// complete from the start; `None` for any other id.
+#[inline]
+fn sent_status(request: RequestId) -> Option<Status> {
+    (request.0 >> 31 == 1).then(|| Status {
+        count: (request.0 & (SENT - 1)) as usize,
+        ..Status::empty()
+    })
+}
+
 /// A message taken out of matching by a matched probe (`MPI_Mprobe`),
 /// waiting for its matched receive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -912,8 +929,10 @@ impl Device {
     /// Starts a send of `len` bytes at `buf` to `peer` (world rank) with
     /// `envelope`, choosing the protocol: eager up to the bound transport's
     /// limit, rendezvous beyond. A standard eager send is complete on
-    /// return; a `synchronous` one (`MPI_Ssend`) once the receiver reports
-    /// the match; a rendezvous send once its data has left.
+    /// return, and its id names no request (it needs none: taking its
+    /// status, any number of times, gives its length); a `synchronous`
+    /// one (`MPI_Ssend`) once the receiver reports the match; a
+    /// rendezvous send once its data has left.
     ///
     /// # Safety
     /// `buf` must be valid for reads of `len` bytes and stay valid and
@@ -927,6 +946,13 @@ impl Device {
         len: usize,
         synchronous: bool,
     ) -> Result<RequestId> {
+        if !synchronous && (len as u64) < SENT {
+            // A standard eager send is complete once started: its id says
+            // so without a request to make, look up and free.
+            // SAFETY: the caller's guarantee, passed on.
+            let started = unsafe { self.start_standard_send(peer, envelope, buf, len) }?;
+            return Ok(started.unwrap_or(RequestId(SENT | len as u64)));
+        }
         self.start_outbound(peer, envelope, Outbound::Raw(buf, len), synchronous)
     }
 
@@ -1052,8 +1078,9 @@ impl Device {
     ) -> Result<Option<RequestId>> {
         let t = self.bind(peer)?;
         if len > self.core.eager_limits[t] {
-            // SAFETY: the caller's guarantee, passed on.
-            return unsafe { self.start_send(peer, envelope, buf, len, false) }.map(Some);
+            return self
+                .start_outbound(peer, envelope, Outbound::Raw(buf, len), false)
+                .map(Some);
         }
         // No sender token: the receiver of a standard eager message never
         // names the send again (no acknowledgement, nothing to cancel).
@@ -1330,6 +1357,9 @@ impl Device {
     /// Takes the status of a completed request and frees it. `None` if the
     /// request is not complete (it is left as it is).
     pub fn take_status(&mut self, request: RequestId) -> Option<Status> {
+        if let Some(status) = sent_status(request) {
+            return Some(status);
+        }
         let r = self.core.requests.get_mut(request.0)?;
         if !matches!(r.phase, Phase::Done) {
             return None;
@@ -1345,6 +1375,9 @@ impl Device {
     /// returns it. `None` if the request is not complete or is unknown
     /// (already taken). Does not make progress.
     pub fn peek_status(&self, request: RequestId) -> Option<Status> {
+        if let Some(status) = sent_status(request) {
+            return Some(status);
+        }
         let r = self.core.requests.get(request.0)?;
         matches!(r.phase, Phase::Done).then(|| r.status.clone())
     }
@@ -2953,6 +2986,24 @@ mod tests {
         let token = core.requests.insert(request);
         core.posted.push(pattern, token);
         token
+    }
+
+    #[test]
+    fn a_standard_eager_sends_id_carries_its_status_and_names_no_request() {
+        let status = sent_status(RequestId(SENT | 40)).expect("a sent id");
+        assert_eq!((status.count, status.cancelled), (40, false));
+        assert!(status.error.is_none());
+        assert_eq!(sent_status(RequestId(SENT)).map(|s| s.count), Some(0));
+        let mut core = core();
+        for _ in 0..1000 {
+            let token = core
+                .requests
+                .insert(Request::new(None, Phase::Done, Status::empty()));
+            assert!(sent_status(RequestId(token)).is_none(), "{token:#x}");
+            core.requests.discard(token);
+        }
+        assert!(sent_status(RequestId(DIRECT_TOKEN)).is_none());
+        assert!(sent_status(RequestId(u64::MAX)).is_none());
     }
 
     #[test]

@@ -541,6 +541,28 @@ impl ShmTransport {
         self.fail_peer(peer, error);
     }
 
+    /// Queues what did not go of a packet to `peer` (`sent`: as
+    /// [`Producer::push_packet`] says), copied, to be written from `poll`.
+    #[inline(never)]
+    fn send_later(
+        &mut self,
+        peer: PeerRank,
+        header: &Header,
+        payload: &[u8],
+        sent: Option<usize>,
+    ) -> Result<()> {
+        self.check_peer(peer)?;
+        let rest = &payload[sent.unwrap_or(0)..];
+        self.enqueue(
+            peer,
+            Outgoing {
+                header: header.encode(),
+                payload: Payload::Owned(rest.to_vec()),
+                sent: sent.map(|_| 0),
+            },
+        )
+    }
+
     /// Creates the queue to `peer` and starts handing it over.
     fn connect(&mut self, peer: PeerRank) -> Result<()> {
         if self.peers[peer].name.is_none() {
@@ -1101,10 +1123,19 @@ impl Transport for ShmTransport {
     }
 
     fn send(&mut self, peer: PeerRank, header: &Header, payload: &[u8]) -> Result<()> {
-        self.check_peer(peer)?;
         let mut sent = None;
-        let p = &mut self.peers[peer];
-        if let Some(link) = p.out.as_mut().filter(|l| l.ready && p.queue.is_empty()) {
+        // A queue that is set up belongs to another rank of the job that
+        // has not failed (failing a peer takes its queue): the checks of
+        // `check_peer` are for the slow path.
+        let ready = match self.peers.get_mut(peer) {
+            Some(Peer {
+                out: Some(link),
+                queue,
+                ..
+            }) if link.ready && queue.is_empty() => Some(link),
+            _ => None,
+        };
+        if let Some(link) = ready {
             // Fast path: straight into the queue, a short message whole in
             // one cell.
             let pushed = match proto::encode_short(header, payload) {
@@ -1134,16 +1165,7 @@ impl Transport for ShmTransport {
                 }
             }
         }
-        // What did not go waits, copied.
-        let rest = &payload[sent.unwrap_or(0)..];
-        self.enqueue(
-            peer,
-            Outgoing {
-                header: header.encode(),
-                payload: Payload::Owned(rest.to_vec()),
-                sent: sent.map(|_| 0),
-            },
-        )
+        self.send_later(peer, header, payload, sent)
     }
 
     unsafe fn send_zcopy(

@@ -38,7 +38,7 @@ use oxmpi_adi::proto::{Header, Kind};
 pub(crate) const SEGMENT_MAGIC: [u8; 8] = *b"OXMPISHM";
 /// Version of the segment layout, the frame format and the set-up
 /// message; a peer of another version is refused.
-pub const SHM_VERSION: u32 = 3;
+pub const SHM_VERSION: u32 = 4;
 /// Size of a queue cell: one cache line.
 pub(crate) const CELL: usize = 64;
 /// Distance between fields written by different sides: two cache lines,
@@ -166,13 +166,29 @@ pub(crate) fn decode_short(fields: &[u8; SHORT_FIELDS], len: usize) -> Header {
     }
 }
 
-/// A frame's control word: the frame kind (bits 0-7), the low 16 bits of
-/// the frame's position in the queue (bits 8-23, a check that the consumer
-/// reads the frame it expects), and the number of bytes the frame carries
-/// after the control word (bits 24-63). Never zero: zero marks a cell
-/// where nothing is published yet.
+/// A frame's control word: the frame kind (bits 0-7), the low 32 bits of
+/// the frame's position in the queue (bits 8-39, [`position_check`]: the
+/// consumer reads the frame it expects, and tells it from a word the last
+/// lap of the ring left in the cell), and the number of bytes the frame
+/// carries after the control word (bits 40-63; a frame carries far fewer
+/// than 2^24). Never zero: zero marks a cell where nothing was published.
 pub(crate) fn control_word(kind: FrameKind, position: u64, bytes: usize) -> u64 {
-    kind as u64 | (position & 0xffff) << 8 | (bytes as u64) << 24
+    debug_assert!(bytes < 1 << 24);
+    kind as u64 | position_check(position) << 8 | (bytes as u64) << 40
+}
+
+/// The part of a queue position a control word carries. A ring has fewer
+/// than 2^32 cells, so the word a cell kept from the last lap never
+/// carries the check of the position the consumer waits for there.
+#[inline]
+pub(crate) fn position_check(position: u64) -> u64 {
+    position & 0xffff_ffff
+}
+
+/// The position check a control word carries (see [`control_word`]).
+#[inline]
+pub(crate) fn check_of(word: u64) -> u64 {
+    (word >> 8) & 0xffff_ffff
 }
 
 /// The parts of a control word read from the queue, not yet checked
@@ -186,7 +202,7 @@ pub(crate) fn parse_control_word(word: u64) -> (Option<FrameKind>, u64, u64) {
         4 => Some(FrameKind::Short),
         _ => None,
     };
-    (kind, (word >> 8) & 0xffff, word >> 24)
+    (kind, check_of(word), word >> 40)
 }
 
 /// Size of the set-up message.
@@ -278,12 +294,12 @@ mod tests {
             FrameKind::ShortHeader,
             FrameKind::Short,
         ] {
-            for (position, bytes) in [(0, 0), (0x1_2345, 56), (u64::MAX, 1 << 30)] {
+            for (position, bytes) in [(0, 0), (0x1_2345, 56), (u64::MAX, (1 << 24) - 1)] {
                 let word = control_word(kind, position, bytes);
                 assert_ne!(word, 0);
                 assert_eq!(
                     parse_control_word(word),
-                    (Some(kind), position & 0xffff, bytes as u64)
+                    (Some(kind), position & 0xffff_ffff, bytes as u64)
                 );
             }
         }

@@ -15,14 +15,20 @@
 //!
 //! # Publication without a shared tail
 //! A frame is published by the release store of its control word, which is
-//! never zero; the consumer waits on the control word of the cell at its
-//! head and so reads nothing but the cell it will consume. Stale bytes
-//! cannot pass for a control word: before publishing a frame the producer
-//! zeroes the control word of the cell that follows it (where the next
-//! frame will start), so when the consumer reaches that cell it finds
-//! either zero or the next frame's control word, never payload bytes left
-//! from the ring's previous lap. Doing so needs one free cell beyond the
-//! frame.
+//! never zero and carries the frame's position; the consumer waits on the
+//! control word of the cell at its head and so reads nothing but the cell
+//! it will consume. Until the frame there is published, that cell holds
+//! what the ring's last lap left in it, which must not pass for a frame:
+//! either a control word of the last lap (its position check is a lap
+//! behind: "not yet"), or zero, or payload bytes, when the cell was one of
+//! a longer frame's later cells. Only the last case needs work: the
+//! producer remembers which cells hold payload in their first word, and
+//! before publishing a frame it zeroes the control word of the cell that
+//! follows it (where the next frame will start) if that cell is one of
+//! them. Doing so needs one free cell beyond the frame. A stream of
+//! one-cell frames (short messages) so touches no cell but its own: the
+//! cell after a frame is never written, or taken out of the consumer's
+//! cache, while the consumer reads the frame before it and looks past it.
 //!
 //! # Free cells
 //! The consumer publishes its head (the position it reads next) after
@@ -41,8 +47,8 @@
 //! of the two sees the other's store: no wake-up is lost.
 
 use crate::proto::{
-    control_word, decode_short, parse_control_word, FrameKind, CELL, CONTROL_LEN, SHORT_FIELDS,
-    SHORT_HEADER_SAVING, SHORT_PAYLOAD_MAX,
+    check_of, control_word, decode_short, parse_control_word, position_check, FrameKind, CELL,
+    CONTROL_LEN, SHORT_FIELDS, SHORT_HEADER_SAVING, SHORT_PAYLOAD_MAX,
 };
 use crate::segment::Segment;
 use oxmpi_adi::proto::HEADER_LEN;
@@ -75,15 +81,22 @@ pub(crate) struct Producer {
     tail: u64,
     /// The consumer's head as last read.
     head_seen: u64,
+    /// One bit per cell, set where the cell's first word holds payload
+    /// bytes (it was one of a frame's later cells), not a control word:
+    /// such a cell's word is zeroed before the consumer can reach it as a
+    /// frame's start (see the module docs).
+    payload_first: Vec<u64>,
 }
 
 impl Producer {
     /// The producer of a freshly created segment.
     pub(crate) fn new(segment: Segment) -> Producer {
+        let words = segment.cells().div_ceil(64) as usize;
         Producer {
             segment,
             tail: 0,
             head_seen: 0,
+            payload_first: vec![0; words],
         }
     }
 
@@ -156,18 +169,37 @@ impl Producer {
 
     /// Publishes the frame written at cell `index` (the tail's), of
     /// `cells` cells carrying `bytes` bytes, and moves the tail past it.
-    #[inline]
+    // Always inlined: a short frame's (`cells` 1) skips the loop.
+    #[inline(always)]
     fn publish(&mut self, index: u64, kind: FrameKind, bytes: usize, cells: u64) {
-        let next = (self.tail + cells) & (self.segment.cells() - 1);
-        // Relaxed: the release store below orders it before the consumer's
-        // first look at `next`, which follows its acquire of this frame.
-        self.segment.control(next).store(0, Ordering::Relaxed);
-        // Release: publishes the frame's bytes and the cleared control word
-        // after it to the consumer's acquire load in `Consumer::peek`.
+        let next = (index + cells) & (self.segment.cells() - 1);
+        // The frame's later cells hold payload in their first word until
+        // the next lap writes them again. Its first cell holds a control
+        // word: its bit was cleared when the frame before was published
+        // (below), or never set.
+        debug_assert!(!self.payload_first(index));
+        for later in index + 1..index + cells {
+            self.payload_first[(later / 64) as usize] |= 1 << (later % 64);
+        }
+        if self.payload_first(next) {
+            self.payload_first[(next / 64) as usize] &= !(1 << (next % 64));
+            // Relaxed: the release store below orders it before the
+            // consumer's first look at `next`, which follows its acquire
+            // of this frame.
+            self.segment.control(next).store(0, Ordering::Relaxed);
+        }
+        // Release: publishes the frame's bytes (and the cleared control
+        // word after it) to the consumer's acquire load in `Consumer::peek`.
         self.segment
             .control(index)
             .store(control_word(kind, self.tail, bytes), Ordering::Release);
         self.tail += cells;
+    }
+
+    /// Whether the first word of cell `index` holds payload bytes.
+    #[inline]
+    fn payload_first(&self, index: u64) -> bool {
+        self.payload_first[(index / 64) as usize] & 1 << (index % 64) != 0
     }
 
     /// Writes a data frame with as many bytes from the start of `payload`
@@ -327,10 +359,14 @@ impl Consumer {
                 self.head
             ))
         };
-        let kind = kind.ok_or_else(|| bad("unknown frame kind"))?;
-        if check != self.head & 0xffff {
+        if check != position_check(self.head) {
+            // What the last lap left in the cell: nothing published yet.
+            if check == self.last_lap_check() {
+                return Ok(None);
+            }
             return Err(bad("wrong position check"));
         }
+        let kind = kind.ok_or_else(|| bad("unknown frame kind"))?;
         let least = match kind {
             FrameKind::Header | FrameKind::ShortHeader | FrameKind::Short => {
                 kind.header_len() as u64
@@ -396,12 +432,21 @@ impl Consumer {
     }
 
     /// Whether a frame is published at the head (a look after raising the
-    /// sleeping flag, and before each read of the queue).
+    /// sleeping flag, and before each read of the queue), or something
+    /// [`Consumer::peek`] will find corrupt there.
     #[inline]
     pub(crate) fn has_frame(&self) -> bool {
         let index = self.head & (self.segment.cells() - 1);
         // Relaxed: only a yes or no; `peek` reads it again with Acquire.
-        self.segment.control(index).load(Ordering::Relaxed) != 0
+        let word = self.segment.control(index).load(Ordering::Relaxed);
+        word != 0 && check_of(word) != self.last_lap_check()
+    }
+
+    /// The position check of a control word the ring's last lap left at
+    /// the head.
+    #[inline]
+    fn last_lap_check(&self) -> u64 {
+        position_check(self.head.wrapping_sub(self.segment.cells()))
     }
 
     /// Raises (or lowers) the flag asking the producer to poke this side
@@ -629,6 +674,66 @@ mod tests {
     }
 
     #[test]
+    fn one_cell_frames_leave_the_next_cell_alone_and_its_last_lap_word_waits() {
+        use crate::proto::encode_short;
+        use oxmpi_adi::proto::{Header, Kind};
+        let (mut p, mut c) = queue(64);
+        let header = Header {
+            message_len: 8,
+            ..Header::new(Kind::Eager)
+        };
+        let fields = encode_short(&header, &[3; 8]).unwrap();
+        // Two laps and a bit of one-cell frames, each read at once.
+        for k in 0..150u64 {
+            let next = (k + 1) % 64;
+            let before = c.segment.control(next).load(Ordering::Relaxed);
+            assert!(p.push_short(&fields, &[3; 8]).unwrap());
+            // The producer wrote nothing but its own cell: from the second
+            // lap on, the next cell still holds the last lap's word.
+            assert_eq!(c.segment.control(next).load(Ordering::Relaxed), before);
+            if k >= 63 {
+                assert_ne!(before, 0, "cell {next} in lap {}", k / 64);
+            }
+            let f = c.peek().unwrap().expect("the frame just published");
+            c.advance(&f);
+            assert!(
+                !c.has_frame(),
+                "a last lap's word at {next} passed for a frame"
+            );
+            assert_eq!(c.peek().unwrap(), None);
+        }
+    }
+
+    #[test]
+    fn a_cell_that_held_payload_is_cleared_before_a_frame_may_start_there() {
+        let (mut p, mut c) = queue(64);
+        let mut reader = Reader::default();
+        // A packet of three cells at 0..3, then one-cell headers to the
+        // end of the ring: cells 1 and 2 hold payload in their first word.
+        let mut sent = None;
+        assert!(p
+            .push_packet(&header(1, 120), &[0xee; 120], &mut sent)
+            .unwrap());
+        assert_eq!(p.tail, 3);
+        assert!(reader.read(&mut c).is_some());
+        for _ in 3..64 {
+            p.push_header(&header(2, 0), &[]).unwrap();
+            assert!(reader.read(&mut c).is_some());
+        }
+        // The next lap: a header at 0 clears cell 1 (payload) before it is
+        // published; one at 1 leaves cell 2 to be cleared by the next.
+        p.push_header(&header(3, 0), &[]).unwrap();
+        assert_eq!(c.segment.control(1).load(Ordering::Relaxed), 0);
+        assert_ne!(c.segment.control(2).load(Ordering::Relaxed), 0);
+        assert!(reader.read(&mut c).is_some());
+        assert_eq!(c.peek().unwrap(), None);
+        p.push_header(&header(4, 0), &[]).unwrap();
+        assert_eq!(c.segment.control(2).load(Ordering::Relaxed), 0);
+        assert_eq!(reader.read(&mut c).unwrap().0[8], 4);
+        assert_eq!(c.peek().unwrap(), None);
+    }
+
+    #[test]
     fn the_sleeping_flag_is_seen_by_the_producer() {
         let (mut p, c) = queue(64);
         assert!(!p.consumer_sleeping());
@@ -645,10 +750,17 @@ mod tests {
     fn corrupt_cells_and_heads_are_errors_not_panics() {
         let (mut p, c) = queue(64);
         // Garbage where a control word should be.
-        for word in [0xffu64, 0x1234_5600 | 1, u64::MAX, 1 | 10 << 24, 2] {
+        for word in [0xffu64, 0x1234_5600 | 1, u64::MAX, 1 | 10 << 40, 2] {
             c.segment.control(0).store(word, Ordering::Relaxed);
             assert!(c.peek().is_err(), "control word {word:#x} accepted");
         }
+        // A control word the last lap left is no frame yet, nor an error.
+        c.segment.control(0).store(
+            control_word(FrameKind::Short, 0u64.wrapping_sub(64), 8),
+            Ordering::Relaxed,
+        );
+        assert_eq!(c.peek(), Ok(None));
+        assert!(!c.has_frame());
         // A short frame longer than its cell.
         c.segment.control(0).store(
             control_word(FrameKind::Short, 0, CELL - CONTROL_LEN + 1),
