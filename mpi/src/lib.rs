@@ -242,6 +242,9 @@ pub(crate) fn progress_until<R>(
         let next = {
             let mut state = lock_state();
             let device = running(&mut state)?;
+            // What this rank queued for one-sided targets leaves before it
+            // waits: the wait may be for something those operations cause.
+            rma::send_queued(device);
             loop {
                 if let Some(r) = done(device)? {
                     return Ok(r);
