@@ -8,8 +8,8 @@
 //! - [`Path::ActiveMessages`], for every transport: each operation is an
 //!   active message (`wire.rs`) that the target's progress engine applies
 //!   (`target.rs`), answered with a reply that completes it here. Puts
-//!   and accumulates are queued and leave in batches (`target::Outbox`);
-//!   a fetching operation sends the queue with it, a flush before waiting.
+//!   accumulates and fetching operations are queued and leave in batches
+//!   (`target::Outbox`), sent by a flush or any wait or test.
 //!   Locks are requests to the target's fair lock queue.
 //! - [`Path::Direct`], for the windows of one host (`MPI_Win_allocate`
 //!   and `MPI_Win_allocate_shared` in shared memory, `MPI_Win_create` by
@@ -202,9 +202,9 @@ impl Path {
                         request,
                         last: i == last_index,
                     };
-                    // Sent at once, with what was queued before it: its
-                    // request may be waited for at any time.
-                    if let Err(e) = send(d, to, Some(pending), m, true) {
+                    // Queued as the others: the wait or test of its
+                    // request sends it (`progress_until`, `progress_once`).
+                    if let Err(e) = send(d, to, Some(pending), m, false) {
                         d.complete_generalized(request, Some(e.clone()));
                         d.take_status(request);
                         return Err(e);

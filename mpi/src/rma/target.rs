@@ -12,9 +12,10 @@
 //!
 //! Messages travel in batches: an origin queues its puts and accumulates
 //! to a target in an [`Outbox`] and sends them as one active message
-//! when the batch reaches [`BATCH`] bytes, with a fetching operation or
-//! a lock request, at a flush (and so at unlock, fence and complete), or
-//! when this rank waits in any blocking call ([`send_queued`]). The
+//! when the batch reaches [`BATCH`] bytes, with a lock request, at a
+//! flush (and so at unlock, fence and complete), or when this rank waits
+//! or tests in any call ([`send_queued`]): fetching operations too, whose
+//! requests are waited for or tested. The
 //! handler applies a batch's messages in order and answers them all in
 //! one message: so a stream of small puts costs a few socket writes, not
 //! one each way per put.
@@ -321,10 +322,14 @@ impl State {
         outbox.bytes.clear();
         QUEUED.fetch_sub(1, Ordering::Relaxed);
         let mut tokens = std::mem::take(&mut outbox.tokens);
-        if sent.is_err() {
+        if let Err(e) = &sent {
             for &token in &tokens {
-                if let Some((target, _)) = self.pending.remove(&token) {
+                if let Some((target, pending)) = self.pending.remove(&token) {
                     self.outstanding[target] -= 1;
+                    if let Pending::Fetch { request, .. } = pending {
+                        self.release(request);
+                        device.complete_generalized(request, Some(e.clone()));
+                    }
                 }
             }
         }
@@ -333,14 +338,25 @@ impl State {
         sent
     }
 
+    /// Lets go of the result buffer of `request`, which fails now: the
+    /// buffer is the program's again, so the replies to the request's
+    /// other parts are only counted, never placed.
+    fn release(&mut self, request: RequestId) {
+        for (_, other) in self.pending.values_mut() {
+            if matches!(other, Pending::Fetch { request: r, .. } if *r == request) {
+                *other = Pending::Done;
+            }
+        }
+    }
+
     /// Whether the operation `token` still waits for its reply.
     pub(crate) fn awaits(&self, token: u64) -> bool {
         self.pending.contains_key(&token)
     }
 }
 
-/// Sends every window's queued messages (a blocking call is about to
-/// wait: what this rank queued must not wait with it). A send that fails
+/// Sends every window's queued messages (a call is about to wait or
+/// test: what this rank queued must not wait with it). A send that fails
 /// is recorded as the window's error, reported by its next completion
 /// call, as a refusal would be.
 pub(crate) fn send_queued(device: &mut Device) {
@@ -369,7 +385,9 @@ pub(crate) struct Handler {
 
 impl ActiveMessageHandler for Handler {
     /// Applies a batch's messages in order and sends their replies in one
-    /// message (before any lock grant, which may go to their origin).
+    /// message (before any lock grant, which may go to their origin), or
+    /// in several of about [`BATCH`] bytes when they carry much data
+    /// (a batch of gets).
     fn handle(&mut self, device: &mut Device, message: &ActiveMessage) -> Result<()> {
         self.replies.clear();
         let mut rest = &message.payload[..];
@@ -377,6 +395,9 @@ impl ActiveMessageHandler for Handler {
             let (m, after) = Message::split(rest)?;
             rest = after;
             self.handle_one(device, message, m)?;
+            if self.replies.len() >= BATCH {
+                self.send_replies(device, message)?;
+            }
         }
         self.send_replies(device, message)
     }
@@ -486,15 +507,7 @@ impl Handler {
                         last,
                     } => {
                         if let Some(e) = refused {
-                            // The request fails now, and its buffer is the
-                            // program's again: the replies to its other
-                            // parts are only counted, never placed.
-                            for (_, other) in state.pending.values_mut() {
-                                if matches!(other, Pending::Fetch { request: r, .. } if *r == request)
-                                {
-                                    *other = Pending::Done;
-                                }
-                            }
+                            state.release(request);
                             drop(state);
                             device.complete_generalized(request, Some(e));
                             return Ok(());

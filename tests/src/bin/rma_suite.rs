@@ -21,7 +21,8 @@
 //! (puts and gets of 300,000 bytes, at an odd displacement, to the next
 //! rank), `batches` (N rounds of hundreds of small puts and accumulates
 //! whose result depends on their order, and puts beyond one batch,
-//! between flushes; a put the target refuses amid others, reported at
+//! between flushes, read back by `rget`s that are only tested; a put the
+//! target refuses amid others, reported at
 //! the flush while the others land; a put left queued while its origin
 //! waits for a message the target sends only once it sees the put),
 //! `dynamic` (attach, access, detach), `attributes`
@@ -677,8 +678,30 @@ fn batches(world: &Communicator, rounds: usize) -> Result<()> {
             .collect();
         window.put(&large[..], t, SMALL)?;
         window.flush(t)?;
+        // Read back by 64 gets whose requests are only tested, never
+        // waited for (a test sends what is queued); their replies, 160 KiB,
+        // come in several messages.
         let mut back = vec![0u64; WORDS];
-        window.get(&mut back[..], t, 0)?;
+        let step = WORDS.div_ceil(64);
+        oxmpi::request::scope(|scope| -> Result<()> {
+            let mut requests = Vec::new();
+            for (k, part) in back.chunks_mut(step).enumerate() {
+                requests.push(window.rget(scope, part, t, k * step)?);
+            }
+            let since = Instant::now();
+            while let Some(request) = requests.pop() {
+                match request.test() {
+                    Ok(status) => drop(status?),
+                    Err(request) => {
+                        requests.push(request);
+                        ensure(since.elapsed() < Duration::from_secs(20), || {
+                            "after 20 s of tests the gets had not completed".to_owned()
+                        })?;
+                    }
+                }
+            }
+            Ok(())
+        })?;
         window.unlock(t)?;
         let want: Vec<u64> = (0..WORDS)
             .map(|i| batch_value(rank, round, i) + u64::from(i < SMALL))
