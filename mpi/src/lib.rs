@@ -242,6 +242,10 @@ pub(crate) fn progress_until<R>(
         let next = {
             let mut state = lock_state();
             let device = running(&mut state)?;
+            // What this rank queued for one-sided targets leaves before it
+            // waits: the wait may be for those operations (a get's request)
+            // or for something they cause.
+            rma::send_queued(device);
             loop {
                 if let Some(r) = done(device)? {
                     return Ok(r);
@@ -275,7 +279,12 @@ pub(crate) fn progress_until<R>(
 /// call and immediate probe): polls the device, then advances this
 /// thread's non-blocking collectives.
 pub(crate) fn progress_once() -> Result<()> {
-    with_device(|d| d.check_device(false).map(drop))?;
+    with_device(|d| {
+        // As in `progress_until`: a test may be of a one-sided
+        // operation still queued.
+        rma::send_queued(d);
+        d.check_device(false).map(drop)
+    })?;
     collective::engine::advance()
 }
 

@@ -130,6 +130,15 @@ fn large_puts_and_gets() {
     job("large", &[], 2, &TCP, 60);
 }
 
+/// Over TCP the operations between flushes travel in batches; over
+/// shared memory the same program takes the direct path.
+#[test]
+fn operations_between_flushes_travel_in_batches_in_order() {
+    job("batches", &["20"], 2, &TCP, 120);
+    job("batches", &["20"], 3, &TCP, 120);
+    job("batches", &["5"], 2, &[], 60);
+}
+
 #[test]
 fn dynamic_windows_attach_and_detach() {
     for ranks in [1, 3] {

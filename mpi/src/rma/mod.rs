@@ -102,6 +102,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use target::{Memory, Shared};
 
 pub use progress::ASYNC_PROGRESS_ENV;
+pub(crate) use target::send_queued;
 pub use wire::AccumulateOp;
 
 /// Assertion of [`Window::lock`] and friends: no other process holds or
@@ -1069,7 +1070,6 @@ impl<'a> Window<'a> {
             shared: &self.shared,
             context_id: self.context_id,
             rank,
-            world: self.members[rank],
             exclusive,
             locked,
         };
@@ -1397,7 +1397,6 @@ impl<'a> Window<'a> {
                 shared: &self.shared,
                 context_id: self.context_id,
                 rank,
-                world: self.members[rank],
                 exclusive: false,
                 locked: false,
             },
@@ -1406,11 +1405,22 @@ impl<'a> Window<'a> {
     }
 
     fn flush_every_target(&self) -> Result<()> {
-        for rank in 0..self.members.len() {
+        self.flush_targets(0..self.members.len())?;
+        take_errors(&self.shared)
+    }
+
+    /// Flushes `ranks`, every target's queued operations leaving before
+    /// the first wait.
+    fn flush_targets(&self, ranks: impl Iterator<Item = usize> + Clone) -> Result<()> {
+        for rank in ranks.clone() {
+            let (to, path) = self.target_of(rank);
+            path.send_queued(&to)?;
+        }
+        for rank in ranks {
             let (to, path) = self.target_of(rank);
             path.flush(&to)?;
         }
-        take_errors(&self.shared)
+        Ok(())
     }
 
     /// Ends the preceding fence epoch and opens the next
@@ -1508,10 +1518,7 @@ impl<'a> Window<'a> {
                 .access
                 .take()
                 .ok_or_else(|| Error::new(ErrorClass::RmaSync, "complete without a start"))?;
-            for &rank in &ranks {
-                let (to, path) = self.target_of(rank);
-                path.flush(&to)?;
-            }
+            self.flush_targets(ranks.iter().copied())?;
             for &rank in &ranks {
                 let (to, path) = self.target_of(rank);
                 path.notify(&to, wire::Kind::Complete)?;

@@ -7,8 +7,10 @@
 //!
 //! - [`Path::ActiveMessages`], for every transport: each operation is an
 //!   active message (`wire.rs`) that the target's progress engine applies
-//!   (`target.rs`), answered with a reply that completes it here. Locks
-//!   are requests to the target's fair lock queue.
+//!   (`target.rs`), answered with a reply that completes it here. Puts
+//!   accumulates and fetching operations are queued and leave in batches
+//!   (`target::Outbox`), sent by a flush or any wait or test.
+//!   Locks are requests to the target's fair lock queue.
 //! - [`Path::Direct`], for the windows of one host (`MPI_Win_allocate`
 //!   and `MPI_Win_allocate_shared` in shared memory, `MPI_Win_create` by
 //!   cross-memory attach), when every rank mapped every rank's window
@@ -42,7 +44,6 @@ use crate::datatype::Primitive;
 use crate::{progress_until, with_device, Error, Result};
 use oxmpi_adi::device::{Device, RequestId};
 use oxmpi_adi::proto::MAX_ACTIVE_LEN;
-use oxmpi_adi::transport::PeerRank;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -63,8 +64,6 @@ pub(crate) struct Target<'w> {
     pub(crate) context_id: u32,
     /// The target's rank in the window's communicator.
     pub(crate) rank: usize,
-    /// Its world rank.
-    pub(crate) world: PeerRank,
     /// Whether this origin holds the target's exclusive lock (then the
     /// direct path needs no region mutexes).
     pub(crate) exclusive: bool,
@@ -95,7 +94,7 @@ impl Path {
                     m.disp = disp + offset as u64;
                     m.len = chunk as u64;
                     m.data = &data[offset..offset + chunk];
-                    send(d, to, Pending::Done, m)?;
+                    send(d, to, Some(Pending::Done), m, false)?;
                 }
                 Ok(())
             }),
@@ -128,7 +127,7 @@ impl Path {
                     if op != AccumulateOp::NoOp {
                         m.data = &data[offset..offset + chunk];
                     }
-                    send(d, to, Pending::Done, m)?;
+                    send(d, to, Some(Pending::Done), m, false)?;
                 }
                 Ok(())
             }),
@@ -203,7 +202,9 @@ impl Path {
                         request,
                         last: i == last_index,
                     };
-                    if let Err(e) = send(d, to, pending, m) {
+                    // Queued as the others: the wait or test of its
+                    // request sends it (`progress_until`, `progress_once`).
+                    if let Err(e) = send(d, to, Some(pending), m, false) {
                         d.complete_generalized(request, Some(e.clone()));
                         d.take_status(request);
                         return Err(e);
@@ -258,7 +259,7 @@ impl Path {
                 if lock_type == LockType::Exclusive {
                     m.flags = FLAG_EXCLUSIVE;
                 }
-                let token = with_device(|d| send(d, to, Pending::Sync, m))?;
+                let token = with_device(|d| send(d, to, Some(Pending::Sync), m, true))?;
                 wait_reply(to, token)
             }
             // Waits in the kernel if need be: nothing here needs this
@@ -280,7 +281,7 @@ impl Path {
         match self {
             Path::ActiveMessages => {
                 let m = Message::new(Kind::Unlock, 0);
-                let token = with_device(|d| send(d, to, Pending::Sync, m))?;
+                let token = with_device(|d| send(d, to, Some(Pending::Sync), m, true))?;
                 wait_reply(to, token)
             }
             Path::Direct(segment) => {
@@ -299,6 +300,7 @@ impl Path {
     pub(crate) fn flush(&self, to: &Target<'_>) -> Result<()> {
         match self {
             Path::ActiveMessages => {
+                self.send_queued(to)?;
                 progress_until(|_| Ok((to.shared.state().outstanding[to.rank] == 0).then_some(())))
             }
             // Every operation is done when it returns: a fence, if plain
@@ -312,13 +314,26 @@ impl Path {
         }
     }
 
+    /// Sends the operations queued for the target, without waiting for
+    /// their replies: a flush of several targets sends all before it
+    /// waits for any.
+    pub(crate) fn send_queued(&self, to: &Target<'_>) -> Result<()> {
+        match self {
+            Path::ActiveMessages => with_device(|d| {
+                to.shared
+                    .state()
+                    .send(d, (to.shared, to.context_id), to.rank)
+            }),
+            Path::Direct(_) | Path::Rdma(_) => Ok(()),
+        }
+    }
+
     /// Tells the target this rank opened an exposure epoch to it
     /// (`Kind::Post`) or ended its access epoch (`Kind::Complete`).
-    /// A message on both paths: the data moved before it.
+    /// A message on every path (after what was queued for the target):
+    /// the data moved before it.
     pub(crate) fn notify(&self, to: &Target<'_>, kind: Kind) -> Result<()> {
-        with_device(|d| {
-            d.send_active_message(to.world, to.context_id, &Message::new(kind, 0).encode())
-        })
+        with_device(|d| send(d, to, None, Message::new(kind, 0), true)).map(drop)
     }
 }
 
@@ -359,13 +374,20 @@ fn chunks(len: usize) -> impl Iterator<Item = (usize, usize)> {
         .map(move |offset| (offset, CHUNK.min(len - offset)))
 }
 
-/// Sends `m` to the target, noting what its reply completes; its token.
-fn send(d: &mut Device, to: &Target<'_>, pending: Pending, mut m: Message<'_>) -> Result<u64> {
-    let token = to.shared.state().expect(to.rank, pending);
-    m.token = token;
-    if let Err(e) = d.send_active_message(to.world, to.context_id, &m.encode()) {
-        to.shared.state().forget(token);
-        return Err(e);
+/// Queues `m` for the target, noting what its reply completes (`None`:
+/// no reply), and sends the queue at once if `now`; its token.
+fn send(
+    d: &mut Device,
+    to: &Target<'_>,
+    pending: Option<Pending>,
+    m: Message<'_>,
+    now: bool,
+) -> Result<u64> {
+    let window = (to.shared, to.context_id);
+    let mut state = to.shared.state();
+    let token = state.queue(d, window, to.rank, pending, m)?;
+    if now {
+        state.send(d, window, to.rank)?;
     }
     Ok(token)
 }

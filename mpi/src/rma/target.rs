@@ -10,6 +10,16 @@
 //! the local memory (accumulates with the reduction kernels of
 //! [`crate::collective::op`]) and answers them.
 //!
+//! Messages travel in batches: an origin queues its puts and accumulates
+//! to a target in an [`Outbox`] and sends them as one active message
+//! when the batch reaches [`BATCH`] bytes, with a lock request, at a
+//! flush (and so at unlock, fence and complete), or when this rank waits
+//! or tests in any call ([`send_queued`]): fetching operations too, whose
+//! requests are waited for or tested. The
+//! handler applies a batch's messages in order and answers them all in
+//! one message: so a stream of small puts costs a few socket writes, not
+//! one each way per put.
+//!
 //! Lock order: the device, then the registry, then a window's state.
 //! Nothing takes the device while it holds either of the others.
 
@@ -20,7 +30,19 @@ use crate::{Error, ErrorClass, Result};
 use oxmpi_adi::device::{ActiveMessage, ActiveMessageHandler, Device, RequestId};
 use oxmpi_adi::transport::PeerRank;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+/// The bytes of queued messages at which an outbox is sent without
+/// waiting for a synchronization: far below the active-message limit
+/// (the last message may add a piece of `path::CHUNK` bytes), and large
+/// enough that a window of small puts is one write.
+pub(crate) const BATCH: usize = 64 * 1024;
+
+/// How many outboxes of this process hold queued messages (changed with
+/// the device locked, or when a window's state is dropped), so that a
+/// blocking call's loop looks at no window unless there is something to
+/// send.
+static QUEUED: AtomicUsize = AtomicUsize::new(0);
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The windows of this process, by context id.
@@ -103,6 +125,15 @@ pub(crate) enum Pending {
     Sync,
 }
 
+/// The messages an origin queued for one target and has not sent yet,
+/// and their tokens (forgotten if the send fails). Touched only with the
+/// device locked, so that the messages leave in the order queued.
+#[derive(Default)]
+pub(crate) struct Outbox {
+    bytes: Vec<u8>,
+    tokens: Vec<u64>,
+}
+
 /// The passive-target lock of a window at its target: fair, first come
 /// first served, so that a stream of shared locks cannot starve an
 /// exclusive one (seed: passive RMA).
@@ -160,6 +191,8 @@ impl LockQueue {
 pub(crate) struct Shared {
     /// This rank's rank in the window's communicator, by world rank.
     ranks: HashMap<PeerRank, usize>,
+    /// The world rank of each communicator rank.
+    members: Vec<PeerRank>,
     state: Mutex<State>,
     /// Whether `State::errors` may hold something: set (under the state's
     /// lock) when an error is recorded, so that the completion calls of
@@ -179,6 +212,8 @@ unsafe impl Sync for Shared {}
 pub(crate) struct State {
     pub(crate) memory: Memory,
     lock: LockQueue,
+    /// Messages queued for each target (communicator rank), not yet sent.
+    outbox: Vec<Outbox>,
     /// The origin's operations awaiting replies, by token.
     pending: HashMap<u64, (usize, Pending)>,
     /// Replies awaited, per target (communicator rank).
@@ -200,9 +235,11 @@ impl Shared {
         let n = members.len();
         Shared {
             ranks: members.iter().enumerate().map(|(i, &w)| (w, i)).collect(),
+            members: members.to_vec(),
             state: Mutex::new(State {
                 memory,
                 lock: LockQueue::default(),
+                outbox: (0..n).map(|_| Outbox::default()).collect(),
                 pending: HashMap::new(),
                 outstanding: vec![0; n],
                 next_token: 1,
@@ -220,6 +257,14 @@ impl Shared {
     }
 }
 
+impl Drop for State {
+    /// The messages of a window dropped without `free` are never sent.
+    fn drop(&mut self) {
+        let queued = self.outbox.iter().filter(|o| !o.bytes.is_empty()).count();
+        QUEUED.fetch_sub(queued, Ordering::Relaxed);
+    }
+}
+
 impl State {
     /// Notes an operation to `target` awaiting its reply; its token.
     pub(crate) fn expect(&mut self, target: usize, pending: Pending) -> u64 {
@@ -230,10 +275,77 @@ impl State {
         token
     }
 
-    /// Forgets an operation whose message could not be sent.
-    pub(crate) fn forget(&mut self, token: u64) {
-        if let Some((target, _)) = self.pending.remove(&token) {
-            self.outstanding[target] -= 1;
+    /// Queues `m` for `target`, awaiting a reply that completes
+    /// `pending` (`None`: a message without reply); its token. The
+    /// caller holds the device, and sends the outbox ([`State::send`])
+    /// when it must leave now; it leaves by itself once [`BATCH`] bytes
+    /// are queued.
+    pub(crate) fn queue(
+        &mut self,
+        device: &mut Device,
+        window: (&Shared, u32),
+        target: usize,
+        pending: Option<Pending>,
+        mut m: Message<'_>,
+    ) -> Result<u64> {
+        if let Some(pending) = pending {
+            m.token = self.expect(target, pending);
+        }
+        let outbox = &mut self.outbox[target];
+        if outbox.bytes.is_empty() {
+            QUEUED.fetch_add(1, Ordering::Relaxed);
+        }
+        m.append_to(&mut outbox.bytes);
+        if m.token != 0 {
+            outbox.tokens.push(m.token);
+        }
+        if outbox.bytes.len() >= BATCH {
+            self.send(device, window, target)?;
+        }
+        Ok(m.token)
+    }
+
+    /// Sends the messages queued for `target` in one active message of
+    /// `window` (its state and context id). If that fails they are
+    /// forgotten (no reply will come) and the error is returned.
+    pub(crate) fn send(
+        &mut self,
+        device: &mut Device,
+        (shared, context_id): (&Shared, u32),
+        target: usize,
+    ) -> Result<()> {
+        let outbox = &mut self.outbox[target];
+        if outbox.bytes.is_empty() {
+            return Ok(());
+        }
+        let sent = device.send_active_message(shared.members[target], context_id, &outbox.bytes);
+        outbox.bytes.clear();
+        QUEUED.fetch_sub(1, Ordering::Relaxed);
+        let mut tokens = std::mem::take(&mut outbox.tokens);
+        if let Err(e) = &sent {
+            for &token in &tokens {
+                if let Some((target, pending)) = self.pending.remove(&token) {
+                    self.outstanding[target] -= 1;
+                    if let Pending::Fetch { request, .. } = pending {
+                        self.release(request);
+                        device.complete_generalized(request, Some(e.clone()));
+                    }
+                }
+            }
+        }
+        tokens.clear();
+        self.outbox[target].tokens = tokens;
+        sent
+    }
+
+    /// Lets go of the result buffer of `request`, which fails now: the
+    /// buffer is the program's again, so the replies to the request's
+    /// other parts are only counted, never placed.
+    fn release(&mut self, request: RequestId) {
+        for (_, other) in self.pending.values_mut() {
+            if matches!(other, Pending::Fetch { request: r, .. } if *r == request) {
+                *other = Pending::Done;
+            }
         }
     }
 
@@ -243,18 +355,72 @@ impl State {
     }
 }
 
+/// Sends every window's queued messages (a call is about to wait or
+/// test: what this rank queued must not wait with it). A send that fails
+/// is recorded as the window's error, reported by its next completion
+/// call, as a refusal would be.
+pub(crate) fn send_queued(device: &mut Device) {
+    if QUEUED.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    for (&context_id, shared) in lock(&WINDOWS).iter().flatten() {
+        let mut state = shared.state();
+        for target in 0..state.outbox.len() {
+            if let Err(e) = state.send(device, (shared, context_id), target) {
+                state.errors.push(e);
+                shared.errors_recorded.store(true, Ordering::Release);
+            }
+        }
+    }
+}
+
 /// The device's handler of active messages: see the module docs. It
 /// keeps its buffers for the next message: an operation's old data, and
-/// a reply's wire form.
+/// the replies' wire form.
 #[derive(Default)]
 pub(crate) struct Handler {
     old: Vec<u8>,
-    encoded: Vec<u8>,
+    replies: Vec<u8>,
 }
 
 impl ActiveMessageHandler for Handler {
+    /// Applies a batch's messages in order and sends their replies in one
+    /// message (before any lock grant, which may go to their origin), or
+    /// in several of about [`BATCH`] bytes when they carry much data
+    /// (a batch of gets).
     fn handle(&mut self, device: &mut Device, message: &ActiveMessage) -> Result<()> {
-        let Handler { old, encoded } = self;
+        self.replies.clear();
+        let mut rest = &message.payload[..];
+        while !rest.is_empty() {
+            let (m, after) = Message::split(rest)?;
+            rest = after;
+            self.handle_one(device, message, m)?;
+            if self.replies.len() >= BATCH {
+                self.send_replies(device, message)?;
+            }
+        }
+        self.send_replies(device, message)
+    }
+}
+
+impl Handler {
+    fn send_replies(&mut self, device: &mut Device, to: &ActiveMessage) -> Result<()> {
+        if self.replies.is_empty() {
+            return Ok(());
+        }
+        let sent = device.send_active_message(to.peer, to.context_id, &self.replies);
+        self.replies.clear();
+        sent
+    }
+
+    /// Applies one message of a batch from `message.peer`, queueing its
+    /// reply.
+    fn handle_one(
+        &mut self,
+        device: &mut Device,
+        message: &ActiveMessage,
+        m: Message<'_>,
+    ) -> Result<()> {
         let shared = lock(&WINDOWS)
             .as_ref()
             .and_then(|m| m.get(&message.context_id).cloned())
@@ -276,32 +442,27 @@ impl ActiveMessageHandler for Handler {
                 ),
             )
         })?;
-        let m = Message::decode(&message.payload)?;
         let mut state = shared.state();
-        let mut reply = |device: &mut Device, answer: Message<'_>| {
-            answer.encode_into(encoded);
-            device.send_active_message(message.peer, message.context_id, encoded)
-        };
         match m.kind {
             Kind::Put | Kind::Get | Kind::Accumulate | Kind::CompareAndSwap => {
-                let answer = match apply(&mut state.memory, &m, old) {
+                let old = &mut self.old;
+                match apply(&mut state.memory, &m, old) {
                     Ok(()) => {
                         let mut answer = Message::new(Kind::Reply, m.token);
                         answer.len = old.len() as u64;
                         answer.data = old;
-                        reply(device, answer)
+                        answer.append_to(&mut self.replies);
                     }
                     Err(e) => {
-                        let text = e.message().to_owned();
+                        let text = e.message();
                         let mut answer = Message::new(Kind::Refused, m.token);
                         answer.class = e.class().code() as u8;
                         answer.len = text.len() as u64;
                         answer.data = text.as_bytes();
-                        reply(device, answer)
+                        answer.append_to(&mut self.replies);
                     }
-                };
-                drop(state);
-                answer
+                }
+                Ok(())
             }
             Kind::Reply | Kind::Refused => {
                 let (target, pending) = state.pending.remove(&m.token).ok_or_else(|| {
@@ -346,15 +507,7 @@ impl ActiveMessageHandler for Handler {
                         last,
                     } => {
                         if let Some(e) = refused {
-                            // The request fails now, and its buffer is the
-                            // program's again: the replies to its other
-                            // parts are only counted, never placed.
-                            for (_, other) in state.pending.values_mut() {
-                                if matches!(other, Pending::Fetch { request: r, .. } if *r == request)
-                                {
-                                    *other = Pending::Done;
-                                }
-                            }
+                            state.release(request);
                             drop(state);
                             device.complete_generalized(request, Some(e));
                             return Ok(());
@@ -388,13 +541,15 @@ impl ActiveMessageHandler for Handler {
                     .push_back((message.peer, m.token, exclusive));
                 let granted = state.lock.grant();
                 drop(state);
+                self.send_replies(device, message)?;
                 grant(device, message.context_id, granted)
             }
             Kind::Unlock => {
                 state.lock.release()?;
                 let granted = state.lock.grant();
                 drop(state);
-                reply(device, Message::new(Kind::Reply, m.token))?;
+                Message::new(Kind::Reply, m.token).append_to(&mut self.replies);
+                self.send_replies(device, message)?;
                 grant(device, message.context_id, granted)
             }
             Kind::Post => {

@@ -193,6 +193,12 @@ impl<'p> Message<'p> {
     /// The wire form, in `out` (cleared first: a buffer kept for reuse).
     pub(crate) fn encode_into(&self, out: &mut Vec<u8>) {
         out.clear();
+        self.append_to(out);
+    }
+
+    /// The wire form, after what `out` holds: one more message of a
+    /// batch.
+    pub(crate) fn append_to(&self, out: &mut Vec<u8>) {
         out.push(self.kind as u8);
         out.push(self.flags);
         out.push(
@@ -210,6 +216,43 @@ impl<'p> Message<'p> {
         out.extend_from_slice(&self.disp.to_le_bytes());
         out.extend_from_slice(&self.len.to_le_bytes());
         out.extend_from_slice(self.data);
+    }
+
+    /// Splits the first message off a batch (messages one after another in
+    /// one payload) and decodes it; the messages after it. Its length is
+    /// its header's: kind, operation and `len` say how much data follows.
+    /// Never panics, whatever the bytes.
+    pub(crate) fn split(batch: &'p [u8]) -> Result<(Message<'p>, &'p [u8])> {
+        let head = batch
+            .get(..HEADER)
+            .ok_or_else(|| bad(format!("{} bytes, less than a header", batch.len())))?;
+        let mut len = [0u8; 8];
+        len.copy_from_slice(&head[24..32]);
+        let len = u64::from_le_bytes(len);
+        // A kind or code that does not decode carries nothing here, and
+        // `decode` refuses it below.
+        let data = match Kind::from_u8(head[0]) {
+            Some(Kind::Put | Kind::Reply | Kind::Refused) => Some(len),
+            Some(Kind::Accumulate)
+                if AccumulateOp::from_code(head[3]) != Some(AccumulateOp::NoOp) =>
+            {
+                Some(len)
+            }
+            Some(Kind::CompareAndSwap) => len.checked_mul(2),
+            _ => Some(0),
+        };
+        let end = data
+            .and_then(|d| usize::try_from(d).ok())
+            .and_then(|d| d.checked_add(HEADER))
+            .filter(|&end| end <= batch.len())
+            .ok_or_else(|| {
+                bad(format!(
+                    "a message of {len} bytes in a batch of {} bytes",
+                    batch.len()
+                ))
+            })?;
+        let (one, rest) = batch.split_at(end);
+        Ok((Message::decode(one)?, rest))
     }
 
     /// Decodes and checks a message. Never panics, whatever the bytes.
@@ -362,6 +405,52 @@ mod tests {
         let mut extra = bytes.clone();
         extra.push(0);
         assert!(Message::decode(&extra).is_err());
+    }
+
+    #[test]
+    fn a_batch_splits_into_its_messages_and_a_cut_one_is_an_error() {
+        let mut batch = sample();
+        let mut get = Message::new(Kind::Get, 43);
+        get.len = 1 << 20;
+        get.append_to(&mut batch);
+        let mut no_op = Message::new(Kind::Accumulate, 44);
+        no_op.element = Some(Primitive::U64);
+        no_op.op = Some(AccumulateOp::NoOp);
+        no_op.flags = FLAG_FETCH;
+        no_op.len = 8;
+        no_op.append_to(&mut batch);
+        let swap = [1u8; 16];
+        let mut cas = Message::new(Kind::CompareAndSwap, 45);
+        cas.element = Some(Primitive::U64);
+        cas.len = 8;
+        cas.data = &swap;
+        cas.append_to(&mut batch);
+        let mut rest = &batch[..];
+        let mut tokens = Vec::new();
+        while !rest.is_empty() {
+            let (m, after) = Message::split(rest).unwrap();
+            tokens.push(m.token);
+            rest = after;
+        }
+        assert_eq!(tokens, [42, 43, 44, 45]);
+        for n in 1..batch.len() {
+            let mut rest = &batch[..n];
+            let mut failed = false;
+            while !rest.is_empty() && !failed {
+                match Message::split(rest) {
+                    Ok((_, after)) => rest = after,
+                    Err(_) => failed = true,
+                }
+            }
+            // A cut batch is refused, unless it was cut between messages.
+            assert!(failed || [40, 72, 104].contains(&n), "{n} bytes accepted");
+        }
+        // A length too large for the batch, or for the machine, is an error.
+        let mut huge = sample();
+        huge[24..32].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(Message::split(&huge).is_err());
+        huge[0] = Kind::CompareAndSwap as u8;
+        assert!(Message::split(&huge).is_err());
     }
 
     #[test]

@@ -19,7 +19,13 @@
 //! exclusive lock, alternating with accumulates of 4-byte integers and
 //! fetch-and-op of doubles under its shared lock: exact totals), `large`
 //! (puts and gets of 300,000 bytes, at an odd displacement, to the next
-//! rank), `dynamic` (attach, access, detach), `attributes`
+//! rank), `batches` (N rounds of hundreds of small puts and accumulates
+//! whose result depends on their order, and puts beyond one batch,
+//! between flushes, read back by `rget`s that are only tested; a put the
+//! target refuses amid others, reported at
+//! the flush while the others land; a put left queued while its origin
+//! waits for a message the target sends only once it sees the put),
+//! `dynamic` (attach, access, detach), `attributes`
 //! (attributes, hints, names, sizes that differ between ranks), `errors`
 //! (the error classes of bad calls, after which the window still works)
 //! and `passive` (rank 0 computes outside MPI while the others lock, put
@@ -76,6 +82,7 @@ fn main() -> ExitCode {
                 "spinlock" => spinlock(&world, n),
                 "exclusion" => exclusion(&world, n),
                 "large" => large(&world),
+                "batches" => batches(&world, n),
                 "dynamic" => dynamic(&world),
                 "attributes" => attributes(&world),
                 "errors" => errors(&world),
@@ -629,6 +636,125 @@ fn large(world: &Communicator) -> Result<()> {
         "the previous rank's bytes differ".to_owned()
     })?;
     window.free()
+}
+
+/// What `batches` puts at word `i` of the next rank's window in round
+/// `round`.
+fn batch_value(rank: usize, round: usize, i: usize) -> u64 {
+    ((rank as u64) << 40) | ((round as u64) << 20) | i as u64
+}
+
+/// The operations an origin issues between synchronizations, which
+/// active messages send in batches: see the module docs. Two ranks or
+/// more.
+fn batches(world: &Communicator, rounds: usize) -> Result<()> {
+    /// Words that small operations reach; a large put covers the rest.
+    const SMALL: usize = 1024;
+    /// Words of the window: the large put (beyond one batch's 64 KiB)
+    /// follows the small ones.
+    const WORDS: usize = SMALL + 20_000;
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    ensure(size >= 2, || "batches needs two ranks or more".to_owned())?;
+    let next = (rank + 1) % size;
+    let previous = (rank + size - 1) % size;
+    let t = next as i32;
+    let window = Window::allocate(world, 8 * WORDS, 8, &Info::new())?;
+    for round in 0..rounds {
+        window.lock(LockType::Shared, t, 0)?;
+        // Each word is put, then 1 is added to it: applied in another
+        // order, the sum would be lost.
+        for i in 0..SMALL {
+            window.put(&[batch_value(rank, round, i)][..], t, i)?;
+            window.accumulate(&[1u64][..], t, i, SystemOperation::sum())?;
+        }
+        let large: Vec<u64> = (SMALL..WORDS)
+            .map(|i| batch_value(rank, round, i))
+            .collect();
+        window.put(&large[..], t, SMALL)?;
+        window.flush(t)?;
+        // Read back by 64 gets whose requests are only tested, never
+        // waited for (a test sends what is queued); their replies, 160 KiB,
+        // come in several messages.
+        let mut back = vec![0u64; WORDS];
+        let step = WORDS.div_ceil(64);
+        oxmpi::request::scope(|scope| -> Result<()> {
+            let mut requests = Vec::new();
+            for (k, part) in back.chunks_mut(step).enumerate() {
+                requests.push(window.rget(scope, part, t, k * step)?);
+            }
+            let since = Instant::now();
+            while let Some(request) = requests.pop() {
+                match request.test() {
+                    Ok(status) => drop(status?),
+                    Err(request) => {
+                        requests.push(request);
+                        ensure(since.elapsed() < Duration::from_secs(20), || {
+                            "after 20 s of tests the gets had not completed".to_owned()
+                        })?;
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        window.unlock(t)?;
+        let want: Vec<u64> = (0..WORDS)
+            .map(|i| batch_value(rank, round, i) + u64::from(i < SMALL))
+            .collect();
+        same(&back, &want, &format!("round {round}, read back"))?;
+    }
+    // A put left queued while its origin waits: rank 0 puts a flag into
+    // rank 1's window and waits for rank 1's message, which rank 1 sends
+    // once its window holds the flag.
+    const FLAG: u64 = 0xF1A6;
+    world.barrier()?;
+    if rank == 0 {
+        window.lock(LockType::Shared, 1, 0)?;
+        window.put(&[FLAG][..], 1, 0)?;
+        let (seen, _) = world.process_at_rank(1).receive::<u64>()?;
+        window.unlock(1)?;
+        same(&[seen], &[FLAG], "the flag rank 1 saw")?;
+    } else if rank == 1 {
+        let since = Instant::now();
+        let mut word = [0u64];
+        while word[0] != FLAG {
+            // Polls, so that the put is applied once it arrives.
+            world.any_process().immediate_probe()?;
+            window.read_local(0, &mut word)?;
+            ensure(since.elapsed() < Duration::from_secs(20), || {
+                "after 20 s rank 0's put had not arrived".to_owned()
+            })?;
+        }
+        world.process_at_rank(0).send(&word[0])?;
+    }
+    world.barrier()?;
+    window.free()?;
+    // A put the target refuses amid others (past the one region of a
+    // dynamic window, which only the target checks): reported at the
+    // flush, the others applied.
+    let mut region = vec![0u64; 4];
+    let window = Window::create_dynamic(world, &Info::new())?;
+    let at = window.attach(&mut region[..])?;
+    let mut addresses = vec![0u64; size];
+    world.all_gather_into(&(at as u64), &mut addresses[..])?;
+    let there = addresses[next] as usize;
+    window.lock(LockType::Shared, t, 0)?;
+    window.put(&[7u64][..], t, there)?;
+    window.put(&[8u64][..], t, there + 32)?;
+    window.put(&[9u64][..], t, there + 24)?;
+    expect_class(
+        window.flush(t),
+        ErrorClass::RmaRange,
+        "a refused put amid others, at the flush",
+    )?;
+    window.unlock(t)?;
+    world.barrier()?;
+    window.detach(at)?;
+    window.free()?;
+    same(
+        &region,
+        &[7, 0, 0, 9],
+        &format!("rank {previous}'s puts around the refused one"),
+    )
 }
 
 /// A dynamic window: each rank attaches two buffers, publishes their
