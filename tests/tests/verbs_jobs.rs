@@ -4,7 +4,8 @@
 //! collectives suite, with 2 to 4 ranks and messages past the eager
 //! limit; long messages by RDMA READ with the registration cache, and a
 //! refused read; the RMA suite on the RDMA path (up to 8 ranks); a flood
-//! of unexpected messages into one rank; the
+//! of unexpected messages into one rank; connections made only between
+//! the ranks that talk, in jobs of 4 and 66 ranks; the
 //! default selection on this machine, which has no RDMA device, not
 //! choosing verbs; and verbs named without a provider, or a provider that
 //! does not exist, failing the job with a clear error.
@@ -143,6 +144,52 @@ fn completion_and_modes_over_verbs() {
     }
     for check in ["buffered", "persistent", "persistent-ring", "elements"] {
         job("p2p_modes", check, 3, 120);
+    }
+}
+
+/// Queue pairs are connected on first use: in jobs where only ranks 0
+/// and 1 talk, `OXMPI_VERBOSE=1` names exactly two queue pairs connected,
+/// rank 0's to rank 1 and rank 1's to rank 0. One of the jobs has 66
+/// ranks, more than a card listing a queue pair per rank served (64).
+#[test]
+fn only_the_ranks_that_talk_connect_and_jobs_past_64_ranks_start() {
+    for ranks in [4, 66] {
+        let mut c = bins().check("p2p_suite", "ordered", ranks, &VERBS);
+        c.env("OXMPI_VERBOSE", "1");
+        let out = run(c, Duration::from_secs(120));
+        out.assert_success();
+        // "rank R: verbs queue pair 0x.. connected to rank P's 0x..".
+        let mut connected: Vec<(String, String)> = out
+            .stderr
+            .lines()
+            .filter(|l| l.contains(": verbs queue pair ") && l.contains(" connected to rank "))
+            .map(|l| {
+                let rank = l.split("rank ").nth(1).and_then(|r| r.split(':').next());
+                let peer = l
+                    .rsplit("to rank ")
+                    .next()
+                    .and_then(|r| r.split('\'').next());
+                (
+                    rank.unwrap_or("?").to_owned(),
+                    peer.unwrap_or("?").to_owned(),
+                )
+            })
+            .collect();
+        connected.sort();
+        assert_eq!(
+            connected,
+            [
+                ("0".to_owned(), "1".to_owned()),
+                ("1".to_owned(), "0".to_owned())
+            ],
+            "{ranks} ranks: connections other than 0 <-> 1:\n{}",
+            out.stderr
+        );
+        assert!(
+            shm_leftovers().is_empty(),
+            "shared segments left: {:?}",
+            shm_leftovers()
+        );
     }
 }
 

@@ -132,7 +132,7 @@ fn run(pmi: &mut Pmi) -> Result<()> {
     let peer = 1 - rank;
     let nic = SoftNic::open()?;
     let pd = nic.alloc_pd()?;
-    let cq = nic.create_cq(64)?;
+    let cq = nic.create_cq(64, None)?;
     let qp = nic.create_qp(
         &pd,
         &QpInit {

@@ -798,6 +798,8 @@ pub trait Nic: Send + Sync {
     type Ah: Send + Sync;
     /// An unreliable-datagram queue pair.
     type Ud: UdQueuePair<Ah = Self::Ah>;
+    /// A completion channel.
+    type Channel: CompletionChannel;
 
     /// The device's name (e.g. `mlx5_0`, or `soft`).
     fn name(&self) -> &str;
@@ -826,8 +828,11 @@ pub trait Nic: Send + Sync {
         len: usize,
         access: AccessFlags,
     ) -> Result<Self::Mr>;
-    /// Creates a completion queue for about `capacity` completions.
-    fn create_cq(&self, capacity: u32) -> Result<Self::Cq>;
+    /// Creates a completion channel (`ibv_create_comp_channel`).
+    fn create_comp_channel(&self) -> Result<Self::Channel>;
+    /// Creates a completion queue for about `capacity` completions, whose
+    /// events (when armed) go to `channel`.
+    fn create_cq(&self, capacity: u32, channel: Option<&Self::Channel>) -> Result<Self::Cq>;
     /// Creates a shared receive queue of `max_wr` receives.
     fn create_srq(&self, pd: &Self::Pd, max_wr: u32) -> Result<Self::Srq>;
     /// Creates an RC queue pair in the RESET state.
@@ -860,6 +865,24 @@ pub trait CompletionQueue: Send + Sync {
     /// Moves up to `max` completions, oldest first, to the end of `out`;
     /// returns how many (`ibv_poll_cq`). Never blocks.
     fn poll(&self, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize>;
+    /// Arms the queue (`ibv_req_notify_cq`, all completions): the next
+    /// completion added to it raises one event on its channel. Those
+    /// already in it raise none, so a caller about to sleep arms, then
+    /// polls once more. An error for a queue made without a channel.
+    fn req_notify(&self) -> Result<()>;
+}
+
+/// A completion channel (`struct ibv_comp_channel`): a file descriptor
+/// that becomes readable when an armed completion queue made on it gets a
+/// completion, so that a thread with nothing to do can sleep in the
+/// kernel (`poll(2)`) instead of spinning.
+pub trait CompletionChannel: Send + Sync {
+    /// The descriptor to wait on for readability.
+    fn fd(&self) -> std::os::fd::RawFd;
+    /// Takes and acknowledges the events that made it readable
+    /// (`ibv_get_cq_event`, `ibv_ack_cq_events`), without blocking;
+    /// returns how many there were.
+    fn drain(&self) -> Result<u32>;
 }
 
 /// A shared receive queue (`struct ibv_srq`).

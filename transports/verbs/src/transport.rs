@@ -124,10 +124,10 @@
 
 use crate::connect::{self, Kind, Message, MESSAGE_LEN};
 use crate::provider::{
-    connect_rc, AccessFlags, AhAttr, CompletionQueue, ConnectParams, Gid, MemoryRegion, Nic,
-    PostError, QpAddress, QpCaps, QpInit, QpState, QueuePair, RecvWr, RemoteAddr, SendOp, SendWr,
-    Sge, SharedReceiveQueue, UdAttr, UdQueuePair, UdSendWr, WcOpcode, WcStatus, WorkCompletion,
-    GRH_LEN, UD_MAX_PAYLOAD,
+    connect_rc, AccessFlags, AhAttr, CompletionChannel, CompletionQueue, ConnectParams, Gid,
+    MemoryRegion, Nic, PostError, QpAddress, QpCaps, QpInit, QpState, QueuePair, RecvWr,
+    RemoteAddr, SendOp, SendWr, Sge, SharedReceiveQueue, UdAttr, UdQueuePair, UdSendWr, WcOpcode,
+    WcStatus, WorkCompletion, GRH_LEN, UD_MAX_PAYLOAD,
 };
 use crate::regcache::{CacheStats, RegCache};
 use crate::ProviderKind;
@@ -516,6 +516,11 @@ pub struct VerbsTransport<N: Nic> {
     by_qpn: HashMap<u32, PeerRank>,
     srq: N::Srq,
     cq: N::Cq,
+    /// The completion queue's channel, on which a blocked wait sleeps
+    /// (declared after it: destroyed after it).
+    channel: N::Channel,
+    /// Completions taken while arming the channel, for the next poll.
+    stash: Vec<WorkCompletion>,
     /// The job's secret, which authenticates connection messages.
     secret: [u8; 32],
     size: usize,
@@ -724,6 +729,7 @@ impl<N: Nic> VerbsTransport<N> {
         let pd = nic.alloc_pd()?;
         // Room for every completion that can be outstanding: receives,
         // sends, one-sided operations, rendezvous reads and datagrams.
+        let channel = nic.create_comp_channel()?;
         let cq = nic.create_cq(
             (recv_count
                 + SEND_SLOTS
@@ -731,6 +737,7 @@ impl<N: Nic> VerbsTransport<N> {
                 + peers_n * READ_DEPTH as usize
                 + UD_RECVS
                 + UD_SENDS) as u32,
+            Some(&channel),
         )?;
         // Room for the buffers of every peer, posted as peers connect.
         let srq = nic.create_srq(&pd, recv_count as u32)?;
@@ -825,6 +832,8 @@ impl<N: Nic> VerbsTransport<N> {
             by_qpn: HashMap::new(),
             srq,
             cq,
+            channel,
+            stash: Vec::new(),
             secret: job.secret,
             size: job.size,
             qkey,
@@ -1654,9 +1663,13 @@ impl<N: Nic> VerbsTransport<N> {
     /// send would wait for ever for the peer's report of the read.
     fn check_offers(&mut self) {
         self.polls += 1;
-        if !self.polls.is_multiple_of(OFFER_CHECK_POLLS) {
-            return;
+        if self.polls.is_multiple_of(OFFER_CHECK_POLLS) {
+            self.fail_broken_offers();
         }
+    }
+
+    /// The check of [`VerbsTransport::check_offers`], now.
+    fn fail_broken_offers(&mut self) {
         let broken: Vec<PeerRank> = (0..self.peers.len())
             .filter(|&peer| {
                 matches!(&self.peers[peer], Some(p) if p.failed.is_none()
@@ -1761,6 +1774,12 @@ impl<N: Nic> Transport for VerbsTransport<N> {
         for p in self.peers.iter_mut().flatten() {
             p.heard = false;
         }
+        if !self.stash.is_empty() {
+            for wc in std::mem::take(&mut self.stash) {
+                self.complete(wc, sink);
+            }
+            progressed = true;
+        }
         loop {
             let mut wcs = std::mem::take(&mut self.wcs);
             wcs.clear();
@@ -1810,12 +1829,29 @@ impl<N: Nic> Transport for VerbsTransport<N> {
         Ok(progressed)
     }
 
+    /// Arms the completion queue: its channel's descriptor becomes
+    /// readable at the next completion (a frame or datagram arrived, a
+    /// send, read or one-sided operation ended). Completions that came
+    /// before the arming raise no event: they are taken now, for the next
+    /// poll, and this sleep only yields.
     fn arm_wakeup(&mut self) -> Result<Option<RawFd>> {
-        // Completions are polled: the provider interface has no completion
-        // channel yet.
-        Ok(None)
+        // Events of earlier sleeps: the descriptor is readable only for
+        // completions after this arming.
+        self.channel.drain()?;
+        self.cq.req_notify()?;
+        self.cq.poll(POLL_BATCH, &mut self.stash)?;
+        // A refused read of an offered buffer completes nothing on this
+        // side: look for it at each sleep, as every few polls.
+        self.fail_broken_offers();
+        let must_poll = !self.stash.is_empty()
+            || !self.failures.is_empty()
+            || !self.completed.is_empty()
+            || !self.read_outcomes.is_empty();
+        Ok((!must_poll).then(|| self.channel.fd()))
     }
 
+    /// Nothing to undo: a completion queue stays armed until its next
+    /// completion, whose event the next arming takes.
     fn disarm_wakeup(&mut self) -> Result<()> {
         Ok(())
     }
@@ -2712,5 +2748,53 @@ mod tests {
         assert!(wait > RETRY_FIRST, "{wait:?}");
         assert_eq!(ts[1].as_ref().unwrap().by_qpn.len(), 2);
         assert!(sinks.iter().all(|s| s.failed.is_empty()));
+    }
+
+    /// Whether `fd` becomes readable within `ms` milliseconds.
+    fn readable(fd: RawFd, ms: i32) -> bool {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, for the duration of the call.
+        let n = unsafe { libc::poll(&mut p, 1, ms) };
+        n == 1 && p.revents & libc::POLLIN != 0
+    }
+
+    #[test]
+    fn a_blocked_wait_sleeps_on_the_completion_channel_until_a_frame_comes() {
+        let mut ts = three();
+        let mut sinks: Vec<Sink> = (0..3).map(|_| Sink::default()).collect();
+        connect_all(&mut ts, &mut sinks);
+        // Quiet: what the connections left is taken first.
+        let fd = loop {
+            for (t, sink) in ts.iter_mut().zip(sinks.iter_mut()) {
+                poll_until_quiet(t.as_mut().unwrap(), sink);
+            }
+            let t1 = ts[1].as_mut().unwrap();
+            if let Some(fd) = t1.arm_wakeup().unwrap() {
+                break fd;
+            }
+            // Something completed before the arming: poll, then sleep.
+            t1.poll(&mut sinks[1]).unwrap();
+        };
+        assert!(!readable(fd, 50), "woken with nothing to do");
+        ts[0]
+            .as_mut()
+            .unwrap()
+            .send(1, &eager(8, 100), &bytes(8, 100))
+            .unwrap();
+        assert!(readable(fd, 10_000), "a frame did not wake the sleeper");
+        ts[1].as_mut().unwrap().disarm_wakeup().unwrap();
+        poll_until(&mut ts, &mut sinks, |s| {
+            s[1].slots.iter().any(|x| x.1 == 8 && x.3)
+        });
+        // Arming again takes the old event: not readable until the next.
+        let t1 = ts[1].as_mut().unwrap();
+        poll_until_quiet(t1, &mut sinks[1]);
+        if let Some(fd) = t1.arm_wakeup().unwrap() {
+            assert!(!readable(fd, 0));
+        }
     }
 }

@@ -40,8 +40,8 @@ const CAPS: QpCaps = QpCaps {
 fn end(with_srq: bool) -> End {
     let nic = SoftNic::open().expect("soft NIC");
     let pd = nic.alloc_pd().unwrap();
-    let scq = nic.create_cq(256).unwrap();
-    let rcq = nic.create_cq(256).unwrap();
+    let scq = nic.create_cq(256, None).unwrap();
+    let rcq = nic.create_cq(256, None).unwrap();
     let srq = with_srq.then(|| nic.create_srq(&pd, 256).unwrap());
     let qp = nic
         .create_qp(

@@ -18,19 +18,22 @@ use super::{
     Discovery, QpAttrPlan, Selection,
 };
 use crate::provider::{
-    check_transition, AccessFlags, AhAttr, CompletionQueue, InitAttr, MemoryRegion, Nic, PortInfo,
-    PostError, QpAddress, QpInit, QpState, QueuePair, RecvWr, RtrAttr, RtsAttr, SendOp, SendWr,
-    Sge, SharedReceiveQueue, UdAttr, UdQueuePair, UdSendWr, WcOpcode, WcStatus, WorkCompletion,
+    check_transition, AccessFlags, AhAttr, CompletionChannel, CompletionQueue, InitAttr,
+    MemoryRegion, Nic, PortInfo, PostError, QpAddress, QpInit, QpState, QueuePair, RecvWr, RtrAttr,
+    RtsAttr, SendOp, SendWr, Sge, SharedReceiveQueue, UdAttr, UdQueuePair, UdSendWr, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 use oxmpi_adi::{Error, ErrorClass, Result};
 use rdma_sys::{
-    ibv_ah, ibv_ah_attr, ibv_alloc_pd, ibv_close_device, ibv_context, ibv_cq, ibv_create_ah,
-    ibv_create_cq, ibv_create_qp, ibv_create_srq, ibv_dealloc_pd, ibv_dereg_mr, ibv_destroy_ah,
-    ibv_destroy_cq, ibv_destroy_qp, ibv_destroy_srq, ibv_free_device_list, ibv_get_device_list,
-    ibv_get_device_name, ibv_modify_qp, ibv_mr, ibv_open_device, ibv_pd, ibv_poll_cq,
-    ibv_post_recv, ibv_post_send, ibv_post_srq_recv, ibv_qp, ibv_qp_attr, ibv_qp_init_attr,
-    ibv_qp_state, ibv_qp_type, ibv_query_qp, ibv_recv_wr, ibv_reg_mr, ibv_send_wr, ibv_sge,
-    ibv_srq, ibv_srq_init_attr, ibv_wc, ibv_wc_opcode, ibv_wr_opcode,
+    ibv_ack_cq_events, ibv_ah, ibv_ah_attr, ibv_alloc_pd, ibv_close_device, ibv_comp_channel,
+    ibv_context, ibv_cq, ibv_create_ah, ibv_create_comp_channel, ibv_create_cq, ibv_create_qp,
+    ibv_create_srq, ibv_dealloc_pd, ibv_dereg_mr, ibv_destroy_ah, ibv_destroy_comp_channel,
+    ibv_destroy_cq, ibv_destroy_qp, ibv_destroy_srq, ibv_free_device_list, ibv_get_cq_event,
+    ibv_get_device_list, ibv_get_device_name, ibv_modify_qp, ibv_mr, ibv_open_device, ibv_pd,
+    ibv_poll_cq, ibv_post_recv, ibv_post_send, ibv_post_srq_recv, ibv_qp, ibv_qp_attr,
+    ibv_qp_init_attr, ibv_qp_state, ibv_qp_type, ibv_query_qp, ibv_recv_wr, ibv_reg_mr,
+    ibv_req_notify_cq, ibv_send_wr, ibv_sge, ibv_srq, ibv_srq_init_attr, ibv_wc, ibv_wc_opcode,
+    ibv_wr_opcode,
 };
 use std::ffi::CStr;
 use std::ptr::null_mut;
@@ -189,7 +192,61 @@ pub struct RdmaCq(Arc<CqHandle>);
 
 struct CqHandle {
     cq: *mut ibv_cq,
+    /// Its channel, destroyed after it.
+    channel: Option<Arc<ChannelHandle>>,
     _context: Arc<Context>,
+}
+
+/// A completion channel: its descriptor is non-blocking, so taking its
+/// events never waits.
+pub struct RdmaChannel(Arc<ChannelHandle>);
+
+struct ChannelHandle {
+    channel: *mut ibv_comp_channel,
+    _context: Arc<Context>,
+}
+
+// SAFETY: see `Context`.
+unsafe impl Send for ChannelHandle {}
+// SAFETY: see `Context`.
+unsafe impl Sync for ChannelHandle {}
+
+impl Drop for ChannelHandle {
+    fn drop(&mut self) {
+        // SAFETY: created by ibv_create_comp_channel, destroyed once, after
+        // the completion queues made on it (each holds an Arc of it), whose
+        // events were all acknowledged (`drain` acknowledges each).
+        unsafe { ibv_destroy_comp_channel(self.channel) };
+    }
+}
+
+impl CompletionChannel for RdmaChannel {
+    fn fd(&self) -> std::os::fd::RawFd {
+        // SAFETY: the channel lives until `self` is dropped.
+        unsafe { (*self.0.channel).fd }
+    }
+
+    fn drain(&self) -> Result<u32> {
+        let mut events = 0u32;
+        loop {
+            let mut cq = null_mut();
+            let mut context = null_mut();
+            // SAFETY: a live channel whose descriptor is non-blocking: the
+            // call returns at once, writing the two pointers on success.
+            if unsafe { ibv_get_cq_event(self.0.channel, &mut cq, &mut context) } != 0 {
+                let e = std::io::Error::last_os_error();
+                return match e.kind() {
+                    std::io::ErrorKind::WouldBlock => Ok(events),
+                    _ => Err(Error::os("taking completion events (ibv_get_cq_event)", e)),
+                };
+            }
+            // SAFETY: `cq` is the live completion queue the event came
+            // from (made on this channel, kept alive by its handle, which
+            // holds the channel); each event is acknowledged once.
+            unsafe { ibv_ack_cq_events(cq, 1) };
+            events = events.saturating_add(1);
+        }
+    }
 }
 
 // SAFETY: see `Context`.
@@ -239,6 +296,21 @@ impl CompletionQueue for RdmaCq {
             qp_num: wc.qp_num,
         }));
         Ok(n)
+    }
+
+    fn req_notify(&self) -> Result<()> {
+        if self.0.channel.is_none() {
+            return Err(Error::new(
+                ErrorClass::Arg,
+                "req_notify on a completion queue made without a completion channel",
+            ));
+        }
+        // SAFETY: a live completion queue, made on a channel.
+        let rc = unsafe { ibv_req_notify_cq(self.0.cq, 0) };
+        if rc != 0 {
+            return Err(os_error("ibv_req_notify_cq", rc));
+        }
+        Ok(())
     }
 }
 
@@ -587,6 +659,7 @@ impl Nic for RdmaNic {
     type Qp = RdmaQp;
     type Ah = RdmaAh;
     type Ud = RdmaUd;
+    type Channel = RdmaChannel;
 
     fn name(&self) -> &str {
         &self.name
@@ -630,15 +703,42 @@ impl Nic for RdmaNic {
         })
     }
 
-    fn create_cq(&self, capacity: u32) -> Result<RdmaCq> {
+    fn create_comp_channel(&self) -> Result<RdmaChannel> {
+        // SAFETY: a live context.
+        let channel = unsafe { ibv_create_comp_channel(self.context.0) };
+        if channel.is_null() {
+            return Err(last_os_error("ibv_create_comp_channel"));
+        }
+        let handle = ChannelHandle {
+            channel,
+            _context: self.context.clone(),
+        };
+        // SAFETY: the channel is live; fcntl on its descriptor takes no
+        // pointers.
+        let nonblocking = unsafe {
+            let fd = (*channel).fd;
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
+        };
+        if !nonblocking {
+            return Err(last_os_error(
+                "making a completion channel's descriptor non-blocking",
+            ));
+        }
+        Ok(RdmaChannel(Arc::new(handle)))
+    }
+
+    fn create_cq(&self, capacity: u32, channel: Option<&RdmaChannel>) -> Result<RdmaCq> {
         let cqe = i32::try_from(capacity.max(1)).unwrap_or(i32::MAX);
-        // SAFETY: a live context; no completion channel.
-        let cq = unsafe { ibv_create_cq(self.context.0, cqe, null_mut(), null_mut(), 0) };
+        let raw_channel = channel.map_or(null_mut(), |c| c.0.channel);
+        // SAFETY: a live context, and a live channel or none.
+        let cq = unsafe { ibv_create_cq(self.context.0, cqe, null_mut(), raw_channel, 0) };
         if cq.is_null() {
             return Err(last_os_error("ibv_create_cq"));
         }
         Ok(RdmaCq(Arc::new(CqHandle {
             cq,
+            channel: channel.map(|c| c.0.clone()),
             _context: self.context.clone(),
         })))
     }

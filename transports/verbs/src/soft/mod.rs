@@ -64,14 +64,15 @@ mod wire;
 pub use ud::{SoftAh, SoftUd};
 
 use crate::provider::{
-    check_attributes, check_transition, rnr_timer_duration, AccessFlags, AhAttr, CompletionQueue,
-    Gid, GidEntry, GidType, InitAttr, LinkLayer, MemoryRegion, Mtu, Nic, PortInfo, PostError,
-    QpAddress, QpCaps, QpInit, QpState, QueuePair, RecvWr, RtrAttr, RtsAttr, SendOp, SendWr, Sge,
-    SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion, RNR_RETRY_FOREVER,
+    check_attributes, check_transition, rnr_timer_duration, AccessFlags, AhAttr, CompletionChannel,
+    CompletionQueue, Gid, GidEntry, GidType, InitAttr, LinkLayer, MemoryRegion, Mtu, Nic, PortInfo,
+    PostError, QpAddress, QpCaps, QpInit, QpState, QueuePair, RecvWr, RtrAttr, RtsAttr, SendOp,
+    SendWr, Sge, SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion, RNR_RETRY_FOREVER,
 };
 use mem::{Atomic, MrTable};
 use oxmpi_adi::{vlog, Error, ErrorClass, Result};
 use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -282,14 +283,37 @@ impl Drop for SoftMr {
     }
 }
 
-#[derive(Default)]
 struct CqShared {
     entries: Mutex<VecDeque<WorkCompletion>>,
+    /// Where its events go, if anywhere.
+    channel: Option<Arc<OwnedFd>>,
+    /// Armed by `req_notify`: the next completion signals the channel.
+    armed: AtomicBool,
 }
 
 impl CqShared {
     fn push(&self, wc: WorkCompletion) {
         lock(&self.entries).push_back(wc);
+        // After the entry is in: a woken poller finds it.
+        if let Some(channel) = &self.channel {
+            if self.armed.load(Ordering::Acquire) && self.armed.swap(false, Ordering::AcqRel) {
+                sys::signal(channel);
+            }
+        }
+    }
+}
+
+/// A completion channel of the soft NIC: an event counter (`eventfd`)
+/// that armed completion queues add to.
+pub struct SoftChannel(Arc<OwnedFd>);
+
+impl CompletionChannel for SoftChannel {
+    fn fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+
+    fn drain(&self) -> Result<u32> {
+        Ok(u32::try_from(sys::take_count(&self.0)).unwrap_or(u32::MAX))
     }
 }
 
@@ -303,6 +327,17 @@ impl CompletionQueue for SoftCq {
         let n = max.min(q.len());
         out.extend(q.drain(..n));
         Ok(n)
+    }
+
+    fn req_notify(&self) -> Result<()> {
+        if self.0.channel.is_none() {
+            return Err(Error::new(
+                ErrorClass::Arg,
+                "req_notify on a completion queue made without a completion channel",
+            ));
+        }
+        self.0.armed.store(true, Ordering::Release);
+        Ok(())
     }
 }
 
@@ -1042,6 +1077,7 @@ impl Nic for SoftNic {
     type Qp = SoftQp;
     type Ah = SoftAh;
     type Ud = SoftUd;
+    type Channel = SoftChannel;
 
     fn name(&self) -> &str {
         "soft"
@@ -1076,8 +1112,18 @@ impl Nic for SoftNic {
         })
     }
 
-    fn create_cq(&self, _capacity: u32) -> Result<SoftCq> {
-        Ok(SoftCq(Arc::default()))
+    fn create_comp_channel(&self) -> Result<SoftChannel> {
+        let fd = sys::event_counter()
+            .map_err(|e| Error::os("soft verbs provider: creating a completion channel", e))?;
+        Ok(SoftChannel(Arc::new(fd)))
+    }
+
+    fn create_cq(&self, _capacity: u32, channel: Option<&SoftChannel>) -> Result<SoftCq> {
+        Ok(SoftCq(Arc::new(CqShared {
+            entries: Mutex::new(VecDeque::new()),
+            channel: channel.map(|c| c.0.clone()),
+            armed: AtomicBool::new(false),
+        })))
     }
 
     fn create_srq(&self, _pd: &SoftPd, max_wr: u32) -> Result<SoftSrq> {

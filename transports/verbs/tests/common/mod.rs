@@ -3,9 +3,9 @@
 //! device in the opt-in `tests/hw.rs`.
 
 use oxmpi_verbs::provider::{
-    connect_rc, AccessFlags, AhAttr, CompletionQueue, ConnectParams, MemoryRegion, Nic, QpCaps,
-    QpInit, QpState, QueuePair, RecvWr, RemoteAddr, SendOp, SendWr, Sge, UdAttr, UdQueuePair,
-    UdSendWr, WcOpcode, WcStatus, WorkCompletion, GRH_LEN,
+    connect_rc, AccessFlags, AhAttr, CompletionChannel, CompletionQueue, ConnectParams,
+    MemoryRegion, Nic, QpCaps, QpInit, QpState, QueuePair, RecvWr, RemoteAddr, SendOp, SendWr, Sge,
+    UdAttr, UdQueuePair, UdSendWr, WcOpcode, WcStatus, WorkCompletion, GRH_LEN,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -132,7 +132,10 @@ pub fn rc_semantics<N: Nic>(nic_a: &N, nic_b: &N) {
         max_inline_data: 32,
     };
     let (pd_a, pd_b) = (nic_a.alloc_pd().unwrap(), nic_b.alloc_pd().unwrap());
-    let (cq_a, cq_b) = (nic_a.create_cq(64).unwrap(), nic_b.create_cq(64).unwrap());
+    let (cq_a, cq_b) = (
+        nic_a.create_cq(64, None).unwrap(),
+        nic_b.create_cq(64, None).unwrap(),
+    );
     let qp_a = nic_a
         .create_qp(
             &pd_a,
@@ -277,11 +280,25 @@ pub fn rc_semantics<N: Nic>(nic_a: &N, nic_b: &N) {
     drop((qp_a, qp_b));
 }
 
+/// Whether `fd` becomes readable within `ms` milliseconds.
+fn readable(fd: std::os::fd::RawFd, ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, for the duration of the call.
+    let n = unsafe { libc::poll(&mut p, 1, ms) };
+    n == 1 && p.revents & libc::POLLIN != 0
+}
+
 /// Readies a UD queue pair on `nic_a` and one on `nic_b` and checks: a
 /// datagram lands after the GRH, whose source GID is `nic_a`'s port's, with
 /// `byte_len` counting the GRH; a datagram with the wrong Q_Key, and one
 /// that finds no receive posted, are lost while their sends succeed; and
-/// the next good datagram still lands.
+/// the next good datagram still lands. On the way, `nic_b`'s completion
+/// queue has a channel: armed, its first completion makes the channel
+/// readable once, until drained; unarmed, completions raise nothing.
 pub fn ud_semantics<N: Nic>(nic_a: &N, nic_b: &N) {
     let caps = QpCaps {
         max_send_wr: 16,
@@ -289,7 +306,13 @@ pub fn ud_semantics<N: Nic>(nic_a: &N, nic_b: &N) {
         max_inline_data: 0,
     };
     let (pd_a, pd_b) = (nic_a.alloc_pd().unwrap(), nic_b.alloc_pd().unwrap());
-    let (cq_a, cq_b) = (nic_a.create_cq(64).unwrap(), nic_b.create_cq(64).unwrap());
+    let channel = nic_b.create_comp_channel().unwrap();
+    let cq_a = nic_a.create_cq(64, None).unwrap();
+    let cq_b = nic_b.create_cq(64, Some(&channel)).unwrap();
+    assert!(
+        cq_a.req_notify().is_err(),
+        "armed a queue without a channel"
+    );
     let make = |nic: &N, pd, cq| {
         nic.create_ud(
             pd,
@@ -359,7 +382,15 @@ pub fn ud_semantics<N: Nic>(nic_a: &N, nic_b: &N) {
     };
 
     post_recv(20, 0);
+    cq_b.req_notify().unwrap();
+    assert!(!readable(channel.fd(), 0));
     send(1, b"ud datagram", qkey);
+    assert!(
+        readable(channel.fd(), 10_000),
+        "no event for an armed queue"
+    );
+    assert_eq!(channel.drain().unwrap(), 1);
+    assert!(!readable(channel.fd(), 0));
     let got = wait(&cq_b, 1)[0];
     assert_eq!(
         (got.wr_id, got.status, got.opcode, got.byte_len),
@@ -377,6 +408,8 @@ pub fn ud_semantics<N: Nic>(nic_a: &N, nic_b: &N) {
     send(3, b"hello", qkey);
     let got = wait(&cq_b, 1)[0];
     assert_eq!((got.wr_id, got.status), (21, WcStatus::Success));
+    // Not armed since its event: no other.
+    assert!(!readable(channel.fd(), 0));
     send(4, b"nobody listens", qkey);
     no_more(&cq_b);
     post_recv(22, 0);
