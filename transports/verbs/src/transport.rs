@@ -39,7 +39,8 @@
 //! duplicate reply is ignored. A rank makes one queue pair per peer, for
 //! its own request or for the peer's, whichever comes first, so when two
 //! ranks ask each other at once each connects the one it has to the
-//! other's and both reply: one pair of queue pairs, no tie-break needed.
+//! other's and both reply: one pair of queue pairs, no tie-break needed;
+//! each goes on asking until the other's reply or first frame comes.
 //! A peer answers only from inside its polls; its NIC does the rest.
 //!
 //! # Frames and credits
@@ -394,18 +395,23 @@ struct Channel<A> {
 enum Link {
     /// No queue pair to it yet.
     Idle,
-    /// This rank made its queue pair and asks the peer to connect to it:
-    /// since `since`, last at `sent`, again after `wait`.
-    Requested {
-        since: Instant,
-        sent: Instant,
-        wait: Duration,
-    },
+    /// This rank made its queue pair and asks the peer to connect to it.
+    Requested,
     /// Connected at the peer's request (RTS), but nothing is sent until
-    /// the peer's first frame shows that its side is connected too.
+    /// the peer's reply or first frame shows that its side is connected
+    /// too.
     Accepted,
     /// Both sides are connected.
     Ready,
+}
+
+/// When this rank asks a peer to connect: since `since`, last at `sent`,
+/// again after `wait`.
+#[derive(Clone, Copy, Debug)]
+struct Asking {
+    since: Instant,
+    sent: Instant,
+    wait: Duration,
 }
 
 /// What the transport knows of one peer.
@@ -415,6 +421,8 @@ struct Peer<Q, A> {
     /// Where its connection messages go, from its card or its first message.
     channel: Option<Channel<A>>,
     link: Link,
+    /// Requests to it sent and not yet answered.
+    asking: Option<Asking>,
     /// A requester's first frame on a new connection, sent even when empty:
     /// it tells the peer that both sides are connected.
     announce: bool,
@@ -447,6 +455,7 @@ impl<Q, A> Peer<Q, A> {
             qp: None,
             channel: None,
             link: Link::Idle,
+            asking: None,
             announce: false,
             remote: None,
             failed: None,
@@ -531,7 +540,7 @@ pub struct VerbsTransport<N: Nic> {
     ud_mr: N::Mr,
     ud_frames: Frames,
     ud_free: Vec<usize>,
-    /// Peers in [`Link::Requested`].
+    /// Peers asked to connect, until both sides are connected.
     requesting: Vec<PeerRank>,
     /// Receive buffers, a chunk per connected peer.
     recv_chunks: Vec<RecvChunk<N::Mr>>,
@@ -988,11 +997,13 @@ impl<N: Nic> VerbsTransport<N> {
         }
         self.make_qp(peer)?;
         let now = Instant::now();
-        self.peer_mut(peer)?.link = Link::Requested {
+        let p = self.peer_mut(peer)?;
+        p.link = Link::Requested;
+        p.asking = Some(Asking {
             since: now,
             sent: now,
             wait: RETRY_FIRST,
-        };
+        });
         self.requesting.push(peer);
         self.send_message(peer, Kind::Request, 0);
         Ok(())
@@ -1159,19 +1170,17 @@ impl<N: Nic> VerbsTransport<N> {
                     self.accept(peer, remote);
                 }
             }
-            (Kind::Request, Link::Requested { .. }) => {
-                self.requesting.retain(|&r| r != peer);
-                self.accept(peer, remote);
-            }
+            // Crossed requests: the peer's reply to this rank's request,
+            // still asked for, ends the wait (a reply may be lost).
+            (Kind::Request, Link::Requested) => self.accept(peer, remote),
             (Kind::Request, Link::Accepted | Link::Ready)
                 if p.remote.is_some_and(|r| r.qpn == m.qpn) =>
             {
                 self.send_message(peer, Kind::Reply, m.qpn);
             }
-            (Kind::Reply, Link::Requested { .. })
+            (Kind::Reply, Link::Requested)
                 if p.qp.as_ref().is_some_and(|q| q.qp_num() == m.echo) =>
             {
-                self.requesting.retain(|&r| r != peer);
                 if self.connect_qp(peer, remote) {
                     self.ready(peer);
                 }
@@ -1199,7 +1208,9 @@ impl<N: Nic> VerbsTransport<N> {
     fn ready(&mut self, peer: PeerRank) {
         let p = self.peers[peer].as_mut().expect("a peer");
         p.link = Link::Ready;
+        p.asking = None;
         p.announce = true;
+        self.requesting.retain(|&r| r != peer);
         self.pump(peer, false);
     }
 
@@ -1254,7 +1265,8 @@ impl<N: Nic> VerbsTransport<N> {
             let Some(Some(p)) = self.peers.get_mut(peer) else {
                 continue;
             };
-            let Link::Requested { since, sent, wait } = p.link else {
+            let Some(Asking { since, sent, wait }) = p.asking else {
+                self.requesting.retain(|&r| r != peer);
                 continue;
             };
             if now - since > CONNECT_TIMEOUT {
@@ -1269,11 +1281,11 @@ impl<N: Nic> VerbsTransport<N> {
                 );
                 self.fail(peer, error);
             } else if now - sent >= wait {
-                p.link = Link::Requested {
+                p.asking = Some(Asking {
                     since,
                     sent: now,
                     wait: (wait * 2).min(RETRY_MAX),
-                };
+                });
                 self.send_message(peer, Kind::Request, 0);
             }
         }
@@ -1477,6 +1489,8 @@ impl<N: Nic> VerbsTransport<N> {
         // The requester's first frame: its side is connected too.
         if p.link == Link::Accepted {
             p.link = Link::Ready;
+            // Asked for only after crossed requests; answered now.
+            p.asking = None;
         }
         if !(FRAME_HEAD..=FRAME_LEN).contains(&len) {
             let error = proc_failed(peer, format!("it sent a frame of {len} bytes"));
@@ -2742,9 +2756,13 @@ mod tests {
                 t.as_mut().unwrap().poll(sink).unwrap();
             }
         }
-        let Link::Requested { wait, .. } = stranger.peers[1].as_ref().unwrap().link else {
-            panic!("the stranger was answered");
-        };
+        let stranger_link = stranger.peers[1].as_ref().unwrap();
+        assert_eq!(
+            stranger_link.link,
+            Link::Requested,
+            "the stranger was answered"
+        );
+        let wait = stranger_link.asking.unwrap().wait;
         assert!(wait > RETRY_FIRST, "{wait:?}");
         assert_eq!(ts[1].as_ref().unwrap().by_qpn.len(), 2);
         assert!(sinks.iter().all(|s| s.failed.is_empty()));
@@ -2796,5 +2814,85 @@ mod tests {
         if let Some(fd) = t1.arm_wakeup().unwrap() {
             assert!(!readable(fd, 0));
         }
+    }
+
+    /// Takes the completions `t`'s queue holds, within 10 s once `n` came.
+    fn take_completions(t: &mut VerbsTransport<SoftNic>, n: usize) -> Vec<WorkCompletion> {
+        let start = Instant::now();
+        let mut out = Vec::new();
+        while out.len() < n {
+            t.cq.poll(POLL_BATCH, &mut out).unwrap();
+            assert!(start.elapsed() < Duration::from_secs(10), "{out:?}");
+        }
+        out
+    }
+
+    #[test]
+    fn crossed_requests_whose_replies_are_lost_still_connect() {
+        let mut ts = three();
+        let mut sinks: Vec<Sink> = (0..3).map(|_| Sink::default()).collect();
+        // `three` made every rank ask every other: 1 and 2 asked each
+        // other at once. Rank 1 takes rank 2's request (and its own
+        // send's completion), and replies.
+        let [_, t1, t2] = &mut ts[..] else {
+            unreachable!()
+        };
+        let (t1, t2) = (t1.as_mut().unwrap(), t2.as_mut().unwrap());
+        let is_request_from = |t: &mut VerbsTransport<SoftNic>, wc: &WorkCompletion, from: u32| {
+            let index = (wc.wr_id & !UD_BIT) as usize;
+            wc.wr_id & UD_BIT != 0 && index < UD_RECVS && {
+                // SAFETY: a completed receive, not posted again yet.
+                let buf = unsafe { t.ud_frames.frame(index) };
+                Message::decode(
+                    &buf[GRH_LEN..GRH_LEN + MESSAGE_LEN],
+                    &t.secret,
+                    t.rank as u32,
+                    3,
+                )
+                .is_ok_and(|m| m.from == from && m.kind == crate::connect::Kind::Request)
+            }
+        };
+        // Each takes the other's request, and loses all else (replies to
+        // come are lost below): both are then connected at the other's
+        // request, and both replies are lost.
+        for (t, from) in [(&mut *t1, 2u32), (&mut *t2, 1u32)] {
+            let start = Instant::now();
+            loop {
+                let wcs = take_completions(t, 1);
+                let mut found = false;
+                for wc in wcs {
+                    if is_request_from(t, &wc, from) {
+                        t.complete(wc, &mut Sink::default());
+                        found = true;
+                    }
+                }
+                if found {
+                    break;
+                }
+                assert!(start.elapsed() < Duration::from_secs(10));
+            }
+            assert_eq!(
+                t.peers[from as usize].as_ref().unwrap().link,
+                Link::Accepted
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        for t in [&mut *t1, &mut *t2] {
+            let mut lost = Vec::new();
+            t.cq.poll(POLL_BATCH, &mut lost).unwrap();
+        }
+        // The requests are asked again, answered by duplicate replies, and
+        // the pair connects, one queue pair on each side.
+        t1.send(2, &eager(6, 4), &bytes(6, 4)).unwrap();
+        poll_until(&mut ts, &mut sinks, |s| {
+            s[2].slots.iter().any(|x| x.1 == 6 && x.3)
+        });
+        let (p1, p2) = (
+            ts[1].as_ref().unwrap().peers[2].as_ref().unwrap(),
+            ts[2].as_ref().unwrap().peers[1].as_ref().unwrap(),
+        );
+        assert_eq!(p1.remote.unwrap().qpn, p2.qp.as_ref().unwrap().qp_num());
+        assert_eq!(p2.remote.unwrap().qpn, p1.qp.as_ref().unwrap().qp_num());
+        assert!(sinks.iter().all(|s| s.failed.is_empty()));
     }
 }
