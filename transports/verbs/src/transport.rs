@@ -483,6 +483,11 @@ struct RecvChunk<M> {
 
 /// Receive buffers per chunk.
 const CHUNK_FRAMES: usize = 2 * CREDITS as usize;
+/// Peers a rank connects to at most: their receive buffers must fit the
+/// shared receive queue, and NICs hold about 32 Ki receives in one
+/// (mlx5: 32767), so a queue sized for every rank of a large job could
+/// not be made.
+pub const MAX_CONNECTED: usize = 1023;
 
 /// A rendezvous read under way: `len` bytes from the peer's offered
 /// buffer into this rank's, in RDMA READs of at most [`READ_CHUNK`].
@@ -734,7 +739,7 @@ impl<N: Nic> VerbsTransport<N> {
     /// Queue pairs to peers are made on first use.
     pub fn new(nic: N, kind: ProviderKind, job: &JobInfo) -> Result<VerbsTransport<N>> {
         let peers_n = job.size.saturating_sub(1).max(1);
-        let recv_count = peers_n * CHUNK_FRAMES;
+        let recv_count = peers_n.min(MAX_CONNECTED) * CHUNK_FRAMES;
         let pd = nic.alloc_pd()?;
         // Room for every completion that can be outstanding: receives,
         // sends, one-sided operations, rendezvous reads and datagrams.
@@ -743,7 +748,7 @@ impl<N: Nic> VerbsTransport<N> {
             (recv_count
                 + SEND_SLOTS
                 + RMA_SLOTS
-                + peers_n * READ_DEPTH as usize
+                + peers_n.min(MAX_CONNECTED) * READ_DEPTH as usize
                 + UD_RECVS
                 + UD_SENDS) as u32,
             Some(&channel),
@@ -920,6 +925,15 @@ impl<N: Nic> VerbsTransport<N> {
     /// brings; any failure fails the peer.
     fn make_qp(&mut self, peer: PeerRank) -> Result<()> {
         let made = (|| {
+            if self.recv_chunks.len() >= MAX_CONNECTED {
+                return Err(Error::new(
+                    ErrorClass::Other,
+                    format!(
+                        "this rank is connected to {MAX_CONNECTED} peers over verbs, the most \
+                         its shared receive queue serves"
+                    ),
+                ));
+            }
             let qp = self.nic.create_qp(
                 &self.pd,
                 &QpInit {
@@ -2894,5 +2908,22 @@ mod tests {
         assert_eq!(p1.remote.unwrap().qpn, p2.qp.as_ref().unwrap().qp_num());
         assert_eq!(p2.remote.unwrap().qpn, p1.qp.as_ref().unwrap().qp_num());
         assert!(sinks.iter().all(|s| s.failed.is_empty()));
+    }
+
+    #[test]
+    fn a_rank_connects_to_at_most_max_connected_peers() {
+        let size = MAX_CONNECTED + 3;
+        let mut t =
+            VerbsTransport::new(SoftNic::open().unwrap(), ProviderKind::Soft, &job(0, size))
+                .unwrap();
+        for peer in 1..=MAX_CONNECTED {
+            t.make_qp(peer).unwrap();
+        }
+        let e = t.make_qp(MAX_CONNECTED + 1).unwrap_err();
+        assert_eq!(e.class(), ErrorClass::ProcFailed);
+        assert!(e.message().contains("the most"), "{}", e.message());
+        // That peer alone fails; the others keep their queue pairs.
+        assert_eq!(t.failures.len(), 1);
+        assert_eq!(t.by_qpn.len(), MAX_CONNECTED);
     }
 }
