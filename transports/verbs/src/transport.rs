@@ -34,8 +34,11 @@
 //!
 //! Queued packets wait until their side is ready. Datagrams may be lost:
 //! a request unanswered is sent again, after 50 ms and then twice as long
-//! each time up to 1 s, and the peer is taken for lost after
-//! [`CONNECT_TIMEOUT`]; a duplicate request gets the same reply, a
+//! each time up to 1 s, for as long as it takes: a peer answers only from
+//! inside its MPI calls, and may compute for hours between them (a peer
+//! that died ends the job through the launcher). [`CONNECT_TIMEOUT_ENV`]
+//! (seconds) bounds the wait: past it the peer is lost. A duplicate
+//! request gets the same reply, a
 //! duplicate reply is ignored. A rank makes one queue pair per peer, for
 //! its own request or for the peer's, whichever comes first, so when two
 //! ranks ask each other at once each connects the one it has to the
@@ -196,9 +199,28 @@ const UD_BUF: usize = 512;
 const RETRY_FIRST: Duration = Duration::from_millis(50);
 /// The longest wait between two requests to a peer.
 const RETRY_MAX: Duration = Duration::from_secs(1);
-/// How long a peer may leave connection requests unanswered before it
-/// is taken for lost: long, as a rank answers only from inside MPI calls.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
+/// The variable that bounds how long a peer may leave connection
+/// requests unanswered before it is taken for lost (seconds; unset: no
+/// bound).
+pub const CONNECT_TIMEOUT_ENV: &str = "OXMPI_VERBS_CONNECT_TIMEOUT";
+
+/// Parses a value of [`CONNECT_TIMEOUT_ENV`]: whole seconds, at least 1;
+/// unset or empty: no bound. A bad value is an MPI_ERR_ARG error.
+pub fn parse_connect_timeout(value: Option<&str>) -> Result<Option<Duration>> {
+    match value.map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(text) => match text.parse::<u64>() {
+            Ok(secs) if secs > 0 => Ok(Some(Duration::from_secs(secs))),
+            _ => Err(Error::new(
+                ErrorClass::Arg,
+                format!(
+                    "{CONNECT_TIMEOUT_ENV}={text:?}: expected whole seconds, at least 1 \
+                     (unset: wait for an answer for as long as it takes)"
+                ),
+            )),
+        },
+    }
+}
 
 /// Polls between checks of the queue pairs to peers that hold an offer
 /// of this rank's memory (see [`VerbsTransport::check_offers`]).
@@ -547,6 +569,8 @@ pub struct VerbsTransport<N: Nic> {
     ud_free: Vec<usize>,
     /// Peers asked to connect, until both sides are connected.
     requesting: Vec<PeerRank>,
+    /// How long a peer may leave requests unanswered ([`CONNECT_TIMEOUT_ENV`]).
+    connect_timeout: Option<Duration>,
     /// Receive buffers, a chunk per connected peer.
     recv_chunks: Vec<RecvChunk<N::Mr>>,
     send_mr: N::Mr,
@@ -738,6 +762,8 @@ impl<N: Nic> VerbsTransport<N> {
     /// buffers and connection channel (a UD queue pair), and its card.
     /// Queue pairs to peers are made on first use.
     pub fn new(nic: N, kind: ProviderKind, job: &JobInfo) -> Result<VerbsTransport<N>> {
+        let connect_timeout =
+            parse_connect_timeout(std::env::var(CONNECT_TIMEOUT_ENV).ok().as_deref())?;
         let peers_n = job.size.saturating_sub(1).max(1);
         let recv_count = peers_n.min(MAX_CONNECTED) * CHUNK_FRAMES;
         let pd = nic.alloc_pd()?;
@@ -856,6 +882,7 @@ impl<N: Nic> VerbsTransport<N> {
             ud_frames,
             ud_free: (UD_RECVS..UD_RECVS + UD_SENDS).rev().collect(),
             requesting: Vec::new(),
+            connect_timeout,
             recv_chunks: Vec::new(),
             send_mr,
             send_frames,
@@ -1269,7 +1296,8 @@ impl<N: Nic> VerbsTransport<N> {
     }
 
     /// Sends again the requests whose reply is late, and fails the peers
-    /// that left them unanswered for [`CONNECT_TIMEOUT`].
+    /// that left them unanswered for longer than the bound, if any
+    /// ([`CONNECT_TIMEOUT_ENV`]).
     fn retry_requests(&mut self) {
         if self.requesting.is_empty() {
             return;
@@ -1283,14 +1311,14 @@ impl<N: Nic> VerbsTransport<N> {
                 self.requesting.retain(|&r| r != peer);
                 continue;
             };
-            if now - since > CONNECT_TIMEOUT {
+            if let Some(bound) = self.connect_timeout.filter(|&b| now - since > b) {
                 self.requesting.retain(|&r| r != peer);
                 let error = proc_failed(
                     peer,
                     format!(
-                        "it left connection requests unanswered for {} s (it is gone, or has \
-                         made no MPI call since)",
-                        CONNECT_TIMEOUT.as_secs()
+                        "it left connection requests unanswered for {} s, the bound \
+                         {CONNECT_TIMEOUT_ENV} sets (it is gone, or has made no MPI call since)",
+                        bound.as_secs()
                     ),
                 );
                 self.fail(peer, error);
@@ -2779,6 +2807,25 @@ mod tests {
         let wait = stranger_link.asking.unwrap().wait;
         assert!(wait > RETRY_FIRST, "{wait:?}");
         assert_eq!(ts[1].as_ref().unwrap().by_qpn.len(), 2);
+        // With a bound, the stranger takes rank 1 for lost once it passed.
+        stranger.connect_timeout = Some(Duration::from_millis(400));
+        let start = Instant::now();
+        while lonely.failed.is_empty() {
+            stranger.poll(&mut lonely).unwrap();
+            assert!(start.elapsed() < Duration::from_secs(10), "never gave up");
+        }
+        let (peer, e) = &lonely.failed[0];
+        assert_eq!((*peer, e.class()), (1, ErrorClass::ProcFailed));
+        assert!(e.message().contains(CONNECT_TIMEOUT_ENV), "{}", e.message());
+        assert!(parse_connect_timeout(None).unwrap().is_none());
+        assert_eq!(
+            parse_connect_timeout(Some(" 30 ")).unwrap(),
+            Some(Duration::from_secs(30))
+        );
+        for bad in ["0", "-1", "1.5", "soon"] {
+            let e = parse_connect_timeout(Some(bad)).unwrap_err();
+            assert_eq!(e.class(), ErrorClass::Arg, "{bad}");
+        }
         assert!(sinks.iter().all(|s| s.failed.is_empty()));
     }
 
