@@ -96,7 +96,8 @@ const fn check(
 /// What runs on the device: the point-to-point, collective and RMA checks
 /// the soft-provider jobs run (`tests/tests/verbs_jobs.rs`), and the
 /// collective, non-blocking collective and RMA operation checks of the
-/// other drivers, with 2 to 4 ranks and messages past the eager limit.
+/// other drivers, with 2 to 4 ranks (one of 66) and messages past the
+/// eager limit.
 pub const MATRIX: &[Check] = &[
     check("p2p_suite", &["ordered"], 2, 240),
     check("p2p_suite", &["sizes"], 2, 240),
@@ -112,6 +113,9 @@ pub const MATRIX: &[Check] = &[
     check("p2p_suite", &["threads"], 2, 120),
     check("p2p_suite", &["flood"], 2, 120),
     check("p2p_suite", &["flood"], 4, 180),
+    // Queue pairs connected on first use through the UD channel, in a
+    // job past the 64 ranks a card listing a queue pair per rank served.
+    check("p2p_suite", &["ordered"], 66, 240),
     check("completion", &["order"], 3, 120),
     check("completion", &["bulk"], 3, 120),
     check("completion", &["get-status"], 3, 120),

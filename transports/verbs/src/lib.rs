@@ -50,6 +50,9 @@
 //! - `OXMPI_VERBS_DEVICE`, `OXMPI_VERBS_PORT`, `OXMPI_VERBS_GID_INDEX`:
 //!   which device, port and GID the rdma-core provider uses
 //!   ([`rdma_core::Selection`]).
+//! - `OXMPI_VERBS_CONNECT_TIMEOUT`: seconds a peer may leave connection
+//!   requests unanswered before it is taken for lost (unset: no bound;
+//!   [`transport::CONNECT_TIMEOUT_ENV`]).
 //!
 //! # Thread safety and clean-up
 //! Every object is `Send + Sync`. Dropping an object releases it: a memory

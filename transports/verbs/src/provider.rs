@@ -13,7 +13,8 @@
 //! [`QueuePair::post_send`] / [`QueuePair::post_recv`] /
 //! [`SharedReceiveQueue::post_recv`] and finishes as [`WorkCompletion`]s
 //! polled from a [`CompletionQueue`], whose [`WcStatus`] mirrors
-//! `ibv_wc_status`.
+//! `ibv_wc_status`; a [`CompletionChannel`] lets a thread sleep until an
+//! armed completion queue gets a completion.
 //!
 //! Two providers implement it: [`crate::soft`] (software, for machines with
 //! no RDMA device and for CI) and, behind the `rdma-core` feature, the

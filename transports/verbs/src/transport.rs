@@ -34,12 +34,16 @@
 //!
 //! Queued packets wait until their side is ready. Datagrams may be lost:
 //! a request unanswered is sent again, after 50 ms and then twice as long
-//! each time up to 1 s, and the peer is taken for lost after
-//! [`CONNECT_TIMEOUT`]; a duplicate request gets the same reply, a
+//! each time up to 1 s, for as long as it takes: a peer answers only from
+//! inside its MPI calls, and may compute for hours between them (a peer
+//! that died ends the job through the launcher). [`CONNECT_TIMEOUT_ENV`]
+//! (seconds) bounds the wait: past it the peer is lost. A duplicate
+//! request gets the same reply, a
 //! duplicate reply is ignored. A rank makes one queue pair per peer, for
 //! its own request or for the peer's, whichever comes first, so when two
 //! ranks ask each other at once each connects the one it has to the
-//! other's and both reply: one pair of queue pairs, no tie-break needed.
+//! other's and both reply: one pair of queue pairs, no tie-break needed;
+//! each goes on asking until the other's reply or first frame comes.
 //! A peer answers only from inside its polls; its NIC does the rest.
 //!
 //! # Frames and credits
@@ -195,9 +199,28 @@ const UD_BUF: usize = 512;
 const RETRY_FIRST: Duration = Duration::from_millis(50);
 /// The longest wait between two requests to a peer.
 const RETRY_MAX: Duration = Duration::from_secs(1);
-/// How long a peer may leave connection requests unanswered before it
-/// is taken for lost: long, as a rank answers only from inside MPI calls.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
+/// The variable that bounds how long a peer may leave connection
+/// requests unanswered before it is taken for lost (seconds; unset: no
+/// bound).
+pub const CONNECT_TIMEOUT_ENV: &str = "OXMPI_VERBS_CONNECT_TIMEOUT";
+
+/// Parses a value of [`CONNECT_TIMEOUT_ENV`]: whole seconds, at least 1;
+/// unset or empty: no bound. A bad value is an MPI_ERR_ARG error.
+pub fn parse_connect_timeout(value: Option<&str>) -> Result<Option<Duration>> {
+    match value.map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(text) => match text.parse::<u64>() {
+            Ok(secs) if secs > 0 => Ok(Some(Duration::from_secs(secs))),
+            _ => Err(Error::new(
+                ErrorClass::Arg,
+                format!(
+                    "{CONNECT_TIMEOUT_ENV}={text:?}: expected whole seconds, at least 1 \
+                     (unset: wait for an answer for as long as it takes)"
+                ),
+            )),
+        },
+    }
+}
 
 /// Polls between checks of the queue pairs to peers that hold an offer
 /// of this rank's memory (see [`VerbsTransport::check_offers`]).
@@ -394,18 +417,23 @@ struct Channel<A> {
 enum Link {
     /// No queue pair to it yet.
     Idle,
-    /// This rank made its queue pair and asks the peer to connect to it:
-    /// since `since`, last at `sent`, again after `wait`.
-    Requested {
-        since: Instant,
-        sent: Instant,
-        wait: Duration,
-    },
+    /// This rank made its queue pair and asks the peer to connect to it.
+    Requested,
     /// Connected at the peer's request (RTS), but nothing is sent until
-    /// the peer's first frame shows that its side is connected too.
+    /// the peer's reply or first frame shows that its side is connected
+    /// too.
     Accepted,
     /// Both sides are connected.
     Ready,
+}
+
+/// When this rank asks a peer to connect: since `since`, last at `sent`,
+/// again after `wait`.
+#[derive(Clone, Copy, Debug)]
+struct Asking {
+    since: Instant,
+    sent: Instant,
+    wait: Duration,
 }
 
 /// What the transport knows of one peer.
@@ -415,6 +443,8 @@ struct Peer<Q, A> {
     /// Where its connection messages go, from its card or its first message.
     channel: Option<Channel<A>>,
     link: Link,
+    /// Requests to it sent and not yet answered.
+    asking: Option<Asking>,
     /// A requester's first frame on a new connection, sent even when empty:
     /// it tells the peer that both sides are connected.
     announce: bool,
@@ -447,6 +477,7 @@ impl<Q, A> Peer<Q, A> {
             qp: None,
             channel: None,
             link: Link::Idle,
+            asking: None,
             announce: false,
             remote: None,
             failed: None,
@@ -474,6 +505,11 @@ struct RecvChunk<M> {
 
 /// Receive buffers per chunk.
 const CHUNK_FRAMES: usize = 2 * CREDITS as usize;
+/// Peers a rank connects to at most: their receive buffers must fit the
+/// shared receive queue, and NICs hold about 32 Ki receives in one
+/// (mlx5: 32767), so a queue sized for every rank of a large job could
+/// not be made.
+pub const MAX_CONNECTED: usize = 1023;
 
 /// A rendezvous read under way: `len` bytes from the peer's offered
 /// buffer into this rank's, in RDMA READs of at most [`READ_CHUNK`].
@@ -531,8 +567,10 @@ pub struct VerbsTransport<N: Nic> {
     ud_mr: N::Mr,
     ud_frames: Frames,
     ud_free: Vec<usize>,
-    /// Peers in [`Link::Requested`].
+    /// Peers asked to connect, until both sides are connected.
     requesting: Vec<PeerRank>,
+    /// How long a peer may leave requests unanswered ([`CONNECT_TIMEOUT_ENV`]).
+    connect_timeout: Option<Duration>,
     /// Receive buffers, a chunk per connected peer.
     recv_chunks: Vec<RecvChunk<N::Mr>>,
     send_mr: N::Mr,
@@ -724,8 +762,10 @@ impl<N: Nic> VerbsTransport<N> {
     /// buffers and connection channel (a UD queue pair), and its card.
     /// Queue pairs to peers are made on first use.
     pub fn new(nic: N, kind: ProviderKind, job: &JobInfo) -> Result<VerbsTransport<N>> {
+        let connect_timeout =
+            parse_connect_timeout(std::env::var(CONNECT_TIMEOUT_ENV).ok().as_deref())?;
         let peers_n = job.size.saturating_sub(1).max(1);
-        let recv_count = peers_n * CHUNK_FRAMES;
+        let recv_count = peers_n.min(MAX_CONNECTED) * CHUNK_FRAMES;
         let pd = nic.alloc_pd()?;
         // Room for every completion that can be outstanding: receives,
         // sends, one-sided operations, rendezvous reads and datagrams.
@@ -734,7 +774,7 @@ impl<N: Nic> VerbsTransport<N> {
             (recv_count
                 + SEND_SLOTS
                 + RMA_SLOTS
-                + peers_n * READ_DEPTH as usize
+                + peers_n.min(MAX_CONNECTED) * READ_DEPTH as usize
                 + UD_RECVS
                 + UD_SENDS) as u32,
             Some(&channel),
@@ -842,6 +882,7 @@ impl<N: Nic> VerbsTransport<N> {
             ud_frames,
             ud_free: (UD_RECVS..UD_RECVS + UD_SENDS).rev().collect(),
             requesting: Vec::new(),
+            connect_timeout,
             recv_chunks: Vec::new(),
             send_mr,
             send_frames,
@@ -911,6 +952,15 @@ impl<N: Nic> VerbsTransport<N> {
     /// brings; any failure fails the peer.
     fn make_qp(&mut self, peer: PeerRank) -> Result<()> {
         let made = (|| {
+            if self.recv_chunks.len() >= MAX_CONNECTED {
+                return Err(Error::new(
+                    ErrorClass::Other,
+                    format!(
+                        "this rank is connected to {MAX_CONNECTED} peers over verbs, the most \
+                         its shared receive queue serves"
+                    ),
+                ));
+            }
             let qp = self.nic.create_qp(
                 &self.pd,
                 &QpInit {
@@ -988,11 +1038,13 @@ impl<N: Nic> VerbsTransport<N> {
         }
         self.make_qp(peer)?;
         let now = Instant::now();
-        self.peer_mut(peer)?.link = Link::Requested {
+        let p = self.peer_mut(peer)?;
+        p.link = Link::Requested;
+        p.asking = Some(Asking {
             since: now,
             sent: now,
             wait: RETRY_FIRST,
-        };
+        });
         self.requesting.push(peer);
         self.send_message(peer, Kind::Request, 0);
         Ok(())
@@ -1159,19 +1211,17 @@ impl<N: Nic> VerbsTransport<N> {
                     self.accept(peer, remote);
                 }
             }
-            (Kind::Request, Link::Requested { .. }) => {
-                self.requesting.retain(|&r| r != peer);
-                self.accept(peer, remote);
-            }
+            // Crossed requests: the peer's reply to this rank's request,
+            // still asked for, ends the wait (a reply may be lost).
+            (Kind::Request, Link::Requested) => self.accept(peer, remote),
             (Kind::Request, Link::Accepted | Link::Ready)
                 if p.remote.is_some_and(|r| r.qpn == m.qpn) =>
             {
                 self.send_message(peer, Kind::Reply, m.qpn);
             }
-            (Kind::Reply, Link::Requested { .. })
+            (Kind::Reply, Link::Requested)
                 if p.qp.as_ref().is_some_and(|q| q.qp_num() == m.echo) =>
             {
-                self.requesting.retain(|&r| r != peer);
                 if self.connect_qp(peer, remote) {
                     self.ready(peer);
                 }
@@ -1199,7 +1249,9 @@ impl<N: Nic> VerbsTransport<N> {
     fn ready(&mut self, peer: PeerRank) {
         let p = self.peers[peer].as_mut().expect("a peer");
         p.link = Link::Ready;
+        p.asking = None;
         p.announce = true;
+        self.requesting.retain(|&r| r != peer);
         self.pump(peer, false);
     }
 
@@ -1244,7 +1296,8 @@ impl<N: Nic> VerbsTransport<N> {
     }
 
     /// Sends again the requests whose reply is late, and fails the peers
-    /// that left them unanswered for [`CONNECT_TIMEOUT`].
+    /// that left them unanswered for longer than the bound, if any
+    /// ([`CONNECT_TIMEOUT_ENV`]).
     fn retry_requests(&mut self) {
         if self.requesting.is_empty() {
             return;
@@ -1254,26 +1307,27 @@ impl<N: Nic> VerbsTransport<N> {
             let Some(Some(p)) = self.peers.get_mut(peer) else {
                 continue;
             };
-            let Link::Requested { since, sent, wait } = p.link else {
+            let Some(Asking { since, sent, wait }) = p.asking else {
+                self.requesting.retain(|&r| r != peer);
                 continue;
             };
-            if now - since > CONNECT_TIMEOUT {
+            if let Some(bound) = self.connect_timeout.filter(|&b| now - since > b) {
                 self.requesting.retain(|&r| r != peer);
                 let error = proc_failed(
                     peer,
                     format!(
-                        "it left connection requests unanswered for {} s (it is gone, or has \
-                         made no MPI call since)",
-                        CONNECT_TIMEOUT.as_secs()
+                        "it left connection requests unanswered for {} s, the bound \
+                         {CONNECT_TIMEOUT_ENV} sets (it is gone, or has made no MPI call since)",
+                        bound.as_secs()
                     ),
                 );
                 self.fail(peer, error);
             } else if now - sent >= wait {
-                p.link = Link::Requested {
+                p.asking = Some(Asking {
                     since,
                     sent: now,
                     wait: (wait * 2).min(RETRY_MAX),
-                };
+                });
                 self.send_message(peer, Kind::Request, 0);
             }
         }
@@ -1477,6 +1531,8 @@ impl<N: Nic> VerbsTransport<N> {
         // The requester's first frame: its side is connected too.
         if p.link == Link::Accepted {
             p.link = Link::Ready;
+            // Asked for only after crossed requests; answered now.
+            p.asking = None;
         }
         if !(FRAME_HEAD..=FRAME_LEN).contains(&len) {
             let error = proc_failed(peer, format!("it sent a frame of {len} bytes"));
@@ -2742,11 +2798,34 @@ mod tests {
                 t.as_mut().unwrap().poll(sink).unwrap();
             }
         }
-        let Link::Requested { wait, .. } = stranger.peers[1].as_ref().unwrap().link else {
-            panic!("the stranger was answered");
-        };
+        let stranger_link = stranger.peers[1].as_ref().unwrap();
+        assert_eq!(
+            stranger_link.link,
+            Link::Requested,
+            "the stranger was answered"
+        );
+        let wait = stranger_link.asking.unwrap().wait;
         assert!(wait > RETRY_FIRST, "{wait:?}");
         assert_eq!(ts[1].as_ref().unwrap().by_qpn.len(), 2);
+        // With a bound, the stranger takes rank 1 for lost once it passed.
+        stranger.connect_timeout = Some(Duration::from_millis(400));
+        let start = Instant::now();
+        while lonely.failed.is_empty() {
+            stranger.poll(&mut lonely).unwrap();
+            assert!(start.elapsed() < Duration::from_secs(10), "never gave up");
+        }
+        let (peer, e) = &lonely.failed[0];
+        assert_eq!((*peer, e.class()), (1, ErrorClass::ProcFailed));
+        assert!(e.message().contains(CONNECT_TIMEOUT_ENV), "{}", e.message());
+        assert!(parse_connect_timeout(None).unwrap().is_none());
+        assert_eq!(
+            parse_connect_timeout(Some(" 30 ")).unwrap(),
+            Some(Duration::from_secs(30))
+        );
+        for bad in ["0", "-1", "1.5", "soon"] {
+            let e = parse_connect_timeout(Some(bad)).unwrap_err();
+            assert_eq!(e.class(), ErrorClass::Arg, "{bad}");
+        }
         assert!(sinks.iter().all(|s| s.failed.is_empty()));
     }
 
@@ -2796,5 +2875,102 @@ mod tests {
         if let Some(fd) = t1.arm_wakeup().unwrap() {
             assert!(!readable(fd, 0));
         }
+    }
+
+    /// Takes the completions `t`'s queue holds, within 10 s once `n` came.
+    fn take_completions(t: &mut VerbsTransport<SoftNic>, n: usize) -> Vec<WorkCompletion> {
+        let start = Instant::now();
+        let mut out = Vec::new();
+        while out.len() < n {
+            t.cq.poll(POLL_BATCH, &mut out).unwrap();
+            assert!(start.elapsed() < Duration::from_secs(10), "{out:?}");
+        }
+        out
+    }
+
+    #[test]
+    fn crossed_requests_whose_replies_are_lost_still_connect() {
+        let mut ts = three();
+        let mut sinks: Vec<Sink> = (0..3).map(|_| Sink::default()).collect();
+        // `three` made every rank ask every other: 1 and 2 asked each
+        // other at once. Rank 1 takes rank 2's request (and its own
+        // send's completion), and replies.
+        let [_, t1, t2] = &mut ts[..] else {
+            unreachable!()
+        };
+        let (t1, t2) = (t1.as_mut().unwrap(), t2.as_mut().unwrap());
+        let is_request_from = |t: &mut VerbsTransport<SoftNic>, wc: &WorkCompletion, from: u32| {
+            let index = (wc.wr_id & !UD_BIT) as usize;
+            wc.wr_id & UD_BIT != 0 && index < UD_RECVS && {
+                // SAFETY: a completed receive, not posted again yet.
+                let buf = unsafe { t.ud_frames.frame(index) };
+                Message::decode(
+                    &buf[GRH_LEN..GRH_LEN + MESSAGE_LEN],
+                    &t.secret,
+                    t.rank as u32,
+                    3,
+                )
+                .is_ok_and(|m| m.from == from && m.kind == crate::connect::Kind::Request)
+            }
+        };
+        // Each takes the other's request, and loses all else (replies to
+        // come are lost below): both are then connected at the other's
+        // request, and both replies are lost.
+        for (t, from) in [(&mut *t1, 2u32), (&mut *t2, 1u32)] {
+            let start = Instant::now();
+            loop {
+                let wcs = take_completions(t, 1);
+                let mut found = false;
+                for wc in wcs {
+                    if is_request_from(t, &wc, from) {
+                        t.complete(wc, &mut Sink::default());
+                        found = true;
+                    }
+                }
+                if found {
+                    break;
+                }
+                assert!(start.elapsed() < Duration::from_secs(10));
+            }
+            assert_eq!(
+                t.peers[from as usize].as_ref().unwrap().link,
+                Link::Accepted
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        for t in [&mut *t1, &mut *t2] {
+            let mut lost = Vec::new();
+            t.cq.poll(POLL_BATCH, &mut lost).unwrap();
+        }
+        // The requests are asked again, answered by duplicate replies, and
+        // the pair connects, one queue pair on each side.
+        t1.send(2, &eager(6, 4), &bytes(6, 4)).unwrap();
+        poll_until(&mut ts, &mut sinks, |s| {
+            s[2].slots.iter().any(|x| x.1 == 6 && x.3)
+        });
+        let (p1, p2) = (
+            ts[1].as_ref().unwrap().peers[2].as_ref().unwrap(),
+            ts[2].as_ref().unwrap().peers[1].as_ref().unwrap(),
+        );
+        assert_eq!(p1.remote.unwrap().qpn, p2.qp.as_ref().unwrap().qp_num());
+        assert_eq!(p2.remote.unwrap().qpn, p1.qp.as_ref().unwrap().qp_num());
+        assert!(sinks.iter().all(|s| s.failed.is_empty()));
+    }
+
+    #[test]
+    fn a_rank_connects_to_at_most_max_connected_peers() {
+        let size = MAX_CONNECTED + 3;
+        let mut t =
+            VerbsTransport::new(SoftNic::open().unwrap(), ProviderKind::Soft, &job(0, size))
+                .unwrap();
+        for peer in 1..=MAX_CONNECTED {
+            t.make_qp(peer).unwrap();
+        }
+        let e = t.make_qp(MAX_CONNECTED + 1).unwrap_err();
+        assert_eq!(e.class(), ErrorClass::ProcFailed);
+        assert!(e.message().contains("the most"), "{}", e.message());
+        // That peer alone fails; the others keep their queue pairs.
+        assert_eq!(t.failures.len(), 1);
+        assert_eq!(t.by_qpn.len(), MAX_CONNECTED);
     }
 }

@@ -36,6 +36,11 @@
 //! RDMA WRITEs at once (hardware reads it later; reading it early is one
 //! of the behaviours hardware may have).
 //!
+//! Unreliable-datagram queue pairs (module `ud`) bind a datagram socket
+//! each, named after the NIC's GID and their number. A completion channel
+//! is an event counter (`eventfd`) that an armed completion queue adds to
+//! at its next completion.
+//!
 //! # What differs from hardware
 //! - When a connection breaks (the peer process ended or destroyed its
 //!   queue pair), the oldest outstanding request completes with
