@@ -38,6 +38,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 /// enough that a window of small puts is one write.
 pub(crate) const BATCH: usize = 64 * 1024;
 
+/// The data at which a message leaves at once (with what was queued
+/// before it) rather than wait for more: the target copies a large piece
+/// while the next is on the wire, where it would wait for a whole batch
+/// (puts of 16 KiB over TCP lost about a quarter of their bandwidth in
+/// batches of four; up to 8 KiB batches gained).
+const ALONE: usize = 16 * 1024;
+
 /// How many outboxes of this process hold queued messages (changed with
 /// the device locked, or when a window's state is dropped), so that a
 /// blocking call's loop looks at no window unless there is something to
@@ -279,7 +286,7 @@ impl State {
     /// `pending` (`None`: a message without reply); its token. The
     /// caller holds the device, and sends the outbox ([`State::send`])
     /// when it must leave now; it leaves by itself once [`BATCH`] bytes
-    /// are queued.
+    /// are queued, or with a message of [`ALONE`] bytes of data or more.
     pub(crate) fn queue(
         &mut self,
         device: &mut Device,
@@ -299,7 +306,7 @@ impl State {
         if m.token != 0 {
             outbox.tokens.push(m.token);
         }
-        if outbox.bytes.len() >= BATCH {
+        if outbox.bytes.len() >= BATCH || m.data.len() >= ALONE {
             self.send(device, window, target)?;
         }
         Ok(m.token)
