@@ -23,7 +23,7 @@
 //! Lock order: the device, then the registry, then a window's state.
 //! Nothing takes the device while it holds either of the others.
 
-use super::wire::{AccumulateOp, Kind, Message, FLAG_EXCLUSIVE, FLAG_FETCH};
+use super::wire::{set_data_len, AccumulateOp, Kind, Message, FLAG_EXCLUSIVE, FLAG_FETCH};
 use crate::collective::op::Reduction;
 use crate::datatype::{ElementType, Primitive};
 use crate::{Error, ErrorClass, Result};
@@ -382,11 +382,11 @@ pub(crate) fn send_queued(device: &mut Device) {
 }
 
 /// The device's handler of active messages: see the module docs. It
-/// keeps its buffers for the next message: an operation's old data, and
-/// the replies' wire form.
+/// keeps its buffer of replies for the next message.
 #[derive(Default)]
 pub(crate) struct Handler {
-    old: Vec<u8>,
+    /// The replies' wire form; an operation's old data is read straight
+    /// into its reply (one copy of a get's data here, not two).
     replies: Vec<u8>,
 }
 
@@ -452,15 +452,12 @@ impl Handler {
         let mut state = shared.state();
         match m.kind {
             Kind::Put | Kind::Get | Kind::Accumulate | Kind::CompareAndSwap => {
-                let old = &mut self.old;
-                match apply(&mut state.memory, &m, old) {
-                    Ok(()) => {
-                        let mut answer = Message::new(Kind::Reply, m.token);
-                        answer.len = old.len() as u64;
-                        answer.data = old;
-                        answer.append_to(&mut self.replies);
-                    }
+                let at = self.replies.len();
+                Message::new(Kind::Reply, m.token).append_to(&mut self.replies);
+                match apply(&mut state.memory, &m, &mut self.replies) {
+                    Ok(()) => set_data_len(&mut self.replies[at..]),
                     Err(e) => {
+                        self.replies.truncate(at);
                         let text = e.message();
                         let mut answer = Message::new(Kind::Refused, m.token);
                         answer.class = e.class().code() as u8;
@@ -592,12 +589,11 @@ fn class_of(code: u8) -> ErrorClass {
         .unwrap_or(ErrorClass::Other)
 }
 
-/// Applies an operation to the window's memory; its result in `old`
-/// (the target's old data for a get or a fetching operation, else
+/// Applies an operation to the window's memory; its result appended to
+/// `old` (the target's old data for a get or a fetching operation, else
 /// nothing). Nothing is touched unless the whole range lies in the
 /// window.
 fn apply(memory: &mut Memory, m: &Message<'_>, old: &mut Vec<u8>) -> Result<()> {
-    old.clear();
     let len = usize::try_from(m.len).map_err(|_| {
         Error::new(
             ErrorClass::RmaRange,
