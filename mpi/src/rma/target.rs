@@ -117,7 +117,9 @@ impl Memory {
 
 /// What a reply completes, at the origin.
 pub(crate) enum Pending {
-    /// An operation without a result (put, accumulate): counted only.
+    /// An operation without a result (put, accumulate): counted only
+    /// (`State::counted`), with token 0 and no entry of its own, or a part
+    /// of a failed fetch whose reply is no longer placed.
     Done,
     /// An operation with a result, `len` bytes to place at `dest`, and
     /// its request, completed by the reply (or by the last of a split
@@ -139,6 +141,8 @@ pub(crate) enum Pending {
 pub(crate) struct Outbox {
     bytes: Vec<u8>,
     tokens: Vec<u64>,
+    /// Queued operations without a token ([`Pending::Done`]).
+    counted: usize,
 }
 
 /// The passive-target lock of a window at its target: fair, first come
@@ -225,6 +229,9 @@ pub(crate) struct State {
     pending: HashMap<u64, (usize, Pending)>,
     /// Replies awaited, per target (communicator rank).
     pub(crate) outstanding: Vec<usize>,
+    /// How many of those are for operations without a token: a reply
+    /// with token 0 answers one of them.
+    counted: Vec<usize>,
     next_token: u64,
     /// Errors of operations without requests, reported by the next
     /// completion call (flush, unlock, fence, complete).
@@ -249,6 +256,7 @@ impl Shared {
                 outbox: (0..n).map(|_| Outbox::default()).collect(),
                 pending: HashMap::new(),
                 outstanding: vec![0; n],
+                counted: vec![0; n],
                 next_token: 1,
                 errors: Vec::new(),
                 posts: vec![0; n],
@@ -295,8 +303,16 @@ impl State {
         pending: Option<Pending>,
         mut m: Message<'_>,
     ) -> Result<u64> {
-        if let Some(pending) = pending {
-            m.token = self.expect(target, pending);
+        match pending {
+            // Counted only: no token to hash in and out of `pending`.
+            Some(Pending::Done) => {
+                self.outstanding[target] += 1;
+                self.counted[target] += 1;
+                self.outbox[target].counted += 1;
+                m.token = 0;
+            }
+            Some(pending) => m.token = self.expect(target, pending),
+            None => {}
         }
         let outbox = &mut self.outbox[target];
         if outbox.bytes.is_empty() {
@@ -328,8 +344,11 @@ impl State {
         let sent = device.send_active_message(shared.members[target], context_id, &outbox.bytes);
         outbox.bytes.clear();
         QUEUED.fetch_sub(1, Ordering::Relaxed);
+        let counted = std::mem::take(&mut outbox.counted);
         let mut tokens = std::mem::take(&mut outbox.tokens);
         if let Err(e) = &sent {
+            self.outstanding[target] -= counted;
+            self.counted[target] -= counted;
             for &token in &tokens {
                 if let Some((target, pending)) = self.pending.remove(&token) {
                     self.outstanding[target] -= 1;
@@ -397,11 +416,12 @@ impl ActiveMessageHandler for Handler {
     /// (a batch of gets).
     fn handle(&mut self, device: &mut Device, message: &ActiveMessage) -> Result<()> {
         self.replies.clear();
+        let (shared, from) = window_of(message)?;
         let mut rest = &message.payload[..];
         while !rest.is_empty() {
             let (m, after) = Message::split(rest)?;
             rest = after;
-            self.handle_one(device, message, m)?;
+            self.handle_one(device, message, (&shared, from), m)?;
             if self.replies.len() >= BATCH {
                 self.send_replies(device, message)?;
             }
@@ -420,35 +440,15 @@ impl Handler {
         sent
     }
 
-    /// Applies one message of a batch from `message.peer`, queueing its
-    /// reply.
+    /// Applies one message of a batch from `message.peer` (rank `from` of
+    /// the window `shared`), queueing its reply.
     fn handle_one(
         &mut self,
         device: &mut Device,
         message: &ActiveMessage,
+        (shared, from): (&Shared, usize),
         m: Message<'_>,
     ) -> Result<()> {
-        let shared = lock(&WINDOWS)
-            .as_ref()
-            .and_then(|m| m.get(&message.context_id).cloned())
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorClass::ProcFailed,
-                    format!(
-                        "rank {} named window context {}, which this rank does not have",
-                        message.peer, message.context_id
-                    ),
-                )
-            })?;
-        let from = *shared.ranks.get(&message.peer).ok_or_else(|| {
-            Error::new(
-                ErrorClass::ProcFailed,
-                format!(
-                    "rank {} sent a one-sided message for a window it is not in",
-                    message.peer
-                ),
-            )
-        })?;
         let mut state = shared.state();
         match m.kind {
             Kind::Put | Kind::Get | Kind::Accumulate | Kind::CompareAndSwap => {
@@ -465,6 +465,24 @@ impl Handler {
                         answer.data = text.as_bytes();
                         answer.append_to(&mut self.replies);
                     }
+                }
+                Ok(())
+            }
+            Kind::Reply | Kind::Refused if m.token == 0 => {
+                if state.counted[from] == 0 {
+                    return Err(Error::new(
+                        ErrorClass::ProcFailed,
+                        format!(
+                            "rank {} answered more operations than were sent to it",
+                            message.peer
+                        ),
+                    ));
+                }
+                state.counted[from] -= 1;
+                state.outstanding[from] -= 1;
+                if m.kind == Kind::Refused {
+                    state.errors.push(refusal(from, &m));
+                    shared.errors_recorded.store(true, Ordering::Release);
                 }
                 Ok(())
             }
@@ -488,15 +506,7 @@ impl Handler {
                     ));
                 }
                 state.outstanding[target] -= 1;
-                let refused = (m.kind == Kind::Refused).then(|| {
-                    Error::new(
-                        class_of(m.class),
-                        format!(
-                            "rank {from} (target) refused the operation: {}",
-                            String::from_utf8_lossy(m.data)
-                        ),
-                    )
-                });
+                let refused = (m.kind == Kind::Refused).then(|| refusal(from, &m));
                 match pending {
                     Pending::Done | Pending::Sync => {
                         if let Some(e) = refused {
@@ -568,6 +578,32 @@ impl Handler {
     }
 }
 
+/// The window an active message names, and its sender's rank in it.
+fn window_of(message: &ActiveMessage) -> Result<(Arc<Shared>, usize)> {
+    let shared = lock(&WINDOWS)
+        .as_ref()
+        .and_then(|m| m.get(&message.context_id).cloned())
+        .ok_or_else(|| {
+            Error::new(
+                ErrorClass::ProcFailed,
+                format!(
+                    "rank {} named window context {}, which this rank does not have",
+                    message.peer, message.context_id
+                ),
+            )
+        })?;
+    let from = *shared.ranks.get(&message.peer).ok_or_else(|| {
+        Error::new(
+            ErrorClass::ProcFailed,
+            format!(
+                "rank {} sent a one-sided message for a window it is not in",
+                message.peer
+            ),
+        )
+    })?;
+    Ok((shared, from))
+}
+
 /// Answers lock requests just granted.
 fn grant(device: &mut Device, context_id: u32, granted: Vec<(PeerRank, u64)>) -> Result<()> {
     for (peer, token) in granted {
@@ -578,6 +614,17 @@ fn grant(device: &mut Device, context_id: u32, granted: Vec<(PeerRank, u64)>) ->
         }
     }
     Ok(())
+}
+
+/// The error of an operation that rank `from` refused with `m`.
+fn refusal(from: usize, m: &Message<'_>) -> Error {
+    Error::new(
+        class_of(m.class),
+        format!(
+            "rank {from} (target) refused the operation: {}",
+            String::from_utf8_lossy(m.data)
+        ),
+    )
 }
 
 /// The error class whose code a refusal carries (a code this build does
