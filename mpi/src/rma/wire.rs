@@ -11,9 +11,12 @@
 //! | 2      | 1    | element  | basic type of the elements (index in `Primitive::ALL`) |
 //! | 3      | 1    | op       | [`AccumulateOp`] code                                |
 //! | 4      | 4    | reserved | 0                                                    |
-//! | 8      | 8    | token    | the origin's operation, named in the reply           |
+//! | 8      | 8    | token    | the origin's operation, named in the reply (0: a put or accumulate, only counted) |
 //! | 16     | 8    | disp     | target displacement in bytes (from the window's start; an address in a dynamic window) |
 //! | 24     | 8    | len      | bytes of data the operation covers                   |
+//!
+//! A payload is a batch: one or more messages one after another, each
+//! as long as its header says ([`Message::split`]).
 //!
 //! Decoding trusts nothing: the kind, the flags it allows, the element and
 //! op codes, the reserved bytes and that the data's length agrees with the
