@@ -11,9 +11,12 @@
 //! | 2      | 1    | element  | basic type of the elements (index in `Primitive::ALL`) |
 //! | 3      | 1    | op       | [`AccumulateOp`] code                                |
 //! | 4      | 4    | reserved | 0                                                    |
-//! | 8      | 8    | token    | the origin's operation, named in the reply           |
+//! | 8      | 8    | token    | the origin's operation, named in the reply (0: a put or accumulate, only counted) |
 //! | 16     | 8    | disp     | target displacement in bytes (from the window's start; an address in a dynamic window) |
 //! | 24     | 8    | len      | bytes of data the operation covers                   |
+//!
+//! A payload is a batch: one or more messages one after another, each
+//! as long as its header says ([`Message::split`]).
 //!
 //! Decoding trusts nothing: the kind, the flags it allows, the element and
 //! op codes, the reserved bytes and that the data's length agrees with the
@@ -345,6 +348,14 @@ impl<'p> Message<'p> {
     }
 }
 
+/// Sets the `len` of the message encoded at the start of `encoded`
+/// (without data, then followed by its data, written in place) to the
+/// bytes after its header: so a reply's data need not be copied twice.
+pub(crate) fn set_data_len(encoded: &mut [u8]) {
+    let len = (encoded.len() - HEADER) as u64;
+    encoded[24..32].copy_from_slice(&len.to_le_bytes());
+}
+
 /// The error of a message that does not decode.
 fn bad(what: impl std::fmt::Display) -> Error {
     Error::new(
@@ -451,6 +462,19 @@ mod tests {
         assert!(Message::split(&huge).is_err());
         huge[0] = Kind::CompareAndSwap as u8;
         assert!(Message::split(&huge).is_err());
+    }
+
+    #[test]
+    fn data_written_after_a_header_gets_its_length() {
+        let mut reply = Vec::new();
+        Message::new(Kind::Reply, 9).append_to(&mut reply);
+        reply.extend_from_slice(&[5; 12]);
+        set_data_len(&mut reply);
+        let m = Message::decode(&reply).unwrap();
+        assert_eq!(
+            (m.kind, m.token, m.len, m.data),
+            (Kind::Reply, 9, 12, &[5u8; 12][..])
+        );
     }
 
     #[test]
