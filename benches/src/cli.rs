@@ -395,6 +395,29 @@ pub struct CompareOptions {
     pub ranks: usize,
     /// The transport every implementation is restricted to.
     pub transport: CompareTransport,
+    /// Peers left out of the comparison (`--without`): for quick checks
+    /// where one peer takes minutes (MPICH's one-sided operations over
+    /// TCP); its column is then missing and oxmpi/best is over the other.
+    pub without: Vec<Peer>,
+}
+
+/// A peer implementation `oxbench compare` can leave out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peer {
+    /// MPICH (`--without mpich`).
+    Mpich,
+    /// Open MPI (`--without openmpi`).
+    OpenMpi,
+}
+
+impl Peer {
+    /// The name on the command line.
+    pub fn option_name(self) -> &'static str {
+        match self {
+            Peer::Mpich => "mpich",
+            Peer::OpenMpi => "openmpi",
+        }
+    }
 }
 
 /// Which ranks talk to which in `oxbench memory`.
@@ -527,7 +550,7 @@ usage: oxrun -n 2 oxbench latency|bw|bibw [OPTIONS]
        oxbench raw-tcp latency|bw [OPTIONS]
        oxbench raw-shm latency|bw [OPTIONS]
        oxbench compare [BENCHMARK...] [OPTIONS] [--transport tcp|shm]
-                       [--rounds N] [--ranks N]
+                       [--rounds N] [--ranks N] [--without mpich|openmpi]
        oxbench suite [OPTIONS] [--transports LIST] [--svg FILE]
        oxrun -n N oxbench memory [--pattern all|ring]
 
@@ -600,6 +623,8 @@ options:
   --ranks N        compare: ranks of the mbw_mr and multi_lat jobs (even)
                    and of the collectives' (default 2)
   --transport T    compare: tcp (default) or shm
+  --without PEER   compare: leave out mpich or openmpi (quick checks; the
+                   ratio is then over the other peer alone)
   --transports L   suite: comma-separated transports (default: all)
   --svg FILE       suite: where to write the plot (default oxbench-suite.svg)
   -h, --help       print this text
@@ -782,6 +807,7 @@ fn parse_compare(args: &[&str]) -> Result<Command, UsageError> {
         rounds: extras.rounds,
         ranks: extras.ranks,
         transport: extras.transport,
+        without: extras.without,
     }))
 }
 
@@ -799,6 +825,7 @@ struct Extras {
     rounds: usize,
     ranks: usize,
     transport: CompareTransport,
+    without: Vec<Peer>,
     transports: Vec<String>,
     svg: Option<PathBuf>,
 }
@@ -826,6 +853,7 @@ fn parse_options(
     let mut rounds = 1;
     let mut ranks = 2;
     let mut transport = CompareTransport::Tcp;
+    let mut without = Vec::new();
     let mut transports = Vec::new();
     let mut svg = None;
     let mut i = 0;
@@ -872,6 +900,23 @@ fn parse_options(
                     other => {
                         return usage_error(format!("--transport takes tcp or shm, not {other:?}"))
                     }
+                }
+            }
+            ("--without", Extra::Compare) => {
+                let peer = match value(name)? {
+                    "mpich" => Peer::Mpich,
+                    "openmpi" => Peer::OpenMpi,
+                    other => {
+                        return usage_error(format!(
+                            "--without takes mpich or openmpi, not {other:?}"
+                        ))
+                    }
+                };
+                if !without.contains(&peer) {
+                    without.push(peer);
+                }
+                if without.len() == 2 {
+                    return usage_error("--without leaves out both peers: nothing to compare with");
                 }
             }
             ("--transports", Extra::Suite) => {
@@ -953,6 +998,7 @@ fn parse_options(
         rounds,
         ranks,
         transport,
+        without,
         transports,
         svg,
     };
@@ -1101,6 +1147,7 @@ mod tests {
         assert_eq!(c.benchmarks, vec![Benchmark::Latency, Benchmark::Bandwidth]);
         assert_eq!((c.rounds, c.ranks, c.options.min_size), (1, 2, 1));
         assert_eq!(c.transport, CompareTransport::Tcp);
+        assert!(c.without.is_empty());
         let Command::Compare(c) = parse(&[
             "compare",
             "latency",
@@ -1112,10 +1159,14 @@ mod tests {
             "8",
             "--transport",
             "shm",
+            "--without",
+            "mpich",
+            "--without=mpich",
         ])
         .unwrap() else {
             panic!("compare did not parse");
         };
+        assert_eq!(c.without, vec![Peer::Mpich]);
         assert_eq!(
             c.benchmarks,
             vec![Benchmark::Latency, Benchmark::MultiBandwidth]
@@ -1188,6 +1239,9 @@ mod tests {
             &["compare", "bw", "--min-size", "0"],
             &["compare", "--svg", "x.svg"],
             &["compare", "--transport", "verbs"],
+            &["compare", "--without", "mvapich"],
+            &["compare", "--without", "mpich", "--without", "openmpi"],
+            &["latency", "--without", "mpich"],
             &["suite", "--transport", "tcp"],
             &["suite", "--rounds", "2"],
             &["suite", "--transports", ","],

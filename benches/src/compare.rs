@@ -31,14 +31,16 @@
 //!   raw-tcp` or `oxbench raw-shm` (latency and bw only; the shared-memory
 //!   latency floor up to 56 bytes). With `--rounds N`, each round runs
 //!   every contender once, the order rotated from round to round, and each
-//!   figure is the median of the rounds.
+//!   figure is the median of the rounds. `--without mpich|openmpi` leaves
+//!   a peer out, for quick checks where it takes minutes (MPICH's
+//!   one-sided operations over TCP); the header says so.
 //! - **The result.** Per benchmark, a table (size, oxmpi, MPICH, Open MPI,
 //!   oxmpi's figure over the better peer's, and where there is one the
 //!   floor and oxmpi's figure over it; for `mbw_mr` the MB/s) or one JSON
 //!   object. A contender whose jobs all failed is shown as unavailable,
 //!   the reasons on standard error, and the exit status is then 1.
 
-use crate::cli::{Benchmark, CompareOptions, CompareTransport, Options};
+use crate::cli::{Benchmark, CompareOptions, CompareTransport, Options, Peer};
 use crate::raw_shm::LINE_PAYLOAD;
 use crate::report::{self, json_number, json_string, json_strings};
 use crate::runner::{self, median, JobSpec, Measured};
@@ -89,6 +91,20 @@ pub const IMPLEMENTATIONS: [Implementation; 4] = [
 const PEERS: [Implementation; 2] = [Implementation::Mpich, Implementation::OpenMpi];
 
 impl Implementation {
+    /// The peer this is, if it is one.
+    fn peer(self) -> Option<Peer> {
+        match self {
+            Implementation::Mpich => Some(Peer::Mpich),
+            Implementation::OpenMpi => Some(Peer::OpenMpi),
+            Implementation::Oxmpi | Implementation::Floor => None,
+        }
+    }
+
+    /// Whether `compare` leaves this one out (`--without`).
+    fn left_out(self, compare: &CompareOptions) -> bool {
+        self.peer().is_some_and(|p| compare.without.contains(&p))
+    }
+
     /// The name shown in the table.
     pub fn name(self) -> &'static str {
         match self {
@@ -200,6 +216,7 @@ fn run(compare: &CompareOptions) -> Result<bool, String> {
         .join("compare-peers");
     let contenders: Vec<Contender> = IMPLEMENTATIONS
         .iter()
+        .filter(|i| !i.left_out(compare))
         .map(|&implementation| {
             let tools = match implementation {
                 Implementation::Oxmpi => Ok((oxrun.clone(), oxbench.clone())),
@@ -669,6 +686,7 @@ fn notes(benchmark: Benchmark, compare: &CompareOptions, columns: &[Column]) -> 
     } else {
         "oxmpi/best: oxmpi's bandwidth over the higher peer's (above 1: oxmpi is faster)".to_owned()
     });
+    notes.extend(left_out_notes(compare));
     if has_floor(columns) {
         notes.push(match (compare.transport, benchmark.is_latency()) {
             (CompareTransport::Tcp, _) => {
@@ -697,6 +715,14 @@ fn column_note(column: &Column, rounds: usize) -> String {
         ),
         Ok(_) => format!("{name}: {}", column.description),
     }
+}
+
+/// A header line for each peer `--without` left out.
+fn left_out_notes(compare: &CompareOptions) -> impl Iterator<Item = String> + '_ {
+    PEERS.into_iter().filter(|p| p.left_out(compare)).map(|p| {
+        let option = p.peer().expect("a peer").option_name();
+        format!("{}: left out (--without {option})", p.name())
+    })
 }
 
 /// A cell of the table: the figure, `-` where there is none, or
@@ -864,6 +890,7 @@ mod tests {
             rounds: 1,
             ranks: 2,
             transport: CompareTransport::Tcp,
+            without: Vec::new(),
         }
     }
 
@@ -1041,6 +1068,20 @@ mod tests {
         assert!(
             args.contains("--mca btl_vader_single_copy_mechanism none"),
             "{args}"
+        );
+    }
+
+    #[test]
+    fn a_left_out_peer_is_named_in_the_notes() {
+        let mut c = compare(vec![Benchmark::Latency]);
+        c.without = vec![Peer::Mpich];
+        assert!(Implementation::Mpich.left_out(&c));
+        assert!(!Implementation::OpenMpi.left_out(&c));
+        assert!(!Implementation::Oxmpi.left_out(&c));
+        let notes = notes(Benchmark::Latency, &c, &[]);
+        assert!(
+            notes.contains(&"MPICH: left out (--without mpich)".to_owned()),
+            "{notes:?}"
         );
     }
 
