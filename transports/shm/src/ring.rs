@@ -178,8 +178,8 @@ impl Producer {
         // word: its bit was cleared when the frame before was published
         // (below), or never set.
         debug_assert!(!self.payload_first(index));
-        for later in index + 1..index + cells {
-            self.payload_first[(later / 64) as usize] |= 1 << (later % 64);
+        if cells > 1 {
+            self.mark_payload_first(index + 1, index + cells);
         }
         if self.payload_first(next) {
             self.payload_first[(next / 64) as usize] &= !(1 << (next % 64));
@@ -194,6 +194,19 @@ impl Producer {
             .control(index)
             .store(control_word(kind, self.tail, bytes), Ordering::Release);
         self.tail += cells;
+    }
+
+    /// Marks cells `from..to` (in one lap of the ring) as holding payload
+    /// in their first word, a word of bits at a time.
+    fn mark_payload_first(&mut self, from: u64, to: u64) {
+        let mut cell = from;
+        while cell < to {
+            let bit = cell % 64;
+            let n = (64 - bit).min(to - cell);
+            let ones = if n == 64 { u64::MAX } else { (1 << n) - 1 };
+            self.payload_first[(cell / 64) as usize] |= ones << bit;
+            cell += n;
+        }
     }
 
     /// Whether the first word of cell `index` holds payload bytes.
@@ -731,6 +744,22 @@ mod tests {
         assert_eq!(c.segment.control(2).load(Ordering::Relaxed), 0);
         assert_eq!(reader.read(&mut c).unwrap().0[8], 4);
         assert_eq!(c.peek().unwrap(), None);
+    }
+
+    #[test]
+    fn payload_marks_cover_exactly_their_cells_across_words() {
+        let (mut p, _c) = queue(256);
+        for (from, to) in [(1, 2), (60, 130), (64, 128), (127, 129), (200, 256)] {
+            p.payload_first.fill(0);
+            p.mark_payload_first(from, to);
+            for cell in 0..256 {
+                assert_eq!(
+                    p.payload_first(cell),
+                    (from..to).contains(&cell),
+                    "cell {cell} after marking {from}..{to}"
+                );
+            }
+        }
     }
 
     #[test]
