@@ -57,6 +57,15 @@ fn every_collective_by_messages_alone() {
 }
 
 #[test]
+fn every_collective_through_shared_staging_without_single_copies() {
+    // Cross-memory attach off: long broadcasts and all-to-alls stream
+    // through the shared staging areas instead of single copies.
+    for ranks in [2, 3, 5] {
+        job("collectives", "data", ranks, &[("OXMPI_SHM_CMA", "0")], 120);
+    }
+}
+
+#[test]
 fn every_collective_with_most_messages_by_rendezvous() {
     // Eager limits of 1000 bytes: nearly every step of the algorithms
     // waits for its receiver, which must never wait for it in turn.
@@ -86,6 +95,9 @@ fn every_predefined_operation_on_every_type() {
 fn processes_that_pass_different_counts_fail_alone() {
     for ranks in [2, 5] {
         job("collectives", "mismatch", ranks, &[], 60);
+        // Long broadcasts stream through shared memory here, where the
+        // one process whose count differs fails alone too.
+        job("collectives", "mismatch_long", ranks, &[], 60);
     }
 }
 

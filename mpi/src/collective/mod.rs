@@ -306,8 +306,16 @@ impl Communicator {
         buf: &mut [u8],
         node: Option<&NodeRegion>,
     ) -> Result<()> {
-        if let Some(node) = node.filter(|node| node.fits(buf.len())) {
-            return node.broadcast(sequence.0, root, buf);
+        if let Some(node) = node {
+            if node.fits(buf.len()) {
+                return node.broadcast(sequence.0, root, buf);
+            }
+            if node.copies_directly(buf.len()) {
+                return node.broadcast_direct(sequence.0, root, buf);
+            }
+            if let Some(ring) = node.broadcast_ring(buf.len()) {
+                return node.broadcast_staged(sequence.0, root, buf, ring);
+            }
         }
         let team = self.team(sequence, CollectiveTag::Broadcast)?;
         team.complete(algorithms::broadcast(&team, root, buf)).await
@@ -677,8 +685,16 @@ impl Communicator {
         block: usize,
         node: Option<&NodeRegion>,
     ) -> Result<()> {
-        if let Some(node) = node.filter(|node| node.fits_blocks(self.size() as usize, block)) {
-            return node.all_to_all(sequence.0, send, recv, block);
+        if let Some(node) = node {
+            if node.fits_blocks(self.size() as usize, block) {
+                return node.all_to_all(sequence.0, send, recv, block);
+            }
+            if node.copies_directly(block) {
+                return node.all_to_all_direct(sequence.0, send, recv, block);
+            }
+            if let Some(ring) = node.all_to_all_ring(block) {
+                return node.all_to_all_staged(sequence.0, send, recv, block, ring);
+            }
         }
         let parts = uniform_blocks(self.addressed_size(), block);
         let sends: Vec<&[u8]> = parts.iter().map(|p| &send[p.clone()]).collect();

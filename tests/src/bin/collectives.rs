@@ -9,7 +9,8 @@
 //! and user-defined operations, commutative and not), `operations` (every
 //! predefined operation on every type, `MPI_ERR_OP` on the others,
 //! min/max-loc), `mismatch` (processes that pass different counts fail
-//! alone and the job goes on), `errors` (the error classes of bad
+//! alone and the job goes on), `mismatch_long` (the same of broadcasts
+//! streamed through shared memory), `errors` (the error classes of bad
 //! arguments), `datatypes` (derived datatypes and structs in collectives:
 //! strided data in and out, padding skipped, gaps left alone).
 
@@ -32,6 +33,7 @@ fn main() -> ExitCode {
             "data" => data(&world),
             "operations" => operations(&world),
             "mismatch" => mismatch(&world),
+            "mismatch_long" => mismatch_long(&world),
             "errors" => errors(&world),
             "datatypes" => datatypes(&world),
             other => Err(fail(format!("unknown check {other:?}"))),
@@ -354,7 +356,10 @@ fn all_to_all(world: &Communicator) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     // Block `to` of rank `from`'s data is seeded with both.
     let block = |seed: usize, from: usize, to: usize, len: usize| bytes(seed * 64 + to, from, len);
-    for (seed, &len) in [0usize, 4, 1000, 32 * 1024 - 4, 32 * 1024, 100_000]
+    // Blocks in a shared-memory cell, beyond it (streamed through the
+    // staging areas, in one piece and in many), and beyond a ring.
+    let long = if size <= 4 { 1 << 20 } else { 300_001 };
+    for (seed, &len) in [0usize, 4, 1000, 32 * 1024 - 4, 32 * 1024, 100_000, long]
         .iter()
         .enumerate()
     {
@@ -896,28 +901,57 @@ fn locations(world: &Communicator) -> Result<()> {
 /// fails with `MPI_ERR_TRUNCATE`, too little with `MPI_ERR_COUNT`, the
 /// others succeed, and the next collectives work.
 fn mismatch(world: &Communicator) -> Result<()> {
+    let cases = [
+        (100, 99, ErrorClass::Truncate),
+        (100, 101, ErrorClass::Count),
+    ];
+    mismatched_broadcasts(world, &cases)
+}
+
+/// `mismatch` of broadcasts long enough to be streamed through the shared
+/// staging areas, where only the process whose length differs fails (by
+/// messages, a long broadcast is cut in blocks that other processes pass
+/// on, and they may fail too).
+fn mismatch_long(world: &Communicator) -> Result<()> {
+    let cases = [
+        (100_000, 99_999, ErrorClass::Truncate),
+        (100_000, 100_001, ErrorClass::Count),
+        (100_000, 100, ErrorClass::Truncate),
+        (1_000, 100_000, ErrorClass::Count),
+    ];
+    mismatched_broadcasts(world, &cases)
+}
+
+/// Broadcasts from rank 0 of `full` bytes where the last rank passes
+/// `len_at_last` and must fail with `class`, then a barrier and an
+/// all-reduce that must work.
+fn mismatched_broadcasts(world: &Communicator, cases: &[(usize, usize, ErrorClass)]) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     let last = size - 1;
     let root = world.process_at_rank(0);
-    for (len_at_last, class) in [(99, ErrorClass::Truncate), (101, ErrorClass::Count)] {
+    for &(full, len_at_last, class) in cases {
         // The last rank is a leaf of the broadcast's tree: nobody waits
         // for what it received.
         let len = if rank == last && size > 1 {
             len_at_last
         } else {
-            100
+            full
         };
         let mut buf = if rank == 0 {
-            bytes(5, 0, 100)
+            bytes(5, 0, full)
         } else {
             vec![0; len]
         };
         let result = root.broadcast_into(&mut buf[..]);
         if rank == last && size > 1 {
-            expect_class(result, class, "broadcast into the wrong length")?;
+            expect_class(
+                result,
+                class,
+                &format!("broadcast of {full} bytes into {len_at_last}"),
+            )?;
         } else {
             result?;
-            same(&buf, &bytes(5, 0, 100), "broadcast beside a mismatch")?;
+            same(&buf, &bytes(5, 0, full), "broadcast beside a mismatch")?;
         }
         world.barrier()?;
         let mut total = 0u64;
