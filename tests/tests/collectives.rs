@@ -85,6 +85,28 @@ fn derived_datatypes_and_structs_in_collectives() {
 }
 
 #[test]
+fn collectives_of_large_strided_datatypes() {
+    // Over shared memory, with and without single copies, and over TCP.
+    for ranks in [2, 3, 5] {
+        let out = job("collectives", "large_datatypes", ranks, &[], 120);
+        assert!(
+            out.contains(&format!("large_datatypes: {ranks} ranks")),
+            "{out}"
+        );
+    }
+    job(
+        "collectives",
+        "large_datatypes",
+        3,
+        &[("OXMPI_SHM_CMA", "0")],
+        120,
+    );
+    for ranks in [2, 4] {
+        job("collectives", "large_datatypes", ranks, &TCP, 120);
+    }
+}
+
+#[test]
 fn every_predefined_operation_on_every_type() {
     for ranks in [1, 3, 4] {
         job("collectives", "operations", ranks, &[], 60);

@@ -12,7 +12,9 @@
 //! alone and the job goes on), `mismatch_long` (the same of broadcasts
 //! streamed through shared memory), `errors` (the error classes of bad
 //! arguments), `datatypes` (derived datatypes and structs in collectives:
-//! strided data in and out, padding skipped, gaps left alone).
+//! strided data in and out, padding skipped, gaps left alone),
+//! `large_datatypes` (broadcast, all-reduce, all-to-all and gather of
+//! strided columns of several MiB).
 
 use oxmpi::collective::{
     DynBuffer, DynBufferMut, Partition, PartitionMut, SystemOperation, UserOperation, ValueIndex,
@@ -36,6 +38,7 @@ fn main() -> ExitCode {
             "mismatch_long" => mismatch_long(&world),
             "errors" => errors(&world),
             "datatypes" => datatypes(&world),
+            "large_datatypes" => large_datatypes(&world),
             other => Err(fail(format!("unknown check {other:?}"))),
         };
         if let Err(e) = outcome {
@@ -1093,6 +1096,107 @@ fn particle(rank: usize, i: usize) -> Particle {
 struct Sample {
     weight: f64,
     count: i64,
+}
+
+/// Element `(r, c)` of rank `rank`'s matrix of two columns: exact in `f64`.
+fn cell(rank: usize, r: usize, c: usize) -> f64 {
+    (rank * 4_000_000 + 2 * r + c) as f64
+}
+
+/// `large_datatypes`: collectives of strided columns of `f64` (every
+/// other element of a matrix of two columns), each block 1 MiB packed
+/// and each buffer several MiB, checked against references; the other
+/// column must keep its values.
+fn large_datatypes(world: &Communicator) -> Result<()> {
+    let (rank, n) = (world.rank() as usize, world.size() as usize);
+    // Rows of one block: 1 MiB of a column.
+    let block = 1 << 17;
+    let rows = n * block;
+    let matrix =
+        |of: usize| -> Vec<f64> { (0..rows * 2).map(|i| cell(of, i / 2, i % 2)).collect() };
+    // The whole first column, and blocks of it of `block` rows each.
+    let column = UserDatatype::vector(rows as i32, 1, 2, &f64::equivalent_datatype())?;
+    let one_block = UserDatatype::vector(block as i32, 1, 2, &f64::equivalent_datatype())?;
+    let blocks = UserDatatype::resized(&one_block, 0, (block * 2 * 8) as isize)?;
+    // The second column of `m` must hold `of`'s values.
+    let untouched = |m: &[f64], of: usize, what: &str| {
+        let second: Vec<f64> = m.iter().skip(1).step_by(2).copied().collect();
+        let expected: Vec<f64> = (0..rows).map(|r| cell(of, r, 1)).collect();
+        same(&second, &expected, &format!("{what}: the other column"))
+    };
+    let first = |m: &[f64]| -> Vec<f64> { m.iter().step_by(2).copied().collect() };
+
+    // Broadcast of a column, from a root in the middle.
+    let root = n / 2;
+    let mut data = matrix(rank);
+    {
+        let mut view = MutView::with_count_and_datatype(&mut data[..], 1, &column)?;
+        world
+            .process_at_rank(root as i32)
+            .broadcast_into(&mut view)?;
+    }
+    let expected: Vec<f64> = (0..rows).map(|r| cell(root, r, 0)).collect();
+    same(&first(&data), &expected, "broadcast of a strided column")?;
+    untouched(&data, rank, "broadcast of a strided column")?;
+
+    // All-reduce of a column into another matrix's column, and in place.
+    let mine = matrix(rank);
+    let mut sums = matrix(rank);
+    {
+        let input = View::with_count_and_datatype(&mine[..], 1, &column)?;
+        let mut output = MutView::with_count_and_datatype(&mut sums[..], 1, &column)?;
+        world.all_reduce_into(&input, &mut output, SystemOperation::sum())?;
+    }
+    let expected: Vec<f64> = (0..rows)
+        .map(|r| (0..n).map(|k| cell(k, r, 0)).sum())
+        .collect();
+    same(&first(&sums), &expected, "all-reduce of strided columns")?;
+    untouched(&sums, rank, "all-reduce of strided columns")?;
+    let mut data = matrix(rank);
+    {
+        let mut view = MutView::with_count_and_datatype(&mut data[..], 1, &column)?;
+        world.all_reduce_in_place(&mut view, SystemOperation::sum())?;
+    }
+    same(
+        &first(&data),
+        &expected,
+        "in-place all-reduce of a strided column",
+    )?;
+    untouched(&data, rank, "in-place all-reduce of a strided column")?;
+
+    // All-to-all of blocks of a column: block `to` of rank `from` lands
+    // as block `from` at rank `to`.
+    let mut received = matrix(rank);
+    {
+        let send = View::with_count_and_datatype(&mine[..], n as i32, &blocks)?;
+        let mut recv = MutView::with_count_and_datatype(&mut received[..], n as i32, &blocks)?;
+        world.all_to_all_into(&send, &mut recv)?;
+    }
+    let expected: Vec<f64> = (0..n)
+        .flat_map(|from| (0..block).map(move |i| cell(from, rank * block + i, 0)))
+        .collect();
+    same(&first(&received), &expected, "all-to-all of strided blocks")?;
+    untouched(&received, rank, "all-to-all of strided blocks")?;
+
+    // Gather of each rank's block `rank` into the root's column.
+    let gather_root = world.process_at_rank((n - 1) as i32);
+    let send = View::with_count_and_datatype(&mine[rank * block * 2..], 1, &one_block)?;
+    if rank == n - 1 {
+        let mut gathered = matrix(rank);
+        {
+            let mut recv = MutView::with_count_and_datatype(&mut gathered[..], n as i32, &blocks)?;
+            gather_root.gather_into_root(&send, &mut recv)?;
+        }
+        let expected: Vec<f64> = (0..rows).map(|r| cell(r / block, r, 0)).collect();
+        same(&first(&gathered), &expected, "gather of strided blocks")?;
+        untouched(&gathered, rank, "gather of strided blocks")?;
+    } else {
+        gather_root.gather_into(&send)?;
+    }
+    if rank == 0 {
+        println!("large_datatypes: {n} ranks, blocks of {block} strided f64");
+    }
+    Ok(())
 }
 
 fn datatypes(world: &Communicator) -> Result<()> {
