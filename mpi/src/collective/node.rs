@@ -113,7 +113,7 @@
 use super::engine::block_on;
 use super::op::Reduction;
 use super::team::{Scratch, Team};
-use super::typed::{Input, Output};
+use super::typed::{Input, Output, Pieces};
 use crate::{with_device, Error, ErrorClass, Result};
 use oxmpi_adi::device::Idle;
 use oxmpi_adi::host::HostId;
@@ -771,14 +771,17 @@ impl NodeRegion {
         &self,
         number: u32,
         root: usize,
-        buf: &mut [u8],
+        data: &mut Pieces<'_>,
         ring: Ring,
     ) -> Result<()> {
-        let len = buf.len();
+        let len = data.len();
         let cell = self.begin(number, len, |_| Ok(()))?;
         let at_root = self.rank == root;
         let sources: &[usize] = if at_root { &[] } else { &[root] };
-        let data = std::cell::RefCell::new(buf);
+        let data = std::cell::RefCell::new(data);
+        // Non-contiguous data is packed and unpacked through a piece's
+        // worth of memory.
+        let (mut packing, mut unpacking) = (Vec::new(), Vec::new());
         self.stream(
             number,
             cell,
@@ -786,8 +789,14 @@ impl NodeRegion {
             len,
             at_root,
             sources,
-            |k, slot| slot.write(0, &data.borrow()[ring.range(k, len)]),
-            |k, _, slot| slot.read(0, &mut data.borrow_mut()[ring.range(k, len)]),
+            |k, slot| {
+                let range = ring.range(k, len);
+                put_piece(&slot, 0, &mut data.borrow_mut(), range, &mut packing)
+            },
+            |k, _, slot| {
+                let range = ring.range(k, len);
+                take_piece(&slot, 0, &mut data.borrow_mut(), range, &mut unpacking)
+            },
         )
     }
 
@@ -800,42 +809,53 @@ impl NodeRegion {
     pub(crate) fn all_to_all_staged(
         &self,
         number: u32,
-        send: &[u8],
-        recv: &mut [u8],
+        send: &mut Pieces<'_>,
+        recv: &mut Pieces<'_>,
         block: usize,
         ring: Ring,
     ) -> Result<()> {
-        let cell = self.begin(number, send.len(), |_| Ok(()))?;
-        let mine = self.rank * block..(self.rank + 1) * block;
-        recv[mine.clone()].copy_from_slice(&send[mine]);
+        let len = send.len();
+        let cell = self.begin(number, len, |_| Ok(()))?;
+        // Non-contiguous data is packed and unpacked through a piece's
+        // worth of memory.
+        let (mut packing, mut unpacking) = (Vec::new(), Vec::new());
+        // This process's own block, a piece at a time.
+        let mine = self.rank * block;
+        for k in 0..ring.pieces {
+            let piece = ring.range(k, block);
+            let (from, len) = (mine + piece.start, piece.len());
+            if let (Some(bytes), Some(into)) = (send.bytes(), recv.bytes_mut()) {
+                into[from..from + len].copy_from_slice(&bytes[from..from + len]);
+            } else {
+                packing.resize(packing.len().max(len), 0);
+                send.read(from, &mut packing[..len])?;
+                recv.write(from, &packing[..len])?;
+            }
+        }
         let others: Vec<usize> = self.others().collect();
         // Where the blocks of `to` are in a slot of `from`'s.
         let part_of = |from: usize, to: usize| (to - usize::from(to > from)) * ring.part;
+        // Bytes `piece` of block `of`.
+        let of_block = |of: usize, piece: std::ops::Range<usize>| {
+            of * block + piece.start..of * block + piece.end
+        };
         self.stream(
             number,
             cell,
             &ring,
-            send.len(),
+            len,
             true,
             &others,
             |k, slot| {
                 for &to in &others {
-                    let piece = ring.range(k, block);
-                    let at = to * block;
-                    slot.write(
-                        part_of(self.rank, to),
-                        &send[at + piece.start..at + piece.end],
-                    )?;
+                    let range = of_block(to, ring.range(k, block));
+                    put_piece(&slot, part_of(self.rank, to), send, range, &mut packing)?;
                 }
                 Ok(())
             },
             |k, from, slot| {
-                let piece = ring.range(k, block);
-                let at = from * block;
-                slot.read(
-                    part_of(from, self.rank),
-                    &mut recv[at + piece.start..at + piece.end],
-                )
+                let range = of_block(from, ring.range(k, block));
+                take_piece(&slot, part_of(from, self.rank), recv, range, &mut unpacking)
             },
         )?;
         // Every process stamped its cell before its first piece.
@@ -1386,6 +1406,42 @@ fn progress_not_before(word: u64, target: u64) -> bool {
 /// even as can be.
 fn part(m: usize, n: usize, q: usize, element: usize) -> std::ops::Range<usize> {
     q * m / n * element..(q + 1) * m / n * element
+}
+
+/// Copies bytes `range` of `data` into `slot` at `at`: straight from
+/// contiguous data, else packed into `scratch` first (grown to a piece).
+fn put_piece(
+    slot: &Slot<'_>,
+    at: usize,
+    data: &mut Pieces<'_>,
+    range: std::ops::Range<usize>,
+    scratch: &mut Vec<u8>,
+) -> Result<()> {
+    if let Some(bytes) = data.bytes() {
+        return slot.write(at, &bytes[range]);
+    }
+    let len = range.len();
+    scratch.resize(scratch.len().max(len), 0);
+    data.read(range.start, &mut scratch[..len])?;
+    slot.write(at, &scratch[..len])
+}
+
+/// Copies the bytes of `slot` at `at` into bytes `range` of `data`:
+/// straight into contiguous data, else through `scratch` and unpacked.
+fn take_piece(
+    slot: &Slot<'_>,
+    at: usize,
+    data: &mut Pieces<'_>,
+    range: std::ops::Range<usize>,
+    scratch: &mut Vec<u8>,
+) -> Result<()> {
+    if let Some(bytes) = data.bytes_mut() {
+        return slot.read(at, &mut bytes[range]);
+    }
+    let len = range.len();
+    scratch.resize(scratch.len().max(len), 0);
+    slot.read(at, &mut scratch[..len])?;
+    data.write(range.start, &scratch[..len])
 }
 
 /// Step `k` of a streamed collective, as a progress word holds it.
