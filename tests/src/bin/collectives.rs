@@ -14,7 +14,9 @@
 //! arguments), `datatypes` (derived datatypes and structs in collectives:
 //! strided data in and out, padding skipped, gaps left alone),
 //! `large_datatypes` (broadcast, all-reduce, all-to-all and gather of
-//! strided columns of several MiB).
+//! strided columns of several MiB), `pieces_memory` (a 32 MiB strided
+//! broadcast and all-to-all over shared memory add little to the peak
+//! memory: the data moves a piece at a time).
 
 use oxmpi::collective::{
     DynBuffer, DynBufferMut, Partition, PartitionMut, SystemOperation, UserOperation, ValueIndex,
@@ -23,7 +25,7 @@ use oxmpi::datatype::{MutView, UserDatatype, View};
 use oxmpi::traits::*;
 use oxmpi::{Communicator, ErrorClass, Result};
 use oxmpi_jobs::affine::{affine, composed, composition};
-use oxmpi_jobs::checks::{ensure, expect_class, fail, same};
+use oxmpi_jobs::checks::{ensure, expect_class, fail, peak_kib, same};
 use std::fmt::Debug;
 use std::process::ExitCode;
 
@@ -39,6 +41,7 @@ fn main() -> ExitCode {
             "errors" => errors(&world),
             "datatypes" => datatypes(&world),
             "large_datatypes" => large_datatypes(&world),
+            "pieces_memory" => pieces_memory(&world),
             other => Err(fail(format!("unknown check {other:?}"))),
         };
         if let Err(e) = outcome {
@@ -1197,6 +1200,81 @@ fn large_datatypes(world: &Communicator) -> Result<()> {
         println!("large_datatypes: {n} ranks, blocks of {block} strided f64");
     }
     Ok(())
+}
+
+/// `pieces_memory`'s bound on the growth of a process's peak memory over
+/// a collective of 32 MiB of strided data (packed whole, it would grow by
+/// 32 MiB).
+const PIECES_BOUND_KIB: u64 = 4 << 10;
+
+/// `pieces_memory`: a broadcast of a strided column of 32 MiB (packed),
+/// and an all-to-all of 32 MiB of strided blocks in all, through shared
+/// memory, checked, each growing the process's peak resident memory by
+/// less than [`PIECES_BOUND_KIB`]. Every buffer is allocated and touched
+/// first, and smaller collectives of the same kinds warm the shared
+/// region.
+fn pieces_memory(world: &Communicator) -> Result<()> {
+    let (rank, n) = (world.rank() as usize, world.size() as usize);
+    let f64t = f64::equivalent_datatype();
+    let rows = 4 << 20;
+    let column = UserDatatype::vector(rows as i32, 1, 2, &f64t)?;
+    let block = rows / n;
+    let one_block = UserDatatype::vector(block as i32, 1, 2, &f64t)?;
+    let blocks = UserDatatype::resized(&one_block, 0, (block * 2 * 8) as isize)?;
+    let small = UserDatatype::vector(100_000, 1, 2, &f64t)?;
+    let mut data: Vec<f64> = (0..rows * 2).map(|i| cell(rank, i / 2, i % 2)).collect();
+    let mut received = vec![-1.0f64; rows * 2];
+    let root = world.process_at_rank(0);
+    {
+        let mut warm = MutView::with_count_and_datatype(&mut received[..], 1, &small)?;
+        root.broadcast_into(&mut warm)?;
+        let mut recv = vec![0.0f64; 200_000];
+        let count = (100_000 / n) as i32;
+        let send_blocks = UserDatatype::vector(count, 1, 2, &f64t)?;
+        let send_blocks = UserDatatype::resized(&send_blocks, 0, (count as isize) * 16)?;
+        let send = View::with_count_and_datatype(&data[..], n as i32, &send_blocks)?;
+        let mut recv = MutView::with_count_and_datatype(&mut recv[..], n as i32, &send_blocks)?;
+        world.all_to_all_into(&send, &mut recv)?;
+    }
+    received.fill(-1.0);
+    world.barrier()?;
+    let grown = |before: u64, what: &str| -> Result<()> {
+        let grown = peak_kib()?.saturating_sub(before);
+        println!("pieces_memory: rank {rank}: {what}: +{grown} KiB of peak memory");
+        ensure(grown < PIECES_BOUND_KIB, || {
+            format!(
+                "rank {rank}'s peak memory grew by {grown} KiB over {what} (bound \
+                 {PIECES_BOUND_KIB} KiB): the data was packed whole"
+            )
+        })
+    };
+    let before = peak_kib()?;
+    {
+        let mut view = MutView::with_count_and_datatype(&mut data[..], 1, &column)?;
+        root.broadcast_into(&mut view)?;
+    }
+    grown(before, "a 32 MiB strided broadcast")?;
+    let first = |m: &[f64]| -> Vec<f64> { m.iter().step_by(2).copied().collect() };
+    let expected: Vec<f64> = (0..rows).map(|r| cell(0, r, 0)).collect();
+    same(&first(&data), &expected, "the 32 MiB strided broadcast")?;
+    world.barrier()?;
+    let before = peak_kib()?;
+    {
+        let send = View::with_count_and_datatype(&data[..], n as i32, &blocks)?;
+        let mut recv = MutView::with_count_and_datatype(&mut received[..], n as i32, &blocks)?;
+        world.all_to_all_into(&send, &mut recv)?;
+    }
+    grown(before, "a 32 MiB strided all-to-all")?;
+    // Every rank sent rank 0's column (as broadcast): block `rank` of it
+    // from each.
+    let expected: Vec<f64> = (0..n)
+        .flat_map(|_| (0..block).map(move |i| cell(0, rank * block + i, 0)))
+        .collect();
+    same(
+        &first(&received)[..n * block],
+        &expected,
+        "the 32 MiB strided all-to-all",
+    )
 }
 
 fn datatypes(world: &Communicator) -> Result<()> {
