@@ -40,6 +40,17 @@ pub fn same<T: PartialEq + Debug>(got: &[T], expected: &[T], what: &str) -> Resu
     }
 }
 
+/// The process's peak resident memory (`VmHWM`) in KiB.
+pub fn peak_kib() -> Result<u64> {
+    let status = std::fs::read_to_string("/proc/self/status")
+        .map_err(|e| fail(format!("reading /proc/self/status: {e}")))?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .ok_or_else(|| fail("no VmHWM in /proc/self/status"))
+}
+
 /// Checks that `result` failed with `class`.
 pub fn expect_class<T: Debug>(result: Result<T>, class: ErrorClass, what: &str) -> Result<()> {
     match result {

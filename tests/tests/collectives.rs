@@ -57,6 +57,15 @@ fn every_collective_by_messages_alone() {
 }
 
 #[test]
+fn every_collective_through_shared_staging_without_single_copies() {
+    // Cross-memory attach off: long broadcasts and all-to-alls stream
+    // through the shared staging areas instead of single copies.
+    for ranks in [2, 3, 5] {
+        job("collectives", "data", ranks, &[("OXMPI_SHM_CMA", "0")], 120);
+    }
+}
+
+#[test]
 fn every_collective_with_most_messages_by_rendezvous() {
     // Eager limits of 1000 bytes: nearly every step of the algorithms
     // waits for its receiver, which must never wait for it in turn.
@@ -76,6 +85,39 @@ fn derived_datatypes_and_structs_in_collectives() {
 }
 
 #[test]
+fn collectives_of_large_strided_datatypes() {
+    // Over shared memory, with and without single copies, and over TCP.
+    for ranks in [2, 3, 5] {
+        let out = job("collectives", "large_datatypes", ranks, &[], 120);
+        assert!(
+            out.contains(&format!("large_datatypes: {ranks} ranks")),
+            "{out}"
+        );
+    }
+    job(
+        "collectives",
+        "large_datatypes",
+        3,
+        &[("OXMPI_SHM_CMA", "0")],
+        120,
+    );
+    for ranks in [2, 4] {
+        job("collectives", "large_datatypes", ranks, &TCP, 120);
+    }
+}
+
+#[test]
+fn long_strided_collectives_over_shared_memory_move_in_pieces() {
+    // A 32 MiB strided broadcast and all-to-all grow no process's peak
+    // memory by a packed copy (the message algorithms still pack whole).
+    for ranks in [2, 3] {
+        let out = job("collectives", "pieces_memory", ranks, &[], 120);
+        assert!(out.contains("all-to-all: +"), "{out}");
+        eprint!("{out}");
+    }
+}
+
+#[test]
 fn every_predefined_operation_on_every_type() {
     for ranks in [1, 3, 4] {
         job("collectives", "operations", ranks, &[], 60);
@@ -86,6 +128,9 @@ fn every_predefined_operation_on_every_type() {
 fn processes_that_pass_different_counts_fail_alone() {
     for ranks in [2, 5] {
         job("collectives", "mismatch", ranks, &[], 60);
+        // Long broadcasts stream through shared memory here, where the
+        // one process whose count differs fails alone too.
+        job("collectives", "mismatch_long", ranks, &[], 60);
     }
 }
 

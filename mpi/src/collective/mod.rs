@@ -128,7 +128,7 @@ use partition::{consecutive_blocks, disjoint_blocks, uniform_blocks};
 use schedule::{all_to_all_algorithm, AllToAllAlgorithm};
 use std::future::Future;
 use team::{CollectiveTag, Scratch, Sequence};
-use typed::{Input, Output};
+use typed::{Input, Output, Pieces};
 
 /// Whether a collective runs to its end in the call (blocking) or is
 /// started to be completed later (non-blocking): only a blocking one may
@@ -306,8 +306,16 @@ impl Communicator {
         buf: &mut [u8],
         node: Option<&NodeRegion>,
     ) -> Result<()> {
-        if let Some(node) = node.filter(|node| node.fits(buf.len())) {
-            return node.broadcast(sequence.0, root, buf);
+        if let Some(node) = node {
+            if node.fits(buf.len()) {
+                return node.broadcast(sequence.0, root, buf);
+            }
+            if node.copies_directly(buf.len()) {
+                return node.broadcast_direct(sequence.0, root, buf);
+            }
+            if let Some(ring) = node.broadcast_ring(buf.len()) {
+                return node.broadcast_staged(sequence.0, root, &mut Pieces::Bytes(buf), ring);
+            }
         }
         let team = self.team(sequence, CollectiveTag::Broadcast)?;
         team.complete(algorithms::broadcast(&team, root, buf)).await
@@ -610,6 +618,14 @@ impl Communicator {
         R: BufferMut + ?Sized,
     {
         let node = self.node_for(&sequence, mode)?;
+        if let Some(node) = node {
+            if let Some(done) = self
+                .all_to_all_in_pieces(sequence.0, node, send, recv)
+                .transpose()
+            {
+                return done;
+            }
+        }
         let (send, mut output) = (Input::new(send)?, Output::overwritten(recv)?);
         let element_type = same_element_type(send.element_type(), output.element_type())?;
         let (send, recv) = (send.bytes(), output.bytes_mut());
@@ -619,6 +635,41 @@ impl Communicator {
         self.all_to_all_blocks(sequence, send, recv, block, node)
             .await?;
         output.finish()
+    }
+
+    /// The all-to-all of `send` into `recv` through shared memory a piece
+    /// at a time, where either is not contiguous and the blocks are too
+    /// long for a slot (`None` where not: then the caller packs them
+    /// whole). Checks the arguments as the caller does.
+    fn all_to_all_in_pieces<S, R>(
+        &self,
+        number: u32,
+        node: &NodeRegion,
+        send: &S,
+        recv: &mut R,
+    ) -> Result<Option<()>>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        let (send, recv) = (send.view(), recv.view_mut());
+        let (send_layout, recv_layout) = (send.layout()?, recv.layout()?);
+        let (send_len, recv_len) = (send_layout.len, recv_layout.len);
+        let element_type = same_element_type(
+            ElementType::of_datatype(send.datatype()),
+            ElementType::of_datatype(recv.datatype()),
+        )?;
+        let n = self.size() as usize;
+        let block = block_of(send_len, n, element_type, "the send buffer")?;
+        expect_len(recv_len, send_len, element_type, "the receive buffer")?;
+        let contiguous = send_layout.contiguous.is_some() && recv_layout.contiguous.is_some();
+        let ring = match node.all_to_all_ring(block) {
+            Some(ring) if !contiguous && !node.fits_blocks(n, block) => ring,
+            _ => return Ok(None),
+        };
+        let (mut send, mut recv) = (Pieces::of_view(&send)?, Pieces::into_view(recv)?);
+        node.all_to_all_staged(number, &mut send, &mut recv, block, ring)
+            .map(Some)
     }
 
     /// [`Communicator::all_to_all_into`] in place: `buf` is sent and then
@@ -677,8 +728,22 @@ impl Communicator {
         block: usize,
         node: Option<&NodeRegion>,
     ) -> Result<()> {
-        if let Some(node) = node.filter(|node| node.fits_blocks(self.size() as usize, block)) {
-            return node.all_to_all(sequence.0, send, recv, block);
+        if let Some(node) = node {
+            if node.fits_blocks(self.size() as usize, block) {
+                return node.all_to_all(sequence.0, send, recv, block);
+            }
+            if node.copies_directly(block) {
+                return node.all_to_all_direct(sequence.0, send, recv, block);
+            }
+            if let Some(ring) = node.all_to_all_ring(block) {
+                return node.all_to_all_staged(
+                    sequence.0,
+                    &mut Pieces::Shared(send),
+                    &mut Pieces::Bytes(recv),
+                    block,
+                    ring,
+                );
+            }
         }
         let parts = uniform_blocks(self.addressed_size(), block);
         let sends: Vec<&[u8]> = parts.iter().map(|p| &send[p.clone()]).collect();
@@ -1628,6 +1693,23 @@ impl Process<'_> {
         let node = self.comm.node_for(&sequence, mode)?;
         let at_root = self.comm.rank() == self.rank;
         let root = self.root(at_root)?;
+        if let Some(node) = node {
+            // Long data that is not contiguous streams through shared
+            // memory a piece at a time, never packed whole.
+            let view = buf.view_mut();
+            let layout = view.layout()?;
+            let ring = node.broadcast_ring(layout.len);
+            if let Some(ring) =
+                ring.filter(|_| layout.contiguous.is_none() && !node.fits(layout.len))
+            {
+                let mut pieces = if at_root {
+                    Pieces::of_view(&view.as_view())?
+                } else {
+                    Pieces::into_view(view)?
+                };
+                return node.broadcast_staged(sequence.0, root, &mut pieces, ring);
+            }
+        }
         // The root's buffer is the data; the others' is only written.
         let mut output = if at_root {
             Output::new(buf)?

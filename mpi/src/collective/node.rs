@@ -1,7 +1,8 @@
 //! Collectives over shared memory, for communicators whose processes all
 //! share a host: barrier, broadcast, reduce, all-reduce and all-to-all of
-//! small data, and all-reduce of long data, through one shared region per
-//! communicator, without messages.
+//! small data, and broadcast, all-reduce and all-to-all of long data,
+//! through one shared region per communicator (and single copies between
+//! the processes' buffers), without messages.
 //!
 //! # The region
 //! Made at the first blocking collective of these kinds on the
@@ -72,6 +73,33 @@
 //! the area's last results. The cell's stamp announces the length, which
 //! every process checks after the first round's first step.
 //!
+//! # Long broadcasts and all-to-alls
+//! From [`DIRECT_MIN`] bytes (a broadcast, or an all-to-all's block) they
+//! go by single copies between the processes' buffers with cross-memory
+//! attach, where every process can copy from every other (checked when
+//! the region is made, by a copy of each one's [`PROBE`] word; not with
+//! `OXMPI_SHM_CMA=0`): a process publishes its buffer's address in its
+//! cell; an all-to-all's processes copy their blocks out of the others'
+//! send buffers; a broadcast's non-roots copy the root's buffer but its
+//! last share, which the root copies into each of theirs, so that the
+//! root's core works too. A process leaves once its progress word shows
+//! it has copied all it will, and every other's shows the same (so no one
+//! still copies from its buffer); the non-roots also wait for the root's.
+//!
+//! Below that, or without single copies, data too long for a slot streams
+//! through the writers' staging areas, seen as a ring of slots (at least
+//! four): a writer (a broadcast's root, every process of an all-to-all)
+//! copies piece `k` (for an all-to-all, a piece of each block for the
+//! others) into slot `k` of its ring and publishes progress `k + 1`, then
+//! copies piece `k - 1` out of each process it reads once that one's
+//! progress shows it; a slot is written again once every process has read
+//! it. A process that took no part (its call failed), or announced
+//! another length, reads nothing, and is not waited for; a process
+//! publishes step 0 as it starts (it has read all of earlier collectives)
+//! and, if it gives up, the last step [`ABORTED`], which fails those
+//! waiting for its data. A broadcast longer than the ring waits for
+//! every process to read, as a rendezvous message waits for its receiver.
+//!
 //! A process whose length differs from another's gets the same errors as
 //! with messages (`MPI_ERR_TRUNCATE` when it would receive more,
 //! `MPI_ERR_COUNT` less) after taking its part.
@@ -85,12 +113,13 @@
 use super::engine::block_on;
 use super::op::Reduction;
 use super::team::{Scratch, Team};
-use super::typed::{Input, Output};
+use super::typed::{Input, Output, Pieces};
 use crate::{with_device, Error, ErrorClass, Result};
 use oxmpi_adi::device::Idle;
 use oxmpi_adi::host::HostId;
 use oxmpi_adi::vlog;
 use oxmpi_shm::region::{RegionName, SharedRegion};
+use oxmpi_shm::window::RemoteWindow;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -98,6 +127,10 @@ use std::time::Duration;
 /// (`0`); they are on by default where they can be.
 pub const COLL_SHM_ENV: &str = "OXMPI_COLL_SHM";
 
+/// Words each process contributes when the region is made: its host
+/// key (4), rank 0's region name (3) and whether it made one, its process
+/// id, the address of its [`PROBE`].
+const WORDS: usize = 10;
 /// Bytes of a cell: one cache line, so that a small contribution and its
 /// stamp travel between cores together.
 const LINE: usize = 64;
@@ -119,6 +152,22 @@ const AREA_MIN: usize = 16 << 10;
 const AREA_MAX: usize = 256 << 10;
 /// Bytes a staged all-reduce combines at a time (in the cache).
 const CHUNK: usize = 16 << 10;
+/// A broadcast, or an all-to-all's blocks, of at least this many bytes go
+/// by single copies between the processes' buffers where they can.
+const DIRECT_MIN: usize = 32 << 10;
+/// A streamed collective (broadcast, all-to-all) cuts its data into
+/// about this many pieces, so that copying out overlaps copying in ...
+const PIPELINE: usize = 4;
+/// ... pieces of at least this many bytes (per part), since each piece
+/// costs a handover between processes ...
+const PIECE_MIN: usize = 8 << 10;
+/// ... and its ring has at least this many slots (at least three, so that
+/// no writer waits for a process that waits for it).
+const MIN_SLOTS: usize = 4;
+/// The step a process publishes when it gave up a streamed collective:
+/// after every other step, so it has read all it will, but its own
+/// pieces may be missing.
+const ABORTED: u32 = (STAMPED - 1) as u32;
 /// How long a wait sleeps at a time once it has spun for the device's
 /// spin time.
 const NAP: Duration = Duration::from_micros(20);
@@ -188,6 +237,60 @@ enum Found {
     NotYet,
 }
 
+/// What a wait for another process's progress waits for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wanted {
+    /// Data it writes: if it left the collective, that is an error.
+    Data,
+    /// That it has read what it needed: one that left reads nothing.
+    Reads,
+}
+
+/// How a streamed collective cuts its data (see
+/// [`NodeRegion::broadcast_ring`]): `pieces` pieces of `part` bytes of
+/// each part (the last may be shorter), each in a slot of the writer's
+/// ring of `slots` slots.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ring {
+    part: usize,
+    slots: usize,
+    pieces: usize,
+}
+
+impl Ring {
+    /// Piece `k`'s bytes of a part of `len` bytes.
+    fn range(&self, k: usize, len: usize) -> std::ops::Range<usize> {
+        k * self.part..((k + 1) * self.part).min(len)
+    }
+}
+
+/// A slot of a process's ring in its staging areas.
+struct Slot<'r> {
+    region: &'r SharedRegion,
+    start: usize,
+    len: usize,
+}
+
+impl Slot<'_> {
+    /// Copies `data` into the slot at `at`.
+    fn write(&self, at: usize, data: &[u8]) -> Result<()> {
+        if at + data.len() <= self.len && self.region.write(self.start + at, data) {
+            Ok(())
+        } else {
+            Err(outside(at + data.len(), self.len))
+        }
+    }
+
+    /// Copies the slot's bytes at `at` into `buf`.
+    fn read(&self, at: usize, buf: &mut [u8]) -> Result<()> {
+        if at + buf.len() <= self.len && self.region.read(self.start + at, buf) {
+            Ok(())
+        } else {
+            Err(outside(at + buf.len(), self.len))
+        }
+    }
+}
+
 /// A communicator's shared region and this process's place in it.
 #[derive(Debug)]
 pub(crate) struct NodeRegion {
@@ -207,6 +310,9 @@ pub(crate) struct NodeRegion {
     reached: AtomicU64,
     /// Bytes of each staging area.
     area: usize,
+    /// The processes' ids, by rank, where every process can copy from
+    /// and into every other's memory (cross-memory attach).
+    pids: Option<Vec<u32>>,
     /// For each staging area, the progress at which every process has
     /// read its last results (0: never used).
     free_after: [AtomicU64; AREAS],
@@ -230,9 +336,10 @@ impl NodeRegion {
             },
             _ => None,
         };
-        // Each process: its host key (zeros if unknown), and rank 0 the
-        // region's name (zeros if none).
-        let mut mine = [0u64; 8];
+        // Each process: its host key (zeros if unknown), rank 0 the
+        // region's name (zeros if none), its process id and the address
+        // of its probe word.
+        let mut mine = [0u64; WORDS];
         if let Some(key) = &host {
             for (word, bytes) in mine[..4].iter_mut().zip(key.chunks_exact(8)) {
                 *word = u64::from_ne_bytes(bytes.try_into().expect("8-byte chunks"));
@@ -242,7 +349,9 @@ impl NodeRegion {
             mine[4..7].copy_from_slice(&name.to_words());
             mine[7] = 1;
         }
-        let mut all = vec![0u64; 8 * n];
+        mine[8] = u64::from(std::process::id());
+        mine[9] = std::ptr::addr_of!(PROBE) as u64;
+        let mut all = vec![0u64; WORDS * n];
         {
             let mine = Input::new(&mine)?;
             let mut gathered = Output::new(&mut all[..])?;
@@ -253,7 +362,7 @@ impl NodeRegion {
             ))?;
             gathered.finish()?;
         }
-        let one_host = host.is_some() && all.chunks_exact(8).all(|p| p[..4] == mine[..4]);
+        let one_host = host.is_some() && all.chunks_exact(WORDS).all(|p| p[..4] == mine[..4]);
         let region = match (made, wanted) {
             (_, Err(why)) => {
                 vlog!("collectives over shared memory: off ({why})");
@@ -273,11 +382,21 @@ impl NodeRegion {
                     .ok()
             }
         };
-        let everyone = agree(t, region.is_some())?;
+        let peers: Vec<Peer> = all
+            .chunks_exact(WORDS)
+            .map(|p| Peer {
+                pid: u32::try_from(p[8]).unwrap_or(0),
+                probe: p[9],
+            })
+            .collect();
+        let cma = region.is_some() && cma_works(rank, &peers);
+        let agreed = agree(t, u64::from(region.is_some()) | u64::from(cma) << 1)?;
+        let (everyone, cma) = (agreed & 1 != 0, agreed & 2 != 0);
         Ok(region.filter(|_| everyone).map(|region| NodeRegion {
             region,
             rank,
             size: n,
+            pids: cma.then(|| peers.iter().map(|p| p.pid).collect()),
             slot,
             entered: AtomicU64::new(0),
             last: AtomicU32::new(0),
@@ -409,7 +528,7 @@ impl NodeRegion {
             // Every process has read the area's last results.
             let free = self.free_after[area].load(Ordering::Relaxed);
             if free != 0 {
-                self.wait_for_progress(free, number, cell)?;
+                self.wait_for_progress(free, number, cell, total, Wanted::Reads)?;
             }
             let elements = w.len() / element;
             let parts = |q: usize| part(elements, self.size, q, element);
@@ -418,7 +537,7 @@ impl NodeRegion {
             }
             step += 1;
             self.publish_progress(number, step)?;
-            self.wait_for_progress(progress(number, step), number, cell)?;
+            self.wait_for_progress(progress(number, step), number, cell, total, Wanted::Data)?;
             if round == 0 {
                 // Every process stamped its cell before its progress.
                 self.everyone_reached(number);
@@ -448,7 +567,7 @@ impl NodeRegion {
             self.write_staged(area, mine.start, &w[mine])?;
             step += 1;
             self.publish_progress(number, step)?;
-            self.wait_for_progress(progress(number, step), number, cell)?;
+            self.wait_for_progress(progress(number, step), number, cell, total, Wanted::Data)?;
             for q in self.others() {
                 let part = parts(q);
                 self.read_staged(q, area, part.start, &mut w[part])?;
@@ -457,6 +576,388 @@ impl NodeRegion {
             self.free_after[area].store(progress(number, step + 1), Ordering::Relaxed);
         }
         self.publish_progress(number, step + 1)
+    }
+
+    /// Whether a broadcast of `len` bytes, or an all-to-all of blocks of
+    /// `len` bytes, goes by single copies between the processes' buffers
+    /// (cross-memory attach), rather than through the staging areas.
+    pub(crate) fn copies_directly(&self, len: usize) -> bool {
+        self.pids.is_some() && len >= DIRECT_MIN
+    }
+
+    /// `MPI_Bcast` of `buf` from `root` by single copies: every other
+    /// process copies all but the last share of the root's buffer (one
+    /// share per process) into its own, while the root copies that share
+    /// into each of theirs; the root leaves once every process has its
+    /// data (it must not change the buffer before).
+    pub(crate) fn broadcast_direct(&self, number: u32, root: usize, buf: &mut [u8]) -> Result<()> {
+        let len = buf.len();
+        let cell = self.begin_direct(number, len, buf.as_ptr())?;
+        let tail = len - len / self.size..len;
+        if self.rank == root {
+            let mut outcome = Ok(());
+            for from in self.others() {
+                let published = match self.wait_for(from, number, cell) {
+                    Ok(published) => published,
+                    Err(e) => {
+                        // The others may be copying from this buffer.
+                        outcome = outcome.and(Err(e));
+                        continue;
+                    }
+                };
+                // A process that passed another length fails its call
+                // and takes nothing.
+                if published.len == len {
+                    let copied = self
+                        .remote(&published)
+                        .and_then(|w| copied(w.write(tail.start as u64, &buf[tail.clone()]), from));
+                    outcome = outcome.and(copied);
+                }
+            }
+            return self.finish_direct(number, cell, len, outcome);
+        }
+        let published = self.wait_for(root, number, cell)?;
+        let outcome = check_len(published.len, len, root).and_then(|()| {
+            let w = self.remote(&published)?;
+            copied(w.read(0, &mut buf[..tail.start]), root)
+        });
+        let outcome = self.finish_direct(number, cell, len, outcome);
+        // The root's share has arrived once its progress says so.
+        outcome.and_then(|()| {
+            self.wait_for_progress_of(root, progress(number, 1), number, cell, len, Wanted::Data)
+        })
+    }
+
+    /// `MPI_Alltoall` of `send` into `recv`, `size` blocks of `block`
+    /// bytes each, by single copies: each process copies its block of
+    /// every other's `send` into its `recv`, and leaves once every
+    /// process has copied its blocks out of its `send`.
+    pub(crate) fn all_to_all_direct(
+        &self,
+        number: u32,
+        send: &[u8],
+        recv: &mut [u8],
+        block: usize,
+    ) -> Result<()> {
+        let cell = self.begin_direct(number, send.len(), send.as_ptr())?;
+        let mine = self.rank * block..(self.rank + 1) * block;
+        recv[mine.clone()].copy_from_slice(&send[mine.clone()]);
+        let mut outcome = Ok(());
+        for from in self.others() {
+            let published = match self.wait_for(from, number, cell) {
+                Ok(published) => published,
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            };
+            let into = &mut recv[from * block..(from + 1) * block];
+            let copied = check_len(published.len, send.len(), from).and_then(|()| {
+                let w = self.remote(&published)?;
+                copied(w.read(mine.start as u64, into), from)
+            });
+            outcome = outcome.and(copied);
+        }
+        let outcome = self.finish_direct(number, cell, send.len(), outcome);
+        if outcome.is_ok() {
+            // Every process stamped its cell.
+            self.everyone_reached(number);
+        }
+        outcome
+    }
+
+    /// Starts this process's part of collective `number` by single
+    /// copies: its stamp announces `len` bytes, and its cell holds the
+    /// address of its buffer.
+    fn begin_direct(&self, number: u32, len: usize, buf: *const u8) -> Result<usize> {
+        if len >= STAMPED as usize {
+            return Err(outside(len, STAMPED as usize));
+        }
+        let address = (buf as u64).to_ne_bytes();
+        self.begin(number, len, |cell| {
+            if self
+                .region
+                .write(self.cell_offset(self.rank, cell) + 8, &address)
+            {
+                Ok(())
+            } else {
+                Err(outside(address.len(), INLINE))
+            }
+        })
+    }
+
+    /// Ends this process's part of collective `number` by single copies
+    /// with `outcome`: publishes that it has copied all it will (step 1,
+    /// or [`ABORTED`] when its own copies into others failed), and waits
+    /// until every process has copied what it needed from this one's
+    /// buffer.
+    fn finish_direct(
+        &self,
+        number: u32,
+        cell: usize,
+        len: usize,
+        outcome: Result<()>,
+    ) -> Result<()> {
+        let done = progress(number, if outcome.is_ok() { 1 } else { ABORTED });
+        self.progress_word(self.rank)?
+            .store(done, Ordering::Release);
+        self.wait_for_progress(progress(number, 1), number, cell, len, Wanted::Reads)?;
+        outcome
+    }
+
+    /// The buffer `published` names in its process's memory.
+    fn remote(&self, published: &Published) -> Result<RemoteWindow> {
+        let mut address = [0u8; 8];
+        let pid = self.pids.as_ref().and_then(|pids| pids.get(published.from));
+        let start = self.cell_offset(published.from, published.cell) + 8;
+        pid.filter(|_| self.region.read(start, &mut address))
+            .and_then(|&pid| {
+                RemoteWindow::new(pid, u64::from_ne_bytes(address), published.len as u64)
+            })
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorClass::Other,
+                    format!(
+                        "rank {} published a buffer this process cannot reach",
+                        published.from
+                    ),
+                )
+            })
+    }
+
+    /// How a broadcast of `len` bytes, too long for a slot, streams
+    /// through the root's staging areas; `None` if it cannot.
+    pub(crate) fn broadcast_ring(&self, len: usize) -> Option<Ring> {
+        self.ring(len, 1)
+    }
+
+    /// How an all-to-all of blocks of `block` bytes, too long for a slot,
+    /// streams through the staging areas; `None` if it cannot.
+    pub(crate) fn all_to_all_ring(&self, block: usize) -> Option<Ring> {
+        // The stamp announces all the blocks.
+        let len = block.checked_mul(self.size)?;
+        self.ring(block, self.size - 1)
+            .filter(|_| len < STAMPED as usize)
+    }
+
+    /// Cuts data of `parts` parts of `len` bytes each into pieces that
+    /// stream through a process's staging areas, seen as one ring of
+    /// slots: a piece is `ring.part` bytes of every part, in one slot.
+    fn ring(&self, len: usize, parts: usize) -> Option<Ring> {
+        let ring = AREAS * self.area;
+        // Room for the pieces of at least `MIN_SLOTS` rounds.
+        let most = ring / (MIN_SLOTS * parts.max(1));
+        if most == 0 || len == 0 || len >= STAMPED as usize {
+            return None;
+        }
+        let wanted = len.div_ceil(PIPELINE).max(PIECE_MIN).min(most);
+        let part = if wanted >= LINE {
+            wanted / LINE * LINE
+        } else {
+            wanted
+        };
+        Some(Ring {
+            part,
+            slots: ring / (part * parts.max(1)),
+            pieces: len.div_ceil(part),
+        })
+    }
+
+    /// `MPI_Bcast` of `buf` from `root` (cut as
+    /// [`NodeRegion::broadcast_ring`] says), streamed through the root's
+    /// staging areas: the root copies a piece in while the others copy
+    /// the pieces before out.
+    pub(crate) fn broadcast_staged(
+        &self,
+        number: u32,
+        root: usize,
+        data: &mut Pieces<'_>,
+        ring: Ring,
+    ) -> Result<()> {
+        let len = data.len();
+        let cell = self.begin(number, len, |_| Ok(()))?;
+        let at_root = self.rank == root;
+        let sources: &[usize] = if at_root { &[] } else { &[root] };
+        let data = std::cell::RefCell::new(data);
+        // Non-contiguous data is packed and unpacked through a piece's
+        // worth of memory.
+        let (mut packing, mut unpacking) = (Vec::new(), Vec::new());
+        self.stream(
+            number,
+            cell,
+            &ring,
+            len,
+            at_root,
+            sources,
+            |k, slot| {
+                let range = ring.range(k, len);
+                put_piece(&slot, 0, &mut data.borrow_mut(), range, &mut packing)
+            },
+            |k, _, slot| {
+                let range = ring.range(k, len);
+                take_piece(&slot, 0, &mut data.borrow_mut(), range, &mut unpacking)
+            },
+        )
+    }
+
+    /// `MPI_Alltoall` of `send` into `recv`, `size` blocks of `block`
+    /// bytes each (cut as [`NodeRegion::all_to_all_ring`] says), streamed
+    /// through every process's staging areas: each process copies a
+    /// piece of its blocks for the others in (slot part `i` for the
+    /// `i`-th other process) while it copies its own pieces of the
+    /// others' blocks out.
+    pub(crate) fn all_to_all_staged(
+        &self,
+        number: u32,
+        send: &mut Pieces<'_>,
+        recv: &mut Pieces<'_>,
+        block: usize,
+        ring: Ring,
+    ) -> Result<()> {
+        let len = send.len();
+        let cell = self.begin(number, len, |_| Ok(()))?;
+        // Non-contiguous data is packed and unpacked through a piece's
+        // worth of memory.
+        let (mut packing, mut unpacking) = (Vec::new(), Vec::new());
+        // This process's own block, a piece at a time.
+        let mine = self.rank * block;
+        for k in 0..ring.pieces {
+            let piece = ring.range(k, block);
+            let (from, len) = (mine + piece.start, piece.len());
+            if let (Some(bytes), Some(into)) = (send.bytes(), recv.bytes_mut()) {
+                into[from..from + len].copy_from_slice(&bytes[from..from + len]);
+            } else {
+                packing.resize(packing.len().max(len), 0);
+                send.read(from, &mut packing[..len])?;
+                recv.write(from, &packing[..len])?;
+            }
+        }
+        let others: Vec<usize> = self.others().collect();
+        // Where the blocks of `to` are in a slot of `from`'s.
+        let part_of = |from: usize, to: usize| (to - usize::from(to > from)) * ring.part;
+        // Bytes `piece` of block `of`.
+        let of_block = |of: usize, piece: std::ops::Range<usize>| {
+            of * block + piece.start..of * block + piece.end
+        };
+        self.stream(
+            number,
+            cell,
+            &ring,
+            len,
+            true,
+            &others,
+            |k, slot| {
+                for &to in &others {
+                    let range = of_block(to, ring.range(k, block));
+                    put_piece(&slot, part_of(self.rank, to), send, range, &mut packing)?;
+                }
+                Ok(())
+            },
+            |k, from, slot| {
+                let range = of_block(from, ring.range(k, block));
+                take_piece(&slot, part_of(from, self.rank), recv, range, &mut unpacking)
+            },
+        )?;
+        // Every process stamped its cell before its first piece.
+        self.everyone_reached(number);
+        Ok(())
+    }
+
+    /// Streams pieces through the staging areas, seen as rings of
+    /// `ring.slots` slots: for piece `k`, a writer (`writes`) waits until
+    /// every process has read the slot's last piece, `produce`s it into
+    /// its slot `k % slots` and publishes progress `k + 1`; then it
+    /// `consume`s piece `k - 1` of every one of `sources` once they have
+    /// published it. A process has read piece `j` once its progress is
+    /// `j + 3` or its last (`pieces + 1`): with at least three slots no
+    /// writer waits for a process that waits for it. Every process
+    /// announced `len` bytes in its cell (checked for each source before
+    /// its first piece is read). Whatever the outcome, the process's
+    /// progress says at the end that it reads nothing more: its last
+    /// step, or [`ABORTED`] when it gave up (its own pieces may then be
+    /// missing, and a process waiting for them fails).
+    #[allow(clippy::too_many_arguments)]
+    fn stream(
+        &self,
+        number: u32,
+        cell: usize,
+        ring: &Ring,
+        len: usize,
+        writes: bool,
+        sources: &[usize],
+        mut produce: impl FnMut(usize, Slot<'_>) -> Result<()>,
+        mut consume: impl FnMut(usize, usize, Slot<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let pieces = ring.pieces;
+        // This process has read all it needed of earlier collectives: a
+        // process that waits for that (to write its areas again) need not
+        // wait for this one's part in one it missed (its call failed).
+        self.publish_progress(number, 0)?;
+        let mut run = || -> Result<()> {
+            if writes {
+                // Every process has read what earlier collectives left
+                // in the areas.
+                for free in &self.free_after {
+                    let free = free.load(Ordering::Relaxed);
+                    if free != 0 {
+                        self.wait_for_progress(free, number, cell, len, Wanted::Reads)?;
+                    }
+                }
+            }
+            for k in 0..=pieces {
+                if k < pieces {
+                    if writes {
+                        if k >= ring.slots {
+                            let read = progress(number, step(k - ring.slots + 3)?);
+                            self.wait_for_progress(read, number, cell, len, Wanted::Reads)?;
+                        }
+                        produce(k, self.slot(self.rank, ring, k))?;
+                    }
+                    self.publish_progress(number, step(k + 1)?)?;
+                }
+                if k == 0 {
+                    continue;
+                }
+                for &from in sources {
+                    let there = progress(number, step(k)?);
+                    self.wait_for_progress_of(from, there, number, cell, len, Wanted::Data)?;
+                    if k == 1 {
+                        self.same_length(from, number, cell, len)?;
+                    }
+                    consume(k - 1, from, self.slot(from, ring, k - 1))?;
+                }
+            }
+            Ok(())
+        };
+        let outcome = run();
+        let done = progress(number, step(pieces + 1)?);
+        if writes {
+            // Every process has read this collective's pieces once its
+            // progress is the last, or once it gave up.
+            for free in &self.free_after {
+                free.store(done, Ordering::Relaxed);
+            }
+        }
+        // A process that gave up reads nothing more; its pieces are
+        // incomplete, which ABORTED tells the others.
+        let last = if outcome.is_ok() {
+            done
+        } else {
+            progress(number, ABORTED)
+        };
+        self.progress_word(self.rank)?
+            .store(last, Ordering::Release);
+        outcome
+    }
+
+    /// Slot `k % slots` of `rank`'s ring.
+    fn slot(&self, rank: usize, ring: &Ring, k: usize) -> Slot<'_> {
+        let len = self.area * AREAS / ring.slots;
+        Slot {
+            region: &self.region,
+            start: self.staging_offset(rank, 0) + k % ring.slots * len,
+            len,
+        }
     }
 
     /// Starts this process's part of collective `number`, publishing
@@ -640,18 +1141,22 @@ impl NodeRegion {
     /// `number` (all have stamped it): else the error of a message of the
     /// other length.
     fn same_lengths(&self, number: u32, cell: usize, len: usize) -> Result<()> {
-        for from in self.others() {
-            match self.find(from, number, cell)? {
-                Found::Here(published) => check_len(published.len, len, from)?,
-                Found::Later | Found::NotYet => {
-                    return Err(Error::new(
-                        ErrorClass::Intern,
-                        format!("rank {from} moved on without stamping its cell"),
-                    ))
-                }
-            }
+        self.others()
+            .try_for_each(|from| self.same_length(from, number, cell, len))
+    }
+
+    /// Checks that `from`, which has stamped collective `number`,
+    /// announced `len` bytes: else the error of a message of the other
+    /// length.
+    fn same_length(&self, from: usize, number: u32, cell: usize, len: usize) -> Result<()> {
+        match self.find(from, number, cell)? {
+            Found::Here(published) => check_len(published.len, len, from),
+            Found::Later => Err(left_early(from)),
+            Found::NotYet => Err(Error::new(
+                ErrorClass::Intern,
+                format!("rank {from} published progress without stamping its cell"),
+            )),
         }
-        Ok(())
     }
 
     /// Publishes this process's progress `step` in collective `number`
@@ -662,33 +1167,68 @@ impl NodeRegion {
         Ok(())
     }
 
-    /// Waits until every other process's progress is `target` or later.
-    /// A process that went on to a later collective without taking part
-    /// in collective `number` (stamped in `cell` here) is an
-    /// `MPI_ERR_OTHER` error, as in [`NodeRegion::wait_for`].
-    fn wait_for_progress(&self, target: u64, number: u32, cell: usize) -> Result<()> {
-        for from in self.others() {
-            let word = self.progress_word(from)?;
-            let there = || progress_not_before(word.load(Ordering::Acquire), target);
-            if there() {
-                continue;
+    /// Waits until every other process's progress is `target` or later
+    /// in collective `number` (stamped in `cell` here, `len` bytes): see
+    /// [`NodeRegion::wait_for_progress_of`].
+    fn wait_for_progress(
+        &self,
+        target: u64,
+        number: u32,
+        cell: usize,
+        len: usize,
+        wanted: Wanted,
+    ) -> Result<()> {
+        self.others()
+            .try_for_each(|from| self.wait_for_progress_of(from, target, number, cell, len, wanted))
+    }
+
+    /// Waits until `from`'s progress is `target` or later in collective
+    /// `number`, which this process stamped in `cell` with `len` bytes.
+    /// A process that will not get there — it went on to a later
+    /// collective without taking part in this one (its call failed
+    /// there), announced another length (its call fails), or gave up
+    /// ([`ABORTED`]) — is an error where its data is [wanted](Wanted::Data),
+    /// and is done where only its reading is (it reads nothing more).
+    fn wait_for_progress_of(
+        &self,
+        from: usize,
+        target: u64,
+        number: u32,
+        cell: usize,
+        len: usize,
+        wanted: Wanted,
+    ) -> Result<()> {
+        let word = self.progress_word(from)?;
+        let aborted = progress(number, ABORTED);
+        let there = || -> Result<bool> {
+            let now = word.load(Ordering::Acquire);
+            if now == aborted && wanted == Wanted::Data {
+                return Err(gave_up(from));
             }
-            self.wait(|| {
-                if there() {
-                    return Ok(true);
-                }
-                // A process cannot stamp a later collective before its
-                // progress in this one is complete; so one that did, and
-                // whose progress read after that is still short, left.
-                if let Found::Later = self.find(from, number, cell)? {
-                    if !there() {
-                        return Err(left_early(from));
-                    }
-                }
-                Ok(false)
-            })?;
+            Ok(progress_not_before(now, target))
+        };
+        if there()? {
+            return Ok(());
         }
-        Ok(())
+        self.wait(|| {
+            if there()? {
+                return Ok(true);
+            }
+            // A process cannot stamp a later collective before its
+            // progress in this one is complete; so one that did, and
+            // whose progress read after that is still short, left.
+            let away = match self.find(from, number, cell)? {
+                Found::Later if !there()? => Err(left_early(from)),
+                Found::Here(published) if published.len != len => {
+                    check_len(published.len, len, from)
+                }
+                _ => return Ok(false),
+            };
+            match wanted {
+                Wanted::Data => away.map(|()| false),
+                Wanted::Reads => Ok(true),
+            }
+        })
     }
 
     /// Copies `data` into this process's staging `area` at `offset`.
@@ -868,6 +1408,73 @@ fn part(m: usize, n: usize, q: usize, element: usize) -> std::ops::Range<usize> 
     q * m / n * element..(q + 1) * m / n * element
 }
 
+/// Copies bytes `range` of `data` into `slot` at `at`: straight from
+/// contiguous data, else packed into `scratch` first (grown to a piece).
+fn put_piece(
+    slot: &Slot<'_>,
+    at: usize,
+    data: &mut Pieces<'_>,
+    range: std::ops::Range<usize>,
+    scratch: &mut Vec<u8>,
+) -> Result<()> {
+    if let Some(bytes) = data.bytes() {
+        return slot.write(at, &bytes[range]);
+    }
+    let len = range.len();
+    scratch.resize(scratch.len().max(len), 0);
+    data.read(range.start, &mut scratch[..len])?;
+    slot.write(at, &scratch[..len])
+}
+
+/// Copies the bytes of `slot` at `at` into bytes `range` of `data`:
+/// straight into contiguous data, else through `scratch` and unpacked.
+fn take_piece(
+    slot: &Slot<'_>,
+    at: usize,
+    data: &mut Pieces<'_>,
+    range: std::ops::Range<usize>,
+    scratch: &mut Vec<u8>,
+) -> Result<()> {
+    if let Some(bytes) = data.bytes_mut() {
+        return slot.read(at, &mut bytes[range]);
+    }
+    let len = range.len();
+    scratch.resize(scratch.len().max(len), 0);
+    slot.read(at, &mut scratch[..len])?;
+    data.write(range.start, &scratch[..len])
+}
+
+/// Step `k` of a streamed collective, as a progress word holds it.
+fn step(k: usize) -> Result<u32> {
+    u32::try_from(k)
+        .ok()
+        .filter(|&k| k < ABORTED)
+        .ok_or_else(|| Error::new(ErrorClass::Intern, format!("{k} pieces are too many")))
+}
+
+/// The error of a process that gave up a streamed collective, whose data
+/// this one waits for.
+fn gave_up(from: usize) -> Error {
+    Error::new(
+        ErrorClass::Other,
+        format!("rank {from} gave up this collective before it published all its data"),
+    )
+}
+
+/// `outcome` of a single copy from or to `from`'s memory, as an MPI
+/// error.
+fn copied(
+    outcome: std::result::Result<(), oxmpi_shm::window::AccessError>,
+    from: usize,
+) -> Result<()> {
+    outcome.map_err(|e| {
+        Error::new(
+            ErrorClass::Other,
+            format!("a copy between this process's memory and rank {from}'s failed: {e}"),
+        )
+    })
+}
+
 /// The error of a process that left a collective the others are in.
 fn left_early(from: usize) -> Error {
     Error::new(
@@ -909,11 +1516,12 @@ fn region_len(n: usize, slot: usize, area: usize) -> usize {
     n * (CELLS * (LINE + slot) + LINE + AREAS * area)
 }
 
-/// Whether every process of `t` says `yes` (a bitwise-and all-reduce).
-fn agree(t: &Team, yes: bool) -> Result<bool> {
+/// The bits that every process of `t` sets in `yes` (a bitwise-and
+/// all-reduce).
+fn agree(t: &Team, yes: u64) -> Result<u64> {
     let band = super::op::SystemOperation::bitwise_and();
     let reduction = Reduction::new(&band, crate::datatype::ElementType::of::<u64>())?;
-    let mut word = [u64::from(yes)];
+    let mut word = [yes];
     let mut output = Output::new(&mut word[..])?;
     block_on(super::algorithms::all_reduce(
         t,
@@ -921,7 +1529,49 @@ fn agree(t: &Team, yes: bool) -> Result<bool> {
         &reduction,
     ))?;
     output.finish()?;
-    Ok(word[0] == 1)
+    Ok(word[0])
+}
+
+/// What a process tells the others of itself when the region is made, to
+/// copy from its memory: its id and where its [`PROBE`] is.
+struct Peer {
+    pid: u32,
+    probe: u64,
+}
+
+/// A word every process has, at an address it tells the others: a copy
+/// of it from every other process shows that cross-memory attach works.
+static PROBE: u64 = 0x6f78_6d70_6963_6d61;
+
+/// Whether this process (`rank`) may and can copy from every other's
+/// memory: `OXMPI_SHM_CMA` does not forbid it, and a copy of each one's
+/// [`PROBE`] works (the kernel may refuse, e.g. under ptrace
+/// restrictions).
+fn cma_works(rank: usize, peers: &[Peer]) -> bool {
+    if std::env::var(oxmpi_shm::CMA_ENV).is_ok_and(|v| v.trim() == "0") {
+        vlog!(
+            "collectives over shared memory: no single copies ({}=0)",
+            oxmpi_shm::CMA_ENV
+        );
+        return false;
+    }
+    peers.iter().enumerate().filter(|&(r, _)| r != rank).all(|(r, peer)| {
+        let mut word = [0u8; 8];
+        let copied = RemoteWindow::new(peer.pid, peer.probe, 8)
+            .ok_or_else(|| "a bad process id or address".to_owned())
+            .and_then(|w| w.read(0, &mut word).map_err(|e| e.to_string()));
+        match copied {
+            Ok(()) if u64::from_ne_bytes(word) == PROBE => true,
+            Ok(()) => {
+                vlog!("collectives over shared memory: no single copies (rank {r}'s probe differs)");
+                false
+            }
+            Err(e) => {
+                vlog!("collectives over shared memory: no single copies (from rank {r}: {e})");
+                false
+            }
+        }
+    })
 }
 
 /// The error of a message of `len` bytes where `expected` were: as the

@@ -95,6 +95,7 @@ pub use external32::{pack_external, pack_external_into, pack_external_size, unpa
 pub(crate) use pack::{Incoming, Outgoing};
 pub(crate) use primitive::Primitive;
 pub use view::{Buffer, BufferMut, MutView, View};
+pub(crate) use view::{PackStream, UnpackStream};
 
 /// Derives [`Equivalence`](trait@Equivalence) for a plain struct, as
 /// rsmpi's `#[derive(Equivalence)]` does: the struct must be `#[repr(C)]`

@@ -9,9 +9,14 @@
 //! and user-defined operations, commutative and not), `operations` (every
 //! predefined operation on every type, `MPI_ERR_OP` on the others,
 //! min/max-loc), `mismatch` (processes that pass different counts fail
-//! alone and the job goes on), `errors` (the error classes of bad
+//! alone and the job goes on), `mismatch_long` (the same of broadcasts
+//! streamed through shared memory), `errors` (the error classes of bad
 //! arguments), `datatypes` (derived datatypes and structs in collectives:
-//! strided data in and out, padding skipped, gaps left alone).
+//! strided data in and out, padding skipped, gaps left alone),
+//! `large_datatypes` (broadcast, all-reduce, all-to-all and gather of
+//! strided columns of several MiB), `pieces_memory` (a 32 MiB strided
+//! broadcast and all-to-all over shared memory add little to the peak
+//! memory: the data moves a piece at a time).
 
 use oxmpi::collective::{
     DynBuffer, DynBufferMut, Partition, PartitionMut, SystemOperation, UserOperation, ValueIndex,
@@ -21,7 +26,7 @@ use oxmpi::traits::*;
 use oxmpi::Threading;
 use oxmpi::{Communicator, ErrorClass, Result};
 use oxmpi_jobs::affine::{affine, composed, composition};
-use oxmpi_jobs::checks::{ensure, expect_class, fail, same};
+use oxmpi_jobs::checks::{ensure, expect_class, fail, peak_kib, same};
 use oxmpi_jobs::program::run_check;
 use std::fmt::Debug;
 use std::process::ExitCode;
@@ -37,8 +42,11 @@ fn main() -> ExitCode {
                 "data" => data(&world),
                 "operations" => operations(&world),
                 "mismatch" => mismatch(&world),
+                "mismatch_long" => mismatch_long(&world),
                 "errors" => errors(&world),
                 "datatypes" => datatypes(&world),
+                "large_datatypes" => large_datatypes(&world),
+                "pieces_memory" => pieces_memory(&world),
                 other => Err(fail(format!("unknown check {other:?}"))),
             }
         },
@@ -348,7 +356,10 @@ fn all_to_all(world: &Communicator) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     // Block `to` of rank `from`'s data is seeded with both.
     let block = |seed: usize, from: usize, to: usize, len: usize| bytes(seed * 64 + to, from, len);
-    for (seed, &len) in [0usize, 4, 1000, 32 * 1024 - 4, 32 * 1024, 100_000]
+    // Blocks in a shared-memory cell, beyond it (streamed through the
+    // staging areas, in one piece and in many), and beyond a ring.
+    let long = if size <= 4 { 1 << 20 } else { 300_001 };
+    for (seed, &len) in [0usize, 4, 1000, 32 * 1024 - 4, 32 * 1024, 100_000, long]
         .iter()
         .enumerate()
     {
@@ -890,28 +901,57 @@ fn locations(world: &Communicator) -> Result<()> {
 /// fails with `MPI_ERR_TRUNCATE`, too little with `MPI_ERR_COUNT`, the
 /// others succeed, and the next collectives work.
 fn mismatch(world: &Communicator) -> Result<()> {
+    let cases = [
+        (100, 99, ErrorClass::Truncate),
+        (100, 101, ErrorClass::Count),
+    ];
+    mismatched_broadcasts(world, &cases)
+}
+
+/// `mismatch` of broadcasts long enough to be streamed through the shared
+/// staging areas, where only the process whose length differs fails (by
+/// messages, a long broadcast is cut in blocks that other processes pass
+/// on, and they may fail too).
+fn mismatch_long(world: &Communicator) -> Result<()> {
+    let cases = [
+        (100_000, 99_999, ErrorClass::Truncate),
+        (100_000, 100_001, ErrorClass::Count),
+        (100_000, 100, ErrorClass::Truncate),
+        (1_000, 100_000, ErrorClass::Count),
+    ];
+    mismatched_broadcasts(world, &cases)
+}
+
+/// Broadcasts from rank 0 of `full` bytes where the last rank passes
+/// `len_at_last` and must fail with `class`, then a barrier and an
+/// all-reduce that must work.
+fn mismatched_broadcasts(world: &Communicator, cases: &[(usize, usize, ErrorClass)]) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     let last = size - 1;
     let root = world.process_at_rank(0);
-    for (len_at_last, class) in [(99, ErrorClass::Truncate), (101, ErrorClass::Count)] {
+    for &(full, len_at_last, class) in cases {
         // The last rank is a leaf of the broadcast's tree: nobody waits
         // for what it received.
         let len = if rank == last && size > 1 {
             len_at_last
         } else {
-            100
+            full
         };
         let mut buf = if rank == 0 {
-            bytes(5, 0, 100)
+            bytes(5, 0, full)
         } else {
             vec![0; len]
         };
         let result = root.broadcast_into(&mut buf[..]);
         if rank == last && size > 1 {
-            expect_class(result, class, "broadcast into the wrong length")?;
+            expect_class(
+                result,
+                class,
+                &format!("broadcast of {full} bytes into {len_at_last}"),
+            )?;
         } else {
             result?;
-            same(&buf, &bytes(5, 0, 100), "broadcast beside a mismatch")?;
+            same(&buf, &bytes(5, 0, full), "broadcast beside a mismatch")?;
         }
         world.barrier()?;
         let mut total = 0u64;
@@ -1053,6 +1093,182 @@ fn particle(rank: usize, i: usize) -> Particle {
 struct Sample {
     weight: f64,
     count: i64,
+}
+
+/// Element `(r, c)` of rank `rank`'s matrix of two columns: exact in `f64`.
+fn cell(rank: usize, r: usize, c: usize) -> f64 {
+    (rank * 4_000_000 + 2 * r + c) as f64
+}
+
+/// `large_datatypes`: collectives of strided columns of `f64` (every
+/// other element of a matrix of two columns), each block 1 MiB packed
+/// and each buffer several MiB, checked against references; the other
+/// column must keep its values.
+fn large_datatypes(world: &Communicator) -> Result<()> {
+    let (rank, n) = (world.rank() as usize, world.size() as usize);
+    // Rows of one block: 1 MiB of a column.
+    let block = 1 << 17;
+    let rows = n * block;
+    let matrix =
+        |of: usize| -> Vec<f64> { (0..rows * 2).map(|i| cell(of, i / 2, i % 2)).collect() };
+    // The whole first column, and blocks of it of `block` rows each.
+    let column = UserDatatype::vector(rows as i32, 1, 2, &f64::equivalent_datatype())?;
+    let one_block = UserDatatype::vector(block as i32, 1, 2, &f64::equivalent_datatype())?;
+    let blocks = UserDatatype::resized(&one_block, 0, (block * 2 * 8) as isize)?;
+    // The second column of `m` must hold `of`'s values.
+    let untouched = |m: &[f64], of: usize, what: &str| {
+        let second: Vec<f64> = m.iter().skip(1).step_by(2).copied().collect();
+        let expected: Vec<f64> = (0..rows).map(|r| cell(of, r, 1)).collect();
+        same(&second, &expected, &format!("{what}: the other column"))
+    };
+    let first = |m: &[f64]| -> Vec<f64> { m.iter().step_by(2).copied().collect() };
+
+    // Broadcast of a column, from a root in the middle.
+    let root = n / 2;
+    let mut data = matrix(rank);
+    {
+        let mut view = MutView::with_count_and_datatype(&mut data[..], 1, &column)?;
+        world
+            .process_at_rank(root as i32)
+            .broadcast_into(&mut view)?;
+    }
+    let expected: Vec<f64> = (0..rows).map(|r| cell(root, r, 0)).collect();
+    same(&first(&data), &expected, "broadcast of a strided column")?;
+    untouched(&data, rank, "broadcast of a strided column")?;
+
+    // All-reduce of a column into another matrix's column, and in place.
+    let mine = matrix(rank);
+    let mut sums = matrix(rank);
+    {
+        let input = View::with_count_and_datatype(&mine[..], 1, &column)?;
+        let mut output = MutView::with_count_and_datatype(&mut sums[..], 1, &column)?;
+        world.all_reduce_into(&input, &mut output, SystemOperation::sum())?;
+    }
+    let expected: Vec<f64> = (0..rows)
+        .map(|r| (0..n).map(|k| cell(k, r, 0)).sum())
+        .collect();
+    same(&first(&sums), &expected, "all-reduce of strided columns")?;
+    untouched(&sums, rank, "all-reduce of strided columns")?;
+    let mut data = matrix(rank);
+    {
+        let mut view = MutView::with_count_and_datatype(&mut data[..], 1, &column)?;
+        world.all_reduce_in_place(&mut view, SystemOperation::sum())?;
+    }
+    same(
+        &first(&data),
+        &expected,
+        "in-place all-reduce of a strided column",
+    )?;
+    untouched(&data, rank, "in-place all-reduce of a strided column")?;
+
+    // All-to-all of blocks of a column: block `to` of rank `from` lands
+    // as block `from` at rank `to`.
+    let mut received = matrix(rank);
+    {
+        let send = View::with_count_and_datatype(&mine[..], n as i32, &blocks)?;
+        let mut recv = MutView::with_count_and_datatype(&mut received[..], n as i32, &blocks)?;
+        world.all_to_all_into(&send, &mut recv)?;
+    }
+    let expected: Vec<f64> = (0..n)
+        .flat_map(|from| (0..block).map(move |i| cell(from, rank * block + i, 0)))
+        .collect();
+    same(&first(&received), &expected, "all-to-all of strided blocks")?;
+    untouched(&received, rank, "all-to-all of strided blocks")?;
+
+    // Gather of each rank's block `rank` into the root's column.
+    let gather_root = world.process_at_rank((n - 1) as i32);
+    let send = View::with_count_and_datatype(&mine[rank * block * 2..], 1, &one_block)?;
+    if rank == n - 1 {
+        let mut gathered = matrix(rank);
+        {
+            let mut recv = MutView::with_count_and_datatype(&mut gathered[..], n as i32, &blocks)?;
+            gather_root.gather_into_root(&send, &mut recv)?;
+        }
+        let expected: Vec<f64> = (0..rows).map(|r| cell(r / block, r, 0)).collect();
+        same(&first(&gathered), &expected, "gather of strided blocks")?;
+        untouched(&gathered, rank, "gather of strided blocks")?;
+    } else {
+        gather_root.gather_into(&send)?;
+    }
+    if rank == 0 {
+        println!("large_datatypes: {n} ranks, blocks of {block} strided f64");
+    }
+    Ok(())
+}
+
+/// `pieces_memory`'s bound on the growth of a process's peak memory over
+/// a collective of 32 MiB of strided data (packed whole, it would grow by
+/// 32 MiB).
+const PIECES_BOUND_KIB: u64 = 4 << 10;
+
+/// `pieces_memory`: a broadcast of a strided column of 32 MiB (packed),
+/// and an all-to-all of 32 MiB of strided blocks in all, through shared
+/// memory, checked, each growing the process's peak resident memory by
+/// less than [`PIECES_BOUND_KIB`]. Every buffer is allocated and touched
+/// first, and smaller collectives of the same kinds warm the shared
+/// region.
+fn pieces_memory(world: &Communicator) -> Result<()> {
+    let (rank, n) = (world.rank() as usize, world.size() as usize);
+    let f64t = f64::equivalent_datatype();
+    let rows = 4 << 20;
+    let column = UserDatatype::vector(rows as i32, 1, 2, &f64t)?;
+    let block = rows / n;
+    let one_block = UserDatatype::vector(block as i32, 1, 2, &f64t)?;
+    let blocks = UserDatatype::resized(&one_block, 0, (block * 2 * 8) as isize)?;
+    let small = UserDatatype::vector(100_000, 1, 2, &f64t)?;
+    let mut data: Vec<f64> = (0..rows * 2).map(|i| cell(rank, i / 2, i % 2)).collect();
+    let mut received = vec![-1.0f64; rows * 2];
+    let root = world.process_at_rank(0);
+    {
+        let mut warm = MutView::with_count_and_datatype(&mut received[..], 1, &small)?;
+        root.broadcast_into(&mut warm)?;
+        let mut recv = vec![0.0f64; 200_000];
+        let count = (100_000 / n) as i32;
+        let send_blocks = UserDatatype::vector(count, 1, 2, &f64t)?;
+        let send_blocks = UserDatatype::resized(&send_blocks, 0, (count as isize) * 16)?;
+        let send = View::with_count_and_datatype(&data[..], n as i32, &send_blocks)?;
+        let mut recv = MutView::with_count_and_datatype(&mut recv[..], n as i32, &send_blocks)?;
+        world.all_to_all_into(&send, &mut recv)?;
+    }
+    received.fill(-1.0);
+    world.barrier()?;
+    let grown = |before: u64, what: &str| -> Result<()> {
+        let grown = peak_kib()?.saturating_sub(before);
+        println!("pieces_memory: rank {rank}: {what}: +{grown} KiB of peak memory");
+        ensure(grown < PIECES_BOUND_KIB, || {
+            format!(
+                "rank {rank}'s peak memory grew by {grown} KiB over {what} (bound \
+                 {PIECES_BOUND_KIB} KiB): the data was packed whole"
+            )
+        })
+    };
+    let before = peak_kib()?;
+    {
+        let mut view = MutView::with_count_and_datatype(&mut data[..], 1, &column)?;
+        root.broadcast_into(&mut view)?;
+    }
+    grown(before, "a 32 MiB strided broadcast")?;
+    let first = |m: &[f64]| -> Vec<f64> { m.iter().step_by(2).copied().collect() };
+    let expected: Vec<f64> = (0..rows).map(|r| cell(0, r, 0)).collect();
+    same(&first(&data), &expected, "the 32 MiB strided broadcast")?;
+    world.barrier()?;
+    let before = peak_kib()?;
+    {
+        let send = View::with_count_and_datatype(&data[..], n as i32, &blocks)?;
+        let mut recv = MutView::with_count_and_datatype(&mut received[..], n as i32, &blocks)?;
+        world.all_to_all_into(&send, &mut recv)?;
+    }
+    grown(before, "a 32 MiB strided all-to-all")?;
+    // Every rank sent rank 0's column (as broadcast): block `rank` of it
+    // from each.
+    let expected: Vec<f64> = (0..n)
+        .flat_map(|_| (0..block).map(move |i| cell(0, rank * block + i, 0)))
+        .collect();
+    same(
+        &first(&received)[..n * block],
+        &expected,
+        "the 32 MiB strided all-to-all",
+    )
 }
 
 fn datatypes(world: &Communicator) -> Result<()> {

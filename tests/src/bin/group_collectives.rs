@@ -1267,6 +1267,28 @@ fn node_blocking(comm: &Communicator, round: i64) -> Result<()> {
         .map(|from| from * 100 + rank as i64 + round)
         .collect();
     same(&recv, &expected, &what("all-to-all"))?;
+    // Blocks of 48,000 bytes, and a broadcast of 400,000: streamed through
+    // the staging areas.
+    let block = 6_000;
+    let send: Vec<i64> = (0..n * block)
+        .map(|i| rank as i64 * 1_000_000 + i + round)
+        .collect();
+    let mut recv = vec![0i64; send.len()];
+    comm.all_to_all_into(&send[..], &mut recv[..])?;
+    let expected: Vec<i64> = (0..n)
+        .flat_map(|from| {
+            (0..block).map(move |i| from * 1_000_000 + rank as i64 * block + i + round)
+        })
+        .collect();
+    same(&recv, &expected, &what("long all-to-all"))?;
+    let long_data: Vec<i64> = (0..50_000).map(|i| i * root as i64 + round).collect();
+    let mut long = if rank == root {
+        long_data.clone()
+    } else {
+        vec![-1; long_data.len()]
+    };
+    comm.process_at_rank(root).broadcast_into(&mut long[..])?;
+    same(&long, &long_data, &what("long broadcast"))?;
     // 320,000 bytes: more than a round of the staging areas.
     let long: Vec<i64> = (0..40_000).map(|i| rank as i64 * i + round).collect();
     let mut sums = vec![0i64; long.len()];
@@ -1291,21 +1313,26 @@ fn node_alone(world: &Communicator) -> Result<()> {
     ensure(size >= 2, || "node_alone needs 2 or more ranks".into())?;
     let last = rank == size - 1;
     let comm = world.duplicate()?;
+    // Of 2 elements (a cell), or in rounds 1 and 5 of 10,000 bytes:
+    // streamed through shared memory, and by messages short enough for
+    // a tree (the last rank a leaf).
     let leave_broadcast = |round: i64| -> Result<()> {
-        let mut data = if rank == 0 { [round, 7] } else { [-1; 2] };
+        let len: usize = if round % 4 == 1 { 1_250 } else { 2 };
+        let sent: Vec<i64> = (0..len as i64).map(|i| round + 7 * i).collect();
+        let mut data = if rank == 0 {
+            sent.clone()
+        } else {
+            vec![-1; len]
+        };
         if last {
             expect_class(
-                comm.process_at_rank(size).broadcast_into(&mut data),
+                comm.process_at_rank(size).broadcast_into(&mut data[..]),
                 ErrorClass::Root,
                 "a blocking broadcast from a root outside the communicator, at the last rank",
             )
         } else {
-            comm.process_at_rank(0).broadcast_into(&mut data)?;
-            same(
-                &data,
-                &[round, 7],
-                "the blocking broadcast the last rank left",
-            )
+            comm.process_at_rank(0).broadcast_into(&mut data[..])?;
+            same(&data, &sent, "the blocking broadcast the last rank left")
         }
     };
     leave_broadcast(-1)?;

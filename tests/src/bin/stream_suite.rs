@@ -18,7 +18,7 @@ use oxmpi::datatype::{Equivalence, MutView, UserDatatype, View};
 use oxmpi::request::scope;
 use oxmpi::Threading;
 use oxmpi::{Communicator, ErrorClass, Result};
-use oxmpi_jobs::checks::{ensure, fail};
+use oxmpi_jobs::checks::{ensure, fail, peak_kib};
 use oxmpi_jobs::program::run_check;
 use std::process::ExitCode;
 
@@ -215,17 +215,6 @@ fn large(world: &Communicator) -> Result<()> {
     world.barrier()?;
     println!("stream_suite large: every message landed");
     Ok(())
-}
-
-/// The process's peak resident memory (`VmHWM`) in KiB.
-fn peak_kib() -> Result<u64> {
-    let status = std::fs::read_to_string("/proc/self/status")
-        .map_err(|e| fail(format!("reading /proc/self/status: {e}")))?;
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        .ok_or_else(|| fail("no VmHWM in /proc/self/status"))
 }
 
 fn memory(world: &Communicator) -> Result<()> {
