@@ -1347,6 +1347,7 @@ impl Device {
 
     /// Whether `request` has completed. An unknown request counts as
     /// complete (its status was already taken).
+    #[inline]
     pub fn is_complete(&self, request: RequestId) -> bool {
         self.core
             .requests

@@ -45,12 +45,14 @@ impl<T> Slab<T> {
         (u64::from(slot.generation) << 32) | u64::from(index)
     }
 
+    #[inline]
     fn slot(&self, token: u64) -> Option<&Slot<T>> {
         let slot = self.slots.get((token & 0xffff_ffff) as usize)?;
         (u64::from(slot.generation) == token >> 32).then_some(slot)
     }
 
     /// The value of `token`, if it is live (a stale token finds nothing).
+    #[inline]
     pub fn get(&self, token: u64) -> Option<&T> {
         self.slot(token)?.value.as_ref()
     }
