@@ -1213,9 +1213,10 @@ fn large_datatypes(world: &Communicator) -> Result<()> {
     let mut plain_recv = vec![-1.0f64; rows];
     let mut received = matrix(rank);
     if rank % 2 == 0 {
-        let mut recv = MutView::with_count_and_datatype(&mut received[..], n as i32, &blocks)?;
-        world.all_to_all_into(&plain_send[..], &mut recv)?;
-        drop(recv);
+        {
+            let mut recv = MutView::with_count_and_datatype(&mut received[..], n as i32, &blocks)?;
+            world.all_to_all_into(&plain_send[..], &mut recv)?;
+        }
         same(
             &first(&received),
             &expected,
