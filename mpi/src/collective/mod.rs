@@ -310,7 +310,7 @@ impl Communicator {
             if node.fits(buf.len()) {
                 return node.broadcast(sequence.0, root, buf);
             }
-            if node.copies_directly(buf.len()) {
+            if node.copies_directly(buf.len(), 1) {
                 return node.broadcast_direct(sequence.0, root, buf);
             }
             if let Some(ring) = node.broadcast_ring(buf.len()) {
@@ -667,7 +667,9 @@ impl Communicator {
         let contiguous = send_layout.contiguous.is_some() && recv_layout.contiguous.is_some();
         let ring = match node.all_to_all_ring(block) {
             Some(ring)
-                if !contiguous && !node.fits_blocks(n, block) && !node.copies_directly(block) =>
+                if !contiguous
+                    && !node.fits_blocks(n, block)
+                    && !node.copies_directly(block, n) =>
             {
                 ring
             }
@@ -738,7 +740,7 @@ impl Communicator {
             if node.fits_blocks(self.size() as usize, block) {
                 return node.all_to_all(sequence.0, send, recv, block);
             }
-            if node.copies_directly(block) {
+            if node.copies_directly(block, self.size() as usize) {
                 return node.all_to_all_direct(sequence.0, send, recv, block);
             }
             if let Some(ring) = node.all_to_all_ring(block) {
@@ -1706,7 +1708,7 @@ impl Process<'_> {
             // length alone: the processes' datatypes may differ).
             let view = buf.view_mut();
             let layout = view.layout()?;
-            let streamed = |len| !node.fits(len) && !node.copies_directly(len);
+            let streamed = |len| !node.fits(len) && !node.copies_directly(len, 1);
             let ring = node.broadcast_ring(layout.len);
             if let Some(ring) = ring.filter(|_| layout.contiguous.is_none() && streamed(layout.len))
             {
