@@ -310,7 +310,7 @@ impl Communicator {
             if node.fits(buf.len()) {
                 return node.broadcast(sequence.0, root, buf);
             }
-            if node.copies_directly(buf.len()) {
+            if node.copies_directly(buf.len(), 1) {
                 return node.broadcast_direct(sequence.0, root, buf);
             }
             if let Some(ring) = node.broadcast_ring(buf.len()) {
@@ -638,9 +638,11 @@ impl Communicator {
     }
 
     /// The all-to-all of `send` into `recv` through shared memory a piece
-    /// at a time, where either is not contiguous and the blocks are too
-    /// long for a slot (`None` where not: then the caller packs them
-    /// whole). Checks the arguments as the caller does.
+    /// at a time, where either is not contiguous and the length of the
+    /// blocks chooses the stream (`None` where not: then the caller packs
+    /// them whole; every process chooses by the length alone, as the
+    /// processes' datatypes may differ). Checks the arguments as the
+    /// caller does.
     fn all_to_all_in_pieces<S, R>(
         &self,
         number: u32,
@@ -664,7 +666,13 @@ impl Communicator {
         expect_len(recv_len, send_len, element_type, "the receive buffer")?;
         let contiguous = send_layout.contiguous.is_some() && recv_layout.contiguous.is_some();
         let ring = match node.all_to_all_ring(block) {
-            Some(ring) if !contiguous && !node.fits_blocks(n, block) => ring,
+            Some(ring)
+                if !contiguous
+                    && !node.fits_blocks(n, block)
+                    && !node.copies_directly(block, n) =>
+            {
+                ring
+            }
             _ => return Ok(None),
         };
         let (mut send, mut recv) = (Pieces::of_view(&send)?, Pieces::into_view(recv)?);
@@ -732,7 +740,7 @@ impl Communicator {
             if node.fits_blocks(self.size() as usize, block) {
                 return node.all_to_all(sequence.0, send, recv, block);
             }
-            if node.copies_directly(block) {
+            if node.copies_directly(block, self.size() as usize) {
                 return node.all_to_all_direct(sequence.0, send, recv, block);
             }
             if let Some(ring) = node.all_to_all_ring(block) {
@@ -1695,12 +1703,14 @@ impl Process<'_> {
         let root = self.root(at_root)?;
         if let Some(node) = node {
             // Long data that is not contiguous streams through shared
-            // memory a piece at a time, never packed whole.
+            // memory a piece at a time, never packed whole, where the
+            // length chooses the stream (every process chooses by the
+            // length alone: the processes' datatypes may differ).
             let view = buf.view_mut();
             let layout = view.layout()?;
+            let streamed = |len| !node.fits(len) && !node.copies_directly(len, 1);
             let ring = node.broadcast_ring(layout.len);
-            if let Some(ring) =
-                ring.filter(|_| layout.contiguous.is_none() && !node.fits(layout.len))
+            if let Some(ring) = ring.filter(|_| layout.contiguous.is_none() && streamed(layout.len))
             {
                 let mut pieces = if at_root {
                     Pieces::of_view(&view.as_view())?

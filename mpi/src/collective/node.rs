@@ -578,11 +578,16 @@ impl NodeRegion {
         self.publish_progress(number, step + 1)
     }
 
-    /// Whether a broadcast of `len` bytes, or an all-to-all of blocks of
-    /// `len` bytes, goes by single copies between the processes' buffers
-    /// (cross-memory attach), rather than through the staging areas.
-    pub(crate) fn copies_directly(&self, len: usize) -> bool {
-        self.pids.is_some() && len >= DIRECT_MIN
+    /// Whether a broadcast of `len` bytes (`parts` 1), or an all-to-all of
+    /// `parts` blocks of `len` bytes, goes by single copies between the
+    /// processes' buffers (cross-memory attach), rather than through the
+    /// staging areas.
+    pub(crate) fn copies_directly(&self, len: usize, parts: usize) -> bool {
+        // The stamp announces all the data.
+        let announced = len.checked_mul(parts);
+        self.pids.is_some()
+            && len >= DIRECT_MIN
+            && announced.is_some_and(|all| all < STAMPED as usize)
     }
 
     /// `MPI_Bcast` of `buf` from `root` by single copies: every other

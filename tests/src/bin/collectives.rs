@@ -14,9 +14,10 @@
 //! arguments), `datatypes` (derived datatypes and structs in collectives:
 //! strided data in and out, padding skipped, gaps left alone),
 //! `large_datatypes` (broadcast, all-reduce, all-to-all and gather of
-//! strided columns of several MiB), `pieces_memory` (a 32 MiB strided
-//! broadcast and all-to-all over shared memory add little to the peak
-//! memory: the data moves a piece at a time).
+//! strided columns of several MiB, and between strided and contiguous
+//! buffers), `pieces_memory` (a 32 MiB strided broadcast and all-to-all
+//! streamed through shared memory add little to the peak memory: the
+//! data moves a piece at a time).
 
 use oxmpi::collective::{
     DynBuffer, DynBufferMut, Partition, PartitionMut, SystemOperation, UserOperation, ValueIndex,
@@ -1135,6 +1136,32 @@ fn large_datatypes(world: &Communicator) -> Result<()> {
     let expected: Vec<f64> = (0..rows).map(|r| cell(root, r, 0)).collect();
     same(&first(&data), &expected, "broadcast of a strided column")?;
     untouched(&data, rank, "broadcast of a strided column")?;
+    // The same from a contiguous buffer at the root into strided columns
+    // elsewhere, and from a strided column into contiguous buffers.
+    for strided_root in [false, true] {
+        let mut data = matrix(rank);
+        let mut plain: Vec<f64> = if rank == root {
+            expected.clone()
+        } else {
+            vec![-1.0; rows]
+        };
+        if (rank == root) == strided_root {
+            let mut view = MutView::with_count_and_datatype(&mut data[..], 1, &column)?;
+            world
+                .process_at_rank(root as i32)
+                .broadcast_into(&mut view)?;
+            same(&first(&data), &expected, "mixed broadcast into a column")?;
+        } else {
+            world
+                .process_at_rank(root as i32)
+                .broadcast_into(&mut plain[..])?;
+            same(
+                &plain,
+                &expected,
+                "mixed broadcast into a contiguous buffer",
+            )?;
+        }
+    }
 
     // All-reduce of a column into another matrix's column, and in place.
     let mine = matrix(rank);
@@ -1174,6 +1201,26 @@ fn large_datatypes(world: &Communicator) -> Result<()> {
         .collect();
     same(&first(&received), &expected, "all-to-all of strided blocks")?;
     untouched(&received, rank, "all-to-all of strided blocks")?;
+    // Contiguous blocks sent, strided ones received at even ranks; the
+    // reverse at odd ones.
+    let plain_send: Vec<f64> = (0..rows).map(|r| cell(rank, r, 0)).collect();
+    let mut plain_recv = vec![-1.0f64; rows];
+    let mut received = matrix(rank);
+    if rank % 2 == 0 {
+        {
+            let mut recv = MutView::with_count_and_datatype(&mut received[..], n as i32, &blocks)?;
+            world.all_to_all_into(&plain_send[..], &mut recv)?;
+        }
+        same(
+            &first(&received),
+            &expected,
+            "all-to-all from contiguous blocks",
+        )?;
+    } else {
+        let send = View::with_count_and_datatype(&mine[..], n as i32, &blocks)?;
+        world.all_to_all_into(&send, &mut plain_recv[..])?;
+        same(&plain_recv, &expected, "all-to-all into contiguous blocks")?;
+    }
 
     // Gather of each rank's block `rank` into the root's column.
     let gather_root = world.process_at_rank((n - 1) as i32);
