@@ -1501,10 +1501,8 @@ impl<N: Nic> VerbsTransport<N> {
                     ),
                 );
             } else if wc.status == WcStatus::WrFlushErr {
-                self.fail(
-                    owner,
-                    proc_failed(owner, "its queue pair went to the error state"),
-                );
+                let reason = self.error_state_reason(owner);
+                self.fail(owner, proc_failed(owner, reason));
             }
         }
     }
@@ -1734,14 +1732,23 @@ impl<N: Nic> VerbsTransport<N> {
             })
             .collect();
         for peer in broken {
-            self.fail(
-                peer,
-                proc_failed(
-                    peer,
-                    "its queue pair went to the error state while it was reading this rank's \
-                     buffer (its NIC refused a rendezvous read, or the connection broke)",
-                ),
-            );
+            let reason = self.error_state_reason(peer);
+            self.fail(peer, proc_failed(peer, reason));
+        }
+    }
+
+    /// Why the pair to `peer` broke, once its queue pair is seen in the
+    /// error state (by [`VerbsTransport::fail_broken_offers`], or by a
+    /// send flushed from it: which comes first is a race). While the peer
+    /// holds an offer of this rank's memory, the likely cause is a
+    /// rendezvous read the NIC refused, and the send waiting for that
+    /// read must say so.
+    fn error_state_reason(&self, peer: PeerRank) -> &'static str {
+        if matches!(&self.peers[peer], Some(p) if !p.offers.is_empty()) {
+            "its queue pair went to the error state while it was reading this rank's buffer \
+             (its NIC refused a rendezvous read, or the connection broke)"
+        } else {
+            "its queue pair went to the error state"
         }
     }
 
