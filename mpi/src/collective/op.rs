@@ -386,16 +386,9 @@ impl<'o> Reduction<'o> {
     ) -> Result<Reduction<'o>> {
         let op = op.as_op();
         let kernel = match op {
-            OpRef::System(system) => Some(kernel(system, element_type).ok_or_else(|| {
-                Error::new(
-                    ErrorClass::Op,
-                    format!(
-                        "{} is not defined for {} (MPI 4.1 §6.9.2 lists the types of each operation)",
-                        system.mpi_name(),
-                        element_type.name()
-                    ),
-                )
-            })?),
+            OpRef::System(system) => {
+                Some(kernel(system, element_type).ok_or_else(|| undefined(system, element_type))?)
+            }
             OpRef::User(_) => None,
         };
         Ok(Reduction {
@@ -449,6 +442,21 @@ impl<'o> Reduction<'o> {
             )
         })
     }
+}
+
+/// The `MPI_ERR_OP` error for a predefined operation on a type the
+/// standard does not define it for. Cold: out of the way of the
+/// reductions that are defined.
+#[cold]
+fn undefined(op: SystemOp, element_type: ElementType) -> Error {
+    Error::new(
+        ErrorClass::Op,
+        format!(
+            "{} is not defined for {} (MPI 4.1 §6.9.2 lists the types of each operation)",
+            op.mpi_name(),
+            element_type.name()
+        ),
+    )
 }
 
 /// Applies `op` to `input` and `inout` on this process alone, leaving
@@ -521,8 +529,10 @@ fn elementwise<T: Equivalence, const WIDE: bool>(
 ) -> Option<()> {
     let input = typed::<T>(input)?;
     let inout = typed_mut::<T>(inout)?;
+    // A few elements (one, for a fetch-and-op) gain nothing from wide
+    // registers and would pay the vector loop's set-up: the plain loop.
     #[cfg(target_arch = "x86_64")]
-    if WIDE {
+    if WIDE && input.len() >= WIDE_FROM {
         // SAFETY: `WIDE` kernels are only picked after
         // `is_x86_feature_detected!("avx2")` said yes ([`number_kernels`]).
         unsafe { combine_avx2(input, inout, f) };
@@ -531,6 +541,10 @@ fn elementwise<T: Equivalence, const WIDE: bool>(
     combine_each(input, inout, f);
     Some(())
 }
+
+/// From how many elements [`elementwise`] takes the AVX2 loop.
+#[cfg(target_arch = "x86_64")]
+const WIDE_FROM: usize = 8;
 
 /// The loop of [`elementwise`]: kept one, so that the AVX2 build of it
 /// below is the same code, vectorised by the compiler for wider
@@ -741,7 +755,21 @@ where
 }
 
 /// The kernel of `op` on `element_type`, if the standard defines it.
+/// Inlined: on the numbers, the common case (a one-sided fetch-and-op
+/// picks its kernel on every call, twice), it is a table look-up.
+#[inline]
 fn kernel(op: SystemOp, element_type: ElementType) -> Option<Kernel> {
+    if matches!(op, SystemOp::MinLoc | SystemOp::MaxLoc) {
+        return location_kernel(op, element_type);
+    }
+    number_kernels()[element_type.basic()? as usize][op as usize]
+}
+
+/// The kernel of `MPI_MINLOC` or `MPI_MAXLOC` on `element_type`, if it
+/// is a [`ValueIndex`] pair (tested before the numbers: a pair of `i32`s
+/// is also two `i32`s). Out of line, so that [`kernel`] stays small.
+#[inline(never)]
+fn location_kernel(op: SystemOp, element_type: ElementType) -> Option<Kernel> {
     macro_rules! pick_pairs {
         ($($v:ty, $i:ty);*) => {$(
             if element_type.is::<ValueIndex<$v, $i>>() {
@@ -749,12 +777,8 @@ fn kernel(op: SystemOp, element_type: ElementType) -> Option<Kernel> {
             }
         )*};
     }
-    if matches!(op, SystemOp::MinLoc | SystemOp::MaxLoc) {
-        // Before the numbers: a pair of `i32`s is also two `i32`s.
-        pick_pairs!(i32, i32; u32, i32; f32, i32; i64, i64; u64, i64; f64, i64);
-        return None;
-    }
-    number_kernels()[element_type.basic()? as usize][op as usize]
+    pick_pairs!(i32, i32; u32, i32; f32, i32; i64, i64; u64, i64; f64, i64);
+    None
 }
 
 /// The operations on numbers: every [`SystemOp`] but the two on
