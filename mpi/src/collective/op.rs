@@ -386,16 +386,9 @@ impl<'o> Reduction<'o> {
     ) -> Result<Reduction<'o>> {
         let op = op.as_op();
         let kernel = match op {
-            OpRef::System(system) => Some(kernel(system, element_type).ok_or_else(|| {
-                Error::new(
-                    ErrorClass::Op,
-                    format!(
-                        "{} is not defined for {} (MPI 4.1 §6.9.2 lists the types of each operation)",
-                        system.mpi_name(),
-                        element_type.name()
-                    ),
-                )
-            })?),
+            OpRef::System(system) => {
+                Some(kernel(system, element_type).ok_or_else(|| undefined(system, element_type))?)
+            }
             OpRef::User(_) => None,
         };
         Ok(Reduction {
@@ -449,6 +442,21 @@ impl<'o> Reduction<'o> {
             )
         })
     }
+}
+
+/// The `MPI_ERR_OP` error for a predefined operation on a type the
+/// standard does not define it for. Cold: out of the way of the
+/// reductions that are defined.
+#[cold]
+fn undefined(op: SystemOp, element_type: ElementType) -> Error {
+    Error::new(
+        ErrorClass::Op,
+        format!(
+            "{} is not defined for {} (MPI 4.1 §6.9.2 lists the types of each operation)",
+            op.mpi_name(),
+            element_type.name()
+        ),
+    )
 }
 
 /// Applies `op` to `input` and `inout` on this process alone, leaving
@@ -510,62 +518,54 @@ fn typed_mut<T: Equivalence>(bytes: &mut [u8]) -> Option<&mut [T]> {
     (head.is_empty() && tail.is_empty()).then_some(body)
 }
 
-/// `inout[i] = f(input[i], inout[i])` over elements of `T`: with AVX2
-/// where the CPU has it and the run is long enough to gain from it,
-/// else with the instructions the build targets (SSE2 on x86-64).
+/// `inout[i] = f(input[i], inout[i])` over elements of `T`, with the
+/// loop compiled for AVX2 when `WIDE` (only chosen where the CPU has it:
+/// [`number_kernels`]) and for the build's baseline otherwise.
 #[inline(always)]
-fn elementwise<T: Equivalence>(
+fn elementwise<T: Equivalence, const WIDE: bool>(
     input: &[u8],
     inout: &mut [u8],
     f: impl Fn(T, T) -> T,
 ) -> Option<()> {
     let input = typed::<T>(input)?;
     let inout = typed_mut::<T>(inout)?;
+    // A few elements (one, for a fetch-and-op) gain nothing from wide
+    // registers and would pay the vector loop's set-up: the plain loop.
     #[cfg(target_arch = "x86_64")]
-    if std::mem::size_of_val(inout) >= AVX2_FROM && avx2::available() {
-        // SAFETY: the CPU has AVX2 (just checked).
-        unsafe { avx2::combine(input, inout, &f) };
+    if WIDE && input.len() >= WIDE_FROM {
+        // SAFETY: `WIDE` kernels are only picked after
+        // `is_x86_feature_detected!("avx2")` said yes ([`number_kernels`]).
+        unsafe { combine_avx2(input, inout, f) };
         return Some(());
     }
-    combine(input, inout, &f);
+    combine_each(input, inout, f);
     Some(())
 }
 
-/// Bytes from which a reduction takes the AVX2 kernels: below, the call
-/// into them costs more than the wider registers save (a fetch-and-op is
-/// one element).
+/// From how many elements [`elementwise`] takes the AVX2 loop.
 #[cfg(target_arch = "x86_64")]
-const AVX2_FROM: usize = 64;
+const WIDE_FROM: usize = 8;
 
-/// The loop of every kernel; inlined into each caller, and so compiled
-/// for the instructions its caller may use.
+/// The loop of [`elementwise`]: kept one, so that the AVX2 build of it
+/// below is the same code, vectorised by the compiler for wider
+/// registers.
 #[inline(always)]
-fn combine<T: Copy>(input: &[T], inout: &mut [T], f: &impl Fn(T, T) -> T) {
+fn combine_each<T: Copy>(input: &[T], inout: &mut [T], f: impl Fn(T, T) -> T) {
     for (x, y) in input.iter().zip(inout) {
         *y = f(*x, *y);
     }
 }
 
-/// The kernels compiled for AVX2, chosen at run time: the build targets
-/// baseline x86-64 (SSE2), where MPICH's and Open MPI's reductions use
-/// AVX. The only code here that knows the instruction set.
+/// [`combine_each`] compiled with AVX2 enabled: 256-bit lanes where the
+/// baseline (SSE2) has 128, and 64-bit integer compares (`max`, `min`)
+/// that SSE2 lacks.
+///
+/// # Safety
+/// The CPU must support AVX2.
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
-    /// Whether this CPU has AVX2 (the standard library caches the
-    /// answer: one load after the first call).
-    #[inline(always)]
-    pub(super) fn available() -> bool {
-        std::arch::is_x86_feature_detected!("avx2")
-    }
-
-    /// [`super::combine`], with AVX2 registers.
-    ///
-    /// # Safety
-    /// The CPU must have AVX2 ([`available`]).
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn combine<T: Copy>(input: &[T], inout: &mut [T], f: &impl Fn(T, T) -> T) {
-        super::combine(input, inout, f)
-    }
+#[target_feature(enable = "avx2")]
+unsafe fn combine_avx2<T: Copy>(input: &[T], inout: &mut [T], f: impl Fn(T, T) -> T) {
+    combine_each(input, inout, f)
 }
 
 /// Integers and floating-point numbers: what `max`, `min`, `sum` and
@@ -589,21 +589,17 @@ trait Integer:
 macro_rules! integers {
     ($($t:ty),*) => {$(
         impl Number for $t {
-            #[inline(always)]
             fn plus(self, other: $t) -> $t {
                 self.wrapping_add(other)
             }
-            #[inline(always)]
             fn times(self, other: $t) -> $t {
                 self.wrapping_mul(other)
             }
         }
         impl Integer for $t {
-            #[inline(always)]
             fn is_true(self) -> bool {
                 self != 0
             }
-            #[inline(always)]
             fn from_bool(b: bool) -> $t {
                 <$t>::from(b)
             }
@@ -616,11 +612,9 @@ integers!(i8, i16, i32, i64, i128, isize, u8, u16, u32, u64, u128, usize);
 macro_rules! floats {
     ($($t:ty),*) => {$(
         impl Number for $t {
-            #[inline(always)]
             fn plus(self, other: $t) -> $t {
                 self + other
             }
-            #[inline(always)]
             fn times(self, other: $t) -> $t {
                 self * other
             }
@@ -630,50 +624,50 @@ macro_rules! floats {
 
 floats!(f32, f64);
 
-fn max<T: Number>(input: &[u8], inout: &mut [u8]) -> Option<()> {
-    elementwise(input, inout, |a: T, b: T| if a > b { a } else { b })
+fn max<T: Number, const WIDE: bool>(input: &[u8], inout: &mut [u8]) -> Option<()> {
+    elementwise::<T, WIDE>(input, inout, |a: T, b: T| if a > b { a } else { b })
 }
 
-fn min<T: Number>(input: &[u8], inout: &mut [u8]) -> Option<()> {
-    elementwise(input, inout, |a: T, b: T| if a < b { a } else { b })
+fn min<T: Number, const WIDE: bool>(input: &[u8], inout: &mut [u8]) -> Option<()> {
+    elementwise::<T, WIDE>(input, inout, |a: T, b: T| if a < b { a } else { b })
 }
 
-fn sum<T: Number>(input: &[u8], inout: &mut [u8]) -> Option<()> {
-    elementwise(input, inout, T::plus)
+fn sum<T: Number, const WIDE: bool>(input: &[u8], inout: &mut [u8]) -> Option<()> {
+    elementwise::<T, WIDE>(input, inout, T::plus)
 }
 
-fn product<T: Number>(input: &[u8], inout: &mut [u8]) -> Option<()> {
-    elementwise(input, inout, T::times)
+fn product<T: Number, const WIDE: bool>(input: &[u8], inout: &mut [u8]) -> Option<()> {
+    elementwise::<T, WIDE>(input, inout, T::times)
 }
 
-fn logical_and<T: Integer>(input: &[u8], inout: &mut [u8]) -> Option<()> {
-    elementwise(input, inout, |a: T, b: T| {
+fn logical_and<T: Integer, const WIDE: bool>(input: &[u8], inout: &mut [u8]) -> Option<()> {
+    elementwise::<T, WIDE>(input, inout, |a: T, b: T| {
         T::from_bool(a.is_true() && b.is_true())
     })
 }
 
-fn logical_or<T: Integer>(input: &[u8], inout: &mut [u8]) -> Option<()> {
-    elementwise(input, inout, |a: T, b: T| {
+fn logical_or<T: Integer, const WIDE: bool>(input: &[u8], inout: &mut [u8]) -> Option<()> {
+    elementwise::<T, WIDE>(input, inout, |a: T, b: T| {
         T::from_bool(a.is_true() || b.is_true())
     })
 }
 
-fn logical_xor<T: Integer>(input: &[u8], inout: &mut [u8]) -> Option<()> {
-    elementwise(input, inout, |a: T, b: T| {
+fn logical_xor<T: Integer, const WIDE: bool>(input: &[u8], inout: &mut [u8]) -> Option<()> {
+    elementwise::<T, WIDE>(input, inout, |a: T, b: T| {
         T::from_bool(a.is_true() != b.is_true())
     })
 }
 
-fn bitwise_and<T: Integer>(input: &[u8], inout: &mut [u8]) -> Option<()> {
-    elementwise(input, inout, |a: T, b: T| a & b)
+fn bitwise_and<T: Integer, const WIDE: bool>(input: &[u8], inout: &mut [u8]) -> Option<()> {
+    elementwise::<T, WIDE>(input, inout, |a: T, b: T| a & b)
 }
 
-fn bitwise_or<T: Integer>(input: &[u8], inout: &mut [u8]) -> Option<()> {
-    elementwise(input, inout, |a: T, b: T| a | b)
+fn bitwise_or<T: Integer, const WIDE: bool>(input: &[u8], inout: &mut [u8]) -> Option<()> {
+    elementwise::<T, WIDE>(input, inout, |a: T, b: T| a | b)
 }
 
-fn bitwise_xor<T: Integer>(input: &[u8], inout: &mut [u8]) -> Option<()> {
-    elementwise(input, inout, |a: T, b: T| a ^ b)
+fn bitwise_xor<T: Integer, const WIDE: bool>(input: &[u8], inout: &mut [u8]) -> Option<()> {
+    elementwise::<T, WIDE>(input, inout, |a: T, b: T| a ^ b)
 }
 
 /// `MPI_MINLOC` (`smaller_first`) or `MPI_MAXLOC`: the winning value,
@@ -710,40 +704,40 @@ fn min_loc<V: Number, I: Number>(input: &[u8], inout: &mut [u8]) -> Option<()>
 where
     ValueIndex<V, I>: Equivalence,
 {
-    elementwise(input, inout, |a, b| pick_loc::<V, I>(a, b, true))
+    elementwise::<_, false>(input, inout, |a, b| pick_loc::<V, I>(a, b, true))
 }
 
 fn max_loc<V: Number, I: Number>(input: &[u8], inout: &mut [u8]) -> Option<()>
 where
     ValueIndex<V, I>: Equivalence,
 {
-    elementwise(input, inout, |a, b| pick_loc::<V, I>(a, b, false))
+    elementwise::<_, false>(input, inout, |a, b| pick_loc::<V, I>(a, b, false))
 }
 
 /// The kernel of a predefined operation on integers of type `T`.
-fn integer_kernel<T: Integer>(op: SystemOp) -> Option<Kernel> {
+fn integer_kernel<T: Integer, const WIDE: bool>(op: SystemOp) -> Option<Kernel> {
     Some(match op {
-        SystemOp::Max => max::<T>,
-        SystemOp::Min => min::<T>,
-        SystemOp::Sum => sum::<T>,
-        SystemOp::Product => product::<T>,
-        SystemOp::LogicalAnd => logical_and::<T>,
-        SystemOp::LogicalOr => logical_or::<T>,
-        SystemOp::LogicalXor => logical_xor::<T>,
-        SystemOp::BitwiseAnd => bitwise_and::<T>,
-        SystemOp::BitwiseOr => bitwise_or::<T>,
-        SystemOp::BitwiseXor => bitwise_xor::<T>,
+        SystemOp::Max => max::<T, WIDE>,
+        SystemOp::Min => min::<T, WIDE>,
+        SystemOp::Sum => sum::<T, WIDE>,
+        SystemOp::Product => product::<T, WIDE>,
+        SystemOp::LogicalAnd => logical_and::<T, WIDE>,
+        SystemOp::LogicalOr => logical_or::<T, WIDE>,
+        SystemOp::LogicalXor => logical_xor::<T, WIDE>,
+        SystemOp::BitwiseAnd => bitwise_and::<T, WIDE>,
+        SystemOp::BitwiseOr => bitwise_or::<T, WIDE>,
+        SystemOp::BitwiseXor => bitwise_xor::<T, WIDE>,
         SystemOp::MinLoc | SystemOp::MaxLoc => return None,
     })
 }
 
 /// The kernel of a predefined operation on floating-point numbers.
-fn float_kernel<T: Number>(op: SystemOp) -> Option<Kernel> {
+fn float_kernel<T: Number, const WIDE: bool>(op: SystemOp) -> Option<Kernel> {
     Some(match op {
-        SystemOp::Max => max::<T>,
-        SystemOp::Min => min::<T>,
-        SystemOp::Sum => sum::<T>,
-        SystemOp::Product => product::<T>,
+        SystemOp::Max => max::<T, WIDE>,
+        SystemOp::Min => min::<T, WIDE>,
+        SystemOp::Sum => sum::<T, WIDE>,
+        SystemOp::Product => product::<T, WIDE>,
         _ => return None,
     })
 }
@@ -761,7 +755,21 @@ where
 }
 
 /// The kernel of `op` on `element_type`, if the standard defines it.
+/// Inlined: on the numbers, the common case (a one-sided fetch-and-op
+/// picks its kernel on every call, twice), it is a table look-up.
+#[inline]
 fn kernel(op: SystemOp, element_type: ElementType) -> Option<Kernel> {
+    if matches!(op, SystemOp::MinLoc | SystemOp::MaxLoc) {
+        return location_kernel(op, element_type);
+    }
+    number_kernels()[element_type.basic()? as usize][op as usize]
+}
+
+/// The kernel of `MPI_MINLOC` or `MPI_MAXLOC` on `element_type`, if it
+/// is a [`ValueIndex`] pair (tested before the numbers: a pair of `i32`s
+/// is also two `i32`s). Out of line, so that [`kernel`] stays small.
+#[inline(never)]
+fn location_kernel(op: SystemOp, element_type: ElementType) -> Option<Kernel> {
     macro_rules! pick_pairs {
         ($($v:ty, $i:ty);*) => {$(
             if element_type.is::<ValueIndex<$v, $i>>() {
@@ -769,29 +777,78 @@ fn kernel(op: SystemOp, element_type: ElementType) -> Option<Kernel> {
             }
         )*};
     }
-    if matches!(op, SystemOp::MinLoc | SystemOp::MaxLoc) {
-        // Before the numbers: a pair of `i32`s is also two `i32`s.
-        pick_pairs!(i32, i32; u32, i32; f32, i32; i64, i64; u64, i64; f64, i64);
-        return None;
-    }
-    // Numbers by their basic type's code: one match, where testing each
-    // type's signature in turn cost more than a small reduction itself
-    // (a one-sided fetch-and-op picks its kernel on every call).
-    match element_type.basic()? {
-        Primitive::I8 => integer_kernel::<i8>(op),
-        Primitive::I16 => integer_kernel::<i16>(op),
-        Primitive::I32 => integer_kernel::<i32>(op),
-        Primitive::I64 => integer_kernel::<i64>(op),
-        Primitive::I128 => integer_kernel::<i128>(op),
-        Primitive::Isize => integer_kernel::<isize>(op),
-        Primitive::U8 => integer_kernel::<u8>(op),
-        Primitive::U16 => integer_kernel::<u16>(op),
-        Primitive::U32 => integer_kernel::<u32>(op),
-        Primitive::U64 => integer_kernel::<u64>(op),
-        Primitive::U128 => integer_kernel::<u128>(op),
-        Primitive::Usize => integer_kernel::<usize>(op),
-        Primitive::F32 => float_kernel::<f32>(op),
-        Primitive::F64 => float_kernel::<f64>(op),
+    pick_pairs!(i32, i32; u32, i32; f32, i32; i64, i64; u64, i64; f64, i64);
+    None
+}
+
+/// The operations on numbers: every [`SystemOp`] but the two on
+/// value-index pairs, which come last.
+const NUMBER_OPS: usize = SystemOp::MinLoc as usize;
+
+/// The kernels of the operations on numbers, by basic type (its index in
+/// [`Primitive::ALL`]) and [`SystemOp`]; `None` where the standard does
+/// not define the pair.
+type NumberKernels = [[Option<Kernel>; NUMBER_OPS]; Primitive::ALL.len()];
+
+/// The kernels for this CPU, picked once: those compiled for AVX2 where
+/// it has it (x86-64), else the baseline's. A table, where testing each
+/// type in turn cost more than a small reduction itself (a one-sided
+/// fetch-and-op picks its kernel on every call).
+fn number_kernels() -> &'static NumberKernels {
+    static KERNELS: OnceLock<NumberKernels> = OnceLock::new();
+    KERNELS.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        let wide = std::arch::is_x86_feature_detected!("avx2");
+        #[cfg(not(target_arch = "x86_64"))]
+        let wide = false;
+        let mut table: NumberKernels = [[None; NUMBER_OPS]; Primitive::ALL.len()];
+        for basic in Primitive::ALL {
+            for (index, kernel) in table[basic as usize].iter_mut().enumerate() {
+                let op = NUMBER_OP_ORDER[index];
+                *kernel = if wide {
+                    number_kernel::<true>(op, basic)
+                } else {
+                    number_kernel::<false>(op, basic)
+                };
+            }
+        }
+        table
+    })
+}
+
+/// The [`SystemOp`]s on numbers in their declaration order, so that
+/// `NUMBER_OP_ORDER[op as usize] == op`.
+const NUMBER_OP_ORDER: [SystemOp; NUMBER_OPS] = [
+    SystemOp::Max,
+    SystemOp::Min,
+    SystemOp::Sum,
+    SystemOp::Product,
+    SystemOp::LogicalAnd,
+    SystemOp::LogicalOr,
+    SystemOp::LogicalXor,
+    SystemOp::BitwiseAnd,
+    SystemOp::BitwiseOr,
+    SystemOp::BitwiseXor,
+];
+
+/// The kernel of `op` on numbers of type `basic`, compiled for AVX2 if
+/// `WIDE`.
+fn number_kernel<const WIDE: bool>(op: SystemOp, basic: Primitive) -> Option<Kernel> {
+    match basic {
+        Primitive::I8 => integer_kernel::<i8, WIDE>(op),
+        Primitive::I16 => integer_kernel::<i16, WIDE>(op),
+        Primitive::I32 => integer_kernel::<i32, WIDE>(op),
+        Primitive::I64 => integer_kernel::<i64, WIDE>(op),
+        Primitive::I128 => integer_kernel::<i128, WIDE>(op),
+        Primitive::Isize => integer_kernel::<isize, WIDE>(op),
+        Primitive::U8 => integer_kernel::<u8, WIDE>(op),
+        Primitive::U16 => integer_kernel::<u16, WIDE>(op),
+        Primitive::U32 => integer_kernel::<u32, WIDE>(op),
+        Primitive::U64 => integer_kernel::<u64, WIDE>(op),
+        Primitive::U128 => integer_kernel::<u128, WIDE>(op),
+        Primitive::Usize => integer_kernel::<usize, WIDE>(op),
+        Primitive::F32 => float_kernel::<f32, WIDE>(op),
+        Primitive::F64 => float_kernel::<f64, WIDE>(op),
     }
 }
 
@@ -801,87 +858,6 @@ mod tests {
 
     fn apply<T: Equivalence>(op: SystemOperation, input: &[T], inout: &mut [T]) -> Result<()> {
         reduce_local_into(input, inout, op)
-    }
-
-    /// An operation and its result on one pair of elements.
-    type Case<T> = (SystemOperation, fn(T, T) -> T);
-
-    /// Checks `reduce_local_into` against `reference`, element by
-    /// element, on runs of 0 to 128 elements (the AVX2 and the baseline
-    /// loops, and tails of every length) starting at 0 to 3 elements past
-    /// an allocation's start (off the vector alignment); results compared
-    /// as bits, so NaNs count.
-    fn matches_reference<T: Equivalence + std::fmt::Debug>(
-        value: impl Fn(usize) -> T,
-        bits: impl Fn(T) -> u128,
-        cases: &[Case<T>],
-    ) {
-        let a: Vec<T> = (0..131).map(&value).collect();
-        let b: Vec<T> = (0..131).map(|i| value(i * 7 + 3)).collect();
-        for &(op, reference) in cases {
-            for start in 0..3 {
-                for len in 0..=128 {
-                    let input = &a[start..start + len];
-                    let mut buffer = b.clone();
-                    let inout = &mut buffer[start..start + len];
-                    let expected: Vec<u128> = input
-                        .iter()
-                        .zip(inout.iter())
-                        .map(|(&x, &y)| bits(reference(x, y)))
-                        .collect();
-                    reduce_local_into(input, inout, op).unwrap();
-                    let got: Vec<u128> = inout.iter().map(|&y| bits(y)).collect();
-                    assert_eq!(got, expected, "{op:?} on {len} elements from {start}");
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn kernels_match_the_element_by_element_reference() {
-        #[cfg(target_arch = "x86_64")]
-        eprintln!("AVX2 kernels in use: {}", avx2::available());
-        macro_rules! integers {
-            ($($t:ty),*) => {$(
-                matches_reference::<$t>(
-                    // Zeros, small and large values, both signs.
-                    |i| ((i * 2_654_435_761) % 1000) as $t ^ if i % 5 == 0 { 0 } else { (i as $t) << 3 },
-                    |x| x as u128,
-                    &[
-                        (SystemOperation::sum(), |x, y| x.wrapping_add(y)),
-                        (SystemOperation::product(), |x, y| x.wrapping_mul(y)),
-                        (SystemOperation::max(), |x, y| if x > y { x } else { y }),
-                        (SystemOperation::min(), |x, y| if x < y { x } else { y }),
-                        (SystemOperation::bitwise_and(), |x, y| x & y),
-                        (SystemOperation::bitwise_or(), |x, y| x | y),
-                        (SystemOperation::bitwise_xor(), |x, y| x ^ y),
-                        (SystemOperation::logical_and(), |x, y| <$t>::from(x != 0 && y != 0)),
-                        (SystemOperation::logical_or(), |x, y| <$t>::from(x != 0 || y != 0)),
-                        (SystemOperation::logical_xor(), |x, y| <$t>::from((x != 0) != (y != 0))),
-                    ],
-                );
-            )*};
-        }
-        integers!(i8, u8, i16, u16, i32, u32, i64, u64);
-        macro_rules! floats {
-            ($($t:ty),*) => {$(
-                matches_reference::<$t>(
-                    |i| match i % 11 {
-                        0 => <$t>::NAN,
-                        1 => -0.0,
-                        _ => (i as $t - 40.0) * 0.37,
-                    },
-                    |x| u128::from(x.to_bits()),
-                    &[
-                        (SystemOperation::sum(), |x, y| x + y),
-                        (SystemOperation::product(), |x, y| x * y),
-                        (SystemOperation::max(), |x, y| if x > y { x } else { y }),
-                        (SystemOperation::min(), |x, y| if x < y { x } else { y }),
-                    ],
-                );
-            )*};
-        }
-        floats!(f32, f64);
     }
 
     #[test]
@@ -979,6 +955,197 @@ mod tests {
                 assert_eq!(kernel(op, t).is_some(), defined, "{op:?} {}", t.name());
             }
         }
+    }
+
+    #[test]
+    fn the_kernel_tables_follow_the_declaration_orders() {
+        for (i, basic) in Primitive::ALL.into_iter().enumerate() {
+            assert_eq!(basic as usize, i, "{basic:?}");
+        }
+        for (i, op) in NUMBER_OP_ORDER.into_iter().enumerate() {
+            assert_eq!(op as usize, i, "{op:?}");
+        }
+    }
+
+    /// A small deterministic generator (xorshift64).
+    struct Bits(u64);
+
+    impl Bits {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
+
+    /// What each operation does to one pair of elements, written out
+    /// element by element: the reference for the kernels.
+    fn reference<T: Number>(op: SystemOp, a: T, b: T, bitwise: impl Fn(SystemOp, T, T) -> T) -> T {
+        match op {
+            SystemOp::Max => {
+                if a > b {
+                    a
+                } else {
+                    b
+                }
+            }
+            SystemOp::Min => {
+                if a < b {
+                    a
+                } else {
+                    b
+                }
+            }
+            SystemOp::Sum => a.plus(b),
+            SystemOp::Product => a.times(b),
+            _ => bitwise(op, a, b),
+        }
+    }
+
+    fn integer_reference<T: Integer>(op: SystemOp, a: T, b: T) -> T {
+        reference(op, a, b, |op, a: T, b: T| match op {
+            SystemOp::LogicalAnd => T::from_bool(a.is_true() && b.is_true()),
+            SystemOp::LogicalOr => T::from_bool(a.is_true() || b.is_true()),
+            SystemOp::LogicalXor => T::from_bool(a.is_true() != b.is_true()),
+            SystemOp::BitwiseAnd => a & b,
+            SystemOp::BitwiseOr => a | b,
+            _ => a ^ b,
+        })
+    }
+
+    /// Every kernel of `T` in both builds (the AVX2 one where this CPU
+    /// has it) against `reference`, for 0 to 67 elements at the first
+    /// four element offsets of a 64-byte aligned buffer (elements past the span must stay as they were), on `values`
+    /// (which hold the overflows and NaNs) mixed with random bits; `same`
+    /// compares a result with the reference's.
+    fn check_kernels<T: Equivalence + std::fmt::Debug>(
+        basic: Primitive,
+        special: &[T],
+        reference: impl Fn(SystemOp, T, T) -> T,
+        same: impl Fn(T, T) -> bool,
+    ) {
+        #[repr(align(64))]
+        struct Block([u8; 2048]);
+        let size = basic.size();
+        let mut bits = Bits(0x9e37_79b9_7f4a_7c15 ^ size as u64);
+        let as_t = |bytes: &[u8]| -> T {
+            // SAFETY: `T` is plain data of `size` bytes, any bits valid.
+            unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) }
+        };
+        #[cfg(target_arch = "x86_64")]
+        let builds: &[bool] = if std::arch::is_x86_feature_detected!("avx2") {
+            &[false, true]
+        } else {
+            &[false]
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let builds: &[bool] = &[false];
+        for (index, op) in NUMBER_OP_ORDER.into_iter().enumerate() {
+            for &wide in builds {
+                let kernel = if wide {
+                    number_kernel::<true>(op, basic)
+                } else {
+                    number_kernel::<false>(op, basic)
+                };
+                let Some(kernel) = kernel else {
+                    assert!(matches!(basic, Primitive::F32 | Primitive::F64) && index >= 4);
+                    continue;
+                };
+                for len in 0..=67 {
+                    for start in 0..4 {
+                        let span = start * size..(start + len) * size;
+                        let (mut input, mut inout) = (Block([0; 2048]), Block([0; 2048]));
+                        for byte in input.0.iter_mut().chain(inout.0.iter_mut()) {
+                            *byte = bits.next() as u8;
+                        }
+                        for (i, value) in special.iter().enumerate() {
+                            // SAFETY: in the block, at an element boundary.
+                            unsafe {
+                                let at = (i * 3 % 64) * size;
+                                std::ptr::write_unaligned(
+                                    input.0[at..].as_mut_ptr().cast(),
+                                    *value,
+                                );
+                                let at = (i * 5 % 64) * size;
+                                std::ptr::write_unaligned(
+                                    inout.0[at..].as_mut_ptr().cast(),
+                                    *value,
+                                );
+                            }
+                        }
+                        let before = inout.0;
+                        kernel(&input.0[span.clone()], &mut inout.0[span.clone()]).unwrap();
+                        for e in 0..72 {
+                            let at = e * size..(e + 1) * size;
+                            let got = as_t(&inout.0[at.clone()]);
+                            let expected = if span.contains(&at.start) {
+                                reference(op, as_t(&input.0[at.clone()]), as_t(&before[at]))
+                            } else {
+                                as_t(&before[at])
+                            };
+                            assert!(
+                                same(got, expected),
+                                "{got:?}, not {expected:?}: {op:?} on {basic:?} (AVX2: {wide}), \
+                                 {len} elements from {start}, element {e}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_kernel_matches_the_element_by_element_reference() {
+        macro_rules! integers {
+            ($($t:ty => $basic:ident),*) => {$(
+                check_kernels::<$t>(
+                    Primitive::$basic,
+                    &[<$t>::MAX, <$t>::MIN, 0, 1, <$t>::MAX - 1, <$t>::MIN.wrapping_add(1)],
+                    integer_reference::<$t>,
+                    |a, b| a == b,
+                );
+            )*};
+        }
+        integers!(i8 => I8, i16 => I16, i32 => I32, i64 => I64, i128 => I128, isize => Isize,
+            u8 => U8, u16 => U16, u32 => U32, u64 => U64, u128 => U128, usize => Usize);
+        check_kernels::<f32>(
+            Primitive::F32,
+            &[
+                f32::NAN,
+                -f32::NAN,
+                f32::INFINITY,
+                f32::NEG_INFINITY,
+                -0.0,
+                0.0,
+                f32::MAX,
+                f32::MIN_POSITIVE,
+            ],
+            |op, a, b| reference(op, a, b, |_, _, _| unreachable!("no bitwise float op")),
+            // Bit for bit, but for a NaN's payload: when both operands
+            // are NaNs the hardware keeps one, and a vector loop may have
+            // swapped the operands (MPI says nothing of payloads).
+            |a, b| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+        );
+        check_kernels::<f64>(
+            Primitive::F64,
+            &[
+                f64::NAN,
+                -f64::NAN,
+                f64::INFINITY,
+                f64::NEG_INFINITY,
+                -0.0,
+                0.0,
+                f64::MAX,
+                f64::MIN_POSITIVE,
+            ],
+            |op, a, b| reference(op, a, b, |_, _, _| unreachable!("no bitwise float op")),
+            // Bit for bit, but for a NaN's payload: when both operands
+            // are NaNs the hardware keeps one, and a vector loop may have
+            // swapped the operands (MPI says nothing of payloads).
+            |a, b| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+        );
     }
 
     #[test]

@@ -81,28 +81,32 @@ pub(crate) unsafe fn exchange(
 }
 
 /// Compares the `size`-byte word at `at` with `compare` and, if equal,
-/// stores `new`, atomically; returns the old value's bytes (native order)
-/// in the first `size` bytes of the result.
+/// stores `new`, atomically; puts the old value's bytes (native order) in
+/// `old`.
 ///
 /// # Safety
 /// `at` must be valid for reads and writes of `size` bytes and
 /// [`word_capable`] must hold for `(size, at)`; the memory may only be
-/// accessed atomically while this runs; `compare` and `new` must hold
-/// `size` bytes.
+/// accessed atomically while this runs; `compare`, `new` and `old` must
+/// hold `size` bytes.
 pub(crate) unsafe fn compare_and_swap(
     at: *mut u8,
     size: usize,
     compare: &[u8],
     new: &[u8],
-) -> [u8; 8] {
+    old: &mut [u8],
+) {
     macro_rules! cas {
         ($atomic:ty, $t:ty) => {{
             // SAFETY: valid, aligned and atomically accessed (the contract).
             let a = unsafe { <$atomic>::from_ptr(at.cast()) };
             let value = |s: &[u8]| <$t>::from_ne_bytes(leading(s));
-            match a.compare_exchange(value(compare), value(new), SeqCst, SeqCst) {
-                Ok(x) | Err(x) => widen(&x.to_ne_bytes()),
-            }
+            let found = match a.compare_exchange(value(compare), value(new), SeqCst, SeqCst) {
+                Ok(x) | Err(x) => x.to_ne_bytes(),
+            };
+            // A copy of the word's own size, known here: no call to
+            // memcpy for a length known only at run time.
+            old[..found.len()].copy_from_slice(&found);
         }};
     }
     match size {
@@ -118,13 +122,6 @@ pub(crate) unsafe fn compare_and_swap(
 fn leading<const N: usize>(s: &[u8]) -> [u8; N] {
     let mut out = [0u8; N];
     out.copy_from_slice(&s[..N]);
-    out
-}
-
-/// `bytes` at the start of an 8-byte array.
-fn widen(bytes: &[u8]) -> [u8; 8] {
-    let mut out = [0u8; 8];
-    out[..bytes.len()].copy_from_slice(bytes);
     out
 }
 
@@ -176,19 +173,21 @@ mod tests {
         #[repr(align(8))]
         struct Cell([u8; 8]);
         let mut c = Cell(v(5));
+        let mut old = [0u8; 8];
         // SAFETY: the cell is valid, 8-aligned and touched by no one else.
-        let old = unsafe { compare_and_swap(c.0.as_mut_ptr(), 8, &v(4), &v(9)) };
+        unsafe { compare_and_swap(c.0.as_mut_ptr(), 8, &v(4), &v(9), &mut old) };
         assert_eq!((old, c.0), (v(5), v(5)));
         // SAFETY: as above.
-        let old = unsafe { compare_and_swap(c.0.as_mut_ptr(), 8, &v(5), &v(9)) };
+        unsafe { compare_and_swap(c.0.as_mut_ptr(), 8, &v(5), &v(9), &mut old) };
         assert_eq!((old, c.0), (v(5), v(9)));
         let mut h = [1u8, 2];
         let old = {
             #[repr(align(2))]
             struct Half([u8; 2]);
             let mut cell = Half(h);
+            let mut old = [0u8; 2];
             // SAFETY: a valid, 2-aligned cell touched by no one else.
-            let old = unsafe { compare_and_swap(cell.0.as_mut_ptr(), 2, &[1, 2], &[3, 4]) };
+            unsafe { compare_and_swap(cell.0.as_mut_ptr(), 2, &[1, 2], &[3, 4], &mut old) };
             h = cell.0;
             old
         };

@@ -333,8 +333,7 @@ impl WindowSegment {
         // its size, 1, 2, 4 or 8 (checked); window memory is reached only
         // through atomics, byte copies and whole-element stores under the
         // region mutexes; the operands have its size.
-        let previous = unsafe { atomics::compare_and_swap(at, size, compare, new) };
-        old.copy_from_slice(&previous[..size]);
+        unsafe { atomics::compare_and_swap(at, size, compare, new, old) };
         Ok(())
     }
 }
