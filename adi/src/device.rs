@@ -1379,6 +1379,18 @@ impl Device {
         })
     }
 
+    /// Frees `request` if it is complete, dropping its status, and says
+    /// whether it was: true also for a request whose status was already
+    /// taken (as [`Device::is_complete`]), false for a pending one, which
+    /// is left as it is. One look-up when the request is no longer held.
+    pub fn free_if_complete(&mut self, request: RequestId) -> bool {
+        match self.core.requests.get(request.0) {
+            None => true,
+            Some(r) if matches!(r.phase, Phase::Done) => self.core.requests.discard(request.0),
+            Some(_) => false,
+        }
+    }
+
     /// A copy of the status of a completed request, which stays held
     /// (`MPI_Request_get_status`): a later [`Device::take_status`] still
     /// returns it. `None` if the request is not complete or is unknown

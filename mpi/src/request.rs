@@ -140,30 +140,29 @@ fn report(outcome: Result<()>) {
 
 impl Drop for Scope<'_> {
     fn drop(&mut self) {
-        let mut started = std::mem::take(self.started.get_mut());
+        let started = std::mem::take(self.started.get_mut());
         // Most requests were waited for (their status taken, so the device
         // no longer knows them) or are complete: those are freed in one
         // pass, and only what is left pending is cancelled and waited for.
+        let mut pending = Vec::new();
         let result = with_device(|d| {
-            started.retain(|&id| {
-                if d.is_complete(id) {
-                    d.take_status(id);
-                    return false;
+            for &id in &started {
+                if !d.free_if_complete(id) {
+                    d.cancel(id);
+                    pending.push(id);
                 }
-                d.cancel(id);
-                true
-            });
+            }
             Ok(())
         })
         .and_then(|()| {
-            if started.is_empty() {
+            if pending.is_empty() {
                 return Ok(());
             }
             progress_until(|d| {
-                if !started.iter().all(|&id| d.is_complete(id)) {
+                if !pending.iter().all(|&id| d.is_complete(id)) {
                     return Ok(None);
                 }
-                for &id in &started {
+                for &id in &pending {
                     d.take_status(id);
                 }
                 Ok(Some(()))
