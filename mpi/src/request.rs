@@ -89,6 +89,11 @@ use oxmpi_adi::device::{Device, RequestId};
 use std::cell::RefCell;
 use std::marker::PhantomData;
 
+/// How many requests a scope has room for when it starts its first: a
+/// window of immediate operations as programs (and the OSU benchmarks,
+/// 64) issue them, for 512 bytes while the scope lasts.
+const FIRST_CAPACITY: usize = 64;
+
 /// The region within which immediate operations may borrow buffers for
 /// `'a`. See the module docs and [`scope`].
 pub struct Scope<'a> {
@@ -121,6 +126,12 @@ impl<'a> Scope<'a> {
                 started.retain(|r| !d.is_complete(*r));
                 Ok(())
             });
+        }
+        if started.capacity() == 0 {
+            // Room for a window of requests at once: growing the list a
+            // push at a time (4, 8, 16, ...) cost more than a small
+            // window's requests themselves.
+            started.reserve_exact(FIRST_CAPACITY);
         }
         started.push(id);
         Request {
