@@ -425,6 +425,16 @@ struct Vc {
     arriving_active: Option<(u32, Vec<u8>)>,
 }
 
+impl Vc {
+    /// The error that lost the peer, if it is lost.
+    fn failure(&self) -> Option<Error> {
+        match &self.binding {
+            Binding::Failed(e) => Some(e.clone()),
+            _ => None,
+        }
+    }
+}
+
 /// An active message that arrived ([`Kind::Active`]), for the MPI layer's
 /// [`ActiveMessageHandler`].
 #[derive(Debug)]
@@ -1180,7 +1190,7 @@ impl Device {
         if let Some((envelope, message)) = self.core.unexpected.take_match(&pattern) {
             self.core.receive_unexpected(token, envelope, message);
             self.flush_deferred();
-        } else if let Some(Binding::Failed(e)) = peer.map(|p| self.core.vcs[p].binding.clone()) {
+        } else if let Some(e) = peer.and_then(|p| self.core.vcs[p].failure()) {
             self.core.fail_token(token, e);
         } else {
             self.core.posted.push(pattern, token);
@@ -1361,14 +1371,24 @@ impl Device {
         if let Some(status) = sent_status(request) {
             return Some(status);
         }
-        let r = self.core.requests.get_mut(request.0)?;
-        if !matches!(r.phase, Phase::Done) {
-            return None;
+        // Taken out alone, in one look-up: the request itself is dropped
+        // where it lies.
+        self.core.requests.take_with(request.0, |r| {
+            matches!(r.phase, Phase::Done)
+                .then(|| std::mem::replace(&mut r.status, Status::empty()))
+        })
+    }
+
+    /// Frees `request` if it is complete, dropping its status, and says
+    /// whether it was: true also for a request whose status was already
+    /// taken (as [`Device::is_complete`]), false for a pending one, which
+    /// is left as it is. One look-up when the request is no longer held.
+    pub fn free_if_complete(&mut self, request: RequestId) -> bool {
+        match self.core.requests.get(request.0) {
+            None => true,
+            Some(r) if matches!(r.phase, Phase::Done) => self.core.requests.discard(request.0),
+            Some(_) => false,
         }
-        // Taken out alone: the request itself is dropped where it lies.
-        let status = std::mem::replace(&mut r.status, Status::empty());
-        self.core.requests.discard(request.0);
-        Some(status)
     }
 
     /// A copy of the status of a completed request, which stays held

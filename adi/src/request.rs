@@ -75,13 +75,28 @@ impl<T> Slab<T> {
     /// Drops the value of `token` where it lies (no move out of the
     /// slab, which costs for a large `T`); false if it is not live.
     pub fn discard(&mut self, token: u64) -> bool {
-        if self.get(token).is_none() {
-            return false;
-        }
+        self.take_with(token, |_| Some(())).is_some()
+    }
+
+    /// What `take` gives from the value of `token`, which is then dropped
+    /// where it lies (as [`Slab::discard`]); when `take` gives nothing, or
+    /// `token` is not live, the value stays. One look-up for what would
+    /// otherwise be a [`Slab::get_mut`] and a [`Slab::discard`].
+    #[inline]
+    pub fn take_with<R>(
+        &mut self,
+        token: u64,
+        take: impl FnOnce(&mut T) -> Option<R>,
+    ) -> Option<R> {
         let index = (token & 0xffff_ffff) as u32;
-        self.slots[index as usize].value = None;
+        let slot = self.slots.get_mut(index as usize)?;
+        if u64::from(slot.generation) != token >> 32 {
+            return None;
+        }
+        let taken = take(slot.value.as_mut()?)?;
+        slot.value = None;
         self.free.push(index);
-        true
+        Some(taken)
     }
 
     /// Tokens and values of every live entry.
@@ -123,6 +138,13 @@ mod tests {
         assert_eq!(s.get(b), Some(&"b"));
         // Discarded in place, once.
         assert!(s.discard(b) && !s.discard(b));
+        // Taken only when `take` gives something.
+        let d = s.insert("d");
+        assert_eq!(s.take_with(d, |_| None::<()>), None);
+        assert_eq!(s.get(d), Some(&"d"));
+        assert_eq!(s.take_with(d, |v| Some(v.len())), Some(1));
+        assert_eq!(s.get(d), None);
+        assert_eq!(s.take_with(d, |v| Some(v.len())), None);
         assert_eq!(s.get(b), None);
         assert_ne!(s.insert("c"), b);
         // Forged tokens find nothing.

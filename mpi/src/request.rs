@@ -89,6 +89,11 @@ use oxmpi_adi::device::{Device, RequestId};
 use std::cell::RefCell;
 use std::marker::PhantomData;
 
+/// How many requests a scope has room for when it starts its first: a
+/// window of immediate operations as programs (and the OSU benchmarks,
+/// 64) issue them, for 512 bytes while the scope lasts.
+const FIRST_CAPACITY: usize = 64;
+
 /// The region within which immediate operations may borrow buffers for
 /// `'a`. See the module docs and [`scope`].
 pub struct Scope<'a> {
@@ -122,6 +127,12 @@ impl<'a> Scope<'a> {
                 Ok(())
             });
         }
+        if started.capacity() == 0 {
+            // Room for a window of requests at once: growing the list a
+            // push at a time (4, 8, 16, ...) cost more than a small
+            // window's requests themselves.
+            started.reserve_exact(FIRST_CAPACITY);
+        }
         started.push(id);
         Request {
             id,
@@ -141,23 +152,31 @@ fn report(outcome: Result<()>) {
 impl Drop for Scope<'_> {
     fn drop(&mut self) {
         let started = std::mem::take(self.started.get_mut());
+        // Most requests were waited for (their status taken, so the device
+        // no longer knows them) or are complete: those are freed in one
+        // pass, and only what is left pending is cancelled and waited for.
+        let mut pending = Vec::new();
         let result = with_device(|d| {
             for &id in &started {
-                if !d.is_complete(id) {
+                if !d.free_if_complete(id) {
                     d.cancel(id);
+                    pending.push(id);
                 }
             }
             Ok(())
         })
         .and_then(|()| {
-            progress_until(|d| Ok(started.iter().all(|&id| d.is_complete(id)).then_some(())))
-        })
-        .and_then(|()| {
-            with_device(|d| {
-                for &id in &started {
+            if pending.is_empty() {
+                return Ok(());
+            }
+            progress_until(|d| {
+                if !pending.iter().all(|&id| d.is_complete(id)) {
+                    return Ok(None);
+                }
+                for &id in &pending {
                     d.take_status(id);
                 }
-                Ok(())
+                Ok(Some(()))
             })
         });
         // Non-blocking collectives the wait could not finish are dropped
@@ -257,26 +276,28 @@ impl<'a> Request<'a> {
 /// each request's outcome instead. An error of another class means the
 /// call itself failed (see the module docs).
 pub fn wait_all(requests: Vec<Request<'_>>) -> Result<Vec<Status>> {
-    let outcomes = wait_all_outcomes(requests)?;
-    let failed: Vec<String> = outcomes
-        .iter()
-        .enumerate()
-        .filter_map(|(index, outcome)| {
-            outcome
-                .as_ref()
-                .err()
-                .map(|e| format!("request {index}: {e}"))
-        })
-        .collect();
+    // The statuses and the failures are sorted out as they are taken: one
+    // vector when every request succeeded.
+    let (statuses, failed) = wait_for_all(&requests, |d, requests| {
+        let mut statuses = Vec::with_capacity(requests.len());
+        let mut failed = Vec::new();
+        for (index, r) in requests.iter().enumerate() {
+            match r.complete(d.take_status(r.id)) {
+                Ok(status) => statuses.push(status),
+                Err(e) => failed.push(format!("request {index}: {e}")),
+            }
+        }
+        (statuses, failed)
+    })?;
     if failed.is_empty() {
-        return outcomes.into_iter().collect();
+        return Ok(statuses);
     }
     Err(Error::new(
         ErrorClass::InStatus,
         format!(
             "{} of {} requests failed (all are complete): {}",
             failed.len(),
-            outcomes.len(),
+            requests.len(),
             failed.join("; ")
         ),
     ))
@@ -287,20 +308,42 @@ pub fn wait_all(requests: Vec<Request<'_>>) -> Result<Vec<Status>> {
 /// field of each status when `MPI_Waitall` returns `MPI_ERR_IN_STATUS`).
 /// `Err` only when the call itself failed.
 pub fn wait_all_outcomes(requests: Vec<Request<'_>>) -> Result<Vec<Result<Status>>> {
-    let statuses = progress_until(|d| Ok(take_all_if_complete(d, &requests)))?;
-    Ok(complete_all(&requests, statuses))
+    wait_for_all(&requests, take_outcomes)
 }
 
-/// Every request's status, taken from the device, if all are complete;
-/// otherwise nothing is taken.
-fn take_all_if_complete(
-    d: &mut oxmpi_adi::device::Device,
+/// Makes progress until every request is complete, then gives what
+/// `take` makes of them, with the device still held.
+fn wait_for_all<R>(
     requests: &[Request<'_>],
-) -> Option<Vec<Option<oxmpi_adi::device::Status>>> {
-    if !requests.iter().all(|r| d.is_complete(r.id)) {
-        return None;
+    take: impl Fn(&mut Device, &[Request<'_>]) -> R,
+) -> Result<R> {
+    let mut complete = 0;
+    progress_until(|d| Ok(all_complete(d, requests, &mut complete).then(|| take(d, requests))))
+}
+
+/// Whether every request is complete, given that the first `*complete`
+/// were found so before (and are counted there now). A complete request
+/// stays complete until its status is taken, which nothing else does
+/// while the caller holds it; and requests mostly complete in the order
+/// they were started, so each turn of a wait looks at the requests from
+/// the first it has not yet seen complete, not at all of them again.
+fn all_complete(d: &Device, requests: &[Request<'_>], complete: &mut usize) -> bool {
+    while let Some(r) = requests.get(*complete) {
+        if !d.is_complete(r.id) {
+            return false;
+        }
+        *complete += 1;
     }
-    Some(requests.iter().map(|r| d.take_status(r.id)).collect())
+    true
+}
+
+/// Takes every request's status from the device, in order, and gives
+/// each its outcome. All must be complete.
+fn take_outcomes(d: &mut Device, requests: &[Request<'_>]) -> Vec<Result<Status>> {
+    requests
+        .iter()
+        .map(|r| r.complete(d.take_status(r.id)))
+        .collect()
 }
 
 /// The error for a request whose status the device no longer holds.
@@ -309,18 +352,6 @@ fn freed() -> Error {
         ErrorClass::Request,
         "the request was already completed and freed",
     )
-}
-
-/// The outcomes of `requests`, whose statuses were taken in order.
-fn complete_all(
-    requests: &[Request<'_>],
-    statuses: Vec<Option<oxmpi_adi::device::Status>>,
-) -> Vec<Result<Status>> {
-    requests
-        .iter()
-        .zip(statuses)
-        .map(|(request, status)| request.complete(status))
-        .collect()
 }
 
 /// Waits until one request completes (`MPI_Waitany`), removes it from
@@ -435,11 +466,11 @@ fn remove_completed(
 /// nothing is lost as it would be in one `MPI_ERR_IN_STATUS`.
 pub fn test_all(requests: &mut Vec<Request<'_>>) -> Result<Option<Vec<Result<Status>>>> {
     progress_once()?;
-    let statuses = with_device(|d| Ok(take_all_if_complete(d, requests)))?;
-    let Some(statuses) = statuses else {
+    let outcomes =
+        with_device(|d| Ok(all_complete(d, requests, &mut 0).then(|| take_outcomes(d, requests))))?;
+    let Some(outcomes) = outcomes else {
         return Ok(None);
     };
-    let outcomes = complete_all(requests, statuses);
     requests.clear();
     Ok(Some(outcomes))
 }

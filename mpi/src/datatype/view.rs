@@ -85,10 +85,13 @@ pub(crate) struct Layout {
 
 /// Checks `count` elements of `datatype` against a buffer of `span`
 /// bytes: every byte the datatype names must lie in the buffer.
+///
+/// Inline, for its first test: elements of a primitive type (a slice of
+/// numbers, the common case) are their buffer's first bytes, without
+/// gaps, which is what the general computation finds, for less; that
+/// answer is then a few instructions in the caller, not a call.
+#[inline]
 fn layout(span: usize, datatype: Handle<'_>, count: usize) -> Result<Layout> {
-    // Elements of a primitive type (a slice of numbers, the common case)
-    // are their buffer's first bytes, without gaps: what the general
-    // computation below finds, for less.
     if let Handle::Primitive(p) = datatype {
         if let Some(len) = count.checked_mul(p.size()).filter(|&len| len <= span) {
             return Ok(Layout {
@@ -97,6 +100,11 @@ fn layout(span: usize, datatype: Handle<'_>, count: usize) -> Result<Layout> {
             });
         }
     }
+    general_layout(span, datatype, count)
+}
+
+/// [`layout`] of any datatype.
+fn general_layout(span: usize, datatype: Handle<'_>, count: usize) -> Result<Layout> {
     let shape = datatype.shape();
     let len = count.checked_mul(shape.size).ok_or_else(|| {
         Error::new(
@@ -194,6 +202,7 @@ impl<'a> View<'a> {
     }
 
     /// Checks the view; see [`Layout`].
+    #[inline]
     pub(crate) fn layout(&self) -> Result<Layout> {
         layout(self.span, self.datatype, self.count)
     }
@@ -347,6 +356,7 @@ impl<'a> MutView<'a> {
     }
 
     /// Checks the view; see [`Layout`].
+    #[inline]
     pub(crate) fn layout(&self) -> Result<Layout> {
         layout(self.span, self.datatype, self.count)
     }
