@@ -62,15 +62,17 @@ fn repeat(world: &Communicator) -> Result<()> {
     Ok(())
 }
 
-/// An anonymous private mapping of `len` bytes, at `at` if given (never
-/// replacing another).
+/// An anonymous private mapping of `len` bytes; at `at` if given, which
+/// must be a range of the caller's own mappings, replaced at once
+/// (`MAP_FIXED`: no other thread, such as the soft NIC's, can take the
+/// place between an unmap and a map).
 fn map(at: Option<usize>, len: usize) -> Result<*mut u8> {
     let (addr, fixed) = match at {
-        Some(a) => (a as *mut libc::c_void, libc::MAP_FIXED_NOREPLACE),
+        Some(a) => (a as *mut libc::c_void, libc::MAP_FIXED),
         None => (std::ptr::null_mut(), 0),
     };
-    // SAFETY: a new anonymous mapping; MAP_FIXED_NOREPLACE fails rather
-    // than replace one.
+    // SAFETY: a new anonymous mapping at a place the kernel picks, or over
+    // the caller's own mapping, which nothing references any more.
     let p = unsafe {
         libc::mmap(
             addr,
@@ -115,12 +117,13 @@ fn remap(world: &Communicator) -> Result<()> {
             peer.send(&first[..])?;
         }
     }
-    // SAFETY: the mapping made above; no reference to it is left.
-    if unsafe { libc::munmap(p.cast(), 2 * len) } != 0 {
+    // The same addresses again, in a mapping of the message's length: the
+    // old mapping's second half unmapped, its first replaced.
+    // SAFETY: the second half of the mapping made above; no reference to
+    // it is left.
+    if unsafe { libc::munmap(p.add(len).cast(), len) } != 0 {
         return Err(fail(format!("munmap: {}", std::io::Error::last_os_error())));
     }
-    // The same addresses again, in a mapping of the message's length
-    // (free: the old one held them).
     let q = map(Some(p as usize), len)?;
     {
         // SAFETY: the new mapping, used through this slice alone until it

@@ -296,14 +296,17 @@ mod tests {
     use super::*;
     use crate::soft::SoftNic;
 
-    /// A fresh anonymous mapping of `len` bytes, at `at` if given.
+    /// A fresh anonymous mapping of `len` bytes; at `at` if given, which
+    /// must be a range of this test's own mappings: it replaces them at
+    /// once (`MAP_FIXED`), so no other thread can take the place between
+    /// an unmap and a map.
     fn map(at: Option<u64>, len: usize) -> *mut u8 {
         let (addr, fixed) = match at {
-            Some(a) => (a as *mut libc::c_void, libc::MAP_FIXED_NOREPLACE),
+            Some(a) => (a as *mut libc::c_void, libc::MAP_FIXED),
             None => (std::ptr::null_mut(), 0),
         };
-        // SAFETY: an anonymous mapping at a free place (MAP_FIXED_NOREPLACE
-        // never replaces one).
+        // SAFETY: an anonymous mapping at a place the kernel picks, or
+        // over the caller's own mappings, which nothing else uses.
         let p = unsafe {
             libc::mmap(
                 addr,
@@ -338,10 +341,19 @@ mod tests {
             eprintln!("no PROCMAP_QUERY: nothing is cached, nothing to check");
             return;
         }
-        // 1 MiB mapped alone: the first half of a 2 MiB range.
+        // 1 MiB mapped alone: the first half of a 2 MiB range whose
+        // second half is made inaccessible (a mapping of its own, kept
+        // so that the range stays this test's).
         let p = map(None, 2 * MIB);
-        // SAFETY: the second half of the mapping just made.
-        unmap(unsafe { p.add(MIB) }, MIB);
+        // SAFETY: the second half of the mapping just made, used by
+        // nothing.
+        let protected = unsafe { libc::mprotect(p.add(MIB).cast(), MIB, libc::PROT_NONE) };
+        assert_eq!(
+            protected,
+            0,
+            "mprotect: {}",
+            std::io::Error::last_os_error()
+        );
         let acquire = |cache: &mut RegCache<_>, access| {
             // SAFETY: the mapping stays until each lease is released below.
             unsafe { cache.acquire(&nic, &pd, p as u64 + 100, MIB - 200, access) }.unwrap()
@@ -359,8 +371,8 @@ mod tests {
         let d = acquire(&mut cache, AccessFlags::REMOTE_READ);
         cache.release(d.id);
         assert_eq!(cache.stats().registrations, 2);
-        // Freed, and the addresses mapped again (with other bounds).
-        unmap(p, MIB);
+        // Freed, and the addresses mapped again (with other bounds): the
+        // new mapping replaces both halves at once.
         let q = map(Some(p as u64), 2 * MIB);
         assert_eq!(q, p);
         let e = acquire(&mut cache, AccessFlags::LOCAL_WRITE);
