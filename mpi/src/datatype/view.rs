@@ -85,10 +85,11 @@ pub(crate) struct Layout {
 
 /// Checks `count` elements of `datatype` against a buffer of `span`
 /// bytes: every byte the datatype names must lie in the buffer.
+#[inline]
 fn layout(span: usize, datatype: Handle<'_>, count: usize) -> Result<Layout> {
     // Elements of a primitive type (a slice of numbers, the common case)
     // are their buffer's first bytes, without gaps: what the general
-    // computation below finds, for less.
+    // computation finds, for less, inlined in the caller.
     if let Handle::Primitive(p) = datatype {
         if let Some(len) = count.checked_mul(p.size()).filter(|&len| len <= span) {
             return Ok(Layout {
@@ -97,6 +98,11 @@ fn layout(span: usize, datatype: Handle<'_>, count: usize) -> Result<Layout> {
             });
         }
     }
+    general_layout(span, datatype, count)
+}
+
+/// [`layout`] of any datatype.
+fn general_layout(span: usize, datatype: Handle<'_>, count: usize) -> Result<Layout> {
     let shape = datatype.shape();
     let len = count.checked_mul(shape.size).ok_or_else(|| {
         Error::new(
@@ -194,11 +200,13 @@ impl<'a> View<'a> {
     }
 
     /// Checks the view; see [`Layout`].
+    #[inline]
     pub(crate) fn layout(&self) -> Result<Layout> {
         layout(self.span, self.datatype, self.count)
     }
 
     /// The datatype of the view's elements.
+    #[inline]
     pub(crate) fn datatype(&self) -> Handle<'a> {
         self.datatype
     }
@@ -208,6 +216,7 @@ impl<'a> View<'a> {
         self.count
     }
 
+    #[inline]
     fn bytes_at(&self, offset: isize, len: usize) -> Result<&'a [u8]> {
         let start = range(offset, len, self.span).ok_or_else(|| outside(offset, len, self.span))?;
         // SAFETY: `start..start + len` lies in the memory the view borrows
@@ -217,6 +226,7 @@ impl<'a> View<'a> {
     }
 
     /// The data itself when it is contiguous (`layout.contiguous`).
+    #[inline]
     pub(crate) fn contiguous_bytes(&self, layout: &Layout) -> Result<Option<&'a [u8]>> {
         layout
             .contiguous
@@ -347,11 +357,13 @@ impl<'a> MutView<'a> {
     }
 
     /// Checks the view; see [`Layout`].
+    #[inline]
     pub(crate) fn layout(&self) -> Result<Layout> {
         layout(self.span, self.datatype, self.count)
     }
 
     /// The datatype of the view's elements.
+    #[inline]
     pub(crate) fn datatype(&self) -> Handle<'a> {
         self.datatype
     }
@@ -372,6 +384,7 @@ impl<'a> MutView<'a> {
 
     /// The `len` bytes of contiguous data from `start` (a
     /// `layout.contiguous` of this view), for the whole of `'a`.
+    #[inline]
     pub(crate) fn into_contiguous(self, start: usize, len: usize) -> Result<&'a mut [u8]> {
         let start = range(start as isize, len, self.span)
             .ok_or_else(|| outside(start as isize, len, self.span))?;
