@@ -488,6 +488,7 @@ where
 }
 
 /// The element type two buffers share, or an `MPI_ERR_TYPE` error.
+#[inline]
 pub(crate) fn same_element_type(a: ElementType, b: ElementType) -> Result<ElementType> {
     if a != b {
         return Err(Error::new(

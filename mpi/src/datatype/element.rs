@@ -44,7 +44,19 @@ impl ElementType {
         ElementType::of_datatype(T::equivalent_datatype().0)
     }
 
+    /// The basic type of `T`, when its datatype is a predefined one that
+    /// covers every byte of it (a number): then a `T`'s own bytes are its
+    /// packed data, and an operation on one `T` needs no view, layout or
+    /// staging (the one-sided single-element operations' fast path).
+    pub(crate) fn basic_of<T: Equivalence>() -> Option<Primitive> {
+        match T::equivalent_datatype().0 {
+            Handle::Primitive(basic) if basic.size() == std::mem::size_of::<T>() => Some(basic),
+            _ => None,
+        }
+    }
+
     /// The element type of values of one basic type.
+    #[inline]
     pub(crate) fn of_basic(basic: Primitive) -> ElementType {
         ElementType {
             kind: Kind::Basic(basic),
@@ -61,14 +73,22 @@ impl ElementType {
     }
 
     /// The element type of data of `datatype`.
+    #[inline]
     pub(crate) fn of_datatype(datatype: Handle<'_>) -> ElementType {
         if let Handle::Primitive(basic) = datatype {
-            // The common case, on every typed call: no walk of a signature.
+            // The common case, on every typed call: no walk of a signature,
+            // inlined in the caller.
             return ElementType {
                 kind: Kind::Basic(basic),
                 size: basic.size(),
             };
         }
+        ElementType::of_derived(datatype)
+    }
+
+    /// [`ElementType::of_datatype`] of a derived datatype: a walk of its
+    /// signature.
+    fn of_derived(datatype: Handle<'_>) -> ElementType {
         let size = datatype.shape().size;
         let mut runs: Vec<(Primitive, usize)> = Vec::new();
         datatype.for_each_basic(1, |basic, n| match runs.last_mut() {

@@ -46,6 +46,7 @@ impl Primitive {
     ];
 
     /// Size of one value in memory, in bytes.
+    #[inline]
     pub(crate) fn size(self) -> usize {
         match self {
             Primitive::I8 | Primitive::U8 => 1,

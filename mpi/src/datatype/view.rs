@@ -208,6 +208,7 @@ impl<'a> View<'a> {
     }
 
     /// The datatype of the view's elements.
+    #[inline]
     pub(crate) fn datatype(&self) -> Handle<'a> {
         self.datatype
     }
@@ -217,6 +218,7 @@ impl<'a> View<'a> {
         self.count
     }
 
+    #[inline]
     fn bytes_at(&self, offset: isize, len: usize) -> Result<&'a [u8]> {
         let start = range(offset, len, self.span).ok_or_else(|| outside(offset, len, self.span))?;
         // SAFETY: `start..start + len` lies in the memory the view borrows
@@ -226,6 +228,7 @@ impl<'a> View<'a> {
     }
 
     /// The data itself when it is contiguous (`layout.contiguous`).
+    #[inline]
     pub(crate) fn contiguous_bytes(&self, layout: &Layout) -> Result<Option<&'a [u8]>> {
         layout
             .contiguous
@@ -362,6 +365,7 @@ impl<'a> MutView<'a> {
     }
 
     /// The datatype of the view's elements.
+    #[inline]
     pub(crate) fn datatype(&self) -> Handle<'a> {
         self.datatype
     }
@@ -382,6 +386,7 @@ impl<'a> MutView<'a> {
 
     /// The `len` bytes of contiguous data from `start` (a
     /// `layout.contiguous` of this view), for the whole of `'a`.
+    #[inline]
     pub(crate) fn into_contiguous(self, start: usize, len: usize) -> Result<&'a mut [u8]> {
         let start = range(start as isize, len, self.span)
             .ok_or_else(|| outside(start as isize, len, self.span))?;

@@ -1010,6 +1010,9 @@ impl<'a> Window<'a> {
     /// every operation: a rank of the window, an access epoch to it, and
     /// (where the origin knows the target's window) `len` bytes at
     /// `disp` units inside it. Returns also the byte displacement.
+    /// Inlined in each operation: a call returned the three through
+    /// memory.
+    #[inline]
     fn check_target(
         &self,
         target: i32,
@@ -1168,7 +1171,7 @@ impl<'a> Window<'a> {
         let op = op.into();
         let outcome = Input::new(origin).and_then(|input| {
             self.fetch_blocking(result, target, disp, |(element, len)| {
-                fetch_accumulate(&input, element, len, op)
+                fetch_accumulate(input.element_type(), input.bytes(), element, len, op)
             })
         });
         self.comm.handled(outcome)
@@ -1184,13 +1187,24 @@ impl<'a> Window<'a> {
         disp: usize,
         op: impl Into<AccumulateOp>,
     ) -> Result<()> {
-        self.get_accumulate(
-            std::slice::from_ref(origin),
-            std::slice::from_mut(result),
-            target,
-            disp,
-            op,
-        )
+        let op = op.into();
+        let Some(basic) = ElementType::basic_of::<T>() else {
+            return self.get_accumulate(
+                std::slice::from_ref(origin),
+                std::slice::from_mut(result),
+                target,
+                disp,
+                op,
+            );
+        };
+        // A number: its own bytes are the packed data, without the
+        // general path's views and staging (most of a fetch_and_op's
+        // instructions on the direct path went there).
+        let element = ElementType::of_basic(basic);
+        let outcome = self.fetch_value(result, basic, target, disp, |(into, len)| {
+            fetch_accumulate(element, value_bytes(origin), into, len, op)
+        });
+        self.comm.handled(outcome)
     }
 
     /// Replaces the target's element at `disp` with `origin` if it equals
@@ -1210,38 +1224,46 @@ impl<'a> Window<'a> {
         // type, 16 bytes at most each.
         let mut data = [0u8; 32];
         let outcome = (|| {
+            // A number's own bytes are its packed data (the fast path, as
+            // in `fetch_and_op`); any other type is packed.
+            let number = ElementType::basic_of::<T>();
             let mut filled = 0;
             for value in [compare, origin] {
-                let input = Input::new(std::slice::from_ref(value))?;
-                let bytes = input.bytes();
+                let input;
+                let bytes = match number {
+                    Some(_) => value_bytes(value),
+                    None => {
+                        input = Input::new(std::slice::from_ref(value))?;
+                        input.bytes()
+                    }
+                };
                 if let Some(place) = data.get_mut(filled..filled + bytes.len()) {
                     place.copy_from_slice(bytes);
                 }
                 filled += bytes.len();
             }
-            self.fetch_blocking(
-                std::slice::from_mut(result),
-                target,
-                disp,
-                |(element, _)| {
-                    let basic = element
-                        .basic()
-                        .filter(|b| b.size() == size && 2 * size == filled)
-                        .ok_or_else(|| {
-                            Error::new(
-                                ErrorClass::Type,
-                                format!(
-                                    "compare_and_swap takes one element of a basic type, not {}",
-                                    element.name()
-                                ),
-                            )
-                        })?;
-                    Ok(Fetch::CompareAndSwap {
-                        element: basic,
-                        data: &data[..filled],
-                    })
-                },
-            )
+            let what = |(element, _): (ElementType, usize)| {
+                let basic = element
+                    .basic()
+                    .filter(|b| b.size() == size && 2 * size == filled)
+                    .ok_or_else(|| {
+                        Error::new(
+                            ErrorClass::Type,
+                            format!(
+                                "compare_and_swap takes one element of a basic type, not {}",
+                                element.name()
+                            ),
+                        )
+                    })?;
+                Ok(Fetch::CompareAndSwap {
+                    element: basic,
+                    data: &data[..filled],
+                })
+            };
+            match number {
+                Some(basic) => self.fetch_value(result, basic, target, disp, what),
+                None => self.fetch_blocking(std::slice::from_mut(result), target, disp, what),
+            }
         })();
         self.comm.handled(outcome)
     }
@@ -1259,11 +1281,47 @@ impl<'a> Window<'a> {
         }
         let mut output = Output::new(result)?;
         let element = output.element_type();
-        let bytes = output.bytes_mut();
+        self.fetch_into(element, output.bytes_mut(), target, disp, what)?;
+        output.finish()
+    }
+
+    /// [`Window::fetch_blocking`] into one value of the basic type
+    /// `basic` (`ElementType::basic_of`): into its own bytes, with no
+    /// view or staging.
+    fn fetch_value<'d, T: Equivalence>(
+        &self,
+        result: &mut T,
+        basic: Primitive,
+        target: i32,
+        disp: usize,
+        what: impl FnOnce((ElementType, usize)) -> Result<Fetch<'d>>,
+    ) -> Result<()> {
+        if target == PROC_NULL {
+            return Ok(());
+        }
+        // SAFETY: `result` is writable for its `size_of::<T>()` bytes, and
+        // any bytes are a valid `T` (`Equivalence` types are plain data);
+        // the slice lives as long as the borrow of `result`.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut((result as *mut T).cast::<u8>(), size_of::<T>())
+        };
+        self.fetch_into(ElementType::of_basic(basic), bytes, target, disp, what)
+    }
+
+    /// Runs a fetching operation into `bytes`, packed `element`s, and
+    /// waits for it.
+    fn fetch_into<'d>(
+        &self,
+        element: ElementType,
+        bytes: &mut [u8],
+        target: i32,
+        disp: usize,
+        what: impl FnOnce((ElementType, usize)) -> Result<Fetch<'d>>,
+    ) -> Result<()> {
         let len = bytes.len();
         let what = what((element, len))?;
-        // SAFETY: `bytes` stays borrowed by `output`, untouched, until the
-        // request is waited for below.
+        // SAFETY: `bytes` stays borrowed, untouched, until the request is
+        // waited for below.
         let request = unsafe { self.start_fetch(target, disp, bytes.as_mut_ptr(), len, what)? };
         if let Some(request) = request {
             let status = crate::wait_request(request)?;
@@ -1271,7 +1329,7 @@ impl<'a> Window<'a> {
                 return Err(e);
             }
         }
-        output.finish()
+        Ok(())
     }
 
     /// Checks and starts a fetching operation into `len` bytes at `dest`.
@@ -1351,7 +1409,7 @@ impl<'a> Window<'a> {
         let op = op.into();
         let outcome = Input::new(origin).and_then(|input| {
             self.start_scoped(scope, result, target, disp, |(element, len)| {
-                fetch_accumulate(&input, element, len, op)
+                fetch_accumulate(input.element_type(), input.bytes(), element, len, op)
             })
         });
         self.comm.handled(outcome)
@@ -1834,10 +1892,20 @@ fn accumulate_element(element: ElementType, op: AccumulateOp) -> Result<Primitiv
     Ok(basic)
 }
 
-/// The fetching accumulate of `input` into a result of `len` bytes of
-/// `element`s.
+/// The bytes of `value`, of a basic type (`ElementType::basic_of`: a
+/// type with no padding).
+fn value_bytes<T: Equivalence>(value: &T) -> &[u8] {
+    // SAFETY: `value` is readable for its `size_of::<T>()` bytes, every one
+    // of them initialized (`Equivalence` types are plain data, and the
+    // caller's type is a number); the slice lives as long as the borrow.
+    unsafe { std::slice::from_raw_parts((value as *const T).cast::<u8>(), size_of::<T>()) }
+}
+
+/// The fetching accumulate of `origin` (packed elements of
+/// `origin_element`) into a result of `len` bytes of `element`s.
 fn fetch_accumulate<'d>(
-    input: &'d Input<'_>,
+    origin_element: ElementType,
+    origin: &'d [u8],
     element: ElementType,
     len: usize,
     op: AccumulateOp,
@@ -1850,20 +1918,20 @@ fn fetch_accumulate<'d>(
             data: &[],
         });
     }
-    crate::collective::op::same_element_type(input.element_type(), element)?;
-    if input.bytes().len() != len {
+    crate::collective::op::same_element_type(origin_element, element)?;
+    if origin.len() != len {
         return Err(Error::new(
             ErrorClass::Count,
             format!(
                 "the origin holds {} bytes and the result buffer {len}",
-                input.bytes().len()
+                origin.len()
             ),
         ));
     }
     Ok(Fetch::Accumulate {
         element: basic,
         op,
-        data: input.bytes(),
+        data: origin,
     })
 }
 

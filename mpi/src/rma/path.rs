@@ -398,11 +398,18 @@ fn wait_reply(to: &Target<'_>, token: u64) -> Result<()> {
 }
 
 /// The first error recorded for operations without requests, if any
-/// (all are taken).
+/// (all are taken). Inlined: on every flush, and usually one load.
+#[inline]
 pub(crate) fn take_errors(shared: &Shared) -> Result<()> {
     if !shared.errors_recorded.load(Ordering::Acquire) {
         return Ok(());
     }
+    take_recorded(shared)
+}
+
+/// [`take_errors`] once the flag says that an error was recorded.
+#[cold]
+fn take_recorded(shared: &Shared) -> Result<()> {
     let mut state = shared.state();
     shared.errors_recorded.store(false, Ordering::Release);
     let mut errors = std::mem::take(&mut state.errors);

@@ -1,0 +1,44 @@
+//! One rank, N one-sided operations of 8 bytes on its own window under a
+//! shared lock, each with its flush: for counting the instructions of an
+//! operation on the direct path (the difference of two runs under
+//! `valgrind --tool=callgrind`, of N and 2N, over N; a one-rank job,
+//! since under valgrind a peer's window is not mapped and two ranks
+//! take active messages). `none` measures the flush alone.
+//!
+//! `target/release/examples/rma_ops fop|cas|put|get|none N`
+
+use oxmpi::collective::SystemOperation;
+use oxmpi::rma::{LockType, Window};
+use oxmpi::Info;
+
+fn main() -> oxmpi::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let what = args.get(1).cloned().unwrap_or_default();
+    let n: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1);
+    let universe = oxmpi::initialize()?;
+    let world = universe.world();
+    let window = Window::allocate(&world, 64, 1, &Info::new())?;
+    window.lock(LockType::Shared, 0, 0)?;
+    let mut old = 0u64;
+    let data = [7u8; 8];
+    let mut buf = [0u8; 8];
+    for i in 0..n {
+        match what.as_str() {
+            "fop" => window.fetch_and_op(&1u64, &mut old, 0, 0, SystemOperation::sum())?,
+            "cas" => window.compare_and_swap(&(i + 1), &i, &mut old, 0, 8)?,
+            "put" => window.put(&data[..], 0, 16)?,
+            "get" => window.get(&mut buf[..], 0, 16)?,
+            _ => {}
+        }
+        window.flush(0)?;
+    }
+    window.unlock(0)?;
+    if !window.direct_access() {
+        return Err(oxmpi::Error::new(
+            oxmpi::ErrorClass::Other,
+            "the window took active messages, not the direct path: the counts would not be its",
+        ));
+    }
+    window.free()?;
+    Ok(())
+}
