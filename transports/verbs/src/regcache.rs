@@ -21,7 +21,10 @@
 //! it was made — bounds, rights, file, offset — from the kernel
 //! ([`crate::maps`], one `PROCMAP_QUERY` ioctl, about 1 µs), and a hit is
 //! used only if the same mapping still holds it; otherwise the entry is
-//! invalidated (deregistered) and the memory registered again. That
+//! invalidated (deregistered) and the memory registered again; idle
+//! registrations are also checked now and then ([`RegCache::sweep`]),
+//! so that those of freed memory are released without waiting for a
+//! use of their range. That
 //! catches a range that was unmapped, unmapped and mapped again with other
 //! bounds (a heap that shrank or grew, a `malloc` chunk of another size),
 //! or mapped from another file. What it cannot see is an anonymous
@@ -260,6 +263,29 @@ impl<M: MemoryRegion> RegCache<M> {
         self.evict(CACHE_ENTRIES, CACHE_BYTES);
     }
 
+    /// Drops the idle registrations whose memory's mapping changed since
+    /// they were made (freed, or freed and mapped again), so that a freed
+    /// buffer's pages are not kept pinned until its range is used again
+    /// or evicted. One mapping look-up per idle registration; the
+    /// transport calls it now and then while it makes progress.
+    pub fn sweep(&mut self) {
+        let Some(maps) = &self.maps else {
+            return;
+        };
+        let before = self.entries.len();
+        self.entries.retain(|e| {
+            e.leases > 0 || (e.mapping.is_some() && maps.mapping_at(e.start) == e.mapping)
+        });
+        let dropped = (before - self.entries.len()) as u64;
+        if dropped > 0 {
+            self.stats.invalidations += dropped;
+            oxmpi_adi::vlog!(
+                "verbs registration cache: released {dropped} idle registrations of memory \
+                 freed since"
+            );
+        }
+    }
+
     /// Drops the least recently used idle registrations until at most
     /// `entries` of them, of at most `bytes` in all, are left.
     fn evict(&mut self, entries: usize, bytes: u64) {
@@ -380,6 +406,51 @@ mod tests {
         let stats = cache.stats();
         assert_eq!((stats.registrations, stats.invalidations), (3, 1));
         unmap(q, 2 * MIB);
+    }
+
+    #[test]
+    fn a_sweep_releases_idle_registrations_of_freed_memory() {
+        let nic = SoftNic::open().unwrap();
+        let pd = nic.alloc_pd().unwrap();
+        let mut cache = RegCache::new();
+        if !cache.caches() {
+            return;
+        }
+        const LEN: usize = 1 << 16;
+        let freed = map(None, LEN);
+        // `kept` between two inaccessible pages' worth of guards: its own
+        // mapping, which the kernel cannot merge with `freed` (whose unmap
+        // would then change `kept`'s bounds too).
+        let guarded = map(None, 3 * LEN);
+        for guard in [0, 2 * LEN] {
+            // SAFETY: part of the mapping just made, used by nothing.
+            let r = unsafe { libc::mprotect(guarded.add(guard).cast(), LEN, libc::PROT_NONE) };
+            assert_eq!(r, 0, "mprotect: {}", std::io::Error::last_os_error());
+        }
+        // SAFETY: inside the mapping just made.
+        let kept = unsafe { guarded.add(LEN) };
+        let mut leases = Vec::new();
+        for p in [freed, kept] {
+            // SAFETY: the mapping stays until the lease is released
+            // (below, before `freed` is unmapped).
+            let l =
+                unsafe { cache.acquire(&nic, &pd, p as u64, 1 << 16, AccessFlags::REMOTE_READ) }
+                    .unwrap();
+            leases.push(l);
+        }
+        cache.release(leases[0].id);
+        unmap(freed, LEN);
+        // In use: kept whatever its memory, though `kept` is live anyway.
+        cache.sweep();
+        assert_eq!(cache.entries.len(), 1);
+        assert_eq!(cache.stats().invalidations, 1);
+        cache.release(leases[1].id);
+        cache.sweep();
+        assert_eq!(cache.entries.len(), 1, "a live buffer's registration stays");
+        unmap(guarded, 3 * LEN);
+        cache.sweep();
+        assert!(cache.entries.is_empty());
+        assert_eq!(cache.stats().invalidations, 2);
     }
 
     #[test]

@@ -89,7 +89,8 @@
 //! Registrations of user buffers are kept for reuse by the registration
 //! cache ([`crate::regcache`]), which validates each hit against the
 //! kernel's record of the mapping, so that freed memory mapped again is
-//! registered again; its registrations and invalidations are said under
+//! registered again, and sweeps its idle registrations every 2^20 polls
+//! to release those of freed memory; its registrations and invalidations are said under
 //! `OXMPI_VERBOSE=1`, and [`VerbsTransport::cache_stats`] counts them.
 //!
 //! A READ that fails (a remote access error: the rkey is revoked, or the
@@ -225,6 +226,11 @@ pub fn parse_connect_timeout(value: Option<&str>) -> Result<Option<Duration>> {
 /// Polls between checks of the queue pairs to peers that hold an offer
 /// of this rank's memory (see [`VerbsTransport::check_offers`]).
 const OFFER_CHECK_POLLS: u64 = 64;
+
+/// Polls between sweeps of the registration cache for idle registrations
+/// of freed memory ([`RegCache::sweep`]: about a microsecond per idle
+/// registration, at most 64): a fraction of a second while a rank spins.
+const CACHE_SWEEP_POLLS: u64 = 1 << 20;
 
 /// Page-aligned memory the NIC reads and writes: buffers ("frames") of
 /// `len` bytes each ([`FRAME_LEN`] for the packet stream, [`RMA_LEN`] for
@@ -1717,6 +1723,9 @@ impl<N: Nic> VerbsTransport<N> {
     /// send would wait for ever for the peer's report of the read.
     fn check_offers(&mut self) {
         self.polls += 1;
+        if self.polls.is_multiple_of(CACHE_SWEEP_POLLS) {
+            self.cache.sweep();
+        }
         if self.polls.is_multiple_of(OFFER_CHECK_POLLS) {
             self.fail_broken_offers();
         }
