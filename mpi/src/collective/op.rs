@@ -817,9 +817,10 @@ fn number_kernels() -> &'static NumberKernels {
     })
 }
 
-/// The [`SystemOp`]s on numbers in their declaration order, so that
-/// `NUMBER_OP_ORDER[op as usize] == op`.
-const NUMBER_OP_ORDER: [SystemOp; NUMBER_OPS] = [
+/// The [`SystemOp`]s on numbers (all but the location pairs') in their
+/// declaration order, so that `NUMBER_OP_ORDER[op as usize] == op`; also
+/// the order of the reductions' codes in one-sided messages.
+pub(crate) const NUMBER_OP_ORDER: [SystemOp; NUMBER_OPS] = [
     SystemOp::Max,
     SystemOp::Min,
     SystemOp::Sum,

@@ -24,7 +24,7 @@
 //! error of its sender. Whether the range lies in the target's window is
 //! the target's check (`target.rs`), answered with [`Kind::Refused`].
 
-use crate::collective::op::SystemOp;
+use crate::collective::op::{SystemOp, NUMBER_OP_ORDER};
 use crate::collective::SystemOperation;
 use crate::datatype::Primitive;
 use crate::{Error, ErrorClass, Result};
@@ -99,18 +99,7 @@ pub enum AccumulateOp {
 }
 
 /// The reductions by code (`2 + index`); 0 and 1 are replace and no-op.
-const REDUCTIONS: [SystemOp; 10] = [
-    SystemOp::Max,
-    SystemOp::Min,
-    SystemOp::Sum,
-    SystemOp::Product,
-    SystemOp::LogicalAnd,
-    SystemOp::LogicalOr,
-    SystemOp::LogicalXor,
-    SystemOp::BitwiseAnd,
-    SystemOp::BitwiseOr,
-    SystemOp::BitwiseXor,
-];
+const REDUCTIONS: [SystemOp; 10] = NUMBER_OP_ORDER;
 
 impl From<SystemOperation> for AccumulateOp {
     fn from(op: SystemOperation) -> AccumulateOp {

@@ -442,13 +442,7 @@ impl QpShared {
         opcode: WcOpcode,
         len: u32,
     ) -> WorkCompletion {
-        WorkCompletion {
-            wr_id,
-            status,
-            opcode,
-            byte_len: len,
-            qp_num: self.qpn,
-        }
+        completion(self.qpn, wr_id, status, opcode, len)
     }
 
     fn complete_send(&self, p: &Pending, status: WcStatus) {
@@ -1196,5 +1190,23 @@ impl Nic for SoftNic {
             ));
         }
         Ok(SoftAh { gid: attr.gid })
+    }
+}
+
+/// A work completion of queue pair `qp_num` (reliable-connected or
+/// unreliable-datagram alike).
+fn completion(
+    qp_num: u32,
+    wr_id: u64,
+    status: WcStatus,
+    opcode: WcOpcode,
+    byte_len: u32,
+) -> WorkCompletion {
+    WorkCompletion {
+        wr_id,
+        status,
+        opcode,
+        byte_len,
+        qp_num,
     }
 }

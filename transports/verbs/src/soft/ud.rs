@@ -136,13 +136,7 @@ impl UdShared {
         opcode: WcOpcode,
         len: u32,
     ) -> WorkCompletion {
-        WorkCompletion {
-            wr_id,
-            status,
-            opcode,
-            byte_len: len,
-            qp_num: self.qpn,
-        }
+        super::completion(self.qpn, wr_id, status, opcode, len)
     }
 
     /// The receiving thread: one datagram at a time, until the queue pair
