@@ -2281,7 +2281,20 @@ mod tests {
         }
     }
 
+    /// Three transports of one job, each told the others' cards with
+    /// `add_peer` (connecting at once).
     fn three() -> Vec<Option<VerbsTransport<SoftNic>>> {
+        three_with(|t, peer, card| {
+            assert!(t.reachable(card));
+            t.add_peer(peer, card)
+        })
+    }
+
+    /// Three transports of one job, each told the others' cards with
+    /// `meet`.
+    fn three_with(
+        meet: impl Fn(&mut VerbsTransport<SoftNic>, PeerRank, &str) -> Result<()>,
+    ) -> Vec<Option<VerbsTransport<SoftNic>>> {
         let mut ts: Vec<_> = (0..3)
             .map(|r| {
                 Some(
@@ -2298,8 +2311,7 @@ mod tests {
             let t = t.as_mut().unwrap();
             for (peer, card) in cards.iter().enumerate() {
                 if peer != r {
-                    assert!(t.reachable(card));
-                    t.add_peer(peer, card).unwrap();
+                    meet(t, peer, card).unwrap();
                 }
             }
         }
@@ -2702,25 +2714,7 @@ mod tests {
 
     #[test]
     fn connections_are_made_on_first_use_between_the_ranks_that_talk() {
-        let mut ts: Vec<_> = (0..3)
-            .map(|r| {
-                Some(
-                    VerbsTransport::new(SoftNic::open().unwrap(), ProviderKind::Soft, &job(r, 3))
-                        .unwrap(),
-                )
-            })
-            .collect();
-        let cards: Vec<String> = ts
-            .iter()
-            .map(|t| t.as_ref().unwrap().card().to_owned())
-            .collect();
-        for (r, t) in ts.iter_mut().enumerate() {
-            for (peer, card) in cards.iter().enumerate() {
-                if peer != r {
-                    t.as_mut().unwrap().learn(peer, card).unwrap();
-                }
-            }
-        }
+        let mut ts = three_with(|t, peer, card| t.learn(peer, card));
         let mut sinks: Vec<Sink> = (0..3).map(|_| Sink::default()).collect();
         let link = |ts: &[Option<VerbsTransport<SoftNic>>], a: usize, b: usize| {
             ts[a].as_ref().unwrap().peers[b].as_ref().unwrap().link
@@ -2805,7 +2799,8 @@ mod tests {
             },
         )
         .unwrap();
-        stranger.add_peer(1, &cards[1]).unwrap();
+        let card1 = ts[1].as_ref().unwrap().card().to_owned();
+        stranger.add_peer(1, &card1).unwrap();
         let mut lonely = Sink::default();
         let start = Instant::now();
         while start.elapsed() < Duration::from_millis(300) {
