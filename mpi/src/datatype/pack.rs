@@ -24,8 +24,9 @@ impl<'a> Outgoing<'a> {
     // Inlined, as the other small steps of a typed buffer here: a call
     // on a slice of numbers is then a handful of instructions in the
     // caller (a one-sided operation of 8 bytes spent a fifth of its
-    // instructions in these calls).
-    #[inline]
+    // instructions in these calls). Always: with `#[inline]` alone the
+    // compiler kept the call, and its result went through memory.
+    #[inline(always)]
     pub(crate) fn new(view: &View<'a>) -> Result<Outgoing<'a>> {
         let layout = view.layout()?;
         Ok(match view.contiguous_bytes(&layout)? {
@@ -71,8 +72,8 @@ impl<'a> Incoming<'a> {
     /// Like [`Incoming::new`], with a staging buffer that starts as the
     /// view's data packed: for an operation that reads the buffer before
     /// it writes it, or writes only part of it (in-place collectives, and
-    /// blocks of varying counts).
-    #[inline]
+    /// blocks of varying counts). Always inlined, as [`Outgoing::new`].
+    #[inline(always)]
     pub(crate) fn with_contents(view: MutView<'a>) -> Result<Incoming<'a>> {
         let mut incoming = Incoming::new(view)?;
         if let Incoming::Staged { bytes, target } = &mut incoming {

@@ -60,6 +60,7 @@ impl Reach {
         self.control().lock()
     }
 
+    #[inline]
     fn read(&self, at: usize, out: &mut [u8]) -> Result<()> {
         match self {
             Reach::Mapped(segment) => segment.read(at, out),
@@ -68,6 +69,7 @@ impl Reach {
         .map_err(access_error)
     }
 
+    #[inline]
     fn write(&self, at: usize, data: &[u8]) -> Result<()> {
         stored();
         match self {
@@ -116,6 +118,7 @@ thread_local! {
 }
 
 /// Notes a plain store into window memory by this thread.
+#[inline]
 fn stored() {
     UNFENCED.with(|u| u.set(true));
 }
@@ -175,7 +178,9 @@ pub(crate) fn close(control: &WindowSegment) {
     control.lock().unlock_exclusive();
 }
 
-/// The MPI error for a refused access to window memory.
+/// The MPI error for a refused access to window memory (cold: kept out
+/// of the inlined copies).
+#[cold]
 fn access_error(e: AccessError) -> Error {
     match e {
         AccessError::OutOfRange { .. } => Error::new(ErrorClass::RmaRange, e.to_string()),
@@ -185,6 +190,7 @@ fn access_error(e: AccessError) -> Error {
 }
 
 /// The byte offset `disp` in this process's terms.
+#[inline]
 fn offset(disp: u64) -> Result<usize> {
     usize::try_from(disp).map_err(|_| {
         Error::new(
@@ -195,11 +201,13 @@ fn offset(disp: u64) -> Result<usize> {
 }
 
 /// `MPI_Put`: copies `data` into the window at `disp`.
+#[inline]
 pub(crate) fn put(reach: &Reach, disp: u64, data: &[u8]) -> Result<()> {
     reach.write(offset(disp)?, data)
 }
 
 /// `MPI_Get`: copies the window's bytes at `disp` into `out`.
+#[inline]
 pub(crate) fn get(reach: &Reach, disp: u64, out: &mut [u8]) -> Result<()> {
     reach.read(offset(disp)?, out)
 }

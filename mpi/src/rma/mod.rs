@@ -83,8 +83,8 @@ pub(crate) mod target;
 mod wire;
 
 use crate::collective::op::Reduction;
-use crate::collective::typed::{Input, Output};
-use crate::datatype::{Buffer, BufferMut, ElementType, Equivalence, Primitive};
+use crate::collective::typed::Input;
+use crate::datatype::{Buffer, BufferMut, ElementType, Equivalence, Incoming, Outgoing, Primitive};
 use crate::group::Group;
 use crate::request::{Request, Scope};
 use crate::{with_device, Communicator, Error, ErrorClass, ErrorHandler, Info, Result, PROC_NULL};
@@ -813,6 +813,7 @@ impl<'a> Window<'a> {
     }
 
     /// The epochs' summary for `target` ([`Access`]).
+    #[inline]
     fn access(&self, target: usize) -> u8 {
         self.access[target].load(Ordering::Acquire)
     }
@@ -1099,9 +1100,11 @@ impl<'a> Window<'a> {
         if target == PROC_NULL {
             return Ok(());
         }
-        let input = Input::new(origin)?;
-        let (to, path, disp) = self.check_target(target, disp, input.bytes().len())?;
-        path.put(&to, disp, input.bytes())
+        // The origin's own bytes when they are contiguous (a slice of
+        // numbers: a few instructions here), else a packed copy.
+        let data = Outgoing::new(&origin.view())?;
+        let (to, path, disp) = self.check_target(target, disp, data.bytes().len())?;
+        path.put(&to, disp, data.bytes())
     }
 
     /// Reads the target's window at `disp` into `result` (`MPI_Get`),
@@ -1144,10 +1147,12 @@ impl<'a> Window<'a> {
         if target == PROC_NULL {
             return Ok(());
         }
-        let input = Input::new(origin)?;
-        let element = accumulate_element(input.element_type(), op)?;
-        let (to, path, disp) = self.check_target(target, disp, input.bytes().len())?;
-        path.accumulate(&to, disp, input.bytes(), element, op)
+        // As in `put`.
+        let view = origin.view();
+        let data = Outgoing::new(&view)?;
+        let element = accumulate_element(ElementType::of_datatype(view.datatype()), op)?;
+        let (to, path, disp) = self.check_target(target, disp, data.bytes().len())?;
+        path.accumulate(&to, disp, data.bytes(), element, op)
     }
 
     /// Combines `origin` into the target's window with `op` and returns
@@ -1279,10 +1284,16 @@ impl<'a> Window<'a> {
         if target == PROC_NULL {
             return Ok(());
         }
-        let mut output = Output::new(result)?;
-        let element = output.element_type();
-        self.fetch_into(element, output.bytes_mut(), target, disp, what)?;
-        output.finish()
+        // The result's own bytes when they are contiguous (a slice of
+        // numbers: a few instructions here), else staged, starting as its
+        // data (a fetching accumulate of part of it).
+        let view = result.view_mut();
+        let element = ElementType::of_datatype(view.datatype());
+        let mut data = Incoming::with_contents(view)?;
+        let bytes = data.device_buffer();
+        let len = bytes.len();
+        self.fetch_into(element, bytes, target, disp, what)?;
+        data.finish(len)
     }
 
     /// [`Window::fetch_blocking`] into one value of the basic type

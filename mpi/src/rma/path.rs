@@ -85,19 +85,13 @@ pub(crate) enum Path {
 
 impl Path {
     /// Writes `data` at byte displacement `disp` (`MPI_Put`); the data is
-    /// copied before this returns.
+    /// copied before this returns. Inlined, as [`Path::flush`]: on the
+    /// direct path a put of a few bytes is then the range checks and the
+    /// copy in the caller, the other paths a call.
+    #[inline]
     pub(crate) fn put(&self, to: &Target<'_>, disp: u64, data: &[u8]) -> Result<()> {
         match self {
-            Path::ActiveMessages => with_device(|d| {
-                for (offset, chunk) in chunks(data.len()) {
-                    let mut m = Message::new(Kind::Put, 0);
-                    m.disp = disp + offset as u64;
-                    m.len = chunk as u64;
-                    m.data = &data[offset..offset + chunk];
-                    send(d, to, Some(Pending::Done), m, false)?;
-                }
-                Ok(())
-            }),
+            Path::ActiveMessages => put_active(to, disp, data),
             Path::Direct(reach) => {
                 let _open = reach.open(to.locked)?;
                 direct::put(reach, disp, data)
@@ -148,9 +142,12 @@ impl Path {
     /// completes when the result is in place, or `None` when it is in
     /// place already (the direct and RDMA paths).
     ///
+    /// Inlined, as [`Path::put`].
+    ///
     /// # Safety
     /// `result` must be writable for `len` bytes, and not otherwise
     /// accessed, until the returned request completes.
+    #[inline]
     pub(crate) unsafe fn fetch(
         &self,
         to: &Target<'_>,
@@ -160,58 +157,8 @@ impl Path {
         what: Fetch<'_>,
     ) -> Result<Option<RequestId>> {
         match self {
-            Path::ActiveMessages => with_device(|d| {
-                let request = d.start_generalized();
-                let parts: Vec<_> = match what {
-                    Fetch::CompareAndSwap { .. } => vec![(0, len)],
-                    _ => chunks(len).collect(),
-                };
-                let last_index = parts.len().saturating_sub(1);
-                if parts.is_empty() {
-                    d.complete_generalized(request, None);
-                }
-                for (i, (offset, chunk)) in parts.into_iter().enumerate() {
-                    let m = match what {
-                        Fetch::Get => Message::new(Kind::Get, 0),
-                        Fetch::Accumulate { element, op, data } => {
-                            let mut m = Message::new(Kind::Accumulate, 0);
-                            m.flags = FLAG_FETCH;
-                            m.element = Some(element);
-                            m.op = Some(op);
-                            if op != AccumulateOp::NoOp {
-                                m.data = &data[offset..offset + chunk];
-                            }
-                            m
-                        }
-                        Fetch::CompareAndSwap { element, data } => {
-                            let mut m = Message::new(Kind::CompareAndSwap, 0);
-                            m.element = Some(element);
-                            m.data = data;
-                            m
-                        }
-                    };
-                    let m = Message {
-                        disp: disp + offset as u64,
-                        len: chunk as u64,
-                        ..m
-                    };
-                    let pending = Pending::Fetch {
-                        // In bounds: the chunks cover `0..len`.
-                        dest: result.wrapping_add(offset),
-                        len: chunk,
-                        request,
-                        last: i == last_index,
-                    };
-                    // Queued as the others: the wait or test of its
-                    // request sends it (`progress_until`, `progress_once`).
-                    if let Err(e) = send(d, to, Some(pending), m, false) {
-                        d.complete_generalized(request, Some(e.clone()));
-                        d.take_status(request);
-                        return Err(e);
-                    }
-                }
-                Ok(Some(request))
-            }),
+            // SAFETY: the caller's guarantee.
+            Path::ActiveMessages => unsafe { fetch_active(to, disp, result, len, what) },
             Path::Direct(segment) => {
                 let _open = segment.open(to.locked)?;
                 // SAFETY: the caller's guarantee (this returns with the
@@ -296,13 +243,12 @@ impl Path {
     }
 
     /// Waits until every operation to the target is complete there
-    /// (`MPI_Win_flush`).
+    /// (`MPI_Win_flush`). Inlined: on the direct path a flush is at most
+    /// a fence.
+    #[inline]
     pub(crate) fn flush(&self, to: &Target<'_>) -> Result<()> {
         match self {
-            Path::ActiveMessages => {
-                self.send_queued(to)?;
-                progress_until(|_| Ok((to.shared.state().outstanding[to.rank] == 0).then_some(())))
-            }
+            Path::ActiveMessages => flush_active(self, to),
             // Every operation is done when it returns: a fence, if plain
             // stores may still wait in this CPU, orders them before
             // whatever this rank does next (an unlock, a message).
@@ -335,6 +281,93 @@ impl Path {
     pub(crate) fn notify(&self, to: &Target<'_>, kind: Kind) -> Result<()> {
         with_device(|d| send(d, to, None, Message::new(kind, 0), true)).map(drop)
     }
+}
+
+/// [`Path::put`] by active messages.
+fn put_active(to: &Target<'_>, disp: u64, data: &[u8]) -> Result<()> {
+    with_device(|d| {
+        for (offset, chunk) in chunks(data.len()) {
+            let mut m = Message::new(Kind::Put, 0);
+            m.disp = disp + offset as u64;
+            m.len = chunk as u64;
+            m.data = &data[offset..offset + chunk];
+            send(d, to, Some(Pending::Done), m, false)?;
+        }
+        Ok(())
+    })
+}
+
+/// [`Path::flush`] by active messages: sends what is queued and waits
+/// for every reply.
+fn flush_active(path: &Path, to: &Target<'_>) -> Result<()> {
+    path.send_queued(to)?;
+    progress_until(|_| Ok((to.shared.state().outstanding[to.rank] == 0).then_some(())))
+}
+
+/// [`Path::fetch`] by active messages: the request that the last reply
+/// completes.
+///
+/// # Safety
+/// As [`Path::fetch`]'s.
+unsafe fn fetch_active(
+    to: &Target<'_>,
+    disp: u64,
+    result: *mut u8,
+    len: usize,
+    what: Fetch<'_>,
+) -> Result<Option<RequestId>> {
+    with_device(|d| {
+        let request = d.start_generalized();
+        let parts: Vec<_> = match what {
+            Fetch::CompareAndSwap { .. } => vec![(0, len)],
+            _ => chunks(len).collect(),
+        };
+        let last_index = parts.len().saturating_sub(1);
+        if parts.is_empty() {
+            d.complete_generalized(request, None);
+        }
+        for (i, (offset, chunk)) in parts.into_iter().enumerate() {
+            let m = match what {
+                Fetch::Get => Message::new(Kind::Get, 0),
+                Fetch::Accumulate { element, op, data } => {
+                    let mut m = Message::new(Kind::Accumulate, 0);
+                    m.flags = FLAG_FETCH;
+                    m.element = Some(element);
+                    m.op = Some(op);
+                    if op != AccumulateOp::NoOp {
+                        m.data = &data[offset..offset + chunk];
+                    }
+                    m
+                }
+                Fetch::CompareAndSwap { element, data } => {
+                    let mut m = Message::new(Kind::CompareAndSwap, 0);
+                    m.element = Some(element);
+                    m.data = data;
+                    m
+                }
+            };
+            let m = Message {
+                disp: disp + offset as u64,
+                len: chunk as u64,
+                ..m
+            };
+            let pending = Pending::Fetch {
+                // In bounds: the chunks cover `0..len`.
+                dest: result.wrapping_add(offset),
+                len: chunk,
+                request,
+                last: i == last_index,
+            };
+            // Queued as the others: the wait or test of its
+            // request sends it (`progress_until`, `progress_once`).
+            if let Err(e) = send(d, to, Some(pending), m, false) {
+                d.complete_generalized(request, Some(e.clone()));
+                d.take_status(request);
+                return Err(e);
+            }
+        }
+        Ok(Some(request))
+    })
 }
 
 /// What a fetching operation does at the target.

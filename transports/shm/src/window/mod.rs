@@ -97,6 +97,8 @@ impl std::fmt::Display for AccessError {
 impl std::error::Error for AccessError {}
 
 /// `Ok` if bytes `offset..offset + len` lie in a window of `size` bytes.
+/// Inlined: on every put and get, where it is two instructions.
+#[inline]
 fn check_range(offset: u64, len: u64, size: u64) -> Result<(), AccessError> {
     match offset.checked_add(len) {
         Some(end) if end <= size => Ok(()),
@@ -131,9 +133,20 @@ impl Layout {
 #[derive(Debug)]
 pub struct WindowSegment {
     region: SharedRegion,
+    /// The window's first byte in this mapping (`layout.data_at` into
+    /// `region`), kept so that a put or a get is a range check and a
+    /// copy, with no look-up of the mapping.
+    data: *mut u8,
     size: usize,
     layout: Layout,
 }
+
+// SAFETY: `data` points into `region`'s mapping, owned by the segment and
+// as shareable between threads as the region itself (which is `Send` and
+// `Sync`): window memory is only reached through copies and atomics.
+unsafe impl Send for WindowSegment {}
+// SAFETY: as above.
+unsafe impl Sync for WindowSegment {}
 
 impl WindowSegment {
     /// A new segment for a window of `size` bytes, zeroed, with its lock
@@ -147,14 +160,20 @@ impl WindowSegment {
         let word = |at| region.word(at).expect("the header lies in the region");
         word(8).store(size as u64, Ordering::Relaxed);
         word(0).store(WINDOW_MAGIC, Ordering::Release);
-        Ok((
-            WindowSegment {
-                region,
-                size,
-                layout,
-            },
-            name,
-        ))
+        Ok((WindowSegment::new(region, size, layout), name))
+    }
+
+    /// The segment of `region`, laid out as `layout` for `size` bytes.
+    fn new(region: SharedRegion, size: usize, layout: Layout) -> WindowSegment {
+        let data = region
+            .ptr(layout.data_at, size)
+            .expect("the layout's data lies in the region");
+        WindowSegment {
+            region,
+            data,
+            size,
+            layout,
+        }
     }
 
     /// Attaches the segment another local rank made and named `name`,
@@ -173,11 +192,9 @@ impl WindowSegment {
         let size = word(8).unwrap_or(u64::MAX);
         let layout = usize::try_from(size).ok().and_then(Layout::of);
         match layout {
-            Some(layout) if layout.total == region.len() => Ok(WindowSegment {
-                region,
-                size: size as usize,
-                layout,
-            }),
+            Some(layout) if layout.total == region.len() => {
+                Ok(WindowSegment::new(region, size as usize, layout))
+            }
             _ => Err(invalid(format!(
                 "the window segment of process {} says {size} bytes, which its {} bytes do not hold",
                 name.pid,
@@ -197,9 +214,7 @@ impl WindowSegment {
     /// at any time: it may be reached through raw pointers and atomics,
     /// never through references to plain data.
     pub fn base(&self) -> *mut u8 {
-        self.region
-            .ptr(self.layout.data_at, self.size)
-            .expect("the data lies in the region")
+        self.data
     }
 
     /// The window's passive-target lock.
@@ -239,17 +254,30 @@ impl WindowSegment {
         )
     }
 
-    /// Copies `data` into the window at `offset`.
+    /// Copies `data` into the window at `offset`. Inlined, as
+    /// [`WindowSegment::read`]: a put of a few bytes is then this range
+    /// check and the copy in the caller.
+    #[inline]
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), AccessError> {
         check_range(offset as u64, data.len() as u64, self.size as u64)?;
-        self.region.write(self.layout.data_at + offset, data);
+        // SAFETY: the destination lies in the window (checked), in the
+        // mapping, which lives as long as `self`; it cannot overlap
+        // `data`, which is this process's own memory, and no reference to
+        // window memory exists (module docs).
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.data.add(offset), data.len()) };
         Ok(())
     }
 
     /// Copies the window's bytes at `offset` into `out`.
+    #[inline]
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), AccessError> {
         check_range(offset as u64, out.len() as u64, self.size as u64)?;
-        self.region.read(self.layout.data_at + offset, out);
+        // SAFETY: the source lies in the window (checked), in the mapping,
+        // which lives as long as `self`; it cannot overlap `out`, which is
+        // this process's own memory.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.data.add(offset), out.as_mut_ptr(), out.len())
+        };
         Ok(())
     }
 
