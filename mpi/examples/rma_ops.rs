@@ -1,11 +1,13 @@
-//! One rank, N one-sided operations of 8 bytes on its own window under a
-//! shared lock, each with its flush: for counting the instructions of an
+//! One rank, N one-sided operations on its own window under a shared
+//! lock, each with its flush: for counting the instructions of an
 //! operation on the direct path (the difference of two runs under
 //! `valgrind --tool=callgrind`, of N and 2N, over N; a one-rank job,
 //! since under valgrind a peer's window is not mapped and two ranks
-//! take active messages). `none` measures the flush alone.
+//! take active messages). `none` measures the flush alone. Puts, gets
+//! and accumulates (sums of `u64`s) move BYTES bytes (8 if not given);
+//! fetch-and-op and compare-and-swap one `u64`.
 //!
-//! `target/release/examples/rma_ops fop|cas|put|get|none N`
+//! `target/release/examples/rma_ops fop|cas|put|get|acc|none N [BYTES]`
 
 use oxmpi::collective::SystemOperation;
 use oxmpi::rma::{LockType, Window};
@@ -15,19 +17,22 @@ fn main() -> oxmpi::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let what = args.get(1).cloned().unwrap_or_default();
     let n: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1);
+    let bytes: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(8);
     let universe = oxmpi::initialize()?;
     let world = universe.world();
-    let window = Window::allocate(&world, 64, 1, &Info::new())?;
+    let window = Window::allocate(&world, 16 + bytes.max(8), 1, &Info::new())?;
     window.lock(LockType::Shared, 0, 0)?;
     let mut old = 0u64;
-    let data = [7u8; 8];
-    let mut buf = [0u8; 8];
+    let data = vec![7u8; bytes];
+    let mut buf = vec![0u8; bytes];
+    let ones = vec![1u64; bytes / 8];
     for i in 0..n {
         match what.as_str() {
             "fop" => window.fetch_and_op(&1u64, &mut old, 0, 0, SystemOperation::sum())?,
             "cas" => window.compare_and_swap(&(i + 1), &i, &mut old, 0, 8)?,
             "put" => window.put(&data[..], 0, 16)?,
             "get" => window.get(&mut buf[..], 0, 16)?,
+            "acc" => window.accumulate(&ones[..], 0, 16, SystemOperation::sum())?,
             _ => {}
         }
         window.flush(0)?;

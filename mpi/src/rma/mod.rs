@@ -812,6 +812,17 @@ impl<'a> Window<'a> {
         }
     }
 
+    /// Whether this window's paths check an accumulate's reduction
+    /// themselves before they write anything, and report it before the
+    /// operation returns: the direct path, whose every reduction is
+    /// `target::combine` (see [`accumulate_element`]). A window takes one
+    /// kind of path to all its targets. Active messages check only at the
+    /// target, which would report the error at the next flush.
+    #[inline]
+    fn reductions_checked_by_path(&self) -> bool {
+        matches!(self.paths.first(), Some(Path::Direct(_)))
+    }
+
     /// The epochs' summary for `target` ([`Access`]).
     #[inline]
     fn access(&self, target: usize) -> u8 {
@@ -1012,8 +1023,9 @@ impl<'a> Window<'a> {
     /// (where the origin knows the target's window) `len` bytes at
     /// `disp` units inside it. Returns also the byte displacement.
     /// Inlined in each operation: a call returned the three through
-    /// memory.
-    #[inline]
+    /// memory. Always: with `#[inline]` alone the accumulates kept the
+    /// call.
+    #[inline(always)]
     fn check_target(
         &self,
         target: i32,
@@ -1150,7 +1162,11 @@ impl<'a> Window<'a> {
         // As in `put`.
         let view = origin.view();
         let data = Outgoing::new(&view)?;
-        let element = accumulate_element(ElementType::of_datatype(view.datatype()), op)?;
+        let element = accumulate_element(
+            ElementType::of_datatype(view.datatype()),
+            op,
+            self.reductions_checked_by_path(),
+        )?;
         let (to, path, disp) = self.check_target(target, disp, data.bytes().len())?;
         path.accumulate(&to, disp, data.bytes(), element, op)
     }
@@ -1175,8 +1191,9 @@ impl<'a> Window<'a> {
     {
         let op = op.into();
         let outcome = Input::new(origin).and_then(|input| {
-            self.fetch_blocking(result, target, disp, |(element, len)| {
-                fetch_accumulate(input.element_type(), input.bytes(), element, len, op)
+            self.fetch_blocking(result, target, disp, |into| {
+                let checked = self.reductions_checked_by_path();
+                fetch_accumulate(input.element_type(), input.bytes(), into, op, checked)
             })
         });
         self.comm.handled(outcome)
@@ -1206,8 +1223,9 @@ impl<'a> Window<'a> {
         // general path's views and staging (most of a fetch_and_op's
         // instructions on the direct path went there).
         let element = ElementType::of_basic(basic);
-        let outcome = self.fetch_value(result, basic, target, disp, |(into, len)| {
-            fetch_accumulate(element, value_bytes(origin), into, len, op)
+        let outcome = self.fetch_value(result, basic, target, disp, |into| {
+            let checked = self.reductions_checked_by_path();
+            fetch_accumulate(element, value_bytes(origin), into, op, checked)
         });
         self.comm.handled(outcome)
     }
@@ -1419,8 +1437,9 @@ impl<'a> Window<'a> {
     ) -> Result<Request<'s>> {
         let op = op.into();
         let outcome = Input::new(origin).and_then(|input| {
-            self.start_scoped(scope, result, target, disp, |(element, len)| {
-                fetch_accumulate(input.element_type(), input.bytes(), element, len, op)
+            self.start_scoped(scope, result, target, disp, |into| {
+                let checked = self.reductions_checked_by_path();
+                fetch_accumulate(input.element_type(), input.bytes(), into, op, checked)
             })
         });
         self.comm.handled(outcome)
@@ -1885,8 +1904,15 @@ impl Drop for Window<'_> {
 
 /// The basic type an accumulate of `element`s with `op` works on, or the
 /// error (`MPI_ERR_TYPE` for data of several types, `MPI_ERR_OP` for an
-/// operation not defined for it).
-fn accumulate_element(element: ElementType, op: AccumulateOp) -> Result<Primitive> {
+/// operation not defined for it). `reduction_checked_later`: the path
+/// checks that the reduction is defined for the type before it writes
+/// anything, and reports it before the call returns (the direct path's
+/// `target::combine`), so it is not looked up here as well.
+fn accumulate_element(
+    element: ElementType,
+    op: AccumulateOp,
+    reduction_checked_later: bool,
+) -> Result<Primitive> {
     op.check()?;
     let basic = element.basic().ok_or_else(|| {
         Error::new(
@@ -1898,7 +1924,9 @@ fn accumulate_element(element: ElementType, op: AccumulateOp) -> Result<Primitiv
         )
     })?;
     if let AccumulateOp::Reduce(reduce) = op {
-        Reduction::new(&reduce, ElementType::of_basic(basic))?;
+        if !reduction_checked_later {
+            Reduction::new(&reduce, ElementType::of_basic(basic))?;
+        }
     }
     Ok(basic)
 }
@@ -1913,15 +1941,16 @@ fn value_bytes<T: Equivalence>(value: &T) -> &[u8] {
 }
 
 /// The fetching accumulate of `origin` (packed elements of
-/// `origin_element`) into a result of `len` bytes of `element`s.
+/// `origin_element`) into a result of `len` bytes of `element`s;
+/// `reduction_checked_later` as for [`accumulate_element`].
 fn fetch_accumulate<'d>(
     origin_element: ElementType,
     origin: &'d [u8],
-    element: ElementType,
-    len: usize,
+    (element, len): (ElementType, usize),
     op: AccumulateOp,
+    reduction_checked_later: bool,
 ) -> Result<Fetch<'d>> {
-    let basic = accumulate_element(element, op)?;
+    let basic = accumulate_element(element, op, reduction_checked_later)?;
     if op == AccumulateOp::NoOp {
         return Ok(Fetch::Accumulate {
             element: basic,

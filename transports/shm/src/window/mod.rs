@@ -137,13 +137,17 @@ pub struct WindowSegment {
     /// `region`), kept so that a put or a get is a range check and a
     /// copy, with no look-up of the mapping.
     data: *mut u8,
+    /// The first region mutex in this mapping (`MUTEXES_AT`), kept for
+    /// the same reason for accumulates.
+    mutexes: *const RegionMutex,
     size: usize,
     layout: Layout,
 }
 
-// SAFETY: `data` points into `region`'s mapping, owned by the segment and
-// as shareable between threads as the region itself (which is `Send` and
-// `Sync`): window memory is only reached through copies and atomics.
+// SAFETY: `data` and `mutexes` point into `region`'s mapping, owned by
+// the segment and as shareable between threads as the region itself
+// (which is `Send` and `Sync`): window memory is only reached through
+// copies and atomics.
 unsafe impl Send for WindowSegment {}
 // SAFETY: as above.
 unsafe impl Sync for WindowSegment {}
@@ -168,9 +172,14 @@ impl WindowSegment {
         let data = region
             .ptr(layout.data_at, size)
             .expect("the layout's data lies in the region");
+        let mutexes = region
+            .ptr(MUTEXES_AT, 4 * layout.regions)
+            .expect("the layout's mutexes lie in the region")
+            .cast::<RegionMutex>();
         WindowSegment {
             region,
             data,
+            mutexes,
             size,
             layout,
         }
@@ -229,20 +238,20 @@ impl WindowSegment {
         unsafe { &*at.cast::<SharedRwLock>() }
     }
 
+    #[inline]
     fn mutexes(&self) -> &[RegionMutex] {
-        let at = self
-            .region
-            .ptr(MUTEXES_AT, 4 * self.layout.regions)
-            .expect("the mutexes lie in the region");
-        // SAFETY: the mutex words lie in the mapping (above), 4-aligned,
-        // zeroed at creation (free), and only ever accessed atomically;
-        // the slice lives no longer than `self`.
-        unsafe { std::slice::from_raw_parts(at.cast::<RegionMutex>(), self.layout.regions) }
+        // SAFETY: the mutex words lie in the mapping (checked when the
+        // segment was made), 4-aligned, zeroed at creation (free), and
+        // only ever accessed atomically; the slice lives no longer than
+        // `self`.
+        unsafe { std::slice::from_raw_parts(self.mutexes, self.layout.regions) }
     }
 
     /// Locks the region mutexes of bytes `offset..offset + len` of the
     /// window, each once, in address order (module [`regions`]); they are
-    /// released when the guard drops.
+    /// released when the guard drops. Inlined, as the mutexes' fast
+    /// paths.
+    #[inline]
     pub fn lock_regions(&self, offset: usize, len: usize) -> Result<RegionGuard<'_>, AccessError> {
         check_range(offset as u64, len as u64, self.size as u64)?;
         RegionGuard::lock(self.mutexes(), self.layout.region_bytes, offset, len).ok_or(

@@ -56,7 +56,19 @@ pub fn region_count(len: usize) -> usize {
 pub struct RegionMutex(AtomicU32);
 
 impl RegionMutex {
+    /// Takes the mutex: one compare-and-swap when it is free (inlined),
+    /// else [`RegionMutex::lock_contended`].
+    #[inline]
     fn lock(&self) {
+        if self.0.compare_exchange(0, 1, SeqCst, SeqCst).is_err() {
+            self.lock_contended();
+        }
+    }
+
+    /// [`RegionMutex::lock`] of a mutex that another holds: spins, then
+    /// sleeps.
+    #[cold]
+    fn lock_contended(&self) {
         for _ in 0..SPINS {
             if self.0.compare_exchange_weak(0, 1, SeqCst, SeqCst).is_ok() {
                 return;
@@ -69,6 +81,7 @@ impl RegionMutex {
         }
     }
 
+    #[inline]
     fn unlock(&self) {
         if self.0.swap(0, SeqCst) == 2 {
             sys::futex_wake(&self.0, 1);
@@ -78,6 +91,7 @@ impl RegionMutex {
 
 /// The regions (indices) that bytes `offset..offset + len` of a window with
 /// regions of `region_bytes` bytes (a power of two) touch.
+#[inline]
 pub fn regions_of(offset: usize, len: usize, region_bytes: usize) -> Range<usize> {
     if len == 0 {
         return 0..0;
@@ -97,7 +111,9 @@ pub struct RegionGuard<'a> {
 impl<'a> RegionGuard<'a> {
     /// Locks the mutexes of the regions that bytes `offset..offset + len`
     /// touch, each once, in address order; `None` (nothing locked) if the
-    /// span reaches past the last region.
+    /// span reaches past the last region. Inlined, as its release: an
+    /// accumulate of a few elements takes one region.
+    #[inline]
     pub fn lock(
         mutexes: &'a [RegionMutex],
         region_bytes: usize,
@@ -122,6 +138,7 @@ impl<'a> RegionGuard<'a> {
 }
 
 impl Drop for RegionGuard<'_> {
+    #[inline]
     fn drop(&mut self) {
         for m in self.held.iter().rev() {
             m.unlock();
