@@ -4,10 +4,10 @@
 //! `valgrind --tool=callgrind`, of N and 2N, over N; a one-rank job,
 //! since under valgrind a peer's window is not mapped and two ranks
 //! take active messages). `none` measures the flush alone. Puts, gets
-//! and accumulates (sums of `u64`s) move BYTES bytes (8 if not given);
+//! (`rget`: request-based, each waited for) and accumulates (sums of `u64`s) move BYTES bytes (8 if not given);
 //! fetch-and-op and compare-and-swap one `u64`.
 //!
-//! `target/release/examples/rma_ops fop|cas|put|get|acc|none N [BYTES]`
+//! `target/release/examples/rma_ops fop|cas|put|get|rget|acc|none N [BYTES]`
 
 use oxmpi::collective::SystemOperation;
 use oxmpi::rma::{LockType, Window};
@@ -33,6 +33,11 @@ fn main() -> oxmpi::Result<()> {
             "put" => window.put(&data[..], 0, 16)?,
             "get" => window.get(&mut buf[..], 0, 16)?,
             "acc" => window.accumulate(&ones[..], 0, 16, SystemOperation::sum())?,
+            // A request-based get waited for at once, as `get_bw` does
+            // for a window of them.
+            "rget" => oxmpi::request::scope(|scope| {
+                oxmpi::request::wait_all(vec![window.rget(scope, &mut buf[..], 0, 16)?]).map(drop)
+            })?,
             _ => {}
         }
         window.flush(0)?;
