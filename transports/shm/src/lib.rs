@@ -35,7 +35,7 @@
 //! when there is room: a standard eager message of up to 40 bytes whole in
 //! one cell, which the receiver hands to the ADI in one step
 //! ([`PacketSink::on_packet`]); a long one's payload (`send_zcopy`) streams from the
-//! caller's buffer through the queue in frames of up to 16 KiB, which the
+//! caller's buffer through the queue in frames of up to 4 KiB, which the
 //! receiver copies straight into the buffer the ADI names while the sender
 //! writes the next (a pipelined copy, for messages of any size): the path
 //! of long messages where cross-memory attach is off or refused. Otherwise

@@ -62,8 +62,10 @@ use std::sync::atomic::{compiler_fence, fence, Ordering};
 
 /// Most bytes one frame carries. A long payload goes in frames of this
 /// size, so that the consumer copies one out while the producer writes the
-/// next (a pipelined copy).
-const FRAME_MAX: usize = 16 * 1024 - CONTROL_LEN;
+/// next (a pipelined copy): a 16 KiB eager message (the default limit)
+/// is five frames, and its receiver starts copying after the first 4 KiB
+/// is written, not after all of it.
+const FRAME_MAX: usize = 4 * 1024 - CONTROL_LEN;
 /// A data frame shorter than this waits for more free cells, unless it ends
 /// the payload or meets the end of the ring: a slow consumer must not turn
 /// a long payload into a stream of tiny frames.
