@@ -1111,6 +1111,7 @@ impl ShmTransport {
             consumer,
             conn: index,
             read: ReadState::Header,
+            whole: Box::new([0; inbound::WHOLE_MAX]),
         });
         vlog!("shm: rank {}: queue from rank {peer} set up", self.job.rank);
         Ok(())
