@@ -461,6 +461,11 @@ impl Consumer {
 
     /// The frame at the head, if one is published; checked against the
     /// ring before anything relies on it.
+    // Always inlined, as `short`: the reader's loop around them is the
+    // receive path of every message, and the compiler stops inlining
+    // them there once the loop handles whole packets too (87 more
+    // instructions per 8-byte message read).
+    #[inline(always)]
     pub(crate) fn peek(&self) -> Result<Option<Frame>, Corrupt> {
         let count = self.segment.cells();
         let index = self.head & (count - 1);
@@ -519,6 +524,7 @@ impl Consumer {
 
     /// The packet a [`FrameKind::Short`] frame carries: its header, and
     /// its payload in the first [`Frame::payload_len`] bytes of the array.
+    #[inline(always)]
     pub(crate) fn short(
         &self,
         frame: &Frame,
