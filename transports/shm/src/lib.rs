@@ -65,7 +65,10 @@
 //! the epoll descriptor; the other side, seeing the flag after publishing
 //! or freeing cells, writes a byte to the connection of that queue, which
 //! wakes the sleeper. So a rank on an oversubscribed node sleeps in the
-//! kernel and still wakes for every message.
+//! kernel and still wakes for every message. The look at the flag after
+//! every message costs no fence where both processes registered for the
+//! kernel's barriers (`membarrier`): the rank about to sleep runs one on
+//! both instead (module `ring`, "Sleeping").
 //!
 //! # Failures
 //! A peer whose connection closes (it ended, or was killed) is reported
