@@ -9,6 +9,14 @@ use oxmpi_adi::proto::{Header, HEADER_LEN};
 use oxmpi_adi::transport::{PacketSink, PayloadSlot, PeerRank};
 use oxmpi_adi::{Error, ErrorClass, Result};
 
+/// Largest payload a packet that arrives whole in one header frame may
+/// have to be handed to the ADI in one step ([`PacketSink::on_packet`]),
+/// after a copy out of the queue into [`InLink::whole`]: the copy of up to
+/// 2 KiB, from lines the first copy just brought into the cache, costs
+/// less than the two further calls into the ADI (`payload_buffer`,
+/// `on_payload`) it saves.
+pub(crate) const WHOLE_MAX: usize = 2048;
+
 /// What an inbound queue's reader is in the middle of.
 #[derive(Clone, Copy)]
 pub(crate) enum ReadState {
@@ -29,6 +37,9 @@ pub(crate) struct InLink {
     /// The connection the peer handed the queue over.
     pub conn: usize,
     pub read: ReadState,
+    /// Where the payload of a packet that arrived whole goes before the ADI
+    /// takes it (see [`WHOLE_MAX`]).
+    pub whole: Box<[u8; WHOLE_MAX]>,
 }
 
 impl InLink {
@@ -70,6 +81,16 @@ impl InLink {
                                 header.payload_len()
                             )),
                         ));
+                    }
+                    if n as u64 == header.payload_len() && n <= WHOLE_MAX {
+                        let payload = &mut self.whole[..n];
+                        self.consumer.copy_payload(&frame, payload);
+                        self.consumer.advance(&frame);
+                        sink.on_packet(peer, &header, payload)
+                            .map_err(|e| broke_protocol(peer, e))?;
+                        budget = budget.saturating_sub(n + HEADER_LEN);
+                        progressed = true;
+                        continue;
                     }
                     let slot = sink
                         .on_header(peer, &header)
@@ -133,6 +154,8 @@ mod tests {
         headers: Vec<Header>,
         buffer: Vec<u8>,
         placed: usize,
+        /// Packets handed over whole, in one step.
+        whole: usize,
     }
 
     impl PacketSink for Sink {
@@ -147,6 +170,10 @@ mod tests {
         fn on_payload(&mut self, _peer: PeerRank, _slot: PayloadSlot) {
             self.placed += 1;
         }
+        fn on_packet(&mut self, peer: PeerRank, header: &Header, payload: &[u8]) -> Result<()> {
+            self.whole += 1;
+            oxmpi_adi::transport::deliver_in_steps(self, peer, header, payload)
+        }
         fn on_send_complete(&mut self, _token: u64) {}
         fn on_peer_failed(&mut self, _peer: PeerRank, _error: Error) {}
     }
@@ -157,6 +184,7 @@ mod tests {
             consumer,
             conn: 0,
             read: ReadState::Header,
+            whole: Box::new([0; WHOLE_MAX]),
         }
     }
 
@@ -180,6 +208,22 @@ mod tests {
         assert_eq!(sink.placed, 1);
         assert_eq!(sink.buffer, payload[..64]);
         assert!(!l.receive(&mut sink).unwrap());
+    }
+
+    #[test]
+    fn packets_whole_in_their_header_frame_up_to_the_limit_go_in_one_step() {
+        let (mut p, c) = crate::ring::queue(256);
+        let mut l = link(c);
+        let mut sink = Sink::default();
+        for (len, whole) in [(0, 1), (41, 2), (WHOLE_MAX, 3), (WHOLE_MAX + 1, 3)] {
+            let payload: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let mut sent = None;
+            assert!(p.push_packet(&eager(len), &payload, &mut sent).unwrap());
+            assert!(l.receive(&mut sink).unwrap());
+            assert_eq!((sink.whole, sink.placed), (whole, sink.headers.len()));
+            let kept = len.min(sink.buffer.len());
+            assert_eq!(sink.buffer[..kept], payload[..kept], "{len} bytes");
+        }
     }
 
     #[test]

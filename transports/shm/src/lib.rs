@@ -35,7 +35,7 @@
 //! when there is room: a standard eager message of up to 40 bytes whole in
 //! one cell, which the receiver hands to the ADI in one step
 //! ([`PacketSink::on_packet`]); a long one's payload (`send_zcopy`) streams from the
-//! caller's buffer through the queue in frames of up to 16 KiB, which the
+//! caller's buffer through the queue in frames of up to 4 KiB, which the
 //! receiver copies straight into the buffer the ADI names while the sender
 //! writes the next (a pipelined copy, for messages of any size): the path
 //! of long messages where cross-memory attach is off or refused. Otherwise
@@ -65,7 +65,10 @@
 //! the epoll descriptor; the other side, seeing the flag after publishing
 //! or freeing cells, writes a byte to the connection of that queue, which
 //! wakes the sleeper. So a rank on an oversubscribed node sleeps in the
-//! kernel and still wakes for every message.
+//! kernel and still wakes for every message. The look at the flag after
+//! every message costs no fence where both processes registered for the
+//! kernel's barriers (`membarrier`): the rank about to sleep runs one on
+//! both instead (module `ring`, "Sleeping").
 //!
 //! # Failures
 //! A peer whose connection closes (it ended, or was killed) is reported
@@ -123,7 +126,7 @@ use oxmpi_adi::proto::{Header, HEADER_LEN};
 use oxmpi_adi::transport::{JobInfo, PacketSink, PeerRank, Transport};
 use oxmpi_adi::{vlog, Error, ErrorClass, Result};
 use proto::{CELL, SETUP_LEN};
-use ring::{Consumer, Corrupt, Producer};
+use ring::{Barriers, Consumer, Corrupt, Producer};
 use segment::Segment;
 use std::collections::VecDeque;
 use std::fs::File;
@@ -340,6 +343,10 @@ pub struct ShmTransport {
     /// Tokens epoll reported ready (kept to avoid an allocation per look).
     ready: Vec<u64>,
     cma: Cma,
+    /// This process is registered for the kernel's barriers on other
+    /// processes (`membarrier`): its queues with peers that are too use
+    /// [`ring::Barriers::Asymmetric`].
+    asymmetric_barriers: bool,
 }
 
 // SAFETY: the raw pointers in queued zero-copy packets refer to memory the
@@ -398,6 +405,17 @@ impl ShmTransport {
             "shm: rank {}: queues this rank reads are {placement}",
             job.rank
         );
+        let asymmetric_barriers = match sys::register_for_barriers() {
+            Ok(()) => true,
+            Err(e) => {
+                vlog!(
+                    "shm: rank {}: no asymmetric barriers ({e}): both sides of its queues \
+                     fence at every message",
+                    job.rank
+                );
+                false
+            }
+        };
         let (listener, name) = Self::listen()?;
         let epoll = sys::Epoll::new().map_err(|e| Error::os("creating the shm poller", e))?;
         let wake = sys::EventFd::new().map_err(|e| Error::os("creating the shm eventfd", e))?;
@@ -428,6 +446,7 @@ impl ShmTransport {
             sockets_due: false,
             armed: false,
             ready: Vec::new(),
+            asymmetric_barriers,
         })
     }
 
@@ -600,7 +619,7 @@ impl ShmTransport {
                 )
             })?;
         self.peers[peer].out = Some(OutLink {
-            producer: Producer::new(segment),
+            producer: Producer::new(segment, self.asymmetric_barriers),
             conn: None,
             ready: false,
         });
@@ -954,6 +973,7 @@ impl ShmTransport {
                         self.connecting -= 1;
                         self.peers[peer].pid = sys::peer_pid(&conn.stream).ok();
                         if let Some(link) = self.peers[peer].out.as_mut() {
+                            link.producer.take_agreed_barriers();
                             link.ready = true;
                         }
                         vlog!("shm: rank {}: queue to rank {peer} set up", self.job.rank);
@@ -1074,6 +1094,9 @@ impl ShmTransport {
                 );
             }
         }
+        // Before the VERDICT too: it tells the producer which barriers the
+        // queue uses.
+        let consumer = Consumer::new(segment, self.asymmetric_barriers);
         write_message(&conn.stream, &acceptor.verdict(Verdict::Accept), None)
             .map_err(|e| e.to_string())?;
         *step = InStep::Ready { peer };
@@ -1081,7 +1104,8 @@ impl ShmTransport {
         p.in_conn = Some(index);
         p.pid = sys::peer_pid(&conn.stream).ok();
         p.name.get_or_insert(name);
-        let consumer = Consumer::new(segment);
+        // The producer publishes nothing before it reads the VERDICT,
+        // sent after this store: it sees the flag without a barrier.
         if self.armed {
             consumer.set_sleeping(true);
         }
@@ -1090,6 +1114,7 @@ impl ShmTransport {
             consumer,
             conn: index,
             read: ReadState::Header,
+            whole: Box::new([0; inbound::WHOLE_MAX]),
         });
         vlog!("shm: rank {}: queue from rank {peer} set up", self.job.rank);
         Ok(())
@@ -1237,18 +1262,33 @@ impl Transport for ShmTransport {
 
     fn arm_wakeup(&mut self) -> Result<Option<RawFd>> {
         self.armed = true;
-        // Anything to do already must not be slept through.
-        let mut work = !self.completed.is_empty() || !self.failures.is_empty();
+        let waiting = || {
+            self.backlog
+                .iter()
+                .filter_map(|&peer| self.peers[peer].out.as_ref().filter(|l| l.ready))
+        };
+        let mut asymmetric = false;
         for link in &self.inbound {
             link.consumer.set_sleeping(true);
-            work |= link.consumer.has_frame();
+            asymmetric |= link.consumer.barriers() == Barriers::Asymmetric;
         }
-        for &peer in &self.backlog {
-            if let Some(link) = self.peers[peer].out.as_ref().filter(|l| l.ready) {
-                link.producer.set_waiting(true);
-                work |= link.producer.head_moved();
-            }
+        for link in waiting() {
+            link.producer.set_waiting(true);
+            asymmetric |= link.producer.barriers() == Barriers::Asymmetric;
         }
+        // Anything to do already must not be slept through; nor may a
+        // sleep without its barrier, which could miss a peer's look at the
+        // flags.
+        let mut work = !self.completed.is_empty() || !self.failures.is_empty();
+        if let Err(e) = ring::before_sleeping_look(asymmetric) {
+            vlog!(
+                "shm: rank {}: no barrier before sleeping ({e}): polling instead",
+                self.job.rank
+            );
+            work = true;
+        }
+        work |= self.inbound.iter().any(|link| link.consumer.has_frame());
+        work |= waiting().any(|link| link.producer.head_moved());
         if work {
             self.wake
                 .signal()

@@ -19,7 +19,9 @@
 //! | 28     | 4    | consumer           | creator    | world rank of the consumer                      |
 //! | 128    | 8    | head               | consumer   | position of the next cell it will read          |
 //! | 256    | 4    | consumer sleeping  | consumer   | non-zero: poke its socket after publishing      |
+//! | 264    | 4    | barriers agreed    | consumer   | non-zero: both sides use [`crate::ring::Barriers::Asymmetric`] (set before its VERDICT) |
 //! | 384    | 4    | producer waiting   | producer   | non-zero: poke its socket after freeing cells   |
+//! | 392    | 4    | producer barriers  | producer   | non-zero: its process can take part in asymmetric barriers (set before handing the segment over) |
 //! | 512    |      | cells              | producer   | frames (see [`crate::ring`])                    |
 //!
 //! Fields written by different sides are [`LINE`] bytes apart, so that a
@@ -38,7 +40,7 @@ use oxmpi_adi::proto::{Header, Kind};
 pub(crate) const SEGMENT_MAGIC: [u8; 8] = *b"OXMPISHM";
 /// Version of the segment layout, the frame format and the set-up
 /// message; a peer of another version is refused.
-pub const SHM_VERSION: u32 = 4;
+pub const SHM_VERSION: u32 = 5;
 /// Size of a queue cell: one cache line.
 pub(crate) const CELL: usize = 64;
 /// Distance between fields written by different sides: two cache lines,
@@ -53,6 +55,13 @@ pub(crate) const HEAD_OFFSET: usize = LINE;
 pub(crate) const CONSUMER_SLEEPING_OFFSET: usize = 2 * LINE;
 /// Offset of the producer's waiting flag (`AtomicU32`).
 pub(crate) const PRODUCER_WAITING_OFFSET: usize = 3 * LINE;
+/// Offset of the consumer's word saying whether the queue's sides use
+/// asymmetric barriers (`AtomicU32`): beside its sleeping flag, as it is
+/// written once, at set-up.
+pub(crate) const BARRIERS_AGREED_OFFSET: usize = CONSUMER_SLEEPING_OFFSET + 8;
+/// Offset of the producer's word saying whether it can use asymmetric
+/// barriers (`AtomicU32`), written once, at creation.
+pub(crate) const PRODUCER_BARRIERS_OFFSET: usize = PRODUCER_WAITING_OFFSET + 8;
 
 /// The part of a segment's header the creator writes once, before handing
 /// the segment over. See the module docs for the whole layout.

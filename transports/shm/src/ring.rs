@@ -42,9 +42,14 @@
 //! empty, the producer while a queue is full. Before sleeping it raises its
 //! flag and looks once more (at the head's cell, or at the head); after
 //! publishing (or freeing cells) the other side looks at the flag and, if
-//! it is up, pokes the sleeper's socket. A sequentially consistent fence on
-//! each side between its store and its load guarantees that at least one
-//! of the two sees the other's store: no wake-up is lost.
+//! it is up, pokes the sleeper's socket. A barrier on each side between
+//! its store and its load guarantees that at least one of the two sees the
+//! other's store: no wake-up is lost. The busy side crosses its barrier at
+//! every message and the side about to sleep rarely, so where both
+//! processes can ([`Barriers::Asymmetric`]) the busy side's is only a
+//! compiler fence and the sleeper's a barrier the kernel runs on every
+//! thread of both (`membarrier`): a fence after each publication would
+//! wait for the store to take the cell's line from the consumer's cache.
 
 use crate::proto::{
     check_of, control_word, decode_short, parse_control_word, position_check, FrameKind, CELL,
@@ -52,16 +57,61 @@ use crate::proto::{
 };
 use crate::segment::Segment;
 use oxmpi_adi::proto::HEADER_LEN;
-use std::sync::atomic::{fence, Ordering};
+use std::io;
+use std::sync::atomic::{compiler_fence, fence, Ordering};
 
 /// Most bytes one frame carries. A long payload goes in frames of this
 /// size, so that the consumer copies one out while the producer writes the
-/// next (a pipelined copy).
-const FRAME_MAX: usize = 16 * 1024 - CONTROL_LEN;
+/// next (a pipelined copy): a 16 KiB eager message (the default limit)
+/// is five frames, and its receiver starts copying after the first 4 KiB
+/// is written, not after all of it.
+const FRAME_MAX: usize = 4 * 1024 - CONTROL_LEN;
 /// A data frame shorter than this waits for more free cells, unless it ends
 /// the payload or meets the end of the ring: a slow consumer must not turn
 /// a long payload into a stream of tiny frames.
 const FRAME_MIN: usize = 1024 - CONTROL_LEN;
+
+/// How the two sides of a queue order a store of theirs before a load of
+/// the other side's flag or position (see the module docs, "Sleeping").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Barriers {
+    /// A sequentially consistent fence on each side.
+    Symmetric,
+    /// A compiler fence on the busy side; the side about to sleep asks the
+    /// kernel for a barrier on both processes' threads
+    /// ([`crate::sys::barrier_everywhere`]). Both processes must be
+    /// registered for it ([`crate::sys::register_for_barriers`]).
+    Asymmetric,
+}
+
+impl Barriers {
+    /// The busy side's barrier, between publishing (or freeing cells) and
+    /// its look at the other side's flag.
+    #[inline(always)]
+    fn light(self) {
+        match self {
+            // SeqCst: pairs with the fence in `before_sleeping_look`.
+            Barriers::Symmetric => fence(Ordering::SeqCst),
+            // The kernel's barrier in `before_sleeping_look` runs on this
+            // thread: only the compiler must keep the store before the load.
+            Barriers::Asymmetric => compiler_fence(Ordering::SeqCst),
+        }
+    }
+}
+
+/// The barrier of a side about to sleep, after raising its flags
+/// ([`Consumer::set_sleeping`], [`Producer::set_waiting`]) and before its
+/// last look ([`Consumer::has_frame`], [`Producer::head_moved`]):
+/// `asymmetric` when any of its queues uses [`Barriers::Asymmetric`]. An
+/// error means no barrier was made: the side must not sleep.
+pub(crate) fn before_sleeping_look(asymmetric: bool) -> io::Result<()> {
+    // SeqCst: pairs with the busy side's fence in `Barriers::light`.
+    fence(Ordering::SeqCst);
+    if asymmetric {
+        crate::sys::barrier_everywhere()?;
+    }
+    Ok(())
+}
 
 /// The cells of a queue hold what the protocol does not allow: the peer
 /// that writes them is faulty. The message says what was found.
@@ -86,18 +136,48 @@ pub(crate) struct Producer {
     /// such a cell's word is zeroed before the consumer can reach it as a
     /// frame's start (see the module docs).
     payload_first: Vec<u64>,
+    /// Symmetric until the consumer agrees otherwise
+    /// ([`Producer::take_agreed_barriers`]).
+    barriers: Barriers,
 }
 
 impl Producer {
-    /// The producer of a freshly created segment.
-    pub(crate) fn new(segment: Segment) -> Producer {
+    /// The producer of a freshly created segment, not yet handed over;
+    /// `asymmetric` where this process can take part in asymmetric
+    /// barriers, which the segment tells the consumer.
+    pub(crate) fn new(segment: Segment, asymmetric: bool) -> Producer {
+        // Relaxed: the consumer reads it after receiving the segment's
+        // descriptor, which this process sends after this store.
+        segment
+            .producer_barriers()
+            .store(u32::from(asymmetric), Ordering::Relaxed);
         let words = segment.cells().div_ceil(64) as usize;
         Producer {
             segment,
             tail: 0,
             head_seen: 0,
             payload_first: vec![0; words],
+            barriers: Barriers::Symmetric,
         }
+    }
+
+    /// Takes the barriers the consumer agreed to, once it accepted the
+    /// queue (its VERDICT follows its choice) and before the first frame.
+    pub(crate) fn take_agreed_barriers(&mut self) {
+        // Relaxed: written before the consumer's VERDICT, which this
+        // process has read.
+        let agreed = self.segment.barriers_agreed().load(Ordering::Relaxed) != 0;
+        let offered = self.segment.producer_barriers().load(Ordering::Relaxed) != 0;
+        self.barriers = if agreed && offered {
+            Barriers::Asymmetric
+        } else {
+            Barriers::Symmetric
+        };
+    }
+
+    /// The barriers of this queue.
+    pub(crate) fn barriers(&self) -> Barriers {
+        self.barriers
     }
 
     /// The segment, to hand its descriptor to the consumer.
@@ -282,25 +362,25 @@ impl Producer {
     }
 
     /// Whether the consumer may be asleep, to be poked after publishing.
+    #[inline]
     pub(crate) fn consumer_sleeping(&self) -> bool {
-        // SeqCst: between this side's publications and its look at the
-        // flag; pairs with the fence in `Consumer::set_sleeping` (see the
-        // module docs: one side sees the other's store).
-        fence(Ordering::SeqCst);
-        // Relaxed: the fence orders it.
+        // Between this side's publications and its look at the flag;
+        // pairs with the consumer's `before_sleeping_look` (see the module
+        // docs: one side sees the other's store).
+        self.barriers.light();
+        // Relaxed: the barrier orders it.
         self.segment.consumer_sleeping().load(Ordering::Relaxed) != 0
     }
 
     /// Raises (or lowers) this side's flag asking the consumer to poke it
-    /// when it frees cells. After raising it, [`Producer::head_moved`]
-    /// tells whether cells were freed meanwhile.
+    /// when it frees cells. After raising it and [`before_sleeping_look`],
+    /// [`Producer::head_moved`] tells whether cells were freed meanwhile.
     pub(crate) fn set_waiting(&self, waiting: bool) {
-        // Relaxed: the fence orders it before the look at the head.
+        // Relaxed: `before_sleeping_look` orders it before the look at
+        // the head.
         self.segment
             .producer_waiting()
             .store(u32::from(waiting), Ordering::Relaxed);
-        // SeqCst: pairs with the fence in `Consumer::producer_waiting`.
-        fence(Ordering::SeqCst);
     }
 
     /// Whether the consumer freed cells since the producer last looked.
@@ -339,14 +419,39 @@ pub(crate) struct Consumer {
     segment: Segment,
     /// Position of the next cell to read.
     head: u64,
+    barriers: Barriers,
 }
 
 impl Consumer {
-    /// The consumer of a segment no one has read yet.
-    pub(crate) fn new(segment: Segment) -> Consumer {
+    /// The consumer of a segment no one has read yet, before this side
+    /// accepts it: the queue's barriers are asymmetric where both this
+    /// process (`asymmetric`) and the producer's can take part, which the
+    /// segment tells the producer.
+    pub(crate) fn new(segment: Segment, asymmetric: bool) -> Consumer {
         // Relaxed: nothing was written yet; the producer starts from 0.
         segment.head().store(0, Ordering::Relaxed);
-        Consumer { segment, head: 0 }
+        // Relaxed: written before the descriptor was sent.
+        let offered = segment.producer_barriers().load(Ordering::Relaxed) != 0;
+        let barriers = if asymmetric && offered {
+            Barriers::Asymmetric
+        } else {
+            Barriers::Symmetric
+        };
+        // Relaxed: the producer reads it after this side's VERDICT.
+        segment.barriers_agreed().store(
+            u32::from(barriers == Barriers::Asymmetric),
+            Ordering::Relaxed,
+        );
+        Consumer {
+            segment,
+            head: 0,
+            barriers,
+        }
+    }
+
+    /// The barriers of this queue.
+    pub(crate) fn barriers(&self) -> Barriers {
+        self.barriers
     }
 
     /// Number of cells of the queue.
@@ -356,6 +461,11 @@ impl Consumer {
 
     /// The frame at the head, if one is published; checked against the
     /// ring before anything relies on it.
+    // Always inlined, as `short`: the reader's loop around them is the
+    // receive path of every message, and the compiler stops inlining
+    // them there once the loop handles whole packets too (87 more
+    // instructions per 8-byte message read).
+    #[inline(always)]
     pub(crate) fn peek(&self) -> Result<Option<Frame>, Corrupt> {
         let count = self.segment.cells();
         let index = self.head & (count - 1);
@@ -414,6 +524,7 @@ impl Consumer {
 
     /// The packet a [`FrameKind::Short`] frame carries: its header, and
     /// its payload in the first [`Frame::payload_len`] bytes of the array.
+    #[inline(always)]
     pub(crate) fn short(
         &self,
         frame: &Frame,
@@ -463,24 +574,24 @@ impl Consumer {
     }
 
     /// Raises (or lowers) the flag asking the producer to poke this side
-    /// after publishing. After raising it, [`Consumer::has_frame`] tells
-    /// whether a frame came meanwhile.
+    /// after publishing. After raising it and [`before_sleeping_look`],
+    /// [`Consumer::has_frame`] tells whether a frame came meanwhile.
     pub(crate) fn set_sleeping(&self, sleeping: bool) {
-        // Relaxed: the fence orders it before the look at the head's cell.
+        // Relaxed: `before_sleeping_look` orders it before the look at
+        // the head's cell.
         self.segment
             .consumer_sleeping()
             .store(u32::from(sleeping), Ordering::Relaxed);
-        // SeqCst: pairs with the fence in `Producer::consumer_sleeping`.
-        fence(Ordering::SeqCst);
     }
 
     /// Whether the producer may be asleep waiting for cells, to be poked
     /// after freeing some.
+    #[inline]
     pub(crate) fn producer_waiting(&self) -> bool {
-        // SeqCst: between this side's head stores and its look at the
-        // flag; pairs with the fence in `Producer::set_waiting`.
-        fence(Ordering::SeqCst);
-        // Relaxed: the fence orders it.
+        // Between this side's head stores and its look at the flag; pairs
+        // with the producer's `before_sleeping_look`.
+        self.barriers.light();
+        // Relaxed: the barrier orders it.
         self.segment.producer_waiting().load(Ordering::Relaxed) != 0
     }
 }
@@ -490,14 +601,29 @@ impl Consumer {
 /// as the transport does.
 #[cfg(test)]
 pub(crate) fn queue(cells: u64) -> (Producer, Consumer) {
+    queue_with(cells, Barriers::Symmetric)
+}
+
+/// A queue as [`queue`] makes, with `barriers` (asymmetric ones only where
+/// this process could register for them).
+#[cfg(test)]
+pub(crate) fn queue_with(cells: u64, barriers: Barriers) -> (Producer, Consumer) {
     use std::os::fd::OwnedFd;
+    let asymmetric = barriers == Barriers::Asymmetric;
     let segment = Segment::create(0, 1, cells).unwrap();
+    let mut producer = Producer::new(segment, asymmetric);
     let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
-    crate::sys::send(&a, b"s", Some(segment.fd())).unwrap();
+    crate::sys::send(&a, b"s", Some(producer.segment().fd())).unwrap();
     let mut fds: Vec<OwnedFd> = Vec::new();
     crate::sys::recv(&b, &mut [0u8; 1], &mut fds).unwrap();
     let theirs = Segment::open(std::fs::File::from(fds.pop().unwrap()), 0, 1).unwrap();
-    (Producer::new(segment), Consumer::new(theirs))
+    let consumer = Consumer::new(theirs, asymmetric);
+    producer.take_agreed_barriers();
+    assert_eq!(
+        (producer.barriers(), consumer.barriers()),
+        (barriers, barriers)
+    );
+    (producer, consumer)
 }
 
 #[cfg(test)]
@@ -773,6 +899,104 @@ mod tests {
         assert!(c.has_frame());
         c.set_sleeping(false);
         assert!(!p.consumer_sleeping());
+    }
+
+    #[test]
+    fn queues_agree_on_asymmetric_barriers_only_where_both_sides_can() {
+        let (p, c) = queue(64);
+        assert_eq!(
+            (p.barriers(), c.barriers()),
+            (Barriers::Symmetric, Barriers::Symmetric)
+        );
+        // A producer that can, a consumer that cannot: symmetric.
+        let segment = Segment::create(0, 1, 64).unwrap();
+        let mut p = Producer::new(segment, true);
+        let theirs =
+            Segment::open(p.segment().fd().try_clone_to_owned().unwrap().into(), 0, 1).unwrap();
+        let c = Consumer::new(theirs, false);
+        p.take_agreed_barriers();
+        assert_eq!(
+            (p.barriers(), c.barriers()),
+            (Barriers::Symmetric, Barriers::Symmetric)
+        );
+    }
+
+    /// Store buffering, the race the sleep protocol must win: each round
+    /// the producer publishes and looks at the sleeping flag while the
+    /// consumer raises it and looks at the cell; at least one of them must
+    /// see the other's store, or the consumer would sleep through the
+    /// frame. The threads spin to start each round together (a round's
+    /// race lasts nanoseconds), then each waits a little, varied by round,
+    /// so that their stores and loads overlap in every way. (A debug
+    /// build's slower code hides the race: `cargo test --release` catches
+    /// a missing barrier within a few thousand rounds.)
+    fn no_wake_up_is_lost(barriers: Barriers) {
+        use std::sync::atomic::{AtomicBool, AtomicUsize};
+        use std::sync::Arc;
+        const ROUNDS: usize = 50_000;
+        fn spin_until(what: impl Fn() -> bool) {
+            let mut spins = 0u32;
+            while !what() {
+                spins += 1;
+                if spins.is_multiple_of(1024) {
+                    // The other thread may have no core of its own.
+                    std::thread::yield_now();
+                }
+                std::hint::spin_loop();
+            }
+        }
+        fn delay(round: usize) {
+            for k in 0..round % 64 {
+                std::hint::black_box(k);
+            }
+        }
+        let (mut p, mut c) = queue_with(64, barriers);
+        let started = Arc::new(AtomicUsize::new(0));
+        let finished = Arc::new(AtomicUsize::new(0));
+        let saw_sleeper = Arc::new(AtomicBool::new(false));
+        let producer = {
+            let (started, finished, saw_sleeper) =
+                (started.clone(), finished.clone(), saw_sleeper.clone());
+            std::thread::spawn(move || {
+                for round in 1..=ROUNDS {
+                    spin_until(|| started.load(Ordering::Acquire) == round);
+                    delay(round * 7);
+                    assert!(p.push_header(&header(1, 0), &[]).unwrap().is_some());
+                    saw_sleeper.store(p.consumer_sleeping(), Ordering::Relaxed);
+                    finished.store(round, Ordering::Release);
+                }
+            })
+        };
+        for round in 1..=ROUNDS {
+            started.store(round, Ordering::Release);
+            delay(round);
+            c.set_sleeping(true);
+            before_sleeping_look(barriers == Barriers::Asymmetric).unwrap();
+            let saw_frame = c.has_frame();
+            spin_until(|| finished.load(Ordering::Acquire) == round);
+            assert!(
+                saw_frame || saw_sleeper.load(Ordering::Relaxed),
+                "round {round}: neither side saw the other ({barriers:?} barriers)"
+            );
+            c.set_sleeping(false);
+            let f = c.peek().unwrap().expect("the round's frame");
+            c.advance(&f);
+        }
+        producer.join().unwrap();
+    }
+
+    #[test]
+    fn symmetric_barriers_lose_no_wake_up() {
+        no_wake_up_is_lost(Barriers::Symmetric);
+    }
+
+    #[test]
+    fn asymmetric_barriers_lose_no_wake_up() {
+        if let Err(e) = crate::sys::register_for_barriers() {
+            eprintln!("not tested: this kernel refuses asymmetric barriers ({e})");
+            return;
+        }
+        no_wake_up_is_lost(Barriers::Asymmetric);
     }
 
     #[test]

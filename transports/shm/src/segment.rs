@@ -13,8 +13,8 @@
 //! byte copies.
 
 use crate::proto::{
-    SegmentLayout, CELL, CELLS_OFFSET, CONSUMER_SLEEPING_OFFSET, HEAD_OFFSET,
-    PRODUCER_WAITING_OFFSET, SEGMENT_MAGIC, SHM_VERSION,
+    SegmentLayout, BARRIERS_AGREED_OFFSET, CELL, CELLS_OFFSET, CONSUMER_SLEEPING_OFFSET,
+    HEAD_OFFSET, PRODUCER_BARRIERS_OFFSET, PRODUCER_WAITING_OFFSET, SEGMENT_MAGIC, SHM_VERSION,
 };
 use crate::sys;
 use memmap2::MmapMut;
@@ -223,6 +223,18 @@ impl Segment {
     /// Non-zero while the producer may sleep waiting for free cells.
     pub(crate) fn producer_waiting(&self) -> &AtomicU32 {
         self.atomic_at(PRODUCER_WAITING_OFFSET)
+    }
+
+    /// Non-zero where the producer's process can take part in asymmetric
+    /// barriers (see [`crate::ring::Barriers`]).
+    pub(crate) fn producer_barriers(&self) -> &AtomicU32 {
+        self.atomic_at(PRODUCER_BARRIERS_OFFSET)
+    }
+
+    /// Non-zero where the consumer agreed to asymmetric barriers (both
+    /// processes can take part).
+    pub(crate) fn barriers_agreed(&self) -> &AtomicU32 {
+        self.atomic_at(BARRIERS_AGREED_OFFSET)
     }
 
     /// The control word of cell `index` (its first 8 bytes).

@@ -3,8 +3,9 @@
 //! mapping of a segment, abstract-namespace Unix sockets and the passing of
 //! a descriptor over one (`SCM_RIGHTS`) and the process at their other end
 //! (`SO_PEERCRED`), epoll, an eventfd, the NUMA memory policy of a mapping
-//! (`mbind`), a copy of another process's descriptor (`pidfd_getfd`), and
-//! cross-memory attach (`process_vm_readv`/`process_vm_writev`). Nothing
+//! (`mbind`), a copy of another process's descriptor (`pidfd_getfd`),
+//! cross-memory attach (`process_vm_readv`/`process_vm_writev`), and
+//! memory barriers on other processes' threads (`membarrier`). Nothing
 //! outside this module calls `libc` or maps memory.
 //!
 //! # What the safe layer relies on
@@ -465,6 +466,57 @@ impl AsFd for EventFd {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
+}
+
+/// Registers this process for [`barrier_everywhere`] (`membarrier`'s
+/// `MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED`): from now on, a barrier
+/// another registered process asks for also runs on this process's
+/// threads. An error where the kernel has no such barrier or refuses it
+/// (`ENOSYS`, `EINVAL`, or `EPERM` under a seccomp policy).
+pub(crate) fn register_for_barriers() -> io::Result<()> {
+    // SAFETY: `membarrier` takes no pointers; these commands only change
+    // which barriers the kernel runs on this process.
+    let supported = cvt(unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            libc::MEMBARRIER_CMD_QUERY,
+            0 as libc::c_uint,
+        )
+    })?;
+    let wanted = (libc::MEMBARRIER_CMD_GLOBAL_EXPEDITED
+        | libc::MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) as libc::c_long;
+    if supported & wanted != wanted {
+        return Err(io::ErrorKind::Unsupported.into());
+    }
+    // SAFETY: as above.
+    cvt(unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            libc::MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED,
+            0 as libc::c_uint,
+        )
+    })?;
+    Ok(())
+}
+
+/// A full memory barrier on every thread, now running, of every process
+/// registered with [`register_for_barriers`], this one included
+/// (`MEMBARRIER_CMD_GLOBAL_EXPEDITED`); a thread not running passes one
+/// when it is scheduled again. So a registered process's plain store
+/// followed by a load (with only a compiler fence between them) orders
+/// against this caller's store before the call and load after it, as if
+/// both sides had fenced.
+pub(crate) fn barrier_everywhere() -> io::Result<()> {
+    // SAFETY: `membarrier` takes no pointers; the command only runs
+    // barriers.
+    cvt(unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            libc::MEMBARRIER_CMD_GLOBAL_EXPEDITED,
+            0 as libc::c_uint,
+        )
+    })?;
+    Ok(())
 }
 
 /// The process id of the process at the other end of `stream`, as the
