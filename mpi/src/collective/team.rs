@@ -21,6 +21,7 @@
 //! between two processes are not overtaken.
 
 use super::engine;
+use super::typed::{Inbound, Outbound};
 use crate::{progress_until, with_device, Error, ErrorClass, Result};
 use oxmpi_adi::device::{Device, MatchPattern, MessageEnvelope, RequestId, Status};
 use oxmpi_adi::transport::PeerRank;
@@ -166,20 +167,40 @@ impl<'a> Team<'a> {
         }
     }
 
-    /// One step: receives into each buffer of `recvs` a message from its
-    /// member, and sends each buffer of `sends` to its member; done once
-    /// all are complete. A received message of another length than its
-    /// buffer is noted (see [`Team::complete`]) and the step goes on; any
-    /// other failure (a lost peer) is returned.
+    /// One step of byte buffers: [`Team::exchange_data`] of `sends` and
+    /// `recvs`.
+    pub(crate) async fn exchange(
+        &self,
+        sends: &[(usize, &[u8])],
+        recvs: &mut [(usize, &mut [u8])],
+    ) -> Result<()> {
+        let sends = sends
+            .iter()
+            .map(|&(to, bytes)| (to, bytes.into()))
+            .collect();
+        let recvs = recvs
+            .iter_mut()
+            .map(|(from, buf)| (*from, (&mut **buf).into()))
+            .collect();
+        self.exchange_data(sends, recvs).await
+    }
+
+    /// One step: receives into each of `recvs` a message from its member,
+    /// and sends each of `sends` to its member; done once all are
+    /// complete. Data that is not bytes (a window of a buffer's packed
+    /// data) is packed or unpacked piece by piece by the device, never
+    /// whole. A received message of another length than its room is
+    /// noted (see [`Team::complete`]) and the step goes on; any other
+    /// failure (a lost peer) is returned.
     ///
     /// The buffers stay borrowed until the step is done; a step dropped
     /// before that takes back the receives it can and waits for the rest
     /// (see [`Messages`]), so the device never uses a buffer after its
     /// borrow ends.
-    pub(crate) async fn exchange(
+    pub(crate) async fn exchange_data(
         &self,
-        sends: &[(usize, &[u8])],
-        recvs: &mut [(usize, &mut [u8])],
+        sends: Vec<(usize, Outbound<'_>)>,
+        recvs: Vec<(usize, Inbound<'_>)>,
     ) -> Result<()> {
         let mut messages = Messages::default();
         let envelope = MessageEnvelope {
@@ -187,33 +208,44 @@ impl<'a> Team<'a> {
             source: self.source_of(self.rank),
             tag: self.tag,
         };
+        let expected: Vec<(usize, usize)> = recvs
+            .iter()
+            .map(|(from, inbound)| (*from, inbound.len()))
+            .collect();
         let posted = with_device(|d| {
-            for (from, buf) in recvs.iter_mut() {
+            for (from, inbound) in recvs {
                 let pattern = MatchPattern {
                     context_id: self.context,
-                    source: Some(self.source_of(*from)),
+                    source: Some(self.source_of(from)),
                     tag: Some(self.tag),
                 };
-                // SAFETY: `buf` stays exclusively borrowed until this step
-                // is done, and `messages` (dropped first, also when the
-                // step is dropped unfinished) waits for the request to
-                // complete.
-                let id = unsafe {
-                    d.start_recv(
-                        pattern,
-                        Some(self.world[*from]),
-                        buf.as_mut_ptr(),
-                        buf.len(),
-                    )
+                let peer = Some(self.world[from]);
+                let id = match inbound {
+                    // SAFETY: `buf` stays exclusively borrowed until this
+                    // step is done (its lifetime is the future's), and
+                    // `messages` (dropped first, also when the step is
+                    // dropped unfinished) waits for the request to
+                    // complete.
+                    Inbound::Bytes(buf) => unsafe {
+                        d.start_recv(pattern, peer, buf.as_mut_ptr(), buf.len())
+                    },
+                    Inbound::Unpacked(window, _) => {
+                        d.start_recv_unpacked(pattern, peer, Box::new(window))
+                    }
                 }?;
                 messages.ids.push(id);
             }
-            for &(to, bytes) in sends {
-                // SAFETY: `bytes` stays borrowed, unmodified, until this
-                // step is done, and `messages` waits for the request to
-                // complete.
-                let id = unsafe {
-                    d.start_send(self.world[to], envelope, bytes.as_ptr(), bytes.len(), false)
+            for (to, outbound) in sends {
+                let id = match outbound {
+                    // SAFETY: `bytes` stays borrowed, unmodified, until
+                    // this step is done, and `messages` waits for the
+                    // request to complete.
+                    Outbound::Bytes(bytes) => unsafe {
+                        d.start_send(self.world[to], envelope, bytes.as_ptr(), bytes.len(), false)
+                    },
+                    Outbound::Packed(window, _) => {
+                        d.start_send_packed(self.world[to], envelope, Box::new(window), false)
+                    }
                 }?;
                 messages.ids.push(id);
             }
@@ -228,9 +260,9 @@ impl<'a> Team<'a> {
             Some(statuses) => statuses,
             None => (&mut messages).await?,
         };
-        let (received, sent) = statuses.split_at(recvs.len());
-        for (status, (from, buf)) in received.iter().zip(recvs.iter()) {
-            self.judge_receive(status, *from, buf.len())?;
+        let (received, sent) = statuses.split_at(expected.len());
+        for (status, &(from, len)) in received.iter().zip(&expected) {
+            self.judge_receive(status, from, len)?;
         }
         for status in sent {
             if let Some(e) = &status.error {
