@@ -16,6 +16,7 @@ use super::schedule::{
     all_gather_algorithm, binomial_node, broadcast_algorithm, broadcast_chunks, halving_steps,
     pairwise_partners, reduce_algorithm, split_evenly, subtree_span, AllGatherAlgorithm,
     AllToAllAlgorithm, BroadcastAlgorithm, Fold, HalvingStep, ReduceAlgorithm, ALL_TO_ALL_THROTTLE,
+    BROADCAST_MIN_PROCESSES,
 };
 use super::team::{Scratch, Team};
 use super::typed::{copy_across, Inbound, Outbound, Pieces};
@@ -60,12 +61,61 @@ impl Relative {
 }
 
 /// Broadcast of `buf` (its packed data) from `root`.
+///
+/// With three processes or more, where a process could pass on data
+/// that others wait for, the root's length goes down the broadcast's
+/// tree first, and every process chooses the algorithm and its blocks by
+/// it. So a process that passed another count than the root's (an
+/// erroneous program) still passes on the root's data as the others
+/// expect it, through a temporary buffer of the root's length, and alone
+/// fails: with `MPI_ERR_TRUNCATE` where its buffer is shorter (it keeps
+/// what fits, as a receive does), `MPI_ERR_COUNT` where it is longer.
 pub(crate) async fn broadcast(t: &Team<'_>, root: usize, buf: &mut Pieces<'_>) -> Result<()> {
     let n = t.size();
     if n == 1 {
         return Ok(());
     }
     let rel = Relative::of(t, root);
+    if n < BROADCAST_MIN_PROCESSES {
+        // The one process beside the root receives the whole from it.
+        return broadcast_by(t, rel, buf).await;
+    }
+    let len = root_length(t, rel, buf.len()).await?;
+    if len == buf.len() {
+        return broadcast_by(t, rel, buf).await;
+    }
+    t.note_length(root, len, buf.len());
+    let mut data = Scratch::zeroed(len);
+    broadcast_by(t, rel, &mut Pieces::Bytes(data.bytes_mut())).await?;
+    buf.write(0, &data.bytes()[..len.min(buf.len())])
+}
+
+/// The length of the root's data, passed down the binomial tree (the
+/// tree of every broadcast algorithm) from the root, whose own is `own`.
+async fn root_length(t: &Team<'_>, rel: Relative, own: usize) -> Result<usize> {
+    let node = binomial_node(rel.to_relative(t.rank()), t.size());
+    let mut word = (own as u64).to_le_bytes();
+    if let Some(parent) = node.parent {
+        t.receive(rel.to_rank(parent), &mut word).await?;
+    }
+    let sends: Vec<(usize, &[u8])> = node
+        .children
+        .iter()
+        .map(|&child| (rel.to_rank(child), &word[..]))
+        .collect();
+    t.exchange(&sends, &mut []).await?;
+    usize::try_from(u64::from_le_bytes(word)).map_err(|_| {
+        Error::new(
+            ErrorClass::Count,
+            "the root broadcasts more bytes than this process can address",
+        )
+    })
+}
+
+/// Broadcast of `buf`, whose length is the root's, by the algorithm
+/// its length and the team's size choose.
+async fn broadcast_by(t: &Team<'_>, rel: Relative, buf: &mut Pieces<'_>) -> Result<()> {
+    let n = t.size();
     match broadcast_algorithm(buf.len(), n) {
         BroadcastAlgorithm::Binomial => binomial_broadcast(t, rel, buf).await,
         algorithm => {

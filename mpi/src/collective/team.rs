@@ -283,18 +283,31 @@ impl<'a> Team<'a> {
                 ),
             ),
             Some(e) => return Err(e.clone()),
-            None if status.count != expected => Error::new(
-                ErrorClass::Count,
-                format!(
-                    "rank {from} sent {} bytes where this rank expects {expected}: \
-                     the processes passed different counts",
-                    status.count
-                ),
-            ),
-            None => return Ok(()),
+            None => {
+                self.note_length(from, status.count, expected);
+                return Ok(());
+            }
         };
         self.note_mismatch(mismatch);
         Ok(())
+    }
+
+    /// Notes that member `from` has `sent` bytes where this process
+    /// expects `expected`, if they differ: more is `MPI_ERR_TRUNCATE`, as
+    /// a receive's overflow; less is `MPI_ERR_COUNT`.
+    pub(crate) fn note_length(&self, from: usize, sent: usize, expected: usize) {
+        let class = match sent.cmp(&expected) {
+            std::cmp::Ordering::Equal => return,
+            std::cmp::Ordering::Greater => ErrorClass::Truncate,
+            std::cmp::Ordering::Less => ErrorClass::Count,
+        };
+        self.note_mismatch(Error::new(
+            class,
+            format!(
+                "rank {from} sent {sent} bytes where this rank expects {expected}: \
+                 the processes passed different counts"
+            ),
+        ));
     }
 
     /// Notes that the processes passed arguments that do not agree; the
