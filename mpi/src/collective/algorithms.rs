@@ -16,9 +16,8 @@ use super::schedule::{
     all_gather_algorithm, binomial_node, broadcast_algorithm, broadcast_chunks, halving_steps,
     pairwise_partners, reduce_algorithm, split_evenly, subtree_span, AllGatherAlgorithm,
     AllToAllAlgorithm, BroadcastAlgorithm, Fold, HalvingStep, ReduceAlgorithm, ALL_TO_ALL_THROTTLE,
-    BROADCAST_MIN_PROCESSES,
 };
-use super::team::{Scratch, Team};
+use super::team::{CollectiveTag, Scratch, Team};
 use super::typed::{copy_across, Inbound, Outbound, Pieces};
 use crate::{Error, ErrorClass, Result};
 use std::ops::Range;
@@ -62,90 +61,106 @@ impl Relative {
 
 /// Broadcast of `buf` (its packed data) from `root`.
 ///
-/// With three processes or more, where a process could pass on data
-/// that others wait for, the root's length goes down the broadcast's
-/// tree first, and every process chooses the algorithm and its blocks by
-/// it. So a process that passed another count than the root's (an
-/// erroneous program) still passes on the root's data as the others
-/// expect it, through a temporary buffer of the root's length, and alone
-/// fails: with `MPI_ERR_TRUNCATE` where its buffer is shorter (it keeps
-/// what fits, as a receive does), `MPI_ERR_COUNT` where it is longer.
+/// With three processes or more the root's length chooses between the
+/// binomial tree and scatter with all-gather, whose messages carry tags
+/// of their own kinds; a non-root waits for whichever comes from its
+/// parent: the data, down the tree, or the root's length (8 bytes, ahead
+/// of the data of a scatter). So every process goes the root's way by
+/// the root's length, and one that passed another count (an erroneous
+/// program) fails alone, with `MPI_ERR_TRUNCATE` where its buffer is
+/// shorter and `MPI_ERR_COUNT` where it is longer, while it still passes
+/// on the root's data as the others expect it: a scatter's through a
+/// temporary buffer of the root's length (keeping what fits), a tree's
+/// as it came (all of it where its buffer is longer; where it is shorter,
+/// its subtree gets what it kept, and fails too).
 pub(crate) async fn broadcast(t: &Team<'_>, root: usize, buf: &mut Pieces<'_>) -> Result<()> {
     let n = t.size();
     if n == 1 {
         return Ok(());
     }
     let rel = Relative::of(t, root);
-    if n < BROADCAST_MIN_PROCESSES {
-        // The one process beside the root receives the whole from it.
-        return broadcast_by(t, rel, buf).await;
-    }
-    let len = root_length(t, rel, buf.len()).await?;
-    if len == buf.len() {
-        return broadcast_by(t, rel, buf).await;
-    }
-    t.note_length(root, len, buf.len());
-    let mut data = Scratch::zeroed(len);
-    broadcast_by(t, rel, &mut Pieces::Bytes(data.bytes_mut())).await?;
-    buf.write(0, &data.bytes()[..len.min(buf.len())])
-}
-
-/// The length of the root's data, passed down the binomial tree (the
-/// tree of every broadcast algorithm) from the root, whose own is `own`.
-async fn root_length(t: &Team<'_>, rel: Relative, own: usize) -> Result<usize> {
-    let node = binomial_node(rel.to_relative(t.rank()), t.size());
-    let mut word = (own as u64).to_le_bytes();
-    if let Some(parent) = node.parent {
-        t.receive(rel.to_rank(parent), &mut word).await?;
-    }
-    let sends: Vec<(usize, &[u8])> = node
-        .children
-        .iter()
-        .map(|&child| (rel.to_rank(child), &word[..]))
-        .collect();
-    t.exchange(&sends, &mut []).await?;
-    usize::try_from(u64::from_le_bytes(word)).map_err(|_| {
-        Error::new(
-            ErrorClass::Count,
-            "the root broadcasts more bytes than this process can address",
-        )
-    })
-}
-
-/// Broadcast of `buf`, whose length is the root's, by the algorithm
-/// its length and the team's size choose.
-async fn broadcast_by(t: &Team<'_>, rel: Relative, buf: &mut Pieces<'_>) -> Result<()> {
-    let n = t.size();
-    match broadcast_algorithm(buf.len(), n) {
-        BroadcastAlgorithm::Binomial => binomial_broadcast(t, rel, buf).await,
-        algorithm => {
-            let bounds = broadcast_chunks(buf.len(), n);
-            scatter_for_broadcast(t, rel, &bounds, buf).await?;
-            if algorithm == BroadcastAlgorithm::ScatterDoubling {
-                doubling_all_gather(t, rel, &bounds, buf).await
-            } else {
-                let chunks: Vec<Range<usize>> = bounds.windows(2).map(|w| w[0]..w[1]).collect();
-                ring_all_gather(t, rel, &chunks, buf).await
+    let node = binomial_node(rel.to_relative(t.rank()), n);
+    let long = t.retagged(CollectiveTag::BroadcastLong);
+    let len = match node.parent {
+        None => buf.len(),
+        Some(parent) => {
+            let whole = buf.len();
+            let mut word = [0u8; 8];
+            let (down_the_tree, count) = t
+                .receive_either(
+                    rel.to_rank(parent),
+                    buf.inbound(0..whole)?,
+                    &long,
+                    Inbound::Bytes(&mut word),
+                )
+                .await?;
+            if down_the_tree {
+                return binomial_sends(t, rel, &node.children, buf, count.min(whole)).await;
             }
+            usize::try_from(u64::from_le_bytes(word)).map_err(|_| {
+                Error::new(
+                    ErrorClass::Count,
+                    "the root broadcasts more bytes than this process can address",
+                )
+            })?
         }
+    };
+    let algorithm = broadcast_algorithm(len, n);
+    if algorithm == BroadcastAlgorithm::Binomial {
+        return binomial_sends(t, rel, &node.children, buf, len).await;
     }
-}
-
-/// The whole buffer from each node to its children.
-async fn binomial_broadcast(t: &Team<'_>, rel: Relative, buf: &mut Pieces<'_>) -> Result<()> {
-    let node = binomial_node(rel.to_relative(t.rank()), t.size());
-    let whole = 0..buf.len();
-    if let Some(parent) = node.parent {
-        let recv = buf.inbound(whole.clone())?;
-        t.exchange_data(Vec::new(), vec![(rel.to_rank(parent), recv)])
-            .await?;
-    }
+    // The root's length to the children, ahead of their data.
+    let word = (len as u64).to_le_bytes();
     let sends = node
         .children
         .iter()
-        .map(|&child| Ok((rel.to_rank(child), buf.outbound(whole.clone())?)))
+        .map(|&child| (rel.to_rank(child), Outbound::Bytes(&word)))
+        .collect();
+    long.exchange_data(sends, Vec::new()).await?;
+    let outcome = if len == buf.len() {
+        scatter_all_gather(&long, rel, algorithm, buf).await
+    } else {
+        t.note_length(root, len, buf.len());
+        let mut data = Scratch::zeroed(len);
+        scatter_all_gather(&long, rel, algorithm, &mut Pieces::Bytes(data.bytes_mut()))
+            .await
+            .and_then(|()| buf.write(0, &data.bytes()[..len.min(buf.len())]))
+    };
+    t.adopt_mismatch(long);
+    outcome
+}
+
+/// The first `len` bytes of `buf` to each of `children` (relative ranks).
+async fn binomial_sends(
+    t: &Team<'_>,
+    rel: Relative,
+    children: &[usize],
+    buf: &Pieces<'_>,
+    len: usize,
+) -> Result<()> {
+    let sends = children
+        .iter()
+        .map(|&child| Ok((rel.to_rank(child), buf.outbound(0..len)?)))
         .collect::<Result<_>>()?;
     t.exchange_data(sends, Vec::new()).await
+}
+
+/// Broadcast of `buf`, the root's length, by scatter down the binomial
+/// tree and the all-gather of `algorithm`.
+async fn scatter_all_gather(
+    t: &Team<'_>,
+    rel: Relative,
+    algorithm: BroadcastAlgorithm,
+    buf: &mut Pieces<'_>,
+) -> Result<()> {
+    let bounds = broadcast_chunks(buf.len(), t.size());
+    scatter_for_broadcast(t, rel, &bounds, buf).await?;
+    if algorithm == BroadcastAlgorithm::ScatterDoubling {
+        doubling_all_gather(t, rel, &bounds, buf).await
+    } else {
+        let chunks: Vec<Range<usize>> = bounds.windows(2).map(|w| w[0]..w[1]).collect();
+        ring_all_gather(t, rel, &chunks, buf).await
+    }
 }
 
 /// Scatters the chunks of a broadcast (bounds by relative rank) down the

@@ -17,7 +17,7 @@ const BROADCAST_LONG: usize = 512 * 1024;
 /// says 8 (`MPIR_CVAR_BCAST_MIN_PROCS`); with two processes scatter and
 /// all-gather only add a step, from three on they halve what the root
 /// sends, so oxmpi switches there.
-pub(crate) const BROADCAST_MIN_PROCESSES: usize = 3;
+const BROADCAST_MIN_PROCESSES: usize = 3;
 /// Reductions of more bytes than this use Rabenseifner's algorithm
 /// (`MPIR_CVAR_REDUCE_SHORT_MSG_SIZE`, `MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE`).
 const REDUCE_SHORT: usize = 2048;

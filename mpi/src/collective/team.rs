@@ -50,6 +50,10 @@ pub(crate) enum CollectiveTag {
     Communicator = -13,
     /// The making of a communicator's shared region (`node`).
     Node = -14,
+    /// A broadcast's messages when the root's length chooses scatter and
+    /// all-gather: apart from those of the binomial tree, so that a
+    /// process learns which the root chose from which message comes.
+    BroadcastLong = -15,
 }
 
 /// How many collectives a communicator numbers apart before the numbers
@@ -60,10 +64,16 @@ const SEQUENCE_SPAN: u32 = 1 << 27;
 impl CollectiveTag {
     /// The tag of the messages of the collective numbered `sequence` on
     /// its communicator: `-(sequence mod 2^27 * 16 + kind)`, always below
-    /// -1 (the kinds are 2 to 14).
+    /// -1 (the kinds are 2 to 15).
     pub(crate) fn numbered(self, sequence: u32) -> i32 {
         let kind = -(self as i32);
         -(((sequence % SEQUENCE_SPAN) as i32) << 4 | kind)
+    }
+
+    /// The tag of kind `self` of the collective whose tag of some kind is
+    /// `tag` (made by [`CollectiveTag::numbered`]).
+    fn renumbered(self, tag: i32) -> i32 {
+        -((-tag) & !0xf | -(self as i32))
     }
 }
 
@@ -121,6 +131,24 @@ impl<'a> Team<'a> {
             world,
             sources,
             mismatch: RefCell::new(None),
+        }
+    }
+
+    /// The same processes exchanging messages of kind `kind` of the same
+    /// collective. Mismatches it notes are its own until
+    /// [`Team::adopt_mismatch`] takes them.
+    pub(crate) fn retagged(&self, kind: CollectiveTag) -> Team<'a> {
+        Team {
+            tag: kind.renumbered(self.tag),
+            mismatch: RefCell::new(None),
+            ..*self
+        }
+    }
+
+    /// Notes the first mismatch `other` noted, if this team has none.
+    pub(crate) fn adopt_mismatch(&self, other: Team<'_>) {
+        if let Some(e) = other.mismatch.into_inner() {
+            self.note_mismatch(e);
         }
     }
 
@@ -214,26 +242,13 @@ impl<'a> Team<'a> {
             .collect();
         let posted = with_device(|d| {
             for (from, inbound) in recvs {
-                let pattern = MatchPattern {
-                    context_id: self.context,
-                    source: Some(self.source_of(from)),
-                    tag: Some(self.tag),
-                };
-                let peer = Some(self.world[from]);
-                let id = match inbound {
-                    // SAFETY: `buf` stays exclusively borrowed until this
-                    // step is done (its lifetime is the future's), and
-                    // `messages` (dropped first, also when the step is
-                    // dropped unfinished) waits for the request to
-                    // complete.
-                    Inbound::Bytes(buf) => unsafe {
-                        d.start_recv(pattern, peer, buf.as_mut_ptr(), buf.len())
-                    },
-                    Inbound::Unpacked(window, _) => {
-                        d.start_recv_unpacked(pattern, peer, Box::new(window))
-                    }
-                }?;
-                messages.ids.push(id);
+                // SAFETY: `inbound` stays borrowed until this step is
+                // done (its lifetime is the future's), and `messages`
+                // (dropped first, also when the step is dropped
+                // unfinished) waits for the request to complete.
+                messages
+                    .ids
+                    .push(unsafe { self.post_receive(d, from, inbound) }?);
             }
             for (to, outbound) in sends {
                 let id = match outbound {
@@ -270,6 +285,81 @@ impl<'a> Team<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Posts the receive of a message of this team's tag from `from`
+    /// into `inbound`.
+    ///
+    /// # Safety
+    /// The memory `inbound` borrows must stay valid, and untouched, until
+    /// the request completes.
+    unsafe fn post_receive(
+        &self,
+        d: &mut Device,
+        from: usize,
+        inbound: Inbound<'_>,
+    ) -> Result<RequestId> {
+        let pattern = MatchPattern {
+            context_id: self.context,
+            source: Some(self.source_of(from)),
+            tag: Some(self.tag),
+        };
+        let peer = Some(self.world[from]);
+        match inbound {
+            // SAFETY: the caller's guarantee, passed on.
+            Inbound::Bytes(buf) => unsafe {
+                d.start_recv(pattern, peer, buf.as_mut_ptr(), buf.len())
+            },
+            Inbound::Unpacked(window, _) => d.start_recv_unpacked(pattern, peer, Box::new(window)),
+        }
+    }
+
+    /// Receives from `from` whichever of two messages comes: one of this
+    /// team's tag into `mine`, or one of `other`'s tag (the same members,
+    /// [`Team::retagged`]) into `theirs`; the other receive is taken
+    /// back. For a process that learns which way a collective goes from
+    /// which message comes. Returns whether `mine` got it, and its
+    /// length; a length that differs from its room is noted, as in
+    /// [`Team::exchange_data`].
+    pub(crate) async fn receive_either(
+        &self,
+        from: usize,
+        mine: Inbound<'_>,
+        other: &Team<'_>,
+        theirs: Inbound<'_>,
+    ) -> Result<(bool, usize)> {
+        let rooms = [mine.len(), theirs.len()];
+        let mut messages = Messages::default();
+        with_device(|d| {
+            for (team, inbound) in [(self, mine), (other, theirs)] {
+                // SAFETY: both stay borrowed until this step is done
+                // (their lifetimes are the future's), and `messages`
+                // (also when the step is dropped unfinished) waits for
+                // the requests to complete.
+                let id = unsafe { team.post_receive(d, from, inbound) }?;
+                messages.ids.push(id);
+            }
+            Ok(())
+        })?;
+        OneOf(&mut messages).await?;
+        with_device(|d| {
+            for &id in &messages.ids {
+                if !d.is_complete(id) {
+                    d.cancel(id);
+                }
+            }
+            Ok(())
+        })?;
+        let statuses = (&mut messages).await?;
+        let received = statuses.iter().position(|s| !s.cancelled).ok_or_else(|| {
+            Error::new(
+                ErrorClass::Intern,
+                "both receives of a collective's step were taken back",
+            )
+        })?;
+        let status = &statuses[received];
+        self.judge_receive(status, from, rooms[received])?;
+        Ok((received == 0, status.count))
     }
 
     /// Notes a message of the wrong length; returns any other error.
@@ -386,6 +476,26 @@ impl Future for &mut Messages {
     }
 }
 
+/// The step of [`Messages`] that is done once any one of its requests
+/// is complete (nothing is taken from the device).
+struct OneOf<'m>(&'m mut Messages);
+
+impl Future for OneOf<'_> {
+    type Output = Result<()>;
+
+    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Self::Output> {
+        let ids = &self.get_mut().0.ids;
+        match with_device(|d| Ok(ids.iter().any(|&id| d.is_complete(id)))) {
+            Ok(true) => Poll::Ready(Ok(())),
+            Ok(false) => {
+                engine::waiting_for_one_of(ids);
+                Poll::Pending
+            }
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+}
+
 impl Drop for Messages {
     fn drop(&mut self) {
         if self.ids.is_empty() {
@@ -486,5 +596,11 @@ mod tests {
             CollectiveTag::Scan.numbered(SEQUENCE_SPAN),
             CollectiveTag::Scan.numbered(0)
         );
+        for sequence in sequences {
+            let long = CollectiveTag::BroadcastLong;
+            let tag = CollectiveTag::Broadcast.numbered(sequence);
+            assert_eq!(long.renumbered(tag), long.numbered(sequence));
+            assert_ne!(long.renumbered(tag), tag);
+        }
     }
 }
