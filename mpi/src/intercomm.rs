@@ -65,7 +65,7 @@
 use crate::collective::algorithms::{all_gather, broadcast};
 use crate::collective::engine::block_on;
 use crate::collective::team::{CollectiveTag, Sequence, Team};
-use crate::collective::typed::Output;
+use crate::collective::typed::{Output, Pieces};
 use crate::comm::{Communicator, Inherit, TAG_UB};
 use crate::context;
 use crate::group::Group;
@@ -454,7 +454,7 @@ impl<'a> Link<'a> {
 /// Broadcasts `values` over `t` from `root`.
 fn broadcast_values<T: crate::Equivalence>(t: &Team, root: usize, values: &mut [T]) -> Result<()> {
     let mut output = Output::new(values)?;
-    block_on(broadcast(t, root, output.bytes_mut()))?;
+    block_on(broadcast(t, root, &mut Pieces::Bytes(output.bytes_mut())))?;
     output.finish()
 }
 

@@ -107,21 +107,19 @@ fn collectives_of_large_strided_datatypes() {
 }
 
 #[test]
-fn long_strided_collectives_over_shared_memory_move_in_pieces() {
-    // A 32 MiB strided broadcast and all-to-all streamed through the
-    // shared staging areas (single copies off: with them, and by
-    // messages, non-contiguous data is still packed whole) grow no
-    // process's peak memory by a packed copy.
-    for ranks in [2, 3] {
-        let out = job(
-            "collectives",
-            "pieces_memory",
-            ranks,
-            &[("OXMPI_SHM_CMA", "0")],
-            120,
-        );
-        assert!(out.contains("all-to-all: +"), "{out}");
-        eprint!("{out}");
+fn long_strided_collectives_move_in_pieces() {
+    // A 32 MiB strided broadcast and all-to-all grow no process's peak
+    // memory by a packed copy: streamed through the shared staging areas
+    // (single copies off: with them, non-contiguous data is still packed
+    // whole), and by messages, which the point-to-point layer packs and
+    // unpacks piece by piece, over shared memory and over TCP.
+    let ways: [&[(&str, &str)]; 3] = [&[("OXMPI_SHM_CMA", "0")], &[("OXMPI_COLL_SHM", "0")], &TCP];
+    for env in ways {
+        for ranks in [2, 3] {
+            let out = job("collectives", "pieces_memory", ranks, env, 120);
+            assert!(out.contains("all-to-all: +"), "{env:?}: {out}");
+            eprint!("{env:?}: {out}");
+        }
     }
 }
 
@@ -139,6 +137,18 @@ fn processes_that_pass_different_counts_fail_alone() {
         // Long broadcasts stream through shared memory here, where the
         // one process whose count differs fails alone too.
         job("collectives", "mismatch_long", ranks, &[], 60);
+    }
+    // By messages, on one host and over TCP: the root's length goes
+    // ahead of the data, so the others still get it.
+    for ranks in [3, 5] {
+        job(
+            "collectives",
+            "mismatch_long",
+            ranks,
+            &[("OXMPI_COLL_SHM", "0")],
+            60,
+        );
+        job("collectives", "mismatch_long", ranks, &TCP, 60);
     }
 }
 

@@ -1,6 +1,10 @@
-//! The collective algorithms, over a [`Team`] and plain bytes: the API
+//! The collective algorithms, over a [`Team`] and packed data: the API
 //! (`collective/mod.rs`) checks the arguments and lays out the buffers;
-//! these move and combine the bytes. Each follows MPICH's algorithm of
+//! these move and combine the bytes. Those that only move data
+//! (broadcast, all-to-all, the all-gathers' exchanges) take it as
+//! [`Pieces`] or [`Outbound`]/[`Inbound`] messages, so a buffer that is
+//! not contiguous is sent and received a piece at a time, never packed
+//! whole. Each follows MPICH's algorithm of
 //! the same name (`schedule` picks one and gives its shape).
 //!
 //! Reductions keep rank order wherever the operation may not be
@@ -13,7 +17,8 @@ use super::schedule::{
     pairwise_partners, reduce_algorithm, split_evenly, subtree_span, AllGatherAlgorithm,
     AllToAllAlgorithm, BroadcastAlgorithm, Fold, HalvingStep, ReduceAlgorithm, ALL_TO_ALL_THROTTLE,
 };
-use super::team::{Scratch, Team};
+use super::team::{CollectiveTag, Scratch, Team};
+use super::typed::{copy_across, Inbound, Outbound, Pieces};
 use crate::{Error, ErrorClass, Result};
 use std::ops::Range;
 
@@ -54,40 +59,108 @@ impl Relative {
     }
 }
 
-/// Broadcast of `buf` from `root`.
-pub(crate) async fn broadcast(t: &Team<'_>, root: usize, buf: &mut [u8]) -> Result<()> {
+/// Broadcast of `buf` (its packed data) from `root`.
+///
+/// With three processes or more the root's length chooses between the
+/// binomial tree and scatter with all-gather, whose messages carry tags
+/// of their own kinds; a non-root waits for whichever comes from its
+/// parent: the data, down the tree, or the root's length (8 bytes, ahead
+/// of the data of a scatter). So every process goes the root's way by
+/// the root's length, and one that passed another count (an erroneous
+/// program) fails alone, with `MPI_ERR_TRUNCATE` where its buffer is
+/// shorter and `MPI_ERR_COUNT` where it is longer, while it still passes
+/// on the root's data as the others expect it: a scatter's through a
+/// temporary buffer of the root's length (keeping what fits), a tree's
+/// as it came (all of it where its buffer is longer; where it is shorter,
+/// its subtree gets what it kept, and fails too).
+pub(crate) async fn broadcast(t: &Team<'_>, root: usize, buf: &mut Pieces<'_>) -> Result<()> {
     let n = t.size();
     if n == 1 {
         return Ok(());
     }
     let rel = Relative::of(t, root);
-    match broadcast_algorithm(buf.len(), n) {
-        BroadcastAlgorithm::Binomial => binomial_broadcast(t, rel, buf).await,
-        algorithm => {
-            let bounds = broadcast_chunks(buf.len(), n);
-            scatter_for_broadcast(t, rel, &bounds, buf).await?;
-            if algorithm == BroadcastAlgorithm::ScatterDoubling {
-                doubling_all_gather(t, rel, &bounds, buf).await
-            } else {
-                let chunks: Vec<Range<usize>> = bounds.windows(2).map(|w| w[0]..w[1]).collect();
-                ring_all_gather(t, rel, &chunks, buf).await
+    let node = binomial_node(rel.to_relative(t.rank()), n);
+    let long = t.retagged(CollectiveTag::BroadcastLong);
+    let len = match node.parent {
+        None => buf.len(),
+        Some(parent) => {
+            let whole = buf.len();
+            let mut word = [0u8; 8];
+            let (down_the_tree, count) = t
+                .receive_either(
+                    rel.to_rank(parent),
+                    buf.inbound(0..whole)?,
+                    &long,
+                    Inbound::Bytes(&mut word),
+                )
+                .await?;
+            if down_the_tree {
+                return binomial_sends(t, rel, &node.children, buf, count.min(whole)).await;
             }
+            usize::try_from(u64::from_le_bytes(word)).map_err(|_| {
+                Error::new(
+                    ErrorClass::Count,
+                    "the root broadcasts more bytes than this process can address",
+                )
+            })?
         }
+    };
+    let algorithm = broadcast_algorithm(len, n);
+    if algorithm == BroadcastAlgorithm::Binomial {
+        return binomial_sends(t, rel, &node.children, buf, len).await;
     }
-}
-
-/// The whole buffer from each node to its children.
-async fn binomial_broadcast(t: &Team<'_>, rel: Relative, buf: &mut [u8]) -> Result<()> {
-    let node = binomial_node(rel.to_relative(t.rank()), t.size());
-    if let Some(parent) = node.parent {
-        t.receive(rel.to_rank(parent), buf).await?;
-    }
-    let sends: Vec<(usize, &[u8])> = node
+    // The root's length to the children, ahead of their data.
+    let word = (len as u64).to_le_bytes();
+    let sends = node
         .children
         .iter()
-        .map(|&child| (rel.to_rank(child), &*buf))
+        .map(|&child| (rel.to_rank(child), Outbound::Bytes(&word)))
         .collect();
-    t.exchange(&sends, &mut []).await
+    long.exchange_data(sends, Vec::new()).await?;
+    let outcome = if len == buf.len() {
+        scatter_all_gather(&long, rel, algorithm, buf).await
+    } else {
+        t.note_length(root, len, buf.len());
+        let mut data = Scratch::zeroed(len);
+        scatter_all_gather(&long, rel, algorithm, &mut Pieces::Bytes(data.bytes_mut()))
+            .await
+            .and_then(|()| buf.write(0, &data.bytes()[..len.min(buf.len())]))
+    };
+    t.adopt_mismatch(long);
+    outcome
+}
+
+/// The first `len` bytes of `buf` to each of `children` (relative ranks).
+async fn binomial_sends(
+    t: &Team<'_>,
+    rel: Relative,
+    children: &[usize],
+    buf: &Pieces<'_>,
+    len: usize,
+) -> Result<()> {
+    let sends = children
+        .iter()
+        .map(|&child| Ok((rel.to_rank(child), buf.outbound(0..len)?)))
+        .collect::<Result<_>>()?;
+    t.exchange_data(sends, Vec::new()).await
+}
+
+/// Broadcast of `buf`, the root's length, by scatter down the binomial
+/// tree and the all-gather of `algorithm`.
+async fn scatter_all_gather(
+    t: &Team<'_>,
+    rel: Relative,
+    algorithm: BroadcastAlgorithm,
+    buf: &mut Pieces<'_>,
+) -> Result<()> {
+    let bounds = broadcast_chunks(buf.len(), t.size());
+    scatter_for_broadcast(t, rel, &bounds, buf).await?;
+    if algorithm == BroadcastAlgorithm::ScatterDoubling {
+        doubling_all_gather(t, rel, &bounds, buf).await
+    } else {
+        let chunks: Vec<Range<usize>> = bounds.windows(2).map(|w| w[0]..w[1]).collect();
+        ring_all_gather(t, rel, &chunks, buf).await
+    }
 }
 
 /// Scatters the chunks of a broadcast (bounds by relative rank) down the
@@ -97,54 +170,28 @@ async fn scatter_for_broadcast(
     t: &Team<'_>,
     rel: Relative,
     bounds: &[usize],
-    buf: &mut [u8],
+    buf: &mut Pieces<'_>,
 ) -> Result<()> {
     let n = t.size();
     let me = rel.to_relative(t.rank());
     let node = binomial_node(me, n);
     if let Some(parent) = node.parent {
-        t.receive(
-            rel.to_rank(parent),
-            &mut buf[bounds[me]..bounds[me + node.span]],
-        )
-        .await?;
+        let recv = buf.inbound(bounds[me]..bounds[me + node.span])?;
+        t.exchange_data(Vec::new(), vec![(rel.to_rank(parent), recv)])
+            .await?;
     }
-    let sends: Vec<(usize, &[u8])> = node
+    let sends = node
         .children
         .iter()
         .map(|&child| {
             let end = child + subtree_span(child, n);
-            (rel.to_rank(child), &buf[bounds[child]..bounds[end]])
+            Ok((
+                rel.to_rank(child),
+                buf.outbound(bounds[child]..bounds[end])?,
+            ))
         })
-        .collect();
-    t.exchange(&sends, &mut []).await
-}
-
-/// A part of `buf` to read and another to write at once; they must not
-/// overlap unless one is empty.
-fn read_and_write(
-    buf: &mut [u8],
-    read: Range<usize>,
-    write: Range<usize>,
-) -> Result<(&[u8], &mut [u8])> {
-    if read.is_empty() {
-        return Ok((&[], &mut buf[write]));
-    }
-    if write.is_empty() {
-        return Ok((&buf[read], &mut []));
-    }
-    if read.end <= write.start {
-        let (low, high) = buf.split_at_mut(write.start);
-        Ok((&low[read], &mut high[..write.len()]))
-    } else if write.end <= read.start {
-        let (low, high) = buf.split_at_mut(read.start);
-        Ok((&high[..read.len()], &mut low[write]))
-    } else {
-        Err(Error::new(
-            ErrorClass::Intern,
-            format!("a collective step reads {read:?} and writes {write:?} of one buffer"),
-        ))
-    }
+        .collect::<Result<_>>()?;
+    t.exchange_data(sends, Vec::new()).await
 }
 
 /// Recursive-doubling all-gather in place over a power-of-two team:
@@ -154,20 +201,20 @@ async fn doubling_all_gather(
     t: &Team<'_>,
     rel: Relative,
     bounds: &[usize],
-    buf: &mut [u8],
+    buf: &mut Pieces<'_>,
 ) -> Result<()> {
     let me = rel.to_relative(t.rank());
     let mut mask = 1;
     while mask < t.size() {
         let partner = me ^ mask;
         let (mine, theirs) = (me & !(mask - 1), partner & !(mask - 1));
-        let (send, recv) = read_and_write(
-            buf,
+        let (send, recv) = buf.read_and_write(
             bounds[mine]..bounds[mine + mask],
             bounds[theirs]..bounds[theirs + mask],
         )?;
         let peer = rel.to_rank(partner);
-        t.send_receive(peer, send, peer, recv).await?;
+        t.exchange_data(vec![(peer, send)], vec![(peer, recv)])
+            .await?;
         mask <<= 1;
     }
     Ok(())
@@ -180,7 +227,7 @@ async fn ring_all_gather(
     t: &Team<'_>,
     rel: Relative,
     blocks: &[Range<usize>],
-    buf: &mut [u8],
+    buf: &mut Pieces<'_>,
 ) -> Result<()> {
     let n = t.size();
     let me = rel.to_relative(t.rank());
@@ -188,8 +235,10 @@ async fn ring_all_gather(
     for step in 0..n - 1 {
         let outgoing = (me + n - step) % n;
         let incoming = (me + n - step - 1) % n;
-        let (send, recv) = read_and_write(buf, blocks[outgoing].clone(), blocks[incoming].clone())?;
-        t.send_receive(right, send, left, recv).await?;
+        let (send, recv) =
+            buf.read_and_write(blocks[outgoing].clone(), blocks[incoming].clone())?;
+        t.exchange_data(vec![(right, send)], vec![(left, recv)])
+            .await?;
     }
     Ok(())
 }
@@ -229,6 +278,7 @@ pub(crate) async fn all_gather(t: &Team<'_>, mine: &[u8], recv: &mut [u8]) -> Re
         AllGatherAlgorithm::Bruck => bruck_all_gather(t, mine, recv).await,
         algorithm => {
             recv[r * b..(r + 1) * b].copy_from_slice(mine);
+            let recv = &mut Pieces::Bytes(recv);
             if algorithm == AllGatherAlgorithm::RecursiveDoubling {
                 let bounds: Vec<usize> = (0..=n).map(|i| i * b).collect();
                 doubling_all_gather(t, rel, &bounds, recv).await
@@ -250,9 +300,9 @@ pub(crate) async fn all_gather_varcount(
     recv: &mut [u8],
 ) -> Result<()> {
     if let Some(mine) = mine {
-        copy_own(t, mine, &mut recv[blocks[t.rank()].clone()]);
+        copy_own(t, mine.into(), (&mut recv[blocks[t.rank()].clone()]).into())?;
     }
-    ring_all_gather(t, Relative::of(t, 0), blocks, recv).await
+    ring_all_gather(t, Relative::of(t, 0), blocks, &mut Pieces::Bytes(recv)).await
 }
 
 /// Binomial gather of equal blocks to `root`: each process collects its
@@ -364,7 +414,7 @@ pub(crate) async fn gather_varcount(
         return t.send(root, mine).await;
     };
     let own = std::mem::take(&mut recvs[root]);
-    copy_own(t, mine, own);
+    copy_own(t, mine.into(), own.into())?;
     let mut posted: Vec<(usize, &mut [u8])> = recvs
         .into_iter()
         .enumerate()
@@ -384,7 +434,7 @@ pub(crate) async fn scatter_varcount(
     let Some(sends) = sends else {
         return t.receive(root, mine).await;
     };
-    copy_own(t, sends[root], mine);
+    copy_own(t, sends[root].into(), mine.into())?;
     let posted: Vec<(usize, &[u8])> = sends
         .iter()
         .enumerate()
@@ -397,7 +447,7 @@ pub(crate) async fn scatter_varcount(
 /// A process's own block, copied from what it sends to what it
 /// receives; different lengths are a mismatch, noted as one between
 /// processes is (see [`Team::run`]).
-fn copy_own(t: &Team<'_>, from: &[u8], to: &mut [u8]) {
+fn copy_own(t: &Team<'_>, mut from: Outbound<'_>, mut to: Inbound<'_>) -> Result<()> {
     if from.len() != to.len() {
         t.note_mismatch(Error::new(
             ErrorClass::Count,
@@ -409,19 +459,23 @@ fn copy_own(t: &Team<'_>, from: &[u8], to: &mut [u8]) {
         ));
     }
     let len = from.len().min(to.len());
-    to[..len].copy_from_slice(&from[..len]);
+    copy_across(&mut from, &mut to, len)
 }
 
 /// All-to-all: `sends[i]` goes to rank `i` and `recvs[i]` comes from it
 /// (this process's own copied).
 pub(crate) async fn all_to_all(
     t: &Team<'_>,
-    sends: &[&[u8]],
-    mut recvs: Vec<&mut [u8]>,
+    mut sends: Vec<Outbound<'_>>,
+    mut recvs: Vec<Inbound<'_>>,
     algorithm: AllToAllAlgorithm,
 ) -> Result<()> {
     let (n, r) = (t.size(), t.rank());
-    copy_own(t, sends[r], std::mem::take(&mut recvs[r]));
+    copy_own(
+        t,
+        std::mem::take(&mut sends[r]),
+        std::mem::take(&mut recvs[r]),
+    )?;
     let steps: Vec<usize> = (1..n).collect();
     let batch = match algorithm {
         AllToAllAlgorithm::Scattered => ALL_TO_ALL_THROTTLE,
@@ -432,10 +486,10 @@ pub(crate) async fn all_to_all(
         let mut posted_recvs = Vec::with_capacity(batch.len());
         for &step in batch {
             let (from, to) = pairwise_partners(r, n, step);
-            posted_sends.push((to, sends[to]));
+            posted_sends.push((to, std::mem::take(&mut sends[to])));
             posted_recvs.push((from, std::mem::take(&mut recvs[from])));
         }
-        t.exchange(&posted_sends, &mut posted_recvs).await?;
+        t.exchange_data(posted_sends, posted_recvs).await?;
     }
     Ok(())
 }
@@ -642,14 +696,15 @@ pub(crate) async fn all_reduce(t: &Team<'_>, acc: &mut [u8], red: &Reduction<'_>
                 let steps = halving_steps(new_rank, fold.pof2);
                 halving_reduce_scatter(t, &fold, &steps, &bounds, acc, &mut incoming, red).await?;
                 let element = red.element_size();
+                let mut result = Pieces::Bytes(&mut *acc);
                 for step in steps.iter().rev() {
                     let peer = fold.rank_of(step.partner);
-                    let (send, recv) = read_and_write(
-                        acc,
+                    let (send, recv) = result.read_and_write(
                         block_bytes(&bounds, &step.keep, element),
                         block_bytes(&bounds, &step.give, element),
                     )?;
-                    t.send_receive(peer, send, peer, recv).await?;
+                    t.exchange_data(vec![(peer, send)], vec![(peer, recv)])
+                        .await?;
                 }
             }
         }

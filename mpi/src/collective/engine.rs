@@ -30,8 +30,8 @@
 
 use crate::request::{Request, Scope};
 use crate::{progress_until, with_device, Error, ErrorClass, Result};
-use oxmpi_adi::device::RequestId;
-use std::cell::RefCell;
+use oxmpi_adi::device::{Device, RequestId};
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::{pin, Pin};
 use std::task::{Context, Poll, Waker};
@@ -52,14 +52,27 @@ thread_local! {
     static PENDING: RefCell<Vec<Pending>> = const { RefCell::new(Vec::new()) };
     /// The requests the step of the collective polled last waits for.
     static WAITING_FOR: RefCell<Vec<RequestId>> = const { RefCell::new(Vec::new()) };
+    /// Whether that step goes on once one of them is complete (else it
+    /// waits for all).
+    static WAITING_FOR_ONE: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Notes that the step being polled waits for `ids` (see [`block_on`]).
 pub(crate) fn waiting_for(ids: &[RequestId]) {
+    note_wait(ids, false);
+}
+
+/// Notes that the step being polled waits for any one of `ids`.
+pub(crate) fn waiting_for_one_of(ids: &[RequestId]) {
+    note_wait(ids, true);
+}
+
+fn note_wait(ids: &[RequestId], one: bool) {
     WAITING_FOR.with_borrow_mut(|w| {
         w.clear();
         w.extend_from_slice(ids);
     });
+    WAITING_FOR_ONE.set(one);
 }
 
 /// Polls `operation` once, with a waker that does nothing: progress is
@@ -78,7 +91,12 @@ pub(crate) fn block_on<R>(operation: impl Future<Output = Result<R>>) -> Result<
             return outcome;
         }
         let ids = WAITING_FOR.take();
-        progress_until(|d| Ok(ids.iter().all(|&id| d.is_complete(id)).then_some(())))?;
+        let done = |d: &mut Device, id: &RequestId| d.is_complete(*id);
+        if WAITING_FOR_ONE.get() {
+            progress_until(|d| Ok(ids.iter().any(|id| done(d, id)).then_some(())))?;
+        } else {
+            progress_until(|d| Ok(ids.iter().all(|id| done(d, id)).then_some(())))?;
+        }
         // Given back for its capacity: the next step notes its own.
         WAITING_FOR.set(ids);
     }
@@ -156,7 +174,7 @@ pub(crate) fn advance() -> Result<()> {
     }
     // A step polled here notes what it waits for, which is not what a
     // blocking collective around this call waits for.
-    let waiting = WAITING_FOR.take();
+    let waiting = (WAITING_FOR.take(), WAITING_FOR_ONE.get());
     let mut finished = Vec::new();
     polled.retain_mut(|p| match poll_once(p.operation.as_mut()) {
         Poll::Ready(outcome) => {
@@ -165,7 +183,8 @@ pub(crate) fn advance() -> Result<()> {
         }
         Poll::Pending => true,
     });
-    WAITING_FOR.set(waiting);
+    WAITING_FOR.set(waiting.0);
+    WAITING_FOR_ONE.set(waiting.1);
     // Collectives started while these were polled (none is, today) stay
     // after them.
     PENDING.with_borrow_mut(|pending| {

@@ -36,7 +36,7 @@ use super::op::Reduction;
 use super::partition::{disjoint_blocks, Partition, PartitionMut};
 use super::schedule::AllToAllAlgorithm;
 use super::team::{CollectiveTag, Sequence, Team};
-use super::typed::{Input, Output};
+use super::typed::{Inbound, Input, Outbound, Output, Pieces};
 use crate::comm::Communicator;
 use crate::context;
 use crate::datatype::{Buffer, BufferMut};
@@ -229,22 +229,24 @@ impl Communicator {
     pub(crate) async fn inter_all_to_all(
         &self,
         sequence: Sequence,
-        sends: &[&[u8]],
-        recvs: Vec<&mut [u8]>,
+        sends: Vec<Outbound<'_>>,
+        recvs: Vec<Inbound<'_>>,
         algorithm: AllToAllAlgorithm,
     ) -> Result<()> {
         let remote = self.remote()?;
         let local_size = self.members().len();
         let team = self.both_groups_team(sequence, CollectiveTag::AllToAll)?;
-        let mut all_sends: Vec<&[u8]> = vec![&[]; team.size()];
-        let mut all_recvs: Vec<&mut [u8]> = (0..team.size()).map(|_| &mut [][..]).collect();
-        for (rank, (send, recv)) in sends.iter().zip(recvs).enumerate() {
+        let mut all_sends: Vec<Outbound<'_>> =
+            (0..team.size()).map(|_| Default::default()).collect();
+        let mut all_recvs: Vec<Inbound<'_>> =
+            (0..team.size()).map(|_| Default::default()).collect();
+        for (rank, (send, recv)) in sends.into_iter().zip(recvs).enumerate() {
             let i = remote.index(false, rank, local_size);
             all_sends[i] = send;
             all_recvs[i] = recv;
         }
         team.complete(algorithms::all_to_all(
-            &team, &all_sends, all_recvs, algorithm,
+            &team, all_sends, all_recvs, algorithm,
         ))
         .await
     }
@@ -285,7 +287,7 @@ impl Communicator {
         let swapped = self.remote_reduction_at_leader(&teams, acc, red).await?;
         let local = teams.local();
         local
-            .complete(algorithms::broadcast(&local, 0, acc))
+            .complete(algorithms::broadcast(&local, 0, &mut Pieces::Bytes(acc)))
             .await?;
         swapped
     }
@@ -379,8 +381,12 @@ impl Communicator {
         let mut data = Input::new(buf)?.bytes().to_vec();
         let team = self.rooted(sequence, CollectiveTag::Broadcast, None)?;
         let all = team.all();
-        all.complete(algorithms::broadcast(&all, 0, &mut data))
-            .await
+        all.complete(algorithms::broadcast(
+            &all,
+            0,
+            &mut Pieces::Bytes(&mut data),
+        ))
+        .await
     }
 
     /// Receives into `buf` the broadcast of the process of rank `root` in
@@ -420,8 +426,12 @@ impl Communicator {
         let mut output = Output::new(buf)?;
         let team = self.rooted(sequence, CollectiveTag::Broadcast, Some(root))?;
         let all = team.all();
-        all.complete(algorithms::broadcast(&all, 0, output.bytes_mut()))
-            .await?;
+        all.complete(algorithms::broadcast(
+            &all,
+            0,
+            &mut Pieces::Bytes(output.bytes_mut()),
+        ))
+        .await?;
         output.finish()
     }
 

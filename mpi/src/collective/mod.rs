@@ -128,7 +128,7 @@ use partition::{consecutive_blocks, disjoint_blocks, uniform_blocks};
 use schedule::{all_to_all_algorithm, AllToAllAlgorithm};
 use std::future::Future;
 use team::{CollectiveTag, Scratch, Sequence};
-use typed::{Input, Output, Pieces};
+use typed::{Inbound, Input, Outbound, Output, Pieces};
 
 /// Whether a collective runs to its end in the call (blocking) or is
 /// started to be completed later (non-blocking): only a blocking one may
@@ -297,30 +297,6 @@ impl Communicator {
             .await
     }
 
-    /// Broadcasts `buf` from `root`, as
-    /// [`Communicator::all_reduce_bytes`] chooses the way.
-    async fn broadcast_bytes(
-        &self,
-        sequence: Sequence,
-        root: usize,
-        buf: &mut [u8],
-        node: Option<&NodeRegion>,
-    ) -> Result<()> {
-        if let Some(node) = node {
-            if node.fits(buf.len()) {
-                return node.broadcast(sequence.0, root, buf);
-            }
-            if node.copies_directly(buf.len(), 1) {
-                return node.broadcast_direct(sequence.0, root, buf);
-            }
-            if let Some(ring) = node.broadcast_ring(buf.len()) {
-                return node.broadcast_staged(sequence.0, root, &mut Pieces::Bytes(buf), ring);
-            }
-        }
-        let team = self.team(sequence, CollectiveTag::Broadcast)?;
-        team.complete(algorithms::broadcast(&team, root, buf)).await
-    }
-
     /// Gathers every process's `send` into `recv` at every process, in
     /// rank order (`MPI_Allgather`, §6.7). `recv` holds `size` times
     /// `send`.
@@ -371,7 +347,9 @@ impl Communicator {
             let n = self.addressed_size();
             let block = block_of(recv.len(), n.max(1), element_type, "the receive buffer")?;
             let recvs = disjoint_blocks(recv.len(), &uniform_blocks(n, block))?.split(recv);
-            self.inter_all_to_all(sequence, &vec![send; n], recvs, all_to_all_algorithm(block))
+            let sends = vec![send; n].into_iter().map(Outbound::from).collect();
+            let recvs = recvs.into_iter().map(Inbound::from).collect();
+            self.inter_all_to_all(sequence, sends, recvs, all_to_all_algorithm(block))
                 .await?;
             return output.finish();
         }
@@ -491,10 +469,10 @@ impl Communicator {
         let buf = output.bytes_mut();
         let layout = disjoint_blocks(buf.len(), &parts)?;
         if self.is_inter_communicator() {
-            let recvs = layout.split(buf);
+            let recvs = layout.split(buf).into_iter().map(Inbound::from).collect();
             self.inter_all_to_all(
                 sequence,
-                &vec![send.bytes(); n],
+                (0..n).map(|_| send.bytes().into()).collect(),
                 recvs,
                 AllToAllAlgorithm::Scattered,
             )
@@ -618,66 +596,53 @@ impl Communicator {
         R: BufferMut + ?Sized,
     {
         let node = self.node_for(&sequence, mode)?;
+        let (send_view, recv_view) = (send.view(), recv.view_mut());
+        let (send_layout, recv_layout) = (send_view.layout()?, recv_view.layout()?);
+        let element_type = same_element_type(
+            ElementType::of_datatype(send_view.datatype()),
+            ElementType::of_datatype(recv_view.datatype()),
+        )?;
+        let n = self.addressed_size();
+        let block = block_of(send_layout.len, n.max(1), element_type, "the send buffer")?;
+        expect_len(
+            recv_layout.len,
+            send_layout.len,
+            element_type,
+            "the receive buffer",
+        )?;
+        // Every process chooses the way by the length of the blocks
+        // alone: the processes' datatypes may differ.
         if let Some(node) = node {
-            if let Some(done) = self
-                .all_to_all_in_pieces(sequence.0, node, send, recv)
-                .transpose()
-            {
-                return done;
+            if node.fits_blocks(n, block) || node.copies_directly(block, n) {
+                // Through the shared region or by single copies, which
+                // need the packed data at one address.
+                let (send, mut output) = (Input::new(send)?, Output::overwritten(recv)?);
+                let (send, recv) = (send.bytes(), output.bytes_mut());
+                if node.fits_blocks(n, block) {
+                    node.all_to_all(sequence.0, send, recv, block)?;
+                } else {
+                    node.all_to_all_direct(sequence.0, send, recv, block)?;
+                }
+                return output.finish();
+            }
+            if let Some(ring) = node.all_to_all_ring(block) {
+                // Streamed through the staging areas a piece at a time.
+                let (mut send, mut recv) =
+                    (Pieces::of_view(&send_view)?, Pieces::into_view(recv_view)?);
+                return node.all_to_all_staged(sequence.0, &mut send, &mut recv, block, ring);
             }
         }
-        let (send, mut output) = (Input::new(send)?, Output::overwritten(recv)?);
-        let element_type = same_element_type(send.element_type(), output.element_type())?;
-        let (send, recv) = (send.bytes(), output.bytes_mut());
-        let n = self.addressed_size();
-        let block = block_of(send.len(), n.max(1), element_type, "the send buffer")?;
-        expect_len(recv.len(), send.len(), element_type, "the receive buffer")?;
-        self.all_to_all_blocks(sequence, send, recv, block, node)
-            .await?;
-        output.finish()
-    }
-
-    /// The all-to-all of `send` into `recv` through shared memory a piece
-    /// at a time, where either is not contiguous and the length of the
-    /// blocks chooses the stream (`None` where not: then the caller packs
-    /// them whole; every process chooses by the length alone, as the
-    /// processes' datatypes may differ). Checks the arguments as the
-    /// caller does.
-    fn all_to_all_in_pieces<S, R>(
-        &self,
-        number: u32,
-        node: &NodeRegion,
-        send: &S,
-        recv: &mut R,
-    ) -> Result<Option<()>>
-    where
-        S: Buffer + ?Sized,
-        R: BufferMut + ?Sized,
-    {
-        let (send, recv) = (send.view(), recv.view_mut());
-        let (send_layout, recv_layout) = (send.layout()?, recv.layout()?);
-        let (send_len, recv_len) = (send_layout.len, recv_layout.len);
-        let element_type = same_element_type(
-            ElementType::of_datatype(send.datatype()),
-            ElementType::of_datatype(recv.datatype()),
-        )?;
-        let n = self.size() as usize;
-        let block = block_of(send_len, n, element_type, "the send buffer")?;
-        expect_len(recv_len, send_len, element_type, "the receive buffer")?;
-        let contiguous = send_layout.contiguous.is_some() && recv_layout.contiguous.is_some();
-        let ring = match node.all_to_all_ring(block) {
-            Some(ring)
-                if !contiguous
-                    && !node.fits_blocks(n, block)
-                    && !node.copies_directly(block, n) =>
-            {
-                ring
-            }
-            _ => return Ok(None),
-        };
-        let (mut send, mut recv) = (Pieces::of_view(&send)?, Pieces::into_view(recv)?);
-        node.all_to_all_staged(number, &mut send, &mut recv, block, ring)
-            .map(Some)
+        // By messages, which the point-to-point layer packs and unpacks
+        // piece by piece where the data is not contiguous.
+        let (send, mut recv) = (Pieces::of_view(&send_view)?, Pieces::into_view(recv_view)?);
+        let parts = uniform_blocks(n, block);
+        let sends = parts
+            .iter()
+            .map(|part| send.outbound(part.clone()))
+            .collect::<Result<_>>()?;
+        let recvs = recv.inbound_blocks(disjoint_blocks(recv.len(), &parts)?)?;
+        self.all_to_all_bytes(sequence, sends, recvs, all_to_all_algorithm(block))
+            .await
     }
 
     /// [`Communicator::all_to_all_into`] in place: `buf` is sent and then
@@ -754,9 +719,10 @@ impl Communicator {
             }
         }
         let parts = uniform_blocks(self.addressed_size(), block);
-        let sends: Vec<&[u8]> = parts.iter().map(|p| &send[p.clone()]).collect();
+        let sends = parts.iter().map(|p| send[p.clone()].into()).collect();
         let recvs = disjoint_blocks(recv.len(), &parts)?.split(recv);
-        self.all_to_all_bytes(sequence, &sends, recvs, all_to_all_algorithm(block))
+        let recvs = recvs.into_iter().map(Inbound::from).collect();
+        self.all_to_all_bytes(sequence, sends, recvs, all_to_all_algorithm(block))
             .await
     }
 
@@ -765,8 +731,8 @@ impl Communicator {
     async fn all_to_all_bytes(
         &self,
         sequence: Sequence,
-        sends: &[&[u8]],
-        recvs: Vec<&mut [u8]>,
+        sends: Vec<Outbound<'_>>,
+        recvs: Vec<Inbound<'_>>,
         algorithm: AllToAllAlgorithm,
     ) -> Result<()> {
         if self.is_inter_communicator() {
@@ -843,11 +809,12 @@ impl Communicator {
         let (recv_parts, mut output) = recv.parts(n)?;
         let recv = output.bytes_mut();
         let recvs = disjoint_blocks(recv.len(), &recv_parts)?.split(recv);
-        let sends: Vec<&[u8]> = send_parts
+        let recvs = recvs.into_iter().map(Inbound::from).collect();
+        let sends = send_parts
             .iter()
-            .map(|p| &send.bytes()[p.clone()])
+            .map(|p| send.bytes()[p.clone()].into())
             .collect();
-        self.all_to_all_bytes(sequence, &sends, recvs, AllToAllAlgorithm::Scattered)
+        self.all_to_all_bytes(sequence, sends, recvs, AllToAllAlgorithm::Scattered)
             .await?;
         output.finish()
     }
@@ -905,12 +872,12 @@ impl Communicator {
         let buf = output.bytes_mut();
         let layout = disjoint_blocks(buf.len(), &parts)?;
         let send = buf.to_vec();
-        let sends: Vec<&[u8]> = parts.iter().map(|p| &send[p.clone()]).collect();
-        let recvs = layout.split(buf);
+        let sends = parts.iter().map(|p| send[p.clone()].into()).collect();
+        let recvs = layout.split(buf).into_iter().map(Inbound::from).collect();
         let team = self.team(sequence, CollectiveTag::AllToAll)?;
         team.complete(algorithms::all_to_all(
             &team,
-            &sends,
+            sends,
             recvs,
             AllToAllAlgorithm::Scattered,
         ))
@@ -961,19 +928,27 @@ impl Communicator {
                 recv.len()
             )));
         }
-        let inputs = send
+        // Each buffer is one message, which the point-to-point layer
+        // packs or unpacks piece by piece where it is not contiguous.
+        let views: Vec<_> = send.iter().map(|b| b.view()).collect();
+        let inputs = views
             .iter()
-            .map(|b| Input::new(*b))
+            .map(Pieces::of_view)
             .collect::<Result<Vec<_>>>()?;
         let mut outputs = recv
             .iter_mut()
-            .map(|b| Output::new(&mut **b))
+            .map(|b| Pieces::into_view(b.view_mut()))
             .collect::<Result<Vec<_>>>()?;
-        let sends: Vec<&[u8]> = inputs.iter().map(Input::bytes).collect();
-        let recvs: Vec<&mut [u8]> = outputs.iter_mut().map(Output::bytes_mut).collect();
-        self.all_to_all_bytes(sequence, &sends, recvs, AllToAllAlgorithm::Scattered)
-            .await?;
-        outputs.into_iter().try_for_each(Output::finish)
+        let sends = inputs
+            .iter()
+            .map(|p| p.outbound(0..p.len()))
+            .collect::<Result<_>>()?;
+        let recvs = outputs
+            .iter_mut()
+            .map(|p| p.inbound(0..p.len()))
+            .collect::<Result<_>>()?;
+        self.all_to_all_bytes(sequence, sends, recvs, AllToAllAlgorithm::Scattered)
+            .await
     }
 
     /// [`Communicator::all_to_all_w_into`] in place: `bufs[i]` is sent to
@@ -1015,12 +990,12 @@ impl Communicator {
             .map(|b| Output::new(&mut **b))
             .collect::<Result<Vec<_>>>()?;
         let copies: Vec<Vec<u8>> = outputs.iter_mut().map(|o| o.bytes_mut().to_vec()).collect();
-        let sends: Vec<&[u8]> = copies.iter().map(Vec::as_slice).collect();
-        let recvs: Vec<&mut [u8]> = outputs.iter_mut().map(Output::bytes_mut).collect();
+        let sends = copies.iter().map(|c| c.as_slice().into()).collect();
+        let recvs = outputs.iter_mut().map(|o| o.bytes_mut().into()).collect();
         let team = self.team(sequence, CollectiveTag::AllToAll)?;
         team.complete(algorithms::all_to_all(
             &team,
-            &sends,
+            sends,
             recvs,
             AllToAllAlgorithm::Scattered,
         ))
@@ -1701,17 +1676,30 @@ impl Process<'_> {
         let node = self.comm.node_for(&sequence, mode)?;
         let at_root = self.comm.rank() == self.rank;
         let root = self.root(at_root)?;
+        // Every process chooses the way by the length alone: the
+        // processes' datatypes may differ.
+        let len = buf.view_mut().layout()?.len;
         if let Some(node) = node {
-            // Long data that is not contiguous streams through shared
-            // memory a piece at a time, never packed whole, where the
-            // length chooses the stream (every process chooses by the
-            // length alone: the processes' datatypes may differ).
-            let view = buf.view_mut();
-            let layout = view.layout()?;
-            let streamed = |len| !node.fits(len) && !node.copies_directly(len, 1);
-            let ring = node.broadcast_ring(layout.len);
-            if let Some(ring) = ring.filter(|_| layout.contiguous.is_none() && streamed(layout.len))
-            {
+            if node.fits(len) || node.copies_directly(len, 1) {
+                // Through the shared region or by single copies, which
+                // need the packed data at one address. The root's buffer
+                // is the data; the others' is only written.
+                let mut output = if at_root {
+                    Output::new(buf)?
+                } else {
+                    Output::overwritten(buf)?
+                };
+                let bytes = output.bytes_mut();
+                if node.fits(len) {
+                    node.broadcast(sequence.0, root, bytes)?;
+                } else {
+                    node.broadcast_direct(sequence.0, root, bytes)?;
+                }
+                return output.finish();
+            }
+            if let Some(ring) = node.broadcast_ring(len) {
+                // Streamed through the staging areas a piece at a time.
+                let view = buf.view_mut();
                 let mut pieces = if at_root {
                     Pieces::of_view(&view.as_view())?
                 } else {
@@ -1720,16 +1708,14 @@ impl Process<'_> {
                 return node.broadcast_staged(sequence.0, root, &mut pieces, ring);
             }
         }
-        // The root's buffer is the data; the others' is only written.
-        let mut output = if at_root {
-            Output::new(buf)?
-        } else {
-            Output::overwritten(buf)?
-        };
-        self.comm
-            .broadcast_bytes(sequence, root, output.bytes_mut(), node)
-            .await?;
-        output.finish()
+        // By messages, which the point-to-point layer packs and unpacks
+        // piece by piece where the data is not contiguous. The root
+        // takes part in the all-gather of a long broadcast, receiving
+        // its own data again, so its buffer is written too.
+        let mut pieces = Pieces::into_view(buf.view_mut())?;
+        let team = self.comm.team(sequence, CollectiveTag::Broadcast)?;
+        team.complete(algorithms::broadcast(&team, root, &mut pieces))
+            .await
     }
 
     /// This process's part of a gather to this root (`MPI_Gather`, §6.5),

@@ -231,6 +231,11 @@ pub(crate) fn disjoint_blocks(len: usize, parts: &[Range<usize>]) -> Result<Disj
 }
 
 impl DisjointBlocks<'_> {
+    /// The blocks, by block index.
+    pub(crate) fn parts(&self) -> &[Range<usize>] {
+        self.parts
+    }
+
     /// `buf` split into the blocks, by block index.
     pub(crate) fn split(self, buf: &mut [u8]) -> Vec<&mut [u8]> {
         let mut pieces: Vec<&mut [u8]> =

@@ -21,6 +21,7 @@
 //! between two processes are not overtaken.
 
 use super::engine;
+use super::typed::{Inbound, Outbound};
 use crate::{progress_until, with_device, Error, ErrorClass, Result};
 use oxmpi_adi::device::{Device, MatchPattern, MessageEnvelope, RequestId, Status};
 use oxmpi_adi::transport::PeerRank;
@@ -49,6 +50,10 @@ pub(crate) enum CollectiveTag {
     Communicator = -13,
     /// The making of a communicator's shared region (`node`).
     Node = -14,
+    /// A broadcast's messages when the root's length chooses scatter and
+    /// all-gather: apart from those of the binomial tree, so that a
+    /// process learns which the root chose from which message comes.
+    BroadcastLong = -15,
 }
 
 /// How many collectives a communicator numbers apart before the numbers
@@ -59,10 +64,16 @@ const SEQUENCE_SPAN: u32 = 1 << 27;
 impl CollectiveTag {
     /// The tag of the messages of the collective numbered `sequence` on
     /// its communicator: `-(sequence mod 2^27 * 16 + kind)`, always below
-    /// -1 (the kinds are 2 to 14).
+    /// -1 (the kinds are 2 to 15).
     pub(crate) fn numbered(self, sequence: u32) -> i32 {
         let kind = -(self as i32);
         -(((sequence % SEQUENCE_SPAN) as i32) << 4 | kind)
+    }
+
+    /// The tag of kind `self` of the collective whose tag of some kind is
+    /// `tag` (made by [`CollectiveTag::numbered`]).
+    fn renumbered(self, tag: i32) -> i32 {
+        -((-tag) & !0xf | -(self as i32))
     }
 }
 
@@ -123,6 +134,24 @@ impl<'a> Team<'a> {
         }
     }
 
+    /// The same processes exchanging messages of kind `kind` of the same
+    /// collective. Mismatches it notes are its own until
+    /// [`Team::adopt_mismatch`] takes them.
+    pub(crate) fn retagged(&self, kind: CollectiveTag) -> Team<'a> {
+        Team {
+            tag: kind.renumbered(self.tag),
+            mismatch: RefCell::new(None),
+            ..*self
+        }
+    }
+
+    /// Notes the first mismatch `other` noted, if this team has none.
+    pub(crate) fn adopt_mismatch(&self, other: Team<'_>) {
+        if let Some(e) = other.mismatch.into_inner() {
+            self.note_mismatch(e);
+        }
+    }
+
     /// This process's index in the team.
     pub(crate) fn rank(&self) -> usize {
         self.rank
@@ -166,20 +195,40 @@ impl<'a> Team<'a> {
         }
     }
 
-    /// One step: receives into each buffer of `recvs` a message from its
-    /// member, and sends each buffer of `sends` to its member; done once
-    /// all are complete. A received message of another length than its
-    /// buffer is noted (see [`Team::complete`]) and the step goes on; any
-    /// other failure (a lost peer) is returned.
+    /// One step of byte buffers: [`Team::exchange_data`] of `sends` and
+    /// `recvs`.
+    pub(crate) async fn exchange(
+        &self,
+        sends: &[(usize, &[u8])],
+        recvs: &mut [(usize, &mut [u8])],
+    ) -> Result<()> {
+        let sends = sends
+            .iter()
+            .map(|&(to, bytes)| (to, bytes.into()))
+            .collect();
+        let recvs = recvs
+            .iter_mut()
+            .map(|(from, buf)| (*from, (&mut **buf).into()))
+            .collect();
+        self.exchange_data(sends, recvs).await
+    }
+
+    /// One step: receives into each of `recvs` a message from its member,
+    /// and sends each of `sends` to its member; done once all are
+    /// complete. Data that is not bytes (a window of a buffer's packed
+    /// data) is packed or unpacked piece by piece by the device, never
+    /// whole. A received message of another length than its room is
+    /// noted (see [`Team::complete`]) and the step goes on; any other
+    /// failure (a lost peer) is returned.
     ///
     /// The buffers stay borrowed until the step is done; a step dropped
     /// before that takes back the receives it can and waits for the rest
     /// (see [`Messages`]), so the device never uses a buffer after its
     /// borrow ends.
-    pub(crate) async fn exchange(
+    pub(crate) async fn exchange_data(
         &self,
-        sends: &[(usize, &[u8])],
-        recvs: &mut [(usize, &mut [u8])],
+        sends: Vec<(usize, Outbound<'_>)>,
+        recvs: Vec<(usize, Inbound<'_>)>,
     ) -> Result<()> {
         let mut messages = Messages::default();
         let envelope = MessageEnvelope {
@@ -187,33 +236,31 @@ impl<'a> Team<'a> {
             source: self.source_of(self.rank),
             tag: self.tag,
         };
+        let expected: Vec<(usize, usize)> = recvs
+            .iter()
+            .map(|(from, inbound)| (*from, inbound.len()))
+            .collect();
         let posted = with_device(|d| {
-            for (from, buf) in recvs.iter_mut() {
-                let pattern = MatchPattern {
-                    context_id: self.context,
-                    source: Some(self.source_of(*from)),
-                    tag: Some(self.tag),
-                };
-                // SAFETY: `buf` stays exclusively borrowed until this step
-                // is done, and `messages` (dropped first, also when the
-                // step is dropped unfinished) waits for the request to
-                // complete.
-                let id = unsafe {
-                    d.start_recv(
-                        pattern,
-                        Some(self.world[*from]),
-                        buf.as_mut_ptr(),
-                        buf.len(),
-                    )
-                }?;
-                messages.ids.push(id);
+            for (from, inbound) in recvs {
+                // SAFETY: `inbound` stays borrowed until this step is
+                // done (its lifetime is the future's), and `messages`
+                // (dropped first, also when the step is dropped
+                // unfinished) waits for the request to complete.
+                messages
+                    .ids
+                    .push(unsafe { self.post_receive(d, from, inbound) }?);
             }
-            for &(to, bytes) in sends {
-                // SAFETY: `bytes` stays borrowed, unmodified, until this
-                // step is done, and `messages` waits for the request to
-                // complete.
-                let id = unsafe {
-                    d.start_send(self.world[to], envelope, bytes.as_ptr(), bytes.len(), false)
+            for (to, outbound) in sends {
+                let id = match outbound {
+                    // SAFETY: `bytes` stays borrowed, unmodified, until
+                    // this step is done, and `messages` waits for the
+                    // request to complete.
+                    Outbound::Bytes(bytes) => unsafe {
+                        d.start_send(self.world[to], envelope, bytes.as_ptr(), bytes.len(), false)
+                    },
+                    Outbound::Packed(window, _) => {
+                        d.start_send_packed(self.world[to], envelope, Box::new(window), false)
+                    }
                 }?;
                 messages.ids.push(id);
             }
@@ -228,9 +275,9 @@ impl<'a> Team<'a> {
             Some(statuses) => statuses,
             None => (&mut messages).await?,
         };
-        let (received, sent) = statuses.split_at(recvs.len());
-        for (status, (from, buf)) in received.iter().zip(recvs.iter()) {
-            self.judge_receive(status, *from, buf.len())?;
+        let (received, sent) = statuses.split_at(expected.len());
+        for (status, &(from, len)) in received.iter().zip(&expected) {
+            self.judge_receive(status, from, len)?;
         }
         for status in sent {
             if let Some(e) = &status.error {
@@ -238,6 +285,81 @@ impl<'a> Team<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Posts the receive of a message of this team's tag from `from`
+    /// into `inbound`.
+    ///
+    /// # Safety
+    /// The memory `inbound` borrows must stay valid, and untouched, until
+    /// the request completes.
+    unsafe fn post_receive(
+        &self,
+        d: &mut Device,
+        from: usize,
+        inbound: Inbound<'_>,
+    ) -> Result<RequestId> {
+        let pattern = MatchPattern {
+            context_id: self.context,
+            source: Some(self.source_of(from)),
+            tag: Some(self.tag),
+        };
+        let peer = Some(self.world[from]);
+        match inbound {
+            // SAFETY: the caller's guarantee, passed on.
+            Inbound::Bytes(buf) => unsafe {
+                d.start_recv(pattern, peer, buf.as_mut_ptr(), buf.len())
+            },
+            Inbound::Unpacked(window, _) => d.start_recv_unpacked(pattern, peer, Box::new(window)),
+        }
+    }
+
+    /// Receives from `from` whichever of two messages comes: one of this
+    /// team's tag into `mine`, or one of `other`'s tag (the same members,
+    /// [`Team::retagged`]) into `theirs`; the other receive is taken
+    /// back. For a process that learns which way a collective goes from
+    /// which message comes. Returns whether `mine` got it, and its
+    /// length; a length that differs from its room is noted, as in
+    /// [`Team::exchange_data`].
+    pub(crate) async fn receive_either(
+        &self,
+        from: usize,
+        mine: Inbound<'_>,
+        other: &Team<'_>,
+        theirs: Inbound<'_>,
+    ) -> Result<(bool, usize)> {
+        let rooms = [mine.len(), theirs.len()];
+        let mut messages = Messages::default();
+        with_device(|d| {
+            for (team, inbound) in [(self, mine), (other, theirs)] {
+                // SAFETY: both stay borrowed until this step is done
+                // (their lifetimes are the future's), and `messages`
+                // (also when the step is dropped unfinished) waits for
+                // the requests to complete.
+                let id = unsafe { team.post_receive(d, from, inbound) }?;
+                messages.ids.push(id);
+            }
+            Ok(())
+        })?;
+        OneOf(&mut messages).await?;
+        with_device(|d| {
+            for &id in &messages.ids {
+                if !d.is_complete(id) {
+                    d.cancel(id);
+                }
+            }
+            Ok(())
+        })?;
+        let statuses = (&mut messages).await?;
+        let received = statuses.iter().position(|s| !s.cancelled).ok_or_else(|| {
+            Error::new(
+                ErrorClass::Intern,
+                "both receives of a collective's step were taken back",
+            )
+        })?;
+        let status = &statuses[received];
+        self.judge_receive(status, from, rooms[received])?;
+        Ok((received == 0, status.count))
     }
 
     /// Notes a message of the wrong length; returns any other error.
@@ -251,18 +373,31 @@ impl<'a> Team<'a> {
                 ),
             ),
             Some(e) => return Err(e.clone()),
-            None if status.count != expected => Error::new(
-                ErrorClass::Count,
-                format!(
-                    "rank {from} sent {} bytes where this rank expects {expected}: \
-                     the processes passed different counts",
-                    status.count
-                ),
-            ),
-            None => return Ok(()),
+            None => {
+                self.note_length(from, status.count, expected);
+                return Ok(());
+            }
         };
         self.note_mismatch(mismatch);
         Ok(())
+    }
+
+    /// Notes that member `from` has `sent` bytes where this process
+    /// expects `expected`, if they differ: more is `MPI_ERR_TRUNCATE`, as
+    /// a receive's overflow; less is `MPI_ERR_COUNT`.
+    pub(crate) fn note_length(&self, from: usize, sent: usize, expected: usize) {
+        let class = match sent.cmp(&expected) {
+            std::cmp::Ordering::Equal => return,
+            std::cmp::Ordering::Greater => ErrorClass::Truncate,
+            std::cmp::Ordering::Less => ErrorClass::Count,
+        };
+        self.note_mismatch(Error::new(
+            class,
+            format!(
+                "rank {from} sent {sent} bytes where this rank expects {expected}: \
+                 the processes passed different counts"
+            ),
+        ));
     }
 
     /// Notes that the processes passed arguments that do not agree; the
@@ -334,6 +469,26 @@ impl Future for &mut Messages {
             Ok(Some(statuses)) => Poll::Ready(Ok(statuses)),
             Ok(None) => {
                 engine::waiting_for(&messages.ids);
+                Poll::Pending
+            }
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+}
+
+/// The step of [`Messages`] that is done once any one of its requests
+/// is complete (nothing is taken from the device).
+struct OneOf<'m>(&'m mut Messages);
+
+impl Future for OneOf<'_> {
+    type Output = Result<()>;
+
+    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Self::Output> {
+        let ids = &self.get_mut().0.ids;
+        match with_device(|d| Ok(ids.iter().any(|&id| d.is_complete(id)))) {
+            Ok(true) => Poll::Ready(Ok(())),
+            Ok(false) => {
+                engine::waiting_for_one_of(ids);
                 Poll::Pending
             }
             Err(e) => Poll::Ready(Err(e)),
@@ -441,5 +596,11 @@ mod tests {
             CollectiveTag::Scan.numbered(SEQUENCE_SPAN),
             CollectiveTag::Scan.numbered(0)
         );
+        for sequence in sequences {
+            let long = CollectiveTag::BroadcastLong;
+            let tag = CollectiveTag::Broadcast.numbered(sequence);
+            assert_eq!(long.renumbered(tag), long.numbered(sequence));
+            assert_ne!(long.renumbered(tag), tag);
+        }
     }
 }

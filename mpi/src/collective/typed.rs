@@ -3,14 +3,19 @@
 //! place; any other is packed into a copy first ([`Input`]) or staged and
 //! unpacked when the operation has finished ([`Output`]), or, where a
 //! collective moves the data a piece at a time, packed and unpacked piece
-//! by piece ([`Pieces`]).
+//! by piece ([`Pieces`]). The message algorithms send and receive parts
+//! of a [`Pieces`] as [`Outbound`] and [`Inbound`] data: bytes, or a
+//! window of the packed data that the point-to-point layer packs or
+//! unpacks piece by piece as the message goes.
 
+use super::partition::DisjointBlocks;
 use crate::datatype::{
     Buffer, BufferMut, ElementType, Incoming, MutView, Outgoing, PackStream, UnpackStream, View,
 };
 use crate::{Error, ErrorClass, Result};
 use oxmpi_adi::device::{MessageSink, MessageSource};
 use std::marker::PhantomData;
+use std::ops::Range;
 
 /// The data a collective reads from a buffer.
 pub(crate) struct Input<'a> {
@@ -181,6 +186,271 @@ impl<'a> Pieces<'a> {
             Pieces::Shared(_) | Pieces::Packed(..) => Err(wrong_way("written")),
         }
     }
+}
+
+impl Pieces<'_> {
+    /// The packed bytes `range` to send: the data's own bytes, or a
+    /// window the device packs piece by piece.
+    pub(crate) fn outbound(&self, range: Range<usize>) -> Result<Outbound<'_>> {
+        let len = self.len();
+        let out_of_range = || beyond(range.start, range.len(), len);
+        match self {
+            Pieces::Bytes(bytes) => bytes.get(range.clone()).map(Outbound::Bytes),
+            Pieces::Shared(bytes) => bytes.get(range.clone()).map(Outbound::Bytes),
+            Pieces::Packed(stream, _) => (range.end <= len).then(|| {
+                // SAFETY: the memory stays borrowed, unmodified, for as
+                // long as `self`, which the outbound data borrows.
+                let stream = unsafe { stream.restarted() };
+                Outbound::Packed(Window::of(stream, range.clone()), PhantomData)
+            }),
+            Pieces::Unpacked(stream, _) => (range.end <= len).then(|| {
+                // SAFETY: the memory stays borrowed for as long as `self`,
+                // which the outbound data borrows; nothing unpacks into it
+                // meanwhile, as that needs `self` exclusively.
+                let stream = unsafe { stream.packer() };
+                Outbound::Packed(Window::of(stream, range.clone()), PhantomData)
+            }),
+        }
+        .ok_or_else(out_of_range)
+    }
+
+    /// The packed bytes `range` to receive into: the data's own bytes,
+    /// or a window the device unpacks piece by piece.
+    pub(crate) fn inbound(&mut self, range: Range<usize>) -> Result<Inbound<'_>> {
+        let len = self.len();
+        match self {
+            Pieces::Bytes(bytes) => bytes
+                .get_mut(range.clone())
+                .map(Inbound::Bytes)
+                .ok_or_else(|| beyond(range.start, range.len(), len)),
+            Pieces::Unpacked(stream, _) => {
+                if range.end > len {
+                    return Err(beyond(range.start, range.len(), len));
+                }
+                // SAFETY: the memory stays borrowed exclusively for as
+                // long as `self`, which the inbound data borrows
+                // exclusively: no other stream uses it meanwhile.
+                let stream = unsafe { stream.restarted() };
+                Ok(Inbound::Unpacked(Window::of(stream, range), PhantomData))
+            }
+            Pieces::Shared(_) | Pieces::Packed(..) => Err(wrong_way("written")),
+        }
+    }
+
+    /// The packed bytes of each of `blocks` to receive into at once, by
+    /// block index.
+    pub(crate) fn inbound_blocks(
+        &mut self,
+        blocks: DisjointBlocks<'_>,
+    ) -> Result<Vec<Inbound<'_>>> {
+        let len = self.len();
+        if let Some(bad) = blocks.parts().iter().find(|part| part.end > len) {
+            return Err(beyond(bad.start, bad.len(), len));
+        }
+        match self {
+            Pieces::Bytes(bytes) => {
+                Ok(blocks.split(bytes).into_iter().map(Inbound::from).collect())
+            }
+            Pieces::Unpacked(stream, _) => Ok(blocks
+                .parts()
+                .iter()
+                .map(|part| {
+                    // SAFETY: the memory stays borrowed exclusively for as
+                    // long as `self`, which the inbound data borrows
+                    // exclusively; each stream unpacks into its own block,
+                    // and the blocks do not overlap.
+                    let stream = unsafe { stream.restarted() };
+                    Inbound::Unpacked(Window::of(stream, part.clone()), PhantomData)
+                })
+                .collect()),
+            Pieces::Shared(_) | Pieces::Packed(..) => Err(wrong_way("written")),
+        }
+    }
+
+    /// The packed bytes `read` to send and `write` to receive into at
+    /// once; the two must not overlap unless one is empty.
+    pub(crate) fn read_and_write(
+        &mut self,
+        read: Range<usize>,
+        write: Range<usize>,
+    ) -> Result<(Outbound<'_>, Inbound<'_>)> {
+        let overlap = read.start < write.end && write.start < read.end;
+        if overlap && !read.is_empty() && !write.is_empty() {
+            return Err(Error::new(
+                ErrorClass::Intern,
+                format!("a collective step reads {read:?} and writes {write:?} of one buffer"),
+            ));
+        }
+        let len = self.len();
+        if read.end > len || write.end > len {
+            let bad = if read.end > len { &read } else { &write };
+            return Err(beyond(bad.start, bad.len(), len));
+        }
+        match self {
+            Pieces::Bytes(bytes) => {
+                let (outbound, inbound) = if read.end <= write.start {
+                    let (low, high) = bytes.split_at_mut(write.start);
+                    (&low[read], &mut high[..write.len()])
+                } else {
+                    let (low, high) = bytes.split_at_mut(read.start);
+                    (&high[..read.len()], &mut low[write])
+                };
+                Ok((Outbound::Bytes(outbound), Inbound::Bytes(inbound)))
+            }
+            Pieces::Unpacked(stream, _) => {
+                // SAFETY: the memory stays borrowed exclusively for as
+                // long as `self`, which both borrow; the packer reads only
+                // `read` and the unpacker writes only `write`, which do not
+                // overlap.
+                let (packer, unpacker) = unsafe { (stream.packer(), stream.restarted()) };
+                Ok((
+                    Outbound::Packed(Window::of(packer, read), PhantomData),
+                    Inbound::Unpacked(Window::of(unpacker, write), PhantomData),
+                ))
+            }
+            Pieces::Shared(_) | Pieces::Packed(..) => Err(wrong_way("written")),
+        }
+    }
+}
+
+/// Bytes `start..start + len` of a stream's packed data, as the source or
+/// sink of a message of their own.
+pub(crate) struct Window<S> {
+    stream: S,
+    start: usize,
+    len: usize,
+}
+
+impl<S> Window<S> {
+    fn of(stream: S, range: Range<usize>) -> Window<S> {
+        Window {
+            stream,
+            start: range.start,
+            len: range.len(),
+        }
+    }
+
+    /// The stream's offset of the window's `len` bytes from `offset`, or
+    /// the error of a piece beyond the window.
+    fn at(&self, offset: usize, len: usize) -> Result<usize> {
+        if offset + len > self.len {
+            return Err(beyond(offset, len, self.len));
+        }
+        Ok(self.start + offset)
+    }
+}
+
+impl MessageSource for Window<PackStream> {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn pack(&mut self, offset: usize, out: &mut [u8]) -> Result<()> {
+        let at = self.at(offset, out.len())?;
+        self.stream.pack(at, out)
+    }
+}
+
+impl MessageSink for Window<UnpackStream> {
+    fn capacity(&self) -> usize {
+        self.len
+    }
+
+    fn unpack(&mut self, offset: usize, bytes: &[u8]) -> Result<()> {
+        let at = self.at(offset, bytes.len())?;
+        self.stream.unpack(at, bytes)
+    }
+}
+
+/// Data one message of a collective sends: bytes, or a window of a
+/// buffer's packed data that the device packs piece by piece.
+pub(crate) enum Outbound<'a> {
+    Bytes(&'a [u8]),
+    Packed(Window<PackStream>, PhantomData<&'a [u8]>),
+}
+
+/// Where one message of a collective lands: bytes, or a window of a
+/// buffer's packed data that the device unpacks into piece by piece.
+pub(crate) enum Inbound<'a> {
+    Bytes(&'a mut [u8]),
+    Unpacked(Window<UnpackStream>, PhantomData<&'a mut [u8]>),
+}
+
+impl Default for Outbound<'_> {
+    /// No data.
+    fn default() -> Self {
+        Outbound::Bytes(&[])
+    }
+}
+
+impl Default for Inbound<'_> {
+    /// Room for no data.
+    fn default() -> Self {
+        Inbound::Bytes(&mut [])
+    }
+}
+
+impl<'a> From<&'a [u8]> for Outbound<'a> {
+    fn from(bytes: &'a [u8]) -> Self {
+        Outbound::Bytes(bytes)
+    }
+}
+
+impl<'a> From<&'a mut [u8]> for Inbound<'a> {
+    fn from(bytes: &'a mut [u8]) -> Self {
+        Inbound::Bytes(bytes)
+    }
+}
+
+/// The most bytes [`copy_across`] stages at once.
+const COPY_PIECE: usize = 64 << 10;
+
+impl Outbound<'_> {
+    /// Bytes of data.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Outbound::Bytes(bytes) => bytes.len(),
+            Outbound::Packed(window, _) => window.len,
+        }
+    }
+}
+
+impl Inbound<'_> {
+    /// Bytes of room.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Inbound::Bytes(bytes) => bytes.len(),
+            Inbound::Unpacked(window, _) => window.len,
+        }
+    }
+}
+
+/// Copies the first `len` bytes of `from` into `to` (both at least that
+/// long): at once between bytes, else through a scratch piece of at most
+/// [`COPY_PIECE`] bytes at a time, never a copy of the whole.
+pub(crate) fn copy_across(from: &mut Outbound<'_>, to: &mut Inbound<'_>, len: usize) -> Result<()> {
+    if len > from.len() || len > to.len() {
+        return Err(beyond(0, len, from.len().min(to.len())));
+    }
+    if let (Outbound::Bytes(from), Inbound::Bytes(to)) = (&*from, &mut *to) {
+        to[..len].copy_from_slice(&from[..len]);
+        return Ok(());
+    }
+    let mut scratch = vec![0u8; len.min(COPY_PIECE)];
+    let mut offset = 0;
+    while offset < len {
+        let piece = &mut scratch[..(len - offset).min(COPY_PIECE)];
+        match from {
+            Outbound::Bytes(bytes) => piece.copy_from_slice(&bytes[offset..offset + piece.len()]),
+            Outbound::Packed(window, _) => window.pack(offset, piece)?,
+        }
+        match to {
+            Inbound::Bytes(bytes) => bytes[offset..offset + piece.len()].copy_from_slice(piece),
+            Inbound::Unpacked(window, _) => window.unpack(offset, piece)?,
+        }
+        offset += piece.len();
+    }
+    Ok(())
 }
 
 /// `len` bytes of `bytes` from `offset`, or the error of a piece beyond.

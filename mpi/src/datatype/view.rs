@@ -506,6 +506,22 @@ impl View<'_> {
     }
 }
 
+impl PackStream {
+    /// Another stream over the same data, with a cursor of its own: for
+    /// a second message of some of the data, sent beside the first.
+    ///
+    /// # Safety
+    /// As [`View::pack_stream`]: the memory must stay valid, and
+    /// unmodified, for as long as the new stream is used.
+    pub(crate) unsafe fn restarted(&self) -> PackStream {
+        PackStream {
+            datatype: self.datatype.handle().to_owned_handle(),
+            cursor: Cursor::default(),
+            ..*self
+        }
+    }
+}
+
 impl MessageSource for PackStream {
     fn len(&self) -> usize {
         self.len
@@ -540,6 +556,40 @@ impl MutView<'_> {
             count: self.count,
             len: layout.len,
             cursor: Cursor::default(),
+        }
+    }
+}
+
+impl UnpackStream {
+    /// A stream that packs the data this one unpacks into: to send on
+    /// data received earlier.
+    ///
+    /// # Safety
+    /// The memory must stay valid for as long as the new stream is used,
+    /// and nothing may unpack into the bytes it packs meanwhile.
+    pub(crate) unsafe fn packer(&self) -> PackStream {
+        PackStream {
+            base: self.base,
+            span: self.span,
+            datatype: self.datatype.handle().to_owned_handle(),
+            count: self.count,
+            len: self.len,
+            cursor: Cursor::default(),
+        }
+    }
+
+    /// Another stream that unpacks into the same data, with a cursor of
+    /// its own: for a second message into another part of the data.
+    ///
+    /// # Safety
+    /// The memory must stay valid for as long as the new stream is used,
+    /// and no two streams may use the same bytes at once (each message
+    /// fills its own part of the packed data).
+    pub(crate) unsafe fn restarted(&self) -> UnpackStream {
+        UnpackStream {
+            datatype: self.datatype.handle().to_owned_handle(),
+            cursor: Cursor::default(),
+            ..*self
         }
     }
 }

@@ -10,7 +10,8 @@
 //! predefined operation on every type, `MPI_ERR_OP` on the others,
 //! min/max-loc), `mismatch` (processes that pass different counts fail
 //! alone and the job goes on), `mismatch_long` (the same of broadcasts
-//! streamed through shared memory), `errors` (the error classes of bad
+//! long enough to be cut in blocks or streamed through shared memory, at
+//! a leaf and at a rank that passes data on), `errors` (the error classes of bad
 //! arguments), `datatypes` (derived datatypes and structs in collectives:
 //! strided data in and out, padding skipped, gaps left alone),
 //! `large_datatypes` (broadcast, all-reduce, all-to-all and gather of
@@ -906,13 +907,16 @@ fn mismatch(world: &Communicator) -> Result<()> {
         (100, 99, ErrorClass::Truncate),
         (100, 101, ErrorClass::Count),
     ];
-    mismatched_broadcasts(world, &cases)
+    let size = world.size() as usize;
+    mismatched_broadcasts(world, &cases, size - 1)
 }
 
-/// `mismatch` of broadcasts long enough to be streamed through the shared
-/// staging areas, where only the process whose length differs fails (by
-/// messages, a long broadcast is cut in blocks that other processes pass
-/// on, and they may fail too).
+/// `mismatch` of broadcasts long enough to be cut in blocks that the
+/// processes pass on to each other (by messages: scatter and all-gather)
+/// or to be streamed through the shared staging areas, and across the
+/// switch between the algorithms, at the last rank and at rank 2 (which
+/// passes on data in the broadcast's tree, from four ranks on): only the
+/// process whose length differs fails, the others get the root's data.
 fn mismatch_long(world: &Communicator) -> Result<()> {
     let cases = [
         (100_000, 99_999, ErrorClass::Truncate),
@@ -920,36 +924,36 @@ fn mismatch_long(world: &Communicator) -> Result<()> {
         (100_000, 100, ErrorClass::Truncate),
         (1_000, 100_000, ErrorClass::Count),
     ];
-    mismatched_broadcasts(world, &cases)
+    let size = world.size() as usize;
+    mismatched_broadcasts(world, &cases, size - 1)?;
+    if size >= 4 {
+        mismatched_broadcasts(world, &cases, 2)?;
+    }
+    Ok(())
 }
 
-/// Broadcasts from rank 0 of `full` bytes where the last rank passes
-/// `len_at_last` and must fail with `class`, then a barrier and an
-/// all-reduce that must work.
-fn mismatched_broadcasts(world: &Communicator, cases: &[(usize, usize, ErrorClass)]) -> Result<()> {
+/// Broadcasts from rank 0 of `full` bytes where rank `odd` passes
+/// `len_at_odd` and must fail with `class` (what its buffer then holds is
+/// not defined), then a barrier and an all-reduce that must work.
+fn mismatched_broadcasts(
+    world: &Communicator,
+    cases: &[(usize, usize, ErrorClass)],
+    odd: usize,
+) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
-    let last = size - 1;
     let root = world.process_at_rank(0);
-    for &(full, len_at_last, class) in cases {
-        // The last rank is a leaf of the broadcast's tree: nobody waits
-        // for what it received.
-        let len = if rank == last && size > 1 {
-            len_at_last
-        } else {
-            full
-        };
+    for &(full, len_at_odd, class) in cases {
+        let mismatched = rank == odd && size > 1;
+        let len = if mismatched { len_at_odd } else { full };
         let mut buf = if rank == 0 {
             bytes(5, 0, full)
         } else {
             vec![0; len]
         };
         let result = root.broadcast_into(&mut buf[..]);
-        if rank == last && size > 1 {
-            expect_class(
-                result,
-                class,
-                &format!("broadcast of {full} bytes into {len_at_last}"),
-            )?;
+        if mismatched {
+            let what = format!("broadcast of {full} bytes into {len_at_odd} at rank {odd}");
+            expect_class(result, class, &what)?;
         } else {
             result?;
             same(&buf, &bytes(5, 0, full), "broadcast beside a mismatch")?;
