@@ -393,6 +393,19 @@ fn sent_status(request: RequestId) -> Option<Status> {
     })
 }
 
+impl RequestId {
+    /// The id of an operation that was complete when it started, having
+    /// moved `len` bytes (a standard eager send, a buffered send, a
+    /// one-sided operation finished in the call): it names no request, so
+    /// making, testing, waiting for and freeing it take no slot and no
+    /// lock. `None` where `len` does not fit in the id; such an operation
+    /// needs [`Device::completed_request`].
+    #[inline]
+    pub fn complete(len: usize) -> Option<RequestId> {
+        ((len as u64) < SENT).then_some(RequestId(SENT | len as u64))
+    }
+}
+
 /// A message taken out of matching by a matched probe (`MPI_Mprobe`),
 /// waiting for its matched receive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -956,12 +969,12 @@ impl Device {
         len: usize,
         synchronous: bool,
     ) -> Result<RequestId> {
-        if !synchronous && (len as u64) < SENT {
+        if let Some(sent) = RequestId::complete(len).filter(|_| !synchronous) {
             // A standard eager send is complete once started: its id says
             // so without a request to make, look up and free.
             // SAFETY: the caller's guarantee, passed on.
             let started = unsafe { self.start_standard_send(peer, envelope, buf, len) }?;
-            return Ok(started.unwrap_or(RequestId(SENT | len as u64)));
+            return Ok(started.unwrap_or(sent));
         }
         self.start_outbound(peer, envelope, Outbound::Raw(buf, len), synchronous)
     }

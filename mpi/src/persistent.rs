@@ -71,7 +71,7 @@
 //! request dropped while such a receive is active is still completed by
 //! its scope, but its data is not unpacked: the buffer keeps what it held.
 
-use crate::comm::{sent_status, Communicator, SendMode, Status, PROC_NULL};
+use crate::comm::{completed_request, Communicator, SendMode, Status, PROC_NULL};
 use crate::datatype::{MutView, View};
 use crate::request::{Request, Scope};
 use crate::{buffered, progress_until, wait_request, with_device, Error, ErrorClass, Result};
@@ -245,8 +245,7 @@ impl<'s, 'a, B: ?Sized> PersistentRequest<'s, 'a, B> {
             Operation::BufferedSend { view } => {
                 let data = view(self.buf.get());
                 let len = buffered::send(&self.comm, rank.unwrap_or(PROC_NULL), self.tag, &data)?;
-                let id = with_device(|d| Ok(d.completed_request(sent_status(len))))?;
-                self.scope.register(id)
+                self.scope.register(completed_request(len)?)
             }
             Operation::Receive { view } => {
                 let buf = self.buf.get_mut().ok_or_else(missing_buffer)?;
