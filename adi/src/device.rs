@@ -25,9 +25,11 @@
 //!   just before each leaves and unpacked as each arrives, so neither side
 //!   holds more than a piece of it packed;
 //! - the progress engine, [`Device::check_device`] (the seed's
-//!   `MPID_Check_device`): it polls every transport; a blocking call spins
-//!   for a while (latency) and then sleeps in the kernel on the transports'
-//!   file descriptors (so a long wait does not burn a core).
+//!   `MPID_Check_device`): it polls the transports that VCs use (and now
+//!   and then the others, which may have connections to accept); a
+//!   blocking call spins for a while (latency) and then sleeps in the
+//!   kernel on the transports' file descriptors (so a long wait does not
+//!   burn a core).
 //!
 //! - active messages ([`Kind::Active`]): opaque payloads for the MPI
 //!   layer (one-sided communication), handed whole to the
