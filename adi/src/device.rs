@@ -1546,10 +1546,11 @@ impl Device {
     /// device between threads builds the same loop from
     /// `check_device(false)`, [`Device::idle`], [`Device::prepare_sleep`]
     /// and [`Device::end_sleep`], releasing the device while it sleeps.
-    #[inline]
+    #[inline(always)]
     pub fn check_device(&mut self, blocking: bool) -> Result<bool> {
-        // The non-blocking turn is every wait's spin: inline, without the
-        // blocking loop's frame.
+        // The non-blocking turn is every wait's spin: inline in the wait's
+        // loop, with the poll of the transports, so that no frame is
+        // built and torn down per turn; the blocking loop is apart.
         if self.poll_all()? {
             return Ok(true);
         }
@@ -1632,6 +1633,7 @@ impl Device {
     /// One turn: polls the transports of `Core::polled_transports` (all
     /// of them every [`FULL_TURN_EVERY`]th turn), the self transport when
     /// it holds packets, and hands active messages to their handler.
+    #[inline(always)]
     fn poll_all(&mut self) -> Result<bool> {
         self.turns = self.turns.wrapping_add(1);
         let mut polled = if self.turns.is_multiple_of(FULL_TURN_EVERY) {
