@@ -246,6 +246,9 @@ pub(crate) fn progress_until<R>(
             // waits: the wait may be for those operations (a get's request)
             // or for something they cause.
             rma::send_queued(device);
+            // Only this thread starts or advances its collectives, and
+            // neither happens while it holds the device: asked once.
+            let collectives_pending = collective::engine::has_pending();
             loop {
                 if let Some(r) = done(device)? {
                     return Ok(r);
@@ -255,7 +258,7 @@ pub(crate) fn progress_until<R>(
                 } else if device.idle(&mut idle) {
                     break Next::Sleep(device.prepare_sleep()?);
                 }
-                if collective::engine::has_pending() {
+                if collectives_pending {
                     break Next::AdvanceCollectives;
                 }
                 if CONTENDERS.load(Ordering::Relaxed) > 0 {
