@@ -102,7 +102,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use target::{Memory, Shared};
 
 pub use progress::ASYNC_PROGRESS_ENV;
-pub(crate) use target::send_queued;
+pub(crate) use target::progress;
 pub use wire::AccumulateOp;
 
 /// Assertion of [`Window::lock`] and friends: no other process holds or

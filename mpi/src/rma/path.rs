@@ -37,7 +37,7 @@
 
 use super::direct;
 use super::rdma;
-use super::target::{Pending, Shared};
+use super::target::{self, Pending, Shared};
 use super::wire::{AccumulateOp, Kind, Message, FLAG_EXCLUSIVE, FLAG_FETCH, HEADER};
 use super::LockType;
 use crate::datatype::Primitive;
@@ -88,6 +88,9 @@ impl Path {
     /// copied before this returns.
     pub(crate) fn put(&self, to: &Target<'_>, disp: u64, data: &[u8]) -> Result<()> {
         match self {
+            Path::ActiveMessages if data.len() >= target::BY_MESSAGE => {
+                target::put_by_message(to, disp, data)
+            }
             Path::ActiveMessages => with_device(|d| {
                 for (offset, chunk) in chunks(data.len()) {
                     let mut m = Message::new(Kind::Put, 0);
@@ -160,6 +163,11 @@ impl Path {
         what: Fetch<'_>,
     ) -> Result<Option<RequestId>> {
         match self {
+            Path::ActiveMessages if matches!(what, Fetch::Get) && len >= target::BY_MESSAGE => {
+                // SAFETY: the caller's guarantee, passed on.
+                with_device(|d| unsafe { target::get_by_message(d, to, disp, result, len) })
+                    .map(Some)
+            }
             Path::ActiveMessages => with_device(|d| {
                 let request = d.start_generalized();
                 let parts: Vec<_> = match what {

@@ -7,7 +7,7 @@
 //! | offset | size | field    | meaning                                              |
 //! |-------:|-----:|----------|------------------------------------------------------|
 //! | 0      | 1    | kind     | [`Kind`]                                             |
-//! | 1      | 1    | flags    | [`FLAG_FETCH`] (accumulate), [`FLAG_EXCLUSIVE`] (lock) |
+//! | 1      | 1    | flags    | [`FLAG_FETCH`] (accumulate), [`FLAG_EXCLUSIVE`] (lock), [`FLAG_BY_MESSAGE`] (put, get) |
 //! | 2      | 1    | element  | basic type of the elements (index in `Primitive::ALL`) |
 //! | 3      | 1    | op       | [`AccumulateOp`] code                                |
 //! | 4      | 4    | reserved | 0                                                    |
@@ -37,6 +37,12 @@ pub(crate) const HEADER: usize = 32;
 pub(crate) const FLAG_FETCH: u8 = 1;
 /// Flag of a [`Kind::Lock`]: an exclusive lock.
 pub(crate) const FLAG_EXCLUSIVE: u8 = 2;
+/// Flag of a [`Kind::Put`] or [`Kind::Get`]: the `len` bytes of data
+/// travel apart, as one point-to-point message of the window's
+/// communicator (`target::put_by_message`, `target::get_by_message`),
+/// which the ADI's rendezvous moves between the buffer and the window
+/// with no copy of its own; the put carries no data here.
+pub(crate) const FLAG_BY_MESSAGE: u8 = 4;
 
 /// What a message is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -224,6 +230,7 @@ impl<'p> Message<'p> {
         // A kind or code that does not decode carries nothing here, and
         // `decode` refuses it below.
         let data = match Kind::from_u8(head[0]) {
+            Some(Kind::Put) if head[1] & FLAG_BY_MESSAGE != 0 => Some(0),
             Some(Kind::Put | Kind::Reply | Kind::Refused) => Some(len),
             Some(Kind::Accumulate)
                 if AccumulateOp::from_code(head[3]) != Some(AccumulateOp::NoOp) =>
@@ -262,6 +269,7 @@ impl<'p> Message<'p> {
         let allowed = match kind {
             Kind::Accumulate => FLAG_FETCH,
             Kind::Lock => FLAG_EXCLUSIVE,
+            Kind::Put | Kind::Get => FLAG_BY_MESSAGE,
             _ => 0,
         };
         if flags & !allowed != 0 {
@@ -311,6 +319,7 @@ impl<'p> Message<'p> {
             None => true,
         };
         let lengths_ok = match kind {
+            Kind::Put if flags & FLAG_BY_MESSAGE != 0 => data_len == 0,
             Kind::Put | Kind::Reply | Kind::Refused => data_len == message.len,
             Kind::Accumulate => {
                 let no_op = op == Some(AccumulateOp::NoOp);
