@@ -85,7 +85,7 @@ pub(crate) enum Path {
 
 impl Path {
     /// Writes `data` at byte displacement `disp` (`MPI_Put`); the data is
-    /// copied before this returns.
+    /// copied, or has left `data`, before this returns.
     pub(crate) fn put(&self, to: &Target<'_>, disp: u64, data: &[u8]) -> Result<()> {
         match self {
             Path::ActiveMessages if data.len() >= target::BY_MESSAGE => {
@@ -110,7 +110,8 @@ impl Path {
     }
 
     /// Combines `data` (elements of `element`) into the target's with
-    /// `op` (`MPI_Accumulate`); the data is copied before this returns.
+    /// `op` (`MPI_Accumulate`); the data is copied, or has left `data`,
+    /// before this returns.
     pub(crate) fn accumulate(
         &self,
         to: &Target<'_>,
@@ -120,6 +121,11 @@ impl Path {
         op: AccumulateOp,
     ) -> Result<()> {
         match self {
+            Path::ActiveMessages
+                if data.len() >= target::ACCUMULATE_BY_MESSAGE && op != AccumulateOp::NoOp =>
+            {
+                target::accumulate_by_message(to, disp, data, element, op)
+            }
             Path::ActiveMessages => with_device(|d| {
                 for (offset, chunk) in chunks(data.len()) {
                     let mut m = Message::new(Kind::Accumulate, 0);

@@ -20,8 +20,21 @@
 //! one message: so a stream of small puts costs a few socket writes, not
 //! one each way per put.
 //!
-//! Lock order: the device, then the registry, then a window's state.
-//! Nothing takes the device while it holds either of the others.
+//! Puts and gets of [`BY_MESSAGE`] bytes or more carry only their header
+//! in an active message ([`FLAG_BY_MESSAGE`]): their data travels as a
+//! point-to-point message of the window's communicator, which the
+//! device moves between the origin's buffer and the window without a
+//! copy of its own (a rendezvous beyond the transport's eager limit). A
+//! get's origin posts the receive into its result buffer before the get
+//! leaves, and the target sends from its window; a put's origin sends
+//! from its buffer and returns once the data has left it, and the target
+//! receives into its window and answers once the data is there. The
+//! device requests of these transfers are watched ([`progress`], on
+//! every turn of a blocking call's loop) until they complete.
+//!
+//! Lock order: the device, then the transfers, then the registry, then a
+//! window's state. Nothing takes the device while it holds any of the
+//! others.
 
 use super::path::Target;
 use super::wire::{
@@ -62,16 +75,27 @@ const ALONE: usize = 16 * 1024;
 /// once either way.
 pub(crate) const BY_MESSAGE: usize = ALONE;
 
-/// The tag of the point-to-point messages that carry puts' data (from
-/// the origin). They are received in the order their puts' active
-/// messages arrive, which is the order they were sent: one tag serves.
-const PUT_TAG: i32 = i32::MAX;
+/// The data at which an accumulate (without fetch) travels apart from
+/// its active message, as a point-to-point message that the target
+/// combines into its window piece by piece as the pieces land (the
+/// device's streamed rendezvous: pieces of `proto::PIECE_LEN`, 256 KiB,
+/// so one or more whole pieces): no copy at the origin, and none but
+/// the socket's read at the target. The origin waits for the target's
+/// answer (the operations after it must find it applied: accumulates
+/// are ordered), a round trip that smaller ones would not win back.
+pub(crate) const ACCUMULATE_BY_MESSAGE: usize = 256 * 1024;
+
+/// The tag of the point-to-point messages that carry puts' and
+/// accumulates' data (from the origin). They are received in the order
+/// their operations' active messages arrive, which is the order they
+/// were sent: one tag serves.
+const DATA_TAG: i32 = i32::MAX;
 
 /// The tag of the point-to-point message that carries the data of the
 /// get `token` (from the target): the origin's receive takes that one
 /// and no other, whichever gets the target refused.
 fn get_tag(token: u64) -> i32 {
-    (token % PUT_TAG as u64) as i32
+    (token % DATA_TAG as u64) as i32
 }
 
 /// How many outboxes of this process hold queued messages (changed with
@@ -449,9 +473,6 @@ impl State {
 /// is recorded as the window's error, reported by its next completion
 /// call, as a refusal would be.
 fn send_queued(device: &mut Device) {
-    if QUEUED.load(Ordering::Relaxed) == 0 {
-        return;
-    }
     for (&context_id, shared) in lock(&WINDOWS).iter().flatten() {
         let mut state = shared.state();
         for target in 0..state.outbox.len() {
@@ -514,7 +535,7 @@ impl Handler {
     ) -> Result<()> {
         let mut state = shared.state();
         match m.kind {
-            Kind::Put | Kind::Get if m.flags & FLAG_BY_MESSAGE != 0 => {
+            Kind::Put | Kind::Get | Kind::Accumulate if m.flags & FLAG_BY_MESSAGE != 0 => {
                 let at = state.memory.range(m.disp, m.len);
                 drop(state);
                 self.by_message(device, message, (shared, from), &m, at)
@@ -673,29 +694,45 @@ impl Handler {
         let context_id = context::point_to_point(message.context_id);
         // Within the window's memory, or refused below: no longer than it.
         let len = m.len as usize;
-        let put_data = MatchPattern {
+        let data = MatchPattern {
             context_id,
             source: Some(from as i32),
-            tag: Some(PUT_TAG),
+            tag: Some(DATA_TAG),
+        };
+        let landed = Then::Landed {
+            peer: message.peer,
+            len,
         };
         let (request, then) = match (m.kind, at) {
             (Kind::Put, Ok(at)) => {
                 // SAFETY: `range` checked that `at .. at + len` lies in the
                 // window's memory, which stays valid while a transfer of
                 // the window is under way (`unregister` waits for them).
-                let recv = unsafe { device.start_recv(put_data, Some(message.peer), at, len)? };
+                let recv = unsafe { device.start_recv(data, Some(message.peer), at, len)? };
+                (recv, landed)
+            }
+            (Kind::Accumulate, Ok(at)) => {
+                let (Some(basic), Some(op)) = (m.element, m.op) else {
+                    return Err(Error::new(
+                        ErrorClass::Intern,
+                        "an accumulate without its type",
+                    ));
+                };
+                let sink = Box::new(Combine {
+                    window: at,
+                    len,
+                    basic,
+                    op,
+                });
                 (
-                    recv,
-                    Then::Landed {
-                        peer: message.peer,
-                        len,
-                    },
+                    device.start_recv_unpacked(data, Some(message.peer), sink)?,
+                    landed,
                 )
             }
-            (Kind::Put, Err(e)) => {
+            (Kind::Put | Kind::Accumulate, Err(e)) => {
                 refuse(&mut self.replies, m.token, &e);
                 let sink = Box::new(Discard(len));
-                let recv = device.start_recv_unpacked(put_data, Some(message.peer), sink)?;
+                let recv = device.start_recv_unpacked(data, Some(message.peer), sink)?;
                 (recv, Then::Reaped)
             }
             (_, Ok(at)) => {
@@ -808,14 +845,23 @@ fn watch(request: RequestId, context_id: u32, then: Then) {
 }
 
 /// What a blocking call's loop does for one-sided operations on every
-/// turn, and a test once: it sends what this rank queued
-/// ([`send_queued`]), and ends the transfers of operations' data that
-/// completed: a get's request completes, a put's landing is answered.
+/// turn, and a test before and after its poll: it sends what this rank
+/// queued ([`send_queued`]), and ends the transfers of operations' data
+/// that completed ([`end_transfers`]). Inlined: two loads when there is
+/// nothing to do, on the path of every blocking call.
+#[inline]
 pub(crate) fn progress(device: &mut Device) {
-    send_queued(device);
-    if IN_FLIGHT.load(Ordering::Relaxed) == 0 {
-        return;
+    if QUEUED.load(Ordering::Relaxed) != 0 {
+        send_queued(device);
     }
+    if IN_FLIGHT.load(Ordering::Relaxed) != 0 {
+        end_transfers(device);
+    }
+}
+
+/// Ends the transfers whose requests completed: a get's request
+/// completes, a put's landing is answered.
+fn end_transfers(device: &mut Device) {
     let mut transfers = lock(&TRANSFERS);
     let mut i = 0;
     let mut answer = Vec::new();
@@ -850,11 +896,37 @@ pub(crate) fn progress(device: &mut Device) {
 /// the target took it). It is complete at the target when the target's
 /// answer comes, as a put in an active message.
 pub(crate) fn put_by_message(to: &Target<'_>, disp: u64, data: &[u8]) -> Result<()> {
+    send_by_message(to, Message::new(Kind::Put, 0), disp, data)
+}
+
+/// Combines `data` (elements of `element`) into the target's window at
+/// byte displacement `disp` with `op`, the data travelling as a
+/// point-to-point message ([`ACCUMULATE_BY_MESSAGE`]) that the target
+/// combines as it lands; returns once the target answered (the
+/// operation is applied there, or its refusal recorded for the next
+/// completion call).
+pub(crate) fn accumulate_by_message(
+    to: &Target<'_>,
+    disp: u64,
+    data: &[u8],
+    element: Primitive,
+    op: AccumulateOp,
+) -> Result<()> {
+    let mut m = Message::new(Kind::Accumulate, 0);
+    m.element = Some(element);
+    m.op = Some(op);
+    send_by_message(to, m, disp, data)?;
+    progress_until(|_| Ok((to.shared.state().outstanding[to.rank] == 0).then_some(())))
+}
+
+/// Queues `m` (a put or accumulate, answered by a counted reply) for
+/// `data` at `disp`, sends `data` as its point-to-point message, and
+/// waits until the data has left `data`: see [`put_by_message`].
+fn send_by_message(to: &Target<'_>, mut m: Message<'_>, disp: u64, data: &[u8]) -> Result<()> {
     let send = with_device(|device| {
         let window = (to.shared, to.context_id);
         let peer = to.shared.members[to.rank];
         let mut state = to.shared.state();
-        let mut m = Message::new(Kind::Put, 0);
         m.flags = FLAG_BY_MESSAGE;
         m.disp = disp;
         m.len = data.len() as u64;
@@ -862,7 +934,7 @@ pub(crate) fn put_by_message(to: &Target<'_>, disp: u64, data: &[u8]) -> Result<
         let envelope = MessageEnvelope {
             context_id: context::point_to_point(to.context_id),
             source: to.shared.ranks[&device.rank()] as i32,
-            tag: PUT_TAG,
+            tag: DATA_TAG,
         };
         // SAFETY: `data` stays borrowed, unmodified, while this waits for
         // the send below.
@@ -936,6 +1008,52 @@ pub(crate) unsafe fn get_by_message(
         },
     );
     Ok(request)
+}
+
+/// Where the data of an accumulate by message goes: combined into the
+/// window's `len` bytes at `window` with `op`, each piece as it lands
+/// (pieces are whole elements: they end at multiples of 256 KiB or at
+/// the message's end, and the message is whole elements).
+struct Combine {
+    window: *mut u8,
+    len: usize,
+    basic: Primitive,
+    op: AccumulateOp,
+}
+
+// SAFETY: `window` names the window's memory, valid while the transfer
+// is under way (`unregister` waits for it), and touched only by the
+// device's progress engine, with the device locked.
+unsafe impl Send for Combine {}
+
+impl MessageSink for Combine {
+    fn capacity(&self) -> usize {
+        self.len
+    }
+
+    fn unpack(&mut self, offset: usize, bytes: &[u8]) -> Result<()> {
+        let end = offset
+            .checked_add(bytes.len())
+            .filter(|&end| end <= self.len);
+        let size = self.basic.size();
+        if end.is_none() || !offset.is_multiple_of(size) || !bytes.len().is_multiple_of(size) {
+            return Err(Error::new(
+                ErrorClass::ProcFailed,
+                format!(
+                    "a piece of {} bytes at {offset} of an accumulate of {} bytes of {}-byte elements",
+                    bytes.len(),
+                    self.len,
+                    size
+                ),
+            ));
+        }
+        // SAFETY: `offset .. offset + bytes.len()` lies within the `len`
+        // bytes at `window`, which the target's range check put inside
+        // the window's memory (see the `unsafe impl Send` above).
+        let window =
+            unsafe { std::slice::from_raw_parts_mut(self.window.add(offset), bytes.len()) };
+        combine(window, bytes, self.basic, self.op)
+    }
 }
 
 /// Where the data of a refused put goes: nowhere. It comes all the same

@@ -22,8 +22,10 @@
 //! rank), `by_message` (puts and gets from 16 KiB, whose data travels
 //! as point-to-point messages over active messages, at sizes on both
 //! sides of each threshold, to the next rank and to the rank itself,
-//! contiguous and through derived origin and result datatypes; refused
-//! ones in a dynamic window, after which the next land whole), `batches` (N rounds of hundreds of small puts and accumulates
+//! contiguous and through derived origin and result datatypes;
+//! accumulates from 256 KiB, followed by small ones that must find them
+//! applied; refused ones in a dynamic window, after which the next land
+//! whole), `batches` (N rounds of hundreds of small puts and accumulates
 //! whose result depends on their order, and puts beyond one batch,
 //! between flushes, read back by `rget`s that are only tested; a put the
 //! target refuses amid others, reported at
@@ -741,11 +743,39 @@ fn by_message(world: &Communicator) -> Result<()> {
         })?;
         world.barrier()?;
     }
+    // Accumulates from 256 KiB travel as messages too, combined as they
+    // land; the small ones after them must find them applied.
+    for words in [32_768usize, 40_000, 131_075] {
+        let t = next as i32;
+        let base: Vec<u64> = (0..words as u64).map(|i| i * 3 + rank as u64).collect();
+        let strided: Vec<u64> = (0..2 * words as u64).map(|i| i ^ 0x55).collect();
+        let every_other = UserDatatype::vector(words as i32, 1, 2, &u64::equivalent_datatype())?;
+        window.lock(LockType::Exclusive, t, 0)?;
+        window.accumulate(&base[..], t, 8, AccumulateOp::Replace)?;
+        window.accumulate(
+            &View::with_count_and_datatype(&strided[..], 1, &every_other)?,
+            t,
+            8,
+            SystemOperation::sum(),
+        )?;
+        window.accumulate(&[1000u64][..], t, 8, SystemOperation::sum())?;
+        window.accumulate(&[7u64][..], t, 16, AccumulateOp::Replace)?;
+        let mut back = vec![0u64; words];
+        window.get(&mut back[..], t, 8)?;
+        window.unlock(t)?;
+        let mut expected: Vec<u64> = (0..words)
+            .map(|i| base[i].wrapping_add(strided[2 * i]))
+            .collect();
+        expected[0] += 1000;
+        expected[1] = 7;
+        same(&back, &expected, "accumulates by message, then small ones")?;
+        world.barrier()?;
+    }
     window.free()?;
     // Refused by the target (a dynamic window: only it knows its
-    // regions); the data of a refused put is taken and dropped, so the
-    // puts and gets after it land whole.
-    let mut region = vec![0u8; 200_000];
+    // regions); the data of a refused put or accumulate is taken and
+    // dropped, so the operations after it land whole.
+    let mut region = vec![0u8; 600_000];
     let dynamic = Window::create_dynamic(world, &Info::new())?;
     let at = dynamic.attach(&mut region[..])?;
     let mut addresses = vec![0u64; size];
@@ -755,7 +785,7 @@ fn by_message(world: &Communicator) -> Result<()> {
     dynamic.lock(LockType::Shared, t, 0)?;
     for (step, n) in [20_000, 100_000].into_iter().enumerate() {
         let sent = by_message_bytes(rank, step, n);
-        dynamic.put(&sent[..], t, ta + 190_000)?;
+        dynamic.put(&sent[..], t, ta + 590_000)?;
         expect_class(
             dynamic.flush(t),
             ErrorClass::RmaRange,
@@ -763,7 +793,7 @@ fn by_message(world: &Communicator) -> Result<()> {
         )?;
         let mut over = vec![0u8; n];
         expect_class(
-            dynamic.get(&mut over[..], t, ta + 190_000),
+            dynamic.get(&mut over[..], t, ta + 590_000),
             ErrorClass::RmaRange,
             "a get across a region's end",
         )?;
@@ -775,6 +805,17 @@ fn by_message(world: &Communicator) -> Result<()> {
             format!("{n} bytes put after a refused put and read back differ")
         })?;
     }
+    let ones = vec![1u64; 40_000];
+    dynamic.accumulate(&ones[..], t, ta + 590_000, SystemOperation::sum())?;
+    expect_class(
+        dynamic.flush(t),
+        ErrorClass::RmaRange,
+        "an accumulate across a region's end, at the flush",
+    )?;
+    dynamic.accumulate(&ones[..], t, ta + 200_000, SystemOperation::sum())?;
+    let mut sums = vec![0u64; ones.len()];
+    dynamic.get(&mut sums[..], t, ta + 200_000)?;
+    same(&sums, &ones, "an accumulate after a refused one")?;
     dynamic.unlock(t)?;
     world.barrier()?;
     dynamic.detach(at)?;
