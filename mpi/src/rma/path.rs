@@ -88,7 +88,7 @@ impl Path {
     /// copied, or has left `data`, before this returns.
     pub(crate) fn put(&self, to: &Target<'_>, disp: u64, data: &[u8]) -> Result<()> {
         match self {
-            Path::ActiveMessages if data.len() >= target::BY_MESSAGE => {
+            Path::ActiveMessages if data.len() >= target::PUT_BY_MESSAGE => {
                 target::put_by_message(to, disp, data)
             }
             Path::ActiveMessages => with_device(|d| {
@@ -169,7 +169,7 @@ impl Path {
         what: Fetch<'_>,
     ) -> Result<Option<RequestId>> {
         match self {
-            Path::ActiveMessages if matches!(what, Fetch::Get) && len >= target::BY_MESSAGE => {
+            Path::ActiveMessages if matches!(what, Fetch::Get) && len >= target::GET_BY_MESSAGE => {
                 // SAFETY: the caller's guarantee, passed on.
                 with_device(|d| unsafe { target::get_by_message(d, to, disp, result, len) })
                     .map(Some)

@@ -20,7 +20,8 @@
 //! one message: so a stream of small puts costs a few socket writes, not
 //! one each way per put.
 //!
-//! Puts and gets of [`BY_MESSAGE`] bytes or more carry only their header
+//! Puts and gets from [`PUT_BY_MESSAGE`] and [`GET_BY_MESSAGE`] bytes
+//! (and accumulates from [`ACCUMULATE_BY_MESSAGE`]) carry only their header
 //! in an active message ([`FLAG_BY_MESSAGE`]): their data travels as a
 //! point-to-point message of the window's communicator, which the
 //! device moves between the origin's buffer and the window without a
@@ -64,16 +65,23 @@ pub(crate) const BATCH: usize = 64 * 1024;
 /// batches of four; up to 8 KiB batches gained).
 const ALONE: usize = 16 * 1024;
 
-/// The data at which a put or get travels apart from its active
-/// message, as a point-to-point message of the window's communicator
-/// ([`FLAG_BY_MESSAGE`]): the device then moves it between the origin's
-/// buffer and the window with no copy of its own (a rendezvous beyond
-/// the transport's eager limit; below it, a get's data still lands
-/// straight in the receive the origin posted first), where an active
-/// message is copied into its batch at the origin and out of its payload
-/// at the target. The same size as [`ALONE`]: data this large leaves at
-/// once either way.
-pub(crate) const BY_MESSAGE: usize = ALONE;
+/// The data at which a get travels apart from its active message, as a
+/// point-to-point message of the window's communicator
+/// ([`FLAG_BY_MESSAGE`]): the device then moves it from the window into
+/// the result buffer with no copy of its own (a rendezvous beyond the
+/// transport's eager limit; below it, the data still lands straight in
+/// the receive the origin posted first), where an active message's reply
+/// is copied into it at the target and out of its payload at the origin.
+/// The same size as [`ALONE`]: data this large leaves at once either way.
+pub(crate) const GET_BY_MESSAGE: usize = ALONE;
+
+/// The data at which a put travels apart from its active message: past
+/// the TCP transport's default eager limit (64 KiB), where the device
+/// sends by rendezvous and the data lands straight in the window. An
+/// eagerly sent put's data may reach the target before its header,
+/// unexpected, and be copied there once more: a smaller put stays in the
+/// batch (copied once at each end, applied on arrival).
+pub(crate) const PUT_BY_MESSAGE: usize = 64 * 1024 + 1;
 
 /// The data at which an accumulate (without fetch) travels apart from
 /// its active message, as a point-to-point message that the target

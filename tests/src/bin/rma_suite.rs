@@ -19,7 +19,7 @@
 //! exclusive lock, alternating with accumulates of 4-byte integers and
 //! fetch-and-op of doubles under its shared lock: exact totals), `large`
 //! (puts and gets of 300,000 bytes, at an odd displacement, to the next
-//! rank), `by_message` (puts and gets from 16 KiB, whose data travels
+//! rank), `by_message` (gets from 16 KiB and puts beyond 64 KiB, whose data travels
 //! as point-to-point messages over active messages, at sizes on both
 //! sides of each threshold, to the next rank and to the rank itself,
 //! contiguous and through derived origin and result datatypes;
@@ -645,9 +645,9 @@ fn large(world: &Communicator) -> Result<()> {
     window.free()
 }
 
-/// The sizes of `by_message`: around 16 KiB (where data starts to travel
-/// as point-to-point messages), the TCP eager limit (64 KiB), and 1 MiB
-/// (where TCP data lanes start).
+/// The sizes of `by_message`: around 16 KiB (where gets' data starts to
+/// travel as point-to-point messages), the TCP eager limit (64 KiB,
+/// where puts' data starts to), and 1 MiB (where TCP data lanes start).
 const BY_MESSAGE_SIZES: [usize; 7] = [
     16_383,
     16_384,
