@@ -1082,8 +1082,9 @@ impl<'a> Window<'a> {
     // ----- operations -----
 
     /// Writes `origin` into the target's window at `disp`
-    /// (`MPI_Put`). The data is copied before this returns; it is in
-    /// place at the target once the epoch ends or a flush returns.
+    /// (`MPI_Put`). The data has been copied, or has left `origin`,
+    /// when this returns; it is in place at the target once the epoch
+    /// ends or a flush returns.
     #[doc(alias = "MPI_Put")]
     pub fn put<S: Buffer + ?Sized>(&self, origin: &S, target: i32, disp: usize) -> Result<()> {
         let result = self.put_unhandled(origin, target, disp);
@@ -1120,8 +1121,8 @@ impl<'a> Window<'a> {
     /// Combines `origin` into the target's window at `disp` with `op`
     /// (`MPI_Accumulate`): a predefined reduction,
     /// [`AccumulateOp::Replace`] or [`AccumulateOp::NoOp`]. Atomic per
-    /// element with respect to other accumulates. The data is copied
-    /// before this returns.
+    /// element with respect to other accumulates. The data has been
+    /// copied, or has left `origin`, when this returns.
     #[doc(alias = "MPI_Accumulate")]
     pub fn accumulate<S: Buffer + ?Sized>(
         &self,
@@ -1349,8 +1350,8 @@ impl<'a> Window<'a> {
         unsafe { path.fetch(&to, disp, dest, len, what) }
     }
 
-    /// The request-based put (`MPI_Rput`): the data is copied at once,
-    /// so the request (which borrows nothing, and may be given any
+    /// The request-based put (`MPI_Rput`): the data is copied (or sent)
+    /// at once, so the request (which borrows nothing, and may be given any
     /// lifetime) is complete on return (local completion); the
     /// operation is complete at the target after a flush or the epoch's
     /// end.
