@@ -242,14 +242,15 @@ pub(crate) fn progress_until<R>(
         let next = {
             let mut state = lock_state();
             let device = running(&mut state)?;
-            // What this rank queued for one-sided targets leaves before it
-            // waits: the wait may be for those operations (a get's request)
-            // or for something they cause.
-            rma::send_queued(device);
             // Only this thread starts or advances its collectives, and
             // neither happens while it holds the device: asked once.
             let collectives_pending = collective::engine::has_pending();
             loop {
+                // What this rank queued for one-sided targets leaves before
+                // it waits (the wait may be for those operations, a get's
+                // request, or for something they cause), and one-sided data
+                // that moved as messages is accounted for.
+                rma::progress(device);
                 if let Some(r) = done(device)? {
                     return Ok(r);
                 }
@@ -284,9 +285,11 @@ pub(crate) fn progress_until<R>(
 pub(crate) fn progress_once() -> Result<()> {
     with_device(|d| {
         // As in `progress_until`: a test may be of a one-sided
-        // operation still queued.
-        rma::send_queued(d);
-        d.check_device(false).map(drop)
+        // operation still queued, or of one whose data just came.
+        rma::progress(d);
+        d.check_device(false)?;
+        rma::progress(d);
+        Ok(())
     })?;
     collective::engine::advance()
 }

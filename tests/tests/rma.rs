@@ -130,6 +130,16 @@ fn large_puts_and_gets() {
     job("large", &[], 2, &TCP, 60);
 }
 
+/// Puts, gets and accumulates whose data travels as point-to-point
+/// messages (over active messages: TCP), across the sizes where that
+/// starts, where the TCP rendezvous starts and where its data lanes
+/// start.
+#[test]
+fn large_puts_and_gets_by_message_over_tcp() {
+    job("by_message", &[], 2, &TCP, 120);
+    job("by_message", &[], 3, &TCP, 120);
+}
+
 /// Over TCP the operations between flushes travel in batches; over
 /// shared memory the same program takes the direct path.
 #[test]

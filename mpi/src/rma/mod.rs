@@ -102,7 +102,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use target::{Memory, Shared};
 
 pub use progress::ASYNC_PROGRESS_ENV;
-pub(crate) use target::send_queued;
+pub(crate) use target::progress;
 pub use wire::AccumulateOp;
 
 /// Assertion of [`Window::lock`] and friends: no other process holds or
@@ -1095,8 +1095,9 @@ impl<'a> Window<'a> {
     // ----- operations -----
 
     /// Writes `origin` into the target's window at `disp`
-    /// (`MPI_Put`). The data is copied before this returns; it is in
-    /// place at the target once the epoch ends or a flush returns.
+    /// (`MPI_Put`). The data has been copied, or has left `origin`,
+    /// when this returns; it is in place at the target once the epoch
+    /// ends or a flush returns.
     #[doc(alias = "MPI_Put")]
     pub fn put<S: Buffer + ?Sized>(&self, origin: &S, target: i32, disp: usize) -> Result<()> {
         let result = self.put_unhandled(origin, target, disp);
@@ -1135,8 +1136,8 @@ impl<'a> Window<'a> {
     /// Combines `origin` into the target's window at `disp` with `op`
     /// (`MPI_Accumulate`): a predefined reduction,
     /// [`AccumulateOp::Replace`] or [`AccumulateOp::NoOp`]. Atomic per
-    /// element with respect to other accumulates. The data is copied
-    /// before this returns.
+    /// element with respect to other accumulates. The data has been
+    /// copied, or has left `origin`, when this returns.
     #[doc(alias = "MPI_Accumulate")]
     pub fn accumulate<S: Buffer + ?Sized>(
         &self,
@@ -1378,8 +1379,8 @@ impl<'a> Window<'a> {
         unsafe { path.fetch(&to, disp, dest, len, what) }
     }
 
-    /// The request-based put (`MPI_Rput`): the data is copied at once,
-    /// so the request (which borrows nothing, and may be given any
+    /// The request-based put (`MPI_Rput`): the data is copied (or sent)
+    /// at once, so the request (which borrows nothing, and may be given any
     /// lifetime) is complete on return (local completion); the
     /// operation is complete at the target after a flush or the epoch's
     /// end.

@@ -37,7 +37,7 @@
 
 use super::direct;
 use super::rdma;
-use super::target::{Pending, Shared};
+use super::target::{self, Pending, Shared};
 use super::wire::{AccumulateOp, Kind, Message, FLAG_EXCLUSIVE, FLAG_FETCH, HEADER};
 use super::LockType;
 use crate::datatype::Primitive;
@@ -85,9 +85,10 @@ pub(crate) enum Path {
 
 impl Path {
     /// Writes `data` at byte displacement `disp` (`MPI_Put`); the data is
-    /// copied before this returns. Inlined, as [`Path::flush`]: on the
-    /// direct path a put of a few bytes is then the range checks and the
-    /// copy in the caller, the other paths a call.
+    /// copied, or has left `data`, before this returns. Inlined, as
+    /// [`Path::flush`]: on the direct path a put of a few bytes is then
+    /// the range checks and the copy in the caller, the other paths a
+    /// call.
     #[inline]
     pub(crate) fn put(&self, to: &Target<'_>, disp: u64, data: &[u8]) -> Result<()> {
         match self {
@@ -101,7 +102,8 @@ impl Path {
     }
 
     /// Combines `data` (elements of `element`) into the target's with
-    /// `op` (`MPI_Accumulate`); the data is copied before this returns.
+    /// `op` (`MPI_Accumulate`); the data is copied, or has left `data`,
+    /// before this returns.
     pub(crate) fn accumulate(
         &self,
         to: &Target<'_>,
@@ -111,6 +113,11 @@ impl Path {
         op: AccumulateOp,
     ) -> Result<()> {
         match self {
+            Path::ActiveMessages
+                if data.len() >= target::ACCUMULATE_BY_MESSAGE && op != AccumulateOp::NoOp =>
+            {
+                target::accumulate_by_message(to, disp, data, element, op)
+            }
             Path::ActiveMessages => with_device(|d| {
                 for (offset, chunk) in chunks(data.len()) {
                     let mut m = Message::new(Kind::Accumulate, 0);
@@ -285,6 +292,9 @@ impl Path {
 
 /// [`Path::put`] by active messages.
 fn put_active(to: &Target<'_>, disp: u64, data: &[u8]) -> Result<()> {
+    if data.len() >= target::PUT_BY_MESSAGE {
+        return target::put_by_message(to, disp, data);
+    }
     with_device(|d| {
         for (offset, chunk) in chunks(data.len()) {
             let mut m = Message::new(Kind::Put, 0);
@@ -317,6 +327,10 @@ unsafe fn fetch_active(
     what: Fetch<'_>,
 ) -> Result<Option<RequestId>> {
     with_device(|d| {
+        if matches!(what, Fetch::Get) && len >= target::GET_BY_MESSAGE {
+            // SAFETY: the caller's guarantee, passed on.
+            return unsafe { target::get_by_message(d, to, disp, result, len) }.map(Some);
+        }
         let request = d.start_generalized();
         let parts: Vec<_> = match what {
             Fetch::CompareAndSwap { .. } => vec![(0, len)],

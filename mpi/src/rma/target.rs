@@ -20,14 +20,34 @@
 //! one message: so a stream of small puts costs a few socket writes, not
 //! one each way per put.
 //!
-//! Lock order: the device, then the registry, then a window's state.
-//! Nothing takes the device while it holds either of the others.
+//! Puts and gets from [`PUT_BY_MESSAGE`] and [`GET_BY_MESSAGE`] bytes
+//! (and accumulates from [`ACCUMULATE_BY_MESSAGE`]) carry only their header
+//! in an active message ([`FLAG_BY_MESSAGE`]): their data travels as a
+//! point-to-point message of the window's communicator, which the
+//! device moves between the origin's buffer and the window without a
+//! copy of its own (a rendezvous beyond the transport's eager limit). A
+//! get's origin posts the receive into its result buffer before the get
+//! leaves, and the target sends from its window; a put's origin sends
+//! from its buffer and returns once the data has left it, and the target
+//! receives into its window and answers once the data is there. The
+//! device requests of these transfers are watched ([`progress`], on
+//! every turn of a blocking call's loop) until they complete.
+//!
+//! Lock order: the device, then the transfers, then the registry, then a
+//! window's state. Nothing takes the device while it holds any of the
+//! others.
 
-use super::wire::{set_data_len, AccumulateOp, Kind, Message, FLAG_EXCLUSIVE, FLAG_FETCH};
+use super::path::Target;
+use super::wire::{
+    set_data_len, AccumulateOp, Kind, Message, FLAG_BY_MESSAGE, FLAG_EXCLUSIVE, FLAG_FETCH,
+};
 use crate::collective::op::Reduction;
 use crate::datatype::{ElementType, Primitive};
-use crate::{Error, ErrorClass, Result};
-use oxmpi_adi::device::{ActiveMessage, ActiveMessageHandler, Device, RequestId};
+use crate::{context, progress_until, with_device, Error, ErrorClass, Result};
+use oxmpi_adi::device::{
+    ActiveMessage, ActiveMessageHandler, Device, MatchPattern, MessageEnvelope, MessageSink,
+    RequestId, Status,
+};
 use oxmpi_adi::transport::PeerRank;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -44,6 +64,47 @@ pub(crate) const BATCH: usize = 64 * 1024;
 /// (puts of 16 KiB over TCP lost about a quarter of their bandwidth in
 /// batches of four; up to 8 KiB batches gained).
 const ALONE: usize = 16 * 1024;
+
+/// The data at which a get travels apart from its active message, as a
+/// point-to-point message of the window's communicator
+/// ([`FLAG_BY_MESSAGE`]): the device then moves it from the window into
+/// the result buffer with no copy of its own (a rendezvous beyond the
+/// transport's eager limit; below it, the data still lands straight in
+/// the receive the origin posted first), where an active message's reply
+/// is copied into it at the target and out of its payload at the origin.
+/// The same size as [`ALONE`]: data this large leaves at once either way.
+pub(crate) const GET_BY_MESSAGE: usize = ALONE;
+
+/// The data at which a put travels apart from its active message: past
+/// the TCP transport's default eager limit (64 KiB), where the device
+/// sends by rendezvous and the data lands straight in the window. An
+/// eagerly sent put's data may reach the target before its header,
+/// unexpected, and be copied there once more: a smaller put stays in the
+/// batch (copied once at each end, applied on arrival).
+pub(crate) const PUT_BY_MESSAGE: usize = 64 * 1024 + 1;
+
+/// The data at which an accumulate (without fetch) travels apart from
+/// its active message, as a point-to-point message that the target
+/// combines into its window piece by piece as the pieces land (the
+/// device's streamed rendezvous: pieces of `proto::PIECE_LEN`, 256 KiB,
+/// so one or more whole pieces): no copy at the origin, and none but
+/// the socket's read at the target. The origin waits for the target's
+/// answer (the operations after it must find it applied: accumulates
+/// are ordered), a round trip that smaller ones would not win back.
+pub(crate) const ACCUMULATE_BY_MESSAGE: usize = 256 * 1024;
+
+/// The tag of the point-to-point messages that carry puts' and
+/// accumulates' data (from the origin). They are received in the order
+/// their operations' active messages arrive, which is the order they
+/// were sent: one tag serves.
+const DATA_TAG: i32 = i32::MAX;
+
+/// The tag of the point-to-point message that carries the data of the
+/// get `token` (from the target): the origin's receive takes that one
+/// and no other, whichever gets the target refused.
+fn get_tag(token: u64) -> i32 {
+    (token % DATA_TAG as u64) as i32
+}
 
 /// How many outboxes of this process hold queued messages (changed with
 /// the device locked, or when a window's state is dropped), so that a
@@ -62,10 +123,23 @@ pub(crate) fn register(context_id: u32, shared: Arc<Shared>) {
         .insert(context_id, shared);
 }
 
-/// Removes a window (at free, once no peer names it any more).
+/// Removes a window (at free, once no peer names it any more, or when it
+/// is dropped), then waits until no transfer reads or writes its memory
+/// any more: a put's data landing in it, a get's leaving it. Their
+/// origins, blocked in the put or awaiting the get, carry them through.
 pub(crate) fn unregister(context_id: u32) {
     if let Some(map) = lock(&WINDOWS).as_mut() {
         map.remove(&context_id);
+    }
+    if IN_FLIGHT.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let touches_memory =
+        |t: &Transfer| t.context_id == context_id && !matches!(t.then, Then::Fetched { .. });
+    let ended =
+        progress_until(|_| Ok((!lock(&TRANSFERS).iter().any(touches_memory)).then_some(())));
+    if let Err(e) = ended {
+        oxmpi_adi::vlog!("window {context_id}: its transfers did not end: {e}");
     }
 }
 
@@ -130,6 +204,11 @@ pub(crate) enum Pending {
         request: RequestId,
         last: bool,
     },
+    /// A get whose data travels as a point-to-point message
+    /// ([`FLAG_BY_MESSAGE`]) into the receive `recv`, posted into the
+    /// result buffer before the get left; the receive's completion
+    /// completes `request` ([`progress`]). A refusal cancels the receive.
+    Receiving { recv: RequestId, request: RequestId },
     /// A lock or unlock request: the reply is the grant or the release.
     Sync,
 }
@@ -352,16 +431,32 @@ impl State {
             for &token in &tokens {
                 if let Some((target, pending)) = self.pending.remove(&token) {
                     self.outstanding[target] -= 1;
-                    if let Pending::Fetch { request, .. } = pending {
-                        self.release(request);
-                        device.complete_generalized(request, Some(e.clone()));
-                    }
+                    self.fail(device, pending, e.clone());
                 }
             }
         }
         tokens.clear();
         self.outbox[target].tokens = tokens;
         sent
+    }
+
+    /// Fails the fetching operation `pending`, taken out of `pending`,
+    /// with `error` (its message could not be sent, or its target refused
+    /// it); other kinds have no request to fail.
+    fn fail(&mut self, device: &mut Device, pending: Pending, error: Error) {
+        match pending {
+            Pending::Fetch { request, .. } => {
+                self.release(request);
+                device.complete_generalized(request, Some(error));
+            }
+            // No data comes for it: the receive has not matched, and its
+            // transfer is reaped as cancelled.
+            Pending::Receiving { recv, request } => {
+                device.cancel(recv);
+                device.complete_generalized(request, Some(error));
+            }
+            Pending::Done | Pending::Sync => {}
+        }
     }
 
     /// Lets go of the result buffer of `request`, which fails now: the
@@ -381,14 +476,11 @@ impl State {
     }
 }
 
-/// Sends every window's queued messages (a call is about to wait or
-/// test: what this rank queued must not wait with it). A send that fails
+/// Sends every window's queued messages (a call waits or tests: what
+/// this rank queued must not wait with it). A send that fails
 /// is recorded as the window's error, reported by its next completion
 /// call, as a refusal would be.
-pub(crate) fn send_queued(device: &mut Device) {
-    if QUEUED.load(Ordering::Relaxed) == 0 {
-        return;
-    }
+fn send_queued(device: &mut Device) {
     for (&context_id, shared) in lock(&WINDOWS).iter().flatten() {
         let mut state = shared.state();
         for target in 0..state.outbox.len() {
@@ -451,6 +543,11 @@ impl Handler {
     ) -> Result<()> {
         let mut state = shared.state();
         match m.kind {
+            Kind::Put | Kind::Get | Kind::Accumulate if m.flags & FLAG_BY_MESSAGE != 0 => {
+                let at = state.memory.range(m.disp, m.len);
+                drop(state);
+                self.by_message(device, message, (shared, from), &m, at)
+            }
             Kind::Put | Kind::Get | Kind::Accumulate | Kind::CompareAndSwap => {
                 let at = self.replies.len();
                 Message::new(Kind::Reply, m.token).append_to(&mut self.replies);
@@ -458,12 +555,7 @@ impl Handler {
                     Ok(()) => set_data_len(&mut self.replies[at..]),
                     Err(e) => {
                         self.replies.truncate(at);
-                        let text = e.message();
-                        let mut answer = Message::new(Kind::Refused, m.token);
-                        answer.class = e.class().code() as u8;
-                        answer.len = text.len() as u64;
-                        answer.data = text.as_bytes();
-                        answer.append_to(&mut self.replies);
+                        refuse(&mut self.replies, m.token, &e);
                     }
                 }
                 Ok(())
@@ -512,6 +604,19 @@ impl Handler {
                         if let Some(e) = refused {
                             state.errors.push(e);
                             shared.errors_recorded.store(true, Ordering::Release);
+                        }
+                    }
+                    // Its data comes as a message, and only a refusal as
+                    // an answer.
+                    Pending::Receiving { .. } => {
+                        let answered = Error::new(
+                            ErrorClass::ProcFailed,
+                            format!("rank {from} answered a get whose data it was to send apart"),
+                        );
+                        let failed = refused.is_none();
+                        state.fail(device, pending, refused.unwrap_or_else(|| answered.clone()));
+                        if failed {
+                            return Err(answered);
                         }
                     }
                     Pending::Fetch {
@@ -578,20 +683,431 @@ impl Handler {
     }
 }
 
-/// The window an active message names, and its sender's rank in it.
-fn window_of(message: &ActiveMessage) -> Result<(Arc<Shared>, usize)> {
-    let shared = lock(&WINDOWS)
-        .as_ref()
-        .and_then(|m| m.get(&message.context_id).cloned())
-        .ok_or_else(|| {
-            Error::new(
+impl Handler {
+    /// Starts the point-to-point transfer of a put's or get's data
+    /// ([`FLAG_BY_MESSAGE`]) between rank `from` of `shared` and the
+    /// window at `at` (the range checked, or the error that refuses the
+    /// operation): a put's data is received straight into the window
+    /// and answered once it is there (here if it came already, else by
+    /// [`progress`]); a get's is sent straight from the window. A refused
+    /// put's data is received all the same, and dropped.
+    fn by_message(
+        &mut self,
+        device: &mut Device,
+        message: &ActiveMessage,
+        (shared, from): (&Shared, usize),
+        m: &Message<'_>,
+        at: Result<*mut u8>,
+    ) -> Result<()> {
+        let context_id = context::point_to_point(message.context_id);
+        // Within the window's memory, or refused below: no longer than it.
+        let len = m.len as usize;
+        let data = MatchPattern {
+            context_id,
+            source: Some(from as i32),
+            tag: Some(DATA_TAG),
+        };
+        let landed = Then::Landed {
+            peer: message.peer,
+            len,
+        };
+        let (request, then) = match (m.kind, at) {
+            (Kind::Put, Ok(at)) => {
+                // SAFETY: `range` checked that `at .. at + len` lies in the
+                // window's memory, which stays valid while a transfer of
+                // the window is under way (`unregister` waits for them).
+                let recv = unsafe { device.start_recv(data, Some(message.peer), at, len)? };
+                (recv, landed)
+            }
+            (Kind::Accumulate, Ok(at)) => {
+                let (Some(basic), Some(op)) = (m.element, m.op) else {
+                    return Err(Error::new(
+                        ErrorClass::Intern,
+                        "an accumulate without its type",
+                    ));
+                };
+                let sink = Box::new(Combine {
+                    window: at,
+                    len,
+                    basic,
+                    op,
+                });
+                (
+                    device.start_recv_unpacked(data, Some(message.peer), sink)?,
+                    landed,
+                )
+            }
+            (Kind::Put | Kind::Accumulate, Err(e)) => {
+                refuse(&mut self.replies, m.token, &e);
+                let sink = Box::new(Discard(len));
+                let recv = device.start_recv_unpacked(data, Some(message.peer), sink)?;
+                (recv, Then::Reaped)
+            }
+            (_, Ok(at)) => {
+                let envelope = MessageEnvelope {
+                    context_id,
+                    source: shared.ranks[&device.rank()] as i32,
+                    tag: get_tag(m.token),
+                };
+                // SAFETY: as above: the window's memory outlives the send.
+                let send = unsafe { device.start_send(message.peer, envelope, at, len, false)? };
+                (send, Then::Reaped)
+            }
+            (_, Err(e)) => {
+                refuse(&mut self.replies, m.token, &e);
+                return Ok(());
+            }
+        };
+        match device.take_status(request) {
+            Some(status) => then.finish(device, message.context_id, status, &mut self.replies),
+            None => watch(request, message.context_id, then),
+        }
+        Ok(())
+    }
+}
+
+/// A point-to-point transfer of an operation's data under way
+/// ([`FLAG_BY_MESSAGE`]): the device's request, the window's context
+/// id, and what its completion does.
+struct Transfer {
+    request: RequestId,
+    context_id: u32,
+    then: Then,
+}
+
+/// What the end of a [`Transfer`] does.
+enum Then {
+    /// At the origin, the get `token` got its `len` bytes (or failed):
+    /// its `request` completes.
+    Fetched {
+        token: u64,
+        request: RequestId,
+        len: usize,
+    },
+    /// At the target, `len` bytes of a put from `peer` landed in the
+    /// window (or failed): the put is answered.
+    Landed { peer: PeerRank, len: usize },
+    /// Nothing but freeing the request: a get's data sent out of the
+    /// window, a refused put's data dropped.
+    Reaped,
+}
+
+impl Then {
+    /// Does what the end of a transfer of the window `context_id` with
+    /// `status` does; an answer for its origin is added to `replies`
+    /// (which the caller sends).
+    fn finish(self, device: &mut Device, context_id: u32, status: Status, replies: &mut Vec<u8>) {
+        let short = |len: usize| {
+            (status.count != len).then(|| {
+                Error::new(
+                    ErrorClass::ProcFailed,
+                    format!(
+                        "a one-sided operation's {len} bytes came as a message of {}",
+                        status.count
+                    ),
+                )
+            })
+        };
+        match self {
+            Then::Fetched {
+                token,
+                request,
+                len,
+            } => {
+                if let Some(shared) = window(context_id) {
+                    let mut state = shared.state();
+                    if let Some((target, _)) = state.pending.remove(&token) {
+                        state.outstanding[target] -= 1;
+                    }
+                }
+                // A request that a refusal failed already is left as it is.
+                let error = status.error.clone().or_else(|| short(len));
+                device.complete_generalized(request, error);
+            }
+            Then::Landed { len, .. } => match status.error.clone().or_else(|| short(len)) {
+                None => Message::new(Kind::Reply, 0).append_to(replies),
+                Some(e) => refuse(replies, 0, &e),
+            },
+            Then::Reaped => {}
+        }
+    }
+}
+
+/// The transfers under way, in no order. Touched only with the device
+/// locked (after it in the lock order, before the registry).
+static TRANSFERS: Mutex<Vec<Transfer>> = Mutex::new(Vec::new());
+
+/// How many transfers are under way: so that a blocking call's loop
+/// looks at none unless there are some.
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+/// Watches the device's `request` until it completes, then does `then`
+/// ([`progress`]).
+fn watch(request: RequestId, context_id: u32, then: Then) {
+    lock(&TRANSFERS).push(Transfer {
+        request,
+        context_id,
+        then,
+    });
+    IN_FLIGHT.fetch_add(1, Ordering::Relaxed);
+}
+
+/// What a blocking call's loop does for one-sided operations on every
+/// turn, and a test before and after its poll: it sends what this rank
+/// queued ([`send_queued`]), and ends the transfers of operations' data
+/// that completed ([`end_transfers`]). Inlined: two loads when there is
+/// nothing to do, on the path of every blocking call.
+#[inline]
+pub(crate) fn progress(device: &mut Device) {
+    if QUEUED.load(Ordering::Relaxed) != 0 {
+        send_queued(device);
+    }
+    if IN_FLIGHT.load(Ordering::Relaxed) != 0 {
+        end_transfers(device);
+    }
+}
+
+/// Ends the transfers whose requests completed: a get's request
+/// completes, a put's landing is answered.
+fn end_transfers(device: &mut Device) {
+    let mut transfers = lock(&TRANSFERS);
+    let mut i = 0;
+    let mut answer = Vec::new();
+    while i < transfers.len() {
+        let Some(status) = device.take_status(transfers[i].request) else {
+            i += 1;
+            continue;
+        };
+        let Transfer {
+            context_id, then, ..
+        } = transfers.swap_remove(i);
+        IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
+        let to = match then {
+            Then::Landed { peer, .. } => Some(peer),
+            _ => None,
+        };
+        then.finish(device, context_id, status, &mut answer);
+        if let Some(peer) = to {
+            if let Err(e) = device.send_active_message(peer, context_id, &answer) {
+                // That peer is lost; its operations fail with it.
+                oxmpi_adi::vlog!("answering a put of rank {peer}: {e}");
+            }
+            answer.clear();
+        }
+    }
+}
+
+/// Starts a put of `data` at byte displacement `disp` of the target whose
+/// data travels as a point-to-point message ([`FLAG_BY_MESSAGE`]),
+/// straight from `data` into the target's window, and returns once it
+/// has left `data` (at once where the device sends it eagerly, else once
+/// the target took it). It is complete at the target when the target's
+/// answer comes, as a put in an active message.
+pub(crate) fn put_by_message(to: &Target<'_>, disp: u64, data: &[u8]) -> Result<()> {
+    send_by_message(to, Message::new(Kind::Put, 0), disp, data)
+}
+
+/// Combines `data` (elements of `element`) into the target's window at
+/// byte displacement `disp` with `op`, the data travelling as a
+/// point-to-point message ([`ACCUMULATE_BY_MESSAGE`]) that the target
+/// combines as it lands; returns once the target answered (the
+/// operation is applied there, or its refusal recorded for the next
+/// completion call).
+pub(crate) fn accumulate_by_message(
+    to: &Target<'_>,
+    disp: u64,
+    data: &[u8],
+    element: Primitive,
+    op: AccumulateOp,
+) -> Result<()> {
+    let mut m = Message::new(Kind::Accumulate, 0);
+    m.element = Some(element);
+    m.op = Some(op);
+    send_by_message(to, m, disp, data)?;
+    progress_until(|_| Ok((to.shared.state().outstanding[to.rank] == 0).then_some(())))
+}
+
+/// Queues `m` (a put or accumulate, answered by a counted reply) for
+/// `data` at `disp`, sends `data` as its point-to-point message, and
+/// waits until the data has left `data`: see [`put_by_message`].
+fn send_by_message(to: &Target<'_>, mut m: Message<'_>, disp: u64, data: &[u8]) -> Result<()> {
+    let send = with_device(|device| {
+        let window = (to.shared, to.context_id);
+        let peer = to.shared.members[to.rank];
+        let mut state = to.shared.state();
+        m.flags = FLAG_BY_MESSAGE;
+        m.disp = disp;
+        m.len = data.len() as u64;
+        state.queue(device, window, to.rank, Some(Pending::Done), m)?;
+        let envelope = MessageEnvelope {
+            context_id: context::point_to_point(to.context_id),
+            source: to.shared.ranks[&device.rank()] as i32,
+            tag: DATA_TAG,
+        };
+        // SAFETY: `data` stays borrowed, unmodified, while this waits for
+        // the send below.
+        let send = unsafe { device.start_send(peer, envelope, data.as_ptr(), data.len(), false)? };
+        if !device.is_complete(send) {
+            // A rendezvous: the target posts the receive it waits for
+            // when the put's message reaches it.
+            state.send(device, window, to.rank)?;
+        }
+        Ok(send)
+    })?;
+    let status = crate::wait_request(send)?;
+    status.error.map_or(Ok(()), Err)
+}
+
+/// Starts a get of `len` bytes at byte displacement `disp` of the target
+/// into `result`, whose data travels as a point-to-point message
+/// ([`FLAG_BY_MESSAGE`]) straight from the target's window into
+/// `result`: the receive is posted before the get is queued. Returns its
+/// request, complete once the data is there.
+///
+/// # Safety
+/// `result` must be writable for `len` bytes, and not otherwise
+/// accessed, until the returned request completes.
+pub(crate) unsafe fn get_by_message(
+    device: &mut Device,
+    to: &Target<'_>,
+    disp: u64,
+    result: *mut u8,
+    len: usize,
+) -> Result<RequestId> {
+    let window = (to.shared, to.context_id);
+    let request = device.start_generalized();
+    let mut state = to.shared.state();
+    // The token `queue` gives the get below names its data's message.
+    let token = state.next_token;
+    let pattern = MatchPattern {
+        context_id: context::point_to_point(to.context_id),
+        source: Some(to.rank as i32),
+        tag: Some(get_tag(token)),
+    };
+    let peer = to.shared.members[to.rank];
+    // SAFETY: the caller's guarantee, passed on.
+    let recv = unsafe { device.start_recv(pattern, Some(peer), result, len) };
+    let recv = match recv {
+        Ok(recv) => recv,
+        Err(e) => {
+            device.take_status(request);
+            return Err(e);
+        }
+    };
+    let mut m = Message::new(Kind::Get, 0);
+    m.flags = FLAG_BY_MESSAGE;
+    m.disp = disp;
+    m.len = len as u64;
+    let pending = Pending::Receiving { recv, request };
+    if let Err(e) = state.queue(device, window, to.rank, Some(pending), m) {
+        // `State::send` failed the get and cancelled its receive.
+        device.take_status(recv);
+        device.take_status(request);
+        return Err(e);
+    }
+    drop(state);
+    watch(
+        recv,
+        to.context_id,
+        Then::Fetched {
+            token,
+            request,
+            len,
+        },
+    );
+    Ok(request)
+}
+
+/// Where the data of an accumulate by message goes: combined into the
+/// window's `len` bytes at `window` with `op`, each piece as it lands
+/// (pieces are whole elements: they end at multiples of 256 KiB or at
+/// the message's end, and the message is whole elements).
+struct Combine {
+    window: *mut u8,
+    len: usize,
+    basic: Primitive,
+    op: AccumulateOp,
+}
+
+// SAFETY: `window` names the window's memory, valid while the transfer
+// is under way (`unregister` waits for it), and touched only by the
+// device's progress engine, with the device locked.
+unsafe impl Send for Combine {}
+
+impl MessageSink for Combine {
+    fn capacity(&self) -> usize {
+        self.len
+    }
+
+    fn unpack(&mut self, offset: usize, bytes: &[u8]) -> Result<()> {
+        let end = offset
+            .checked_add(bytes.len())
+            .filter(|&end| end <= self.len);
+        let size = self.basic.size();
+        if end.is_none() || !offset.is_multiple_of(size) || !bytes.len().is_multiple_of(size) {
+            return Err(Error::new(
                 ErrorClass::ProcFailed,
                 format!(
-                    "rank {} named window context {}, which this rank does not have",
-                    message.peer, message.context_id
+                    "a piece of {} bytes at {offset} of an accumulate of {} bytes of {}-byte elements",
+                    bytes.len(),
+                    self.len,
+                    size
                 ),
-            )
-        })?;
+            ));
+        }
+        // SAFETY: `offset .. offset + bytes.len()` lies within the `len`
+        // bytes at `window`, which the target's range check put inside
+        // the window's memory (see the `unsafe impl Send` above).
+        let window =
+            unsafe { std::slice::from_raw_parts_mut(self.window.add(offset), bytes.len()) };
+        combine(window, bytes, self.basic, self.op)
+    }
+}
+
+/// Where the data of a refused put goes: nowhere. It comes all the same
+/// and must be taken off the connection, and the next put's receive must
+/// not take it.
+struct Discard(usize);
+
+impl MessageSink for Discard {
+    fn capacity(&self) -> usize {
+        self.0
+    }
+
+    fn unpack(&mut self, _offset: usize, _bytes: &[u8]) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Appends the refusal of the operation `token` with `error` to
+/// `replies`.
+fn refuse(replies: &mut Vec<u8>, token: u64, error: &Error) {
+    let text = error.message();
+    let mut answer = Message::new(Kind::Refused, token);
+    answer.class = error.class().code() as u8;
+    answer.len = text.len() as u64;
+    answer.data = text.as_bytes();
+    answer.append_to(replies);
+}
+
+/// The registered window of `context_id`, if it still is.
+fn window(context_id: u32) -> Option<Arc<Shared>> {
+    lock(&WINDOWS)
+        .as_ref()
+        .and_then(|m| m.get(&context_id).cloned())
+}
+
+/// The window an active message names, and its sender's rank in it.
+fn window_of(message: &ActiveMessage) -> Result<(Arc<Shared>, usize)> {
+    let shared = window(message.context_id).ok_or_else(|| {
+        Error::new(
+            ErrorClass::ProcFailed,
+            format!(
+                "rank {} named window context {}, which this rank does not have",
+                message.peer, message.context_id
+            ),
+        )
+    })?;
     let from = *shared.ranks.get(&message.peer).ok_or_else(|| {
         Error::new(
             ErrorClass::ProcFailed,

@@ -19,7 +19,13 @@
 //! exclusive lock, alternating with accumulates of 4-byte integers and
 //! fetch-and-op of doubles under its shared lock: exact totals), `large`
 //! (puts and gets of 300,000 bytes, at an odd displacement, to the next
-//! rank), `batches` (N rounds of hundreds of small puts and accumulates
+//! rank), `by_message` (gets from 16 KiB and puts beyond 64 KiB, whose data travels
+//! as point-to-point messages over active messages, at sizes on both
+//! sides of each threshold, to the next rank and to the rank itself,
+//! contiguous and through derived origin and result datatypes;
+//! accumulates from 256 KiB, followed by small ones that must find them
+//! applied; refused ones in a dynamic window, after which the next land
+//! whole), `batches` (N rounds of hundreds of small puts and accumulates
 //! whose result depends on their order, and puts beyond one batch,
 //! between flushes, read back by `rget`s that are only tested; a put the
 //! target refuses amid others, reported at
@@ -50,7 +56,7 @@
 //! rank 1's memory is not touched, and rank 0 still reaches rank 2).
 
 use oxmpi::collective::{reduce_local_into, SystemOperation};
-use oxmpi::datatype::{UserDatatype, View};
+use oxmpi::datatype::{MutView, UserDatatype, View};
 use oxmpi::rma::{
     AccumulateOp, CreateFlavor, LockType, MemoryModel, SharedPart, Window, MODE_NOCHECK,
     MODE_NOPRECEDE, MODE_NOSUCCEED,
@@ -82,6 +88,7 @@ fn main() -> ExitCode {
                 "spinlock" => spinlock(&world, n),
                 "exclusion" => exclusion(&world, n),
                 "large" => large(&world),
+                "by_message" => by_message(&world),
                 "batches" => batches(&world, n),
                 "dynamic" => dynamic(&world),
                 "attributes" => attributes(&world),
@@ -636,6 +643,183 @@ fn large(world: &Communicator) -> Result<()> {
         "the previous rank's bytes differ".to_owned()
     })?;
     window.free()
+}
+
+/// The sizes of `by_message`: around 16 KiB (where gets' data starts to
+/// travel as point-to-point messages), the TCP eager limit (64 KiB,
+/// where puts' data starts to), and 1 MiB (where TCP data lanes start).
+const BY_MESSAGE_SIZES: [usize; 7] = [
+    16_383,
+    16_384,
+    65_536,
+    65_537,
+    300_001,
+    1 << 20,
+    (1 << 20) + 24,
+];
+
+/// The bytes `by_message` puts from `rank` in step `step`.
+fn by_message_bytes(rank: usize, step: usize, n: usize) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i * 31 + rank * 7 + step * 3 + i / 251) as u8)
+        .collect()
+}
+
+/// See the module docs: every size of [`BY_MESSAGE_SIZES`] put and read
+/// back, first with the next rank, then with this rank itself, then
+/// through derived datatypes; then refusals in a dynamic window.
+fn by_message(world: &Communicator) -> Result<()> {
+    const DISP: usize = 5;
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let next = (rank + 1) % size;
+    let previous = (rank + size - 1) % size;
+    let largest = BY_MESSAGE_SIZES[BY_MESSAGE_SIZES.len() - 1];
+    let window = Window::allocate(world, 2 * largest + 64, 1, &Info::new())?;
+    for (step, &n) in BY_MESSAGE_SIZES.iter().enumerate() {
+        for (phase, t) in [next, rank].into_iter().enumerate() {
+            let sent = by_message_bytes(rank, 2 * step + phase, n);
+            window.lock(LockType::Exclusive, t as i32, 0)?;
+            window.put(&sent[..], t as i32, DISP)?;
+            window.flush(t as i32)?;
+            let mut back = vec![0u8; n];
+            window.get(&mut back[..], t as i32, DISP)?;
+            window.unlock(t as i32)?;
+            ensure(back == sent, || {
+                format!("{n} bytes put to rank {t} and read back differ")
+            })?;
+            world.barrier()?;
+            let from = if phase == 0 { previous } else { rank };
+            let mut mine = vec![0u8; n];
+            window.read_local(DISP, &mut mine)?;
+            ensure(mine == by_message_bytes(from, 2 * step + phase, n), || {
+                format!("the {n} bytes rank {from} put here differ")
+            })?;
+            world.barrier()?;
+        }
+    }
+    // Through derived datatypes: every other word of the origin, into
+    // every other word of the result, by request-based gets too.
+    for &n in &BY_MESSAGE_SIZES {
+        let words = n / 8;
+        let every_other = UserDatatype::vector(words as i32, 1, 2, &u64::equivalent_datatype())?;
+        let strided: Vec<u64> = (0..2 * words as u64)
+            .map(|i| {
+                if i % 2 == 0 {
+                    (rank as u64) << 40 | i
+                } else {
+                    u64::MAX
+                }
+            })
+            .collect();
+        let expected: Vec<u64> = strided.iter().copied().step_by(2).collect();
+        let t = next as i32;
+        window.lock(LockType::Shared, t, 0)?;
+        window.put(
+            &View::with_count_and_datatype(&strided[..], 1, &every_other)?,
+            t,
+            8,
+        )?;
+        window.flush(t)?;
+        let mut spread = vec![7u64; 2 * words];
+        window.get(
+            &mut MutView::with_count_and_datatype(&mut spread[..], 1, &every_other)?,
+            t,
+            8,
+        )?;
+        let mut halves = vec![0u64; words];
+        oxmpi::request::scope(|scope| -> Result<()> {
+            let (a, b) = halves.split_at_mut(words / 2);
+            let first = window.rget(scope, a, t, 8)?;
+            let second = window.rget(scope, b, t, 8 + 8 * (words / 2))?;
+            oxmpi::request::wait_all(vec![first, second]).map(drop)
+        })?;
+        window.unlock(t)?;
+        let gaps_kept = spread.iter().skip(1).step_by(2).all(|&w| w == 7);
+        let got: Vec<u64> = spread.iter().copied().step_by(2).collect();
+        same(&got, &expected, "words read back through a derived type")?;
+        same(&halves, &expected, "words read back by two rgets")?;
+        ensure(gaps_kept, || {
+            "a get through a derived type wrote between its elements".to_owned()
+        })?;
+        world.barrier()?;
+    }
+    // Accumulates from 256 KiB travel as messages too, combined as they
+    // land; the small ones after them must find them applied.
+    for words in [32_768usize, 40_000, 131_075] {
+        let t = next as i32;
+        let base: Vec<u64> = (0..words as u64).map(|i| i * 3 + rank as u64).collect();
+        let strided: Vec<u64> = (0..2 * words as u64).map(|i| i ^ 0x55).collect();
+        let every_other = UserDatatype::vector(words as i32, 1, 2, &u64::equivalent_datatype())?;
+        window.lock(LockType::Exclusive, t, 0)?;
+        window.accumulate(&base[..], t, 8, AccumulateOp::Replace)?;
+        window.accumulate(
+            &View::with_count_and_datatype(&strided[..], 1, &every_other)?,
+            t,
+            8,
+            SystemOperation::sum(),
+        )?;
+        window.accumulate(&[1000u64][..], t, 8, SystemOperation::sum())?;
+        window.accumulate(&[7u64][..], t, 16, AccumulateOp::Replace)?;
+        let mut back = vec![0u64; words];
+        window.get(&mut back[..], t, 8)?;
+        window.unlock(t)?;
+        let mut expected: Vec<u64> = (0..words)
+            .map(|i| base[i].wrapping_add(strided[2 * i]))
+            .collect();
+        expected[0] += 1000;
+        expected[1] = 7;
+        same(&back, &expected, "accumulates by message, then small ones")?;
+        world.barrier()?;
+    }
+    window.free()?;
+    // Refused by the target (a dynamic window: only it knows its
+    // regions); the data of a refused put or accumulate is taken and
+    // dropped, so the operations after it land whole.
+    let mut region = vec![0u8; 600_000];
+    let dynamic = Window::create_dynamic(world, &Info::new())?;
+    let at = dynamic.attach(&mut region[..])?;
+    let mut addresses = vec![0u64; size];
+    world.all_gather_into(&[at as u64][..], &mut addresses[..])?;
+    let ta = addresses[next] as usize;
+    let t = next as i32;
+    dynamic.lock(LockType::Shared, t, 0)?;
+    for (step, n) in [20_000, 100_000].into_iter().enumerate() {
+        let sent = by_message_bytes(rank, step, n);
+        dynamic.put(&sent[..], t, ta + 590_000)?;
+        expect_class(
+            dynamic.flush(t),
+            ErrorClass::RmaRange,
+            "a put across a region's end, at the flush",
+        )?;
+        let mut over = vec![0u8; n];
+        expect_class(
+            dynamic.get(&mut over[..], t, ta + 590_000),
+            ErrorClass::RmaRange,
+            "a get across a region's end",
+        )?;
+        dynamic.put(&sent[..], t, ta + 1)?;
+        dynamic.flush(t)?;
+        let mut back = vec![0u8; n];
+        dynamic.get(&mut back[..], t, ta + 1)?;
+        ensure(back == sent, || {
+            format!("{n} bytes put after a refused put and read back differ")
+        })?;
+    }
+    let ones = vec![1u64; 40_000];
+    dynamic.accumulate(&ones[..], t, ta + 590_000, SystemOperation::sum())?;
+    expect_class(
+        dynamic.flush(t),
+        ErrorClass::RmaRange,
+        "an accumulate across a region's end, at the flush",
+    )?;
+    dynamic.accumulate(&ones[..], t, ta + 200_000, SystemOperation::sum())?;
+    let mut sums = vec![0u64; ones.len()];
+    dynamic.get(&mut sums[..], t, ta + 200_000)?;
+    same(&sums, &ones, "an accumulate after a refused one")?;
+    dynamic.unlock(t)?;
+    world.barrier()?;
+    dynamic.detach(at)?;
+    dynamic.free()
 }
 
 /// What `batches` puts at word `i` of the next rank's window in round
