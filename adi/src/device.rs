@@ -473,16 +473,6 @@ const DIRECT_TOKEN: u64 = 0;
 /// request's id is ever one of these.
 const SENT: u64 = 1 << 31;
 
-/// The status of a standard eager send's id ([`SENT`]), which is
-/// complete from the start; `None` for any other id.
-#[inline]
-fn sent_status(request: RequestId) -> Option<Status> {
-    (request.0 >> 31 == 1).then(|| Status {
-        count: (request.0 & (SENT - 1)) as usize,
-        ..Status::empty()
-    })
-}
-
 impl RequestId {
     /// The id of an operation that was complete when it started, having
     /// moved `len` bytes (a standard eager send, a buffered send, a
@@ -493,6 +483,18 @@ impl RequestId {
     #[inline]
     pub fn complete(len: usize) -> Option<RequestId> {
         ((len as u64) < SENT).then_some(RequestId(SENT | len as u64))
+    }
+
+    /// The status of an id made by [`RequestId::complete`], which is
+    /// known from the id alone; `None` for an id that names a request.
+    /// So a program's wait for such ids needs neither the device nor its
+    /// lock.
+    #[inline]
+    pub fn complete_status(self) -> Option<Status> {
+        (self.0 >> 31 == 1).then(|| Status {
+            count: (self.0 & (SENT - 1)) as usize,
+            ..Status::empty()
+        })
     }
 }
 
@@ -1081,6 +1083,7 @@ impl Device {
     /// `buf` must be valid for reads of `len` bytes and stay valid and
     /// unmodified until the request completes (is waited for or tested
     /// complete).
+    #[inline]
     pub unsafe fn start_send(
         &mut self,
         peer: PeerRank,
@@ -1501,7 +1504,7 @@ impl Device {
     /// Takes the status of a completed request and frees it. `None` if the
     /// request is not complete (it is left as it is).
     pub fn take_status(&mut self, request: RequestId) -> Option<Status> {
-        if let Some(status) = sent_status(request) {
+        if let Some(status) = request.complete_status() {
             return Some(status);
         }
         // Taken out alone, in one look-up: the request itself is dropped
@@ -1528,7 +1531,7 @@ impl Device {
     /// returns it. `None` if the request is not complete or is unknown
     /// (already taken). Does not make progress.
     pub fn peek_status(&self, request: RequestId) -> Option<Status> {
-        if let Some(status) = sent_status(request) {
+        if let Some(status) = request.complete_status() {
             return Some(status);
         }
         let r = self.core.requests.get(request.0)?;
@@ -3163,20 +3166,20 @@ mod tests {
 
     #[test]
     fn a_standard_eager_sends_id_carries_its_status_and_names_no_request() {
-        let status = sent_status(RequestId(SENT | 40)).expect("a sent id");
+        let status = RequestId(SENT | 40).complete_status().expect("a sent id");
         assert_eq!((status.count, status.cancelled), (40, false));
         assert!(status.error.is_none());
-        assert_eq!(sent_status(RequestId(SENT)).map(|s| s.count), Some(0));
+        assert_eq!(RequestId(SENT).complete_status().map(|s| s.count), Some(0));
         let mut core = core();
         for _ in 0..1000 {
             let token = core
                 .requests
                 .insert(Request::new(None, Phase::Done, Status::empty()));
-            assert!(sent_status(RequestId(token)).is_none(), "{token:#x}");
+            assert!(RequestId(token).complete_status().is_none(), "{token:#x}");
             core.requests.discard(token);
         }
-        assert!(sent_status(RequestId(DIRECT_TOKEN)).is_none());
-        assert!(sent_status(RequestId(u64::MAX)).is_none());
+        assert!(RequestId(DIRECT_TOKEN).complete_status().is_none());
+        assert!(RequestId(u64::MAX).complete_status().is_none());
     }
 
     #[test]

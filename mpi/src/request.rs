@@ -118,7 +118,24 @@ impl<'a> Scope<'a> {
     /// before `'a` ends if the program does not. Data that is not
     /// contiguous needs nothing kept beside the request: the device packs
     /// and unpacks it in the buffer itself, piece by piece.
+    #[inline]
     pub(crate) fn register(&self, id: RequestId) -> Request<'a> {
+        // An operation complete when it started (an eager send, whose data
+        // the transport already took) uses its buffer no more, and its id
+        // names nothing to free: the scope has nothing to do for it.
+        if id.complete_status().is_none() {
+            self.keep(id);
+        }
+        Request {
+            id,
+            _buffer: PhantomData,
+        }
+    }
+
+    /// Adds the pending operation `id` to those the scope completes.
+    /// Out of line: a window of eager sends does not pay for its frame.
+    #[inline(never)]
+    fn keep(&self, id: RequestId) {
         let mut started = self.started.borrow_mut();
         // Keep the list short when a long-lived scope starts many requests.
         if started.len() >= 1024 && started.len().is_power_of_two() {
@@ -134,10 +151,6 @@ impl<'a> Scope<'a> {
             started.reserve_exact(FIRST_CAPACITY);
         }
         started.push(id);
-        Request {
-            id,
-            _buffer: PhantomData,
-        }
     }
 }
 
@@ -152,6 +165,11 @@ fn report(outcome: Result<()>) {
 impl Drop for Scope<'_> {
     fn drop(&mut self) {
         let started = std::mem::take(self.started.get_mut());
+        if started.is_empty() {
+            // Nothing to complete (a window of eager sends registers
+            // nothing): the device is not taken.
+            return;
+        }
         // Most requests were waited for (their status taken, so the device
         // no longer knows them) or are complete: those are freed in one
         // pass, and only what is left pending is cancelled and waited for.
@@ -278,11 +296,11 @@ impl<'a> Request<'a> {
 pub fn wait_all(requests: Vec<Request<'_>>) -> Result<Vec<Status>> {
     // The statuses and the failures are sorted out as they are taken: one
     // vector when every request succeeded.
-    let (statuses, failed) = wait_for_all(&requests, |d, requests| {
+    let (statuses, failed) = wait_for_all(&requests, |take_status, requests| {
         let mut statuses = Vec::with_capacity(requests.len());
         let mut failed = Vec::new();
         for (index, r) in requests.iter().enumerate() {
-            match r.complete(d.take_status(r.id)) {
+            match r.complete(take_status(r.id)) {
                 Ok(status) => statuses.push(status),
                 Err(e) => failed.push(format!("request {index}: {e}")),
             }
@@ -311,14 +329,26 @@ pub fn wait_all_outcomes(requests: Vec<Request<'_>>) -> Result<Vec<Result<Status
     wait_for_all(&requests, take_outcomes)
 }
 
+/// How [`wait_for_all`]'s `take` takes a request's status (see
+/// [`Device::take_status`]).
+type TakeStatus<'t> = &'t mut dyn FnMut(RequestId) -> Option<oxmpi_adi::device::Status>;
+
 /// Makes progress until every request is complete, then gives what
-/// `take` makes of them, with the device still held.
+/// `take` makes of them, with the device still held. Requests that were
+/// all complete when they started (a window of eager sends) are taken
+/// without the device: their ids hold their statuses.
 fn wait_for_all<R>(
     requests: &[Request<'_>],
-    take: impl Fn(&mut Device, &[Request<'_>]) -> R,
+    take: impl Fn(TakeStatus<'_>, &[Request<'_>]) -> R,
 ) -> Result<R> {
+    if requests.iter().all(|r| r.id.complete_status().is_some()) {
+        return Ok(take(&mut RequestId::complete_status, requests));
+    }
     let mut complete = 0;
-    progress_until(|d| Ok(all_complete(d, requests, &mut complete).then(|| take(d, requests))))
+    progress_until(|d| {
+        Ok(all_complete(d, requests, &mut complete)
+            .then(|| take(&mut |id| d.take_status(id), requests)))
+    })
 }
 
 /// Whether every request is complete, given that the first `*complete`
@@ -339,10 +369,10 @@ fn all_complete(d: &Device, requests: &[Request<'_>], complete: &mut usize) -> b
 
 /// Takes every request's status from the device, in order, and gives
 /// each its outcome. All must be complete.
-fn take_outcomes(d: &mut Device, requests: &[Request<'_>]) -> Vec<Result<Status>> {
+fn take_outcomes(take_status: TakeStatus<'_>, requests: &[Request<'_>]) -> Vec<Result<Status>> {
     requests
         .iter()
-        .map(|r| r.complete(d.take_status(r.id)))
+        .map(|r| r.complete(take_status(r.id)))
         .collect()
 }
 
@@ -466,8 +496,10 @@ fn remove_completed(
 /// nothing is lost as it would be in one `MPI_ERR_IN_STATUS`.
 pub fn test_all(requests: &mut Vec<Request<'_>>) -> Result<Option<Vec<Result<Status>>>> {
     progress_once()?;
-    let outcomes =
-        with_device(|d| Ok(all_complete(d, requests, &mut 0).then(|| take_outcomes(d, requests))))?;
+    let outcomes = with_device(|d| {
+        Ok(all_complete(d, requests, &mut 0)
+            .then(|| take_outcomes(&mut |id| d.take_status(id), requests)))
+    })?;
     let Some(outcomes) = outcomes else {
         return Ok(None);
     };
