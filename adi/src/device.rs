@@ -1518,6 +1518,7 @@ impl Device {
     /// whether it was: true also for a request whose status was already
     /// taken (as [`Device::is_complete`]), false for a pending one, which
     /// is left as it is. One look-up when the request is no longer held.
+    #[inline]
     pub fn free_if_complete(&mut self, request: RequestId) -> bool {
         match self.core.requests.get(request.0) {
             None => true,

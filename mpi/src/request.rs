@@ -124,33 +124,36 @@ impl<'a> Scope<'a> {
         // the transport already took) uses its buffer no more, and its id
         // names nothing to free: the scope has nothing to do for it.
         if id.complete_status().is_none() {
-            self.keep(id);
+            let mut started = self.started.borrow_mut();
+            if started.len() == started.capacity() {
+                make_room(&mut started);
+            }
+            started.push(id);
         }
         Request {
             id,
             _buffer: PhantomData,
         }
     }
+}
 
-    /// Adds the pending operation `id` to those the scope completes.
-    /// Out of line: a window of eager sends does not pay for its frame.
-    #[inline(never)]
-    fn keep(&self, id: RequestId) {
-        let mut started = self.started.borrow_mut();
-        // Keep the list short when a long-lived scope starts many requests.
-        if started.len() >= 1024 && started.len().is_power_of_two() {
-            let _ = with_device(|d| {
-                started.retain(|r| !d.is_complete(*r));
-                Ok(())
-            });
-        }
-        if started.capacity() == 0 {
-            // Room for a window of requests at once: growing the list a
-            // push at a time (4, 8, 16, ...) cost more than a small
-            // window's requests themselves.
-            started.reserve_exact(FIRST_CAPACITY);
-        }
-        started.push(id);
+/// Makes room in a scope's full list of started requests. Out of line,
+/// and taken only when the list is full, so that registering costs a
+/// window of requests no more than a push.
+#[cold]
+fn make_room(started: &mut Vec<RequestId>) {
+    if started.capacity() == 0 {
+        // Room for a window of requests at once: growing the list a push
+        // at a time (4, 8, 16, ...) cost more than a small window's
+        // requests themselves.
+        started.reserve_exact(FIRST_CAPACITY);
+    } else if started.len() >= 1024 {
+        // Keep the list short when a long-lived scope starts many
+        // requests: what is complete is dropped before it grows.
+        let _ = with_device(|d| {
+            started.retain(|r| !d.is_complete(*r));
+            Ok(())
+        });
     }
 }
 
