@@ -39,11 +39,13 @@ pub(crate) enum CollectiveTag {
     Reduce = -4,
     AllReduce = -5,
     Gather = -6,
-    /// A scatter's messages; and, under a broadcast's number (which no
-    /// scatter has), that broadcast's scatter when the root's length
-    /// chooses scatter and all-gather: the chunks, each followed by the
-    /// root's length ([`CollectiveTag::BroadcastLong`]), so that the
-    /// length never arrives ahead of the chunk it announces.
+    /// A scatter's messages; and, under the number of a collective that
+    /// runs a broadcast by messages (a broadcast, an intercommunicator's
+    /// all-reduce; none of them scatters under it too), that broadcast's
+    /// scatter when the root's length chooses scatter and all-gather: the
+    /// chunks, each followed by the root's length
+    /// ([`CollectiveTag::BroadcastLong`]), so that the length never
+    /// arrives ahead of the chunk it announces.
     Scatter = -7,
     AllGather = -8,
     AllToAll = -9,
