@@ -138,8 +138,9 @@ fn processes_that_pass_different_counts_fail_alone() {
         // one process whose count differs fails alone too.
         job("collectives", "mismatch_long", ranks, &[], 60);
     }
-    // By messages, on one host and over TCP: the root's length goes
-    // ahead of the data, so the others still get it.
+    // By messages, on one host and over TCP: the root's length follows
+    // the chunks of a long broadcast's scatter, so the one whose count
+    // differs still receives and passes on the root's data.
     for ranks in [3, 5] {
         job(
             "collectives",
@@ -150,6 +151,21 @@ fn processes_that_pass_different_counts_fail_alone() {
         );
         job("collectives", "mismatch_long", ranks, &TCP, 60);
     }
+    // Chunks by rendezvous: a chunk's offer, not its data, comes ahead
+    // of the length.
+    let small_eager = [
+        ("OXMPI_COLL_SHM", "0"),
+        ("OXMPI_SHM_EAGER_LIMIT", "1000"),
+        ("OXMPI_TCP_EAGER_LIMIT", "1000"),
+    ];
+    job("collectives", "mismatch_long", 5, &small_eager, 60);
+    job(
+        "collectives",
+        "mismatch_long",
+        5,
+        &[&small_eager[..], &TCP[..]].concat(),
+        60,
+    );
 }
 
 #[test]

@@ -64,15 +64,17 @@ impl Relative {
 /// With three processes or more the root's length chooses between the
 /// binomial tree and scatter with all-gather, whose messages carry tags
 /// of their own kinds; a non-root waits for whichever comes from its
-/// parent: the data, down the tree, or the root's length (8 bytes, ahead
-/// of the data of a scatter). So every process goes the root's way by
-/// the root's length, and one that passed another count (an erroneous
-/// program) fails alone, with `MPI_ERR_TRUNCATE` where its buffer is
-/// shorter and `MPI_ERR_COUNT` where it is longer, while it still passes
-/// on the root's data as the others expect it: a scatter's through a
-/// temporary buffer of the root's length (keeping what fits), a tree's
-/// as it came (all of it where its buffer is longer; where it is shorter,
-/// its subtree gets what it kept, and fails too).
+/// parent: the data, down the tree, or the root's length (8 bytes, sent
+/// right after the chunk of a scatter, so that the chunk is there, or
+/// announced, once the length is: the scatter's receive then waits for
+/// nothing more than the length's did). So every process goes the
+/// root's way by the root's length, and one that passed another count
+/// (an erroneous program) fails alone, with `MPI_ERR_TRUNCATE` where its
+/// buffer is shorter and `MPI_ERR_COUNT` where it is longer, while it
+/// still passes on the root's data as the others expect it: a scatter's
+/// through a temporary buffer of the root's length (keeping what fits),
+/// a tree's as it came (all of it where its buffer is longer; where it
+/// is shorter, its subtree gets what it kept, and fails too).
 pub(crate) async fn broadcast(t: &Team<'_>, root: usize, buf: &mut Pieces<'_>) -> Result<()> {
     let n = t.size();
     if n == 1 {
@@ -109,23 +111,18 @@ pub(crate) async fn broadcast(t: &Team<'_>, root: usize, buf: &mut Pieces<'_>) -
     if algorithm == BroadcastAlgorithm::Binomial {
         return binomial_sends(t, rel, &node.children, buf, len).await;
     }
-    // The root's length to the children, ahead of their data.
-    let word = (len as u64).to_le_bytes();
-    let sends = node
-        .children
-        .iter()
-        .map(|&child| (rel.to_rank(child), Outbound::Bytes(&word)))
-        .collect();
-    long.exchange_data(sends, Vec::new()).await?;
+    let chunks = t.retagged(CollectiveTag::Scatter);
     let outcome = if len == buf.len() {
-        scatter_all_gather(&long, rel, algorithm, buf).await
+        scatter_all_gather(&chunks, &long, rel, algorithm, buf).await
     } else {
         t.note_length(root, len, buf.len());
         let mut data = Scratch::zeroed(len);
-        scatter_all_gather(&long, rel, algorithm, &mut Pieces::Bytes(data.bytes_mut()))
+        let data_pieces = &mut Pieces::Bytes(data.bytes_mut());
+        scatter_all_gather(&chunks, &long, rel, algorithm, data_pieces)
             .await
             .and_then(|()| buf.write(0, &data.bytes()[..len.min(buf.len())]))
     };
+    t.adopt_mismatch(chunks);
     t.adopt_mismatch(long);
     outcome
 }
@@ -146,52 +143,54 @@ async fn binomial_sends(
 }
 
 /// Broadcast of `buf`, the root's length, by scatter down the binomial
-/// tree and the all-gather of `algorithm`.
+/// tree (the chunks on `chunks`, each followed by the length on `long`)
+/// and the all-gather of `algorithm` (on `long`).
 async fn scatter_all_gather(
-    t: &Team<'_>,
+    chunks: &Team<'_>,
+    long: &Team<'_>,
     rel: Relative,
     algorithm: BroadcastAlgorithm,
     buf: &mut Pieces<'_>,
 ) -> Result<()> {
-    let bounds = broadcast_chunks(buf.len(), t.size());
-    scatter_for_broadcast(t, rel, &bounds, buf).await?;
+    let bounds = broadcast_chunks(buf.len(), long.size());
+    scatter_for_broadcast(chunks, long, rel, &bounds, buf).await?;
     if algorithm == BroadcastAlgorithm::ScatterDoubling {
-        doubling_all_gather(t, rel, &bounds, buf).await
+        doubling_all_gather(long, rel, &bounds, buf).await
     } else {
-        let chunks: Vec<Range<usize>> = bounds.windows(2).map(|w| w[0]..w[1]).collect();
-        ring_all_gather(t, rel, &chunks, buf).await
+        let blocks: Vec<Range<usize>> = bounds.windows(2).map(|w| w[0]..w[1]).collect();
+        ring_all_gather(long, rel, &blocks, buf).await
     }
 }
 
 /// Scatters the chunks of a broadcast (bounds by relative rank) down the
 /// binomial tree: each process receives the chunks of its subtree, in
-/// place.
+/// place, on `chunks` (its parent sent the root's length, on `long`,
+/// after them), and sends each child its subtree's chunks, then the
+/// length, in one step.
 async fn scatter_for_broadcast(
-    t: &Team<'_>,
+    chunks: &Team<'_>,
+    long: &Team<'_>,
     rel: Relative,
     bounds: &[usize],
     buf: &mut Pieces<'_>,
 ) -> Result<()> {
-    let n = t.size();
-    let me = rel.to_relative(t.rank());
+    let n = chunks.size();
+    let me = rel.to_relative(chunks.rank());
     let node = binomial_node(me, n);
     if let Some(parent) = node.parent {
         let recv = buf.inbound(bounds[me]..bounds[me + node.span])?;
-        t.exchange_data(Vec::new(), vec![(rel.to_rank(parent), recv)])
+        chunks
+            .exchange_data(Vec::new(), vec![(rel.to_rank(parent), recv)])
             .await?;
     }
-    let sends = node
-        .children
-        .iter()
-        .map(|&child| {
-            let end = child + subtree_span(child, n);
-            Ok((
-                rel.to_rank(child),
-                buf.outbound(bounds[child]..bounds[end])?,
-            ))
-        })
-        .collect::<Result<_>>()?;
-    t.exchange_data(sends, Vec::new()).await
+    let word = (buf.len() as u64).to_le_bytes();
+    let mut sends = Vec::with_capacity(2 * node.children.len());
+    for &child in &node.children {
+        let (to, end) = (rel.to_rank(child), child + subtree_span(child, n));
+        sends.push((chunks, to, buf.outbound(bounds[child]..bounds[end])?));
+        sends.push((long, to, Outbound::Bytes(&word)));
+    }
+    chunks.exchange_kinds(sends, Vec::new()).await
 }
 
 /// Recursive-doubling all-gather in place over a power-of-two team:

@@ -39,6 +39,13 @@ pub(crate) enum CollectiveTag {
     Reduce = -4,
     AllReduce = -5,
     Gather = -6,
+    /// A scatter's messages; and, under the number of a collective that
+    /// runs a broadcast by messages (a broadcast, an intercommunicator's
+    /// all-reduce; none of them scatters under it too), that broadcast's
+    /// scatter when the root's length chooses scatter and all-gather: the
+    /// chunks, each followed by the root's length
+    /// ([`CollectiveTag::BroadcastLong`]), so that the length never
+    /// arrives ahead of the chunk it announces.
     Scatter = -7,
     AllGather = -8,
     AllToAll = -9,
@@ -51,8 +58,10 @@ pub(crate) enum CollectiveTag {
     /// The making of a communicator's shared region (`node`).
     Node = -14,
     /// A broadcast's messages when the root's length chooses scatter and
-    /// all-gather: apart from those of the binomial tree, so that a
-    /// process learns which the root chose from which message comes.
+    /// all-gather (the length and the all-gather; the chunks go as
+    /// [`CollectiveTag::Scatter`]): apart from those of the binomial
+    /// tree, so that a process learns which the root chose from which
+    /// message comes.
     BroadcastLong = -15,
 }
 
@@ -230,12 +239,25 @@ impl<'a> Team<'a> {
         sends: Vec<(usize, Outbound<'_>)>,
         recvs: Vec<(usize, Inbound<'_>)>,
     ) -> Result<()> {
+        let sends = sends
+            .into_iter()
+            .map(|(to, data)| (self, to, data))
+            .collect();
+        self.exchange_kinds(sends, recvs).await
+    }
+
+    /// One step as [`Team::exchange_data`] whose sends may be of other
+    /// kinds of the same collective: each of `sends` goes with the tag of
+    /// its team (this one or one [`Team::retagged`] from it). Sends to one
+    /// member leave in their order, so a step can send a member two
+    /// messages it tells apart by their kinds without waiting between
+    /// them.
+    pub(crate) async fn exchange_kinds(
+        &self,
+        sends: Vec<(&Team<'_>, usize, Outbound<'_>)>,
+        recvs: Vec<(usize, Inbound<'_>)>,
+    ) -> Result<()> {
         let mut messages = Messages::default();
-        let envelope = MessageEnvelope {
-            context_id: self.context,
-            source: self.source_of(self.rank),
-            tag: self.tag,
-        };
         let expected: Vec<(usize, usize)> = recvs
             .iter()
             .map(|(from, inbound)| (*from, inbound.len()))
@@ -250,7 +272,12 @@ impl<'a> Team<'a> {
                     .ids
                     .push(unsafe { self.post_receive(d, from, inbound) }?);
             }
-            for (to, outbound) in sends {
+            for (team, to, outbound) in sends {
+                let envelope = MessageEnvelope {
+                    context_id: self.context,
+                    source: self.source_of(self.rank),
+                    tag: team.tag,
+                };
                 let id = match outbound {
                     // SAFETY: `bytes` stays borrowed, unmodified, until
                     // this step is done, and `messages` waits for the
