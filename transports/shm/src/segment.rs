@@ -113,8 +113,8 @@ impl Segment {
         file.set_len(CELLS_OFFSET as u64 + cells * CELL as u64)
             .map_err(|e| SegmentError::Os("sizing the shared segment", e))?;
         sys::seal_size(&file).map_err(|e| SegmentError::Os("sealing the shared segment", e))?;
-        let mut map =
-            sys::map(&file).map_err(|e| SegmentError::Os("mapping the shared segment", e))?;
+        let mut map = sys::map_populated(&file)
+            .map_err(|e| SegmentError::Os("mapping the shared segment", e))?;
         let layout = SegmentLayout {
             magic: SEGMENT_MAGIC,
             version: SHM_VERSION,
@@ -150,7 +150,8 @@ impl Segment {
         if size < CELLS_OFFSET as u64 {
             return Err(SegmentError::Size(size));
         }
-        let map = sys::map(&file).map_err(|e| SegmentError::Os("mapping the peer's segment", e))?;
+        let map = sys::map_populated(&file)
+            .map_err(|e| SegmentError::Os("mapping the peer's segment", e))?;
         // SAFETY: the mapping is page-aligned and at least CELLS_OFFSET
         // bytes long (checked), so the layout lies inside it; it is copied
         // out with a volatile read, as the peer could be writing it, and

@@ -96,6 +96,17 @@ pub(crate) fn size_is_sealed(file: &File) -> io::Result<bool> {
 /// Maps the whole of `file`, shared and writable. Refuses a file whose size
 /// is not sealed against shrinking (see the module docs).
 pub(crate) fn map(file: &File) -> io::Result<MmapMut> {
+    map_with(file, &memmap2::MmapOptions::new())
+}
+
+/// [`map`], with every page faulted in now (`MAP_POPULATE`): for a
+/// queue, whose every page is written and read on its first lap anyway,
+/// so the first messages do not each pay a page fault at both ends.
+pub(crate) fn map_populated(file: &File) -> io::Result<MmapMut> {
+    map_with(file, memmap2::MmapOptions::new().populate())
+}
+
+fn map_with(file: &File, options: &memmap2::MmapOptions) -> io::Result<MmapMut> {
     if !size_is_sealed(file)? {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -108,7 +119,7 @@ pub(crate) fn map(file: &File) -> io::Result<MmapMut> {
     // change under us (the peer writes them), which is why the mapping is
     // only ever read and written through raw pointers and atomics, never
     // through references to plain data (see the module docs).
-    unsafe { MmapMut::map_mut(file) }
+    unsafe { options.map_mut(file) }
 }
 
 /// A copy of descriptor `fd` of process `pid` (`pidfd_open` then
