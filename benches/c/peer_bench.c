@@ -46,13 +46,16 @@
  *   each sender's block are checked;
  * - put_latency, get_latency, acc_latency, fop_latency, cas_latency,
  *   put_bw, get_bw (2 ranks; rma_bench.rs): both allocate a window of
- *   the largest size (MPI_Win_allocate, disp unit 1); rank 0 locks rank 1
+ *   the largest size, WINDOW times that for the bandwidths
+ *   (MPI_Win_allocate, disp unit 1); rank 0 locks rank 1
  *   shared, runs the warm-up then the timed operations, and unlocks, with
  *   a barrier before and after each size; latencies flush after each
  *   operation and report the time per operation (not halved); acc sums
  *   uint64s (from 8 bytes), fop and cas one uint64 (8 bytes only); the
- *   bandwidths do 64 operations (gets into 64 consecutive buffers), then
- *   a flush, MB/s; the target's window after puts and accumulates, the
+ *   bandwidths do 64 operations, then a flush, MB/s, operation j moving
+ *   the j-th of 64 consecutive size-byte slots at both ends (origin
+ *   buffer and target displacement j * size), as OSU's osu_put_bw and
+ *   osu_get_bw; the target's window after puts and accumulates, the
  *   gets' data and every fetched value (at the origin) are checked;
  * - output (rank 0): `#` header lines (one `# library: ...`), the column
  *   header, then one line per size, the size in 10 columns and each
@@ -657,12 +660,13 @@ static void rma_operate(enum benchmark b, MPI_Win win, const char *origin, char 
         break;
     case PUT_BW:
         for (int w = 0; w < WINDOW; w++)
-            MPI_Put(origin, (int)size, MPI_BYTE, 1, 0, (int)size, MPI_BYTE, win);
+            MPI_Put(origin + (size_t)w * size, (int)size, MPI_BYTE, 1, (MPI_Aint)(w * size),
+                    (int)size, MPI_BYTE, win);
         break;
     case GET_BW:
         for (int w = 0; w < WINDOW; w++)
-            MPI_Get(results + (size_t)w * size, (int)size, MPI_BYTE, 1, 0, (int)size, MPI_BYTE,
-                    win);
+            MPI_Get(results + (size_t)w * size, (int)size, MPI_BYTE, 1, (MPI_Aint)(w * size),
+                    (int)size, MPI_BYTE, win);
         break;
     default:
         fail("not a one-sided benchmark", size);
@@ -677,29 +681,33 @@ static void run_rma(const struct options *o, int rank)
 {
     enum benchmark b = o->benchmark;
     size_t max = o->max_size;
-    size_t window_len = max < 8 ? 8 : max;
-    int windowed = !is_latency(b);
+    /* The slots an operation's data may take at each end: one, or the
+     * bandwidths' window of them. */
+    size_t slots = is_latency(b) ? 1 : WINDOW;
+    size_t window_len = slots * max < 8 ? 8 : slots * max;
     char *base;
     MPI_Win win;
     MPI_Win_allocate((MPI_Aint)window_len, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
-    char *origin = aligned_buffer(max);
-    char *results = aligned_buffer(b == GET_BW ? WINDOW * max : b == GET_LATENCY ? max : 0);
-    uint64_t *ones = malloc(window_len);
+    char *origin = aligned_buffer(slots * max);
+    char *results = aligned_buffer(b == GET_BW || b == GET_LATENCY ? slots * max : 0);
+    size_t ones_len = max < 8 ? 8 : max;
+    uint64_t *ones = malloc(ones_len);
     if (!ones)
         fail("cannot allocate the accumulate's data", max);
-    for (size_t k = 0; k < window_len / 8; k++)
+    for (size_t k = 0; k < ones_len / 8; k++)
         ones[k] = 1;
     for (size_t size = o->min_size; size <= max; size = size ? size * 2 : 1) {
         long iterations = iterations_for(o, size);
         long warmup = warmup_for(o, size);
         long total = warmup + iterations;
-        fill_pattern(origin, size, size);
+        for (size_t slot = 0; slot < slots; slot++)
+            fill_pattern(origin + slot * size, size, size);
         if (rank == 1) {
             MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 1, 0, win);
             if (b == GET_LATENCY || b == GET_BW)
-                memcpy(base, origin, size);
+                memcpy(base, origin, slots * size);
             else
-                memset(base, 0, size);
+                memset(base, 0, slots * size);
             MPI_Win_unlock(1, win);
         }
         MPI_Barrier(MPI_COMM_WORLD);
@@ -714,9 +722,9 @@ static void run_rma(const struct options *o, int rank)
             double seconds = MPI_Wtime() - start;
             MPI_Win_unlock(1, win);
             if (b == GET_LATENCY || b == GET_BW)
-                check_messages(results, windowed ? WINDOW : 1, origin, size);
+                check_messages(results, slots, origin, size);
             printf("%-10zu%18.2f\n", size,
-                   windowed ? (double)size * WINDOW * (double)iterations / seconds / 1e6
+                   slots > 1 ? (double)size * WINDOW * (double)iterations / seconds / 1e6
                             : seconds * 1e6 / (double)iterations);
             fflush(stdout);
         }
@@ -724,7 +732,7 @@ static void run_rma(const struct options *o, int rank)
         if (rank == 1) {
             MPI_Win_lock(MPI_LOCK_SHARED, 1, 0, win);
             if (b == PUT_LATENCY || b == PUT_BW)
-                check_messages(base, 1, origin, size);
+                check_messages(base, slots, origin, size);
             for (size_t k = 0; b == ACC_LATENCY && k < size / 8; k++) {
                 uint64_t value;
                 memcpy(&value, base + 8 * k, 8);

@@ -661,7 +661,12 @@ fn notes(benchmark: Benchmark, compare: &CompareOptions, columns: &[Column]) -> 
         format!("{ranks} ranks on this machine, every implementation over {transport}"),
         compare.options.describe_iterations(),
     ];
-    if benchmark.is_windowed() {
+    if benchmark.is_rma() && benchmark.is_windowed() {
+        notes.push(format!(
+            "window: {} operations to consecutive slots, then a flush",
+            crate::cli::WINDOW
+        ));
+    } else if benchmark.is_windowed() {
         notes.push(format!(
             "window: {} immediate sends{}",
             crate::cli::WINDOW,

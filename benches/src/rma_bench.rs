@@ -3,9 +3,10 @@
 //! defaults (`osu_put_latency`, `osu_get_latency`, `osu_acc_latency`,
 //! `osu_fop_latency`, `osu_cas_latency`, `osu_put_bw`, `osu_get_bw`):
 //!
-//! - 2 ranks; each allocates a window of the largest size
-//!   (`Window::allocate`, `MPI_Win_allocate`); rank 0 is the origin,
-//!   rank 1 the target, which waits in a barrier meanwhile;
+//! - 2 ranks; each allocates a window of the largest size, [`WINDOW`]
+//!   times that for the bandwidths (`Window::allocate`,
+//!   `MPI_Win_allocate`); rank 0 is the origin, rank 1 the target, which
+//!   waits in a barrier meanwhile;
 //! - per size, the origin takes a shared lock on the target, runs the
 //!   warm-up and then the timed operations, and unlocks; a barrier
 //!   before and after;
@@ -14,8 +15,15 @@
 //!   operation is a round trip). `acc` sums `u64`s (sizes from 8 bytes),
 //!   `fop` and `cas` work on one `u64` (one row, 8 bytes);
 //! - bandwidths: windows of [`WINDOW`] operations, then a flush; MB/s
-//!   (10^6 bytes per second). A window of gets lands in [`WINDOW`]
-//!   consecutive buffers (Rust's borrows forbid OSU's one buffer).
+//!   (10^6 bytes per second). As in OSU, operation `j` of a window moves
+//!   the `j`th of [`WINDOW`] consecutive `size`-byte slots, at the origin
+//!   (the data of a put, the result of a get) and at the target
+//!   (displacement `j * size`), so that a window streams through
+//!   [`WINDOW`] times the size at both ends rather than copying one
+//!   cached slot again and again. The gets are `rget`s, waited for
+//!   together before the flush: the C benchmark's `MPI_Get`s are
+//!   complete only at the flush, and Rust's blocking `get` would wait
+//!   for each one over a network.
 //!
 //! After each size the data is checked: the target's window after puts
 //! and accumulates, the origin's buffers after gets, and, at the origin,
@@ -47,7 +55,7 @@ pub fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Res
                 "window: allocated; a shared lock on the target; a flush after each operation"
                     .to_owned()
             } else {
-                format!("window: allocated; a shared lock on the target; {WINDOW} operations, then a flush")
+                format!("window: allocated; a shared lock on the target; {WINDOW} operations to consecutive slots, then a flush")
             },
         ];
         Some(StdoutReport::to_stdout(
@@ -59,13 +67,14 @@ pub fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Res
     } else {
         None
     };
-    let window = Window::allocate(world, max.max(8), 1, &Info::new())
+    // The slots an operation's data may take at each end: one, or the
+    // bandwidths' window of them.
+    let slots = if benchmark.is_latency() { 1 } else { WINDOW };
+    let window = Window::allocate(world, (slots * max).max(8), 1, &Info::new())
         .map_err(mpi("allocating the window"))?;
-    let windowed = !benchmark.is_latency();
-    let mut origin = AlignedBuf::new(max)?;
+    let mut origin = AlignedBuf::new(slots * max)?;
     let results_len = match benchmark {
-        Benchmark::GetBandwidth => WINDOW * max,
-        Benchmark::GetLatency => max,
+        Benchmark::GetBandwidth | Benchmark::GetLatency => slots * max,
         _ => 0,
     };
     let mut results = AlignedBuf::new(results_len.max(8))?;
@@ -74,14 +83,17 @@ pub fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Res
     for size in options.sizes() {
         let (iterations, warmup) = (options.iterations_for(size), options.warmup_for(size));
         let total = warmup + iterations;
-        fill_pattern(origin.as_mut_slice(), size);
+        // Every slot holds the pattern of the size.
+        for slot in origin.as_mut_slice()[..slots * size].chunks_mut(size.max(1)) {
+            fill_pattern(slot, size);
+        }
         if rank == TARGET {
             // Puts and accumulates find zeros; gets find the pattern.
             let start: Vec<u8> = match benchmark {
                 Benchmark::GetLatency | Benchmark::GetBandwidth => {
-                    origin.as_slice()[..size].to_vec()
+                    origin.as_slice()[..slots * size].to_vec()
                 }
-                _ => vec![0; size],
+                _ => vec![0; slots * size],
             };
             window
                 .write_local(0, &start)
@@ -111,8 +123,10 @@ pub fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Res
             let seconds = oxmpi::time() - start;
             window.unlock(TARGET).map_err(mpi("unlock"))?;
             if matches!(benchmark, Benchmark::GetLatency | Benchmark::GetBandwidth) {
-                let got = &results.as_slice()[..if windowed { WINDOW * size } else { size }];
-                check_messages(got, &origin.as_slice()[..size])?;
+                check_messages(
+                    &results.as_slice()[..slots * size],
+                    &origin.as_slice()[..size],
+                )?;
             }
             let figures = crate::mpi_bench::figures(benchmark, size, iterations, &[seconds]);
             if let Some(report) = &mut report {
@@ -121,7 +135,7 @@ pub fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Res
         }
         world.barrier().map_err(mpi("barrier after the size"))?;
         if rank == TARGET {
-            check_target(&window, benchmark, origin.as_slice(), size, total)?;
+            check_target(&window, benchmark, origin.as_slice(), size, slots, total)?;
         }
     }
     world.barrier().map_err(mpi("barrier at the end"))?;
@@ -165,15 +179,15 @@ fn operate(
             }
         }
         Benchmark::PutBandwidth => {
-            for _ in 0..WINDOW {
-                window.put(data, TARGET, 0)?;
+            for (j, slot) in origin[..WINDOW * size].chunks(size.max(1)).enumerate() {
+                window.put(slot, TARGET, j * size)?;
             }
         }
         Benchmark::GetBandwidth => {
             oxmpi::request::scope(|scope| -> oxmpi::Result<()> {
                 let mut requests = Vec::with_capacity(WINDOW);
-                for buffer in results[..WINDOW * size].chunks_mut(size.max(1)) {
-                    requests.push(window.rget(scope, buffer, TARGET, 0)?);
+                for (j, slot) in results[..WINDOW * size].chunks_mut(size.max(1)).enumerate() {
+                    requests.push(window.rget(scope, slot, TARGET, j * size)?);
                 }
                 oxmpi::request::wait_all(requests).map(drop)
             })?;
@@ -188,12 +202,14 @@ fn operate(
     window.flush(TARGET)
 }
 
-/// Checks the target's window after `total` operations of a size.
+/// Checks the target's window after `total` operations of a size, whose
+/// data went to `slots` slots of `size` bytes.
 fn check_target(
     window: &Window<'_>,
     benchmark: Benchmark,
     pattern: &[u8],
     size: usize,
+    slots: usize,
     total: usize,
 ) -> Result<(), String> {
     let read = |n: usize| -> Result<Vec<u64>, String> {
@@ -205,7 +221,7 @@ fn check_target(
     };
     let expected: Vec<u64> = match benchmark {
         Benchmark::PutLatency | Benchmark::PutBandwidth => {
-            let mut got = vec![0u8; size];
+            let mut got = vec![0u8; slots * size];
             window
                 .read_local(0, &mut got)
                 .map_err(|e| format!("reading the window: {e}"))?;

@@ -167,6 +167,32 @@ fn mpi_bandwidth_table_past_the_eager_limit() {
     );
 }
 
+/// The one-sided bandwidths move a window of 64 slots at both ends (as
+/// OSU's `osu_put_bw` and `osu_get_bw`); each rank checks every slot's
+/// data after each size, so a slot left unwritten fails the run. Over the
+/// direct shared-memory path and over active messages (TCP).
+#[test]
+fn one_sided_bandwidth_tables_check_every_slot() {
+    for (benchmark, title) in [
+        ("put_bw", "# oxmpi one-sided put bandwidth test"),
+        ("get_bw", "# oxmpi one-sided get bandwidth test"),
+    ] {
+        for transports in ["OXMPI_TRANSPORTS=shm", "OXMPI_TRANSPORTS=tcp"] {
+            let mut job = Command::new(Binaries::new(oxbench()).oxrun());
+            job.args(["-n", "2", "-x", transports, oxbench(), benchmark])
+                .args(["--max-size", "64K", "--iterations", "3", "--warmup", "1"]);
+            let out = run(job, MPI_BOUND);
+            out.assert_success();
+            check_table(
+                &out.stdout,
+                title,
+                "# Size      Bandwidth (MB/s)",
+                &sizes(1, 64 << 10),
+            );
+        }
+    }
+}
+
 #[test]
 fn mpi_json_output() {
     let out = run(
