@@ -6,7 +6,8 @@ use std::fmt;
 use std::path::PathBuf;
 
 /// Number of immediate sends per window in the bandwidth benchmarks, as
-/// OSU's `osu_bw`, `osu_bibw` and `osu_mbw_mr`.
+/// OSU's `osu_bw`, `osu_bibw` and `osu_mbw_mr`, and of one-sided
+/// operations per flush in `osu_put_bw` and `osu_get_bw`.
 pub const WINDOW: usize = 64;
 
 /// Messages larger than this many bytes use the "large" iteration and
@@ -573,7 +574,8 @@ benchmarks (as the OSU micro-benchmarks of the same names):
                    time per one-sided operation into a window MPI
                    allocated, under a shared lock, each followed by a
                    flush (osu_put_latency, ...; fop and cas: 8 bytes)
-  put_bw, get_bw   windows of 64 puts or gets, then a flush (osu_put_bw,
+  put_bw, get_bw   windows of 64 puts or gets, then a flush, operation j
+                   moving slot j of 64 at both ends (osu_put_bw,
                    osu_get_bw)
   (the collectives time each operation alone, with a barrier between
   operations, and report each rank's mean averaged over the ranks)
