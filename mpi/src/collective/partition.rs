@@ -2,7 +2,7 @@
 //! varying counts: [`Partition`] (sent from) and [`PartitionMut`]
 //! (received into), as rsmpi has them.
 
-use super::typed::{Input, Output};
+use super::typed::{Input, Output, Pieces};
 use crate::datatype::{Buffer, BufferMut, ElementType};
 use crate::{Error, ErrorClass, Result};
 use std::borrow::Borrow;
@@ -61,6 +61,20 @@ where
         )?;
         Ok((parts, input))
     }
+
+    /// The blocks in bytes of packed data for `size` processes, and the
+    /// data to read a piece at a time (no packed copy).
+    pub(crate) fn pieces(&self, size: usize) -> Result<(Vec<Range<usize>>, Pieces<'b>)> {
+        let (pieces, element_type) = Pieces::of_buffer(self.buf)?;
+        let parts = blocks(
+            self.counts(),
+            self.displs(),
+            size,
+            element_type,
+            pieces.len(),
+        )?;
+        Ok((parts, pieces))
+    }
 }
 
 /// A buffer to receive into, in one block per process: block `i` is
@@ -115,6 +129,20 @@ where
             output.bytes_mut().len(),
         )?;
         Ok((parts, output))
+    }
+
+    /// The blocks in bytes of packed data for `size` processes, and the
+    /// data to write (and read) a piece at a time (no packed copy).
+    pub(crate) fn pieces(&mut self, size: usize) -> Result<(Vec<Range<usize>>, Pieces<'_>)> {
+        let (pieces, element_type) = Pieces::into_buffer(self.buf)?;
+        let parts = blocks(
+            self.counts.borrow(),
+            self.displs.borrow(),
+            size,
+            element_type,
+            pieces.len(),
+        )?;
+        Ok((parts, pieces))
     }
 }
 
