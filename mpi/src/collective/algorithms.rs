@@ -366,23 +366,21 @@ impl Relative {
         span: Range<usize>,
         block: usize,
         holding: Holding,
-    ) -> Vec<Range<usize>> {
+    ) -> impl Iterator<Item = Range<usize>> {
         // The relative rank of rank 0.
         let wrap = self.size - self.root;
-        let runs = if span.start < wrap && wrap < span.end {
-            vec![span.start..wrap, wrap..span.end]
+        let (first, second) = if span.start < wrap && wrap < span.end {
+            (span.start..wrap, Some(wrap..span.end))
         } else {
-            vec![span]
+            (span, None)
         };
-        runs.into_iter()
-            .map(|run| {
-                let first = match holding {
-                    Holding::Buffer => self.to_rank(run.start),
-                    Holding::Relative { from } => run.start - from,
-                };
-                first * block..(first + run.len()) * block
-            })
-            .collect()
+        std::iter::once(first).chain(second).map(move |run| {
+            let first = match holding {
+                Holding::Buffer => self.to_rank(run.start),
+                Holding::Relative { from } => run.start - from,
+            };
+            first * block..(first + run.len()) * block
+        })
     }
 }
 
@@ -408,30 +406,37 @@ impl Place {
     /// How a process other than the root holds its subtree's blocks of
     /// `block` bytes (from its own), and the parts of them that go to or
     /// come from its parent, in order.
-    fn toward_parent(&self, block: usize) -> (Holding, Vec<Range<usize>>) {
+    fn toward_parent(&self, block: usize) -> (Holding, impl Iterator<Item = Range<usize>> + use<>) {
         let holding = Holding::Relative { from: self.me };
         let subtree = self.me..self.me + self.node.span;
         (holding, self.rel.subtree_parts(subtree, block, holding))
     }
 
-    /// The part of `holding` that holds this process's own block.
+    /// The part of `holding` that holds this process's own block (a
+    /// single block never straddles the wrap).
     fn own_part(&self, block: usize, holding: Holding) -> Range<usize> {
-        let own = self.rel.subtree_parts(self.me..self.me + 1, block, holding);
-        own[0].clone()
+        let start = match holding {
+            Holding::Buffer => self.rel.to_rank(self.me) * block,
+            Holding::Relative { from } => (self.me - from) * block,
+        };
+        start..start + block
     }
 
-    /// The messages to or from the children: each child's member, and
-    /// the part of `holding` it carries, in order.
-    fn children_parts(&self, block: usize, holding: Holding) -> Vec<(usize, Range<usize>)> {
+    /// The messages to or from the children, in order: each child's
+    /// member, and the part of `holding` it carries.
+    fn children_parts(
+        &self,
+        block: usize,
+        holding: Holding,
+    ) -> impl Iterator<Item = (usize, Range<usize>)> + '_ {
         let size = self.rel.size;
-        let mut parts = Vec::with_capacity(self.node.children.len());
-        for &child in &self.node.children {
+        self.node.children.iter().flat_map(move |&child| {
             let subtree = child..child + subtree_span(child, size);
-            for part in self.rel.subtree_parts(subtree, block, holding) {
-                parts.push((self.rel.to_rank(child), part));
-            }
-        }
-        parts
+            let member = self.rel.to_rank(child);
+            self.rel
+                .subtree_parts(subtree, block, holding)
+                .map(move |part| (member, part))
+        })
     }
 }
 
@@ -440,9 +445,10 @@ async fn receive_parts(
     t: &Team<'_>,
     from: usize,
     held: &mut Pieces<'_>,
-    parts: &[Range<usize>],
+    parts: impl Iterator<Item = Range<usize>>,
 ) -> Result<()> {
-    let recvs = held.inbound_blocks(disjoint_blocks(held.len(), parts)?)?;
+    let parts: Vec<Range<usize>> = parts.collect();
+    let recvs = held.inbound_blocks(disjoint_blocks(held.len(), &parts)?)?;
     t.exchange_data(Vec::new(), recvs.into_iter().map(|r| (from, r)).collect())
         .await
 }
@@ -452,11 +458,13 @@ async fn send_parts(
     t: &Team<'_>,
     to: usize,
     held: &Pieces<'_>,
-    parts: &[Range<usize>],
+    parts: impl Iterator<Item = Range<usize>>,
 ) -> Result<()> {
-    let sends = held.outbound_blocks(parts)?;
-    t.exchange_data(sends.into_iter().map(|s| (to, s)).collect(), Vec::new())
-        .await
+    let mut sends = Vec::with_capacity(2);
+    for part in parts {
+        sends.push((to, held.outbound(part)?));
+    }
+    t.exchange_data(sends, Vec::new()).await
 }
 
 /// The error of a process that lacks the buffer its part needs.
@@ -487,12 +495,12 @@ pub(crate) async fn gather(
     let (holding, parts) = place.toward_parent(mine.len());
     let parent = place.rel.to_rank(parent);
     if place.node.children.is_empty() {
-        return send_parts(t, parent, mine, &parts).await;
+        return send_parts(t, parent, mine, parts).await;
     }
     let mut relay = Scratch::zeroed(place.node.span * mine.len());
     let relay = &mut Pieces::Bytes(relay.bytes_mut());
     collect_subtree(t, &place, mine.len(), holding, Some(mine), relay).await?;
-    send_parts(t, parent, relay, &parts).await
+    send_parts(t, parent, relay, parts).await
 }
 
 /// The gathering step of a process of a binomial gather: `mine` (unless
@@ -506,15 +514,16 @@ async fn collect_subtree(
     mine: Option<&Pieces<'_>>,
     held: &mut Pieces<'_>,
 ) -> Result<()> {
-    let (sources, mut parts): (Vec<usize>, Vec<Range<usize>>) =
-        place.children_parts(block, holding).into_iter().unzip();
-    parts.push(place.own_part(block, holding));
-    let mut recvs = held.inbound_blocks(disjoint_blocks(held.len(), &parts)?)?;
-    let own = recvs.pop().unwrap_or_default();
     if let Some(mine) = mine {
+        let own = held.inbound(place.own_part(block, holding))?;
         copy_own(t, mine.outbound(0..mine.len())?, own)?;
     }
-    t.exchange_data(Vec::new(), sources.into_iter().zip(recvs).collect())
+    // Apart from the own block by the tree's shape.
+    let mut parts = Vec::with_capacity(2 * place.node.children.len());
+    parts.extend(place.children_parts(block, holding).map(|(_, part)| part));
+    let recvs = held.inbound_blocks(disjoint_blocks(held.len(), &parts)?)?;
+    let sources = place.children_parts(block, holding).map(|(from, _)| from);
+    t.exchange_data(Vec::new(), sources.zip(recvs).collect())
         .await
 }
 
@@ -541,11 +550,11 @@ pub(crate) async fn scatter(
     let (holding, parts) = place.toward_parent(mine.len());
     let parent = place.rel.to_rank(parent);
     if place.node.children.is_empty() {
-        return receive_parts(t, parent, mine, &parts).await;
+        return receive_parts(t, parent, mine, parts).await;
     }
     let mut relay = Scratch::zeroed(place.node.span * mine.len());
     let relay = &mut Pieces::Bytes(relay.bytes_mut());
-    receive_parts(t, parent, relay, &parts).await?;
+    receive_parts(t, parent, relay, parts).await?;
     hand_out_subtree(t, &place, mine.len(), holding, relay, Some(mine)).await
 }
 
@@ -562,7 +571,6 @@ async fn hand_out_subtree(
 ) -> Result<()> {
     let sends = place
         .children_parts(block, holding)
-        .into_iter()
         .map(|(to, part)| Ok((to, held.outbound(part)?)))
         .collect::<Result<_>>()?;
     t.exchange_data(sends, Vec::new()).await?;

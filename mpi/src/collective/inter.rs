@@ -688,8 +688,7 @@ impl Communicator {
         let buf = output.bytes_mut();
         let mut blocks = disjoint_blocks(buf.len(), &parts)?.split(buf);
         // The root's own block (index 0) is empty.
-        blocks.insert(0, &mut []);
-        let blocks = blocks.into_iter().map(Inbound::from).collect();
+        blocks.insert(0, Inbound::default());
         let all = team.all();
         all.complete(algorithms::gather_varcount(&all, 0, None, Some(blocks)))
             .await?;

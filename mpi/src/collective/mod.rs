@@ -699,7 +699,6 @@ impl Communicator {
         let parts = uniform_blocks(self.addressed_size(), block);
         let sends = parts.iter().map(|p| send[p.clone()].into()).collect();
         let recvs = disjoint_blocks(recv.len(), &parts)?.split(recv);
-        let recvs = recvs.into_iter().map(Inbound::from).collect();
         self.all_to_all_bytes(sequence, sends, recvs, all_to_all_algorithm(block))
             .await
     }
@@ -845,7 +844,7 @@ impl Communicator {
         let layout = disjoint_blocks(buf.len(), &parts)?;
         let send = buf.to_vec();
         let sends = parts.iter().map(|p| send[p.clone()].into()).collect();
-        let recvs = layout.split(buf).into_iter().map(Inbound::from).collect();
+        let recvs = layout.split(buf);
         let team = self.team(sequence, CollectiveTag::AllToAll)?;
         team.complete(algorithms::all_to_all(
             &team,

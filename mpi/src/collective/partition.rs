@@ -264,17 +264,17 @@ impl DisjointBlocks<'_> {
         self.parts
     }
 
-    /// `buf` split into the blocks, by block index.
-    pub(crate) fn split(self, buf: &mut [u8]) -> Vec<&mut [u8]> {
-        let mut pieces: Vec<&mut [u8]> =
-            (0..self.parts.len()).map(|_| Default::default()).collect();
+    /// `buf` split into the blocks, by block index, each as a `T` (the
+    /// bytes, or what holds them: one pass, one vector).
+    pub(crate) fn split<'b, T: From<&'b mut [u8]> + Default>(self, buf: &'b mut [u8]) -> Vec<T> {
+        let mut pieces: Vec<T> = (0..self.parts.len()).map(|_| T::default()).collect();
         let mut rest = buf;
         let mut offset = 0;
         for i in self.order {
             let part = &self.parts[i];
             let (_, tail) = std::mem::take(&mut rest).split_at_mut(part.start - offset);
             let (piece, tail) = tail.split_at_mut(part.len());
-            pieces[i] = piece;
+            pieces[i] = T::from(piece);
             rest = tail;
             offset = part.end;
         }
@@ -308,7 +308,7 @@ mod tests {
     fn receive_blocks_split_without_overlap() {
         let parts = [8..12, 0..4, 4..4, 4..8];
         let mut buf: Vec<u8> = (0..12).collect();
-        let pieces = disjoint_blocks(12, &parts).unwrap().split(&mut buf);
+        let pieces: Vec<&mut [u8]> = disjoint_blocks(12, &parts).unwrap().split(&mut buf);
         let lens: Vec<&[u8]> = pieces.iter().map(|p| &**p).collect();
         assert_eq!(
             lens,

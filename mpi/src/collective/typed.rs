@@ -274,9 +274,7 @@ impl Pieces<'_> {
             return Err(beyond(bad.start, bad.len(), len));
         }
         match self {
-            Pieces::Bytes(bytes) => {
-                Ok(blocks.split(bytes).into_iter().map(Inbound::from).collect())
-            }
+            Pieces::Bytes(bytes) => Ok(blocks.split(bytes)),
             Pieces::Unpacked(stream, _) => Ok(blocks
                 .parts()
                 .iter()
