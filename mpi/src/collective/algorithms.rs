@@ -12,10 +12,12 @@
 //! data first.
 
 use super::op::Reduction;
+use super::partition::{disjoint_blocks, uniform_blocks};
 use super::schedule::{
     all_gather_algorithm, binomial_node, broadcast_algorithm, broadcast_chunks, halving_steps,
     pairwise_partners, reduce_algorithm, split_evenly, subtree_span, AllGatherAlgorithm,
-    AllToAllAlgorithm, BroadcastAlgorithm, Fold, HalvingStep, ReduceAlgorithm, ALL_TO_ALL_THROTTLE,
+    AllToAllAlgorithm, BroadcastAlgorithm, Fold, HalvingStep, ReduceAlgorithm, TreeNode,
+    ALL_TO_ALL_THROTTLE,
 };
 use super::team::{CollectiveTag, Scratch, Team};
 use super::typed::{copy_across, Inbound, Outbound, Pieces};
@@ -242,13 +244,24 @@ async fn ring_all_gather(
     Ok(())
 }
 
-/// Bruck's all-gather of equal blocks: `mine` from each process into
-/// `recv` (`size` blocks by rank).
-async fn bruck_all_gather(t: &Team<'_>, mine: &[u8], recv: &mut [u8]) -> Result<()> {
-    let (n, r, b) = (t.size(), t.rank(), mine.len());
+/// Bruck's all-gather of equal blocks into `recv` (`size` blocks by
+/// rank): this process's own is `mine`, or already in place if `None`.
+/// The blocks rotate through a buffer of the whole (short data only:
+/// [`all_gather_algorithm`] chooses it below 80 KiB).
+async fn bruck_all_gather(
+    t: &Team<'_>,
+    mine: Option<&Pieces<'_>>,
+    recv: &mut Pieces<'_>,
+) -> Result<()> {
+    let (n, r) = (t.size(), t.rank());
+    let b = recv.len() / n;
     // Block i of `gathered` is that of rank r + i.
     let mut gathered = vec![0u8; n * b];
-    gathered[..b].copy_from_slice(mine);
+    let own = &mut Inbound::Bytes(&mut gathered[..b]);
+    match mine {
+        Some(mine) => copy_across(&mut mine.outbound(0..b)?, own, b)?,
+        None => copy_across(&mut recv.outbound(r * b..(r + 1) * b)?, own, b)?,
+    }
     let mut distance = 1;
     while distance < n {
         let count = distance.min(n - distance);
@@ -262,28 +275,50 @@ async fn bruck_all_gather(t: &Team<'_>, mine: &[u8], recv: &mut [u8]) -> Result<
         .await?;
         distance <<= 1;
     }
-    let split = (n - r) * b;
-    recv[r * b..].copy_from_slice(&gathered[..split]);
-    recv[..r * b].copy_from_slice(&gathered[split..]);
+    let (from_mine, below_mine) = gathered.split_at((n - r) * b);
+    for (data, at) in [(from_mine, r * b), (below_mine, 0)] {
+        let len = data.len();
+        copy_across(
+            &mut Outbound::Bytes(data),
+            &mut recv.inbound(at..at + len)?,
+            len,
+        )?;
+    }
     Ok(())
 }
 
-/// All-gather of equal blocks: `mine` from each process into `recv`
-/// (`size` blocks by rank).
+/// All-gather of equal blocks: bytes `mine` from each process into
+/// `recv` (`size` blocks by rank).
 pub(crate) async fn all_gather(t: &Team<'_>, mine: &[u8], recv: &mut [u8]) -> Result<()> {
-    let (n, r, b) = (t.size(), t.rank(), mine.len());
+    all_gather_pieces(t, Some(&Pieces::Shared(mine)), &mut Pieces::Bytes(recv)).await
+}
+
+/// All-gather of equal blocks into `recv` (`size` blocks by rank): this
+/// process's own is `mine`, or already in place if `None`. Data that is
+/// not contiguous moves a piece at a time.
+pub(crate) async fn all_gather_pieces(
+    t: &Team<'_>,
+    mine: Option<&Pieces<'_>>,
+    recv: &mut Pieces<'_>,
+) -> Result<()> {
+    let (n, r) = (t.size(), t.rank());
+    let b = recv.len() / n;
     let rel = Relative::of(t, 0);
     match all_gather_algorithm(recv.len(), n) {
         AllGatherAlgorithm::Bruck => bruck_all_gather(t, mine, recv).await,
         algorithm => {
-            recv[r * b..(r + 1) * b].copy_from_slice(mine);
-            let recv = &mut Pieces::Bytes(recv);
+            if let Some(mine) = mine {
+                copy_own(
+                    t,
+                    mine.outbound(0..mine.len())?,
+                    recv.inbound(r * b..(r + 1) * b)?,
+                )?;
+            }
             if algorithm == AllGatherAlgorithm::RecursiveDoubling {
                 let bounds: Vec<usize> = (0..=n).map(|i| i * b).collect();
                 doubling_all_gather(t, rel, &bounds, recv).await
             } else {
-                let blocks: Vec<Range<usize>> = (0..n).map(|i| i * b..(i + 1) * b).collect();
-                ring_all_gather(t, rel, &blocks, recv).await
+                ring_all_gather(t, rel, &uniform_blocks(n, b), recv).await
             }
         }
     }
@@ -294,153 +329,307 @@ pub(crate) async fn all_gather(t: &Team<'_>, mine: &[u8], recv: &mut [u8]) -> Re
 /// place if `None`.
 pub(crate) async fn all_gather_varcount(
     t: &Team<'_>,
-    mine: Option<&[u8]>,
+    mine: Option<&Pieces<'_>>,
     blocks: &[Range<usize>],
-    recv: &mut [u8],
+    recv: &mut Pieces<'_>,
 ) -> Result<()> {
     if let Some(mine) = mine {
-        copy_own(t, mine.into(), (&mut recv[blocks[t.rank()].clone()]).into())?;
+        copy_own(
+            t,
+            mine.outbound(0..mine.len())?,
+            recv.inbound(blocks[t.rank()].clone())?,
+        )?;
     }
-    ring_all_gather(t, Relative::of(t, 0), blocks, &mut Pieces::Bytes(recv)).await
+    ring_all_gather(t, Relative::of(t, 0), blocks, recv).await
+}
+
+/// Where a process of a binomial gather or scatter holds the blocks of
+/// its subtree.
+#[derive(Clone, Copy)]
+enum Holding {
+    /// The root: in its buffer, in rank order.
+    Buffer,
+    /// Any other process: in order of relative rank from its own
+    /// (`from`), in its own buffer (a leaf, which holds one block) or in
+    /// a relay buffer of its subtree's blocks (packed).
+    Relative { from: usize },
+}
+
+impl Relative {
+    /// The byte ranges in which `holding` holds the blocks (of `block`
+    /// bytes) of relative ranks `span`, one for each message that carries
+    /// them: a message per run of consecutive ranks (two where rank order
+    /// comes round past the last rank), so that the root sends and
+    /// receives in its buffer, in place.
+    fn subtree_parts(
+        self,
+        span: Range<usize>,
+        block: usize,
+        holding: Holding,
+    ) -> impl Iterator<Item = Range<usize>> {
+        // The relative rank of rank 0.
+        let wrap = self.size - self.root;
+        let (first, second) = if span.start < wrap && wrap < span.end {
+            (span.start..wrap, Some(wrap..span.end))
+        } else {
+            (span, None)
+        };
+        std::iter::once(first).chain(second).map(move |run| {
+            let first = match holding {
+                Holding::Buffer => self.to_rank(run.start),
+                Holding::Relative { from } => run.start - from,
+            };
+            first * block..(first + run.len()) * block
+        })
+    }
+}
+
+/// A process's place in the binomial tree of a gather or scatter.
+struct Place {
+    rel: Relative,
+    /// Its relative rank.
+    me: usize,
+    node: TreeNode,
+}
+
+impl Place {
+    fn of(t: &Team<'_>, root: usize) -> Place {
+        let rel = Relative::of(t, root);
+        let me = rel.to_relative(t.rank());
+        Place {
+            rel,
+            me,
+            node: binomial_node(me, t.size()),
+        }
+    }
+
+    /// How a process other than the root holds its subtree's blocks of
+    /// `block` bytes (from its own), and the parts of them that go to or
+    /// come from its parent, in order.
+    fn toward_parent(&self, block: usize) -> (Holding, impl Iterator<Item = Range<usize>> + use<>) {
+        let holding = Holding::Relative { from: self.me };
+        let subtree = self.me..self.me + self.node.span;
+        (holding, self.rel.subtree_parts(subtree, block, holding))
+    }
+
+    /// The part of `holding` that holds this process's own block (a
+    /// single block never straddles the wrap).
+    fn own_part(&self, block: usize, holding: Holding) -> Range<usize> {
+        let start = match holding {
+            Holding::Buffer => self.rel.to_rank(self.me) * block,
+            Holding::Relative { from } => (self.me - from) * block,
+        };
+        start..start + block
+    }
+
+    /// The messages to or from the children, in order: each child's
+    /// member, and the part of `holding` it carries.
+    fn children_parts(
+        &self,
+        block: usize,
+        holding: Holding,
+    ) -> impl Iterator<Item = (usize, Range<usize>)> + '_ {
+        let size = self.rel.size;
+        self.node.children.iter().flat_map(move |&child| {
+            let subtree = child..child + subtree_span(child, size);
+            let member = self.rel.to_rank(child);
+            self.rel
+                .subtree_parts(subtree, block, holding)
+                .map(move |part| (member, part))
+        })
+    }
+}
+
+/// One step that receives `parts` of `held` from member `from`, in order.
+async fn receive_parts(
+    t: &Team<'_>,
+    from: usize,
+    held: &mut Pieces<'_>,
+    parts: impl Iterator<Item = Range<usize>>,
+) -> Result<()> {
+    let parts: Vec<Range<usize>> = parts.collect();
+    let recvs = held.inbound_blocks(disjoint_blocks(held.len(), &parts)?)?;
+    t.exchange_data(Vec::new(), recvs.into_iter().map(|r| (from, r)).collect())
+        .await
+}
+
+/// One step that sends `parts` of `held` to member `to`, in order.
+async fn send_parts(
+    t: &Team<'_>,
+    to: usize,
+    held: &Pieces<'_>,
+    parts: impl Iterator<Item = Range<usize>>,
+) -> Result<()> {
+    let mut sends = Vec::with_capacity(2);
+    for part in parts {
+        sends.push((to, held.outbound(part)?));
+    }
+    t.exchange_data(sends, Vec::new()).await
+}
+
+/// The error of a process that lacks the buffer its part needs.
+fn missing(what: &str) -> Error {
+    Error::new(ErrorClass::Intern, format!("{what} has no buffer"))
 }
 
 /// Binomial gather of equal blocks to `root`: each process collects its
-/// subtree's blocks (in relative order) and sends them to its parent;
-/// `recv` (at the root only) gets `size` blocks by rank.
+/// subtree's blocks and sends them to its parent; `recv` (at the root
+/// only) gets `size` blocks by rank, and `mine` is this process's block
+/// (`None` at a root whose own block is in place). The root receives
+/// straight into its buffer and a leaf sends from its own; a process
+/// between them relays its subtree's blocks through a buffer of them
+/// (packed).
 pub(crate) async fn gather(
     t: &Team<'_>,
     root: usize,
-    mine: &[u8],
-    recv: Option<&mut [u8]>,
+    mine: Option<&Pieces<'_>>,
+    recv: Option<&mut Pieces<'_>>,
 ) -> Result<()> {
-    let (n, b) = (t.size(), mine.len());
-    let rel = Relative::of(t, root);
-    let me = rel.to_relative(t.rank());
-    let node = binomial_node(me, n);
-    if node.children.is_empty() {
-        if let Some(parent) = node.parent {
-            return t.send(rel.to_rank(parent), mine).await;
-        }
+    let place = Place::of(t, root);
+    let Some(parent) = place.node.parent else {
+        let recv = recv.ok_or_else(|| missing("the root of a gather"))?;
+        let block = recv.len() / t.size();
+        return collect_subtree(t, &place, block, Holding::Buffer, mine, recv).await;
+    };
+    let mine = mine.ok_or_else(|| missing("a gather's process"))?;
+    let (holding, parts) = place.toward_parent(mine.len());
+    let parent = place.rel.to_rank(parent);
+    if place.node.children.is_empty() {
+        return send_parts(t, parent, mine, parts).await;
     }
-    let mut collected = vec![0u8; node.span * b];
-    collected[..b].copy_from_slice(mine);
-    // The children's subtrees follow this node's own block, the smallest
-    // subtree (the last child) first.
-    let mut rest = &mut collected[b..];
-    let mut recvs = Vec::with_capacity(node.children.len());
-    for &child in node.children.iter().rev() {
-        let (part, after) = rest.split_at_mut(subtree_span(child, n) * b);
-        recvs.push((rel.to_rank(child), part));
-        rest = after;
+    let mut relay = Scratch::zeroed(place.node.span * mine.len());
+    let relay = &mut Pieces::Bytes(relay.bytes_mut());
+    collect_subtree(t, &place, mine.len(), holding, Some(mine), relay).await?;
+    send_parts(t, parent, relay, parts).await
+}
+
+/// The gathering step of a process of a binomial gather: `mine` (unless
+/// `None`: in place) copied into its block of `held`, and its children's
+/// subtrees received into theirs.
+async fn collect_subtree(
+    t: &Team<'_>,
+    place: &Place,
+    block: usize,
+    holding: Holding,
+    mine: Option<&Pieces<'_>>,
+    held: &mut Pieces<'_>,
+) -> Result<()> {
+    if let Some(mine) = mine {
+        let own = held.inbound(place.own_part(block, holding))?;
+        copy_own(t, mine.outbound(0..mine.len())?, own)?;
     }
-    t.exchange(&[], &mut recvs).await?;
-    match (node.parent, recv) {
-        (Some(parent), _) => t.send(rel.to_rank(parent), &collected).await,
-        (None, Some(recv)) => {
-            // Relative order starts at the root: rotate into rank order.
-            let split = (n - root) * b;
-            recv[root * b..].copy_from_slice(&collected[..split]);
-            recv[..root * b].copy_from_slice(&collected[split..]);
-            Ok(())
-        }
-        (None, None) => Err(Error::new(
-            ErrorClass::Intern,
-            "the root of a gather has no receive buffer",
-        )),
-    }
+    // Apart from the own block by the tree's shape.
+    let mut parts = Vec::with_capacity(2 * place.node.children.len());
+    parts.extend(place.children_parts(block, holding).map(|(_, part)| part));
+    let recvs = held.inbound_blocks(disjoint_blocks(held.len(), &parts)?)?;
+    let sources = place.children_parts(block, holding).map(|(from, _)| from);
+    t.exchange_data(Vec::new(), sources.zip(recvs).collect())
+        .await
 }
 
 /// Binomial scatter of equal blocks from `root`: `send` (at the root
 /// only) holds `size` blocks by rank; each process receives its
-/// subtree's blocks from its parent and passes on its children's.
+/// subtree's blocks from its parent and passes on its children's; `mine`
+/// receives this process's block (`None` at a root that keeps its own in
+/// place). The root sends straight from its buffer and a leaf receives
+/// into its own; a process between them relays its subtree's blocks
+/// through a buffer of them (packed).
 pub(crate) async fn scatter(
     t: &Team<'_>,
     root: usize,
-    send: Option<&[u8]>,
-    mine: &mut [u8],
+    send: Option<&Pieces<'_>>,
+    mine: Option<&mut Pieces<'_>>,
 ) -> Result<()> {
-    let (n, b) = (t.size(), mine.len());
-    let rel = Relative::of(t, root);
-    let me = rel.to_relative(t.rank());
-    let node = binomial_node(me, n);
-    let subtree = match (node.parent, send) {
-        (Some(parent), _) if node.children.is_empty() => {
-            return t.receive(rel.to_rank(parent), mine).await;
-        }
-        (Some(parent), _) => {
-            let mut subtree = vec![0u8; node.span * b];
-            t.receive(rel.to_rank(parent), &mut subtree).await?;
-            subtree
-        }
-        (None, Some(send)) => {
-            // Into relative order, which starts at the root.
-            let mut subtree = Vec::with_capacity(n * b);
-            subtree.extend_from_slice(&send[root * b..]);
-            subtree.extend_from_slice(&send[..root * b]);
-            subtree
-        }
-        (None, None) => {
-            return Err(Error::new(
-                ErrorClass::Intern,
-                "the root of a scatter has no send buffer",
-            ))
-        }
+    let place = Place::of(t, root);
+    let Some(parent) = place.node.parent else {
+        let send = send.ok_or_else(|| missing("the root of a scatter"))?;
+        let block = send.len() / t.size();
+        return hand_out_subtree(t, &place, block, Holding::Buffer, send, mine).await;
     };
-    let sends: Vec<(usize, &[u8])> = node
-        .children
-        .iter()
-        .map(|&child| {
-            let start = (child - me) * b;
-            let len = subtree_span(child, n) * b;
-            (rel.to_rank(child), &subtree[start..start + len])
-        })
-        .collect();
-    t.exchange(&sends, &mut []).await?;
-    mine.copy_from_slice(&subtree[..b]);
+    let mine = mine.ok_or_else(|| missing("a scatter's process"))?;
+    let (holding, parts) = place.toward_parent(mine.len());
+    let parent = place.rel.to_rank(parent);
+    if place.node.children.is_empty() {
+        return receive_parts(t, parent, mine, parts).await;
+    }
+    let mut relay = Scratch::zeroed(place.node.span * mine.len());
+    let relay = &mut Pieces::Bytes(relay.bytes_mut());
+    receive_parts(t, parent, relay, parts).await?;
+    hand_out_subtree(t, &place, mine.len(), holding, relay, Some(mine)).await
+}
+
+/// The passing-on step of a process of a binomial scatter: its
+/// children's subtrees sent from their blocks of `held`, then its own
+/// block copied into `mine` (unless `None`: in place).
+async fn hand_out_subtree(
+    t: &Team<'_>,
+    place: &Place,
+    block: usize,
+    holding: Holding,
+    held: &Pieces<'_>,
+    mine: Option<&mut Pieces<'_>>,
+) -> Result<()> {
+    let sends = place
+        .children_parts(block, holding)
+        .map(|(to, part)| Ok((to, held.outbound(part)?)))
+        .collect::<Result<_>>()?;
+    t.exchange_data(sends, Vec::new()).await?;
+    if let Some(mine) = mine {
+        let own = held.outbound(place.own_part(block, holding))?;
+        copy_own(t, own, mine.inbound(0..mine.len())?)?;
+    }
     Ok(())
 }
 
 /// Gather of blocks of any lengths to `root`, straight from each process:
 /// `recvs` (at the root only) are the blocks by rank, the root's own
-/// filled from `mine`.
+/// filled from `mine` (unless `None`: in place).
 pub(crate) async fn gather_varcount(
     t: &Team<'_>,
     root: usize,
-    mine: &[u8],
-    recvs: Option<Vec<&mut [u8]>>,
+    mine: Option<Outbound<'_>>,
+    recvs: Option<Vec<Inbound<'_>>>,
 ) -> Result<()> {
     let Some(mut recvs) = recvs else {
-        return t.send(root, mine).await;
+        let mine = mine.ok_or_else(|| missing("a gather's process"))?;
+        return t.exchange_data(vec![(root, mine)], Vec::new()).await;
     };
     let own = std::mem::take(&mut recvs[root]);
-    copy_own(t, mine.into(), own.into())?;
-    let mut posted: Vec<(usize, &mut [u8])> = recvs
+    if let Some(mine) = mine {
+        copy_own(t, mine, own)?;
+    }
+    let posted = recvs
         .into_iter()
         .enumerate()
         .filter(|&(rank, _)| rank != root)
         .collect();
-    t.exchange(&[], &mut posted).await
+    t.exchange_data(Vec::new(), posted).await
 }
 
 /// Scatter of blocks of any lengths from `root`, straight to each
-/// process: `sends` (at the root only) are the blocks by rank.
+/// process: `sends` (at the root only) are the blocks by rank, the
+/// root's own copied into `mine` (unless `None`: in place).
 pub(crate) async fn scatter_varcount(
     t: &Team<'_>,
     root: usize,
-    sends: Option<&[&[u8]]>,
-    mine: &mut [u8],
+    sends: Option<Vec<Outbound<'_>>>,
+    mine: Option<Inbound<'_>>,
 ) -> Result<()> {
-    let Some(sends) = sends else {
-        return t.receive(root, mine).await;
+    let Some(mut sends) = sends else {
+        let mine = mine.ok_or_else(|| missing("a scatter's process"))?;
+        return t.exchange_data(Vec::new(), vec![(root, mine)]).await;
     };
-    copy_own(t, sends[root].into(), mine.into())?;
-    let posted: Vec<(usize, &[u8])> = sends
-        .iter()
+    let own = std::mem::take(&mut sends[root]);
+    let posted = sends
+        .into_iter()
         .enumerate()
         .filter(|&(rank, _)| rank != root)
-        .map(|(rank, &bytes)| (rank, bytes))
         .collect();
-    t.exchange(&posted, &mut []).await
+    t.exchange_data(posted, Vec::new()).await?;
+    match mine {
+        Some(mine) => copy_own(t, own, mine),
+        None => Ok(()),
+    }
 }
 
 /// A process's own block, copied from what it sends to what it
@@ -763,8 +952,11 @@ pub(crate) async fn reduce_scatter(
     }
     let mut acc = Scratch::copy_of(input);
     binomial_reduce(t, 0, acc.bytes_mut(), red).await?;
-    let sends: Vec<&[u8]> = blocks.iter().map(|b| &acc.bytes()[b.clone()]).collect();
-    scatter_varcount(t, 0, (r == 0).then_some(&sends[..]), out).await
+    let sends = blocks
+        .iter()
+        .map(|b| acc.bytes()[b.clone()].into())
+        .collect();
+    scatter_varcount(t, 0, (r == 0).then_some(sends), Some(out.into())).await
 }
 
 /// Inclusive scan by recursive doubling: `acc` holds this process's data

@@ -309,14 +309,14 @@ impl Communicator {
         let swapped = self
             .remote_reduction_at_leader(&teams, &mut acc, red)
             .await?;
-        let sends: Vec<&[u8]> = blocks.iter().map(|b| &acc[b.clone()]).collect();
+        let sends = blocks.iter().map(|b| acc[b.clone()].into()).collect();
         let local = teams.local();
         local
             .complete(algorithms::scatter_varcount(
                 &local,
                 0,
-                teams.leads().then_some(&sends[..]),
-                out,
+                teams.leads().then_some(sends),
+                Some(out.into()),
             ))
             .await?;
         swapped
@@ -625,8 +625,8 @@ impl Communicator {
             .complete(algorithms::gather(
                 &group,
                 0,
-                send.bytes(),
-                leads.then_some(&mut gathered[..]),
+                Some(&Pieces::Shared(send.bytes())),
+                leads.then_some(&mut Pieces::Bytes(&mut gathered)),
             ))
             .await;
         team.to_root(&gathered, gathered_ok).await
@@ -688,9 +688,9 @@ impl Communicator {
         let buf = output.bytes_mut();
         let mut blocks = disjoint_blocks(buf.len(), &parts)?.split(buf);
         // The root's own block (index 0) is empty.
-        blocks.insert(0, &mut []);
+        blocks.insert(0, Inbound::default());
         let all = team.all();
-        all.complete(algorithms::gather_varcount(&all, 0, &[], Some(blocks)))
+        all.complete(algorithms::gather_varcount(&all, 0, None, Some(blocks)))
             .await?;
         output.finish()
     }
@@ -735,8 +735,13 @@ impl Communicator {
         let send = Input::new(send)?;
         let team = self.rooted(sequence, CollectiveTag::Gather, Some(root))?;
         let all = team.all();
-        all.complete(algorithms::gather_varcount(&all, 0, send.bytes(), None))
-            .await
+        all.complete(algorithms::gather_varcount(
+            &all,
+            0,
+            Some(send.bytes().into()),
+            None,
+        ))
+        .await
     }
 
     /// Scatters `send`, at this process, the root, to the processes of
@@ -837,8 +842,8 @@ impl Communicator {
             .complete(algorithms::scatter(
                 &group,
                 0,
-                leads.then_some(&whole[..]),
-                output.bytes_mut(),
+                leads.then_some(&Pieces::Shared(&whole)),
+                Some(&mut Pieces::Bytes(output.bytes_mut())),
             ))
             .await?;
         received?;
@@ -898,11 +903,11 @@ impl Communicator {
         let team = self.rooted(sequence, CollectiveTag::Scatter, None)?;
         let (parts, send) = send.parts(team.world.len() - 1)?;
         // The root's own block (index 0) is empty.
-        let sends: Vec<&[u8]> = std::iter::once(&[][..])
-            .chain(parts.iter().map(|p| &send.bytes()[p.clone()]))
+        let sends = std::iter::once(Outbound::default())
+            .chain(parts.iter().map(|p| send.bytes()[p.clone()].into()))
             .collect();
         let all = team.all();
-        all.complete(algorithms::scatter_varcount(&all, 0, Some(&sends), &mut []))
+        all.complete(algorithms::scatter_varcount(&all, 0, Some(sends), None))
             .await
     }
 
@@ -950,7 +955,7 @@ impl Communicator {
             &all,
             0,
             None,
-            output.bytes_mut(),
+            Some(output.bytes_mut().into()),
         ))
         .await?;
         output.finish()

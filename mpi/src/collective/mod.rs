@@ -338,20 +338,18 @@ impl Communicator {
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
-        let (send, mut output) = (Input::new(send)?, Output::overwritten(recv)?);
-        let element_type = same_element_type(send.element_type(), output.element_type())?;
-        let (send, recv) = (send.bytes(), output.bytes_mut());
+        let (send, send_type) = Pieces::of_buffer(send)?;
+        let (mut recv, recv_type) = Pieces::into_buffer(recv)?;
+        let element_type = same_element_type(send_type, recv_type)?;
         if self.is_inter_communicator() {
             // Every process of the remote group sends blocks of one
             // length, which need not be this group's.
             let n = self.addressed_size();
             let block = block_of(recv.len(), n.max(1), element_type, "the receive buffer")?;
-            let recvs = disjoint_blocks(recv.len(), &uniform_blocks(n, block))?.split(recv);
-            let sends = vec![send; n].into_iter().map(Outbound::from).collect();
-            let recvs = recvs.into_iter().map(Inbound::from).collect();
-            self.inter_all_to_all(sequence, sends, recvs, all_to_all_algorithm(block))
-                .await?;
-            return output.finish();
+            let (sends, recvs) = to_everyone(&send, &mut recv, &uniform_blocks(n, block))?;
+            return self
+                .inter_all_to_all(sequence, sends, recvs, all_to_all_algorithm(block))
+                .await;
         }
         let n = self.size() as usize;
         expect_len(
@@ -361,9 +359,8 @@ impl Communicator {
             "the receive buffer",
         )?;
         let team = self.team(sequence, CollectiveTag::AllGather)?;
-        team.complete(algorithms::all_gather(&team, send, recv))
-            .await?;
-        output.finish()
+        team.complete(algorithms::all_gather_pieces(&team, Some(&send), &mut recv))
+            .await
     }
 
     /// [`Communicator::all_gather_into`] in place: each process's block
@@ -394,20 +391,11 @@ impl Communicator {
         buf: &mut R,
     ) -> Result<()> {
         let n = self.size() as usize;
-        let mut output = Output::new(buf)?;
-        let block = block_of(
-            output.bytes_mut().len(),
-            n,
-            output.element_type(),
-            "the buffer",
-        )?;
-        let buf = output.bytes_mut();
-        let r = self.rank() as usize;
-        let mine = buf[r * block..(r + 1) * block].to_vec();
+        let (mut buf, element_type) = Pieces::into_buffer(buf)?;
+        block_of(buf.len(), n, element_type, "the buffer")?;
         let team = self.team(sequence, CollectiveTag::AllGather)?;
-        team.complete(algorithms::all_gather(&team, &mine, buf))
-            .await?;
-        output.finish()
+        team.complete(algorithms::all_gather_pieces(&team, None, &mut buf))
+            .await
     }
 
     /// Gathers every process's `send`, of any length, into the blocks of
@@ -462,32 +450,25 @@ impl Communicator {
         C: std::borrow::Borrow<[i32]>,
         D: std::borrow::Borrow<[i32]>,
     {
-        let send = Input::new(send)?;
-        same_element_type(send.element_type(), recv.element_type())?;
+        let (send, send_type) = Pieces::of_buffer(send)?;
+        same_element_type(send_type, recv.element_type())?;
         let n = self.addressed_size();
-        let (parts, mut output) = recv.parts(n)?;
-        let buf = output.bytes_mut();
-        let layout = disjoint_blocks(buf.len(), &parts)?;
+        let (parts, mut recv) = recv.pieces(n)?;
         if self.is_inter_communicator() {
-            let recvs = layout.split(buf).into_iter().map(Inbound::from).collect();
-            self.inter_all_to_all(
-                sequence,
-                (0..n).map(|_| send.bytes().into()).collect(),
-                recvs,
-                AllToAllAlgorithm::Scattered,
-            )
-            .await?;
-            return output.finish();
+            let (sends, recvs) = to_everyone(&send, &mut recv, &parts)?;
+            return self
+                .inter_all_to_all(sequence, sends, recvs, AllToAllAlgorithm::Scattered)
+                .await;
         }
+        disjoint_blocks(recv.len(), &parts)?;
         let team = self.team(sequence, CollectiveTag::AllGather)?;
         team.complete(algorithms::all_gather_varcount(
             &team,
-            Some(send.bytes()),
+            Some(&send),
             &parts,
-            buf,
+            &mut recv,
         ))
-        .await?;
-        output.finish()
+        .await
     }
 
     /// [`Communicator::all_gather_varcount_into`] in place: each
@@ -538,13 +519,13 @@ impl Communicator {
         D: std::borrow::Borrow<[i32]>,
     {
         let n = self.size() as usize;
-        let (parts, mut output) = buf.parts(n)?;
-        let buf = output.bytes_mut();
+        let (parts, mut buf) = buf.pieces(n)?;
         disjoint_blocks(buf.len(), &parts)?;
         let team = self.team(sequence, CollectiveTag::AllGather)?;
-        team.complete(algorithms::all_gather_varcount(&team, None, &parts, buf))
-            .await?;
-        output.finish()
+        team.complete(algorithms::all_gather_varcount(
+            &team, None, &parts, &mut buf,
+        ))
+        .await
     }
 
     /// Sends block `i` of `send` to rank `i` and receives block `j` of
@@ -636,11 +617,8 @@ impl Communicator {
         // piece by piece where the data is not contiguous.
         let (send, mut recv) = (Pieces::of_view(&send_view)?, Pieces::into_view(recv_view)?);
         let parts = uniform_blocks(n, block);
-        let sends = parts
-            .iter()
-            .map(|part| send.outbound(part.clone()))
-            .collect::<Result<_>>()?;
         let recvs = recv.inbound_blocks(disjoint_blocks(recv.len(), &parts)?)?;
+        let sends = send.outbound_blocks(&parts)?;
         self.all_to_all_bytes(sequence, sends, recvs, all_to_all_algorithm(block))
             .await
     }
@@ -721,7 +699,6 @@ impl Communicator {
         let parts = uniform_blocks(self.addressed_size(), block);
         let sends = parts.iter().map(|p| send[p.clone()].into()).collect();
         let recvs = disjoint_blocks(recv.len(), &parts)?.split(recv);
-        let recvs = recvs.into_iter().map(Inbound::from).collect();
         self.all_to_all_bytes(sequence, sends, recvs, all_to_all_algorithm(block))
             .await
     }
@@ -805,18 +782,12 @@ impl Communicator {
     {
         same_element_type(send.element_type(), recv.element_type())?;
         let n = self.addressed_size();
-        let (send_parts, send) = send.parts(n)?;
-        let (recv_parts, mut output) = recv.parts(n)?;
-        let recv = output.bytes_mut();
-        let recvs = disjoint_blocks(recv.len(), &recv_parts)?.split(recv);
-        let recvs = recvs.into_iter().map(Inbound::from).collect();
-        let sends = send_parts
-            .iter()
-            .map(|p| send.bytes()[p.clone()].into())
-            .collect();
+        let (send_parts, send) = send.pieces(n)?;
+        let (recv_parts, mut recv) = recv.pieces(n)?;
+        let recvs = recv.inbound_blocks(disjoint_blocks(recv.len(), &recv_parts)?)?;
+        let sends = send.outbound_blocks(&send_parts)?;
         self.all_to_all_bytes(sequence, sends, recvs, AllToAllAlgorithm::Scattered)
-            .await?;
-        output.finish()
+            .await
     }
 
     /// [`Communicator::all_to_all_varcount_into`] in place: the blocks of
@@ -873,7 +844,7 @@ impl Communicator {
         let layout = disjoint_blocks(buf.len(), &parts)?;
         let send = buf.to_vec();
         let sends = parts.iter().map(|p| send[p.clone()].into()).collect();
-        let recvs = layout.split(buf).into_iter().map(Inbound::from).collect();
+        let recvs = layout.split(buf);
         let team = self.team(sequence, CollectiveTag::AllToAll)?;
         team.complete(algorithms::all_to_all(
             &team,
@@ -1596,6 +1567,19 @@ impl Communicator {
     }
 }
 
+/// The messages of an all-gather as an all-to-all (an
+/// intercommunicator's): the whole of `send` to every process, and
+/// `parts` of `recv` (disjoint, else `MPI_ERR_ARG`) from each.
+fn to_everyone<'s>(
+    send: &'s Pieces<'_>,
+    recv: &'s mut Pieces<'_>,
+    parts: &[std::ops::Range<usize>],
+) -> Result<(Vec<Outbound<'s>>, Vec<Inbound<'s>>)> {
+    let recvs = recv.inbound_blocks(disjoint_blocks(recv.len(), parts)?)?;
+    let sends = send.outbound_blocks(&vec![0..send.len(); parts.len()])?;
+    Ok((sends, recvs))
+}
+
 /// Copies `send` into `recv`, which must be as long: the start of a
 /// reduction whose result replaces its input.
 fn copy_input<'r>(
@@ -1749,8 +1733,8 @@ impl Process<'_> {
     ) -> Result<()> {
         let root = self.root(false)?;
         let team = self.comm.team(sequence, CollectiveTag::Gather)?;
-        let send = Input::new(send)?;
-        team.complete(algorithms::gather(&team, root, send.bytes(), None))
+        let (send, _) = Pieces::of_buffer(send)?;
+        team.complete(algorithms::gather(&team, root, Some(&send), None))
             .await
     }
 
@@ -1798,9 +1782,9 @@ impl Process<'_> {
         R: BufferMut + ?Sized,
     {
         let root = self.root(true)?;
-        let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
-        let element_type = same_element_type(send.element_type(), output.element_type())?;
-        let (send, recv) = (send.bytes(), output.bytes_mut());
+        let (send, send_type) = Pieces::of_buffer(send)?;
+        let (mut recv, recv_type) = Pieces::into_buffer(recv)?;
+        let element_type = same_element_type(send_type, recv_type)?;
         let n = self.comm.size() as usize;
         expect_len(
             recv.len(),
@@ -1809,9 +1793,13 @@ impl Process<'_> {
             "the receive buffer",
         )?;
         let team = self.comm.team(sequence, CollectiveTag::Gather)?;
-        team.complete(algorithms::gather(&team, root, send, Some(recv)))
-            .await?;
-        output.finish()
+        team.complete(algorithms::gather(
+            &team,
+            root,
+            Some(&send),
+            Some(&mut recv),
+        ))
+        .await
     }
 
     /// [`Process::gather_into_root`] in place: the root's own block of
@@ -1845,19 +1833,11 @@ impl Process<'_> {
     ) -> Result<()> {
         let root = self.root(true)?;
         let n = self.comm.size() as usize;
-        let mut output = Output::new(recv)?;
-        let block = block_of(
-            output.bytes_mut().len(),
-            n,
-            output.element_type(),
-            "the receive buffer",
-        )?;
-        let recv = output.bytes_mut();
-        let mine = recv[root * block..(root + 1) * block].to_vec();
+        let (mut recv, element_type) = Pieces::into_buffer(recv)?;
+        block_of(recv.len(), n, element_type, "the receive buffer")?;
         let team = self.comm.team(sequence, CollectiveTag::Gather)?;
-        team.complete(algorithms::gather(&team, root, &mine, Some(recv)))
-            .await?;
-        output.finish()
+        team.complete(algorithms::gather(&team, root, None, Some(&mut recv)))
+            .await
     }
 
     /// This process's part of a gather of varying counts to this root
@@ -1892,8 +1872,9 @@ impl Process<'_> {
     ) -> Result<()> {
         let root = self.root(false)?;
         let team = self.comm.team(sequence, CollectiveTag::Gather)?;
-        let send = Input::new(send)?;
-        team.complete(algorithms::gather_varcount(&team, root, send.bytes(), None))
+        let (send, _) = Pieces::of_buffer(send)?;
+        let send = send.outbound(0..send.len())?;
+        team.complete(algorithms::gather_varcount(&team, root, Some(send), None))
             .await
     }
 
@@ -1955,21 +1936,20 @@ impl Process<'_> {
         D: std::borrow::Borrow<[i32]>,
     {
         let root = self.root(true)?;
-        let send = Input::new(send)?;
-        same_element_type(send.element_type(), recv.element_type())?;
+        let (send, send_type) = Pieces::of_buffer(send)?;
+        same_element_type(send_type, recv.element_type())?;
         let n = self.comm.size() as usize;
-        let (parts, mut output) = recv.parts(n)?;
-        let recv = output.bytes_mut();
-        let recvs = disjoint_blocks(recv.len(), &parts)?.split(recv);
+        let (parts, mut recv) = recv.pieces(n)?;
+        let recvs = recv.inbound_blocks(disjoint_blocks(recv.len(), &parts)?)?;
+        let send = send.outbound(0..send.len())?;
         let team = self.comm.team(sequence, CollectiveTag::Gather)?;
         team.complete(algorithms::gather_varcount(
             &team,
             root,
-            send.bytes(),
+            Some(send),
             Some(recvs),
         ))
-        .await?;
-        output.finish()
+        .await
     }
 
     /// [`Process::gather_varcount_into_root`] in place: the root's own
@@ -2023,14 +2003,11 @@ impl Process<'_> {
     {
         let root = self.root(true)?;
         let n = self.comm.size() as usize;
-        let (parts, mut output) = recv.parts(n)?;
-        let recv = output.bytes_mut();
-        let mine = recv[parts[root].clone()].to_vec();
-        let recvs = disjoint_blocks(recv.len(), &parts)?.split(recv);
+        let (parts, mut recv) = recv.pieces(n)?;
+        let recvs = recv.inbound_blocks(disjoint_blocks(recv.len(), &parts)?)?;
         let team = self.comm.team(sequence, CollectiveTag::Gather)?;
-        team.complete(algorithms::gather_varcount(&team, root, &mine, Some(recvs)))
-            .await?;
-        output.finish()
+        team.complete(algorithms::gather_varcount(&team, root, None, Some(recvs)))
+            .await
     }
 
     /// This process's part of a scatter from this root (`MPI_Scatter`,
@@ -2064,10 +2041,9 @@ impl Process<'_> {
     ) -> Result<()> {
         let root = self.root(false)?;
         let team = self.comm.team(sequence, CollectiveTag::Scatter)?;
-        let mut output = Output::new(recv)?;
-        team.complete(algorithms::scatter(&team, root, None, output.bytes_mut()))
-            .await?;
-        output.finish()
+        let (mut recv, _) = Pieces::into_buffer(recv)?;
+        team.complete(algorithms::scatter(&team, root, None, Some(&mut recv)))
+            .await
     }
 
     /// The root's part of a scatter (`MPI_Scatter`, §6.6): block `i` of
@@ -2115,15 +2091,19 @@ impl Process<'_> {
         R: BufferMut + ?Sized,
     {
         let root = self.root(true)?;
-        let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
-        let element_type = same_element_type(send.element_type(), output.element_type())?;
-        let (send, recv) = (send.bytes(), output.bytes_mut());
+        let (send, send_type) = Pieces::of_buffer(send)?;
+        let (mut recv, recv_type) = Pieces::into_buffer(recv)?;
+        let element_type = same_element_type(send_type, recv_type)?;
         let n = self.comm.size() as usize;
         expect_len(send.len(), n * recv.len(), element_type, "the send buffer")?;
         let team = self.comm.team(sequence, CollectiveTag::Scatter)?;
-        team.complete(algorithms::scatter(&team, root, Some(send), recv))
-            .await?;
-        output.finish()
+        team.complete(algorithms::scatter(
+            &team,
+            root,
+            Some(&send),
+            Some(&mut recv),
+        ))
+        .await
     }
 
     /// [`Process::scatter_into_root`] in place: the root keeps its own
@@ -2157,22 +2137,11 @@ impl Process<'_> {
     ) -> Result<()> {
         let root = self.root(true)?;
         let n = self.comm.size() as usize;
-        let send = Input::new(send)?;
-        let block = block_of(
-            send.bytes().len(),
-            n,
-            send.element_type(),
-            "the send buffer",
-        )?;
-        let mut mine = vec![0u8; block];
+        let (send, element_type) = Pieces::of_buffer(send)?;
+        block_of(send.len(), n, element_type, "the send buffer")?;
         let team = self.comm.team(sequence, CollectiveTag::Scatter)?;
-        team.complete(algorithms::scatter(
-            &team,
-            root,
-            Some(send.bytes()),
-            &mut mine,
-        ))
-        .await
+        team.complete(algorithms::scatter(&team, root, Some(&send), None))
+            .await
     }
 
     /// This process's part of a scatter of varying counts from this root
@@ -2207,15 +2176,10 @@ impl Process<'_> {
     ) -> Result<()> {
         let root = self.root(false)?;
         let team = self.comm.team(sequence, CollectiveTag::Scatter)?;
-        let mut output = Output::new(recv)?;
-        team.complete(algorithms::scatter_varcount(
-            &team,
-            root,
-            None,
-            output.bytes_mut(),
-        ))
-        .await?;
-        output.finish()
+        let (mut recv, _) = Pieces::into_buffer(recv)?;
+        let recv = recv.inbound(0..recv.len())?;
+        team.complete(algorithms::scatter_varcount(&team, root, None, Some(recv)))
+            .await
     }
 
     /// The root's part of a scatter of varying counts (`MPI_Scatterv`,
@@ -2276,20 +2240,20 @@ impl Process<'_> {
         R: BufferMut + ?Sized,
     {
         let root = self.root(true)?;
-        let mut output = Output::new(recv)?;
-        same_element_type(send.element_type(), output.element_type())?;
+        let (mut recv, recv_type) = Pieces::into_buffer(recv)?;
+        same_element_type(send.element_type(), recv_type)?;
         let n = self.comm.size() as usize;
-        let (parts, send) = send.parts(n)?;
-        let sends: Vec<&[u8]> = parts.iter().map(|p| &send.bytes()[p.clone()]).collect();
+        let (parts, send) = send.pieces(n)?;
+        let sends = send.outbound_blocks(&parts)?;
+        let recv = recv.inbound(0..recv.len())?;
         let team = self.comm.team(sequence, CollectiveTag::Scatter)?;
         team.complete(algorithms::scatter_varcount(
             &team,
             root,
-            Some(&sends),
-            output.bytes_mut(),
+            Some(sends),
+            Some(recv),
         ))
-        .await?;
-        output.finish()
+        .await
     }
 
     /// [`Process::scatter_varcount_into_root`] in place: the root keeps
@@ -2344,17 +2308,11 @@ impl Process<'_> {
     {
         let root = self.root(true)?;
         let n = self.comm.size() as usize;
-        let (parts, send) = send.parts(n)?;
-        let sends: Vec<&[u8]> = parts.iter().map(|p| &send.bytes()[p.clone()]).collect();
-        let mut mine = vec![0u8; parts[root].len()];
+        let (parts, send) = send.pieces(n)?;
+        let sends = send.outbound_blocks(&parts)?;
         let team = self.comm.team(sequence, CollectiveTag::Scatter)?;
-        team.complete(algorithms::scatter_varcount(
-            &team,
-            root,
-            Some(&sends),
-            &mut mine,
-        ))
-        .await
+        team.complete(algorithms::scatter_varcount(&team, root, Some(sends), None))
+            .await
     }
 
     /// This process's part of a reduction to this root (`MPI_Reduce`,

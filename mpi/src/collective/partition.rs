@@ -2,7 +2,7 @@
 //! varying counts: [`Partition`] (sent from) and [`PartitionMut`]
 //! (received into), as rsmpi has them.
 
-use super::typed::{Input, Output};
+use super::typed::{Input, Output, Pieces};
 use crate::datatype::{Buffer, BufferMut, ElementType};
 use crate::{Error, ErrorClass, Result};
 use std::borrow::Borrow;
@@ -61,6 +61,20 @@ where
         )?;
         Ok((parts, input))
     }
+
+    /// The blocks in bytes of packed data for `size` processes, and the
+    /// data to read a piece at a time (no packed copy).
+    pub(crate) fn pieces(&self, size: usize) -> Result<(Vec<Range<usize>>, Pieces<'b>)> {
+        let (pieces, element_type) = Pieces::of_buffer(self.buf)?;
+        let parts = blocks(
+            self.counts(),
+            self.displs(),
+            size,
+            element_type,
+            pieces.len(),
+        )?;
+        Ok((parts, pieces))
+    }
 }
 
 /// A buffer to receive into, in one block per process: block `i` is
@@ -115,6 +129,20 @@ where
             output.bytes_mut().len(),
         )?;
         Ok((parts, output))
+    }
+
+    /// The blocks in bytes of packed data for `size` processes, and the
+    /// data to write (and read) a piece at a time (no packed copy).
+    pub(crate) fn pieces(&mut self, size: usize) -> Result<(Vec<Range<usize>>, Pieces<'_>)> {
+        let (pieces, element_type) = Pieces::into_buffer(self.buf)?;
+        let parts = blocks(
+            self.counts.borrow(),
+            self.displs.borrow(),
+            size,
+            element_type,
+            pieces.len(),
+        )?;
+        Ok((parts, pieces))
     }
 }
 
@@ -236,17 +264,17 @@ impl DisjointBlocks<'_> {
         self.parts
     }
 
-    /// `buf` split into the blocks, by block index.
-    pub(crate) fn split(self, buf: &mut [u8]) -> Vec<&mut [u8]> {
-        let mut pieces: Vec<&mut [u8]> =
-            (0..self.parts.len()).map(|_| Default::default()).collect();
+    /// `buf` split into the blocks, by block index, each as a `T` (the
+    /// bytes, or what holds them: one pass, one vector).
+    pub(crate) fn split<'b, T: From<&'b mut [u8]> + Default>(self, buf: &'b mut [u8]) -> Vec<T> {
+        let mut pieces: Vec<T> = (0..self.parts.len()).map(|_| T::default()).collect();
         let mut rest = buf;
         let mut offset = 0;
         for i in self.order {
             let part = &self.parts[i];
             let (_, tail) = std::mem::take(&mut rest).split_at_mut(part.start - offset);
             let (piece, tail) = tail.split_at_mut(part.len());
-            pieces[i] = piece;
+            pieces[i] = T::from(piece);
             rest = tail;
             offset = part.end;
         }
@@ -280,7 +308,7 @@ mod tests {
     fn receive_blocks_split_without_overlap() {
         let parts = [8..12, 0..4, 4..4, 4..8];
         let mut buf: Vec<u8> = (0..12).collect();
-        let pieces = disjoint_blocks(12, &parts).unwrap().split(&mut buf);
+        let pieces: Vec<&mut [u8]> = disjoint_blocks(12, &parts).unwrap().split(&mut buf);
         let lens: Vec<&[u8]> = pieces.iter().map(|p| &**p).collect();
         assert_eq!(
             lens,

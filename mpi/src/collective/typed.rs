@@ -128,6 +128,24 @@ impl<'a> Pieces<'a> {
         Ok(Pieces::Unpacked(stream, PhantomData))
     }
 
+    /// `buf`'s data to read a piece at a time, and the type of its
+    /// elements.
+    pub(crate) fn of_buffer<B: Buffer + ?Sized>(buf: &'a B) -> Result<(Pieces<'a>, ElementType)> {
+        let view = buf.view();
+        let element_type = ElementType::of_datatype(view.datatype());
+        Ok((Pieces::of_view(&view)?, element_type))
+    }
+
+    /// `buf`'s data to write (and read: it starts as the buffer's data) a
+    /// piece at a time, and the type of its elements.
+    pub(crate) fn into_buffer<B: BufferMut + ?Sized>(
+        buf: &'a mut B,
+    ) -> Result<(Pieces<'a>, ElementType)> {
+        let view = buf.view_mut();
+        let element_type = ElementType::of_datatype(view.datatype());
+        Ok((Pieces::into_view(view)?, element_type))
+    }
+
     /// Bytes of the packed data.
     pub(crate) fn len(&self) -> usize {
         match self {
@@ -214,6 +232,14 @@ impl Pieces<'_> {
         .ok_or_else(out_of_range)
     }
 
+    /// The packed bytes of each of `parts` to send, in order.
+    pub(crate) fn outbound_blocks(&self, parts: &[Range<usize>]) -> Result<Vec<Outbound<'_>>> {
+        parts
+            .iter()
+            .map(|part| self.outbound(part.clone()))
+            .collect()
+    }
+
     /// The packed bytes `range` to receive into: the data's own bytes,
     /// or a window the device unpacks piece by piece.
     pub(crate) fn inbound(&mut self, range: Range<usize>) -> Result<Inbound<'_>> {
@@ -248,9 +274,7 @@ impl Pieces<'_> {
             return Err(beyond(bad.start, bad.len(), len));
         }
         match self {
-            Pieces::Bytes(bytes) => {
-                Ok(blocks.split(bytes).into_iter().map(Inbound::from).collect())
-            }
+            Pieces::Bytes(bytes) => Ok(blocks.split(bytes)),
             Pieces::Unpacked(stream, _) => Ok(blocks
                 .parts()
                 .iter()

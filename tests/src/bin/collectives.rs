@@ -16,9 +16,9 @@
 //! strided data in and out, padding skipped, gaps left alone),
 //! `large_datatypes` (broadcast, all-reduce, all-to-all and gather of
 //! strided columns of several MiB, and between strided and contiguous
-//! buffers), `pieces_memory` (a 32 MiB strided broadcast and all-to-all
-//! streamed through shared memory add little to the peak memory: the
-//! data moves a piece at a time).
+//! buffers), `pieces_memory` (collectives of 32 MiB of strided data,
+//! streamed through shared memory or by messages, add little to the
+//! peak memory: the data moves a piece at a time).
 
 use oxmpi::collective::{
     DynBuffer, DynBufferMut, Partition, PartitionMut, SystemOperation, UserOperation, ValueIndex,
@@ -1252,12 +1252,64 @@ fn large_datatypes(world: &Communicator) -> Result<()> {
 /// 32 MiB).
 const PIECES_BOUND_KIB: u64 = 4 << 10;
 
-/// `pieces_memory`: a broadcast of a strided column of 32 MiB (packed),
-/// and an all-to-all of 32 MiB of strided blocks in all, through shared
-/// memory, checked, each growing the process's peak resident memory by
-/// less than [`PIECES_BOUND_KIB`]. Every buffer is allocated and touched
-/// first, and smaller collectives of the same kinds warm the shared
-/// region.
+/// Resets this process's peak resident memory to what it holds now
+/// (`/proc/self/clear_refs`), so that the next peak measured is that of
+/// what follows alone, not of something larger before it; returns it.
+fn reset_peak() -> Result<u64> {
+    std::fs::write("/proc/self/clear_refs", "5")
+        .map_err(|e| fail(format!("resetting the peak memory: {e}")))?;
+    peak_kib()
+}
+
+/// Runs `collective` (`what`) after a barrier and checks that it grows
+/// this process's peak memory by less than [`PIECES_BOUND_KIB`].
+fn within_pieces_bound(
+    world: &Communicator,
+    what: &str,
+    collective: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    let rank = world.rank();
+    world.barrier()?;
+    let before = reset_peak()?;
+    collective()?;
+    let grown = peak_kib()?.saturating_sub(before);
+    println!("pieces_memory: rank {rank}: {what}: +{grown} KiB of peak memory");
+    ensure(grown < PIECES_BOUND_KIB, || {
+        format!(
+            "rank {rank}'s peak memory grew by {grown} KiB over {what} (bound \
+             {PIECES_BOUND_KIB} KiB): the data was packed whole"
+        )
+    })
+}
+
+/// Checks that rows `rows` of the first column of the two-column matrix
+/// `m` hold `expected(row)`, without a copy of the column.
+fn first_column_is(
+    m: &[f64],
+    rows: std::ops::Range<usize>,
+    expected: impl Fn(usize) -> f64,
+    what: &str,
+) -> Result<()> {
+    match rows.clone().find(|&r| m[2 * r] != expected(r)) {
+        Some(r) => Err(fail(format!(
+            "{what}: row {r} holds {} where {} belongs",
+            m[2 * r],
+            expected(r)
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// `pieces_memory`: collectives of 32 MiB of strided data (packed) in
+/// all at each process, or sent or received by it, checked, each growing
+/// the process's peak resident memory by less than [`PIECES_BOUND_KIB`]:
+/// a broadcast of a strided column, through shared memory or by
+/// messages; an all-to-all of strided blocks; a gather to and a scatter
+/// from rank 0 of a block of a column from or into each process; an
+/// all-gather of such blocks, and of varying counts (in reverse rank
+/// order) of strided elements; and an all-to-all of varying counts of
+/// them. Every buffer is allocated and touched first, and smaller
+/// collectives warm the shared region.
 fn pieces_memory(world: &Communicator) -> Result<()> {
     let (rank, n) = (world.rank() as usize, world.size() as usize);
     let f64t = f64::equivalent_datatype();
@@ -1266,6 +1318,8 @@ fn pieces_memory(world: &Communicator) -> Result<()> {
     let block = rows / n;
     let one_block = UserDatatype::vector(block as i32, 1, 2, &f64t)?;
     let blocks = UserDatatype::resized(&one_block, 0, (block * 2 * 8) as isize)?;
+    // One `f64` of the first column: counts of it address rows.
+    let strided = UserDatatype::resized(&f64t, 0, 16)?;
     let small = UserDatatype::vector(100_000, 1, 2, &f64t)?;
     let mut data: Vec<f64> = (0..rows * 2).map(|i| cell(rank, i / 2, i % 2)).collect();
     let mut received = vec![-1.0f64; rows * 2];
@@ -1282,43 +1336,103 @@ fn pieces_memory(world: &Communicator) -> Result<()> {
         world.all_to_all_into(&send, &mut recv)?;
     }
     received.fill(-1.0);
-    world.barrier()?;
-    let grown = |before: u64, what: &str| -> Result<()> {
-        let grown = peak_kib()?.saturating_sub(before);
-        println!("pieces_memory: rank {rank}: {what}: +{grown} KiB of peak memory");
-        ensure(grown < PIECES_BOUND_KIB, || {
-            format!(
-                "rank {rank}'s peak memory grew by {grown} KiB over {what} (bound \
-                 {PIECES_BOUND_KIB} KiB): the data was packed whole"
-            )
-        })
-    };
-    let before = peak_kib()?;
-    {
+    within_pieces_bound(world, "a 32 MiB strided broadcast", || {
         let mut view = MutView::with_count_and_datatype(&mut data[..], 1, &column)?;
-        root.broadcast_into(&mut view)?;
-    }
-    grown(before, "a 32 MiB strided broadcast")?;
-    let first = |m: &[f64]| -> Vec<f64> { m.iter().step_by(2).copied().collect() };
-    let expected: Vec<f64> = (0..rows).map(|r| cell(0, r, 0)).collect();
-    same(&first(&data), &expected, "the 32 MiB strided broadcast")?;
-    world.barrier()?;
-    let before = peak_kib()?;
-    {
+        root.broadcast_into(&mut view)
+    })?;
+    let of_root = |r: usize| cell(0, r, 0);
+    first_column_is(&data, 0..rows, of_root, "the 32 MiB strided broadcast")?;
+    within_pieces_bound(world, "a 32 MiB strided all-to-all", || {
         let send = View::with_count_and_datatype(&data[..], n as i32, &blocks)?;
         let mut recv = MutView::with_count_and_datatype(&mut received[..], n as i32, &blocks)?;
-        world.all_to_all_into(&send, &mut recv)?;
-    }
-    grown(before, "a 32 MiB strided all-to-all")?;
+        world.all_to_all_into(&send, &mut recv)
+    })?;
     // Every rank sent rank 0's column (as broadcast): block `rank` of it
     // from each.
-    let expected: Vec<f64> = (0..n)
-        .flat_map(|_| (0..block).map(move |i| cell(0, rank * block + i, 0)))
-        .collect();
-    same(
-        &first(&received)[..n * block],
-        &expected,
+    first_column_is(
+        &received,
+        0..n * block,
+        |r| of_root(rank * block + r % block),
         "the 32 MiB strided all-to-all",
+    )?;
+    // From here each rank sends its own column.
+    for (i, x) in data.iter_mut().enumerate() {
+        *x = cell(rank, i / 2, i % 2);
+    }
+    let own_block = &data[rank * block * 2..];
+    received.fill(-1.0);
+    within_pieces_bound(world, "a 32 MiB strided gather", || {
+        let send = View::with_count_and_datatype(own_block, 1, &one_block)?;
+        if rank == 0 {
+            let mut recv = MutView::with_count_and_datatype(&mut received[..], n as i32, &blocks)?;
+            root.gather_into_root(&send, &mut recv)
+        } else {
+            root.gather_into(&send)
+        }
+    })?;
+    let of_owner = |r: usize| cell(r / block, r, 0);
+    if rank == 0 {
+        first_column_is(&received, 0..n * block, of_owner, "the strided gather")?;
+    }
+    within_pieces_bound(world, "a 32 MiB strided scatter", || {
+        let mut recv = MutView::with_count_and_datatype(&mut received[..], 1, &one_block)?;
+        if rank == 0 {
+            let send = View::with_count_and_datatype(&data[..], n as i32, &blocks)?;
+            root.scatter_into_root(&send, &mut recv)
+        } else {
+            root.scatter_into(&mut recv)
+        }
+    })?;
+    first_column_is(
+        &received,
+        0..block,
+        |r| cell(0, rank * block + r, 0),
+        "the strided scatter",
+    )?;
+    received.fill(-1.0);
+    within_pieces_bound(world, "a 32 MiB strided all-gather", || {
+        let send = View::with_count_and_datatype(own_block, 1, &one_block)?;
+        let mut recv = MutView::with_count_and_datatype(&mut received[..], n as i32, &blocks)?;
+        world.all_gather_into(&send, &mut recv)
+    })?;
+    first_column_is(&received, 0..n * block, of_owner, "the strided all-gather")?;
+    // Rank `r`'s block lands at rows `(n - 1 - r) * block..`.
+    let counts = vec![block as i32; n];
+    let reversed: Vec<i32> = (0..n).map(|r| ((n - 1 - r) * block) as i32).collect();
+    let reversed_owner = |r: usize| {
+        let owner = n - 1 - r / block;
+        cell(owner, owner * block + r % block, 0)
+    };
+    received.fill(-1.0);
+    within_pieces_bound(world, "a 32 MiB strided all-gather-v", || {
+        let send = View::with_count_and_datatype(own_block, block as i32, &strided)?;
+        let mut recv =
+            MutView::with_count_and_datatype(&mut received[..], (n * block) as i32, &strided)?;
+        let mut recv = PartitionMut::new(&mut recv, &counts[..], &reversed[..]);
+        world.all_gather_varcount_into(&send, &mut recv)
+    })?;
+    first_column_is(
+        &received,
+        0..n * block,
+        reversed_owner,
+        "the strided all-gather-v",
+    )?;
+    received.fill(-1.0);
+    within_pieces_bound(world, "a 32 MiB strided all-to-all-v", || {
+        let send = View::with_count_and_datatype(&data[..], (n * block) as i32, &strided)?;
+        let in_order: Vec<i32> = (0..n).map(|r| (r * block) as i32).collect();
+        let send = Partition::new(&send, &counts[..], in_order);
+        let mut recv =
+            MutView::with_count_and_datatype(&mut received[..], (n * block) as i32, &strided)?;
+        let mut recv = PartitionMut::new(&mut recv, &counts[..], &reversed[..]);
+        world.all_to_all_varcount_into(&send, &mut recv)
+    })?;
+    // Block `rank` of each rank's column, from rank `n - 1` first.
+    first_column_is(
+        &received,
+        0..n * block,
+        |r| cell(n - 1 - r / block, rank * block + r % block, 0),
+        "the strided all-to-all-v",
     )
 }
 
