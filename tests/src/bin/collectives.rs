@@ -1253,9 +1253,9 @@ fn large_datatypes(world: &Communicator) -> Result<()> {
 const PIECES_BOUND_KIB: u64 = 4 << 10;
 
 /// `pieces_memory`: a broadcast of a strided column of 32 MiB (packed),
-/// and an all-to-all of 32 MiB of strided blocks in all, through shared
-/// memory, checked, each growing the process's peak resident memory by
-/// less than [`PIECES_BOUND_KIB`]. Every buffer is allocated and touched
+/// and an all-to-all of 32 MiB of strided blocks in all, then the same
+/// from contiguous buffers into strided ones, checked, each growing the
+/// process's peak resident memory by less than [`PIECES_BOUND_KIB`]. Every buffer is allocated and touched
 /// first, and smaller collectives of the same kinds warm the shared
 /// region.
 fn pieces_memory(world: &Communicator) -> Result<()> {
@@ -1319,6 +1319,39 @@ fn pieces_memory(world: &Communicator) -> Result<()> {
         &first(&received)[..n * block],
         &expected,
         "the 32 MiB strided all-to-all",
+    )?;
+    // The same from contiguous buffers into strided ones: with single
+    // copies, the receivers copy a piece at a time and unpack it.
+    let mut plain: Vec<f64> = (0..rows).map(|r| cell(0, r, 0)).collect();
+    received.fill(-1.0);
+    world.barrier()?;
+    let before = peak_kib()?;
+    if rank == 0 {
+        root.broadcast_into(&mut plain[..])?;
+    } else {
+        let mut view = MutView::with_count_and_datatype(&mut received[..], 1, &column)?;
+        root.broadcast_into(&mut view)?;
+    }
+    grown(before, "a 32 MiB broadcast into strided columns")?;
+    if rank != 0 {
+        same(
+            &first(&received),
+            &plain,
+            "the 32 MiB broadcast into strided columns",
+        )?;
+    }
+    received.fill(-1.0);
+    world.barrier()?;
+    let before = peak_kib()?;
+    {
+        let mut recv = MutView::with_count_and_datatype(&mut received[..], n as i32, &blocks)?;
+        world.all_to_all_into(&plain[..n * block], &mut recv)?;
+    }
+    grown(before, "a 32 MiB all-to-all into strided blocks")?;
+    same(
+        &first(&received)[..n * block],
+        &expected,
+        "the 32 MiB all-to-all into strided blocks",
     )
 }
 
