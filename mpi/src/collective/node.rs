@@ -74,8 +74,8 @@
 //! every process checks after the first round's first step.
 //!
 //! # Long broadcasts and all-to-alls
-//! From [`DIRECT_MIN`] bytes (a broadcast, or an all-to-all's block) they
-//! go by single copies between the processes' buffers with cross-memory
+//! From [`DIRECT_MIN`] bytes (a broadcast, or an all-to-all's block;
+//! [`DIRECT_MIN_PAIR`] between two processes) they go by single copies between the processes' buffers with cross-memory
 //! attach, where every process can copy from every other (checked when
 //! the region is made, by a copy of each one's [`PROBE`] word; not with
 //! `OXMPI_SHM_CMA=0`): a process publishes its buffer's address in its
@@ -112,10 +112,15 @@
 //! `MPI_ERR_COUNT` less) after taking its part.
 //!
 //! A waiting process polls the device now and then (messages and
-//! pending non-blocking collectives keep moving), yields the processor
-//! now and then (a node with more processes than cores), and naps briefly
-//! once it has waited longer than the device's spin time, since no one
-//! wakes it from a kernel sleep.
+//! pending non-blocking collectives keep moving) and yields the
+//! processor now and then; once it has waited longer than the device's
+//! spin time, it yields at every poll for a while (the process it waits
+//! for may be off its core), and then naps briefly, since no one wakes it
+//! from a kernel sleep. A spin time that ends soon (the device's, where a
+//! node's processes outnumber its cores) makes every later wait on the
+//! communicator yield at every poll from the start: a process waited for
+//! is then often off its core, and a wait that spins keeps it off (three
+//! processes on two cores broadcast 16 KiB in 25 us so, 105 us before).
 
 use super::engine::block_on;
 use super::op::Reduction;
@@ -127,8 +132,8 @@ use oxmpi_adi::host::HostId;
 use oxmpi_adi::vlog;
 use oxmpi_shm::region::{RegionName, SharedRegion};
 use oxmpi_shm::window::RemoteWindow;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 /// The environment variable that turns the shared-memory collectives off
 /// (`0`); they are on by default where they can be.
@@ -160,8 +165,13 @@ const AREA_MAX: usize = 256 << 10;
 /// Bytes a staged all-reduce combines at a time (in the cache).
 const CHUNK: usize = 16 << 10;
 /// A broadcast, or an all-to-all's blocks, of at least this many bytes go
-/// by single copies between the processes' buffers where they can.
+/// by single copies between the processes' buffers where they can ...
 const DIRECT_MIN: usize = 32 << 10;
+/// ... or of this many between two processes, where each copies half of
+/// a broadcast and waits for one other (16 KiB took 1.6 us so, 2.6
+/// streamed; with three processes on two cores, 16 KiB streamed took a
+/// fifth of the time single copies took).
+const DIRECT_MIN_PAIR: usize = 16 << 10;
 /// What a process publishes in its cell for a collective by single
 /// copies where it has no buffer to copy from or into (its data is not
 /// contiguous): no buffer has this address.
@@ -183,11 +193,17 @@ const MIN_SLOTS: usize = 4;
 /// after every other step, so it has read all it will, but its own
 /// pieces may be missing.
 const ABORTED: u32 = (STAMPED - 1) as u32;
-/// How long a wait sleeps at a time once it has spun for the device's
-/// spin time.
+/// How long a wait yields the processor at every poll once it has spun
+/// for the device's spin time ...
+const YIELD_FOR: Duration = Duration::from_millis(2);
+/// ... and how long it sleeps at a time after that.
 const NAP: Duration = Duration::from_micros(20);
+/// A spin time shorter than this (the device spins briefly where a
+/// node's processes outnumber its cores, 1 ms otherwise) makes every
+/// later wait yield the processor at every poll.
+const SHORT_SPIN: Duration = Duration::from_micros(250);
 /// Fruitless checks between two polls of the device, and between two
-/// yields of the processor.
+/// yields of the processor (on a node whose cores are enough).
 const POLL_EVERY: u32 = 64;
 const YIELD_EVERY: u32 = 4096;
 
@@ -331,6 +347,10 @@ pub(crate) struct NodeRegion {
     /// For each staging area, the progress at which every process has
     /// read its last results (0: never used).
     free_after: [AtomicU64; AREAS],
+    /// Whether a wait found the device's spin time short (see
+    /// [`SHORT_SPIN`]): the processes outnumber the cores, and a process
+    /// waited for is often off its core, so waits yield at every poll.
+    crowded: AtomicBool,
 }
 
 impl NodeRegion {
@@ -418,6 +438,7 @@ impl NodeRegion {
             reached: AtomicU64::new(0),
             area,
             free_after: [AtomicU64::new(0), AtomicU64::new(0)],
+            crowded: AtomicBool::new(false),
         }))
     }
 
@@ -600,9 +621,12 @@ impl NodeRegion {
     fn copies_directly(&self, len: usize, parts: usize) -> bool {
         // The stamp announces all the data.
         let announced = len.checked_mul(parts);
-        self.pids.is_some()
-            && len >= DIRECT_MIN
-            && announced.is_some_and(|all| all < STAMPED as usize)
+        let least = if self.size == 2 {
+            DIRECT_MIN_PAIR
+        } else {
+            DIRECT_MIN
+        };
+        self.pids.is_some() && len >= least && announced.is_some_and(|all| all < STAMPED as usize)
     }
 
     /// How a broadcast of `len` bytes, too long for a slot, streams
@@ -645,7 +669,7 @@ impl NodeRegion {
 
     /// `MPI_Bcast` of `data` from `root`, too long for a slot: by single
     /// copies between the processes' buffers from [`DIRECT_MIN`] bytes
-    /// where they work, else streamed through the root's staging areas
+    /// ([`DIRECT_MIN_PAIR`] between two processes) where they work, else streamed through the root's staging areas
     /// (cut as [`NodeRegion::broadcast_ring`] said, `ring`). A root whose
     /// data is not contiguous has no buffer to copy from, and streams it
     /// (its cell publishes no address, which tells the others).
@@ -730,8 +754,8 @@ impl NodeRegion {
 
     /// `MPI_Alltoall` of `send` into `recv`, `size` blocks of `block`
     /// bytes each, too long for a slot: by single copies between the
-    /// processes' buffers from [`DIRECT_MIN`] bytes a block where they
-    /// work, each process copying its block of every other's `send` into
+    /// processes' buffers from [`DIRECT_MIN`] bytes a block
+    /// ([`DIRECT_MIN_PAIR`] between two processes) where they work, each process copying its block of every other's `send` into
     /// its `recv` (a piece at a time, unpacked, where `recv` is not
     /// contiguous) and leaving once every process has copied its blocks
     /// out of its `send`; else streamed through the staging areas (cut as
@@ -1409,6 +1433,10 @@ impl NodeRegion {
     fn wait(&self, mut ready: impl FnMut() -> Result<bool>) -> Result<()> {
         let mut idle = Idle::new();
         let mut checks = 0u32;
+        // When the wait first polled the device without progress, and when
+        // it had spun for the spin time.
+        let (mut first_poll, mut tired_at) = (None, None);
+        let crowded = self.crowded.load(Ordering::Relaxed);
         loop {
             if ready()? {
                 return Ok(());
@@ -1418,6 +1446,7 @@ impl NodeRegion {
                 let tired = with_device(|d| {
                     if d.check_device(false)? {
                         idle = Idle::new();
+                        (first_poll, tired_at) = (None, None);
                         return Ok(false);
                     }
                     Ok(d.idle(&mut idle))
@@ -1427,9 +1456,26 @@ impl NodeRegion {
                 if super::engine::has_pending() {
                     super::engine::advance()?;
                 }
+                if !crowded {
+                    first_poll.get_or_insert_with(Instant::now);
+                }
                 if tired {
-                    std::thread::sleep(NAP);
-                } else if checks.is_multiple_of(YIELD_EVERY) {
+                    let now = Instant::now();
+                    if tired_at.is_none()
+                        && first_poll.is_some_and(|first| now - first < SHORT_SPIN)
+                    {
+                        self.crowded.store(true, Ordering::Relaxed);
+                    }
+                    // The process waited for may be off its core: give it
+                    // this one for as long as a handover could take; only
+                    // a longer wait (another process computes) naps, not
+                    // to burn a core.
+                    if now - *tired_at.get_or_insert(now) < YIELD_FOR {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(NAP);
+                    }
+                } else if crowded || checks.is_multiple_of(YIELD_EVERY) {
                     std::thread::yield_now();
                 }
             }
