@@ -594,23 +594,19 @@ impl Communicator {
         // Every process chooses the way by the length of the blocks
         // alone: the processes' datatypes may differ.
         if let Some(node) = node {
-            if node.fits_blocks(n, block) || node.copies_directly(block, n) {
-                // Through the shared region or by single copies, which
-                // need the packed data at one address.
+            if node.fits_blocks(n, block) {
+                // Through the shared region, which needs the packed data
+                // at one address.
                 let (send, mut output) = (Input::new(send)?, Output::overwritten(recv)?);
-                let (send, recv) = (send.bytes(), output.bytes_mut());
-                if node.fits_blocks(n, block) {
-                    node.all_to_all(sequence.0, send, recv, block)?;
-                } else {
-                    node.all_to_all_direct(sequence.0, send, recv, block)?;
-                }
+                node.all_to_all(sequence.0, send.bytes(), output.bytes_mut(), block)?;
                 return output.finish();
             }
             if let Some(ring) = node.all_to_all_ring(block) {
-                // Streamed through the staging areas a piece at a time.
+                // By single copies or streamed through the staging areas,
+                // a piece at a time where the data is not contiguous.
                 let (mut send, mut recv) =
                     (Pieces::of_view(&send_view)?, Pieces::into_view(recv_view)?);
-                return node.all_to_all_staged(sequence.0, &mut send, &mut recv, block, ring);
+                return node.all_to_all_long(sequence.0, &mut send, &mut recv, block, ring);
             }
         }
         // By messages, which the point-to-point layer packs and unpacks
@@ -683,11 +679,8 @@ impl Communicator {
             if node.fits_blocks(self.size() as usize, block) {
                 return node.all_to_all(sequence.0, send, recv, block);
             }
-            if node.copies_directly(block, self.size() as usize) {
-                return node.all_to_all_direct(sequence.0, send, recv, block);
-            }
             if let Some(ring) = node.all_to_all_ring(block) {
-                return node.all_to_all_staged(
+                return node.all_to_all_long(
                     sequence.0,
                     &mut Pieces::Shared(send),
                     &mut Pieces::Bytes(recv),
@@ -1664,32 +1657,28 @@ impl Process<'_> {
         // processes' datatypes may differ.
         let len = buf.view_mut().layout()?.len;
         if let Some(node) = node {
-            if node.fits(len) || node.copies_directly(len, 1) {
-                // Through the shared region or by single copies, which
-                // need the packed data at one address. The root's buffer
-                // is the data; the others' is only written.
+            if node.fits(len) {
+                // Through the shared region, which needs the packed data
+                // at one address. The root's buffer is the data; the
+                // others' is only written.
                 let mut output = if at_root {
                     Output::new(buf)?
                 } else {
                     Output::overwritten(buf)?
                 };
-                let bytes = output.bytes_mut();
-                if node.fits(len) {
-                    node.broadcast(sequence.0, root, bytes)?;
-                } else {
-                    node.broadcast_direct(sequence.0, root, bytes)?;
-                }
+                node.broadcast(sequence.0, root, output.bytes_mut())?;
                 return output.finish();
             }
             if let Some(ring) = node.broadcast_ring(len) {
-                // Streamed through the staging areas a piece at a time.
+                // By single copies or streamed through the staging areas,
+                // a piece at a time where the data is not contiguous.
                 let view = buf.view_mut();
                 let mut pieces = if at_root {
                     Pieces::of_view(&view.as_view())?
                 } else {
                     Pieces::into_view(view)?
                 };
-                return node.broadcast_staged(sequence.0, root, &mut pieces, ring);
+                return node.broadcast_long(sequence.0, root, &mut pieces, ring);
             }
         }
         // By messages, which the point-to-point layer packs and unpacks

@@ -74,8 +74,8 @@
 //! every process checks after the first round's first step.
 //!
 //! # Long broadcasts and all-to-alls
-//! From [`DIRECT_MIN`] bytes (a broadcast, or an all-to-all's block) they
-//! go by single copies between the processes' buffers with cross-memory
+//! From [`DIRECT_MIN`] bytes (a broadcast, or an all-to-all's block;
+//! [`DIRECT_MIN_PAIR`] between two processes) they go by single copies between the processes' buffers with cross-memory
 //! attach, where every process can copy from every other (checked when
 //! the region is made, by a copy of each one's [`PROBE`] word; not with
 //! `OXMPI_SHM_CMA=0`): a process publishes its buffer's address in its
@@ -85,6 +85,13 @@
 //! root's core works too. A process leaves once its progress word shows
 //! it has copied all it will, and every other's shows the same (so no one
 //! still copies from its buffer); the non-roots also wait for the root's.
+//! Data that is not contiguous has no address, and is never packed whole:
+//! a process whose buffer is not contiguous publishes [`NO_ADDRESS`]. A
+//! broadcast whose root did, or an all-to-all where any sender did,
+//! streams through the staging areas instead (below): every process that
+//! passed the same length sees the same cells, and so agrees. A receiver
+//! that did copies all its data itself (the root writes nothing into
+//! it), a [`DIRECT_PIECE`] at a time into a scratch, which it unpacks.
 //!
 //! Below that, or without single copies, data too long for a slot streams
 //! through the writers' staging areas, seen as a ring of slots (at least
@@ -105,23 +112,28 @@
 //! `MPI_ERR_COUNT` less) after taking its part.
 //!
 //! A waiting process polls the device now and then (messages and
-//! pending non-blocking collectives keep moving), yields the processor
-//! now and then (a node with more processes than cores), and naps briefly
-//! once it has waited longer than the device's spin time, since no one
-//! wakes it from a kernel sleep.
+//! pending non-blocking collectives keep moving) and yields the
+//! processor now and then; once it has waited longer than the device's
+//! spin time, it yields at every poll for a while (the process it waits
+//! for may be off its core), and then naps briefly, since no one wakes it
+//! from a kernel sleep. A spin time that ends soon (the device's, where a
+//! node's processes outnumber its cores) makes every later wait on the
+//! communicator yield at every poll from the start: a process waited for
+//! is then often off its core, and a wait that spins keeps it off (three
+//! processes on two cores broadcast 16 KiB in 25 us so, 105 us before).
 
 use super::engine::block_on;
 use super::op::Reduction;
 use super::team::{Scratch, Team};
-use super::typed::{Input, Output, Pieces};
+use super::typed::{copy_across, Input, Output, Pieces};
 use crate::{with_device, Error, ErrorClass, Result};
 use oxmpi_adi::device::Idle;
 use oxmpi_adi::host::HostId;
 use oxmpi_adi::vlog;
 use oxmpi_shm::region::{RegionName, SharedRegion};
 use oxmpi_shm::window::RemoteWindow;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 /// The environment variable that turns the shared-memory collectives off
 /// (`0`); they are on by default where they can be.
@@ -153,8 +165,21 @@ const AREA_MAX: usize = 256 << 10;
 /// Bytes a staged all-reduce combines at a time (in the cache).
 const CHUNK: usize = 16 << 10;
 /// A broadcast, or an all-to-all's blocks, of at least this many bytes go
-/// by single copies between the processes' buffers where they can.
+/// by single copies between the processes' buffers where they can ...
 const DIRECT_MIN: usize = 32 << 10;
+/// ... or of this many between two processes, where each copies half of
+/// a broadcast and waits for one other (16 KiB took 1.6 us so, 2.6
+/// streamed; with three processes on two cores, 16 KiB streamed took a
+/// fifth of the time single copies took).
+const DIRECT_MIN_PAIR: usize = 16 << 10;
+/// What a process publishes in its cell for a collective by single
+/// copies where it has no buffer to copy from or into (its data is not
+/// contiguous): no buffer has this address.
+const NO_ADDRESS: u64 = 0;
+/// A process whose buffer is not contiguous takes its data by single
+/// copies into a scratch of at most this many bytes, a piece at a time,
+/// and unpacks each piece from there.
+const DIRECT_PIECE: usize = 256 << 10;
 /// A streamed collective (broadcast, all-to-all) cuts its data into
 /// about this many pieces, so that copying out overlaps copying in ...
 const PIPELINE: usize = 4;
@@ -168,11 +193,17 @@ const MIN_SLOTS: usize = 4;
 /// after every other step, so it has read all it will, but its own
 /// pieces may be missing.
 const ABORTED: u32 = (STAMPED - 1) as u32;
-/// How long a wait sleeps at a time once it has spun for the device's
-/// spin time.
+/// How long a wait yields the processor at every poll once it has spun
+/// for the device's spin time ...
+const YIELD_FOR: Duration = Duration::from_millis(2);
+/// ... and how long it sleeps at a time after that.
 const NAP: Duration = Duration::from_micros(20);
+/// A spin time shorter than this (the device spins briefly where a
+/// node's processes outnumber its cores, 1 ms otherwise) makes every
+/// later wait yield the processor at every poll.
+const SHORT_SPIN: Duration = Duration::from_micros(250);
 /// Fruitless checks between two polls of the device, and between two
-/// yields of the processor.
+/// yields of the processor (on a node whose cores are enough).
 const POLL_EVERY: u32 = 64;
 const YIELD_EVERY: u32 = 4096;
 
@@ -316,6 +347,10 @@ pub(crate) struct NodeRegion {
     /// For each staging area, the progress at which every process has
     /// read its last results (0: never used).
     free_after: [AtomicU64; AREAS],
+    /// Whether a wait found the device's spin time short (see
+    /// [`SHORT_SPIN`]): the processes outnumber the cores, and a process
+    /// waited for is often off its core, so waits yield at every poll.
+    crowded: AtomicBool,
 }
 
 impl NodeRegion {
@@ -403,6 +438,7 @@ impl NodeRegion {
             reached: AtomicU64::new(0),
             area,
             free_after: [AtomicU64::new(0), AtomicU64::new(0)],
+            crowded: AtomicBool::new(false),
         }))
     }
 
@@ -582,152 +618,15 @@ impl NodeRegion {
     /// `parts` blocks of `len` bytes, goes by single copies between the
     /// processes' buffers (cross-memory attach), rather than through the
     /// staging areas.
-    pub(crate) fn copies_directly(&self, len: usize, parts: usize) -> bool {
+    fn copies_directly(&self, len: usize, parts: usize) -> bool {
         // The stamp announces all the data.
         let announced = len.checked_mul(parts);
-        self.pids.is_some()
-            && len >= DIRECT_MIN
-            && announced.is_some_and(|all| all < STAMPED as usize)
-    }
-
-    /// `MPI_Bcast` of `buf` from `root` by single copies: every other
-    /// process copies all but the last share of the root's buffer (one
-    /// share per process) into its own, while the root copies that share
-    /// into each of theirs; the root leaves once every process has its
-    /// data (it must not change the buffer before).
-    pub(crate) fn broadcast_direct(&self, number: u32, root: usize, buf: &mut [u8]) -> Result<()> {
-        let len = buf.len();
-        let cell = self.begin_direct(number, len, buf.as_ptr())?;
-        let tail = len - len / self.size..len;
-        if self.rank == root {
-            let mut outcome = Ok(());
-            for from in self.others() {
-                let published = match self.wait_for(from, number, cell) {
-                    Ok(published) => published,
-                    Err(e) => {
-                        // The others may be copying from this buffer.
-                        outcome = outcome.and(Err(e));
-                        continue;
-                    }
-                };
-                // A process that passed another length fails its call
-                // and takes nothing.
-                if published.len == len {
-                    let copied = self
-                        .remote(&published)
-                        .and_then(|w| copied(w.write(tail.start as u64, &buf[tail.clone()]), from));
-                    outcome = outcome.and(copied);
-                }
-            }
-            return self.finish_direct(number, cell, len, outcome);
-        }
-        let published = self.wait_for(root, number, cell)?;
-        let outcome = check_len(published.len, len, root).and_then(|()| {
-            let w = self.remote(&published)?;
-            copied(w.read(0, &mut buf[..tail.start]), root)
-        });
-        let outcome = self.finish_direct(number, cell, len, outcome);
-        // The root's share has arrived once its progress says so.
-        outcome.and_then(|()| {
-            self.wait_for_progress_of(root, progress(number, 1), number, cell, len, Wanted::Data)
-        })
-    }
-
-    /// `MPI_Alltoall` of `send` into `recv`, `size` blocks of `block`
-    /// bytes each, by single copies: each process copies its block of
-    /// every other's `send` into its `recv`, and leaves once every
-    /// process has copied its blocks out of its `send`.
-    pub(crate) fn all_to_all_direct(
-        &self,
-        number: u32,
-        send: &[u8],
-        recv: &mut [u8],
-        block: usize,
-    ) -> Result<()> {
-        let cell = self.begin_direct(number, send.len(), send.as_ptr())?;
-        let mine = self.rank * block..(self.rank + 1) * block;
-        recv[mine.clone()].copy_from_slice(&send[mine.clone()]);
-        let mut outcome = Ok(());
-        for from in self.others() {
-            let published = match self.wait_for(from, number, cell) {
-                Ok(published) => published,
-                Err(e) => {
-                    outcome = Err(e);
-                    break;
-                }
-            };
-            let into = &mut recv[from * block..(from + 1) * block];
-            let copied = check_len(published.len, send.len(), from).and_then(|()| {
-                let w = self.remote(&published)?;
-                copied(w.read(mine.start as u64, into), from)
-            });
-            outcome = outcome.and(copied);
-        }
-        let outcome = self.finish_direct(number, cell, send.len(), outcome);
-        if outcome.is_ok() {
-            // Every process stamped its cell.
-            self.everyone_reached(number);
-        }
-        outcome
-    }
-
-    /// Starts this process's part of collective `number` by single
-    /// copies: its stamp announces `len` bytes, and its cell holds the
-    /// address of its buffer.
-    fn begin_direct(&self, number: u32, len: usize, buf: *const u8) -> Result<usize> {
-        if len >= STAMPED as usize {
-            return Err(outside(len, STAMPED as usize));
-        }
-        let address = (buf as u64).to_ne_bytes();
-        self.begin(number, len, |cell| {
-            if self
-                .region
-                .write(self.cell_offset(self.rank, cell) + 8, &address)
-            {
-                Ok(())
-            } else {
-                Err(outside(address.len(), INLINE))
-            }
-        })
-    }
-
-    /// Ends this process's part of collective `number` by single copies
-    /// with `outcome`: publishes that it has copied all it will (step 1,
-    /// or [`ABORTED`] when its own copies into others failed), and waits
-    /// until every process has copied what it needed from this one's
-    /// buffer.
-    fn finish_direct(
-        &self,
-        number: u32,
-        cell: usize,
-        len: usize,
-        outcome: Result<()>,
-    ) -> Result<()> {
-        let done = progress(number, if outcome.is_ok() { 1 } else { ABORTED });
-        self.progress_word(self.rank)?
-            .store(done, Ordering::Release);
-        self.wait_for_progress(progress(number, 1), number, cell, len, Wanted::Reads)?;
-        outcome
-    }
-
-    /// The buffer `published` names in its process's memory.
-    fn remote(&self, published: &Published) -> Result<RemoteWindow> {
-        let mut address = [0u8; 8];
-        let pid = self.pids.as_ref().and_then(|pids| pids.get(published.from));
-        let start = self.cell_offset(published.from, published.cell) + 8;
-        pid.filter(|_| self.region.read(start, &mut address))
-            .and_then(|&pid| {
-                RemoteWindow::new(pid, u64::from_ne_bytes(address), published.len as u64)
-            })
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorClass::Other,
-                    format!(
-                        "rank {} published a buffer this process cannot reach",
-                        published.from
-                    ),
-                )
-            })
+        let least = if self.size == 2 {
+            DIRECT_MIN_PAIR
+        } else {
+            DIRECT_MIN
+        };
+        self.pids.is_some() && len >= least && announced.is_some_and(|all| all < STAMPED as usize)
     }
 
     /// How a broadcast of `len` bytes, too long for a slot, streams
@@ -768,11 +667,13 @@ impl NodeRegion {
         })
     }
 
-    /// `MPI_Bcast` of `buf` from `root` (cut as
-    /// [`NodeRegion::broadcast_ring`] says), streamed through the root's
-    /// staging areas: the root copies a piece in while the others copy
-    /// the pieces before out.
-    pub(crate) fn broadcast_staged(
+    /// `MPI_Bcast` of `data` from `root`, too long for a slot: by single
+    /// copies between the processes' buffers from [`DIRECT_MIN`] bytes
+    /// ([`DIRECT_MIN_PAIR`] between two processes) where they work, else streamed through the root's staging areas
+    /// (cut as [`NodeRegion::broadcast_ring`] said, `ring`). A root whose
+    /// data is not contiguous has no buffer to copy from, and streams it
+    /// (its cell publishes no address, which tells the others).
+    pub(crate) fn broadcast_long(
         &self,
         number: u32,
         root: usize,
@@ -780,7 +681,226 @@ impl NodeRegion {
         ring: Ring,
     ) -> Result<()> {
         let len = data.len();
-        let cell = self.begin(number, len, |_| Ok(()))?;
+        if !self.copies_directly(len, 1) {
+            let cell = self.begin(number, len, |_| Ok(()))?;
+            return self.broadcast_staged(number, cell, root, data, ring);
+        }
+        let own = data.bytes().map(<[u8]>::as_ptr);
+        let cell = self.begin_direct(number, len, own)?;
+        if self.rank == root {
+            let Some(bytes) = data.bytes() else {
+                return self.broadcast_staged(number, cell, root, data, ring);
+            };
+            return self.broadcast_direct_root(number, cell, bytes);
+        }
+        let published = self.wait_for(root, number, cell)?;
+        let outcome =
+            match check_len(published.len, len, root).and_then(|()| self.remote(&published)) {
+                Ok(None) => return self.broadcast_staged(number, cell, root, data, ring),
+                // The root copies the last share into a buffer whose address
+                // this process published; it copies the rest, or all.
+                Ok(Some(w)) => {
+                    let share = if own.is_some() {
+                        len - len / self.size
+                    } else {
+                        len
+                    };
+                    copy_out(&w, 0, data, 0..share, &mut Vec::new(), root)
+                }
+                Err(e) => Err(e),
+            };
+        let outcome = self.finish_direct(number, cell, len, outcome);
+        if own.is_none() {
+            return outcome;
+        }
+        // The root's share has arrived once its progress says so.
+        outcome.and_then(|()| {
+            self.wait_for_progress_of(root, progress(number, 1), number, cell, len, Wanted::Data)
+        })
+    }
+
+    /// The root's part of a broadcast of `buf` by single copies: every
+    /// other process copies all but the last share of it (one share per
+    /// process) into its own buffer, while the root copies that share
+    /// into each of theirs (a process whose data is not contiguous
+    /// published no buffer, and copies all); the root leaves once every
+    /// process has its data (it must not change the buffer before).
+    fn broadcast_direct_root(&self, number: u32, cell: usize, buf: &[u8]) -> Result<()> {
+        let len = buf.len();
+        let tail = len - len / self.size..len;
+        let mut outcome = Ok(());
+        for from in self.others() {
+            let published = match self.wait_for(from, number, cell) {
+                Ok(published) => published,
+                Err(e) => {
+                    // The others may be copying from this buffer.
+                    outcome = outcome.and(Err(e));
+                    continue;
+                }
+            };
+            // A process that passed another length fails its call and
+            // takes nothing.
+            if published.len == len {
+                let copied = self.remote(&published).and_then(|w| {
+                    w.map_or(Ok(()), |w| {
+                        copied(w.write(tail.start as u64, &buf[tail.clone()]), from)
+                    })
+                });
+                outcome = outcome.and(copied);
+            }
+        }
+        self.finish_direct(number, cell, len, outcome)
+    }
+
+    /// `MPI_Alltoall` of `send` into `recv`, `size` blocks of `block`
+    /// bytes each, too long for a slot: by single copies between the
+    /// processes' buffers from [`DIRECT_MIN`] bytes a block
+    /// ([`DIRECT_MIN_PAIR`] between two processes) where they work, each process copying its block of every other's `send` into
+    /// its `recv` (a piece at a time, unpacked, where `recv` is not
+    /// contiguous) and leaving once every process has copied its blocks
+    /// out of its `send`; else streamed through the staging areas (cut as
+    /// [`NodeRegion::all_to_all_ring`] said, `ring`). If any process's
+    /// `send` is not contiguous, it has no buffer to copy from, and all
+    /// stream (its cell publishes no address, which tells the others).
+    pub(crate) fn all_to_all_long(
+        &self,
+        number: u32,
+        send: &mut Pieces<'_>,
+        recv: &mut Pieces<'_>,
+        block: usize,
+        ring: Ring,
+    ) -> Result<()> {
+        let len = send.len();
+        if !self.copies_directly(block, self.size) {
+            let cell = self.begin(number, len, |_| Ok(()))?;
+            return self.all_to_all_staged(number, cell, send, recv, block, ring);
+        }
+        let cell = self.begin_direct(number, len, send.bytes().map(<[u8]>::as_ptr))?;
+        // The buffers of the others that passed this length; one that
+        // passed another fails its call and takes nothing, and those that
+        // passed this one agree on whether all stream.
+        let (mut sources, mut streams) = (Vec::with_capacity(self.size), send.bytes().is_none());
+        let (mut outcome, mut mismatch) = (Ok(()), Ok(()));
+        for from in self.others() {
+            let published = match self.wait_for(from, number, cell) {
+                Ok(published) => published,
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            };
+            if let Err(e) = check_len(published.len, len, from) {
+                mismatch = mismatch.and(Err(e));
+                continue;
+            }
+            match self.remote(&published) {
+                Ok(Some(w)) => sources.push((from, w)),
+                Ok(None) => streams = true,
+                Err(e) => outcome = outcome.and(Err(e)),
+            }
+        }
+        if streams && outcome.is_ok() {
+            return self.all_to_all_staged(number, cell, send, recv, block, ring);
+        }
+        let mine = self.rank * block..(self.rank + 1) * block;
+        if outcome.is_ok() {
+            outcome = copy_block(send, recv, mine.clone());
+        }
+        let mut scratch = Vec::new();
+        for (from, w) in &sources {
+            if outcome.is_err() {
+                break;
+            }
+            let into = from * block..(from + 1) * block;
+            outcome = copy_out(w, mine.start, recv, into, &mut scratch, *from);
+        }
+        let outcome = self.finish_direct(number, cell, len, outcome).and(mismatch);
+        if outcome.is_ok() {
+            // Every process stamped its cell.
+            self.everyone_reached(number);
+        }
+        outcome
+    }
+
+    /// Starts this process's part of collective `number` by single
+    /// copies: its stamp announces `len` bytes, and its cell holds the
+    /// address of its buffer, or [`NO_ADDRESS`] if it has none to copy
+    /// from or into (its data is not contiguous).
+    fn begin_direct(&self, number: u32, len: usize, buf: Option<*const u8>) -> Result<usize> {
+        if len >= STAMPED as usize {
+            return Err(outside(len, STAMPED as usize));
+        }
+        let address = buf.map_or(NO_ADDRESS, |buf| buf as u64).to_ne_bytes();
+        self.begin(number, len, |cell| {
+            if self
+                .region
+                .write(self.cell_offset(self.rank, cell) + 8, &address)
+            {
+                Ok(())
+            } else {
+                Err(outside(address.len(), INLINE))
+            }
+        })
+    }
+
+    /// Ends this process's part of collective `number` by single copies
+    /// with `outcome`: publishes that it has copied all it will (step 1,
+    /// or [`ABORTED`] when its own copies failed), and waits until every
+    /// process has copied what it needed from this one's buffer.
+    fn finish_direct(
+        &self,
+        number: u32,
+        cell: usize,
+        len: usize,
+        outcome: Result<()>,
+    ) -> Result<()> {
+        let done = progress(number, if outcome.is_ok() { 1 } else { ABORTED });
+        self.progress_word(self.rank)?
+            .store(done, Ordering::Release);
+        self.wait_for_progress(progress(number, 1), number, cell, len, Wanted::Reads)?;
+        outcome
+    }
+
+    /// The buffer `published` names in its process's memory, or `None`
+    /// if it named none (its data is not contiguous).
+    fn remote(&self, published: &Published) -> Result<Option<RemoteWindow>> {
+        let unreachable = || {
+            Error::new(
+                ErrorClass::Other,
+                format!(
+                    "rank {} published a buffer this process cannot reach",
+                    published.from
+                ),
+            )
+        };
+        let mut address = [0u8; 8];
+        let start = self.cell_offset(published.from, published.cell) + 8;
+        if !self.region.read(start, &mut address) {
+            return Err(unreachable());
+        }
+        let address = u64::from_ne_bytes(address);
+        if address == NO_ADDRESS {
+            return Ok(None);
+        }
+        let pid = self.pids.as_ref().and_then(|pids| pids.get(published.from));
+        pid.and_then(|&pid| RemoteWindow::new(pid, address, published.len as u64))
+            .map(Some)
+            .ok_or_else(unreachable)
+    }
+
+    /// `MPI_Bcast` of `data` from `root` (cut as `ring` says), streamed
+    /// through the root's staging areas: the root copies a piece in while
+    /// the others copy the pieces before out. This process has begun it
+    /// in `cell`.
+    fn broadcast_staged(
+        &self,
+        number: u32,
+        cell: usize,
+        root: usize,
+        data: &mut Pieces<'_>,
+        ring: Ring,
+    ) -> Result<()> {
+        let len = data.len();
         let at_root = self.rank == root;
         let sources: &[usize] = if at_root { &[] } else { &[root] };
         let data = std::cell::RefCell::new(data);
@@ -806,37 +926,27 @@ impl NodeRegion {
     }
 
     /// `MPI_Alltoall` of `send` into `recv`, `size` blocks of `block`
-    /// bytes each (cut as [`NodeRegion::all_to_all_ring`] says), streamed
-    /// through every process's staging areas: each process copies a
-    /// piece of its blocks for the others in (slot part `i` for the
-    /// `i`-th other process) while it copies its own pieces of the
-    /// others' blocks out.
-    pub(crate) fn all_to_all_staged(
+    /// bytes each (cut as `ring` says), streamed through every process's
+    /// staging areas: each process copies a piece of its blocks for the
+    /// others in (slot part `i` for the `i`-th other process) while it
+    /// copies its own pieces of the others' blocks out. This process has
+    /// begun it in `cell`.
+    fn all_to_all_staged(
         &self,
         number: u32,
+        cell: usize,
         send: &mut Pieces<'_>,
         recv: &mut Pieces<'_>,
         block: usize,
         ring: Ring,
     ) -> Result<()> {
         let len = send.len();
-        let cell = self.begin(number, len, |_| Ok(()))?;
+        // This process's own block (a piece at a time where the data is
+        // not contiguous).
+        copy_block(send, recv, self.rank * block..(self.rank + 1) * block)?;
         // Non-contiguous data is packed and unpacked through a piece's
         // worth of memory.
         let (mut packing, mut unpacking) = (Vec::new(), Vec::new());
-        // This process's own block, a piece at a time.
-        let mine = self.rank * block;
-        for k in 0..ring.pieces {
-            let piece = ring.range(k, block);
-            let (from, len) = (mine + piece.start, piece.len());
-            if let (Some(bytes), Some(into)) = (send.bytes(), recv.bytes_mut()) {
-                into[from..from + len].copy_from_slice(&bytes[from..from + len]);
-            } else {
-                packing.resize(packing.len().max(len), 0);
-                send.read(from, &mut packing[..len])?;
-                recv.write(from, &packing[..len])?;
-            }
-        }
         let others: Vec<usize> = self.others().collect();
         // Where the blocks of `to` are in a slot of `from`'s.
         let part_of = |from: usize, to: usize| (to - usize::from(to > from)) * ring.part;
@@ -1323,6 +1433,10 @@ impl NodeRegion {
     fn wait(&self, mut ready: impl FnMut() -> Result<bool>) -> Result<()> {
         let mut idle = Idle::new();
         let mut checks = 0u32;
+        // When the wait first polled the device without progress, and when
+        // it had spun for the spin time.
+        let (mut first_poll, mut tired_at) = (None, None);
+        let crowded = self.crowded.load(Ordering::Relaxed);
         loop {
             if ready()? {
                 return Ok(());
@@ -1332,6 +1446,7 @@ impl NodeRegion {
                 let tired = with_device(|d| {
                     if d.check_device(false)? {
                         idle = Idle::new();
+                        (first_poll, tired_at) = (None, None);
                         return Ok(false);
                     }
                     Ok(d.idle(&mut idle))
@@ -1341,9 +1456,26 @@ impl NodeRegion {
                 if super::engine::has_pending() {
                     super::engine::advance()?;
                 }
+                if !crowded {
+                    first_poll.get_or_insert_with(Instant::now);
+                }
                 if tired {
-                    std::thread::sleep(NAP);
-                } else if checks.is_multiple_of(YIELD_EVERY) {
+                    let now = Instant::now();
+                    if tired_at.is_none()
+                        && first_poll.is_some_and(|first| now - first < SHORT_SPIN)
+                    {
+                        self.crowded.store(true, Ordering::Relaxed);
+                    }
+                    // The process waited for may be off its core: give it
+                    // this one for as long as a handover could take; only
+                    // a longer wait (another process computes) naps, not
+                    // to burn a core.
+                    if now - *tired_at.get_or_insert(now) < YIELD_FOR {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(NAP);
+                    }
+                } else if crowded || checks.is_multiple_of(YIELD_EVERY) {
                     std::thread::yield_now();
                 }
             }
@@ -1440,13 +1572,71 @@ fn take_piece(
     range: std::ops::Range<usize>,
     scratch: &mut Vec<u8>,
 ) -> Result<()> {
+    let whole = range.len();
+    fill_in_pieces(data, range, whole, scratch, |offset, buf| {
+        slot.read(at + offset, buf)
+    })
+}
+
+/// Copies the bytes of rank `from`'s buffer `w` from `at` into bytes
+/// `range` of `data`: straight into contiguous data, else a
+/// [`DIRECT_PIECE`] at a time through `scratch`, unpacked.
+fn copy_out(
+    w: &RemoteWindow,
+    at: usize,
+    data: &mut Pieces<'_>,
+    range: std::ops::Range<usize>,
+    scratch: &mut Vec<u8>,
+    from: usize,
+) -> Result<()> {
+    fill_in_pieces(data, range, DIRECT_PIECE, scratch, |offset, buf| {
+        copied(w.read((at + offset) as u64, buf), from)
+    })
+}
+
+/// Fills bytes `range` of `data` with what `fill(offset, buf)` puts in
+/// `buf` (the bytes from `offset` of the range): straight into
+/// contiguous data, else at most `piece` bytes at a time through
+/// `scratch` (grown to a piece), unpacked.
+fn fill_in_pieces(
+    data: &mut Pieces<'_>,
+    range: std::ops::Range<usize>,
+    piece: usize,
+    scratch: &mut Vec<u8>,
+    mut fill: impl FnMut(usize, &mut [u8]) -> Result<()>,
+) -> Result<()> {
     if let Some(bytes) = data.bytes_mut() {
-        return slot.read(at, &mut bytes[range]);
+        let len = bytes.len();
+        let into = bytes
+            .get_mut(range.clone())
+            .ok_or_else(|| outside(range.end, len))?;
+        return fill(0, into);
     }
+    let mut offset = 0;
+    while offset < range.len() {
+        let len = piece.min(range.len() - offset);
+        scratch.resize(scratch.len().max(len), 0);
+        fill(offset, &mut scratch[..len])?;
+        data.write(range.start + offset, &scratch[..len])?;
+        offset += len;
+    }
+    Ok(())
+}
+
+/// Copies bytes `range` of `send` into the same bytes of `recv` (an
+/// all-to-all's own block): a piece at a time where either is not
+/// contiguous.
+fn copy_block(
+    send: &Pieces<'_>,
+    recv: &mut Pieces<'_>,
+    range: std::ops::Range<usize>,
+) -> Result<()> {
     let len = range.len();
-    scratch.resize(scratch.len().max(len), 0);
-    slot.read(at, &mut scratch[..len])?;
-    data.write(range.start, &scratch[..len])
+    copy_across(
+        &mut send.outbound(range.clone())?,
+        &mut recv.inbound(range)?,
+        len,
+    )
 }
 
 /// Step `k` of a streamed collective, as a progress word holds it.

@@ -1308,7 +1308,8 @@ fn first_column_is(
 /// from rank 0 of a block of a column from or into each process; an
 /// all-gather of such blocks, and of varying counts (in reverse rank
 /// order) of strided elements; and an all-to-all of varying counts of
-/// them. Every buffer is allocated and touched first, and smaller
+/// them; and a broadcast and an all-to-all from contiguous buffers into
+/// strided ones. Every buffer is allocated and touched first, and smaller
 /// collectives warm the shared region.
 fn pieces_memory(world: &Communicator) -> Result<()> {
     let (rank, n) = (world.rank() as usize, world.size() as usize);
@@ -1354,6 +1355,32 @@ fn pieces_memory(world: &Communicator) -> Result<()> {
         0..n * block,
         |r| of_root(rank * block + r % block),
         "the 32 MiB strided all-to-all",
+    )?;
+    // The same from contiguous buffers into strided ones: with single
+    // copies, the receivers copy a piece at a time and unpack it.
+    let mut plain: Vec<f64> = (0..rows).map(of_root).collect();
+    received.fill(-1.0);
+    within_pieces_bound(world, "a 32 MiB broadcast into strided columns", || {
+        if rank == 0 {
+            root.broadcast_into(&mut plain[..])
+        } else {
+            let mut view = MutView::with_count_and_datatype(&mut received[..], 1, &column)?;
+            root.broadcast_into(&mut view)
+        }
+    })?;
+    if rank != 0 {
+        first_column_is(&received, 0..rows, of_root, "the broadcast into strided columns")?;
+    }
+    received.fill(-1.0);
+    within_pieces_bound(world, "a 32 MiB all-to-all into strided blocks", || {
+        let mut recv = MutView::with_count_and_datatype(&mut received[..], n as i32, &blocks)?;
+        world.all_to_all_into(&plain[..n * block], &mut recv)
+    })?;
+    first_column_is(
+        &received,
+        0..n * block,
+        |r| of_root(rank * block + r % block),
+        "the all-to-all into strided blocks",
     )?;
     // From here each rank sends its own column.
     for (i, x) in data.iter_mut().enumerate() {
