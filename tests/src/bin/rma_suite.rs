@@ -806,22 +806,19 @@ fn by_message(world: &Communicator) -> Result<()> {
             format!("{n} bytes put after a refused put and read back differ")
         })?;
     }
-    // Refused by message (1 MiB): its data is taken and dropped, or the
-    // origin would wait for its rendezvous forever.
-    let refused = vec![1u64; 131_072];
-    dynamic.accumulate(&refused[..], t, ta + 590_000, SystemOperation::sum())?;
-    expect_class(
-        dynamic.flush(t),
-        ErrorClass::RmaRange,
-        "an accumulate by message across a region's end, at the flush",
-    )?;
+    // Refused in an active message (40,000 words) and by message (1 MiB,
+    // whose data is taken and dropped, or the origin would wait for its
+    // rendezvous forever).
+    for words in [131_072usize, 40_000] {
+        let refused = vec![1u64; words];
+        dynamic.accumulate(&refused[..], t, ta + 590_000, SystemOperation::sum())?;
+        expect_class(
+            dynamic.flush(t),
+            ErrorClass::RmaRange,
+            &format!("an accumulate of {words} words across a region's end, at the flush"),
+        )?;
+    }
     let ones = vec![1u64; 40_000];
-    dynamic.accumulate(&ones[..], t, ta + 590_000, SystemOperation::sum())?;
-    expect_class(
-        dynamic.flush(t),
-        ErrorClass::RmaRange,
-        "an accumulate across a region's end, at the flush",
-    )?;
     dynamic.accumulate(&ones[..], t, ta + 200_000, SystemOperation::sum())?;
     let mut sums = vec![0u64; ones.len()];
     dynamic.get(&mut sums[..], t, ta + 200_000)?;
