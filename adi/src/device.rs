@@ -561,10 +561,22 @@ pub trait ActiveMessageHandler: Send {
     /// is lent: its payload's buffer goes back to the device for the next
     /// one.
     fn handle(&mut self, device: &mut Device, message: &ActiveMessage) -> Result<()>;
+
+    /// Every message that arrived in a poll has been handled: what the
+    /// handler kept back to send with the answers to later ones (replies
+    /// to several messages of one peer, in one message) leaves now. The
+    /// default keeps nothing back.
+    fn handled_all(&mut self, device: &mut Device) {
+        let _ = device;
+    }
 }
 
-/// How many payload buffers of handled active messages the device keeps.
-const SPARE_PAYLOADS: usize = 4;
+/// How many bytes of payload buffers of handled active messages the
+/// device keeps: a window of 64 one-sided puts of 32 KiB arrives in one
+/// poll and is handled at its end, so each needs a buffer of its own;
+/// with 4 kept, 60 of them were allocated and zeroed afresh (as much work
+/// as the socket's copy).
+const SPARE_PAYLOAD_BYTES: usize = 4 << 20;
 
 /// Index of the self transport in `Device::transports`.
 const SELF_TRANSPORT: usize = 0;
@@ -629,10 +641,13 @@ struct Core {
     /// Active messages that arrived, for the handler.
     active: VecDeque<ActiveMessage>,
     /// Payload buffers of handled active messages, kept for the next
-    /// ones (at most [`SPARE_PAYLOADS`]): a buffer of 128 KiB or more
-    /// from the allocator is a fresh mapping (glibc's threshold), which
-    /// doubled the time of a 128 KiB get over TCP.
+    /// ones (at most [`SPARE_PAYLOAD_BYTES`] of capacity in all, counted
+    /// in `spare_bytes`): a buffer of 128 KiB or more from the allocator
+    /// is a fresh mapping (glibc's threshold), which doubled the time of
+    /// a 128 KiB get over TCP.
     spare_payloads: Vec<Vec<u8>>,
+    /// The capacity of the buffers in `spare_payloads`.
+    spare_bytes: usize,
     /// The blocking receive under way without a request, if any.
     direct: Direct,
     /// The transports polled in every turn, one bit per index: those
@@ -905,6 +920,7 @@ impl Device {
                 reads_all: all.iter().map(|t| t.remote_reads_all()).collect(),
                 active: VecDeque::new(),
                 spare_payloads: Vec::new(),
+                spare_bytes: 0,
                 direct: Direct::Idle,
                 polled_transports,
             },
@@ -924,29 +940,32 @@ impl Device {
         self.active_handler = Some(handler);
     }
 
-    /// Sends `payload` (at most [`MAX_ACTIVE_LEN`] bytes) to `peer` (world
-    /// rank) as an active message in `context_id`. The payload is copied:
-    /// the message has left once this returns.
+    /// Sends the payload `parts` (one after another, at most
+    /// [`MAX_ACTIVE_LEN`] bytes in all) to `peer` (world rank) as an
+    /// active message in `context_id`. What cannot leave at once is
+    /// copied: the message has left the parts once this returns. A
+    /// transport that writes vectored sends each part from where it is
+    /// (a put's data behind its header, with no copy into one buffer).
     pub fn send_active_message(
         &mut self,
         peer: PeerRank,
         context_id: u32,
-        payload: &[u8],
+        parts: &[&[u8]],
     ) -> Result<()> {
-        if payload.len() as u64 > MAX_ACTIVE_LEN {
+        let len: usize = parts.iter().map(|part| part.len()).sum();
+        if len as u64 > MAX_ACTIVE_LEN {
             return Err(Error::new(
                 ErrorClass::Intern,
-                format!(
-                    "an active message of {} bytes exceeds the limit of {MAX_ACTIVE_LEN}",
-                    payload.len()
-                ),
+                format!("an active message of {len} bytes exceeds the limit of {MAX_ACTIVE_LEN}"),
             ));
         }
         let mut header = Header::new(Kind::Active);
         header.context_id = context_id;
         header.source = self.job.rank as i32;
-        header.message_len = payload.len() as u64;
-        self.send_packet(peer, header, payload)
+        header.message_len = len as u64;
+        let t = self.bind(peer)?;
+        self.stamp(peer, &mut header);
+        self.transports[t].send_parts(peer, &header, parts)
     }
 
     /// Hands the active messages that arrived to the handler.
@@ -959,10 +978,13 @@ impl Device {
             if let Err(e) = handler.handle(self, &message) {
                 self.core.peer_failed(peer, e);
             }
-            if self.core.spare_payloads.len() < SPARE_PAYLOADS {
+            let capacity = message.payload.capacity();
+            if self.core.spare_bytes + capacity <= SPARE_PAYLOAD_BYTES {
+                self.core.spare_bytes += capacity;
                 self.core.spare_payloads.push(message.payload);
             }
         }
+        handler.handled_all(self);
         self.active_handler = Some(handler);
     }
 
@@ -2395,8 +2417,12 @@ impl Core {
                     });
                     return Ok(None);
                 }
+                // A spare keeps its last message's length, so that no byte
+                // it had is zeroed again (the transport overwrites them
+                // all): only a longer message zeroes the rest. Zeroing each
+                // payload afresh had cost as much as the socket's copy.
                 let mut payload = self.spare_payloads.pop().unwrap_or_default();
-                payload.clear();
+                self.spare_bytes -= payload.capacity();
                 payload.resize(len, 0);
                 self.vcs[peer].arriving_active = Some((h.context_id, payload));
                 Ok(Some(PayloadSlot(ACTIVE_SLOT | peer as u64)))
@@ -3103,6 +3129,7 @@ mod tests {
             reads_all: vec![false],
             active: VecDeque::new(),
             spare_payloads: Vec::new(),
+            spare_bytes: 0,
             direct: Direct::Idle,
             polled_transports: 0,
         }

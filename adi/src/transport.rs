@@ -164,6 +164,18 @@ pub trait Transport: Send {
     /// `ProcFailed`) if the peer is known to be lost.
     fn send(&mut self, peer: PeerRank, header: &Header, payload: &[u8]) -> Result<()>;
 
+    /// Sends a packet whose payload is `parts` one after another, as
+    /// [`Transport::send`] sends their concatenation. The default
+    /// concatenates them (one copy); a transport that writes vectored
+    /// overrides it, so that a large part (a one-sided put's data behind
+    /// its header) leaves from where it is.
+    fn send_parts(&mut self, peer: PeerRank, header: &Header, parts: &[&[u8]]) -> Result<()> {
+        match parts {
+            [payload] => self.send(peer, header, payload),
+            _ => self.send(peer, header, &parts.concat()),
+        }
+    }
+
     /// Sends a packet whose payload stays in the caller's memory, without
     /// copying it. [`PacketSink::on_send_complete`] with `token` reports,
     /// from a later [`Transport::poll`], that the memory is free again

@@ -199,6 +199,14 @@ impl<'p> Message<'p> {
     /// The wire form, after what `out` holds: one more message of a
     /// batch.
     pub(crate) fn append_to(&self, out: &mut Vec<u8>) {
+        self.append_header_to(out);
+        out.extend_from_slice(self.data);
+    }
+
+    /// The header alone, after what `out` holds: its data, which must
+    /// follow it on the wire, is sent from where it is (a large put's
+    /// data, a part of the active message of its own).
+    pub(crate) fn append_header_to(&self, out: &mut Vec<u8>) {
         out.push(self.kind as u8);
         out.push(self.flags);
         out.push(
@@ -215,7 +223,6 @@ impl<'p> Message<'p> {
         out.extend_from_slice(&self.token.to_le_bytes());
         out.extend_from_slice(&self.disp.to_le_bytes());
         out.extend_from_slice(&self.len.to_le_bytes());
-        out.extend_from_slice(self.data);
     }
 
     /// Splits the first message off a batch (messages one after another in

@@ -23,7 +23,7 @@
 //! as point-to-point messages over active messages, at sizes on both
 //! sides of each threshold, to the next rank and to the rank itself,
 //! contiguous and through derived origin and result datatypes;
-//! accumulates from 256 KiB, followed by small ones that must find them
+//! accumulates below and from 1 MiB, followed by small ones that must find them
 //! applied; refused ones in a dynamic window, after which the next land
 //! whole), `batches` (N rounds of hundreds of small puts and accumulates
 //! whose result depends on their order, and puts beyond one batch,
@@ -743,9 +743,10 @@ fn by_message(world: &Communicator) -> Result<()> {
         })?;
         world.barrier()?;
     }
-    // Accumulates from 256 KiB travel as messages too, combined as they
-    // land; the small ones after them must find them applied.
-    for words in [32_768usize, 40_000, 131_075] {
+    // Accumulates from 1 MiB travel as messages too, combined as they
+    // land (smaller ones in active messages, their data sent from the
+    // origin's buffer); the small ones after them must find them applied.
+    for words in [32_768usize, 40_000, 131_071, 131_072, 131_075] {
         let t = next as i32;
         let base: Vec<u64> = (0..words as u64).map(|i| i * 3 + rank as u64).collect();
         let strided: Vec<u64> = (0..2 * words as u64).map(|i| i ^ 0x55).collect();
@@ -805,13 +806,19 @@ fn by_message(world: &Communicator) -> Result<()> {
             format!("{n} bytes put after a refused put and read back differ")
         })?;
     }
+    // Refused in an active message (40,000 words) and by message (1 MiB,
+    // whose data is taken and dropped, or the origin would wait for its
+    // rendezvous forever).
+    for words in [131_072usize, 40_000] {
+        let refused = vec![1u64; words];
+        dynamic.accumulate(&refused[..], t, ta + 590_000, SystemOperation::sum())?;
+        expect_class(
+            dynamic.flush(t),
+            ErrorClass::RmaRange,
+            &format!("an accumulate of {words} words across a region's end, at the flush"),
+        )?;
+    }
     let ones = vec![1u64; 40_000];
-    dynamic.accumulate(&ones[..], t, ta + 590_000, SystemOperation::sum())?;
-    expect_class(
-        dynamic.flush(t),
-        ErrorClass::RmaRange,
-        "an accumulate across a region's end, at the flush",
-    )?;
     dynamic.accumulate(&ones[..], t, ta + 200_000, SystemOperation::sum())?;
     let mut sums = vec![0u64; ones.len()];
     dynamic.get(&mut sums[..], t, ta + 200_000)?;

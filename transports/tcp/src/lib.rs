@@ -1286,6 +1286,10 @@ impl Transport for TcpTransport {
     }
 
     fn send(&mut self, peer: PeerRank, header: &Header, payload: &[u8]) -> Result<()> {
+        self.send_parts(peer, header, &[payload])
+    }
+
+    fn send_parts(&mut self, peer: PeerRank, header: &Header, parts: &[&[u8]]) -> Result<()> {
         if header.kind == Kind::Cts {
             // The peer answers a CTS with data, perhaps on a lane.
             let p = &mut self.peers[peer];
@@ -1296,18 +1300,24 @@ impl Transport for TcpTransport {
         let p = &self.peers[peer];
         if let (true, Some(index)) = (p.queue.is_empty(), p.packets) {
             if let Some(conn) = self.conns[index].as_mut() {
-                let total = HEADER_LEN + payload.len();
-                let attempt = if payload.len() <= COPY_SEND_MAX {
+                let len: usize = parts.iter().map(|part| part.len()).sum();
+                let total = HEADER_LEN + len;
+                let attempt = if len <= COPY_SEND_MAX {
                     // One contiguous `send` rather than a `writev`: the
                     // copy costs less than writev's trip through the VFS.
                     let packet = &mut self.packet;
                     packet.clear();
                     packet.extend_from_slice(&header);
-                    packet.extend_from_slice(payload);
+                    for part in parts {
+                        packet.extend_from_slice(part);
+                    }
                     conn.stream.write(packet)
                 } else {
-                    conn.stream
-                        .write_vectored(&[IoSlice::new(&header), IoSlice::new(payload)])
+                    let slices: Vec<IoSlice<'_>> = std::iter::once(&header[..])
+                        .chain(parts.iter().copied())
+                        .map(IoSlice::new)
+                        .collect();
+                    conn.stream.write_vectored(&slices)
                 };
                 let written = match attempt {
                     Ok(n) => n,
@@ -1325,7 +1335,7 @@ impl Transport for TcpTransport {
                     peer,
                     Outgoing {
                         header,
-                        payload: Payload::Owned(payload.to_vec()),
+                        payload: Payload::Owned(parts.concat()),
                         offset: written,
                     },
                 );
@@ -1335,7 +1345,7 @@ impl Transport for TcpTransport {
             peer,
             Outgoing {
                 header,
-                payload: Payload::Owned(payload.to_vec()),
+                payload: Payload::Owned(parts.concat()),
                 offset: 0,
             },
         )

@@ -550,6 +550,42 @@ fn eager_and_zero_copy_payloads_arrive_intact_both_ways() {
     assert!(!net.t(0).has_pending_sends() && !net.t(1).has_pending_sends());
 }
 
+#[test]
+fn a_payload_sent_in_parts_arrives_as_their_concatenation() {
+    const MIB: usize = 1 << 20;
+    // Small parts (copied behind the header), large ones (written
+    // vectored), and eight packets of 3 MiB sent before the receiver
+    // reads: the socket fills, so the rest of a packet is queued mid-way
+    // through its parts.
+    let head = pattern(7, 32);
+    let tiny = pattern(8, 100);
+    let big: Vec<Vec<u8>> = (0..8).map(|i| pattern(0x40 + i as u8, 3 * MIB)).collect();
+    let mut net = Net::new(2);
+    net.t(0)
+        .send_parts(1, &eager(1, head.len() + tiny.len()), &[&head, &tiny])
+        .expect("small parts accepted");
+    for (i, part) in big.iter().enumerate() {
+        let tag = 2 + i as i32;
+        net.t(0)
+            .send_parts(1, &eager(tag, head.len() + part.len()), &[&head, part, &[]])
+            .unwrap_or_else(|e| panic!("parts of tag {tag}: {e}"));
+    }
+    net.run_until("every packet sent in parts arrived", |n| {
+        n.sinks[1].tags_from(0).len() == 9
+    });
+    let b = &net.sinks[1];
+    assert_eq!(b.tags_from(0), (1..=9).collect::<Vec<i32>>(), "order");
+    assert!(b.packet(0, 1).payload == [&head[..], &tiny[..]].concat());
+    for (i, part) in big.iter().enumerate() {
+        let tag = 2 + i as i32;
+        assert!(
+            b.packet(0, tag).payload == [&head[..], &part[..]].concat(),
+            "payload of tag {tag} differs from its parts"
+        );
+    }
+    assert!(b.failures.is_empty());
+}
+
 /// A CTS header, which tells the transport that data from the peer it
 /// goes to is coming.
 fn cts(tag: i32) -> Header {
