@@ -354,9 +354,17 @@ impl Producer {
         }
         let cells = cells_for(prefix.len() + n);
         let start = index as usize * CELL + CONTROL_LEN;
-        self.segment.write_cells(start, prefix);
+        // The frame's later cells first, its first cell last, just before
+        // the control word in it: a consumer waiting on that word reads
+        // the first cell's line, and each read takes the line back from
+        // the producer while it writes there, so the cell's writes and the
+        // publication are kept together (one transfer of the line, not
+        // one before the frame's payload and one after).
+        let (in_first, in_later) = payload[..n].split_at(n.min(CELL - CONTROL_LEN - prefix.len()));
         self.segment
-            .write_cells(start + prefix.len(), &payload[..n]);
+            .write_cells(start + prefix.len() + in_first.len(), in_later);
+        self.segment.write_cells(start, prefix);
+        self.segment.write_cells(start + prefix.len(), in_first);
         self.publish(index, kind, prefix.len() + n, cells);
         Ok(Some(n))
     }
