@@ -334,7 +334,14 @@ pub struct ShmTransport {
     completed: Vec<u64>,
     /// Peers that failed outside `poll`, reported next poll.
     failures: Vec<(PeerRank, Error)>,
-    polls_since_sockets: u32,
+    /// Whether the next poll has more to do than read the inbound queues:
+    /// something to report, a backlog, connections to retry or being set
+    /// up, sockets to read (set wherever such work is queued, worked out
+    /// again at the end of the full poll). Without it a poll reads the
+    /// queues alone, one flag instead of a look at each kind of work.
+    work_queued: bool,
+    /// Polls until the sockets' turn (every [`SOCKETS_EVERY`]).
+    polls_to_sockets: u32,
     /// Look at the sockets at the next poll (after a sleep: the wake-up
     /// bytes are read at once).
     sockets_due: bool,
@@ -442,7 +449,8 @@ impl ShmTransport {
             connecting: 0,
             completed: Vec::new(),
             failures: Vec::new(),
-            polls_since_sockets: 0,
+            work_queued: false,
+            polls_to_sockets: SOCKETS_EVERY,
             sockets_due: false,
             armed: false,
             ready: Vec::new(),
@@ -532,6 +540,7 @@ impl ShmTransport {
         };
         if matches!(conn.role, Role::Out { .. }) {
             self.connecting += 1;
+            self.work_queued = true;
         }
         if index == self.conns.len() {
             self.conns.push(Some(conn));
@@ -569,6 +578,7 @@ impl ShmTransport {
         self.retry.retain(|&p| p != peer);
         vlog!("shm: rank {}: {error}", self.job.rank);
         self.failures.push((peer, error));
+        self.work_queued = true;
     }
 
     /// `peer`'s connection ended or broke: what it published before is
@@ -634,6 +644,7 @@ impl ShmTransport {
             Ok(Some(stream)) => stream,
             Ok(None) => {
                 self.retry.push(peer);
+                self.work_queued = true;
                 return Ok(());
             }
             Err(e) => return Err(lost(peer, format!("cannot connect to its socket: {e}"))),
@@ -677,6 +688,7 @@ impl ShmTransport {
         if !self.backlog.contains(&peer) {
             self.backlog.push(peer);
         }
+        self.work_queued = true;
         Ok(())
     }
 
@@ -704,6 +716,7 @@ impl ShmTransport {
             }) = queue.pop_front()
             {
                 self.completed.push(token);
+                self.work_queued = true;
             }
         }
         if wrote && link.producer.consumer_sleeping() {
@@ -783,12 +796,27 @@ impl ShmTransport {
         if self.sockets_due
             || self.connecting > 0
             || !self.retry.is_empty()
-            || self.polls_since_sockets >= SOCKETS_EVERY
+            || self.polls_to_sockets == 0
         {
             progressed |= self.service_sockets(sink)?;
         }
         progressed |= self.report(sink);
+        self.work_queued = !self.backlog.is_empty()
+            || self.sockets_due
+            || self.connecting > 0
+            || !self.retry.is_empty()
+            || !self.completed.is_empty()
+            || !self.failures.is_empty();
         Ok(progressed)
+    }
+
+    /// A poll that has frames to read and nothing else to do. Out of line,
+    /// as `poll_now`: the fruitless poll then saves no registers.
+    #[inline(never)]
+    fn receive_now(&mut self, sink: &mut dyn PacketSink) -> Result<bool> {
+        let progressed = self.receive_all(sink);
+        // A peer whose queue was corrupt failed while reading.
+        Ok(self.report(sink) | progressed)
     }
 
     /// Reports the sends finished and the peers failed outside `poll`.
@@ -813,7 +841,7 @@ impl ShmTransport {
     /// Accepts, sets up, reads wake-ups from and notices the end of
     /// connections. Returns whether a connection changed.
     fn service_sockets(&mut self, sink: &mut dyn PacketSink) -> Result<bool> {
-        self.polls_since_sockets = 0;
+        self.polls_to_sockets = SOCKETS_EVERY;
         self.sockets_due = false;
         let mut progressed = false;
         for peer in std::mem::take(&mut self.retry) {
@@ -1242,22 +1270,19 @@ impl Transport for ShmTransport {
     }
 
     fn poll(&mut self, sink: &mut dyn PacketSink) -> Result<bool> {
-        self.polls_since_sockets += 1;
+        self.polls_to_sockets = self.polls_to_sockets.saturating_sub(1);
+        if self.work_queued || self.polls_to_sockets == 0 {
+            return self.poll_now(sink);
+        }
         // Most polls of a waiting rank find nothing to do; they return
-        // after a load of each inbound queue's head control word, without
-        // the set-up of the full poll.
-        if self.completed.is_empty()
-            && self.failures.is_empty()
-            && self.backlog.is_empty()
-            && !self.sockets_due
-            && self.connecting == 0
-            && self.retry.is_empty()
-            && self.polls_since_sockets < SOCKETS_EVERY
-            && !self.inbound.iter().any(|link| link.consumer.has_frame())
-        {
+        // after a load of each inbound queue's head control word. One that
+        // finds frames and nothing else to do reads them without the rest
+        // of the full poll: the time from a message's publication to its
+        // delivery.
+        if !self.inbound.iter().any(|link| link.consumer.has_frame()) {
             return Ok(false);
         }
-        self.poll_now(sink)
+        self.receive_now(sink)
     }
 
     fn arm_wakeup(&mut self) -> Result<Option<RawFd>> {
@@ -1307,6 +1332,7 @@ impl Transport for ShmTransport {
         }
         // The bytes that woke the sleep are read at once.
         self.sockets_due = true;
+        self.work_queued = true;
         Ok(())
     }
 

@@ -235,15 +235,15 @@ impl Producer {
             return Ok(false);
         }
         let index = self.tail & (self.segment.cells() - 1);
-        // The cell is built whole and written in one fixed-size copy:
-        // cheaper than copies sized by the payload.
-        let mut cell = [0u8; CELL - CONTROL_LEN];
-        cell[..SHORT_FIELDS].copy_from_slice(fields);
-        let bytes = SHORT_FIELDS + payload.len().min(SHORT_PAYLOAD_MAX);
-        cell[SHORT_FIELDS..bytes].copy_from_slice(&payload[..bytes - SHORT_FIELDS]);
-        self.segment
-            .write_cells(index as usize * CELL + CONTROL_LEN, &cell);
-        self.publish(index, FrameKind::Short, bytes, 1);
+        let payload = &payload[..payload.len().min(SHORT_PAYLOAD_MAX)];
+        // The fields and the payload go straight into the cell: the rest of
+        // it keeps what the last lap left, which the length in the control
+        // word leaves out (building the whole cell first, zeroed, and
+        // copying it in cost 4 instructions more per push).
+        let start = index as usize * CELL + CONTROL_LEN;
+        self.segment.write_cells(start, fields);
+        self.segment.write_cells(start + SHORT_FIELDS, payload);
+        self.publish(index, FrameKind::Short, SHORT_FIELDS + payload.len(), 1);
         Ok(true)
     }
 
@@ -354,9 +354,17 @@ impl Producer {
         }
         let cells = cells_for(prefix.len() + n);
         let start = index as usize * CELL + CONTROL_LEN;
-        self.segment.write_cells(start, prefix);
+        // The frame's later cells first, its first cell last, just before
+        // the control word in it: a consumer waiting on that word reads
+        // the first cell's line, and each read takes the line back from
+        // the producer while it writes there, so the cell's writes and the
+        // publication are kept together (one transfer of the line, not
+        // one before the frame's payload and one after).
+        let (in_first, in_later) = payload[..n].split_at(n.min(CELL - CONTROL_LEN - prefix.len()));
         self.segment
-            .write_cells(start + prefix.len(), &payload[..n]);
+            .write_cells(start + prefix.len() + in_first.len(), in_later);
+        self.segment.write_cells(start, prefix);
+        self.segment.write_cells(start + prefix.len(), in_first);
         self.publish(index, kind, prefix.len() + n, cells);
         Ok(Some(n))
     }
