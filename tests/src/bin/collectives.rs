@@ -1369,7 +1369,12 @@ fn pieces_memory(world: &Communicator) -> Result<()> {
         }
     })?;
     if rank != 0 {
-        first_column_is(&received, 0..rows, of_root, "the broadcast into strided columns")?;
+        first_column_is(
+            &received,
+            0..rows,
+            of_root,
+            "the broadcast into strided columns",
+        )?;
     }
     received.fill(-1.0);
     within_pieces_bound(world, "a 32 MiB all-to-all into strided blocks", || {
