@@ -1037,9 +1037,12 @@ impl<'a> Window<'a> {
         disp: usize,
         len: usize,
     ) -> Result<(Target<'_>, &Path, u64)> {
-        let rank = usize::try_from(target)
+        // The epochs' summary holds a byte for each rank of the window:
+        // finding the target's byte checks the rank (one bounds check,
+        // not two).
+        let (rank, access) = usize::try_from(target)
             .ok()
-            .filter(|&r| r < self.members.len())
+            .and_then(|r| Some((r, self.access.get(r)?.load(Ordering::Acquire))))
             .ok_or_else(|| {
                 Error::new(
                     ErrorClass::Rank,
@@ -1049,7 +1052,6 @@ impl<'a> Window<'a> {
                     ),
                 )
             })?;
-        let access = self.access(rank);
         if access & Access::OPEN == 0 {
             return Err(Error::new(
                 ErrorClass::RmaSync,
