@@ -1448,6 +1448,10 @@ impl<'a> Window<'a> {
         self.comm.handled(outcome)
     }
 
+    /// Checks and starts a fetching operation into `result`, borrowed
+    /// for the scope, and gives its request. Inlined in `rget` and
+    /// `rget_accumulate`: a call returned the request through memory.
+    #[inline(always)]
     fn start_scoped<'s, 'd, T: Equivalence>(
         &self,
         scope: &Scope<'s>,
