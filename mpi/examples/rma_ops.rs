@@ -5,13 +5,18 @@
 //! since under valgrind a peer's window is not mapped and two ranks
 //! take active messages). `none` measures the flush alone. Puts, gets
 //! (`rget`: request-based, each waited for) and accumulates (sums of `u64`s) move BYTES bytes (8 if not given);
-//! fetch-and-op and compare-and-swap one `u64`.
+//! fetch-and-op and compare-and-swap one `u64`. `rgets` is `get_bw`'s
+//! pattern: each of the N rounds is 64 `rget`s into 64 consecutive slots,
+//! one `wait_all`, then the flush (divide by 64N for a get).
 //!
-//! `target/release/examples/rma_ops fop|cas|put|get|rget|acc|none N [BYTES]`
+//! `target/release/examples/rma_ops fop|cas|put|get|rget|rgets|acc|none N [BYTES]`
 
 use oxmpi::collective::SystemOperation;
 use oxmpi::rma::{LockType, Window};
 use oxmpi::Info;
+
+/// Operations per flush in `rgets`, as in OSU's `get_bw`.
+const WINDOW: usize = 64;
 
 fn main() -> oxmpi::Result<()> {
     let args: Vec<String> = std::env::args().collect();
@@ -20,11 +25,12 @@ fn main() -> oxmpi::Result<()> {
     let bytes: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(8);
     let universe = oxmpi::initialize()?;
     let world = universe.world();
-    let window = Window::allocate(&world, 16 + bytes.max(8), 1, &Info::new())?;
+    let window = Window::allocate(&world, 16 + WINDOW * bytes.max(8), 1, &Info::new())?;
     window.lock(LockType::Shared, 0, 0)?;
     let mut old = 0u64;
     let data = vec![7u8; bytes];
     let mut buf = vec![0u8; bytes];
+    let mut slots = vec![0u8; WINDOW * bytes];
     let ones = vec![1u64; bytes / 8];
     for i in 0..n {
         match what.as_str() {
@@ -37,6 +43,13 @@ fn main() -> oxmpi::Result<()> {
             // for a window of them.
             "rget" => oxmpi::request::scope(|scope| {
                 oxmpi::request::wait_all(vec![window.rget(scope, &mut buf[..], 0, 16)?]).map(drop)
+            })?,
+            "rgets" => oxmpi::request::scope(|scope| {
+                let mut requests = Vec::with_capacity(WINDOW);
+                for (j, slot) in slots.chunks_mut(bytes.max(1)).enumerate() {
+                    requests.push(window.rget(scope, slot, 0, 16 + j * bytes)?);
+                }
+                oxmpi::request::wait_all(requests).map(drop)
             })?,
             _ => {}
         }

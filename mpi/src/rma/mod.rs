@@ -300,14 +300,15 @@ pub struct Window<'a> {
     shared: Arc<Shared>,
     rank: usize,
     members: Arc<[PeerRank]>,
-    /// Every rank's base address, size and displacement unit, and
-    /// whether each is the same on all ranks (then the local value is
-    /// used).
+    /// Every rank's base address, size and displacement unit, and the
+    /// size and the unit when each is the same on all ranks (read by
+    /// every operation's range check in place of the target's entry:
+    /// one load and no bounds check).
     bases: Vec<usize>,
     sizes: Vec<usize>,
     disp_units: Vec<usize>,
-    same_size: bool,
-    same_disp_unit: bool,
+    same_size: Option<usize>,
+    same_disp_unit: Option<usize>,
     flavor: CreateFlavor,
     /// The path to each target: all direct, or all active messages.
     paths: Vec<Path>,
@@ -596,7 +597,11 @@ impl<'a> Window<'a> {
                 .collect()
         };
         let (bases, sizes, disp_units) = (column(0), column(1), column(2));
-        let same = |v: &[usize]| v.iter().all(|&x| x == v[0]);
+        let same = |v: &[usize]| {
+            v.first()
+                .copied()
+                .filter(|&first| v.iter().all(|&x| x == first))
+        };
         let access = (0..sizes.len()).map(|_| AtomicU8::new(0)).collect();
         Ok(Window {
             rank: comm.rank() as usize,
@@ -1032,9 +1037,12 @@ impl<'a> Window<'a> {
         disp: usize,
         len: usize,
     ) -> Result<(Target<'_>, &Path, u64)> {
-        let rank = usize::try_from(target)
+        // The epochs' summary holds a byte for each rank of the window:
+        // finding the target's byte checks the rank (one bounds check,
+        // not two).
+        let (rank, access) = usize::try_from(target)
             .ok()
-            .filter(|&r| r < self.members.len())
+            .and_then(|r| Some((r, self.access.get(r)?.load(Ordering::Acquire))))
             .ok_or_else(|| {
                 Error::new(
                     ErrorClass::Rank,
@@ -1044,7 +1052,6 @@ impl<'a> Window<'a> {
                     ),
                 )
             })?;
-        let access = self.access(rank);
         if access & Access::OPEN == 0 {
             return Err(Error::new(
                 ErrorClass::RmaSync,
@@ -1058,16 +1065,8 @@ impl<'a> Window<'a> {
         let byte_disp = if self.flavor == CreateFlavor::Dynamic {
             disp as u64
         } else {
-            let unit = if self.same_disp_unit {
-                self.disp_unit()
-            } else {
-                self.disp_units[rank]
-            };
-            let size = if self.same_size {
-                self.size()
-            } else {
-                self.sizes[rank]
-            };
+            let unit = self.same_disp_unit.unwrap_or_else(|| self.disp_units[rank]);
+            let size = self.same_size.unwrap_or_else(|| self.sizes[rank]);
             let start = disp.checked_mul(unit);
             if start
                 .and_then(|s| s.checked_add(len))
@@ -1363,9 +1362,12 @@ impl<'a> Window<'a> {
     }
 
     /// Checks and starts a fetching operation into `len` bytes at `dest`.
+    /// Inlined in its two callers: a call had a large frame to set up and
+    /// returned its `Result<Option<RequestId>>` through memory.
     ///
     /// # Safety
     /// As [`Path::fetch`]'s.
+    #[inline(always)]
     unsafe fn start_fetch(
         &self,
         target: i32,
@@ -1446,6 +1448,10 @@ impl<'a> Window<'a> {
         self.comm.handled(outcome)
     }
 
+    /// Checks and starts a fetching operation into `result`, borrowed
+    /// for the scope, and gives its request. Inlined in `rget` and
+    /// `rget_accumulate`: a call returned the request through memory.
+    #[inline(always)]
     fn start_scoped<'s, 'd, T: Equivalence>(
         &self,
         scope: &Scope<'s>,
