@@ -75,13 +75,15 @@ const ALONE: usize = 16 * 1024;
 /// The same size as [`ALONE`]: data this large leaves at once either way.
 pub(crate) const GET_BY_MESSAGE: usize = ALONE;
 
-/// The data at which a put travels apart from its active message: past
-/// the TCP transport's default eager limit (64 KiB), where the device
-/// sends by rendezvous and the data lands straight in the window. An
-/// eagerly sent put's data may reach the target before its header,
-/// unexpected, and be copied there once more: a smaller put stays in the
-/// batch (copied once at each end, applied on arrival).
-pub(crate) const PUT_BY_MESSAGE: usize = 64 * 1024 + 1;
+/// The data at which a put travels apart from its active message: the
+/// TCP transport's default eager limit (64 KiB), and beyond it, where
+/// the device sends by rendezvous. The put's active message leaves
+/// before its data, so the target has posted the receive into its
+/// window when the data arrives, eager or not, and the data lands there
+/// straight (64 KiB puts in `put_bw` over TCP moved 1980 MB/s in active
+/// messages, 3410 this way). A smaller put stays in the batch (copied
+/// once at each end, applied on arrival).
+pub(crate) const PUT_BY_MESSAGE: usize = 64 * 1024;
 
 /// The data at which an accumulate (without fetch) travels apart from
 /// its active message, as a point-to-point message that the target
@@ -990,6 +992,10 @@ fn send_by_message(to: &Target<'_>, mut m: Message<'_>, disp: u64, data: &[u8]) 
         m.disp = disp;
         m.len = data.len() as u64;
         state.queue(device, window, to.rank, Some(Pending::Done), m)?;
+        // The message first: the target posts the receive for the data
+        // when it arrives, so that eager data lands in the window rather
+        // than unexpected (and a rendezvous's request finds it posted).
+        state.send(device, window, to.rank)?;
         let envelope = MessageEnvelope {
             context_id: context::point_to_point(to.context_id),
             source: to.shared.ranks[&device.rank()] as i32,
@@ -998,11 +1004,6 @@ fn send_by_message(to: &Target<'_>, mut m: Message<'_>, disp: u64, data: &[u8]) 
         // SAFETY: `data` stays borrowed, unmodified, while this waits for
         // the send below.
         let send = unsafe { device.start_send(peer, envelope, data.as_ptr(), data.len(), false)? };
-        if !device.is_complete(send) {
-            // A rendezvous: the target posts the receive it waits for
-            // when the put's message reaches it.
-            state.send(device, window, to.rank)?;
-        }
         Ok(send)
     })?;
     let status = crate::wait_request(send)?;
