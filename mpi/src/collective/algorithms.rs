@@ -440,6 +440,26 @@ impl Place {
     }
 }
 
+/// The inbound data of `held` for each of `parts` (a member and its
+/// part, disjoint by the tree's shape), in order. The common single part
+/// (two processes, a leaf) takes no vectors but the result's.
+fn inbound_parts<'a>(
+    held: &'a mut Pieces<'_>,
+    parts: impl Iterator<Item = (usize, Range<usize>)>,
+) -> Result<Vec<(usize, Inbound<'a>)>> {
+    let mut parts = parts.fuse();
+    match (parts.next(), parts.next()) {
+        (None, _) => Ok(Vec::new()),
+        (Some((from, only)), None) => Ok(vec![(from, held.inbound(only)?)]),
+        (Some(first), Some(second)) => {
+            let (members, parts): (Vec<usize>, Vec<Range<usize>>) =
+                [first, second].into_iter().chain(parts).unzip();
+            let recvs = held.inbound_blocks(disjoint_blocks(held.len(), &parts)?)?;
+            Ok(members.into_iter().zip(recvs).collect())
+        }
+    }
+}
+
 /// One step that receives `parts` of `held` from member `from`, in order.
 async fn receive_parts(
     t: &Team<'_>,
@@ -447,10 +467,8 @@ async fn receive_parts(
     held: &mut Pieces<'_>,
     parts: impl Iterator<Item = Range<usize>>,
 ) -> Result<()> {
-    let parts: Vec<Range<usize>> = parts.collect();
-    let recvs = held.inbound_blocks(disjoint_blocks(held.len(), &parts)?)?;
-    t.exchange_data(Vec::new(), recvs.into_iter().map(|r| (from, r)).collect())
-        .await
+    let recvs = inbound_parts(held, parts.map(|part| (from, part)))?;
+    t.exchange_data(Vec::new(), recvs).await
 }
 
 /// One step that sends `parts` of `held` to member `to`, in order.
@@ -462,9 +480,9 @@ async fn send_parts(
 ) -> Result<()> {
     let mut sends = Vec::with_capacity(2);
     for part in parts {
-        sends.push((to, held.outbound(part)?));
+        sends.push((t, to, held.outbound(part)?));
     }
-    t.exchange_data(sends, Vec::new()).await
+    t.exchange_kinds(sends, Vec::new()).await
 }
 
 /// The error of a process that lacks the buffer its part needs.
@@ -519,12 +537,8 @@ async fn collect_subtree(
         copy_own(t, mine.outbound(0..mine.len())?, own)?;
     }
     // Apart from the own block by the tree's shape.
-    let mut parts = Vec::with_capacity(2 * place.node.children.len());
-    parts.extend(place.children_parts(block, holding).map(|(_, part)| part));
-    let recvs = held.inbound_blocks(disjoint_blocks(held.len(), &parts)?)?;
-    let sources = place.children_parts(block, holding).map(|(from, _)| from);
-    t.exchange_data(Vec::new(), sources.zip(recvs).collect())
-        .await
+    let recvs = inbound_parts(held, place.children_parts(block, holding))?;
+    t.exchange_data(Vec::new(), recvs).await
 }
 
 /// Binomial scatter of equal blocks from `root`: `send` (at the root
@@ -571,9 +585,9 @@ async fn hand_out_subtree(
 ) -> Result<()> {
     let sends = place
         .children_parts(block, holding)
-        .map(|(to, part)| Ok((to, held.outbound(part)?)))
+        .map(|(to, part)| Ok((t, to, held.outbound(part)?)))
         .collect::<Result<_>>()?;
-    t.exchange_data(sends, Vec::new()).await?;
+    t.exchange_kinds(sends, Vec::new()).await?;
     if let Some(mine) = mine {
         let own = held.outbound(place.own_part(block, holding))?;
         copy_own(t, own, mine.inbound(0..mine.len())?)?;
