@@ -247,7 +247,7 @@ impl Communicator {
             return self.inter_all_reduce(sequence, acc, red).await;
         }
         if let Some(node) = node {
-            if node.fits(acc.len()) {
+            if node.all_reduces_by_slots(acc.len(), red.element_size()) {
                 return node.all_reduce(sequence.0, acc, red);
             }
             if node.fits_staged(acc.len(), red.element_size()) {

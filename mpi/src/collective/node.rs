@@ -59,8 +59,9 @@
 //! are never 2^31 collectives apart).
 //!
 //! # Long all-reduces
-//! An all-reduce too long for a slot goes through two staging areas per
-//! process, in rounds of a window of at most an area (the rounds use the
+//! An all-reduce too long for a slot, or whose data from all processes
+//! together reaches [`SLOTS_ALL_REDUCE_MAX`], goes through two staging
+//! areas per process, in rounds of a window of at most an area (the rounds use the
 //! areas in turn, picked by the collective's number and the round so that
 //! every process picks alike). In a round, each process copies the parts
 //! of its window that the others reduce (one part per process, whole
@@ -74,15 +75,18 @@
 //! every process checks after the first round's first step.
 //!
 //! # Long broadcasts and all-to-alls
-//! From [`DIRECT_MIN`] bytes (a broadcast, or an all-to-all's block;
-//! [`DIRECT_MIN_PAIR`] between two processes) they go by single copies between the processes' buffers with cross-memory
+//! An all-to-all's blocks from [`DIRECT_MIN`] bytes, and between two
+//! processes a broadcast or all-to-all's blocks from [`DIRECT_MIN_PAIR`]
+//! bytes, go by single copies between the processes' buffers with cross-memory
 //! attach, where every process can copy from every other (checked when
 //! the region is made, by a copy of each one's [`PROBE`] word; not with
 //! `OXMPI_SHM_CMA=0`): a process publishes its buffer's address in its
 //! cell; an all-to-all's processes copy their blocks out of the others'
 //! send buffers; a broadcast's non-roots copy the root's buffer but its
 //! last share, which the root copies into each of theirs, so that the
-//! root's core works too. A process leaves once its progress word shows
+//! root's core works too. An all-to-all's process `i` copies from
+//! `i + 1`, `i + 2`, ... in turn (wrapping), so that each buffer has one
+//! reader at a time. A process leaves once its progress word shows
 //! it has copied all it will, and every other's shows the same (so no one
 //! still copies from its buffer); the non-roots also wait for the root's.
 //! Data that is not contiguous has no address, and is never packed whole:
@@ -157,23 +161,36 @@ const INLINE: usize = LINE - 8;
 const SLOTS_BUDGET: usize = 256 << 10;
 const SLOT_MIN: usize = 1 << 10;
 const SLOT_MAX: usize = 8 << 10;
-/// The staging areas of all-reduces too long for a slot: two per process
+/// The staging areas of long all-reduces and streamed broadcasts and
+/// all-to-alls: two per process
 /// (used in turn by rounds), at most this much in all, each from
 /// [`AREA_MIN`] to [`AREA_MAX`] bytes.
 const AREAS: usize = 2;
-const STAGING_BUDGET: usize = 1 << 20;
+const STAGING_BUDGET: usize = 8 << 20;
 const AREA_MIN: usize = 16 << 10;
 const AREA_MAX: usize = 256 << 10;
 /// Bytes a staged all-reduce combines at a time (in the cache).
 const CHUNK: usize = 16 << 10;
-/// A broadcast, or an all-to-all's blocks, of at least this many bytes go
-/// by single copies between the processes' buffers where they can ...
-const DIRECT_MIN: usize = 32 << 10;
-/// ... or of this many between two processes, where each copies half of
-/// a broadcast and waits for one other (16 KiB took 1.6 us so, 2.6
-/// streamed; with three processes on two cores, 16 KiB streamed took a
-/// fifth of the time single copies took).
+/// An all-to-all's blocks of at least this many bytes go by single
+/// copies between the processes' buffers where they can (16 processes on
+/// 16 cores: 8 KiB blocks in 44 us so, 61 streamed) ...
+const DIRECT_MIN: usize = 8 << 10;
+/// ... or of this many between two processes, where a broadcast goes by
+/// single copies too: each copies half of it and waits for one other
+/// (16 KiB took 1.6 us so, 2.6 streamed; with three processes on two
+/// cores, 16 KiB streamed took a fifth of the time single copies took).
+/// From three processes on, a broadcast always streams: its readers
+/// would all copy from the root's one buffer, each pinning its pages,
+/// while they read a ring slot in shared memory side by side (16
+/// processes on 16 cores: 1 MiB in 156 us streamed, 1453 us by single
+/// copies).
 const DIRECT_MIN_PAIR: usize = 16 << 10;
+/// An all-reduce whose data from all processes together is at least this
+/// long goes through the staging areas even where it fits a slot: by
+/// slots every process reads and combines all of it, staged each
+/// combines its own part (16 processes on 16 cores, 8 KiB: 23 us by
+/// slots, 8.3 staged).
+const SLOTS_ALL_REDUCE_MAX: usize = 32 << 10;
 /// What a process publishes in its cell for a collective by single
 /// copies where it has no buffer to copy from or into (its data is not
 /// contiguous): no buffer has this address.
@@ -449,6 +466,17 @@ impl NodeRegion {
         len <= self.slot
     }
 
+    /// Whether an all-reduce of `len` bytes of `element`-byte elements
+    /// goes through the slots (else through the staging areas, or by
+    /// messages).
+    pub(crate) fn all_reduces_by_slots(&self, len: usize, element: usize) -> bool {
+        self.fits(len)
+            && (len.saturating_mul(self.size) < SLOTS_ALL_REDUCE_MAX
+                || !self.fits_staged(len, element)
+                // Every process gets a part.
+                || len / element < self.size)
+    }
+
     /// Whether `blocks` blocks of `block` bytes (an all-to-all's data)
     /// fit a slot.
     pub(crate) fn fits_blocks(&self, blocks: usize, block: usize) -> bool {
@@ -527,8 +555,8 @@ impl NodeRegion {
         mismatch.map_or(Ok(()), Err)
     }
 
-    /// Whether an all-reduce of `len` bytes of `element`-byte elements,
-    /// too long for a slot, can go through the staging areas.
+    /// Whether an all-reduce of `len` bytes of `element`-byte elements
+    /// can go through the staging areas.
     pub(crate) fn fits_staged(&self, len: usize, element: usize) -> bool {
         len < STAMPED as usize && element > 0 && self.area >= element
     }
@@ -623,10 +651,11 @@ impl NodeRegion {
     fn copies_directly(&self, len: usize, parts: usize) -> bool {
         // The stamp announces all the data.
         let announced = len.checked_mul(parts);
-        let least = if self.size == 2 {
-            DIRECT_MIN_PAIR
-        } else {
-            DIRECT_MIN
+        let least = match (self.size, parts) {
+            (2, _) => DIRECT_MIN_PAIR,
+            // A broadcast of three processes or more.
+            (_, 1) => return false,
+            _ => DIRECT_MIN,
         };
         self.pids.is_some() && len >= least && announced.is_some_and(|all| all < STAMPED as usize)
     }
@@ -669,9 +698,10 @@ impl NodeRegion {
         })
     }
 
-    /// `MPI_Bcast` of `data` from `root`, too long for a slot: by single
-    /// copies between the processes' buffers from [`DIRECT_MIN`] bytes
-    /// ([`DIRECT_MIN_PAIR`] between two processes) where they work, else streamed through the root's staging areas
+    /// `MPI_Bcast` of `data` from `root`, too long for a slot: between
+    /// two processes by single copies between their buffers from
+    /// [`DIRECT_MIN_PAIR`] bytes where they work, else streamed through
+    /// the root's staging areas
     /// (cut as [`NodeRegion::broadcast_ring`] said, `ring`). A root whose
     /// data is not contiguous has no buffer to copy from, and streams it
     /// (its cell publishes no address, which tells the others).
@@ -810,6 +840,12 @@ impl NodeRegion {
         if outcome.is_ok() {
             outcome = copy_block(send, recv, mine.clone());
         }
+        // Process `i` copies from `i + 1`, `i + 2`, ... in turn, so that
+        // each buffer has one reader at a time, as in a pairwise exchange
+        // (16 processes on 16 cores, 64 KiB blocks: 222 us so, 406 with
+        // every process starting at rank 0).
+        let first_after = sources.partition_point(|(from, _)| *from < self.rank);
+        sources.rotate_left(first_after);
         let mut scratch = Vec::new();
         for (from, w) in &sources {
             if outcome.is_err() {
