@@ -37,6 +37,7 @@
 //! type and region boundaries are aligned to the largest.
 
 pub mod atomics;
+mod copy;
 pub mod regions;
 mod remote;
 pub mod rwlock;
@@ -46,6 +47,7 @@ pub use remote::RemoteWindow;
 pub use rwlock::SharedRwLock;
 
 use crate::region::{RegionName, SharedRegion};
+use copy::CopyPlan;
 use regions::RegionMutex;
 use std::io;
 use std::sync::atomic::Ordering;
@@ -142,6 +144,8 @@ pub struct WindowSegment {
     mutexes: *const RegionMutex,
     size: usize,
     layout: Layout,
+    /// How puts and gets copy, by their length (module [`copy`]).
+    copies: CopyPlan,
 }
 
 // SAFETY: `data` and `mutexes` point into `region`'s mapping, owned by
@@ -182,6 +186,7 @@ impl WindowSegment {
             mutexes,
             size,
             layout,
+            copies: CopyPlan::this_machine(),
         }
     }
 
@@ -273,7 +278,10 @@ impl WindowSegment {
         // mapping, which lives as long as `self`; it cannot overlap
         // `data`, which is this process's own memory, and no reference to
         // window memory exists (module docs).
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.data.add(offset), data.len()) };
+        unsafe {
+            self.copies
+                .copy(data.as_ptr(), self.data.add(offset), data.len())
+        };
         Ok(())
     }
 
@@ -285,7 +293,8 @@ impl WindowSegment {
         // which lives as long as `self`; it cannot overlap `out`, which is
         // this process's own memory.
         unsafe {
-            std::ptr::copy_nonoverlapping(self.data.add(offset), out.as_mut_ptr(), out.len())
+            self.copies
+                .copy(self.data.add(offset), out.as_mut_ptr(), out.len())
         };
         Ok(())
     }
