@@ -6,7 +6,7 @@
 //! (`mbind`), a copy of another process's descriptor (`pidfd_getfd`),
 //! cross-memory attach (`process_vm_readv`/`process_vm_writev`), memory
 //! barriers on other processes' threads (`membarrier`), and the size of
-//! the CPU's level-1 data cache (`sysconf`). Nothing outside this module
+//! the CPU's caches (`sysconf`). Nothing outside this module
 //! calls `libc` or maps memory.
 //!
 //! # What the safe layer relies on
@@ -634,13 +634,20 @@ pub(crate) fn futex_wake(word: &std::sync::atomic::AtomicU32, count: i32) {
     unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, count) };
 }
 
-/// The size of a level-1 data cache of this machine's CPUs in bytes, as
-/// the C library reports it (`sysconf(_SC_LEVEL1_DCACHE_SIZE)`; glibc
-/// asks the CPU), or `None` where it does not know.
-pub(crate) fn l1_data_cache_bytes() -> Option<usize> {
-    // SAFETY: sysconf only reads a system parameter.
-    let bytes = unsafe { libc::sysconf(libc::_SC_LEVEL1_DCACHE_SIZE) };
-    usize::try_from(bytes).ok().filter(|&b| b > 0)
+/// The sizes of a level-1 data cache and of a level-2 cache of this
+/// machine's CPUs in bytes, as the C library reports them
+/// (`sysconf(_SC_LEVEL1_DCACHE_SIZE)`, `_SC_LEVEL2_CACHE_SIZE`; glibc
+/// asks the CPU); `None` for one it does not know.
+pub(crate) fn cache_bytes() -> (Option<usize>, Option<usize>) {
+    let ask = |name| {
+        // SAFETY: sysconf only reads a system parameter.
+        let bytes = unsafe { libc::sysconf(name) };
+        usize::try_from(bytes).ok().filter(|&b| b > 0)
+    };
+    (
+        ask(libc::_SC_LEVEL1_DCACHE_SIZE),
+        ask(libc::_SC_LEVEL2_CACHE_SIZE),
+    )
 }
 
 /// Test support: processes that share this process's mappings.

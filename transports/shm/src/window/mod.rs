@@ -37,7 +37,7 @@
 //! type and region boundaries are aligned to the largest.
 
 pub mod atomics;
-mod copy;
+pub mod copy;
 pub mod regions;
 mod remote;
 pub mod rwlock;
@@ -47,7 +47,7 @@ pub use remote::RemoteWindow;
 pub use rwlock::SharedRwLock;
 
 use crate::region::{RegionName, SharedRegion};
-use copy::CopyPlan;
+use copy::{Caching, CopyPlan};
 use regions::RegionMutex;
 use std::io;
 use std::sync::atomic::Ordering;
@@ -273,6 +273,18 @@ impl WindowSegment {
     /// check and the copy in the caller.
     #[inline]
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), AccessError> {
+        self.write_by(offset, data, Caching::Cached)
+    }
+
+    /// [`WindowSegment::write`], through the caches or past them
+    /// (module [`copy`]).
+    #[inline]
+    pub fn write_by(
+        &self,
+        offset: usize,
+        data: &[u8],
+        caching: Caching,
+    ) -> Result<(), AccessError> {
         check_range(offset as u64, data.len() as u64, self.size as u64)?;
         // SAFETY: the destination lies in the window (checked), in the
         // mapping, which lives as long as `self`; it cannot overlap
@@ -280,7 +292,7 @@ impl WindowSegment {
         // window memory exists (module docs).
         unsafe {
             self.copies
-                .copy(data.as_ptr(), self.data.add(offset), data.len())
+                .copy(caching, data.as_ptr(), self.data.add(offset), data.len())
         };
         Ok(())
     }
@@ -288,13 +300,25 @@ impl WindowSegment {
     /// Copies the window's bytes at `offset` into `out`.
     #[inline]
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), AccessError> {
+        self.read_by(offset, out, Caching::Cached)
+    }
+
+    /// [`WindowSegment::read`], through the caches or past them (module
+    /// [`copy`]).
+    #[inline]
+    pub fn read_by(
+        &self,
+        offset: usize,
+        out: &mut [u8],
+        caching: Caching,
+    ) -> Result<(), AccessError> {
         check_range(offset as u64, out.len() as u64, self.size as u64)?;
         // SAFETY: the source lies in the window (checked), in the mapping,
         // which lives as long as `self`; it cannot overlap `out`, which is
         // this process's own memory.
         unsafe {
             self.copies
-                .copy(self.data.add(offset), out.as_mut_ptr(), out.len())
+                .copy(caching, self.data.add(offset), out.as_mut_ptr(), out.len())
         };
         Ok(())
     }
