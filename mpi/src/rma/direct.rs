@@ -30,7 +30,7 @@ use super::target::combine;
 use super::wire::AccumulateOp;
 use crate::datatype::Primitive;
 use crate::{Error, ErrorClass, Result};
-use oxmpi_shm::window::copy::{Caching, CopyPlan};
+use oxmpi_shm::window::copy::Caching;
 use oxmpi_shm::window::{AccessError, RemoteWindow, SharedRwLock, WindowSegment};
 use std::cell::Cell;
 use std::sync::Arc;
@@ -132,10 +132,10 @@ fn stored() {
 
 thread_local! {
     /// The bytes this thread's puts and gets of [`COUNTED_FROM`] bytes
-    /// or more moved since its last flush: beyond
-    /// `CopyPlan::stream_after` (half of the level-2 cache) the epoch's
-    /// first data is leaving that cache, and its later copies stream
-    /// past the caches (`oxmpi_shm::window::copy`).
+    /// or more moved into or out of mapped segments since its last
+    /// flush: beyond `CopyPlan::stream_after` (half of the level-2
+    /// cache) the epoch's first data is leaving that cache, and its
+    /// later copies stream past the caches (`oxmpi_shm::window::copy`).
     static MOVED: Cell<usize> = const { Cell::new(0) };
 }
 
@@ -144,23 +144,26 @@ thread_local! {
 /// cached, at the cost of one comparison.
 const COUNTED_FROM: usize = 16 * 1024;
 
-/// How a put or get of `len` bytes copies: counted towards [`MOVED`],
-/// and past the caches once this epoch moved more than the copy plan's
-/// `stream_after`.
+/// How a put or get of `len` bytes through `reach` copies: into or out
+/// of a mapped segment, counted towards [`MOVED`], and past the caches
+/// once this epoch moved more than the segment's copy plan's
+/// `stream_after`; by cross-memory attach the kernel copies.
 #[inline]
-fn caching(len: usize) -> Caching {
-    if len < COUNTED_FROM {
-        return Caching::Cached;
-    }
-    let moved = MOVED.with(|m| {
-        let moved = m.get().saturating_add(len);
-        m.set(moved);
-        moved
-    });
-    if moved > CopyPlan::this_machine().stream_after() {
-        Caching::Streaming
-    } else {
-        Caching::Cached
+fn caching(reach: &Reach, len: usize) -> Caching {
+    match reach {
+        Reach::Mapped(segment) if len >= COUNTED_FROM => {
+            let moved = MOVED.with(|m| {
+                let moved = m.get().saturating_add(len);
+                m.set(moved);
+                moved
+            });
+            if moved > segment.copy_plan().stream_after() {
+                Caching::Streaming
+            } else {
+                Caching::Cached
+            }
+        }
+        _ => Caching::Cached,
     }
 }
 
@@ -247,13 +250,13 @@ fn offset(disp: u64) -> Result<usize> {
 /// `MPI_Put`: copies `data` into the window at `disp`.
 #[inline]
 pub(crate) fn put(reach: &Reach, disp: u64, data: &[u8]) -> Result<()> {
-    reach.write(offset(disp)?, data, caching(data.len()))
+    reach.write(offset(disp)?, data, caching(reach, data.len()))
 }
 
 /// `MPI_Get`: copies the window's bytes at `disp` into `out`.
 #[inline]
 pub(crate) fn get(reach: &Reach, disp: u64, out: &mut [u8]) -> Result<()> {
-    reach.read(offset(disp)?, out, caching(out.len()))
+    reach.read(offset(disp)?, out, caching(reach, out.len()))
 }
 
 /// `MPI_Accumulate` (`old: None`) and `MPI_Get_accumulate` (the target's

@@ -231,6 +231,11 @@ impl WindowSegment {
         self.data
     }
 
+    /// How this segment's puts and gets copy (module [`copy`]).
+    pub fn copy_plan(&self) -> CopyPlan {
+        self.copies
+    }
+
     /// The window's passive-target lock.
     pub fn lock(&self) -> &SharedRwLock {
         let at = self
