@@ -19,7 +19,9 @@
 //! exclusive lock, alternating with accumulates of 4-byte integers and
 //! fetch-and-op of doubles under its shared lock: exact totals), `large`
 //! (puts and gets of 300,000 bytes, at an odd displacement, to the next
-//! rank), `by_message` (gets from 16 KiB and puts beyond 64 KiB, whose data travels
+//! rank; then an epoch of 48 puts and one of 48 gets of 64 KiB and more
+//! to consecutive slots, 3 MiB each, which on shared memory stream past
+//! the caches), `by_message` (gets from 16 KiB and puts beyond 64 KiB, whose data travels
 //! as point-to-point messages over active messages, at sizes on both
 //! sides of each threshold, to the next rank and to the rank itself,
 //! contiguous and through derived origin and result datatypes;
@@ -642,6 +644,55 @@ fn large(world: &Communicator) -> Result<()> {
     ensure(mine == bytes((rank + size - 1) % size), || {
         "the previous rank's bytes differ".to_owned()
     })?;
+    window.free()?;
+    streamed(world)
+}
+
+/// An epoch of 48 puts of a little over 64 KiB to consecutive slots of
+/// the next rank's window, then 48 gets back into consecutive slots,
+/// each direction 3 MiB before its flush: more than half of any level-2
+/// cache, so that on the direct path the later copies stream past the
+/// caches (`oxmpi_shm::window::copy`). Slots of 65560 bytes from
+/// displacement 3 make unaligned starts at both ends; every byte is
+/// checked at the origin and, after a barrier, at the target.
+fn streamed(world: &Communicator) -> Result<()> {
+    const SLOT: usize = (64 << 10) + 24;
+    const SLOTS: usize = 48;
+    const DISP: usize = 3;
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let next = ((rank + 1) % size) as i32;
+    let slot_bytes = |r: usize, j: usize| -> Vec<u8> {
+        (0..SLOT)
+            .map(|i| (i * 13 + j * 7 + r * 5 + i / 509) as u8)
+            .collect()
+    };
+    let window = Window::allocate(world, DISP + SLOTS * SLOT, 1, &Info::new())?;
+    window.lock(LockType::Shared, next, 0)?;
+    for j in 0..SLOTS {
+        window.put(&slot_bytes(rank, j)[..], next, DISP + j * SLOT)?;
+    }
+    window.flush(next)?;
+    let mut back = vec![0u8; SLOTS * SLOT];
+    for (j, slot) in back.chunks_mut(SLOT).enumerate() {
+        window.get(slot, next, DISP + j * SLOT)?;
+    }
+    window.unlock(next)?;
+    let differing = |got: &[u8], from: usize| {
+        got.chunks(SLOT)
+            .enumerate()
+            .position(|(j, slot)| slot != slot_bytes(from, j))
+    };
+    if let Some(j) = differing(&back, rank) {
+        return Err(fail(format!("slot {j} of the streamed gets differs")));
+    }
+    world.barrier()?;
+    let mut mine = vec![0u8; SLOTS * SLOT];
+    window.read_local(DISP, &mut mine)?;
+    if let Some(j) = differing(&mine, (rank + size - 1) % size) {
+        return Err(fail(format!(
+            "slot {j} of the previous rank's streamed puts differs"
+        )));
+    }
     window.free()
 }
 

@@ -4,9 +4,10 @@
 //! a descriptor over one (`SCM_RIGHTS`) and the process at their other end
 //! (`SO_PEERCRED`), epoll, an eventfd, the NUMA memory policy of a mapping
 //! (`mbind`), a copy of another process's descriptor (`pidfd_getfd`),
-//! cross-memory attach (`process_vm_readv`/`process_vm_writev`), and
-//! memory barriers on other processes' threads (`membarrier`). Nothing
-//! outside this module calls `libc` or maps memory.
+//! cross-memory attach (`process_vm_readv`/`process_vm_writev`), memory
+//! barriers on other processes' threads (`membarrier`), and the size of
+//! the CPU's caches (`sysconf`). Nothing outside this module
+//! calls `libc` or maps memory.
 //!
 //! # What the safe layer relies on
 //! - Every descriptor handed out is owned ([`OwnedFd`], [`File`],
@@ -631,6 +632,22 @@ pub(crate) fn futex_wake(word: &std::sync::atomic::AtomicU32, count: i32) {
     // SAFETY: `word` is a live, aligned 4-byte atomic; FUTEX_WAKE does not
     // touch its memory.
     unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, count) };
+}
+
+/// The sizes of a level-1 data cache and of a level-2 cache of this
+/// machine's CPUs in bytes, as the C library reports them
+/// (`sysconf(_SC_LEVEL1_DCACHE_SIZE)`, `_SC_LEVEL2_CACHE_SIZE`; glibc
+/// asks the CPU); `None` for one it does not know.
+pub(crate) fn cache_bytes() -> (Option<usize>, Option<usize>) {
+    let ask = |name| {
+        // SAFETY: sysconf only reads a system parameter.
+        let bytes = unsafe { libc::sysconf(name) };
+        usize::try_from(bytes).ok().filter(|&b| b > 0)
+    };
+    (
+        ask(libc::_SC_LEVEL1_DCACHE_SIZE),
+        ask(libc::_SC_LEVEL2_CACHE_SIZE),
+    )
 }
 
 /// Test support: processes that share this process's mappings.

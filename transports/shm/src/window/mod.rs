@@ -37,6 +37,7 @@
 //! type and region boundaries are aligned to the largest.
 
 pub mod atomics;
+pub mod copy;
 pub mod regions;
 mod remote;
 pub mod rwlock;
@@ -46,6 +47,7 @@ pub use remote::RemoteWindow;
 pub use rwlock::SharedRwLock;
 
 use crate::region::{RegionName, SharedRegion};
+use copy::{Caching, CopyPlan};
 use regions::RegionMutex;
 use std::io;
 use std::sync::atomic::Ordering;
@@ -142,6 +144,8 @@ pub struct WindowSegment {
     mutexes: *const RegionMutex,
     size: usize,
     layout: Layout,
+    /// How puts and gets copy, by their length (module [`copy`]).
+    copies: CopyPlan,
 }
 
 // SAFETY: `data` and `mutexes` point into `region`'s mapping, owned by
@@ -182,6 +186,7 @@ impl WindowSegment {
             mutexes,
             size,
             layout,
+            copies: CopyPlan::this_machine(),
         }
     }
 
@@ -226,6 +231,11 @@ impl WindowSegment {
         self.data
     }
 
+    /// How this segment's puts and gets copy (module [`copy`]).
+    pub fn copy_plan(&self) -> CopyPlan {
+        self.copies
+    }
+
     /// The window's passive-target lock.
     pub fn lock(&self) -> &SharedRwLock {
         let at = self
@@ -268,24 +278,52 @@ impl WindowSegment {
     /// check and the copy in the caller.
     #[inline]
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), AccessError> {
+        self.write_by(offset, data, Caching::Cached)
+    }
+
+    /// [`WindowSegment::write`], through the caches or past them
+    /// (module [`copy`]).
+    #[inline]
+    pub fn write_by(
+        &self,
+        offset: usize,
+        data: &[u8],
+        caching: Caching,
+    ) -> Result<(), AccessError> {
         check_range(offset as u64, data.len() as u64, self.size as u64)?;
         // SAFETY: the destination lies in the window (checked), in the
         // mapping, which lives as long as `self`; it cannot overlap
         // `data`, which is this process's own memory, and no reference to
         // window memory exists (module docs).
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.data.add(offset), data.len()) };
+        unsafe {
+            self.copies
+                .copy(caching, data.as_ptr(), self.data.add(offset), data.len())
+        };
         Ok(())
     }
 
     /// Copies the window's bytes at `offset` into `out`.
     #[inline]
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), AccessError> {
+        self.read_by(offset, out, Caching::Cached)
+    }
+
+    /// [`WindowSegment::read`], through the caches or past them (module
+    /// [`copy`]).
+    #[inline]
+    pub fn read_by(
+        &self,
+        offset: usize,
+        out: &mut [u8],
+        caching: Caching,
+    ) -> Result<(), AccessError> {
         check_range(offset as u64, out.len() as u64, self.size as u64)?;
         // SAFETY: the source lies in the window (checked), in the mapping,
         // which lives as long as `self`; it cannot overlap `out`, which is
         // this process's own memory.
         unsafe {
-            std::ptr::copy_nonoverlapping(self.data.add(offset), out.as_mut_ptr(), out.len())
+            self.copies
+                .copy(caching, self.data.add(offset), out.as_mut_ptr(), out.len())
         };
         Ok(())
     }
