@@ -159,6 +159,26 @@ pub trait Transport: Send {
     /// Largest message (in bytes) sent with the short (eager) protocol.
     fn eager_limit(&self) -> usize;
 
+    /// Largest message (in bytes) that is always sent eagerly; a longer
+    /// one, up to [`Transport::eager_limit`], is sent eagerly only where
+    /// [`Transport::eager_now`] says so, else by rendezvous. The default,
+    /// the eager limit, sends every message up to it eagerly.
+    fn always_eager_limit(&self) -> usize {
+        self.eager_limit()
+    }
+
+    /// Whether a message of `len` bytes to `peer`, longer than
+    /// [`Transport::always_eager_limit`] and at most
+    /// [`Transport::eager_limit`], goes eagerly now rather than by
+    /// rendezvous: a transport whose rendezvous is a single copy takes it
+    /// where the receiver waits for this message alone, and copies through
+    /// its queues where messages follow one another (both copies then
+    /// overlap with the next messages'). The default: eagerly.
+    fn eager_now(&self, peer: PeerRank, len: usize) -> bool {
+        let _ = (peer, len);
+        true
+    }
+
     /// Sends a packet. The payload is copied if it cannot leave at once, so
     /// the caller's buffer is free when this returns. Fails (class
     /// `ProcFailed`) if the peer is known to be lost.
