@@ -1956,6 +1956,12 @@ impl Device {
             } else {
                 RemoteRead::Refused
             };
+            if read == RemoteRead::Done && first == accepted && accepted > 0 {
+                // All here: the sender needs no CTS, only the ReadDone that
+                // frees its buffer and says how much was taken (a packet
+                // less each way on the path of a message read whole).
+                return self.landed(token, first);
+            }
             let mut cts = Header::new(Kind::Cts);
             cts.message_len = accepted as u64;
             cts.sender_token = sender_token;
@@ -2643,6 +2649,25 @@ impl Core {
                         format!("copy report for unknown send {token:#x}"),
                     ));
                 };
+                // A receiver that read the whole message before answering
+                // sent no CTS: this report says how many bytes it took.
+                if let Phase::AwaitingCts {
+                    len,
+                    remote: Some(key),
+                    ..
+                } = r.phase
+                {
+                    if read == 0 || read > len as u64 {
+                        return Err(protocol_error(
+                            peer,
+                            format!("it reports {read} bytes read of a send of {len}"),
+                        ));
+                    }
+                    r.status.count = read as usize;
+                    r.phase = Phase::Done;
+                    self.deferred.push(Deferred::Withdraw { peer, key });
+                    return Ok(None);
+                }
                 let Phase::CopyingOut(copy) = &r.phase else {
                     return Err(protocol_error(
                         peer,

@@ -115,8 +115,8 @@ fn long_messages_by_single_copy() {
     );
 }
 
-/// Messages of 8-16 KiB, one at a time and in windows: past the
-/// always-eager limit (8 KiB) those a receiver waits for alone go by
+/// Messages of 6-16 KiB, one at a time and in windows: past the
+/// always-eager limit (6 KiB) those a receiver waits for alone go by
 /// single copy (the only messages of the check that can), those sent
 /// while one is under way through the queue; without cross-memory
 /// attach, all through the queue.

@@ -234,16 +234,17 @@ impl ShmConfig {
 
     /// The default largest message always sent eagerly, for an eager
     /// limit of `eager_limit`. With cross-memory attach, a message of
-    /// more than 8 KiB that its receiver waits for alone is faster by
+    /// more than 6 KiB that its receiver waits for alone is faster by
     /// single copy: `oxbench latency` on the 2-core development VM, 16
-    /// KiB 2.17 us by single copy against 2.80 eager, 8 KiB 1.78 either
-    /// way; while one that follows others closely moves faster through
-    /// the queue (`oxbench bw`, 16 KiB: 13.4 GB/s eager against 8-9.6 by
-    /// single copy, where the receiver makes every copy). Without it, the
-    /// eager limit.
+    /// KiB 1.93 us by single copy against 2.80 eager, 8 KiB 1.54 against
+    /// 1.78, 6 KiB 1.50 either way, 5 KiB 1.50 against 1.38; while one
+    /// that follows others closely moves faster through the queue
+    /// (`oxbench bw`, 16 KiB: 13.4 GB/s eager against 8-9.6 by single
+    /// copy, where the receiver makes every copy). Without it, the eager
+    /// limit.
     pub fn default_always_eager_limit(cross_memory_attach: bool, eager_limit: usize) -> usize {
         if cross_memory_attach {
-            eager_limit.min(8 * 1024)
+            eager_limit.min(6 * 1024)
         } else {
             eager_limit
         }
