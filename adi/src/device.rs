@@ -3438,6 +3438,50 @@ mod tests {
         assert!(deliver(&mut core, &done, &[]).is_err());
     }
 
+    /// A receiver that read the whole message before answering sends no
+    /// CTS: the sender, still awaiting one, completes on the ReadDone,
+    /// whose count is the bytes accepted, and withdraws its offer; a count
+    /// of 0 or beyond the send is a protocol error.
+    #[test]
+    fn a_send_read_whole_before_any_cts_completes_on_its_read_done() {
+        const LEN: usize = 16_384;
+        let buf = vec![0u8; LEN];
+        let awaiting_cts = |core: &mut Core| {
+            let phase = Phase::AwaitingCts {
+                ptr: buf.as_ptr(),
+                len: LEN,
+                remote: Some(0x1234),
+            };
+            core.requests
+                .insert(Request::new(Some(PEER), phase, Status::empty()))
+        };
+        let read_done = |token: u64, read: usize| {
+            let mut h = Header::new(Kind::ReadDone);
+            h.sender_token = token;
+            h.message_len = read as u64;
+            h
+        };
+        for bad in [0, LEN + 1] {
+            let mut core = core();
+            let token = awaiting_cts(&mut core);
+            let error = deliver(&mut core, &read_done(token, bad), &[]).unwrap_err();
+            assert_eq!(error.class(), ErrorClass::ProcFailed, "{bad}: {error}");
+        }
+        let mut core = core();
+        let token = awaiting_cts(&mut core);
+        deliver(&mut core, &read_done(token, LEN - 10), &[]).unwrap();
+        let r = core.requests.get(token).unwrap();
+        assert!(matches!(r.phase, Phase::Done));
+        assert_eq!(r.status.count, LEN - 10, "the count the receiver took");
+        assert!(matches!(
+            core.deferred.as_slice(),
+            [Deferred::Withdraw {
+                peer: PEER,
+                key: 0x1234
+            }]
+        ));
+    }
+
     #[test]
     fn a_direct_receive_keeps_its_place_and_becomes_a_request_when_it_must() {
         let mut core = core();
