@@ -115,18 +115,19 @@ fn long_messages_by_single_copy() {
     );
 }
 
-/// Messages of 6-16 KiB, one at a time and in windows: past the
+/// Messages of 6-32 KiB, one at a time and in windows: past the
 /// always-eager limit (6 KiB) those a receiver waits for alone go by
-/// single copy (the only messages of the check that can), those sent
-/// while one is under way through the queue; without cross-memory
-/// attach, all through the queue.
+/// single copy, those sent while one is under way through the queue (up
+/// to 16 KiB) or by single copies in halves; without cross-memory
+/// attach, all through the queue (up to 64 KiB eagerly).
 #[test]
 fn messages_around_the_eager_limits_with_and_without_single_copy() {
+    // The first single copy is the first message past 6 KiB.
     verbose_job(
         "mid-sizes",
         2,
         &[],
-        "by single copy (cross-memory attach)",
+        "by single copy (cross-memory attach), first with rank 0 (6145 bytes)",
         "refused",
     );
     verbose_job(

@@ -200,18 +200,19 @@ fn sizes(world: &Communicator) -> Result<()> {
 
 /// Messages between the shared-memory transport's always-eager limit (6
 /// KiB) and its eager limit (16 KiB, the longest single copy read whole
-/// too), from and into buffers off page boundaries, every byte checked.
-/// One at a time, each waited for (by single copy past 6 KiB where
-/// cross-memory attach is on); then in
-/// windows of one tag (the first by single copy, those sent while it is
-/// under way through the queue), which must arrive in the order sent,
-/// with their receives posted first, and posted only after every
+/// too), and around 32 KiB (the longest read whole when alone), from and
+/// into buffers off page boundaries, every byte checked. One at a time,
+/// each waited for (by single copy past 6 KiB where cross-memory attach
+/// is on); then in windows of one tag (the first by single copy, read
+/// whole, those sent while it is under way through the queue, or past
+/// 16 KiB by single copies in halves), which must arrive in the order
+/// sent, with their receives posted first, and posted only after every
 /// message of the window arrived.
 fn mid_sizes(world: &Communicator) -> Result<()> {
     const WINDOW: usize = 16;
     // Tag of the message that follows a window whose receives wait.
     const ARRIVED: i32 = 999;
-    let sizes = [6144, 6145, 8192, 12_345, 16_384];
+    let sizes = [6144, 6145, 8192, 12_345, 16_384, 32_768, 32_769];
     let rank = world.rank();
     if rank > 1 {
         return Ok(());

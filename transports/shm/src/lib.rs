@@ -43,7 +43,7 @@
 //! the two buffers, through [`Transport::remote_read`] and
 //! [`Transport::remote_write`] (module `cma`); so do messages past
 //! [`ShmConfig::always_eager_limit`] that no other single copy to their
-//! peer precedes ([`Transport::eager_now`]): alone, a single copy is
+//! peer precedes ([`Transport::remote_copies_under_way`]): alone, a single copy is
 //! faster; behind one, the queue's two overlapping copies are. What does
 //! not fit waits in the peer's queue of outgoing packets (copied, for
 //! `send`) and goes from [`Transport::poll`]: a full queue is back-pressure,
@@ -172,7 +172,7 @@ pub struct ShmConfig {
     /// Largest message always sent eagerly, in bytes: a longer one, up to
     /// `eager_limit`, goes by single copy (a remote-copy rendezvous)
     /// unless another single-copy send to the same peer is under way
-    /// ([`Transport::eager_now`]).
+    /// ([`Transport::remote_copies_under_way`]).
     pub always_eager_limit: usize,
     /// Bytes of cells in each queue: a power of two from
     /// [`QUEUE_SIZE_MIN`] to [`QUEUE_SIZE_MAX`].
@@ -525,7 +525,7 @@ impl ShmTransport {
         };
         match copy(pid) {
             Ok(()) => {
-                self.cma.worked(peer);
+                self.cma.worked(peer, len);
                 Ok(true)
             }
             Err(e) => match self.cma.judge(peer, remote, len, e) {
@@ -1231,12 +1231,8 @@ impl Transport for ShmTransport {
         self.config.always_eager_limit
     }
 
-    fn eager_now(&self, peer: PeerRank, _len: usize) -> bool {
-        // A single copy under way: this message follows it closely, and
-        // goes through the queue (copies at both ends, overlapping with
-        // the receiver's). Without single copies, eagerly as well: the
-        // rendezvous would go through the queue too.
-        self.peers.get(peer).is_some_and(|p| p.offered > 0) || !self.offers_remote_copy(peer)
+    fn remote_copies_under_way(&self, peer: PeerRank) -> bool {
+        self.peers.get(peer).is_some_and(|p| p.offered > 0)
     }
 
     fn send(&mut self, peer: PeerRank, header: &Header, payload: &[u8]) -> Result<()> {
