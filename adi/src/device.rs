@@ -44,7 +44,8 @@ use crate::error::{Error, ErrorClass, Result};
 use crate::matching::{Envelope, Pattern, PostedQueue, UnexpectedQueue};
 use crate::pmi::Pmi;
 use crate::proto::{
-    remote_split, Header, Kind, FLAG_PIECE, FLAG_REMOTE, FLAG_SYNC, MAX_ACTIVE_LEN, PIECE_LEN,
+    remote_split, Header, Kind, FLAG_ALONE, FLAG_PIECE, FLAG_REMOTE, FLAG_SYNC, MAX_ACTIVE_LEN,
+    PIECE_LEN,
 };
 use crate::request::Slab;
 use crate::select::{card_key, Routes};
@@ -220,6 +221,8 @@ struct CopyOut {
 struct CopyIn {
     address: u64,
     key: u64,
+    /// The RTS said [`FLAG_ALONE`]: see [`remote_split`].
+    alone: bool,
     sender_token: u64,
     accepted: usize,
     copied: usize,
@@ -397,9 +400,9 @@ enum Unexpected {
         peer: PeerRank,
         sender_token: u64,
         len: usize,
-        /// The sender's buffer and its key, when it offers remote memory
-        /// copy.
-        remote: Option<(u64, u64)>,
+        /// The sender's buffer, its key, and whether the message is alone
+        /// ([`FLAG_ALONE`]), when it offers remote memory copy.
+        remote: Option<(u64, u64, bool)>,
     },
 }
 
@@ -635,6 +638,9 @@ struct Core {
     /// Eager limits of the transports, by index (read once at start: to
     /// choose a send's protocol and to judge eager packets).
     eager_limits: Vec<usize>,
+    /// Largest messages the transports always send eagerly, by index
+    /// ([`Transport::always_eager_limit`], read once at start).
+    always_eager_limits: Vec<usize>,
     /// Whether the receiver of a remote-copy rendezvous reads all of it,
     /// by transport index ([`Transport::remote_reads_all`]).
     reads_all: Vec<bool>,
@@ -917,6 +923,10 @@ impl Device {
                 unexpected: UnexpectedQueue::default(),
                 deferred: Vec::new(),
                 eager_limits: all.iter().map(|t| t.eager_limit()).collect(),
+                always_eager_limits: all
+                    .iter()
+                    .map(|t| t.always_eager_limit().min(t.eager_limit()))
+                    .collect(),
                 reads_all: all.iter().map(|t| t.remote_reads_all()).collect(),
                 active: VecDeque::new(),
                 spare_payloads: Vec::new(),
@@ -1167,8 +1177,11 @@ impl Device {
         }
         let mut status = Status::empty();
         status.count = len;
-        let eager = len <= self.core.eager_limits[t];
+        let eager = self.sends_eagerly(t, peer, len, source.is_none());
+        let mut alone = false;
         let remote = if !eager && len > 0 && source.is_none() {
+            // Asked before this send's own offer: is another under way?
+            alone = !self.core.reads_all[t] && !self.transports[t].remote_copies_under_way(peer);
             // SAFETY: the caller of `start_send` keeps `buf` readable for
             // `len` bytes and unmodified until the request completes, and
             // the offer is withdrawn when it does (or the peer failed).
@@ -1187,6 +1200,9 @@ impl Device {
         };
         if let Some(key) = remote {
             header.flags |= FLAG_REMOTE;
+            if alone {
+                header.flags |= FLAG_ALONE;
+            }
             header.address = buf as u64;
             // An RTS names no receive: the field carries the key.
             header.receiver_token = key;
@@ -1245,7 +1261,7 @@ impl Device {
         len: usize,
     ) -> Result<Option<RequestId>> {
         let t = self.bind(peer)?;
-        if len > self.core.eager_limits[t] {
+        if !self.sends_eagerly(t, peer, len, true) {
             return self
                 .start_outbound(peer, envelope, Outbound::Raw(buf, len), false)
                 .map(Some);
@@ -1257,6 +1273,19 @@ impl Device {
         // SAFETY: the caller guarantees `buf` is readable for `len`.
         self.transports[t].send(peer, &header, unsafe { payload(buf, len) })?;
         Ok(None)
+    }
+
+    /// Whether a message of `len` bytes to `peer`, reached by transport
+    /// `t`, is sent eagerly (else by rendezvous): see
+    /// [`Transport::always_eager_limit`]. Data that is not `contiguous`
+    /// never moves by remote copy.
+    #[inline]
+    fn sends_eagerly(&self, t: usize, peer: PeerRank, len: usize, contiguous: bool) -> bool {
+        len <= self.core.always_eager_limits[t]
+            || (len <= self.core.eager_limits[t]
+                && (!contiguous
+                    || !self.transports[t].offers_remote_copy(peer)
+                    || self.transports[t].remote_copies_under_way(peer)))
     }
 
     /// A request that is complete from the start with `status` (an
@@ -1807,7 +1836,9 @@ impl Device {
         address: u64,
     ) -> Result<()> {
         let t = self.bind(peer)?;
-        let split = read_share(self.core.reads_all[t], accepted);
+        // A CTS with FLAG_REMOTE comes only for a split message, split
+        // the same whether alone or not (`remote_split`).
+        let split = read_share(self.core.reads_all[t], false, accepted);
         let share = accepted - split;
         if share == 0 {
             return Ok(());
@@ -1904,13 +1935,14 @@ impl Device {
         let CopyIn {
             address,
             key,
+            alone,
             sender_token,
             accepted,
             ..
         } = **copy;
         let buf = r.buf;
         let t = self.bind(peer)?;
-        let split = read_share(self.core.reads_all[t], accepted);
+        let split = read_share(self.core.reads_all[t], alone, accepted);
         let (from, to) = if rest { (split, accepted) } else { (0, split) };
         let mut at = from;
         // Bytes copied by this call; reads the transport carries on with
@@ -1919,7 +1951,11 @@ impl Device {
         if !rest {
             // A transport whose NIC reads knows at once whether it can
             // (registration), and needs no probe: one read takes it all.
-            let first = if self.core.reads_all[t] {
+            // Where the receiver reads the whole message anyway, the
+            // sender has no share to start sooner: one read too, whose
+            // refusal still allows a plain CTS (a first page and then the
+            // rest had cost a system call and 0.3-0.5 us more at 8 KiB).
+            let first = if self.core.reads_all[t] || split == accepted {
                 split
             } else {
                 split.min(FIRST_READ)
@@ -1934,6 +1970,20 @@ impl Device {
             } else {
                 RemoteRead::Refused
             };
+            if first == accepted && accepted > 0 {
+                // All here (or coming, where the transport reads on, to be
+                // reported when it lands): the sender needs no CTS, only
+                // the ReadDone that frees its buffer and says how much was
+                // taken (a packet less each way on the path of a message
+                // read whole). A message alone never gets a CTS with
+                // FLAG_REMOTE: its sender, which splits without the flag,
+                // must not write a share.
+                match read {
+                    RemoteRead::Done => return self.landed(token, first),
+                    RemoteRead::Started if alone => return Ok(()),
+                    _ => {}
+                }
+            }
             let mut cts = Header::new(Kind::Cts);
             cts.message_len = accepted as u64;
             cts.sender_token = sender_token;
@@ -2220,7 +2270,7 @@ impl Core {
         peer: PeerRank,
         sender_token: u64,
         len: usize,
-        remote: Option<(u64, u64)>,
+        remote: Option<(u64, u64, bool)>,
     ) {
         let Some(r) = self.requests.get_mut(token) else {
             return;
@@ -2230,10 +2280,11 @@ impl Core {
         // A receive with a sink takes the data in pieces, never by remote
         // copy into a buffer.
         let pieces = r.has_sink() && accepted > 0;
-        if let Some((address, key)) = remote.filter(|_| accepted > 0 && !pieces) {
+        if let Some((address, key, alone)) = remote.filter(|_| accepted > 0 && !pieces) {
             r.phase = Phase::CopyingIn(Box::new(CopyIn {
                 address,
                 key,
+                alone,
                 sender_token,
                 accepted,
                 copied: 0,
@@ -2433,7 +2484,11 @@ impl Core {
                 })?;
                 // An RTS's receiver-token field carries the key of the
                 // offered buffer.
-                let remote = (h.flags & FLAG_REMOTE != 0).then_some((h.address, h.receiver_token));
+                let remote = (h.flags & FLAG_REMOTE != 0).then_some((
+                    h.address,
+                    h.receiver_token,
+                    h.flags & FLAG_ALONE != 0,
+                ));
                 match self.take_posted(&envelope) {
                     Some(token) => {
                         if let Some(r) = self.requests.get_mut(token) {
@@ -2594,7 +2649,7 @@ impl Core {
                     ));
                 };
                 let accepted = copy.accepted;
-                let share = (accepted - read_share(reads_all, accepted)) as u64;
+                let share = (accepted - read_share(reads_all, copy.alone, accepted)) as u64;
                 if share == 0 || (written != share && written != 0) {
                     return Err(protocol_error(
                         peer,
@@ -2621,6 +2676,25 @@ impl Core {
                         format!("copy report for unknown send {token:#x}"),
                     ));
                 };
+                // A receiver that read the whole message before answering
+                // sent no CTS: this report says how many bytes it took.
+                if let Phase::AwaitingCts {
+                    len,
+                    remote: Some(key),
+                    ..
+                } = r.phase
+                {
+                    if read == 0 || read > len as u64 {
+                        return Err(protocol_error(
+                            peer,
+                            format!("it reports {read} bytes read of a send of {len}"),
+                        ));
+                    }
+                    r.status.count = read as usize;
+                    r.phase = Phase::Done;
+                    self.deferred.push(Deferred::Withdraw { peer, key });
+                    return Ok(None);
+                }
                 let Phase::CopyingOut(copy) = &r.phase else {
                     return Err(protocol_error(
                         peer,
@@ -2771,11 +2845,11 @@ unsafe fn payload<'a>(buf: *const u8, len: usize) -> &'a [u8] {
 /// transport whose NIC moves them (`reads_all`, see
 /// [`Transport::remote_reads_all`]), else [`remote_split`]'s share (the
 /// sender writes the rest).
-fn read_share(reads_all: bool, accepted: usize) -> usize {
+fn read_share(reads_all: bool, alone: bool, accepted: usize) -> usize {
     if reads_all {
         accepted
     } else {
-        remote_split(accepted)
+        remote_split(accepted, alone)
     }
 }
 
@@ -3126,6 +3200,7 @@ mod tests {
             unexpected: UnexpectedQueue::default(),
             deferred: Vec::new(),
             eager_limits: vec![64],
+            always_eager_limits: vec![64],
             reads_all: vec![false],
             active: VecDeque::new(),
             spare_payloads: Vec::new(),
@@ -3150,7 +3225,7 @@ mod tests {
         let token = core
             .requests
             .insert(Device::unpacked_request(Some(PEER), sink));
-        core.accept_rts(token, PEER, 77, len, Some((0x7f00_0000_0000, 0)));
+        core.accept_rts(token, PEER, 77, len, Some((0x7f00_0000_0000, 0, true)));
         (token, bytes)
     }
 
@@ -3278,6 +3353,7 @@ mod tests {
     fn a_packet_over_an_unplanned_transport_makes_it_polled_every_turn() {
         let mut core = core();
         core.eager_limits = vec![64; 3];
+        core.always_eager_limits = vec![64; 3];
         let mut sink = Sink {
             core: &mut core,
             transport: 2,
@@ -3379,14 +3455,59 @@ mod tests {
             r.phase = Phase::CopyingIn(Box::new(CopyIn {
                 address: 0x7f00_0000_0000,
                 key: 0x1234,
+                alone: false,
                 sender_token: 5,
                 accepted: LEN,
                 copied: 0,
             }));
         }
-        let mut done = packet(Kind::WriteDone, 0, LEN - remote_split(LEN));
+        let mut done = packet(Kind::WriteDone, 0, LEN - remote_split(LEN, false));
         done.receiver_token = receive;
         assert!(deliver(&mut core, &done, &[]).is_err());
+    }
+
+    /// A receiver that read the whole message before answering sends no
+    /// CTS: the sender, still awaiting one, completes on the ReadDone,
+    /// whose count is the bytes accepted, and withdraws its offer; a count
+    /// of 0 or beyond the send is a protocol error.
+    #[test]
+    fn a_send_read_whole_before_any_cts_completes_on_its_read_done() {
+        const LEN: usize = 16_384;
+        let buf = vec![0u8; LEN];
+        let awaiting_cts = |core: &mut Core| {
+            let phase = Phase::AwaitingCts {
+                ptr: buf.as_ptr(),
+                len: LEN,
+                remote: Some(0x1234),
+            };
+            core.requests
+                .insert(Request::new(Some(PEER), phase, Status::empty()))
+        };
+        let read_done = |token: u64, read: usize| {
+            let mut h = Header::new(Kind::ReadDone);
+            h.sender_token = token;
+            h.message_len = read as u64;
+            h
+        };
+        for bad in [0, LEN + 1] {
+            let mut core = core();
+            let token = awaiting_cts(&mut core);
+            let error = deliver(&mut core, &read_done(token, bad), &[]).unwrap_err();
+            assert_eq!(error.class(), ErrorClass::ProcFailed, "{bad}: {error}");
+        }
+        let mut core = core();
+        let token = awaiting_cts(&mut core);
+        deliver(&mut core, &read_done(token, LEN - 10), &[]).unwrap();
+        let r = core.requests.get(token).unwrap();
+        assert!(matches!(r.phase, Phase::Done));
+        assert_eq!(r.status.count, LEN - 10, "the count the receiver took");
+        assert!(matches!(
+            core.deferred.as_slice(),
+            [Deferred::Withdraw {
+                peer: PEER,
+                key: 0x1234
+            }]
+        ));
     }
 
     #[test]

@@ -159,6 +159,27 @@ pub trait Transport: Send {
     /// Largest message (in bytes) sent with the short (eager) protocol.
     fn eager_limit(&self) -> usize;
 
+    /// Largest message (in bytes) that is always sent eagerly; a longer
+    /// one of contiguous data, up to [`Transport::eager_limit`], goes by
+    /// remote copy where the transport offers it to the peer and none of
+    /// this rank's is under way to it
+    /// ([`Transport::remote_copies_under_way`]), else eagerly: a single
+    /// copy is faster for a message its receiver waits for alone, while
+    /// messages that follow one another move faster through the queues
+    /// (their two copies overlap with the next messages'). The default,
+    /// the eager limit, sends every message up to it eagerly.
+    fn always_eager_limit(&self) -> usize {
+        self.eager_limit()
+    }
+
+    /// Whether a buffer of this rank's is offered to `peer` for a remote
+    /// copy ([`Transport::remote_offer`]) and not yet withdrawn: a message
+    /// to `peer` now follows another closely. The default: none known.
+    fn remote_copies_under_way(&self, peer: PeerRank) -> bool {
+        let _ = peer;
+        false
+    }
+
     /// Sends a packet. The payload is copied if it cannot leave at once, so
     /// the caller's buffer is free when this returns. Fails (class
     /// `ProcFailed`) if the peer is known to be lost.

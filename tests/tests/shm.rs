@@ -84,11 +84,11 @@ fn sizes_with_a_small_threshold_and_the_smallest_queue() {
     job("p2p_suite", "sizes", 2, &SMALL_QUEUE);
 }
 
-/// Runs `p2p_suite long` on `ranks` ranks with `env` and verbose output;
+/// Runs `p2p_suite CHECK` on `ranks` ranks with `env` and verbose output;
 /// it must succeed, leave nothing in /dev/shm, and say `says` (and not
 /// `never`) on standard error.
-fn long_messages(ranks: usize, env: &[(&str, &str)], says: &str, never: &str) {
-    let mut c = oxrun(ranks, "p2p_suite", &["long"], env);
+fn verbose_job(check: &str, ranks: usize, env: &[(&str, &str)], says: &str, never: &str) {
+    let mut c = oxrun(ranks, "p2p_suite", &[check], env);
     c.env("OXMPI_VERBOSE", "1");
     let out = run(c, Duration::from_secs(120));
     out.assert_success();
@@ -99,8 +99,15 @@ fn long_messages(ranks: usize, env: &[(&str, &str)], says: &str, never: &str) {
 
 #[test]
 fn long_messages_by_single_copy() {
-    long_messages(2, &[], "by single copy (cross-memory attach)", "refused");
-    long_messages(
+    verbose_job(
+        "long",
+        2,
+        &[],
+        "by single copy (cross-memory attach)",
+        "refused",
+    );
+    verbose_job(
+        "long",
         3,
         &SMALL_EAGER,
         "by single copy (cross-memory attach)",
@@ -108,16 +115,42 @@ fn long_messages_by_single_copy() {
     );
 }
 
+/// Messages of 6-32 KiB, one at a time and in windows: past the
+/// always-eager limit (6 KiB) those a receiver waits for alone go by
+/// single copy, those sent while one is under way through the queue (up
+/// to 16 KiB) or by single copies in halves; without cross-memory
+/// attach, all through the queue (up to 64 KiB eagerly).
+#[test]
+fn messages_around_the_eager_limits_with_and_without_single_copy() {
+    // The first single copy is the first message past 6 KiB.
+    verbose_job(
+        "mid-sizes",
+        2,
+        &[],
+        "by single copy (cross-memory attach), first with rank 0 (6145 bytes)",
+        "refused",
+    );
+    verbose_job(
+        "mid-sizes",
+        2,
+        &[("OXMPI_SHM_CMA", "0")],
+        "cross-memory attach off (OXMPI_SHM_CMA=0)",
+        "single copy",
+    );
+}
+
 #[test]
 fn long_messages_through_the_queue_when_single_copy_is_off() {
     let off = [("OXMPI_SHM_CMA", "0")];
-    long_messages(
+    verbose_job(
+        "long",
         2,
         &off,
         "cross-memory attach off (OXMPI_SHM_CMA=0)",
         "single copy",
     );
-    long_messages(
+    verbose_job(
+        "long",
         3,
         &off,
         "cross-memory attach off (OXMPI_SHM_CMA=0)",

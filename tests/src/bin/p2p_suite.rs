@@ -34,6 +34,7 @@ fn main() -> ExitCode {
             "mprobe" => mprobe_race(&world),
             "huge" => huge_message(&world),
             "long" => long_messages(&world),
+            "mid-sizes" => mid_sizes(&world),
             "flood" => flood(&world),
             "direct" => direct_receives(&world),
             // Failures the launcher must notice: rank 1 leaves without
@@ -197,6 +198,112 @@ fn sizes(world: &Communicator) -> Result<()> {
     Ok(())
 }
 
+/// Messages between the shared-memory transport's always-eager limit (6
+/// KiB) and its eager limit (16 KiB, the longest single copy read whole
+/// too), and around 32 KiB (the longest read whole when alone), from and
+/// into buffers off page boundaries, every byte checked. One at a time,
+/// each waited for (by single copy past 6 KiB where cross-memory attach
+/// is on); then in windows of one tag (the first by single copy, read
+/// whole, those sent while it is under way through the queue, or past
+/// 16 KiB by single copies in halves), which must arrive in the order
+/// sent, with their receives posted first, and posted only after every
+/// message of the window arrived.
+fn mid_sizes(world: &Communicator) -> Result<()> {
+    const WINDOW: usize = 16;
+    // Tag of the message that follows a window whose receives wait.
+    const ARRIVED: i32 = 999;
+    let sizes = [6144, 6145, 8192, 12_345, 16_384, 32_768, 32_769];
+    let rank = world.rank();
+    if rank > 1 {
+        return Ok(());
+    }
+    let peer = world.process_at_rank(1 - rank);
+    let seed = |k: usize, i: usize| (k * 100 + i) as u64;
+    for (k, &len) in sizes.iter().enumerate() {
+        let tag = k as i32;
+        let out = filled(seed(k, rank as usize), len + 3);
+        let mut back = vec![0u8; len + 5];
+        if rank == 0 {
+            peer.send_with_tag(&out[3..], tag)?;
+            peer.receive_into_with_tag(&mut back[5..], tag)?;
+        } else {
+            peer.receive_into_with_tag(&mut back[5..], tag)?;
+            peer.send_with_tag(&out[3..], tag)?;
+        }
+        let expected = &filled(seed(k, 1 - rank as usize), len + 3)[3..];
+        ensure(&back[5..] == expected, || {
+            format!("{len}-byte message, one at a time, from rank {}", 1 - rank)
+        })?;
+    }
+    for posted_first in [true, false] {
+        for (k, &len) in sizes.iter().enumerate() {
+            let tag = k as i32;
+            if rank == 0 {
+                let outs: Vec<Vec<u8>> = (0..WINDOW).map(|i| filled(seed(k, i), len + 3)).collect();
+                if posted_first {
+                    // The receives are posted.
+                    peer.receive::<u8>()?;
+                }
+                scope(|s| -> Result<()> {
+                    let mut sends = Vec::with_capacity(WINDOW);
+                    for out in &outs {
+                        sends.push(peer.immediate_send_with_tag(s, &out[3..], tag)?);
+                    }
+                    if !posted_first {
+                        // Behind the window on the same connection: it
+                        // arrives after every message of it.
+                        peer.send_with_tag(&1u8, ARRIVED)?;
+                    }
+                    wait_all(sends)?;
+                    Ok(())
+                })?;
+            } else {
+                let mut bufs = vec![vec![0u8; len + 5]; WINDOW];
+                if !posted_first {
+                    peer.receive_into_with_tag(&mut [0u8][..], ARRIVED)?;
+                }
+                scope(|s| -> Result<()> {
+                    let mut receives = Vec::with_capacity(WINDOW);
+                    for buf in bufs.iter_mut() {
+                        receives.push(peer.immediate_receive_into_with_tag(
+                            s,
+                            &mut buf[5..],
+                            tag,
+                        )?);
+                    }
+                    if posted_first {
+                        peer.send(&1u8)?;
+                    }
+                    for status in wait_all(receives)? {
+                        ensure(status.byte_count() == len, || {
+                            format!(
+                                "{len}-byte message of a window arrived with {} bytes",
+                                status.byte_count()
+                            )
+                        })?;
+                    }
+                    Ok(())
+                })?;
+                for (i, buf) in bufs.iter().enumerate() {
+                    let expected = &filled(seed(k, i), len + 3)[3..];
+                    ensure(&buf[5..] == expected, || {
+                        format!(
+                            "message {i} of a window of {len}-byte messages (receives posted {}): \
+                             not the {i}th sent",
+                            if posted_first {
+                                "first"
+                            } else {
+                                "after they arrived"
+                            }
+                        )
+                    })?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Long messages as a single-copy transport must move them: sizes that
 /// are no multiple of a page, from just past the threshold to beyond
 /// 4 MiB, from and into buffers that start off any page boundary, both
@@ -207,6 +314,8 @@ fn long_messages(world: &Communicator) -> Result<()> {
     let t = threshold();
     let sizes = [
         t + 1,
+        // Past the longest single copy that the receiver reads whole.
+        16_385,
         17 * 4096 + 5,
         (1 << 20) + 123,
         (5 << 20) + 4097,

@@ -74,12 +74,13 @@ impl Cma {
         self.enabled
     }
 
-    /// A copy with `peer` succeeded: the first is told under verbose.
-    pub(crate) fn worked(&mut self, peer: PeerRank) {
+    /// A copy of `len` bytes with `peer` succeeded: the first is told
+    /// under verbose.
+    pub(crate) fn worked(&mut self, peer: PeerRank, len: usize) {
         if !self.worked {
             self.worked = true;
             vlog!(
-                "shm: rank {}: long messages by single copy (cross-memory attach), first with rank {peer}",
+                "shm: rank {}: long messages by single copy (cross-memory attach), first with rank {peer} ({len} bytes)",
                 self.rank
             );
         }

@@ -209,6 +209,7 @@ impl Net {
             .map(|rank| {
                 let config = ShmConfig {
                     eager_limit: EAGER,
+                    always_eager_limit: EAGER,
                     queue_size,
                     cross_memory_attach: true,
                 };
