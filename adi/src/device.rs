@@ -35,7 +35,10 @@
 //!   layer (one-sided communication), handed whole to the
 //!   [`ActiveMessageHandler`] it installed, from within the progress
 //!   engine, so they are handled whenever the process is in any call that
-//!   makes progress. The device knows nothing of what they say.
+//!   makes progress. The device knows nothing of what they say. Placed
+//!   active messages ([`FLAG_PLACED`]) carry data that the transport
+//!   reads straight into the memory the MPI layer's [`ActivePlacer`]
+//!   names from their header; the handler then hears that it landed.
 //!
 //! The device is a plain `&mut self` state machine: the MPI layer keeps it
 //! behind a lock, so several threads can drive it one at a time.
@@ -44,7 +47,8 @@ use crate::error::{Error, ErrorClass, Result};
 use crate::matching::{Envelope, Pattern, PostedQueue, UnexpectedQueue};
 use crate::pmi::Pmi;
 use crate::proto::{
-    remote_split, Header, Kind, FLAG_PIECE, FLAG_REMOTE, FLAG_SYNC, MAX_ACTIVE_LEN, PIECE_LEN,
+    remote_split, Header, Kind, FLAG_PIECE, FLAG_PLACED, FLAG_REMOTE, FLAG_SYNC, MAX_ACTIVE_LEN,
+    PIECE_LEN,
 };
 use crate::request::Slab;
 use crate::select::{card_key, Routes};
@@ -528,6 +532,19 @@ struct Vc {
     /// An active message from this peer whose payload is still arriving:
     /// its context id and payload.
     arriving_active: Option<(u32, Vec<u8>)>,
+    /// A placed active message from this peer whose data is still
+    /// arriving, straight into the memory its placer named.
+    arriving_placed: Option<Placing>,
+}
+
+/// The data of a placed active message ([`FLAG_PLACED`]) on its way
+/// into `len` bytes at `dest`, which the [`ActivePlacer`] named for
+/// (`context_id`, `key`).
+struct Placing {
+    context_id: u32,
+    key: u64,
+    dest: *mut u8,
+    len: usize,
 }
 
 impl Vc {
@@ -548,8 +565,63 @@ pub struct ActiveMessage {
     pub peer: PeerRank,
     /// The context id its sender gave it.
     pub context_id: u32,
-    /// Its payload, unchecked: the handler decodes it.
+    /// Its payload, unchecked: the handler decodes it (empty for a
+    /// placed message).
     pub payload: Vec<u8>,
+    /// For a placed active message ([`FLAG_PLACED`]): its data landed
+    /// where the placer said, or was dropped because the placer refused
+    /// it. `None` for a message for the handler.
+    pub placed: Option<Placed>,
+}
+
+/// What became of the data of a placed active message, for the handler
+/// (in [`ActiveMessage::placed`], in arrival order with the peer's other
+/// active messages).
+#[derive(Debug)]
+pub struct Placed {
+    /// The key its sender gave it (the header's receiver token).
+    pub key: u64,
+    /// Its length in bytes.
+    pub len: usize,
+    /// Why the placer refused it (its data was dropped unread), or
+    /// `None`: every byte landed.
+    pub refusal: Option<Error>,
+}
+
+/// Where the placer puts the data of a placed active message.
+#[derive(Debug)]
+pub enum Destination {
+    /// At this address: the transport writes the data there, in order,
+    /// possibly over several polls.
+    At(*mut u8),
+    /// Nowhere, for this reason (a one-sided put outside its window):
+    /// the data is dropped unread and the handler told.
+    Refused(Error),
+}
+
+/// What the MPI layer gives the device to place the data of placed
+/// active messages ([`FLAG_PLACED`]): asked when such a message's header
+/// arrives, before a byte of its data is read, with the device locked.
+///
+/// # Safety
+/// A [`Destination::At`] must be valid for writes of the `len` bytes
+/// asked for, and not read or written by anything else, for as long as
+/// [`Device::placing_into`] says that data arrives into `context_id`
+/// (the data of that message has landed once the handler hears of it,
+/// or is abandoned if its peer fails).
+pub unsafe trait ActivePlacer: Send {
+    /// Where the `len` bytes of the placed active message from `peer` in
+    /// `context_id` with `keys` (its key and bound, as
+    /// [`Device::start_placed_send`] sent them) go, or why they are
+    /// refused. An error means the peer broke the protocol (it named
+    /// something it cannot): the device fails that peer.
+    fn place(
+        &mut self,
+        peer: PeerRank,
+        context_id: u32,
+        keys: (u64, u64),
+        len: usize,
+    ) -> Result<Destination>;
 }
 
 /// What the MPI layer gives the device to handle active messages. The
@@ -593,6 +665,9 @@ const ARRIVAL_SLOT: u64 = 1 << 63;
 /// Bit of a [`PayloadSlot`] naming an arriving active message (the low
 /// bits are the peer).
 const ACTIVE_SLOT: u64 = 1 << 62;
+/// Bit of a [`PayloadSlot`] naming an arriving placed active message's
+/// data (the low bits are the peer).
+const PLACED_SLOT: u64 = 1 << 61;
 
 /// Packets to send once the transport that triggered them returns from poll.
 enum Deferred {
@@ -640,6 +715,9 @@ struct Core {
     reads_all: Vec<bool>,
     /// Active messages that arrived, for the handler.
     active: VecDeque<ActiveMessage>,
+    /// The MPI layer's placer of placed active messages' data; without
+    /// one, such data is refused.
+    placer: Option<Box<dyn ActivePlacer>>,
     /// Payload buffers of handled active messages, kept for the next
     /// ones (at most [`SPARE_PAYLOAD_BYTES`] of capacity in all, counted
     /// in `spare_bytes`): a buffer of 128 KiB or more from the allocator
@@ -905,6 +983,7 @@ impl Device {
                 recv_sequence: 0,
                 arriving: None,
                 arriving_active: None,
+                arriving_placed: None,
             })
             .collect();
         Ok(Device {
@@ -919,6 +998,7 @@ impl Device {
                 eager_limits: all.iter().map(|t| t.eager_limit()).collect(),
                 reads_all: all.iter().map(|t| t.remote_reads_all()).collect(),
                 active: VecDeque::new(),
+                placer: None,
                 spare_payloads: Vec::new(),
                 spare_bytes: 0,
                 direct: Direct::Idle,
@@ -940,6 +1020,23 @@ impl Device {
         self.active_handler = Some(handler);
     }
 
+    /// Installs the placer of placed active messages' data (the MPI
+    /// layer's, once).
+    pub fn set_active_placer(&mut self, placer: Box<dyn ActivePlacer>) {
+        self.core.placer = Some(placer);
+    }
+
+    /// Whether the data of a placed active message is arriving into
+    /// memory that the placer named for `context_id`: while it is, that
+    /// memory must stay (see [`ActivePlacer`]).
+    pub fn placing_into(&self, context_id: u32) -> bool {
+        self.core.vcs.iter().any(|vc| {
+            vc.arriving_placed
+                .as_ref()
+                .is_some_and(|p| p.context_id == context_id)
+        })
+    }
+
     /// Sends the payload `parts` (one after another, at most
     /// [`MAX_ACTIVE_LEN`] bytes in all) to `peer` (world rank) as an
     /// active message in `context_id`. What cannot leave at once is
@@ -953,6 +1050,59 @@ impl Device {
         parts: &[&[u8]],
     ) -> Result<()> {
         let len: usize = parts.iter().map(|part| part.len()).sum();
+        let mut header = self.active_header(context_id, len)?;
+        let t = self.bind(peer)?;
+        self.stamp(peer, &mut header);
+        self.transports[t].send_parts(peer, &header, parts)
+    }
+
+    /// Starts sending the `len` bytes at `data` (at most
+    /// [`MAX_ACTIVE_LEN`]) to `peer` as a placed active message
+    /// ([`FLAG_PLACED`]) in `context_id`, without copying them: the
+    /// peer's [`ActivePlacer`] names where they land from `key` and
+    /// `bound` (two words it reads as it likes: a one-sided put's
+    /// displacement, and where the whole put ends, so that its first
+    /// piece is checked for all), and its handler hears that they did.
+    /// It leaves after the active messages sent to `peer` before it. The
+    /// request completes once the transport is done with `data` (or
+    /// fails with the peer).
+    ///
+    /// # Safety
+    /// `data` must be valid for reads of `len` bytes, and unmodified,
+    /// until the request completes.
+    pub unsafe fn start_placed_send(
+        &mut self,
+        peer: PeerRank,
+        context_id: u32,
+        (key, bound): (u64, u64),
+        data: *const u8,
+        len: usize,
+    ) -> Result<RequestId> {
+        let mut header = self.active_header(context_id, len)?;
+        header.flags = FLAG_PLACED;
+        header.receiver_token = key;
+        header.sender_token = bound;
+        let t = self.bind(peer)?;
+        let token = self.core.requests.insert(Request::new(
+            Some(peer),
+            Phase::SendingData,
+            Status::empty(),
+        ));
+        self.stamp(peer, &mut header);
+        // SAFETY: the caller keeps `data` valid and unmodified until the
+        // request completes, which happens only on the transport's
+        // completion (or failure) report for `token`.
+        let sent = unsafe { self.transports[t].send_zcopy(peer, &header, data, len, token) };
+        if let Err(e) = sent {
+            self.core.requests.remove(token);
+            return Err(e);
+        }
+        Ok(RequestId(token))
+    }
+
+    /// The header of an active message of `len` bytes in `context_id`
+    /// from this rank; an error if it is longer than [`MAX_ACTIVE_LEN`].
+    fn active_header(&self, context_id: u32, len: usize) -> Result<Header> {
         if len as u64 > MAX_ACTIVE_LEN {
             return Err(Error::new(
                 ErrorClass::Intern,
@@ -963,9 +1113,7 @@ impl Device {
         header.context_id = context_id;
         header.source = self.job.rank as i32;
         header.message_len = len as u64;
-        let t = self.bind(peer)?;
-        self.stamp(peer, &mut header);
-        self.transports[t].send_parts(peer, &header, parts)
+        Ok(header)
     }
 
     /// Hands the active messages that arrived to the handler.
@@ -2396,6 +2544,59 @@ impl Core {
         }
     }
 
+    /// The header of a placed active message from `peer` arrived: asks
+    /// the placer where its data goes, before a byte of it is read.
+    fn place(&mut self, peer: PeerRank, h: &Header) -> Result<Option<PayloadSlot>> {
+        // Decoding bounded the length by `MAX_ACTIVE_LEN`.
+        let len = h.message_len as usize;
+        let destination = match self.placer.as_mut() {
+            Some(placer) => {
+                let keys = (h.receiver_token, h.sender_token);
+                placer.place(peer, h.context_id, keys, len)?
+            }
+            None => Destination::Refused(Error::new(
+                ErrorClass::Intern,
+                "this rank has no placer for the data of active messages",
+            )),
+        };
+        match destination {
+            Destination::At(dest) if len > 0 => {
+                self.vcs[peer].arriving_placed = Some(Placing {
+                    context_id: h.context_id,
+                    key: h.receiver_token,
+                    dest,
+                    len,
+                });
+                Ok(Some(PayloadSlot(PLACED_SLOT | peer as u64)))
+            }
+            Destination::At(_) => {
+                self.placed(peer, h.context_id, h.receiver_token, 0, None);
+                Ok(None)
+            }
+            Destination::Refused(e) => {
+                self.placed(peer, h.context_id, h.receiver_token, len, Some(e));
+                Ok(None)
+            }
+        }
+    }
+
+    /// Tells the handler what became of a placed active message's data.
+    fn placed(
+        &mut self,
+        peer: PeerRank,
+        context_id: u32,
+        key: u64,
+        len: usize,
+        refusal: Option<Error>,
+    ) {
+        self.active.push_back(ActiveMessage {
+            peer,
+            context_id,
+            payload: Vec::new(),
+            placed: Some(Placed { key, len, refusal }),
+        });
+    }
+
     fn handle_header(
         &mut self,
         transport: usize,
@@ -2406,6 +2607,7 @@ impl Core {
         let envelope = envelope_of(h);
         match h.kind {
             Kind::Eager => self.receive_eager(transport, peer, h, None),
+            Kind::Active if h.flags & FLAG_PLACED != 0 => self.place(peer, h),
             Kind::Active => {
                 // Decoding bounded the length by `MAX_ACTIVE_LEN`.
                 let len = h.message_len as usize;
@@ -2414,6 +2616,7 @@ impl Core {
                         peer,
                         context_id: h.context_id,
                         payload: Vec::new(),
+                        placed: None,
                     });
                     return Ok(None);
                 }
@@ -2708,6 +2911,7 @@ impl Core {
         vc.binding = Binding::Failed(error.clone());
         vc.arriving = None;
         vc.arriving_active = None;
+        vc.arriving_placed = None;
         self.active.retain(|m| m.peer != peer);
         let requests = &self.requests;
         let doomed = self
@@ -2871,6 +3075,14 @@ struct Sink<'a> {
     transport: usize,
 }
 
+impl Sink<'_> {
+    /// The VC of the peer that a payload slot marked with `bit` names
+    /// (its low bits are the peer).
+    fn slot_vc(&mut self, slot: PayloadSlot, bit: u64) -> Option<&mut Vc> {
+        self.core.vcs.get_mut((slot.0 & !bit) as usize)
+    }
+}
+
 impl PacketSink for Sink<'_> {
     fn on_header(&mut self, peer: PeerRank, header: &Header) -> Result<Option<PayloadSlot>> {
         self.core.handle_header(self.transport, peer, header)
@@ -2897,12 +3109,22 @@ impl PacketSink for Sink<'_> {
     }
 
     fn payload_buffer(&mut self, slot: PayloadSlot) -> &mut [u8] {
-        if slot.0 & ACTIVE_SLOT != 0 {
-            let peer = (slot.0 & !ACTIVE_SLOT) as usize;
+        if slot.0 & PLACED_SLOT != 0 {
             return match self
-                .core
-                .vcs
-                .get_mut(peer)
+                .slot_vc(slot, PLACED_SLOT)
+                .and_then(|vc| vc.arriving_placed.as_ref())
+            {
+                // SAFETY: the placer named `len` bytes at `dest`, valid for
+                // writes and touched by nothing else while the data arrives
+                // (`ActivePlacer`'s contract); this is the only slice of
+                // them, lent to the transport for this call.
+                Some(p) => unsafe { std::slice::from_raw_parts_mut(p.dest, p.len) },
+                None => &mut [],
+            };
+        }
+        if slot.0 & ACTIVE_SLOT != 0 {
+            return match self
+                .slot_vc(slot, ACTIVE_SLOT)
                 .and_then(|vc| vc.arriving_active.as_mut())
             {
                 Some((_, data)) => data,
@@ -2910,11 +3132,8 @@ impl PacketSink for Sink<'_> {
             };
         }
         if slot.0 & ARRIVAL_SLOT != 0 {
-            let peer = (slot.0 & !ARRIVAL_SLOT) as usize;
             return match self
-                .core
-                .vcs
-                .get_mut(peer)
+                .slot_vc(slot, ARRIVAL_SLOT)
                 .and_then(|vc| vc.arriving.as_mut())
             {
                 Some((_, data, _)) => data,
@@ -2969,6 +3188,17 @@ impl PacketSink for Sink<'_> {
     }
 
     fn on_payload(&mut self, peer: PeerRank, slot: PayloadSlot) {
+        if slot.0 & PLACED_SLOT != 0 {
+            if let Some(p) = self
+                .core
+                .vcs
+                .get_mut(peer)
+                .and_then(|vc| vc.arriving_placed.take())
+            {
+                self.core.placed(peer, p.context_id, p.key, p.len, None);
+            }
+            return;
+        }
         if slot.0 & ACTIVE_SLOT != 0 {
             if let Some((context_id, payload)) = self
                 .core
@@ -2980,6 +3210,7 @@ impl PacketSink for Sink<'_> {
                     peer,
                     context_id,
                     payload,
+                    placed: None,
                 });
             }
             return;
@@ -3118,6 +3349,7 @@ mod tests {
                     recv_sequence: 0,
                     arriving: None,
                     arriving_active: None,
+                    arriving_placed: None,
                 })
                 .collect(),
             requests: Slab::default(),
@@ -3128,6 +3360,7 @@ mod tests {
             eager_limits: vec![64],
             reads_all: vec![false],
             active: VecDeque::new(),
+            placer: None,
             spare_payloads: Vec::new(),
             spare_bytes: 0,
             direct: Direct::Idle,

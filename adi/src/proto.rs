@@ -13,11 +13,11 @@
 //! | 8      | 4    | context id       | the communicator's context (matching)                  |
 //! | 12     | 4    | source           | sender's rank in the communicator (matching)           |
 //! | 16     | 4    | tag              | message tag (matching)                                 |
-//! | 20     | 4    | flags            | [`FLAG_SYNC`], [`FLAG_REMOTE`], [`FLAG_PIECE`] where the kind takes them; any other bit is refused |
+//! | 20     | 4    | flags            | [`FLAG_SYNC`], [`FLAG_REMOTE`], [`FLAG_PIECE`], [`FLAG_PLACED`] where the kind takes them; any other bit is refused |
 //! | 24     | 8    | message length   | total bytes of the message                             |
 //! | 32     | 8    | address          | with [`FLAG_REMOTE`]: a buffer's address for a remote memory copy; in a [`FLAG_PIECE`] data packet: the piece's stream offset; else 0 |
 //! | 40     | 8    | sender token     | the sender's request, for rendezvous replies           |
-//! | 48     | 8    | receiver token   | the receiver's request, for rendezvous data; in an RTS with [`FLAG_REMOTE`]: the key the sender's transport offered its buffer under |
+//! | 48     | 8    | receiver token   | the receiver's request, for rendezvous data; in an RTS with [`FLAG_REMOTE`]: the key the sender's transport offered its buffer under; in a [`FLAG_PLACED`] active message: the key its receiver's placer reads (and a second word, the bound, in the sender token) |
 //!
 //! Every packet but [`Kind::Data`] is sequenced: a VC numbers them, and the
 //! receiver checks that they arrive in order. Data packets are not (their
@@ -64,7 +64,12 @@
 //! layer of another (one-sided communication: see `oxmpi`'s `rma`
 //! module). The device checks only the header; the handler the MPI layer
 //! installed (`device::ActiveMessageHandler`) decodes and checks the
-//! payload.
+//! payload. An active message with [`FLAG_PLACED`] carries data to be
+//! placed rather than read: its receiver's placer (`device::ActivePlacer`)
+//! names the memory it goes to, from the context id, the two words in
+//! the token fields and the length, before a byte of it is read (a
+//! one-sided put's data, read by the transport straight into the
+//! window), and the handler hears that it landed or was refused.
 
 use crate::error::{Error, ErrorClass};
 use std::fmt;
@@ -74,7 +79,7 @@ pub const HEADER_LEN: usize = 56;
 /// First two bytes of every packet ("OX" little-endian).
 pub const MAGIC: u16 = 0x584f;
 /// Version of the packet format; peers of another version are refused.
-pub const VERSION: u8 = 5;
+pub const VERSION: u8 = 6;
 /// Flag of an [`Kind::Eager`] or [`Kind::Rts`] packet: a synchronous send,
 /// which completes only once a receive matched it. For an eager message the
 /// receiver answers the match with [`Kind::SyncAck`]; a rendezvous is
@@ -91,6 +96,11 @@ pub const FLAG_REMOTE: u32 = 2;
 /// `message_len` bytes (1 to [`PIECE_LEN`]) of the message from stream
 /// offset `address`; pieces come in order (see the module docs).
 pub const FLAG_PIECE: u32 = 4;
+/// Flag of a [`Kind::Active`] packet: its payload is data placed
+/// straight into the memory the receiver's placer names for
+/// (`context_id`, `receiver_token` and `sender_token`, `message_len`),
+/// not a message for the handler (see the module docs).
+pub const FLAG_PLACED: u32 = 8;
 
 /// The largest piece of a streamed rendezvous (256 KiB): the memory a
 /// sender packs into and a receiver unpacks from, whatever the message's
@@ -362,6 +372,7 @@ impl Header {
             Kind::Rts => FLAG_SYNC | FLAG_REMOTE,
             Kind::Cts => FLAG_REMOTE | FLAG_PIECE,
             Kind::Data => FLAG_PIECE,
+            Kind::Active => FLAG_PLACED,
             _ => 0,
         };
         let flags_ok =
@@ -537,13 +548,18 @@ mod tests {
         unknown.flags = 1 << 20;
         let mut on_cts = sample(Kind::Cts);
         on_cts.flags = FLAG_SYNC;
-        for h in [unknown, on_cts] {
+        let mut placed_eager = sample(Kind::Eager);
+        placed_eager.flags = FLAG_PLACED;
+        for h in [unknown, on_cts, placed_eager] {
             assert_eq!(
                 Header::decode(&h.encode()),
                 Err(DecodeError::Flags(h.flags)),
                 "{h:?} accepted"
             );
         }
+        let mut placed = sample(Kind::Active);
+        placed.flags = FLAG_PLACED;
+        assert_eq!(Header::decode(&placed.encode()), Ok(placed));
     }
 
     #[test]
