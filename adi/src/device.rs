@@ -47,8 +47,8 @@ use crate::error::{Error, ErrorClass, Result};
 use crate::matching::{Envelope, Pattern, PostedQueue, UnexpectedQueue};
 use crate::pmi::Pmi;
 use crate::proto::{
-    remote_split, Header, Kind, FLAG_PIECE, FLAG_PLACED, FLAG_REMOTE, FLAG_SYNC, MAX_ACTIVE_LEN,
-    PIECE_LEN,
+    remote_split, Header, Kind, FLAG_PIECE, FLAG_PLACED, FLAG_READY, FLAG_REMOTE, FLAG_SYNC,
+    MAX_ACTIVE_LEN, PIECE_LEN,
 };
 use crate::request::Slab;
 use crate::select::{card_key, Routes};
@@ -1083,11 +1083,31 @@ impl Device {
         header.receiver_token = key;
         header.sender_token = bound;
         let t = self.bind(peer)?;
-        let token = self.core.requests.insert(Request::new(
-            Some(peer),
-            Phase::SendingData,
-            Status::empty(),
-        ));
+        // SAFETY: the caller's guarantee, passed on.
+        unsafe { self.start_zcopy_packet(t, peer, header, data, len) }
+    }
+
+    /// Sends the sequenced packet `header` with the `len` bytes at `data`
+    /// as its payload to `peer` over transport `t`, without copying
+    /// them; the request completes once the transport is done with
+    /// `data` (or fails with the peer).
+    ///
+    /// # Safety
+    /// As [`Device::start_placed_send`]'s.
+    unsafe fn start_zcopy_packet(
+        &mut self,
+        t: usize,
+        peer: PeerRank,
+        mut header: Header,
+        data: *const u8,
+        len: usize,
+    ) -> Result<RequestId> {
+        let mut status = Status::empty();
+        status.count = len;
+        let token = self
+            .core
+            .requests
+            .insert(Request::new(Some(peer), Phase::SendingData, status));
         self.stamp(peer, &mut header);
         // SAFETY: the caller keeps `data` valid and unmodified until the
         // request completes, which happens only on the transport's
@@ -1270,6 +1290,47 @@ impl Device {
             return Ok(started.unwrap_or(sent));
         }
         self.start_outbound(peer, envelope, Outbound::Raw(buf, len), synchronous)
+    }
+
+    /// Starts a ready send (MPI's ready mode) of `len` bytes at `buf` to
+    /// `peer` with `envelope`: its receiver promises a matching receive
+    /// posted before the message can arrive (a one-sided get's data,
+    /// whose receive the origin posted before it asked). Beyond the
+    /// transport's eager limit it is one eager packet with
+    /// [`FLAG_READY`], whatever its length, sent from `buf` without a
+    /// copy and read straight into the posted buffer: no RTS and CTS, a
+    /// round trip fewer. Up to the limit, where the transport moves a
+    /// rendezvous's data by remote copy (one copy in all), or while the
+    /// transport still has data waiting to leave (a stream of them: the
+    /// rendezvous's CTS going the other way keeps TCP from stalling on a
+    /// one-way flow, and its data lanes from 1 MiB carry more), it is a
+    /// standard send. The request completes once `buf` is free again. A
+    /// receiver that finds no posted receive for a ready packet fails
+    /// the sender, as a protocol error.
+    ///
+    /// # Safety
+    /// As [`Device::start_send`]'s.
+    pub unsafe fn start_ready_send(
+        &mut self,
+        peer: PeerRank,
+        envelope: Envelope,
+        buf: *const u8,
+        len: usize,
+    ) -> Result<RequestId> {
+        let t = self.bind(peer)?;
+        let transport = &self.transports[t];
+        let standard = len <= self.core.eager_limits[t]
+            || transport.offers_remote_copy(peer)
+            || self.core.reads_all[t]
+            || transport.has_pending_sends();
+        if standard {
+            // SAFETY: the caller's guarantee, passed on.
+            return unsafe { self.start_send(peer, envelope, buf, len, false) };
+        }
+        let mut header = eager_header(envelope, len);
+        header.flags = FLAG_READY;
+        // SAFETY: the caller's guarantee, passed on.
+        unsafe { self.start_zcopy_packet(t, peer, header, buf, len) }
     }
 
     /// Starts a send as [`Device::start_send`] does, of data that is not
@@ -2480,7 +2541,8 @@ impl Core {
         payload: Option<&[u8]>,
     ) -> Result<Option<PayloadSlot>> {
         let len = h.message_len as usize;
-        if len > self.eager_limits[transport] {
+        let ready = h.flags & FLAG_READY != 0;
+        if len > self.eager_limits[transport] && !ready {
             return Err(protocol_error(
                 peer,
                 format!(
@@ -2519,7 +2581,8 @@ impl Core {
                     None => {
                         r.message_len = len;
                         r.phase = Phase::Arriving;
-                        // At most the eager limit: unpacked whole.
+                        // At most the eager limit, or a ready message
+                        // its receiver expected: unpacked whole.
                         r.make_chunk(len.min(r.cap));
                         Some(PayloadSlot(token))
                     }
@@ -2529,6 +2592,12 @@ impl Core {
                 }
                 return Ok(slot);
             }
+        }
+        if ready {
+            return Err(protocol_error(
+                peer,
+                format!("a ready message of {len} bytes found no receive posted for it"),
+            ));
         }
         match payload {
             Some(data) => {
@@ -3493,6 +3562,50 @@ mod tests {
         let (envelope, message) = core.unexpected.take_match(&pattern(None)).unwrap();
         assert_eq!(envelope.tag, 9);
         assert!(matches!(message, Unexpected::Eager { data, sync: None } if data == b"mno"));
+    }
+
+    /// A ready packet may exceed the eager limit and lands in the receive
+    /// posted for it; one that finds none, or a plain eager packet beyond
+    /// the limit, is the sender's protocol error (nothing is buffered).
+    #[test]
+    fn a_ready_packet_beyond_the_eager_limit_needs_its_posted_receive() {
+        let mut core = core();
+        let pattern = Pattern {
+            context_id: 5,
+            source: Some(3),
+            tag: Some(2),
+        };
+        let packet = |sequence, flags| Header {
+            sequence,
+            context_id: 5,
+            source: 3,
+            tag: 2,
+            flags,
+            message_len: 100,
+            ..Header::new(Kind::Eager)
+        };
+        let data: Vec<u8> = (0..100).collect();
+        let mut buf = [0u8; 100];
+        let token = post(&mut core, pattern, &mut buf);
+        let mut sink = Sink {
+            core: &mut core,
+            transport: 0,
+        };
+        sink.on_packet(PEER, &packet(0, FLAG_READY), &data).unwrap();
+        let unposted = sink.on_packet(PEER, &packet(1, FLAG_READY), &data);
+        let unposted = unposted.unwrap_err();
+        assert_eq!(unposted.class(), ErrorClass::ProcFailed);
+        assert!(
+            unposted.message().contains("no receive posted"),
+            "{unposted}"
+        );
+        let plain = sink.on_packet(PEER, &packet(2, 0), &data).unwrap_err();
+        assert!(plain.message().contains("exceeds the limit"), "{plain}");
+        let r = core.requests.remove(token).unwrap();
+        assert!(matches!(r.phase, Phase::Done));
+        assert_eq!((r.status.count, r.status.error.is_none()), (100, true));
+        assert_eq!(buf[..], data[..]);
+        assert!(core.unexpected.take_match(&pattern).is_none());
     }
 
     /// Every `irecv` and every request-making send moves a request into

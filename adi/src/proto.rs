@@ -13,7 +13,7 @@
 //! | 8      | 4    | context id       | the communicator's context (matching)                  |
 //! | 12     | 4    | source           | sender's rank in the communicator (matching)           |
 //! | 16     | 4    | tag              | message tag (matching)                                 |
-//! | 20     | 4    | flags            | [`FLAG_SYNC`], [`FLAG_REMOTE`], [`FLAG_PIECE`], [`FLAG_PLACED`] where the kind takes them; any other bit is refused |
+//! | 20     | 4    | flags            | [`FLAG_SYNC`], [`FLAG_REMOTE`], [`FLAG_PIECE`], [`FLAG_PLACED`], [`FLAG_READY`] where the kind takes them; any other bit is refused |
 //! | 24     | 8    | message length   | total bytes of the message                             |
 //! | 32     | 8    | address          | with [`FLAG_REMOTE`]: a buffer's address for a remote memory copy; in a [`FLAG_PIECE`] data packet: the piece's stream offset; else 0 |
 //! | 40     | 8    | sender token     | the sender's request, for rendezvous replies           |
@@ -101,6 +101,11 @@ pub const FLAG_PIECE: u32 = 4;
 /// (`context_id`, `receiver_token` and `sender_token`, `message_len`),
 /// not a message for the handler (see the module docs).
 pub const FLAG_PLACED: u32 = 8;
+/// Flag of a [`Kind::Eager`] packet: a ready send, whose receiver posted
+/// the matching receive before it could arrive; it may exceed the eager
+/// limit (no RTS and CTS), and finding no posted receive is a protocol
+/// error of its sender.
+pub const FLAG_READY: u32 = 16;
 
 /// The largest piece of a streamed rendezvous (256 KiB): the memory a
 /// sender packs into and a receiver unpacks from, whatever the message's
@@ -368,7 +373,7 @@ impl Header {
         let kind = Kind::from_u8(b[3]).ok_or(DecodeError::Kind(b[3]))?;
         let flags = u32_at(20);
         let allowed = match kind {
-            Kind::Eager => FLAG_SYNC,
+            Kind::Eager => FLAG_SYNC | FLAG_READY,
             Kind::Rts => FLAG_SYNC | FLAG_REMOTE,
             Kind::Cts => FLAG_REMOTE | FLAG_PIECE,
             Kind::Data => FLAG_PIECE,
@@ -560,6 +565,15 @@ mod tests {
         let mut placed = sample(Kind::Active);
         placed.flags = FLAG_PLACED;
         assert_eq!(Header::decode(&placed.encode()), Ok(placed));
+        let mut ready = sample(Kind::Eager);
+        ready.flags = FLAG_READY;
+        assert_eq!(Header::decode(&ready.encode()), Ok(ready));
+        let mut ready_rts = sample(Kind::Rts);
+        ready_rts.flags = FLAG_READY;
+        assert_eq!(
+            Header::decode(&ready_rts.encode()),
+            Err(DecodeError::Flags(FLAG_READY))
+        );
     }
 
     #[test]

@@ -815,10 +815,12 @@ impl Handler {
                     source: shared.ranks[&device.rank()] as i32,
                     tag: get_tag(m.token),
                 };
+                // A ready send: the origin posted its receive before the
+                // get left, so the data needs no RTS and CTS.
                 // SAFETY: `range` checked that `at .. at + len` lies in the
                 // window's memory, which stays valid while a transfer of
                 // the window is under way (`unregister` waits for them).
-                let send = unsafe { device.start_send(message.peer, envelope, at, len, false)? };
+                let send = unsafe { device.start_ready_send(message.peer, envelope, at, len)? };
                 (send, Then::Reaped)
             }
             (_, Err(e)) => {
