@@ -35,7 +35,10 @@
 //!   layer (one-sided communication), handed whole to the
 //!   [`ActiveMessageHandler`] it installed, from within the progress
 //!   engine, so they are handled whenever the process is in any call that
-//!   makes progress. The device knows nothing of what they say.
+//!   makes progress. The device knows nothing of what they say. Placed
+//!   active messages ([`FLAG_PLACED`]) carry data that the transport
+//!   reads straight into the memory the MPI layer's [`ActivePlacer`]
+//!   names from their header; the handler then hears that it landed.
 //!
 //! The device is a plain `&mut self` state machine: the MPI layer keeps it
 //! behind a lock, so several threads can drive it one at a time.
@@ -44,8 +47,8 @@ use crate::error::{Error, ErrorClass, Result};
 use crate::matching::{Envelope, Pattern, PostedQueue, UnexpectedQueue};
 use crate::pmi::Pmi;
 use crate::proto::{
-    remote_split, Header, Kind, FLAG_ALONE, FLAG_PIECE, FLAG_REMOTE, FLAG_SYNC, MAX_ACTIVE_LEN,
-    PIECE_LEN,
+    remote_split, Header, Kind, FLAG_ALONE, FLAG_PIECE, FLAG_PLACED, FLAG_READY, FLAG_REMOTE,
+    FLAG_SYNC, MAX_ACTIVE_LEN, PIECE_LEN,
 };
 use crate::request::Slab;
 use crate::select::{card_key, Routes};
@@ -531,6 +534,19 @@ struct Vc {
     /// An active message from this peer whose payload is still arriving:
     /// its context id and payload.
     arriving_active: Option<(u32, Vec<u8>)>,
+    /// A placed active message from this peer whose data is still
+    /// arriving, straight into the memory its placer named.
+    arriving_placed: Option<Placing>,
+}
+
+/// The data of a placed active message ([`FLAG_PLACED`]) on its way
+/// into `len` bytes at `dest`, which the [`ActivePlacer`] named for
+/// (`context_id`, `key`).
+struct Placing {
+    context_id: u32,
+    key: u64,
+    dest: *mut u8,
+    len: usize,
 }
 
 impl Vc {
@@ -551,8 +567,63 @@ pub struct ActiveMessage {
     pub peer: PeerRank,
     /// The context id its sender gave it.
     pub context_id: u32,
-    /// Its payload, unchecked: the handler decodes it.
+    /// Its payload, unchecked: the handler decodes it (empty for a
+    /// placed message).
     pub payload: Vec<u8>,
+    /// For a placed active message ([`FLAG_PLACED`]): its data landed
+    /// where the placer said, or was dropped because the placer refused
+    /// it. `None` for a message for the handler.
+    pub placed: Option<Placed>,
+}
+
+/// What became of the data of a placed active message, for the handler
+/// (in [`ActiveMessage::placed`], in arrival order with the peer's other
+/// active messages).
+#[derive(Debug)]
+pub struct Placed {
+    /// The key its sender gave it (the header's receiver token).
+    pub key: u64,
+    /// Its length in bytes.
+    pub len: usize,
+    /// Why the placer refused it (its data was dropped unread), or
+    /// `None`: every byte landed.
+    pub refusal: Option<Error>,
+}
+
+/// Where the placer puts the data of a placed active message.
+#[derive(Debug)]
+pub enum Destination {
+    /// At this address: the transport writes the data there, in order,
+    /// possibly over several polls.
+    At(*mut u8),
+    /// Nowhere, for this reason (a one-sided put outside its window):
+    /// the data is dropped unread and the handler told.
+    Refused(Error),
+}
+
+/// What the MPI layer gives the device to place the data of placed
+/// active messages ([`FLAG_PLACED`]): asked when such a message's header
+/// arrives, before a byte of its data is read, with the device locked.
+///
+/// # Safety
+/// A [`Destination::At`] must be valid for writes of the `len` bytes
+/// asked for, and not read or written by anything else, for as long as
+/// [`Device::placing_into`] says that data arrives into `context_id`
+/// (the data of that message has landed once the handler hears of it,
+/// or is abandoned if its peer fails).
+pub unsafe trait ActivePlacer: Send {
+    /// Where the `len` bytes of the placed active message from `peer` in
+    /// `context_id` with `keys` (its key and bound, as
+    /// [`Device::start_placed_send`] sent them) go, or why they are
+    /// refused. An error means the peer broke the protocol (it named
+    /// something it cannot): the device fails that peer.
+    fn place(
+        &mut self,
+        peer: PeerRank,
+        context_id: u32,
+        keys: (u64, u64),
+        len: usize,
+    ) -> Result<Destination>;
 }
 
 /// What the MPI layer gives the device to handle active messages. The
@@ -596,6 +667,9 @@ const ARRIVAL_SLOT: u64 = 1 << 63;
 /// Bit of a [`PayloadSlot`] naming an arriving active message (the low
 /// bits are the peer).
 const ACTIVE_SLOT: u64 = 1 << 62;
+/// Bit of a [`PayloadSlot`] naming an arriving placed active message's
+/// data (the low bits are the peer).
+const PLACED_SLOT: u64 = 1 << 61;
 
 /// Packets to send once the transport that triggered them returns from poll.
 enum Deferred {
@@ -646,6 +720,9 @@ struct Core {
     reads_all: Vec<bool>,
     /// Active messages that arrived, for the handler.
     active: VecDeque<ActiveMessage>,
+    /// The MPI layer's placer of placed active messages' data; without
+    /// one, such data is refused.
+    placer: Option<Box<dyn ActivePlacer>>,
     /// Payload buffers of handled active messages, kept for the next
     /// ones (at most [`SPARE_PAYLOAD_BYTES`] of capacity in all, counted
     /// in `spare_bytes`): a buffer of 128 KiB or more from the allocator
@@ -911,6 +988,7 @@ impl Device {
                 recv_sequence: 0,
                 arriving: None,
                 arriving_active: None,
+                arriving_placed: None,
             })
             .collect();
         Ok(Device {
@@ -929,6 +1007,7 @@ impl Device {
                     .collect(),
                 reads_all: all.iter().map(|t| t.remote_reads_all()).collect(),
                 active: VecDeque::new(),
+                placer: None,
                 spare_payloads: Vec::new(),
                 spare_bytes: 0,
                 direct: Direct::Idle,
@@ -950,6 +1029,23 @@ impl Device {
         self.active_handler = Some(handler);
     }
 
+    /// Installs the placer of placed active messages' data (the MPI
+    /// layer's, once).
+    pub fn set_active_placer(&mut self, placer: Box<dyn ActivePlacer>) {
+        self.core.placer = Some(placer);
+    }
+
+    /// Whether the data of a placed active message is arriving into
+    /// memory that the placer named for `context_id`: while it is, that
+    /// memory must stay (see [`ActivePlacer`]).
+    pub fn placing_into(&self, context_id: u32) -> bool {
+        self.core.vcs.iter().any(|vc| {
+            vc.arriving_placed
+                .as_ref()
+                .is_some_and(|p| p.context_id == context_id)
+        })
+    }
+
     /// Sends the payload `parts` (one after another, at most
     /// [`MAX_ACTIVE_LEN`] bytes in all) to `peer` (world rank) as an
     /// active message in `context_id`. What cannot leave at once is
@@ -963,6 +1059,79 @@ impl Device {
         parts: &[&[u8]],
     ) -> Result<()> {
         let len: usize = parts.iter().map(|part| part.len()).sum();
+        let mut header = self.active_header(context_id, len)?;
+        let t = self.bind(peer)?;
+        self.stamp(peer, &mut header);
+        self.transports[t].send_parts(peer, &header, parts)
+    }
+
+    /// Starts sending the `len` bytes at `data` (at most
+    /// [`MAX_ACTIVE_LEN`]) to `peer` as a placed active message
+    /// ([`FLAG_PLACED`]) in `context_id`, without copying them: the
+    /// peer's [`ActivePlacer`] names where they land from `key` and
+    /// `bound` (two words it reads as it likes: a one-sided put's
+    /// displacement, and where the whole put ends, so that its first
+    /// piece is checked for all), and its handler hears that they did.
+    /// It leaves after the active messages sent to `peer` before it. The
+    /// request completes once the transport is done with `data` (or
+    /// fails with the peer).
+    ///
+    /// # Safety
+    /// `data` must be valid for reads of `len` bytes, and unmodified,
+    /// until the request completes.
+    pub unsafe fn start_placed_send(
+        &mut self,
+        peer: PeerRank,
+        context_id: u32,
+        (key, bound): (u64, u64),
+        data: *const u8,
+        len: usize,
+    ) -> Result<RequestId> {
+        let mut header = self.active_header(context_id, len)?;
+        header.flags = FLAG_PLACED;
+        header.receiver_token = key;
+        header.sender_token = bound;
+        let t = self.bind(peer)?;
+        // SAFETY: the caller's guarantee, passed on.
+        unsafe { self.start_zcopy_packet(t, peer, header, data, len) }
+    }
+
+    /// Sends the sequenced packet `header` with the `len` bytes at `data`
+    /// as its payload to `peer` over transport `t`, without copying
+    /// them; the request completes once the transport is done with
+    /// `data` (or fails with the peer).
+    ///
+    /// # Safety
+    /// As [`Device::start_placed_send`]'s.
+    unsafe fn start_zcopy_packet(
+        &mut self,
+        t: usize,
+        peer: PeerRank,
+        mut header: Header,
+        data: *const u8,
+        len: usize,
+    ) -> Result<RequestId> {
+        let mut status = Status::empty();
+        status.count = len;
+        let token = self
+            .core
+            .requests
+            .insert(Request::new(Some(peer), Phase::SendingData, status));
+        self.stamp(peer, &mut header);
+        // SAFETY: the caller keeps `data` valid and unmodified until the
+        // request completes, which happens only on the transport's
+        // completion (or failure) report for `token`.
+        let sent = unsafe { self.transports[t].send_zcopy(peer, &header, data, len, token) };
+        if let Err(e) = sent {
+            self.core.requests.remove(token);
+            return Err(e);
+        }
+        Ok(RequestId(token))
+    }
+
+    /// The header of an active message of `len` bytes in `context_id`
+    /// from this rank; an error if it is longer than [`MAX_ACTIVE_LEN`].
+    fn active_header(&self, context_id: u32, len: usize) -> Result<Header> {
         if len as u64 > MAX_ACTIVE_LEN {
             return Err(Error::new(
                 ErrorClass::Intern,
@@ -973,9 +1142,7 @@ impl Device {
         header.context_id = context_id;
         header.source = self.job.rank as i32;
         header.message_len = len as u64;
-        let t = self.bind(peer)?;
-        self.stamp(peer, &mut header);
-        self.transports[t].send_parts(peer, &header, parts)
+        Ok(header)
     }
 
     /// Hands the active messages that arrived to the handler.
@@ -1132,6 +1299,47 @@ impl Device {
             return Ok(started.unwrap_or(sent));
         }
         self.start_outbound(peer, envelope, Outbound::Raw(buf, len), synchronous)
+    }
+
+    /// Starts a ready send (MPI's ready mode) of `len` bytes at `buf` to
+    /// `peer` with `envelope`: its receiver promises a matching receive
+    /// posted before the message can arrive (a one-sided get's data,
+    /// whose receive the origin posted before it asked). Beyond the
+    /// transport's eager limit it is one eager packet with
+    /// [`FLAG_READY`], whatever its length, sent from `buf` without a
+    /// copy and read straight into the posted buffer: no RTS and CTS, a
+    /// round trip fewer. Up to the limit, where the transport moves a
+    /// rendezvous's data by remote copy (one copy in all), or while the
+    /// transport still has data waiting to leave (a stream of them: the
+    /// rendezvous's CTS going the other way keeps TCP from stalling on a
+    /// one-way flow, and its data lanes from 1 MiB carry more), it is a
+    /// standard send. The request completes once `buf` is free again. A
+    /// receiver that finds no posted receive for a ready packet fails
+    /// the sender, as a protocol error.
+    ///
+    /// # Safety
+    /// As [`Device::start_send`]'s.
+    pub unsafe fn start_ready_send(
+        &mut self,
+        peer: PeerRank,
+        envelope: Envelope,
+        buf: *const u8,
+        len: usize,
+    ) -> Result<RequestId> {
+        let t = self.bind(peer)?;
+        let transport = &self.transports[t];
+        let standard = len <= self.core.eager_limits[t]
+            || transport.offers_remote_copy(peer)
+            || self.core.reads_all[t]
+            || transport.has_pending_sends();
+        if standard {
+            // SAFETY: the caller's guarantee, passed on.
+            return unsafe { self.start_send(peer, envelope, buf, len, false) };
+        }
+        let mut header = eager_header(envelope, len);
+        header.flags = FLAG_READY;
+        // SAFETY: the caller's guarantee, passed on.
+        unsafe { self.start_zcopy_packet(t, peer, header, buf, len) }
     }
 
     /// Starts a send as [`Device::start_send`] does, of data that is not
@@ -2383,7 +2591,8 @@ impl Core {
         payload: Option<&[u8]>,
     ) -> Result<Option<PayloadSlot>> {
         let len = h.message_len as usize;
-        if len > self.eager_limits[transport] {
+        let ready = h.flags & FLAG_READY != 0;
+        if len > self.eager_limits[transport] && !ready {
             return Err(protocol_error(
                 peer,
                 format!(
@@ -2422,7 +2631,8 @@ impl Core {
                     None => {
                         r.message_len = len;
                         r.phase = Phase::Arriving;
-                        // At most the eager limit: unpacked whole.
+                        // At most the eager limit, or a ready message
+                        // its receiver expected: unpacked whole.
                         r.make_chunk(len.min(r.cap));
                         Some(PayloadSlot(token))
                     }
@@ -2432,6 +2642,12 @@ impl Core {
                 }
                 return Ok(slot);
             }
+        }
+        if ready {
+            return Err(protocol_error(
+                peer,
+                format!("a ready message of {len} bytes found no receive posted for it"),
+            ));
         }
         match payload {
             Some(data) => {
@@ -2447,6 +2663,59 @@ impl Core {
         }
     }
 
+    /// The header of a placed active message from `peer` arrived: asks
+    /// the placer where its data goes, before a byte of it is read.
+    fn place(&mut self, peer: PeerRank, h: &Header) -> Result<Option<PayloadSlot>> {
+        // Decoding bounded the length by `MAX_ACTIVE_LEN`.
+        let len = h.message_len as usize;
+        let destination = match self.placer.as_mut() {
+            Some(placer) => {
+                let keys = (h.receiver_token, h.sender_token);
+                placer.place(peer, h.context_id, keys, len)?
+            }
+            None => Destination::Refused(Error::new(
+                ErrorClass::Intern,
+                "this rank has no placer for the data of active messages",
+            )),
+        };
+        match destination {
+            Destination::At(dest) if len > 0 => {
+                self.vcs[peer].arriving_placed = Some(Placing {
+                    context_id: h.context_id,
+                    key: h.receiver_token,
+                    dest,
+                    len,
+                });
+                Ok(Some(PayloadSlot(PLACED_SLOT | peer as u64)))
+            }
+            Destination::At(_) => {
+                self.placed(peer, h.context_id, h.receiver_token, 0, None);
+                Ok(None)
+            }
+            Destination::Refused(e) => {
+                self.placed(peer, h.context_id, h.receiver_token, len, Some(e));
+                Ok(None)
+            }
+        }
+    }
+
+    /// Tells the handler what became of a placed active message's data.
+    fn placed(
+        &mut self,
+        peer: PeerRank,
+        context_id: u32,
+        key: u64,
+        len: usize,
+        refusal: Option<Error>,
+    ) {
+        self.active.push_back(ActiveMessage {
+            peer,
+            context_id,
+            payload: Vec::new(),
+            placed: Some(Placed { key, len, refusal }),
+        });
+    }
+
     fn handle_header(
         &mut self,
         transport: usize,
@@ -2457,6 +2726,7 @@ impl Core {
         let envelope = envelope_of(h);
         match h.kind {
             Kind::Eager => self.receive_eager(transport, peer, h, None),
+            Kind::Active if h.flags & FLAG_PLACED != 0 => self.place(peer, h),
             Kind::Active => {
                 // Decoding bounded the length by `MAX_ACTIVE_LEN`.
                 let len = h.message_len as usize;
@@ -2465,6 +2735,7 @@ impl Core {
                         peer,
                         context_id: h.context_id,
                         payload: Vec::new(),
+                        placed: None,
                     });
                     return Ok(None);
                 }
@@ -2782,6 +3053,7 @@ impl Core {
         vc.binding = Binding::Failed(error.clone());
         vc.arriving = None;
         vc.arriving_active = None;
+        vc.arriving_placed = None;
         self.active.retain(|m| m.peer != peer);
         let requests = &self.requests;
         let doomed = self
@@ -2945,6 +3217,14 @@ struct Sink<'a> {
     transport: usize,
 }
 
+impl Sink<'_> {
+    /// The VC of the peer that a payload slot marked with `bit` names
+    /// (its low bits are the peer).
+    fn slot_vc(&mut self, slot: PayloadSlot, bit: u64) -> Option<&mut Vc> {
+        self.core.vcs.get_mut((slot.0 & !bit) as usize)
+    }
+}
+
 impl PacketSink for Sink<'_> {
     fn on_header(&mut self, peer: PeerRank, header: &Header) -> Result<Option<PayloadSlot>> {
         self.core.handle_header(self.transport, peer, header)
@@ -2971,12 +3251,22 @@ impl PacketSink for Sink<'_> {
     }
 
     fn payload_buffer(&mut self, slot: PayloadSlot) -> &mut [u8] {
-        if slot.0 & ACTIVE_SLOT != 0 {
-            let peer = (slot.0 & !ACTIVE_SLOT) as usize;
+        if slot.0 & PLACED_SLOT != 0 {
             return match self
-                .core
-                .vcs
-                .get_mut(peer)
+                .slot_vc(slot, PLACED_SLOT)
+                .and_then(|vc| vc.arriving_placed.as_ref())
+            {
+                // SAFETY: the placer named `len` bytes at `dest`, valid for
+                // writes and touched by nothing else while the data arrives
+                // (`ActivePlacer`'s contract); this is the only slice of
+                // them, lent to the transport for this call.
+                Some(p) => unsafe { std::slice::from_raw_parts_mut(p.dest, p.len) },
+                None => &mut [],
+            };
+        }
+        if slot.0 & ACTIVE_SLOT != 0 {
+            return match self
+                .slot_vc(slot, ACTIVE_SLOT)
                 .and_then(|vc| vc.arriving_active.as_mut())
             {
                 Some((_, data)) => data,
@@ -2984,11 +3274,8 @@ impl PacketSink for Sink<'_> {
             };
         }
         if slot.0 & ARRIVAL_SLOT != 0 {
-            let peer = (slot.0 & !ARRIVAL_SLOT) as usize;
             return match self
-                .core
-                .vcs
-                .get_mut(peer)
+                .slot_vc(slot, ARRIVAL_SLOT)
                 .and_then(|vc| vc.arriving.as_mut())
             {
                 Some((_, data, _)) => data,
@@ -3043,6 +3330,17 @@ impl PacketSink for Sink<'_> {
     }
 
     fn on_payload(&mut self, peer: PeerRank, slot: PayloadSlot) {
+        if slot.0 & PLACED_SLOT != 0 {
+            if let Some(p) = self
+                .core
+                .vcs
+                .get_mut(peer)
+                .and_then(|vc| vc.arriving_placed.take())
+            {
+                self.core.placed(peer, p.context_id, p.key, p.len, None);
+            }
+            return;
+        }
         if slot.0 & ACTIVE_SLOT != 0 {
             if let Some((context_id, payload)) = self
                 .core
@@ -3054,6 +3352,7 @@ impl PacketSink for Sink<'_> {
                     peer,
                     context_id,
                     payload,
+                    placed: None,
                 });
             }
             return;
@@ -3192,6 +3491,7 @@ mod tests {
                     recv_sequence: 0,
                     arriving: None,
                     arriving_active: None,
+                    arriving_placed: None,
                 })
                 .collect(),
             requests: Slab::default(),
@@ -3203,6 +3503,7 @@ mod tests {
             always_eager_limits: vec![64],
             reads_all: vec![false],
             active: VecDeque::new(),
+            placer: None,
             spare_payloads: Vec::new(),
             spare_bytes: 0,
             direct: Direct::Idle,
@@ -3335,6 +3636,50 @@ mod tests {
         let (envelope, message) = core.unexpected.take_match(&pattern(None)).unwrap();
         assert_eq!(envelope.tag, 9);
         assert!(matches!(message, Unexpected::Eager { data, sync: None } if data == b"mno"));
+    }
+
+    /// A ready packet may exceed the eager limit and lands in the receive
+    /// posted for it; one that finds none, or a plain eager packet beyond
+    /// the limit, is the sender's protocol error (nothing is buffered).
+    #[test]
+    fn a_ready_packet_beyond_the_eager_limit_needs_its_posted_receive() {
+        let mut core = core();
+        let pattern = Pattern {
+            context_id: 5,
+            source: Some(3),
+            tag: Some(2),
+        };
+        let packet = |sequence, flags| Header {
+            sequence,
+            context_id: 5,
+            source: 3,
+            tag: 2,
+            flags,
+            message_len: 100,
+            ..Header::new(Kind::Eager)
+        };
+        let data: Vec<u8> = (0..100).collect();
+        let mut buf = [0u8; 100];
+        let token = post(&mut core, pattern, &mut buf);
+        let mut sink = Sink {
+            core: &mut core,
+            transport: 0,
+        };
+        sink.on_packet(PEER, &packet(0, FLAG_READY), &data).unwrap();
+        let unposted = sink.on_packet(PEER, &packet(1, FLAG_READY), &data);
+        let unposted = unposted.unwrap_err();
+        assert_eq!(unposted.class(), ErrorClass::ProcFailed);
+        assert!(
+            unposted.message().contains("no receive posted"),
+            "{unposted}"
+        );
+        let plain = sink.on_packet(PEER, &packet(2, 0), &data).unwrap_err();
+        assert!(plain.message().contains("exceeds the limit"), "{plain}");
+        let r = core.requests.remove(token).unwrap();
+        assert!(matches!(r.phase, Phase::Done));
+        assert_eq!((r.status.count, r.status.error.is_none()), (100, true));
+        assert_eq!(buf[..], data[..]);
+        assert!(core.unexpected.take_match(&pattern).is_none());
     }
 
     /// Every `irecv` and every request-making send moves a request into

@@ -13,11 +13,11 @@
 //! | 8      | 4    | context id       | the communicator's context (matching)                  |
 //! | 12     | 4    | source           | sender's rank in the communicator (matching)           |
 //! | 16     | 4    | tag              | message tag (matching)                                 |
-//! | 20     | 4    | flags            | [`FLAG_SYNC`], [`FLAG_REMOTE`], [`FLAG_PIECE`], [`FLAG_ALONE`] where the kind takes them; any other bit is refused |
+//! | 20     | 4    | flags            | [`FLAG_SYNC`], [`FLAG_REMOTE`], [`FLAG_PIECE`], [`FLAG_ALONE`], [`FLAG_PLACED`], [`FLAG_READY`] where the kind takes them; any other bit is refused |
 //! | 24     | 8    | message length   | total bytes of the message                             |
 //! | 32     | 8    | address          | with [`FLAG_REMOTE`]: a buffer's address for a remote memory copy; in a [`FLAG_PIECE`] data packet: the piece's stream offset; else 0 |
 //! | 40     | 8    | sender token     | the sender's request, for rendezvous replies           |
-//! | 48     | 8    | receiver token   | the receiver's request, for rendezvous data; in an RTS with [`FLAG_REMOTE`]: the key the sender's transport offered its buffer under |
+//! | 48     | 8    | receiver token   | the receiver's request, for rendezvous data; in an RTS with [`FLAG_REMOTE`]: the key the sender's transport offered its buffer under; in a [`FLAG_PLACED`] active message: the key its receiver's placer reads (and a second word, the bound, in the sender token) |
 //!
 //! Every packet but [`Kind::Data`] is sequenced: a VC numbers them, and the
 //! receiver checks that they arrive in order. Data packets are not (their
@@ -67,7 +67,12 @@
 //! layer of another (one-sided communication: see `oxmpi`'s `rma`
 //! module). The device checks only the header; the handler the MPI layer
 //! installed (`device::ActiveMessageHandler`) decodes and checks the
-//! payload.
+//! payload. An active message with [`FLAG_PLACED`] carries data to be
+//! placed rather than read: its receiver's placer (`device::ActivePlacer`)
+//! names the memory it goes to, from the context id, the two words in
+//! the token fields and the length, before a byte of it is read (a
+//! one-sided put's data, read by the transport straight into the
+//! window), and the handler hears that it landed or was refused.
 
 use crate::error::{Error, ErrorClass};
 use std::fmt;
@@ -77,7 +82,7 @@ pub const HEADER_LEN: usize = 56;
 /// First two bytes of every packet ("OX" little-endian).
 pub const MAGIC: u16 = 0x584f;
 /// Version of the packet format; peers of another version are refused.
-pub const VERSION: u8 = 6;
+pub const VERSION: u8 = 7;
 /// Flag of an [`Kind::Eager`] or [`Kind::Rts`] packet: a synchronous send,
 /// which completes only once a receive matched it. For an eager message the
 /// receiver answers the match with [`Kind::SyncAck`]; a rendezvous is
@@ -100,6 +105,16 @@ pub const FLAG_PIECE: u32 = 4;
 /// bytes of it whole ([`remote_split`]) and answers with its ReadDone
 /// alone: a stream's messages keep both sides copying at once.
 pub const FLAG_ALONE: u32 = 8;
+/// Flag of a [`Kind::Active`] packet: its payload is data placed
+/// straight into the memory the receiver's placer names for
+/// (`context_id`, `receiver_token` and `sender_token`, `message_len`),
+/// not a message for the handler (see the module docs).
+pub const FLAG_PLACED: u32 = 16;
+/// Flag of a [`Kind::Eager`] packet: a ready send, whose receiver posted
+/// the matching receive before it could arrive; it may exceed the eager
+/// limit (no RTS and CTS), and finding no posted receive is a protocol
+/// error of its sender.
+pub const FLAG_READY: u32 = 32;
 
 /// The largest piece of a streamed rendezvous (256 KiB): the memory a
 /// sender packs into and a receiver unpacks from, whatever the message's
@@ -387,10 +402,11 @@ impl Header {
         let kind = Kind::from_u8(b[3]).ok_or(DecodeError::Kind(b[3]))?;
         let flags = u32_at(20);
         let allowed = match kind {
-            Kind::Eager => FLAG_SYNC,
+            Kind::Eager => FLAG_SYNC | FLAG_READY,
             Kind::Rts => FLAG_SYNC | FLAG_REMOTE | FLAG_ALONE,
             Kind::Cts => FLAG_REMOTE | FLAG_PIECE,
             Kind::Data => FLAG_PIECE,
+            Kind::Active => FLAG_PLACED,
             _ => 0,
         };
         let flags_ok = flags & !allowed == 0
@@ -567,13 +583,27 @@ mod tests {
         unknown.flags = 1 << 20;
         let mut on_cts = sample(Kind::Cts);
         on_cts.flags = FLAG_SYNC;
-        for h in [unknown, on_cts] {
+        let mut placed_eager = sample(Kind::Eager);
+        placed_eager.flags = FLAG_PLACED;
+        for h in [unknown, on_cts, placed_eager] {
             assert_eq!(
                 Header::decode(&h.encode()),
                 Err(DecodeError::Flags(h.flags)),
                 "{h:?} accepted"
             );
         }
+        let mut placed = sample(Kind::Active);
+        placed.flags = FLAG_PLACED;
+        assert_eq!(Header::decode(&placed.encode()), Ok(placed));
+        let mut ready = sample(Kind::Eager);
+        ready.flags = FLAG_READY;
+        assert_eq!(Header::decode(&ready.encode()), Ok(ready));
+        let mut ready_rts = sample(Kind::Rts);
+        ready_rts.flags = FLAG_READY;
+        assert_eq!(
+            Header::decode(&ready_rts.encode()),
+            Err(DecodeError::Flags(FLAG_READY))
+        );
     }
 
     #[test]

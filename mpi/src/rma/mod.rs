@@ -1988,8 +1988,9 @@ fn completed<'s>() -> Result<Request<'s>> {
     crate::comm::completed_request(0).map(Request::unscoped)
 }
 
-/// Installs the handler of one-sided messages in the device (at
-/// initialize).
+/// Installs the handler of one-sided messages, and the placer of puts'
+/// streamed data, in the device (at initialize).
 pub(crate) fn install(device: &mut oxmpi_adi::device::Device) {
     device.set_active_message_handler(Box::new(target::Handler::default()));
+    device.set_active_placer(Box::new(target::Placer));
 }

@@ -292,8 +292,8 @@ impl Path {
 
 /// [`Path::put`] by active messages.
 fn put_active(to: &Target<'_>, disp: u64, data: &[u8]) -> Result<()> {
-    if data.len() >= target::PUT_BY_MESSAGE {
-        return target::put_by_message(to, disp, data);
+    if data.len() >= target::PUT_PLACED {
+        return target::put_placed(to, disp, data);
     }
     with_device(|d| {
         for (offset, chunk) in chunks(data.len()) {
@@ -416,9 +416,7 @@ unsafe fn result_slice<'r>(result: *mut u8, len: usize) -> &'r mut [u8] {
 
 /// The chunks (offset, length) of `len` bytes.
 fn chunks(len: usize) -> impl Iterator<Item = (usize, usize)> {
-    (0..len)
-        .step_by(CHUNK)
-        .map(move |offset| (offset, CHUNK.min(len - offset)))
+    target::pieces(len, CHUNK)
 }
 
 /// Queues `m` for the target, noting what its reply completes (`None`:

@@ -20,18 +20,24 @@
 //! one message: so a stream of small puts costs a few socket writes, not
 //! one each way per put.
 //!
-//! Puts and gets from [`PUT_BY_MESSAGE`] and [`GET_BY_MESSAGE`] bytes
-//! (and accumulates from [`ACCUMULATE_BY_MESSAGE`]) carry only their header
-//! in an active message ([`FLAG_BY_MESSAGE`]): their data travels as a
-//! point-to-point message of the window's communicator, which the
-//! device moves between the origin's buffer and the window without a
-//! copy of its own (a rendezvous beyond the transport's eager limit). A
-//! get's origin posts the receive into its result buffer before the get
-//! leaves, and the target sends from its window; a put's origin sends
-//! from its buffer and returns once the data has left it, and the target
-//! receives into its window and answers once the data is there. The
-//! device requests of these transfers are watched ([`progress`], on
-//! every turn of a blocking call's loop) until they complete.
+//! Puts from [`PUT_PLACED`] bytes stream their data behind the batch as
+//! placed active messages (`oxmpi_adi::proto::FLAG_PLACED`, key: the byte
+//! displacement), sent from the origin's buffer without a copy: the
+//! target's [`Placer`] checks the range when the header arrives, before
+//! a byte is read, and the transport reads the data straight into the
+//! window (a refused put's data is dropped unread); the handler answers
+//! once it landed. Gets from [`GET_BY_MESSAGE`] bytes (and accumulates
+//! from [`ACCUMULATE_BY_MESSAGE`]) carry only their header in an active
+//! message ([`FLAG_BY_MESSAGE`]): their data travels as a point-to-point
+//! message of the window's communicator, which the device moves between
+//! the window and the origin's buffer without a copy of its own (a
+//! rendezvous beyond the transport's eager limit). A get's origin posts
+//! the receive into its result buffer before the get leaves, and the
+//! target sends from its window; an accumulate's origin sends from its
+//! buffer, and the target combines each piece into its window as it
+//! lands and answers once all is there. The device requests of these
+//! transfers are watched ([`progress`], on every turn of a blocking
+//! call's loop) until they complete.
 //!
 //! Lock order: the device, then the transfers, then the registry, then a
 //! window's state. Nothing takes the device while it holds any of the
@@ -45,9 +51,10 @@ use crate::collective::op::Reduction;
 use crate::datatype::{ElementType, Primitive};
 use crate::{context, progress_until, with_device, Error, ErrorClass, Result};
 use oxmpi_adi::device::{
-    ActiveMessage, ActiveMessageHandler, Device, MatchPattern, MessageEnvelope, MessageSink,
-    RequestId, Status,
+    ActiveMessage, ActiveMessageHandler, ActivePlacer, Destination, Device, MatchPattern,
+    MessageEnvelope, MessageSink, RequestId, Status,
 };
+use oxmpi_adi::proto::MAX_ACTIVE_LEN;
 use oxmpi_adi::transport::PeerRank;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -75,15 +82,15 @@ const ALONE: usize = 16 * 1024;
 /// The same size as [`ALONE`]: data this large leaves at once either way.
 pub(crate) const GET_BY_MESSAGE: usize = ALONE;
 
-/// The data at which a put travels apart from its active message: the
-/// TCP transport's default eager limit (64 KiB), and beyond it, where
-/// the device sends by rendezvous. The put's active message leaves
-/// before its data, so the target has posted the receive into its
-/// window when the data arrives, eager or not, and the data lands there
-/// straight (64 KiB puts in `put_bw` over TCP moved 1980 MB/s in active
-/// messages, 3410 this way). A smaller put stays in the batch (copied
-/// once at each end, applied on arrival).
-pub(crate) const PUT_BY_MESSAGE: usize = 64 * 1024;
+/// The data at which a put streams behind the batch as placed active
+/// messages ([`put_placed`]) of at most `MAX_ACTIVE_LEN` bytes each,
+/// which land straight in the target's window: no copy at either end,
+/// and no rendezvous to wait for (as a point-to-point message from
+/// 64 KiB, a put waited for each rendezvous's CTS in turn before it
+/// returned). A smaller put stays in the batch (copied once at each end,
+/// applied on arrival), or from [`ALONE`] has its data written behind
+/// its header from the origin's buffer and copied into the window.
+pub(crate) const PUT_PLACED: usize = 64 * 1024;
 
 /// The data at which an accumulate (without fetch) travels apart from
 /// its active message, as a point-to-point message that the target
@@ -100,10 +107,10 @@ pub(crate) const PUT_BY_MESSAGE: usize = 64 * 1024;
 /// lower in active messages than by message from 256 KiB.
 pub(crate) const ACCUMULATE_BY_MESSAGE: usize = 1024 * 1024;
 
-/// The tag of the point-to-point messages that carry puts' and
-/// accumulates' data (from the origin). They are received in the order
-/// their operations' active messages arrive, which is the order they
-/// were sent: one tag serves.
+/// The tag of the point-to-point messages that carry accumulates' data
+/// (from the origin). They are received in the order their operations'
+/// active messages arrive, which is the order they were sent: one tag
+/// serves.
 const DATA_TAG: i32 = i32::MAX;
 
 /// The tag of the point-to-point message that carries the data of the
@@ -132,19 +139,23 @@ pub(crate) fn register(context_id: u32, shared: Arc<Shared>) {
 
 /// Removes a window (at free, once no peer names it any more, or when it
 /// is dropped), then waits until no transfer reads or writes its memory
-/// any more: a put's data landing in it, a get's leaving it. Their
-/// origins, blocked in the put or awaiting the get, carry them through.
+/// any more: a put's data landing in it (placed, or an accumulate's
+/// combined), a get's leaving it. Their origins, blocked in the put or
+/// awaiting the get, carry them through.
 pub(crate) fn unregister(context_id: u32) {
     if let Some(map) = lock(&WINDOWS).as_mut() {
         map.remove(&context_id);
     }
-    if IN_FLIGHT.load(Ordering::Relaxed) == 0 {
+    let placing = with_device(|d| Ok(d.placing_into(context_id))).unwrap_or(false);
+    if !placing && IN_FLIGHT.load(Ordering::Relaxed) == 0 {
         return;
     }
     let touches_memory =
         |t: &Transfer| t.context_id == context_id && !matches!(t.then, Then::Fetched { .. });
-    let ended =
-        progress_until(|_| Ok((!lock(&TRANSFERS).iter().any(touches_memory)).then_some(())));
+    let ended = progress_until(|d| {
+        let busy = d.placing_into(context_id) || lock(&TRANSFERS).iter().any(touches_memory);
+        Ok((!busy).then_some(()))
+    });
     if let Err(e) = ended {
         oxmpi_adi::vlog!("window {context_id}: its transfers did not end: {e}");
     }
@@ -549,7 +560,16 @@ impl ActiveMessageHandler for Handler {
             self.handled_all(device);
             self.replies_to = Some(to);
         }
-        let (shared, from) = window_of(message)?;
+        if let Some(placed) = &message.placed {
+            // A put's data streamed into the window ([`Placer`]), or
+            // refused: answered as a put in a batch is, counted.
+            match &placed.refusal {
+                None => Message::new(Kind::Reply, 0).append_to(&mut self.replies),
+                Some(e) => refuse(&mut self.replies, 0, e),
+            }
+            return Ok(());
+        }
+        let (shared, from) = window_of(message.peer, message.context_id)?;
         let mut rest = &message.payload[..];
         while !rest.is_empty() {
             let (m, after) = Message::split(rest)?;
@@ -737,13 +757,13 @@ impl Handler {
 }
 
 impl Handler {
-    /// Starts the point-to-point transfer of a put's or get's data
-    /// ([`FLAG_BY_MESSAGE`]) between rank `from` of `shared` and the
+    /// Starts the point-to-point transfer of an accumulate's or get's
+    /// data ([`FLAG_BY_MESSAGE`]) between rank `from` of `shared` and the
     /// window at `at` (the range checked, or the error that refuses the
-    /// operation): a put's data is received straight into the window
-    /// and answered once it is there (here if it came already, else by
-    /// [`progress`]); a get's is sent straight from the window. A refused
-    /// put's data is received all the same, and dropped.
+    /// operation): an accumulate's data is combined into the window as it
+    /// lands and answered once all is there (here if it came already,
+    /// else by [`progress`]); a get's is sent straight from the window. A
+    /// refused accumulate's data is received all the same, and dropped.
     fn by_message(
         &mut self,
         device: &mut Device,
@@ -765,13 +785,6 @@ impl Handler {
             len,
         };
         let (request, then) = match (m.kind, at) {
-            (Kind::Put, Ok(at)) => {
-                // SAFETY: `range` checked that `at .. at + len` lies in the
-                // window's memory, which stays valid while a transfer of
-                // the window is under way (`unregister` waits for them).
-                let recv = unsafe { device.start_recv(data, Some(message.peer), at, len)? };
-                (recv, landed)
-            }
             (Kind::Accumulate, Ok(at)) => {
                 let (Some(basic), Some(op)) = (m.element, m.op) else {
                     return Err(Error::new(
@@ -790,7 +803,7 @@ impl Handler {
                     landed,
                 )
             }
-            (Kind::Put | Kind::Accumulate, Err(e)) => {
+            (Kind::Accumulate, Err(e)) => {
                 refuse(&mut self.replies, m.token, &e);
                 let sink = Box::new(Discard(len));
                 let recv = device.start_recv_unpacked(data, Some(message.peer), sink)?;
@@ -802,8 +815,12 @@ impl Handler {
                     source: shared.ranks[&device.rank()] as i32,
                     tag: get_tag(m.token),
                 };
-                // SAFETY: as above: the window's memory outlives the send.
-                let send = unsafe { device.start_send(message.peer, envelope, at, len, false)? };
+                // A ready send: the origin posted its receive before the
+                // get left, so the data needs no RTS and CTS.
+                // SAFETY: `range` checked that `at .. at + len` lies in the
+                // window's memory, which stays valid while a transfer of
+                // the window is under way (`unregister` waits for them).
+                let send = unsafe { device.start_ready_send(message.peer, envelope, at, len)? };
                 (send, Then::Reaped)
             }
             (_, Err(e)) => {
@@ -837,11 +854,11 @@ enum Then {
         request: RequestId,
         len: usize,
     },
-    /// At the target, `len` bytes of a put from `peer` landed in the
-    /// window (or failed): the put is answered.
+    /// At the target, `len` bytes of an accumulate from `peer` landed in
+    /// the window (or failed): the accumulate is answered.
     Landed { peer: PeerRank, len: usize },
     /// Nothing but freeing the request: a get's data sent out of the
-    /// window, a refused put's data dropped.
+    /// window, a refused accumulate's data dropped.
     Reaped,
 }
 
@@ -921,7 +938,7 @@ pub(crate) fn progress(device: &mut Device) {
 }
 
 /// Ends the transfers whose requests completed: a get's request
-/// completes, a put's landing is answered.
+/// completes, an accumulate's landing is answered.
 fn end_transfers(device: &mut Device) {
     let mut transfers = lock(&TRANSFERS);
     let mut i = 0;
@@ -943,21 +960,62 @@ fn end_transfers(device: &mut Device) {
         if let Some(peer) = to {
             if let Err(e) = device.send_active_message(peer, context_id, &[&answer]) {
                 // That peer is lost; its operations fail with it.
-                oxmpi_adi::vlog!("answering a put of rank {peer}: {e}");
+                oxmpi_adi::vlog!("answering an accumulate of rank {peer}: {e}");
             }
             answer.clear();
         }
     }
 }
 
-/// Starts a put of `data` at byte displacement `disp` of the target whose
-/// data travels as a point-to-point message ([`FLAG_BY_MESSAGE`]),
-/// straight from `data` into the target's window, and returns once it
-/// has left `data` (at once where the device sends it eagerly, else once
-/// the target took it). It is complete at the target when the target's
-/// answer comes, as a put in an active message.
-pub(crate) fn put_by_message(to: &Target<'_>, disp: u64, data: &[u8]) -> Result<()> {
-    send_by_message(to, Message::new(Kind::Put, 0), disp, data)
+/// Puts `data` at byte displacement `disp` of the target as placed
+/// active messages of at most `MAX_ACTIVE_LEN` bytes ([`PUT_PLACED`]),
+/// after what was queued for the target, sent from `data` without a copy
+/// and read by the target straight into its window ([`Placer`]).
+/// Returns once the transport is done with `data`; each piece is
+/// counted as a put and complete at the target when its answer comes.
+pub(crate) fn put_placed(to: &Target<'_>, disp: u64, data: &[u8]) -> Result<()> {
+    let mut sends = Vec::new();
+    let started = with_device(|device| {
+        let window = (to.shared, to.context_id);
+        let peer = to.shared.members[to.rank];
+        let mut state = to.shared.state();
+        // What was queued before leaves first: operations reach the
+        // target in the order they were issued.
+        state.send(device, window, to.rank)?;
+        for (offset, len) in pieces(data.len(), MAX_ACTIVE_LEN as usize) {
+            let piece = &data[offset..offset + len];
+            // The key is the piece's displacement, the bound where the
+            // whole put ends: the target checks the rest of the put's
+            // range with each piece, so one that does not fit is refused
+            // before its first byte lands.
+            let keys = (disp + offset as u64, disp + data.len() as u64);
+            // SAFETY: `data` stays borrowed, unmodified, until every send
+            // started here completes: they are all waited for below, also
+            // when a later one fails to start.
+            let send = unsafe {
+                device.start_placed_send(peer, to.context_id, keys, piece.as_ptr(), len)?
+            };
+            state.outstanding[to.rank] += 1;
+            state.counted[to.rank] += 1;
+            sends.push(send);
+        }
+        Ok(())
+    });
+    let mut error = started.err();
+    for send in sends {
+        let outcome = crate::wait_request(send).and_then(|s| s.error.map_or(Ok(()), Err));
+        if let Err(e) = outcome {
+            error.get_or_insert(e);
+        }
+    }
+    error.map_or(Ok(()), Err)
+}
+
+/// The pieces (offset, length) of `len` bytes, each at most `size`.
+pub(crate) fn pieces(len: usize, size: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..len)
+        .step_by(size)
+        .map(move |offset| (offset, size.min(len - offset)))
 }
 
 /// Combines `data` (elements of `element`) into the target's window at
@@ -980,9 +1038,10 @@ pub(crate) fn accumulate_by_message(
     progress_until(|_| Ok((to.shared.state().outstanding[to.rank] == 0).then_some(())))
 }
 
-/// Queues `m` (a put or accumulate, answered by a counted reply) for
-/// `data` at `disp`, sends `data` as its point-to-point message, and
-/// waits until the data has left `data`: see [`put_by_message`].
+/// Queues `m` (an accumulate, answered by a counted reply) for `data` at
+/// `disp`, sends `data` as its point-to-point message, and waits until
+/// the data has left `data` (at once where the device sends it eagerly,
+/// else once the target took it).
 fn send_by_message(to: &Target<'_>, mut m: Message<'_>, disp: u64, data: &[u8]) -> Result<()> {
     let send = with_device(|device| {
         let window = (to.shared, to.context_id);
@@ -1149,27 +1208,59 @@ fn window(context_id: u32) -> Option<Arc<Shared>> {
         .and_then(|m| m.get(&context_id).cloned())
 }
 
-/// The window an active message names, and its sender's rank in it.
-fn window_of(message: &ActiveMessage) -> Result<(Arc<Shared>, usize)> {
-    let shared = window(message.context_id).ok_or_else(|| {
+/// The window `context_id` that `peer` named in an active message, and
+/// the peer's rank in it.
+fn window_of(peer: PeerRank, context_id: u32) -> Result<(Arc<Shared>, usize)> {
+    let shared = window(context_id).ok_or_else(|| {
         Error::new(
             ErrorClass::ProcFailed,
-            format!(
-                "rank {} named window context {}, which this rank does not have",
-                message.peer, message.context_id
-            ),
+            format!("rank {peer} named window context {context_id}, which this rank does not have"),
         )
     })?;
-    let from = *shared.ranks.get(&message.peer).ok_or_else(|| {
+    let from = *shared.ranks.get(&peer).ok_or_else(|| {
         Error::new(
             ErrorClass::ProcFailed,
-            format!(
-                "rank {} sent a one-sided message for a window it is not in",
-                message.peer
-            ),
+            format!("rank {peer} sent a one-sided message for a window it is not in"),
         )
     })?;
     Ok((shared, from))
+}
+
+/// The device's placer of put data streamed as placed active messages
+/// ([`put_placed`]): the key is the piece's byte displacement in the
+/// window the context id names and the bound the displacement where the
+/// whole put ends; the range from the key to the bound is checked
+/// before a byte is read, so a put that does not fit is refused whole
+/// (a dynamic window's regions are known only here).
+pub(crate) struct Placer;
+
+// SAFETY: a destination lies in the window's memory (`Memory::range`
+// checked the whole range), which stays valid while data arrives into
+// it: `unregister` waits until `Device::placing_into` says none does
+// before the window's memory goes. Nothing else in this library touches
+// those bytes meanwhile; the program must not either (MPI forbids
+// accessing window memory that a put targets during its epoch).
+unsafe impl ActivePlacer for Placer {
+    fn place(
+        &mut self,
+        peer: PeerRank,
+        context_id: u32,
+        (disp, end): (u64, u64),
+        len: usize,
+    ) -> Result<Destination> {
+        let (shared, _) = window_of(peer, context_id)?;
+        let rest = end
+            .checked_sub(disp)
+            .filter(|&rest| rest >= len as u64)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorClass::ProcFailed,
+                    format!("rank {peer} put {len} bytes at {disp} of a put that ends at {end}"),
+                )
+            })?;
+        let at = shared.state().memory.range(disp, rest);
+        Ok(at.map_or_else(Destination::Refused, Destination::At))
+    }
 }
 
 /// Answers lock requests just granted.

@@ -7,7 +7,7 @@
 //! | offset | size | field    | meaning                                              |
 //! |-------:|-----:|----------|------------------------------------------------------|
 //! | 0      | 1    | kind     | [`Kind`]                                             |
-//! | 1      | 1    | flags    | [`FLAG_FETCH`] (accumulate), [`FLAG_EXCLUSIVE`] (lock), [`FLAG_BY_MESSAGE`] (put, get) |
+//! | 1      | 1    | flags    | [`FLAG_FETCH`] (accumulate), [`FLAG_EXCLUSIVE`] (lock), [`FLAG_BY_MESSAGE`] (get, accumulate) |
 //! | 2      | 1    | element  | basic type of the elements (index in `Primitive::ALL`) |
 //! | 3      | 1    | op       | [`AccumulateOp`] code                                |
 //! | 4      | 4    | reserved | 0                                                    |
@@ -37,13 +37,13 @@ pub(crate) const HEADER: usize = 32;
 pub(crate) const FLAG_FETCH: u8 = 1;
 /// Flag of a [`Kind::Lock`]: an exclusive lock.
 pub(crate) const FLAG_EXCLUSIVE: u8 = 2;
-/// Flag of a [`Kind::Put`], [`Kind::Get`] or [`Kind::Accumulate`]
-/// without [`FLAG_FETCH`]: the `len` bytes of data travel apart, as one
+/// Flag of a [`Kind::Get`] or [`Kind::Accumulate`] without
+/// [`FLAG_FETCH`]: the `len` bytes of data travel apart, as one
 /// point-to-point message of the window's communicator
-/// (`target::put_by_message`, `get_by_message`,
-/// `accumulate_by_message`), which the ADI's rendezvous moves between
-/// the buffer and the window with no copy of its own; the put or
-/// accumulate carries no data here.
+/// (`target::get_by_message`, `accumulate_by_message`), which the ADI's
+/// rendezvous moves between the buffer and the window with no copy of
+/// its own; the accumulate carries no data here. (Large puts' data
+/// travels apart too, but as placed active messages: `target::put_placed`.)
 pub(crate) const FLAG_BY_MESSAGE: u8 = 4;
 
 /// What a message is.
@@ -239,7 +239,7 @@ impl<'p> Message<'p> {
         // A kind or code that does not decode carries nothing here, and
         // `decode` refuses it below.
         let data = match Kind::from_u8(head[0]) {
-            Some(Kind::Put | Kind::Accumulate) if head[1] & FLAG_BY_MESSAGE != 0 => Some(0),
+            Some(Kind::Accumulate) if head[1] & FLAG_BY_MESSAGE != 0 => Some(0),
             Some(Kind::Put | Kind::Reply | Kind::Refused) => Some(len),
             Some(Kind::Accumulate)
                 if AccumulateOp::from_code(head[3]) != Some(AccumulateOp::NoOp) =>
@@ -279,7 +279,7 @@ impl<'p> Message<'p> {
             Kind::Accumulate if flags & FLAG_FETCH != 0 => FLAG_FETCH,
             Kind::Accumulate => FLAG_BY_MESSAGE,
             Kind::Lock => FLAG_EXCLUSIVE,
-            Kind::Put | Kind::Get => FLAG_BY_MESSAGE,
+            Kind::Get => FLAG_BY_MESSAGE,
             _ => 0,
         };
         if flags & !allowed != 0 {
@@ -329,7 +329,7 @@ impl<'p> Message<'p> {
             None => true,
         };
         let lengths_ok = match kind {
-            Kind::Put | Kind::Accumulate if flags & FLAG_BY_MESSAGE != 0 => data_len == 0,
+            Kind::Accumulate if flags & FLAG_BY_MESSAGE != 0 => data_len == 0,
             Kind::Put | Kind::Reply | Kind::Refused => data_len == message.len,
             Kind::Accumulate => {
                 let no_op = op == Some(AccumulateOp::NoOp);
@@ -474,9 +474,6 @@ mod tests {
 
     #[test]
     fn data_by_message_is_announced_without_data() {
-        let mut put = Message::new(Kind::Put, 0);
-        put.flags = FLAG_BY_MESSAGE;
-        put.len = 1 << 20;
         let mut acc = Message::new(Kind::Accumulate, 0);
         acc.flags = FLAG_BY_MESSAGE;
         acc.element = Some(Primitive::F64);
@@ -486,20 +483,21 @@ mod tests {
         get.flags = FLAG_BY_MESSAGE;
         get.len = 1 << 20;
         let mut batch = Vec::new();
-        for m in [&put, &acc, &get] {
+        for m in [&acc, &get] {
             m.append_to(&mut batch);
         }
-        // Three headers, no data: each is split off on its own.
-        assert_eq!(batch.len(), 3 * HEADER);
+        // Two headers, no data: each is split off on its own.
+        assert_eq!(batch.len(), 2 * HEADER);
         let mut rest = &batch[..];
-        for m in [&put, &acc, &get] {
+        for m in [&acc, &get] {
             let (got, after) = Message::split(rest).unwrap();
             assert_eq!((got.kind, got.flags, got.len), (m.kind, m.flags, m.len));
             rest = after;
         }
-        // A put by message that carries data, an accumulate both fetching
-        // and by message, or the flag on another kind, is refused.
-        let mut with_data = put.encode();
+        // An accumulate by message that carries data, one both fetching
+        // and by message, or the flag on another kind (a put's data is
+        // placed, never by message), is refused.
+        let mut with_data = acc.encode();
         with_data.extend_from_slice(&[0; 8]);
         assert!(Message::decode(&with_data).is_err());
         let mut fetching = acc.encode();
@@ -509,6 +507,11 @@ mod tests {
         cas[0] = Kind::CompareAndSwap as u8;
         cas[1] = FLAG_BY_MESSAGE;
         assert!(Message::decode(&cas).is_err());
+        let mut put = Message::new(Kind::Put, 0);
+        put.len = 1 << 20;
+        let mut put = put.encode();
+        put[1] = FLAG_BY_MESSAGE;
+        assert!(Message::decode(&put).is_err());
     }
 
     #[test]

@@ -21,13 +21,16 @@
 //! (puts and gets of 300,000 bytes, at an odd displacement, to the next
 //! rank; then an epoch of 48 puts and one of 48 gets of 64 KiB and more
 //! to consecutive slots, 3 MiB each, which on shared memory stream past
-//! the caches), `by_message` (gets from 16 KiB and puts beyond 64 KiB, whose data travels
-//! as point-to-point messages over active messages, at sizes on both
-//! sides of each threshold, to the next rank and to the rank itself,
-//! contiguous and through derived origin and result datatypes;
-//! accumulates below and from 1 MiB, followed by small ones that must find them
-//! applied; refused ones in a dynamic window, after which the next land
-//! whole), `batches` (N rounds of hundreds of small puts and accumulates
+//! the caches), `by_message` (gets from 16 KiB, whose data travels as
+//! point-to-point messages over active messages, and puts from 64 KiB,
+//! whose data streams behind their header into the target's window in
+//! pieces of at most 1 MiB, at sizes on both sides of each threshold, to
+//! the next rank and to the rank itself, contiguous and through derived
+//! origin and result datatypes; accumulates below and from 1 MiB,
+//! followed by small ones that must find them applied; refused ones in a
+//! dynamic window, after which the next land whole, and a put of two
+//! pieces whose first fits a region and whose whole does not, refused
+//! before a byte lands), `batches` (N rounds of hundreds of small puts and accumulates
 //! whose result depends on their order, and puts beyond one batch,
 //! between flushes, read back by `rget`s that are only tested; a put the
 //! target refuses amid others, reported at
@@ -697,16 +700,20 @@ fn streamed(world: &Communicator) -> Result<()> {
 }
 
 /// The sizes of `by_message`: around 16 KiB (where gets' data starts to
-/// travel as point-to-point messages), the TCP eager limit (64 KiB,
-/// where puts' data starts to), and 1 MiB (where TCP data lanes start).
-const BY_MESSAGE_SIZES: [usize; 7] = [
+/// travel as point-to-point messages), 64 KiB (the TCP eager limit,
+/// where puts' data starts to stream behind their header), 1 MiB (where
+/// TCP data lanes start, and a put's data takes a second piece), and
+/// beyond 2 MiB (three pieces).
+const BY_MESSAGE_SIZES: [usize; 9] = [
     16_383,
     16_384,
+    65_535,
     65_536,
     65_537,
     300_001,
     1 << 20,
     (1 << 20) + 24,
+    (2 << 20) + 24,
 ];
 
 /// The bytes `by_message` puts from `rank` in step `step`.
@@ -721,6 +728,10 @@ fn by_message_bytes(rank: usize, step: usize, n: usize) -> Vec<u8> {
 /// through derived datatypes; then refusals in a dynamic window.
 fn by_message(world: &Communicator) -> Result<()> {
     const DISP: usize = 5;
+    /// The bytes of the dynamic window's region, and where operations
+    /// that run past its end start.
+    const REGION: usize = 1_200_000;
+    const NEAR_END: usize = REGION - 10_000;
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     let next = (rank + 1) % size;
     let previous = (rank + size - 1) % size;
@@ -827,7 +838,7 @@ fn by_message(world: &Communicator) -> Result<()> {
     // Refused by the target (a dynamic window: only it knows its
     // regions); the data of a refused put or accumulate is taken and
     // dropped, so the operations after it land whole.
-    let mut region = vec![0u8; 600_000];
+    let mut region = vec![0u8; REGION];
     let dynamic = Window::create_dynamic(world, &Info::new())?;
     let at = dynamic.attach(&mut region[..])?;
     let mut addresses = vec![0u64; size];
@@ -835,9 +846,25 @@ fn by_message(world: &Communicator) -> Result<()> {
     let ta = addresses[next] as usize;
     let t = next as i32;
     dynamic.lock(LockType::Shared, t, 0)?;
+    // Two pieces (beyond 1 MiB): the first would fit the region, the
+    // whole does not. Refused whole, before any byte lands (only this
+    // rank writes into the next one's region, and nothing yet).
+    let across = vec![9u8; (1 << 20) + 100_000];
+    let start = REGION - (1 << 20) - 10;
+    dynamic.put(&across[..], t, ta + start)?;
+    expect_class(
+        dynamic.flush(t),
+        ErrorClass::RmaRange,
+        "a put of two pieces across a region's end, at the flush",
+    )?;
+    let mut untouched = vec![1u8; REGION - start];
+    dynamic.get(&mut untouched[..], t, ta + start)?;
+    ensure(untouched.iter().all(|&b| b == 0), || {
+        "a refused put of two pieces wrote into the region".to_owned()
+    })?;
     for (step, n) in [20_000, 100_000].into_iter().enumerate() {
         let sent = by_message_bytes(rank, step, n);
-        dynamic.put(&sent[..], t, ta + 590_000)?;
+        dynamic.put(&sent[..], t, ta + NEAR_END)?;
         expect_class(
             dynamic.flush(t),
             ErrorClass::RmaRange,
@@ -845,7 +872,7 @@ fn by_message(world: &Communicator) -> Result<()> {
         )?;
         let mut over = vec![0u8; n];
         expect_class(
-            dynamic.get(&mut over[..], t, ta + 590_000),
+            dynamic.get(&mut over[..], t, ta + NEAR_END),
             ErrorClass::RmaRange,
             "a get across a region's end",
         )?;
@@ -862,7 +889,7 @@ fn by_message(world: &Communicator) -> Result<()> {
     // rendezvous forever).
     for words in [131_072usize, 40_000] {
         let refused = vec![1u64; words];
-        dynamic.accumulate(&refused[..], t, ta + 590_000, SystemOperation::sum())?;
+        dynamic.accumulate(&refused[..], t, ta + NEAR_END, SystemOperation::sum())?;
         expect_class(
             dynamic.flush(t),
             ErrorClass::RmaRange,
