@@ -560,7 +560,7 @@ impl NodeRegion {
         let mut step = 0;
         // A round's window is taken from the data and left there again
         // (a segment: packed and unpacked where it is not contiguous).
-        for (round, range) in acc.ranges(window, element).into_iter().enumerate() {
+        for (round, range) in acc.ranges(window, element).enumerate() {
             let w = acc.load(range.clone())?;
             // Every process picks the same area for a round (a count of
             // rounds made could differ between processes whose calls

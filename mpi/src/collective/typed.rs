@@ -98,8 +98,10 @@ impl<'a> Output<'a> {
 pub(crate) enum Pieces<'a> {
     Bytes(&'a mut [u8]),
     Shared(&'a [u8]),
-    Packed(PackStream, PhantomData<&'a [u8]>),
-    Unpacked(UnpackStream, PhantomData<&'a mut [u8]>),
+    // The streams are boxed: a `Pieces` of bytes stays small in the
+    // futures of the collectives, which move it.
+    Packed(Box<PackStream>, PhantomData<&'a [u8]>),
+    Unpacked(Box<UnpackStream>, PhantomData<&'a mut [u8]>),
 }
 
 impl<'a> Pieces<'a> {
@@ -113,7 +115,7 @@ impl<'a> Pieces<'a> {
         // SAFETY: the view's memory stays borrowed, unmodified, for `'a`,
         // which the stream (kept in this value) does not outlive.
         let stream = unsafe { view.pack_stream(&layout) };
-        Ok(Pieces::Packed(stream, PhantomData))
+        Ok(Pieces::Packed(Box::new(stream), PhantomData))
     }
 
     /// `view`'s data to write a piece at a time: its own bytes, or a
@@ -126,7 +128,7 @@ impl<'a> Pieces<'a> {
         // SAFETY: the view's memory stays borrowed exclusively for `'a`,
         // which the stream (kept in this value) does not outlive.
         let stream = unsafe { view.unpack_stream(&layout) };
-        Ok(Pieces::Unpacked(stream, PhantomData))
+        Ok(Pieces::Unpacked(Box::new(stream), PhantomData))
     }
 
     /// `buf`'s data to read a piece at a time, and the type of its
@@ -392,11 +394,16 @@ impl<'a> Segments<'a> {
 
     /// The segments of at most `segment` bytes (at least one element of
     /// `element` bytes), in order.
-    pub(crate) fn ranges(&self, segment: usize, element: usize) -> Vec<Range<usize>> {
+    /// (An iterator that does not borrow the data: no allocation on the
+    /// path of every short reduction.)
+    pub(crate) fn ranges(
+        &self,
+        segment: usize,
+        element: usize,
+    ) -> impl Iterator<Item = Range<usize>> + use<> {
+        let len = self.len;
         let step = (segment / element.max(1)).max(1) * element.max(1);
-        (0..self.len.div_ceil(step))
-            .map(|k| k * step..((k + 1) * step).min(self.len))
-            .collect()
+        (0..len.div_ceil(step)).map(move |k| k * step..((k + 1) * step).min(len))
     }
 
     /// Segment `range`, holding the input's data, to reduce in place;
