@@ -115,7 +115,9 @@ fn long_strided_collectives_move_in_pieces() {
     // shared staging areas (single copies off), and by messages, which
     // the point-to-point layer packs and unpacks piece by piece, over
     // shared memory and over TCP; nor do gather, scatter, all-gather(v)
-    // and all-to-allv, which go by messages in every case.
+    // and all-to-allv, which go by messages in every case; nor the
+    // in-place all-to-alls (pairwise, in pieces), all-reduces and reduces
+    // (a segment at a time).
     let ways: [&[(&str, &str)]; 4] = [
         &[],
         &[("OXMPI_SHM_CMA", "0")],
@@ -124,8 +126,14 @@ fn long_strided_collectives_move_in_pieces() {
     ];
     for env in ways {
         for ranks in [2, 3] {
-            let out = job("collectives", "pieces_memory", ranks, env, 120);
-            assert!(out.contains("all-to-all-v: +"), "{env:?}: {out}");
+            let out = job("collectives", "pieces_memory", ranks, env, 300);
+            for measured in [
+                "all-to-all-v: +",
+                "in-place all-to-all-w: +",
+                "in-place reduce: +",
+            ] {
+                assert!(out.contains(measured), "{env:?}: {out}");
+            }
             eprint!("{env:?}: {out}");
         }
     }

@@ -15,9 +15,9 @@ use super::op::Reduction;
 use super::partition::{disjoint_blocks, uniform_blocks};
 use super::schedule::{
     all_gather_algorithm, binomial_node, broadcast_algorithm, broadcast_chunks, halving_steps,
-    pairwise_partners, reduce_algorithm, split_evenly, subtree_span, AllGatherAlgorithm,
-    AllToAllAlgorithm, BroadcastAlgorithm, Fold, HalvingStep, ReduceAlgorithm, TreeNode,
-    ALL_TO_ALL_THROTTLE,
+    pairwise_partners, reduce_algorithm, split_evenly, subtree_span, tournament_partner,
+    tournament_rounds, AllGatherAlgorithm, AllToAllAlgorithm, BroadcastAlgorithm, Fold,
+    HalvingStep, ReduceAlgorithm, TreeNode, ALL_TO_ALL_THROTTLE,
 };
 use super::team::{CollectiveTag, Scratch, Team};
 use super::typed::{copy_across, Inbound, Outbound, Pieces};
@@ -696,6 +696,98 @@ pub(crate) async fn all_to_all(
     Ok(())
 }
 
+/// The most bytes an in-place all-to-all sends to one partner in one
+/// message, and the room of its one temporary buffer.
+pub(crate) const IN_PLACE_PIECE: usize = 1 << 20;
+
+/// In-place all-to-all (`MPI_IN_PLACE`): block `i`, range `blocks[i].1`
+/// of buffer `bufs[blocks[i].0]`, goes to rank `i` and is replaced by
+/// what rank `i` sends. As MPICH's, each two processes exchange their
+/// blocks in a round of their own (a round-robin tournament); the
+/// exchange goes in pieces of [`IN_PLACE_PIECE`], each sent from the
+/// buffer and received into one temporary piece before it is copied
+/// over what was sent, so no more than a piece is held apart from the
+/// buffers however long the blocks.
+pub(crate) async fn all_to_all_in_place(
+    t: &Team<'_>,
+    bufs: &mut [Pieces<'_>],
+    blocks: &[(usize, Range<usize>)],
+) -> Result<()> {
+    let (n, r) = (t.size(), t.rank());
+    // Zeroed memory that only the pieces received touch.
+    let mut piece = vec![0u8; IN_PLACE_PIECE];
+    let buffers = bufs.len();
+    for round in 0..tournament_rounds(n) {
+        let Some(partner) = tournament_partner(r, n, round) else {
+            continue;
+        };
+        let (buf, block) = &blocks[partner];
+        let buf = bufs.get_mut(*buf).ok_or_else(|| {
+            Error::new(
+                ErrorClass::Intern,
+                format!("the block for rank {partner} lies in buffer {buf} of {buffers}"),
+            )
+        })?;
+        exchange_in_place(t, partner, buf, block.clone(), &mut piece).await?;
+    }
+    Ok(())
+}
+
+/// Exchanges `block` of `buf` with `partner`'s block for this process,
+/// piece by piece: a message of a whole `piece` says that another
+/// follows (perhaps empty), a shorter one is the last. So each side
+/// learns where the other's data ends from the messages alone, and a
+/// partner whose block has another length (the processes passed
+/// different counts) is noted, not waited for: what fits is kept.
+async fn exchange_in_place(
+    t: &Team<'_>,
+    partner: usize,
+    buf: &mut Pieces<'_>,
+    block: Range<usize>,
+    piece: &mut [u8],
+) -> Result<()> {
+    let whole = piece.len();
+    // Offsets in the block of the next piece to send and to receive;
+    // `None` once the last has gone or come.
+    let (mut sending, mut receiving) = (Some(0), Some(0));
+    let mut received_in_all = 0;
+    while sending.is_some() || receiving.is_some() {
+        let sent = sending.map(|at: usize| at..(at + whole).min(block.len()));
+        let received = {
+            let sends = match &sent {
+                Some(part) => {
+                    let range = block.start + part.start..block.start + part.end;
+                    vec![(partner, buf.outbound(range)?)]
+                }
+                None => Vec::new(),
+            };
+            let recvs = match receiving {
+                Some(_) => vec![(partner, Inbound::Bytes(&mut *piece))],
+                None => Vec::new(),
+            };
+            t.exchange_up_to(sends, recvs).await?
+        };
+        if let Some(part) = sent {
+            sending = (part.len() == whole).then_some(part.end);
+        }
+        if let (Some(at), Some(&len)) = (receiving, received.first()) {
+            // Bytes beyond the block are a mismatch, noted below.
+            let kept = len.min(block.len().saturating_sub(at));
+            buf.write(block.start + at, &piece[..kept])?;
+            received_in_all += len;
+            receiving = (len == whole).then_some(at + len);
+        }
+    }
+    t.note_length(partner, received_in_all, block.len());
+    Ok(())
+}
+
+/// The most bytes of a reduction that go through one run of its
+/// algorithm by messages: longer data is reduced a segment at a time, so
+/// that data that is not contiguous needs no more than a segment's
+/// scratch (contiguous data is reduced where it lies).
+pub(crate) const REDUCTION_SEGMENT: usize = 1 << 20;
+
 /// `acc = acc op higher`, where `higher` holds data of higher ranks
 /// (clobbered).
 fn combine_higher(red: &Reduction<'_>, acc: &mut [u8], higher: &mut [u8]) -> Result<()> {
@@ -719,7 +811,7 @@ pub(crate) async fn reduce(
     if t.size() == 1 {
         return Ok(());
     }
-    let count = acc.len() / red.element_size();
+    let count = acc.len() / red.unit_size();
     match reduce_algorithm(acc.len(), count, t.size(), red.is_commutative()) {
         ReduceAlgorithm::Short => binomial_reduce(t, root, acc, red).await,
         ReduceAlgorithm::Rabenseifner => rabenseifner_reduce(t, root, acc, red).await,
@@ -819,7 +911,7 @@ async fn halving_reduce_scatter(
     incoming: &mut Scratch,
     red: &Reduction<'_>,
 ) -> Result<()> {
-    let element = red.element_size();
+    let element = red.unit_size();
     for step in steps {
         let peer = fold.rank_of(step.partner);
         let keep = block_bytes(bounds, &step.keep, element);
@@ -850,10 +942,10 @@ async fn rabenseifner_reduce(
     let mut incoming = Scratch::zeroed(acc.len());
     let new_root = fold.new_rank_holding(root);
     if let Some(new_rank) = fold_in(t, &fold, acc, &mut incoming, red).await? {
-        let bounds = split_evenly(acc.len() / red.element_size(), fold.pof2);
+        let bounds = split_evenly(acc.len() / red.unit_size(), fold.pof2);
         let steps = halving_steps(new_rank, fold.pof2);
         halving_reduce_scatter(t, &fold, &steps, &bounds, acc, &mut incoming, red).await?;
-        let element = red.element_size();
+        let element = red.unit_size();
         for step in steps.iter().rev() {
             let peer = fold.rank_of(step.partner);
             let mask = new_rank ^ step.partner;
@@ -886,7 +978,7 @@ pub(crate) async fn all_reduce(t: &Team<'_>, acc: &mut [u8], red: &Reduction<'_>
     }
     let fold = Fold::new(t.size());
     let mut incoming = Scratch::zeroed(acc.len());
-    let count = acc.len() / red.element_size();
+    let count = acc.len() / red.unit_size();
     let algorithm = reduce_algorithm(acc.len(), count, t.size(), red.is_commutative());
     if let Some(new_rank) = fold_in(t, &fold, acc, &mut incoming, red).await? {
         match algorithm {
@@ -897,7 +989,7 @@ pub(crate) async fn all_reduce(t: &Team<'_>, acc: &mut [u8], red: &Reduction<'_>
                 let bounds = split_evenly(count, fold.pof2);
                 let steps = halving_steps(new_rank, fold.pof2);
                 halving_reduce_scatter(t, &fold, &steps, &bounds, acc, &mut incoming, red).await?;
-                let element = red.element_size();
+                let element = red.unit_size();
                 let mut result = Pieces::Bytes(&mut *acc);
                 for step in steps.iter().rev() {
                     let peer = fold.rank_of(step.partner);

@@ -122,13 +122,14 @@ use crate::comm::{Communicator, Process};
 use crate::datatype::{Buffer, BufferMut, ElementType};
 use crate::request::{Request, Scope};
 use crate::{Error, ErrorClass, Result};
+use algorithms::{IN_PLACE_PIECE, REDUCTION_SEGMENT};
 use node::NodeRegion;
 use op::{same_element_type, Reduction};
 use partition::{consecutive_blocks, disjoint_blocks, uniform_blocks};
 use schedule::{all_to_all_algorithm, AllToAllAlgorithm};
 use std::future::Future;
-use team::{CollectiveTag, Scratch, Sequence};
-use typed::{Inbound, Input, Outbound, Output, Pieces};
+use team::{CollectiveTag, Sequence};
+use typed::{Inbound, Input, Outbound, Output, Pieces, Segments};
 
 /// Whether a collective runs to its end in the call (blocking) or is
 /// started to be completed later (non-blocking): only a blocking one may
@@ -234,46 +235,68 @@ impl Communicator {
         self.node(sequence)
     }
 
-    /// All-reduces `acc` in place: through the shared region `node` (see
-    /// [`Communicator::node_for`]) if the data fits, else by messages.
-    async fn all_reduce_bytes(
+    /// All-reduces `acc`: through the shared region `node` (see
+    /// [`Communicator::node_for`]) if the data fits, else by messages,
+    /// one segment of [`REDUCTION_SEGMENT`] at a time (each an
+    /// all-reduce of its own), so that data that is not contiguous is
+    /// never packed whole.
+    async fn all_reduce_segments(
         &self,
         sequence: Sequence,
-        acc: &mut [u8],
+        acc: &mut Segments<'_>,
         red: &Reduction<'_>,
         node: Option<&NodeRegion>,
     ) -> Result<()> {
+        let whole = 0..acc.len();
         if self.is_inter_communicator() {
-            return self.inter_all_reduce(sequence, acc, red).await;
+            let data = acc.load(whole.clone())?;
+            self.inter_all_reduce(sequence, data, red).await?;
+            return acc.store(whole);
         }
         if let Some(node) = node {
-            if node.all_reduces_by_slots(acc.len(), red.element_size()) {
-                return node.all_reduce(sequence.0, acc, red);
+            if node.all_reduces_by_slots(whole.len(), red.unit_size()) {
+                node.all_reduce(sequence.0, acc.load(whole.clone())?, red)?;
+                return acc.store(whole);
             }
-            if node.fits_staged(acc.len(), red.element_size()) {
+            if node.fits_staged(whole.len(), red.unit_size()) {
                 return node.all_reduce_staged(sequence.0, acc, red);
             }
         }
         let team = self.team(sequence, CollectiveTag::AllReduce)?;
-        team.complete(algorithms::all_reduce(&team, acc, red)).await
+        team.complete(async {
+            for segment in acc.ranges(REDUCTION_SEGMENT, red.unit_size()) {
+                algorithms::all_reduce(&team, acc.load(segment.clone())?, red).await?;
+                acc.store(segment)?;
+            }
+            Ok(())
+        })
+        .await
     }
 
-    /// Reduces `acc` in place to `root`, as
-    /// [`Communicator::all_reduce_bytes`] chooses the way.
-    async fn reduce_bytes(
+    /// Reduces `acc` to `root`, as [`Communicator::all_reduce_segments`]
+    /// chooses the way (but for the staging areas).
+    async fn reduce_segments(
         &self,
         sequence: Sequence,
         root: usize,
-        acc: &mut [u8],
+        acc: &mut Segments<'_>,
         red: &Reduction<'_>,
         node: Option<&NodeRegion>,
     ) -> Result<()> {
         if let Some(node) = node.filter(|node| node.fits(acc.len())) {
-            return node.reduce(sequence.0, root, acc, red);
+            let whole = 0..acc.len();
+            node.reduce(sequence.0, root, acc.load(whole.clone())?, red)?;
+            return acc.store(whole);
         }
         let team = self.team(sequence, CollectiveTag::Reduce)?;
-        team.complete(algorithms::reduce(&team, root, acc, red))
-            .await
+        team.complete(async {
+            for segment in acc.ranges(REDUCTION_SEGMENT, red.unit_size()) {
+                algorithms::reduce(&team, root, acc.load(segment.clone())?, red).await?;
+                acc.store(segment)?;
+            }
+            Ok(())
+        })
+        .await
     }
 
     /// Reduces `input` and scatters its `blocks` (by rank), this rank's
@@ -650,18 +673,45 @@ impl Communicator {
         let node = self.node_for(&sequence, mode)?;
         self.require_intra("an in-place all-to-all")?;
         let n = self.size() as usize;
-        let mut output = Output::new(buf)?;
-        let block = block_of(
-            output.bytes_mut().len(),
-            n,
-            output.element_type(),
-            "the buffer",
-        )?;
-        let buf = output.bytes_mut();
-        let send = buf.to_vec();
-        self.all_to_all_blocks(sequence, &send, buf, block, node)
-            .await?;
-        output.finish()
+        let (len, element_type) = {
+            let view = buf.view_mut();
+            (
+                view.layout()?.len,
+                ElementType::of_datatype(view.datatype()),
+            )
+        };
+        let block = block_of(len, n, element_type, "the buffer")?;
+        // Every process chooses the way by the length alone, the same at
+        // all of them.
+        if len < IN_PLACE_PIECE {
+            // Short: a copy of what is sent, then all blocks at once (or
+            // through the shared region).
+            let mut output = Output::new(buf)?;
+            let buf = output.bytes_mut();
+            let send = buf.to_vec();
+            self.all_to_all_blocks(sequence, &send, buf, block, node)
+                .await?;
+            return output.finish();
+        }
+        let (buf, _) = Pieces::into_buffer(buf)?;
+        let blocks = uniform_blocks(n, block);
+        self.all_to_all_in_place_pieces(sequence, vec![buf], blocks.into_iter().map(|b| (0, b)))
+            .await
+    }
+
+    /// The in-place all-to-all of `blocks` (by rank: which of `bufs`,
+    /// and the packed bytes of it) by pairwise exchanges in pieces (see
+    /// [`algorithms::all_to_all_in_place`]): no copy of the whole.
+    async fn all_to_all_in_place_pieces(
+        &self,
+        sequence: Sequence,
+        mut bufs: Vec<Pieces<'_>>,
+        blocks: impl Iterator<Item = (usize, std::ops::Range<usize>)>,
+    ) -> Result<()> {
+        let blocks: Vec<_> = blocks.collect();
+        let team = self.team(sequence, CollectiveTag::AllToAll)?;
+        team.complete(algorithms::all_to_all_in_place(&team, &mut bufs, &blocks))
+            .await
     }
 
     /// The all-to-all of `send` into `recv`, blocks of `block` bytes, one
@@ -831,22 +881,13 @@ impl Communicator {
         C: std::borrow::Borrow<[i32]>,
         D: std::borrow::Borrow<[i32]>,
     {
+        // The blocks' lengths differ between processes, so every length
+        // goes the one way, in pieces.
         let n = self.size() as usize;
-        let (parts, mut output) = buf.parts(n)?;
-        let buf = output.bytes_mut();
-        let layout = disjoint_blocks(buf.len(), &parts)?;
-        let send = buf.to_vec();
-        let sends = parts.iter().map(|p| send[p.clone()].into()).collect();
-        let recvs = layout.split(buf);
-        let team = self.team(sequence, CollectiveTag::AllToAll)?;
-        team.complete(algorithms::all_to_all(
-            &team,
-            sends,
-            recvs,
-            AllToAllAlgorithm::Scattered,
-        ))
-        .await?;
-        output.finish()
+        let (parts, buf) = buf.pieces(n)?;
+        disjoint_blocks(buf.len(), &parts)?;
+        self.all_to_all_in_place_pieces(sequence, vec![buf], parts.into_iter().map(|p| (0, p)))
+            .await
     }
 
     /// Sends `send[i]` to rank `i` and receives `recv[j]` from rank `j`:
@@ -949,22 +990,17 @@ impl Communicator {
                 bufs.len()
             )));
         }
-        let mut outputs = bufs
+        let bufs = bufs
             .iter_mut()
-            .map(|b| Output::new(&mut **b))
+            .map(|b| Pieces::into_view(b.view_mut()))
             .collect::<Result<Vec<_>>>()?;
-        let copies: Vec<Vec<u8>> = outputs.iter_mut().map(|o| o.bytes_mut().to_vec()).collect();
-        let sends = copies.iter().map(|c| c.as_slice().into()).collect();
-        let recvs = outputs.iter_mut().map(|o| o.bytes_mut().into()).collect();
-        let team = self.team(sequence, CollectiveTag::AllToAll)?;
-        team.complete(algorithms::all_to_all(
-            &team,
-            sends,
-            recvs,
-            AllToAllAlgorithm::Scattered,
-        ))
-        .await?;
-        outputs.into_iter().try_for_each(Output::finish)
+        let blocks: Vec<_> = bufs.iter().map(Pieces::len).enumerate().collect();
+        self.all_to_all_in_place_pieces(
+            sequence,
+            bufs,
+            blocks.into_iter().map(|(i, len)| (i, 0..len)),
+        )
+        .await
     }
 
     /// Reduces every process's `send` with `op` into `recv` at every
@@ -1021,12 +1057,9 @@ impl Communicator {
         O: Operation,
     {
         let node = self.node_for(&sequence, mode)?;
-        let (send, mut output) = (Input::new(send)?, Output::overwritten(recv)?);
-        let element_type = same_element_type(send.element_type(), output.element_type())?;
-        let red = Reduction::new(&op, element_type)?;
-        let recv = copy_input(send.bytes(), output.bytes_mut(), element_type)?;
-        self.all_reduce_bytes(sequence, recv, &red, node).await?;
-        output.finish()
+        let (mut acc, red) = reduction_into(send, recv, &op)?;
+        self.all_reduce_segments(sequence, &mut acc, &red, node)
+            .await
     }
 
     /// [`Communicator::all_reduce_into`] in place: `buf` is the input and
@@ -1078,11 +1111,11 @@ impl Communicator {
     {
         let node = self.node_for(&sequence, mode)?;
         self.require_intra("an in-place all-reduce")?;
-        let mut output = Output::new(buf)?;
-        let red = Reduction::new(&op, output.element_type())?;
-        self.all_reduce_bytes(sequence, output.bytes_mut(), &red, node)
-            .await?;
-        output.finish()
+        let (buf, element_type) = Pieces::into_buffer(buf)?;
+        let red = Reduction::new(&op, element_type)?;
+        let mut acc = Segments::new(None, Some(buf))?;
+        self.all_reduce_segments(sequence, &mut acc, &red, node)
+            .await
     }
 
     /// Reduces every process's `send` (`size` equal blocks) with `op` and
@@ -1575,6 +1608,26 @@ fn to_everyone<'s>(
 
 /// Copies `send` into `recv`, which must be as long: the start of a
 /// reduction whose result replaces its input.
+/// The reduction of `send` into `recv` with `op`, a segment at a time
+/// (see [`Segments`]), once their types and lengths agree.
+fn reduction_into<'a, 'o, S, R, O>(
+    send: &'a S,
+    recv: &'a mut R,
+    op: &'o O,
+) -> Result<(Segments<'a>, Reduction<'o>)>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation,
+{
+    let (send, send_type) = Pieces::of_buffer(send)?;
+    let (recv, recv_type) = Pieces::into_buffer(recv)?;
+    let element_type = same_element_type(send_type, recv_type)?;
+    let red = Reduction::new(op, element_type)?;
+    expect_len(recv.len(), send.len(), element_type, "the receive buffer")?;
+    Ok((Segments::new(Some(send), Some(recv))?, red))
+}
+
 fn copy_input<'r>(
     send: &[u8],
     recv: &'r mut [u8],
@@ -2354,11 +2407,13 @@ impl Process<'_> {
     {
         let node = self.comm.node_for(&sequence, mode)?;
         let root = self.root(false)?;
-        let send = Input::new(send)?;
-        let red = Reduction::new(&op, send.element_type())?;
-        let mut acc = Scratch::copy_of(send.bytes());
+        let (send, element_type) = Pieces::of_buffer(send)?;
+        let red = Reduction::new(&op, element_type)?;
+        // The data is combined with others' on its way to the root: in a
+        // scratch, a segment at a time.
+        let mut acc = Segments::new(Some(send), None)?;
         self.comm
-            .reduce_bytes(sequence, root, acc.bytes_mut(), &red, node)
+            .reduce_segments(sequence, root, &mut acc, &red, node)
             .await
     }
 
@@ -2418,14 +2473,10 @@ impl Process<'_> {
     {
         let node = self.comm.node_for(&sequence, mode)?;
         let root = self.root(true)?;
-        let (send, mut output) = (Input::new(send)?, Output::overwritten(recv)?);
-        let element_type = same_element_type(send.element_type(), output.element_type())?;
-        let red = Reduction::new(&op, element_type)?;
-        let recv = copy_input(send.bytes(), output.bytes_mut(), element_type)?;
+        let (mut acc, red) = reduction_into(send, recv, &op)?;
         self.comm
-            .reduce_bytes(sequence, root, recv, &red, node)
-            .await?;
-        output.finish()
+            .reduce_segments(sequence, root, &mut acc, &red, node)
+            .await
     }
 
     /// [`Process::reduce_into_root`] in place: the root's `buf` is its
@@ -2478,11 +2529,11 @@ impl Process<'_> {
     {
         let node = self.comm.node_for(&sequence, mode)?;
         let root = self.root(true)?;
-        let mut output = Output::new(buf)?;
-        let red = Reduction::new(&op, output.element_type())?;
+        let (buf, element_type) = Pieces::into_buffer(buf)?;
+        let red = Reduction::new(&op, element_type)?;
+        let mut acc = Segments::new(None, Some(buf))?;
         self.comm
-            .reduce_bytes(sequence, root, output.bytes_mut(), &red, node)
-            .await?;
-        output.finish()
+            .reduce_segments(sequence, root, &mut acc, &red, node)
+            .await
     }
 }

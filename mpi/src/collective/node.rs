@@ -131,7 +131,7 @@
 use super::engine::block_on;
 use super::op::Reduction;
 use super::team::{Scratch, Team};
-use super::typed::{copy_across, Input, Output, Pieces};
+use super::typed::{copy_across, Input, Output, Pieces, Segments};
 use crate::{with_device, Error, ErrorClass, Result};
 use oxmpi_adi::device::Idle;
 use oxmpi_adi::host::HostId;
@@ -574,10 +574,10 @@ impl NodeRegion {
     pub(crate) fn all_reduce_staged(
         &self,
         number: u32,
-        acc: &mut [u8],
+        acc: &mut Segments,
         red: &Reduction,
     ) -> Result<()> {
-        let element = red.element_size();
+        let element = red.unit_size();
         let total = acc.len();
         // The stamp announces the length, checked once every process has
         // stamped (before its first progress).
@@ -588,7 +588,10 @@ impl NodeRegion {
         let piece = ((CHUNK / element).max(1) * element).min(longest_part);
         let (mut fold, mut input) = (Scratch::zeroed(piece), Scratch::zeroed(piece));
         let mut step = 0;
-        for (round, w) in acc.chunks_mut(window).enumerate() {
+        // A round's window is taken from the data and left there again
+        // (a segment: packed and unpacked where it is not contiguous).
+        for (round, range) in acc.ranges(window, element).enumerate() {
+            let w = acc.load(range.clone())?;
             // Every process picks the same area for a round (a count of
             // rounds made could differ between processes whose calls
             // failed), and rounds alternate.
@@ -642,6 +645,7 @@ impl NodeRegion {
             }
             // The next progress says this process has read them.
             self.free_after[area].store(progress(number, step + 1), Ordering::Relaxed);
+            acc.store(range)?;
         }
         self.publish_progress(number, step + 1)
     }

@@ -406,9 +406,17 @@ impl<'o> Reduction<'o> {
         }
     }
 
-    /// Size of one element in bytes.
-    pub(crate) fn element_size(&self) -> usize {
-        self.element_type.size()
+    /// Size in bytes of the smallest part of the data the operation
+    /// combines on its own: the basic type's where the elements are all
+    /// of one (a vector of `f64` is combined `f64` by `f64`), else an
+    /// element's. The algorithms split data only at multiples of it, so
+    /// processes whose datatypes differ (a vector, or as many `f64`s)
+    /// split it alike, and long data of one element can be split.
+    pub(crate) fn unit_size(&self) -> usize {
+        let element_type = self.element_type;
+        element_type
+            .basic()
+            .map_or(element_type.size(), |basic| basic.size())
     }
 
     /// `inout[i] = input[i] op inout[i]` for every element (the two are

@@ -137,6 +137,38 @@ pub(crate) fn pairwise_partners(rank: usize, size: usize, step: usize) -> (usize
     }
 }
 
+/// Rounds of a round-robin tournament in which each two of `size`
+/// processes meet once: `size - 1` for an even number (each meets one
+/// other in every round), `size` for an odd one (each sits one round
+/// out).
+pub(crate) fn tournament_rounds(size: usize) -> usize {
+    if size.is_multiple_of(2) {
+        size.saturating_sub(1)
+    } else {
+        size
+    }
+}
+
+/// Whom `rank` meets in round `round` of the tournament of
+/// [`tournament_rounds`] (the circle method: the rest go round, the last
+/// of an even number stays put), or `None` where it sits the round out.
+/// Each round pairs processes off both ways, so two processes that meet
+/// exchange with each other alone.
+pub(crate) fn tournament_partner(rank: usize, size: usize, round: usize) -> Option<usize> {
+    if !size.is_multiple_of(2) {
+        let partner = (round + size - rank) % size;
+        return (partner != rank).then_some(partner);
+    }
+    let circle = size - 1;
+    if rank == circle {
+        // The one whose partner on the circle would be itself: `2 * p`
+        // is `round` modulo `circle`, and `size / 2` halves modulo it.
+        return Some(round * (size / 2) % circle);
+    }
+    let partner = (round + circle - rank) % circle;
+    Some(if partner == rank { circle } else { partner })
+}
+
 /// A process's place in the binomial tree over relative ranks (ranks
 /// counted from the root): its parent, its children, and how many
 /// processes its subtree holds (itself and its descendants, whose
@@ -295,6 +327,28 @@ pub(crate) fn broadcast_chunks(bytes: usize, parts: usize) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tournaments_pair_every_two_processes_once() {
+        for size in 1..=17 {
+            let mut met = vec![vec![0; size]; size];
+            for round in 0..tournament_rounds(size) {
+                for (rank, row) in met.iter_mut().enumerate() {
+                    if let Some(p) = tournament_partner(rank, size, round) {
+                        assert!(p < size && p != rank, "{size} {round} {rank}: {p}");
+                        let back = tournament_partner(p, size, round);
+                        assert_eq!(back, Some(rank), "{size} {round} {rank}");
+                        row[p] += 1;
+                    }
+                }
+            }
+            for (rank, row) in met.iter().enumerate() {
+                for (p, &times) in row.iter().enumerate() {
+                    assert_eq!(times, usize::from(p != rank), "{size}: {rank} and {p}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn binomial_trees_cover_every_process_once() {

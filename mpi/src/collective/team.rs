@@ -257,16 +257,60 @@ impl<'a> Team<'a> {
         sends: Vec<(&Team<'_>, usize, Outbound<'_>)>,
         recvs: Vec<(usize, Inbound<'_>)>,
     ) -> Result<()> {
-        if sends.is_empty() && recvs.is_empty() {
-            // A step with no messages (a process alone, a leaf's turn to
-            // pass nothing on): no device call.
-            return Ok(());
-        }
-        let mut messages = Messages::default();
         let expected: Vec<(usize, usize)> = recvs
             .iter()
             .map(|(from, inbound)| (*from, inbound.len()))
             .collect();
+        let received = self.exchange_statuses(sends, recvs).await?;
+        for (status, &(from, len)) in received.iter().zip(&expected) {
+            self.judge_receive(status, from, len)?;
+        }
+        Ok(())
+    }
+
+    /// One step as [`Team::exchange_data`] whose messages may be shorter
+    /// than their room (a stream of pieces, where a short one is the
+    /// last): returns the length of each received message, in the order
+    /// of `recvs`. Only a message longer than its room is noted.
+    pub(crate) async fn exchange_up_to(
+        &self,
+        sends: Vec<(usize, Outbound<'_>)>,
+        recvs: Vec<(usize, Inbound<'_>)>,
+    ) -> Result<Vec<usize>> {
+        let rooms: Vec<(usize, usize)> = recvs
+            .iter()
+            .map(|(from, inbound)| (*from, inbound.len()))
+            .collect();
+        let sends = sends
+            .into_iter()
+            .map(|(to, data)| (self, to, data))
+            .collect();
+        let received = self.exchange_statuses(sends, recvs).await?;
+        received
+            .iter()
+            .zip(&rooms)
+            .map(|(status, &(from, room))| match status.error {
+                Some(_) => self.judge_receive(status, from, room).map(|()| room),
+                None => Ok(status.count),
+            })
+            .collect()
+    }
+
+    /// Posts the step's receives, then its sends, and waits until all are
+    /// complete: the statuses of the receives (in order), or the first
+    /// failure of a send.
+    async fn exchange_statuses(
+        &self,
+        sends: Vec<(&Team<'_>, usize, Outbound<'_>)>,
+        recvs: Vec<(usize, Inbound<'_>)>,
+    ) -> Result<Vec<Status>> {
+        if sends.is_empty() && recvs.is_empty() {
+            // A step with no messages (a process alone, a leaf's turn to
+            // pass nothing on): no device call.
+            return Ok(Vec::new());
+        }
+        let mut messages = Messages::default();
+        let receives = recvs.len();
         let posted = with_device(|d| {
             for (from, inbound) in recvs {
                 // SAFETY: `inbound` stays borrowed until this step is
@@ -303,20 +347,15 @@ impl<'a> Team<'a> {
         });
         // A failure to post drops `messages`, which takes back or waits
         // for what was posted.
-        let statuses = match posted? {
+        let mut statuses = match posted? {
             Some(statuses) => statuses,
             None => (&mut messages).await?,
         };
-        let (received, sent) = statuses.split_at(expected.len());
-        for (status, &(from, len)) in received.iter().zip(&expected) {
-            self.judge_receive(status, from, len)?;
+        if let Some(e) = statuses[receives..].iter().find_map(|s| s.error.as_ref()) {
+            return Err(e.clone());
         }
-        for status in sent {
-            if let Some(e) = &status.error {
-                return Err(e.clone());
-            }
-        }
-        Ok(())
+        statuses.truncate(receives);
+        Ok(statuses)
     }
 
     /// Posts the receive of a message of this team's tag from `from`

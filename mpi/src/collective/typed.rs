@@ -9,6 +9,7 @@
 //! unpacks piece by piece as the message goes.
 
 use super::partition::DisjointBlocks;
+use super::team::Scratch;
 use crate::datatype::{
     Buffer, BufferMut, ElementType, Incoming, MutView, Outgoing, PackStream, UnpackStream, View,
 };
@@ -97,8 +98,10 @@ impl<'a> Output<'a> {
 pub(crate) enum Pieces<'a> {
     Bytes(&'a mut [u8]),
     Shared(&'a [u8]),
-    Packed(PackStream, PhantomData<&'a [u8]>),
-    Unpacked(UnpackStream, PhantomData<&'a mut [u8]>),
+    // The streams are boxed: a `Pieces` of bytes stays small in the
+    // futures of the collectives, which move it.
+    Packed(Box<PackStream>, PhantomData<&'a [u8]>),
+    Unpacked(Box<UnpackStream>, PhantomData<&'a mut [u8]>),
 }
 
 impl<'a> Pieces<'a> {
@@ -112,7 +115,7 @@ impl<'a> Pieces<'a> {
         // SAFETY: the view's memory stays borrowed, unmodified, for `'a`,
         // which the stream (kept in this value) does not outlive.
         let stream = unsafe { view.pack_stream(&layout) };
-        Ok(Pieces::Packed(stream, PhantomData))
+        Ok(Pieces::Packed(Box::new(stream), PhantomData))
     }
 
     /// `view`'s data to write a piece at a time: its own bytes, or a
@@ -125,7 +128,7 @@ impl<'a> Pieces<'a> {
         // SAFETY: the view's memory stays borrowed exclusively for `'a`,
         // which the stream (kept in this value) does not outlive.
         let stream = unsafe { view.unpack_stream(&layout) };
-        Ok(Pieces::Unpacked(stream, PhantomData))
+        Ok(Pieces::Unpacked(Box::new(stream), PhantomData))
     }
 
     /// `buf`'s data to read a piece at a time, and the type of its
@@ -173,7 +176,8 @@ impl<'a> Pieces<'a> {
         }
     }
 
-    /// Copies the packed data's bytes from `offset` into `out`.
+    /// Copies the packed data's bytes from `offset` into `out` (also of
+    /// data to write, which holds the buffer's data until written).
     pub(crate) fn read(&mut self, offset: usize, out: &mut [u8]) -> Result<()> {
         match self {
             Pieces::Bytes(bytes) => {
@@ -185,7 +189,13 @@ impl<'a> Pieces<'a> {
                 Ok(())
             }
             Pieces::Packed(stream, _) => stream.pack(offset, out),
-            Pieces::Unpacked(..) => Err(wrong_way("read")),
+            Pieces::Unpacked(stream, _) => {
+                // SAFETY: the memory stays borrowed exclusively for as
+                // long as `self`, and nothing unpacks into it while this
+                // packer (dropped here) reads it.
+                let mut packer = unsafe { stream.packer() };
+                packer.pack(offset, out)
+            }
         }
     }
 
@@ -333,6 +343,108 @@ impl Pieces<'_> {
                 ))
             }
             Pieces::Shared(_) | Pieces::Packed(..) => Err(wrong_way("written")),
+        }
+    }
+}
+
+/// The data of a reduction, worked on one segment (a range of whole
+/// elements of the packed data) at a time: each segment starts as the
+/// input's data (in place, the output's) and its result goes to the
+/// output (none at a reduce's non-roots). A segment is the output's own
+/// bytes where the output is contiguous, else a scratch of one segment,
+/// which the input is packed into and the output unpacked from: no copy
+/// of the whole.
+pub(crate) struct Segments<'a> {
+    input: Option<Pieces<'a>>,
+    output: Option<Pieces<'a>>,
+    scratch: Scratch,
+    len: usize,
+}
+
+impl<'a> Segments<'a> {
+    /// A reduction of `input` into `output`: in place without an input,
+    /// to nowhere without an output (one of the two is needed). Their
+    /// lengths are equal (the caller checks them against each other).
+    pub(crate) fn new(
+        input: Option<Pieces<'a>>,
+        output: Option<Pieces<'a>>,
+    ) -> Result<Segments<'a>> {
+        let len = match (&input, &output) {
+            (Some(input), Some(output)) if input.len() != output.len() => {
+                return Err(Error::new(
+                    ErrorClass::Intern,
+                    format!("a reduction of {} bytes into {}", input.len(), output.len()),
+                ))
+            }
+            (Some(data), _) | (None, Some(data)) => data.len(),
+            (None, None) => return Err(wrong_way("reduced without data")),
+        };
+        Ok(Segments {
+            input,
+            output,
+            scratch: Scratch::zeroed(0),
+            len,
+        })
+    }
+
+    /// Bytes of packed data.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The segments of at most `segment` bytes (at least one element of
+    /// `element` bytes), in order.
+    /// (An iterator that does not borrow the data: no allocation on the
+    /// path of every short reduction.)
+    pub(crate) fn ranges(
+        &self,
+        segment: usize,
+        element: usize,
+    ) -> impl Iterator<Item = Range<usize>> + use<> {
+        let len = self.len;
+        let step = (segment / element.max(1)).max(1) * element.max(1);
+        (0..len.div_ceil(step)).map(move |k| k * step..((k + 1) * step).min(len))
+    }
+
+    /// Segment `range`, holding the input's data, to reduce in place;
+    /// [`Segments::store`] then leaves the result in the output.
+    pub(crate) fn load(&mut self, range: Range<usize>) -> Result<&mut [u8]> {
+        let Segments {
+            input,
+            output,
+            scratch,
+            len,
+        } = self;
+        if range.end > *len {
+            return Err(beyond(range.start, range.len(), *len));
+        }
+        if let Some(Pieces::Bytes(bytes)) = output {
+            let segment = &mut bytes[range.clone()];
+            if let Some(input) = input {
+                input.read(range.start, segment)?;
+            }
+            Ok(segment)
+        } else {
+            if scratch.bytes().len() < range.len() {
+                *scratch = Scratch::zeroed(range.len());
+            }
+            let segment = &mut scratch.bytes_mut()[..range.len()];
+            match (input, output) {
+                (Some(data), _) | (None, Some(data)) => data.read(range.start, segment)?,
+                (None, None) => return Err(wrong_way("reduced without data")),
+            }
+            Ok(segment)
+        }
+    }
+
+    /// Leaves the result of segment `range` (as [`Segments::load`] gave
+    /// it) in the output.
+    pub(crate) fn store(&mut self, range: Range<usize>) -> Result<()> {
+        match &mut self.output {
+            Some(output) if output.bytes().is_none() => {
+                output.write(range.start, &self.scratch.bytes()[..range.len()])
+            }
+            _ => Ok(()),
         }
     }
 }

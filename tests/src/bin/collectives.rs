@@ -1309,8 +1309,10 @@ fn first_column_is(
 /// all-gather of such blocks, and of varying counts (in reverse rank
 /// order) of strided elements; and an all-to-all of varying counts of
 /// them; and a broadcast and an all-to-all from contiguous buffers into
-/// strided ones. Every buffer is allocated and touched first, and smaller
-/// collectives warm the shared region.
+/// strided ones; the in-place all-to-alls of strided blocks
+/// (`pieces_memory_in_place`); and all-reduces and reduces of a strided
+/// column (`pieces_memory_reductions`). Every buffer is allocated and touched
+/// first, and smaller collectives warm the shared region.
 fn pieces_memory(world: &Communicator) -> Result<()> {
     let (rank, n) = (world.rank() as usize, world.size() as usize);
     let f64t = f64::equivalent_datatype();
@@ -1465,7 +1467,131 @@ fn pieces_memory(world: &Communicator) -> Result<()> {
         0..n * block,
         |r| cell(n - 1 - r / block, rank * block + r % block, 0),
         "the strided all-to-all-v",
-    )
+    )?;
+    pieces_memory_in_place(world, &mut data, block, &blocks, &one_block, &strided)?;
+    pieces_memory_reductions(world, &mut data, &mut received, &column)
+}
+
+/// `pieces_memory` of the reductions of a strided `column` of `data`
+/// (each rank's own matrix of two columns, refilled before each) into
+/// one of `received`, and in place: all-reduce, reduce to rank 0, in
+/// place at the root too. The sums of the ranks' columns are exact.
+fn pieces_memory_reductions(
+    world: &Communicator,
+    data: &mut [f64],
+    received: &mut [f64],
+    column: &UserDatatype,
+) -> Result<()> {
+    let (rank, n) = (world.rank() as usize, world.size() as usize);
+    let rows = data.len() / 2;
+    let refill = |data: &mut [f64]| {
+        for (i, x) in data.iter_mut().enumerate() {
+            *x = cell(rank, i / 2, i % 2);
+        }
+    };
+    let sum = |r: usize| (0..n).map(|k| cell(k, r, 0)).sum::<f64>();
+    let sum_op = SystemOperation::sum();
+    let root = world.process_at_rank(0);
+    refill(data);
+    received.fill(-1.0);
+    within_pieces_bound(world, "a 32 MiB strided all-reduce", || {
+        let send = View::with_count_and_datatype(&*data, 1, column)?;
+        let mut recv = MutView::with_count_and_datatype(&mut *received, 1, column)?;
+        world.all_reduce_into(&send, &mut recv, sum_op)
+    })?;
+    first_column_is(received, 0..rows, sum, "the strided all-reduce")?;
+    within_pieces_bound(world, "a 32 MiB strided in-place all-reduce", || {
+        let mut buf = MutView::with_count_and_datatype(&mut *data, 1, column)?;
+        world.all_reduce_in_place(&mut buf, sum_op)
+    })?;
+    first_column_is(data, 0..rows, sum, "the strided in-place all-reduce")?;
+    refill(data);
+    received.fill(-1.0);
+    within_pieces_bound(world, "a 32 MiB strided reduce", || {
+        let send = View::with_count_and_datatype(&*data, 1, column)?;
+        if rank == 0 {
+            let mut recv = MutView::with_count_and_datatype(&mut *received, 1, column)?;
+            root.reduce_into_root(&send, &mut recv, sum_op)
+        } else {
+            root.reduce_into(&send, sum_op)
+        }
+    })?;
+    if rank == 0 {
+        first_column_is(received, 0..rows, sum, "the strided reduce")?;
+    }
+    within_pieces_bound(world, "a 32 MiB strided in-place reduce", || {
+        if rank == 0 {
+            let mut buf = MutView::with_count_and_datatype(&mut *data, 1, column)?;
+            root.reduce_into_root_in_place(&mut buf, sum_op)
+        } else {
+            let send = View::with_count_and_datatype(&*data, 1, column)?;
+            root.reduce_into(&send, sum_op)
+        }
+    })?;
+    if rank == 0 {
+        first_column_is(data, 0..rows, sum, "the strided in-place reduce")?;
+    }
+    Ok(())
+}
+
+/// `pieces_memory` of the in-place all-to-alls over `data` (each rank's
+/// own two-column matrix, of `n` blocks of `block` rows and perhaps a
+/// row more): of `n` strided `blocks`, of varying counts of `strided`
+/// rows in reverse rank order, and of one buffer of `one_block` per
+/// process.
+fn pieces_memory_in_place(
+    world: &Communicator,
+    data: &mut [f64],
+    block: usize,
+    blocks: &UserDatatype,
+    one_block: &UserDatatype,
+    strided: &UserDatatype,
+) -> Result<()> {
+    let (rank, n) = (world.rank() as usize, world.size() as usize);
+    let refill = |data: &mut [f64]| {
+        for (i, x) in data.iter_mut().enumerate() {
+            *x = cell(rank, i / 2, i % 2);
+        }
+    };
+    // Block `r` of rank `from`'s column, where block `from` was.
+    let exchanged = |r: usize| cell(r / block, rank * block + r % block, 0);
+    refill(data);
+    within_pieces_bound(world, "a 32 MiB strided in-place all-to-all", || {
+        let mut buf = MutView::with_count_and_datatype(&mut *data, n as i32, blocks)?;
+        world.all_to_all_in_place(&mut buf)
+    })?;
+    first_column_is(data, 0..n * block, exchanged, "the in-place all-to-all")?;
+    refill(data);
+    let counts = vec![block as i32; n];
+    let reversed: Vec<i32> = (0..n).map(|r| ((n - 1 - r) * block) as i32).collect();
+    within_pieces_bound(world, "a 32 MiB strided in-place all-to-all-v", || {
+        let mut buf = MutView::with_count_and_datatype(&mut *data, (n * block) as i32, strided)?;
+        let mut buf = PartitionMut::new(&mut buf, &counts[..], &reversed[..]);
+        world.all_to_all_varcount_in_place(&mut buf)
+    })?;
+    // Rank `from`'s block `n - 1 - rank` lands where block `from` was
+    // sent from, at rows `(n - 1 - from) * block..`.
+    first_column_is(
+        data,
+        0..n * block,
+        |r| {
+            let from = n - 1 - r / block;
+            cell(from, (n - 1 - rank) * block + r % block, 0)
+        },
+        "the in-place all-to-all-v",
+    )?;
+    refill(data);
+    within_pieces_bound(world, "a 32 MiB strided in-place all-to-all-w", || {
+        let mut views = data
+            .chunks_mut(block * 2)
+            .take(n)
+            .map(|rows| MutView::with_count_and_datatype(rows, 1, one_block))
+            .collect::<Result<Vec<_>>>()?;
+        let mut bufs: Vec<&mut dyn BufferMut> =
+            views.iter_mut().map(|v| v as &mut dyn BufferMut).collect();
+        world.all_to_all_w_in_place(&mut bufs)
+    })?;
+    first_column_is(data, 0..n * block, exchanged, "the in-place all-to-all-w")
 }
 
 fn datatypes(world: &Communicator) -> Result<()> {
