@@ -1606,8 +1606,6 @@ fn to_everyone<'s>(
     Ok((sends, recvs))
 }
 
-/// Copies `send` into `recv`, which must be as long: the start of a
-/// reduction whose result replaces its input.
 /// The reduction of `send` into `recv` with `op`, a segment at a time
 /// (see [`Segments`]), once their types and lengths agree.
 fn reduction_into<'a, 'o, S, R, O>(
@@ -1628,6 +1626,8 @@ where
     Ok((Segments::new(Some(send), Some(recv))?, red))
 }
 
+/// Copies `send` into `recv`, which must be as long: the start of a
+/// reduction whose result replaces its input.
 fn copy_input<'r>(
     send: &[u8],
     recv: &'r mut [u8],
