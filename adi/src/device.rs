@@ -1259,9 +1259,16 @@ impl Device {
     }
 
     fn stamp(&mut self, peer: PeerRank, header: &mut Header) {
+        header.sequence = self.next_sequence(peer);
+    }
+
+    /// The sequence number of the next sequenced packet to `peer`.
+    #[inline(always)]
+    fn next_sequence(&mut self, peer: PeerRank) -> u32 {
         let vc = &mut self.core.vcs[peer];
-        header.sequence = vc.send_sequence;
-        vc.send_sequence = vc.send_sequence.wrapping_add(1);
+        let sequence = vc.send_sequence;
+        vc.send_sequence = sequence.wrapping_add(1);
+        sequence
     }
 
     fn send_packet(&mut self, peer: PeerRank, mut header: Header, payload: &[u8]) -> Result<()> {
@@ -1336,7 +1343,7 @@ impl Device {
             // SAFETY: the caller's guarantee, passed on.
             return unsafe { self.start_send(peer, envelope, buf, len, false) };
         }
-        let mut header = eager_header(envelope, len);
+        let mut header = Header::standard_eager(0, envelope, len);
         header.flags = FLAG_READY;
         // SAFETY: the caller's guarantee, passed on.
         unsafe { self.start_zcopy_packet(t, peer, header, buf, len) }
@@ -1379,7 +1386,7 @@ impl Device {
                 )
             }
         };
-        let mut header = eager_header(envelope, len);
+        let mut header = Header::standard_eager(0, envelope, len);
         if synchronous {
             header.flags = FLAG_SYNC;
         }
@@ -1476,10 +1483,10 @@ impl Device {
         }
         // No sender token: the receiver of a standard eager message never
         // names the send again (no acknowledgement, nothing to cancel).
-        let mut header = eager_header(envelope, len);
-        self.stamp(peer, &mut header);
+        let sequence = self.next_sequence(peer);
         // SAFETY: the caller guarantees `buf` is readable for `len`.
-        self.transports[t].send(peer, &header, unsafe { payload(buf, len) })?;
+        let data = unsafe { payload(buf, len) };
+        self.transports[t].send_standard_eager(peer, sequence, envelope, data)?;
         Ok(None)
     }
 
@@ -2540,11 +2547,12 @@ impl Core {
     }
 
     /// Checks that a packet from `peer` may arrive over `transport` (the
-    /// VC's binding, bound now if it was not) and, for a sequenced kind,
-    /// that it is the one due. Inline in both callers: every packet
-    /// passes here, and a call's frame cost a third of it.
+    /// VC's binding, bound now if it was not) and, for a sequenced kind
+    /// (`sequence`, its number), that it is the one due. Inline in every
+    /// caller: every packet passes here, and a call's frame cost a third
+    /// of it.
     #[inline(always)]
-    fn admit(&mut self, transport: usize, peer: PeerRank, h: &Header) -> Result<()> {
+    fn admit(&mut self, transport: usize, peer: PeerRank, sequence: Option<u32>) -> Result<()> {
         let vc = self.vcs.get_mut(peer).ok_or_else(|| {
             Error::new(
                 ErrorClass::Intern,
@@ -2565,12 +2573,12 @@ impl Core {
             }
             Binding::Failed(ref e) => return Err(e.clone()),
         }
-        if h.kind.is_sequenced() {
-            if h.sequence != vc.recv_sequence {
+        if let Some(sequence) = sequence {
+            if sequence != vc.recv_sequence {
                 let expected = vc.recv_sequence;
                 return Err(protocol_error(
                     peer,
-                    format!("packet sequence {} where {expected} was due", h.sequence),
+                    format!("packet sequence {sequence} where {expected} was due"),
                 ));
             }
             vc.recv_sequence = vc.recv_sequence.wrapping_add(1);
@@ -2592,14 +2600,8 @@ impl Core {
     ) -> Result<Option<PayloadSlot>> {
         let len = h.message_len as usize;
         let ready = h.flags & FLAG_READY != 0;
-        if len > self.eager_limits[transport] && !ready {
-            return Err(protocol_error(
-                peer,
-                format!(
-                    "eager message of {len} bytes exceeds the limit of {}",
-                    self.eager_limits[transport]
-                ),
-            ));
+        if !ready {
+            self.check_eager_len(transport, peer, len)?;
         }
         // An empty payload is whole from the start.
         let payload = payload.or((len == 0).then_some(&[][..]));
@@ -2608,59 +2610,96 @@ impl Core {
             peer,
             token: h.sender_token,
         });
-        if let Some(token) = self.posted.take_match(&envelope) {
-            let token = match payload {
-                Some(data) if token == DIRECT_TOKEN => {
-                    self.complete_direct(&envelope, data);
-                    if let Some(sender) = sync {
-                        self.acknowledge(sender);
-                    }
-                    return Ok(None);
-                }
-                _ => self.claim(token),
-            };
+        if let Some(data) = payload {
+            if !ready {
+                self.receive_whole_eager(peer, envelope, data, sync);
+            } else if !self.place_whole_eager(peer, &envelope, data, sync) {
+                return Err(unposted_ready(peer, len));
+            }
+            return Ok(None);
+        }
+        if let Some(token) = self.take_posted(&envelope) {
             if let Some(r) = self.requests.get_mut(token) {
                 r.peer = Some(peer);
                 r.status.source = h.source;
                 r.status.tag = h.tag;
-                let slot = match payload {
-                    Some(data) => {
-                        place_eager(r, data);
-                        None
-                    }
-                    None => {
-                        r.message_len = len;
-                        r.phase = Phase::Arriving;
-                        // At most the eager limit, or a ready message
-                        // its receiver expected: unpacked whole.
-                        r.make_chunk(len.min(r.cap));
-                        Some(PayloadSlot(token))
-                    }
-                };
+                r.message_len = len;
+                r.phase = Phase::Arriving;
+                // At most the eager limit, or a ready message its
+                // receiver expected: unpacked whole.
+                r.make_chunk(len.min(r.cap));
                 if let Some(sender) = sync {
                     self.acknowledge(sender);
                 }
-                return Ok(slot);
+                return Ok(Some(PayloadSlot(token)));
             }
         }
         if ready {
-            return Err(protocol_error(
-                peer,
-                format!("a ready message of {len} bytes found no receive posted for it"),
-            ));
+            return Err(unposted_ready(peer, len));
         }
-        match payload {
-            Some(data) => {
-                let data = data.to_vec();
-                self.unexpected
-                    .push(envelope, Unexpected::Eager { data, sync });
-                Ok(None)
-            }
-            None => {
-                self.vcs[peer].arriving = Some((envelope, vec![0; len], sync));
-                Ok(Some(PayloadSlot(ARRIVAL_SLOT | peer as u64)))
-            }
+        self.vcs[peer].arriving = Some((envelope, vec![0; len], sync));
+        Ok(Some(PayloadSlot(ARRIVAL_SLOT | peer as u64)))
+    }
+
+    /// Fails an eager message of `len` bytes beyond the eager limit of
+    /// `transport` (only a ready message may be longer).
+    #[inline(always)]
+    fn check_eager_len(&self, transport: usize, peer: PeerRank, len: usize) -> Result<()> {
+        let limit = self.eager_limits[transport];
+        if len > limit {
+            return Err(over_eager_limit(peer, len, limit));
         }
+        Ok(())
+    }
+
+    /// A whole eager message that is not a ready one, admitted: the
+    /// oldest posted receive it matches takes it, else it joins the
+    /// unexpected messages. Inline: the short path of every message
+    /// (`PacketSink::on_standard_eager`) is this and the admission.
+    #[inline(always)]
+    fn receive_whole_eager(
+        &mut self,
+        peer: PeerRank,
+        envelope: Envelope,
+        data: &[u8],
+        sync: Option<SyncSender>,
+    ) {
+        if !self.place_whole_eager(peer, &envelope, data, sync) {
+            let data = data.to_vec();
+            self.unexpected
+                .push(envelope, Unexpected::Eager { data, sync });
+        }
+    }
+
+    /// Places a whole eager message into the oldest posted receive it
+    /// matches (the direct receive in place: it needs no request for
+    /// it), completing that receive and acknowledging a synchronous
+    /// sender; false, with nothing done, when no receive takes it.
+    #[inline(always)]
+    fn place_whole_eager(
+        &mut self,
+        peer: PeerRank,
+        envelope: &Envelope,
+        data: &[u8],
+        sync: Option<SyncSender>,
+    ) -> bool {
+        match self.posted.take_match(envelope) {
+            Some(DIRECT_TOKEN) => self.complete_direct(envelope, data),
+            Some(token) => {
+                let Some(r) = self.requests.get_mut(token) else {
+                    return false;
+                };
+                r.peer = Some(peer);
+                r.status.source = envelope.source;
+                r.status.tag = envelope.tag;
+                place_eager(r, data);
+            }
+            None => return false,
+        }
+        if let Some(sender) = sync {
+            self.acknowledge(sender);
+        }
+        true
     }
 
     /// The header of a placed active message from `peer` arrived: asks
@@ -2722,7 +2761,7 @@ impl Core {
         peer: PeerRank,
         h: &Header,
     ) -> Result<Option<PayloadSlot>> {
-        self.admit(transport, peer, h)?;
+        self.admit(transport, peer, sequence_of(h))?;
         let envelope = envelope_of(h);
         match h.kind {
             Kind::Eager => self.receive_eager(transport, peer, h, None),
@@ -3080,15 +3119,29 @@ impl Core {
     }
 }
 
-/// The header of an eager message of `len` bytes with `envelope` (a
-/// standard send's: no flags, no token).
-fn eager_header(envelope: Envelope, len: usize) -> Header {
-    let mut header = Header::new(Kind::Eager);
-    header.context_id = envelope.context_id;
-    header.source = envelope.source;
-    header.tag = envelope.tag;
-    header.message_len = len as u64;
-    header
+/// The error of an eager message of `len` bytes beyond the eager limit.
+#[cold]
+fn over_eager_limit(peer: PeerRank, len: usize, limit: usize) -> Error {
+    protocol_error(
+        peer,
+        format!("eager message of {len} bytes exceeds the limit of {limit}"),
+    )
+}
+
+/// The error of a ready message of `len` bytes that found no receive.
+#[cold]
+fn unposted_ready(peer: PeerRank, len: usize) -> Error {
+    protocol_error(
+        peer,
+        format!("a ready message of {len} bytes found no receive posted for it"),
+    )
+}
+
+/// The sequence number of a packet of a sequenced kind, for
+/// [`Core::admit`].
+#[inline(always)]
+fn sequence_of(h: &Header) -> Option<u32> {
+    h.kind.is_sequenced().then_some(h.sequence)
 }
 
 /// What a packet's header says of its message for matching.
@@ -3169,31 +3222,38 @@ fn count_copied_in(r: &mut Request, n: usize) {
 
 /// Marks a receive complete with `placed` bytes in its buffer, judging
 /// truncation against the matched message's length.
+#[inline]
 fn finish_receive(r: &mut Request, placed: usize) {
     r.status.count = placed;
-    let envelope = Envelope {
-        context_id: 0,
-        source: r.status.source,
-        tag: r.status.tag,
-    };
-    if let Some(error) = truncation(r.message_len, r.cap, &envelope) {
-        r.status.error = Some(Box::new(error));
+    if r.message_len > r.cap {
+        let envelope = Envelope {
+            context_id: 0,
+            source: r.status.source,
+            tag: r.status.tag,
+        };
+        r.status.error = truncation(r.message_len, r.cap, &envelope).map(Box::new);
     }
     r.done();
 }
 
 /// The error of a receive of `cap` bytes that matched a message of `len`
 /// bytes with `envelope`, if it does not fit.
+#[inline]
 fn truncation(len: usize, cap: usize, envelope: &Envelope) -> Option<Error> {
-    (len > cap).then(|| {
-        Error::new(
-            ErrorClass::Truncate,
-            format!(
-                "message of {len} bytes from rank {} (tag {}) does not fit the receive buffer of {cap} bytes",
-                envelope.source, envelope.tag
-            ),
-        )
-    })
+    (len > cap).then(|| truncated(len, cap, envelope))
+}
+
+/// The error of a truncated receive (see [`truncation`]), built out of
+/// line: every receive asks, few are truncated.
+#[cold]
+fn truncated(len: usize, cap: usize, envelope: &Envelope) -> Error {
+    Error::new(
+        ErrorClass::Truncate,
+        format!(
+            "message of {len} bytes from rank {} (tag {}) does not fit the receive buffer of {cap} bytes",
+            envelope.source, envelope.tag
+        ),
+    )
 }
 
 /// Copies the first `n` bytes of `data` to `buf` (nothing when `n` is 0,
@@ -3244,10 +3304,26 @@ impl PacketSink for Sink<'_> {
                 ),
             ));
         }
-        self.core.admit(self.transport, peer, header)?;
+        self.core.admit(self.transport, peer, sequence_of(header))?;
         self.core
             .receive_eager(self.transport, peer, header, Some(payload))
             .map(drop)
+    }
+
+    fn on_standard_eager(
+        &mut self,
+        peer: PeerRank,
+        sequence: u32,
+        envelope: Envelope,
+        payload: &[u8],
+    ) -> Result<()> {
+        // `on_packet` of the header these parts make, less what that
+        // header cannot say: no other kind, no flags, no tokens.
+        self.core.admit(self.transport, peer, Some(sequence))?;
+        self.core
+            .check_eager_len(self.transport, peer, payload.len())?;
+        self.core.receive_whole_eager(peer, envelope, payload, None);
+        Ok(())
     }
 
     fn payload_buffer(&mut self, slot: PayloadSlot) -> &mut [u8] {
@@ -3588,6 +3664,14 @@ mod tests {
 
     #[test]
     fn a_whole_eager_packet_is_received_in_one_step() {
+        // Through `on_packet` with a header, and through
+        // `on_standard_eager` with its parts: the same outcome.
+        for by_parts in [false, true] {
+            receive_whole_eager_packets(by_parts);
+        }
+    }
+
+    fn receive_whole_eager_packets(by_parts: bool) {
         let mut core = core();
         let pattern = |tag| Pattern {
             context_id: 5,
@@ -3602,6 +3686,13 @@ mod tests {
             message_len: len,
             ..Header::new(Kind::Eager)
         };
+        let deliver = |sink: &mut Sink<'_>, h: &Header, payload: &[u8]| {
+            if by_parts {
+                sink.on_standard_eager(PEER, h.sequence, envelope_of(h), payload)
+            } else {
+                sink.on_packet(PEER, h, payload)
+            }
+        };
         let (mut any_tag, mut small) = ([0u8; 8], [0u8; 4]);
         let first = post(&mut core, pattern(None), &mut any_tag);
         let second = post(&mut core, pattern(Some(9)), &mut small);
@@ -3610,17 +3701,22 @@ mod tests {
             transport: 0,
         };
         // Both receives accept tag 9: the older takes the first message.
-        sink.on_packet(PEER, &eager(0, 9, 6), b"abcdef").unwrap();
-        sink.on_packet(PEER, &eager(1, 9, 6), b"ghijkl").unwrap();
+        deliver(&mut sink, &eager(0, 9, 6), b"abcdef").unwrap();
+        deliver(&mut sink, &eager(1, 9, 6), b"ghijkl").unwrap();
         // No receive left: the third waits as an unexpected message.
-        sink.on_packet(PEER, &eager(2, 9, 3), b"mno").unwrap();
-        // Out of sequence, or a payload that is not the message: the peer
-        // broke the protocol.
-        let late = sink.on_packet(PEER, &eager(9, 9, 1), b"p").unwrap_err();
+        deliver(&mut sink, &eager(2, 9, 3), b"mno").unwrap();
+        // Out of sequence, beyond the eager limit, or (with a header) a
+        // payload that is not the message: the peer broke the protocol.
+        let late = deliver(&mut sink, &eager(9, 9, 1), b"p").unwrap_err();
         assert_eq!(late.class(), ErrorClass::ProcFailed);
         assert!(late.message().contains("sequence 9"), "{late}");
-        let odd = sink.on_packet(PEER, &eager(3, 9, 5), b"p").unwrap_err();
-        assert_eq!(odd.class(), ErrorClass::ProcFailed);
+        let long = deliver(&mut sink, &eager(3, 9, 65), &[1; 65]).unwrap_err();
+        assert_eq!(long.class(), ErrorClass::ProcFailed);
+        assert!(long.message().contains("limit of 64"), "{long}");
+        if !by_parts {
+            let odd = sink.on_packet(PEER, &eager(3, 9, 5), b"p").unwrap_err();
+            assert_eq!(odd.class(), ErrorClass::ProcFailed);
+        }
         let status = |core: &mut Core, token| {
             let r = core.requests.remove(token).unwrap();
             assert!(matches!(r.phase, Phase::Done));

@@ -75,6 +75,7 @@
 //! window), and the handler hears that it landed or was refused.
 
 use crate::error::{Error, ErrorClass};
+use crate::matching::Envelope;
 use std::fmt;
 
 /// Size of an encoded header in bytes.
@@ -349,6 +350,21 @@ impl Header {
             sender_token: 0,
             receiver_token: 0,
             address: 0,
+        }
+    }
+
+    /// The header of a standard eager message of `len` bytes with
+    /// `envelope`, sequence number `sequence` (what a standard send makes:
+    /// no flags, no tokens, no address).
+    #[inline]
+    pub fn standard_eager(sequence: u32, envelope: Envelope, len: usize) -> Header {
+        Header {
+            sequence,
+            context_id: envelope.context_id,
+            source: envelope.source,
+            tag: envelope.tag,
+            message_len: len as u64,
+            ..Header::new(Kind::Eager)
         }
     }
 

@@ -38,6 +38,7 @@
 //! no caller memory is borrowed while an operation is under way.
 
 use crate::error::{Error, ErrorClass, Result};
+use crate::matching::Envelope;
 use crate::proto::Header;
 use std::os::fd::RawFd;
 
@@ -81,6 +82,24 @@ pub trait PacketSink {
     /// in one shared-memory cell, a packet queued to the process itself).
     fn on_packet(&mut self, peer: PeerRank, header: &Header, payload: &[u8]) -> Result<()> {
         deliver_in_steps(self, peer, header, payload)
+    }
+
+    /// A whole standard eager message from `peer`: what
+    /// [`PacketSink::on_packet`] takes with the header
+    /// [`Header::standard_eager`] makes of `sequence`, `envelope` and the
+    /// payload's length (no flags, no tokens), given as those parts. A
+    /// transport whose frames for short messages carry only these (shm's
+    /// one-cell messages) calls it, which spares the ADI building a whole
+    /// header and judging the fields that such a frame cannot carry.
+    fn on_standard_eager(
+        &mut self,
+        peer: PeerRank,
+        sequence: u32,
+        envelope: Envelope,
+        payload: &[u8],
+    ) -> Result<()> {
+        let header = Header::standard_eager(sequence, envelope, payload.len());
+        self.on_packet(peer, &header, payload)
     }
 
     /// A [`Transport::send_zcopy`] with this token has finished with the
@@ -184,6 +203,24 @@ pub trait Transport: Send {
     /// the caller's buffer is free when this returns. Fails (class
     /// `ProcFailed`) if the peer is known to be lost.
     fn send(&mut self, peer: PeerRank, header: &Header, payload: &[u8]) -> Result<()>;
+
+    /// Sends a standard eager message as [`Transport::send`] sends the
+    /// packet [`Header::standard_eager`] makes of `sequence`, `envelope`
+    /// and the payload's length (the blocking and immediate standard
+    /// sends' short messages). The default builds that header; a
+    /// transport with a frame that carries only these parts (shm's
+    /// one-cell messages) writes them without it. The receiver gets the
+    /// same packet either way.
+    fn send_standard_eager(
+        &mut self,
+        peer: PeerRank,
+        sequence: u32,
+        envelope: Envelope,
+        payload: &[u8],
+    ) -> Result<()> {
+        let header = Header::standard_eager(sequence, envelope, payload.len());
+        self.send(peer, &header, payload)
+    }
 
     /// Sends a packet whose payload is `parts` one after another, as
     /// [`Transport::send`] sends their concatenation. The default

@@ -58,9 +58,9 @@ impl InLink {
             let (slot, mut remaining, mut placed) = match (frame.kind, self.read) {
                 (FrameKind::Short, ReadState::Header) => {
                     // A whole packet: the ADI takes it in one step.
-                    let (header, payload) = self.consumer.short(&frame);
+                    let (fields, payload) = self.consumer.short(&frame);
                     self.consumer.advance(&frame);
-                    sink.on_packet(peer, &header, &payload[..n])
+                    sink.on_standard_eager(peer, fields.sequence, fields.envelope, &payload[..n])
                         .map_err(|e| broke_protocol(peer, e))?;
                     budget = budget.saturating_sub(CELL);
                     progressed = true;

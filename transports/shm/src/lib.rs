@@ -125,6 +125,7 @@ use inbound::{InLink, ReadState};
 use numa::Placement;
 use oxmpi_adi::auth::{Acceptor, Channel, Connector, Verdict, MESSAGE_LEN};
 use oxmpi_adi::host::HostId;
+use oxmpi_adi::matching::Envelope;
 use oxmpi_adi::proto::{Header, HEADER_LEN};
 use oxmpi_adi::transport::{JobInfo, PacketSink, PeerRank, Transport};
 use oxmpi_adi::{vlog, Error, ErrorClass, Result};
@@ -593,6 +594,56 @@ impl ShmTransport {
     /// `peer` is lost: its connections close, its queues are unmapped, the
     /// packets waiting for it are dropped (zero-copy ones without a
     /// completion), and the failure is reported at the next poll.
+    /// The outbound link to `peer` when a packet may go straight into its
+    /// queue: set up, accepted, and with nothing of the peer's waiting
+    /// to go before it. A queue that is set up belongs to another rank of
+    /// the job that has not failed (failing a peer takes its queue): the
+    /// checks of `check_peer` are for the slow path.
+    #[inline(always)]
+    fn ready_link(&mut self, peer: PeerRank) -> Option<&mut OutLink> {
+        match self.peers.get_mut(peer) {
+            Some(Peer {
+                out: Some(link),
+                queue,
+                ..
+            }) if link.ready && queue.is_empty() => Some(link),
+            _ => None,
+        }
+    }
+
+    /// What follows writing a packet straight into `peer`'s queue
+    /// (`pushed`: whether it went whole, or the queue's corruption;
+    /// `wrote`: whether any of it went): a consumer that sleeps is poked,
+    /// a corrupt queue fails the peer. True when the packet is whole in
+    /// the queue, false when the rest waits.
+    #[inline(always)]
+    fn pushed(
+        &mut self,
+        peer: PeerRank,
+        pushed: Result<bool, Corrupt>,
+        wrote: bool,
+    ) -> Result<bool> {
+        match pushed {
+            Ok(done) => {
+                let link = self.peers[peer].out.as_ref();
+                if wrote && link.is_some_and(|l| l.producer.consumer_sleeping()) {
+                    if let Some(conn) = link
+                        .and_then(|l| l.conn)
+                        .and_then(|i| self.conns[i].as_ref())
+                    {
+                        conn.poke();
+                    }
+                }
+                Ok(done)
+            }
+            Err(c) => {
+                let error = corrupt(peer, c);
+                self.fail_peer(peer, error.clone());
+                Err(error)
+            }
+        }
+    }
+
     fn fail_peer(&mut self, peer: PeerRank, error: Error) {
         if self.peers[peer].failed.is_some() {
             return;
@@ -1237,18 +1288,7 @@ impl Transport for ShmTransport {
 
     fn send(&mut self, peer: PeerRank, header: &Header, payload: &[u8]) -> Result<()> {
         let mut sent = None;
-        // A queue that is set up belongs to another rank of the job that
-        // has not failed (failing a peer takes its queue): the checks of
-        // `check_peer` are for the slow path.
-        let ready = match self.peers.get_mut(peer) {
-            Some(Peer {
-                out: Some(link),
-                queue,
-                ..
-            }) if link.ready && queue.is_empty() => Some(link),
-            _ => None,
-        };
-        if let Some(link) = ready {
+        if let Some(link) = self.ready_link(peer) {
             // Fast path: straight into the queue, a short message whole in
             // one cell.
             let pushed = match proto::encode_short(header, payload) {
@@ -1260,25 +1300,34 @@ impl Transport for ShmTransport {
                     .producer
                     .push_packet(&header.encode(), payload, &mut sent),
             };
-            match pushed {
-                Ok(done) => {
-                    if sent.is_some() && link.producer.consumer_sleeping() {
-                        if let Some(conn) = link.conn.and_then(|i| self.conns[i].as_ref()) {
-                            conn.poke();
-                        }
-                    }
-                    if done {
-                        return Ok(());
-                    }
-                }
-                Err(c) => {
-                    let error = corrupt(peer, c);
-                    self.fail_peer(peer, error.clone());
-                    return Err(error);
-                }
+            if self.pushed(peer, pushed, sent.is_some())? {
+                return Ok(());
             }
         }
         self.send_later(peer, header, payload, sent)
+    }
+
+    fn send_standard_eager(
+        &mut self,
+        peer: PeerRank,
+        sequence: u32,
+        envelope: Envelope,
+        payload: &[u8],
+    ) -> Result<()> {
+        if payload.len() <= proto::SHORT_PAYLOAD_MAX {
+            if let Some(link) = self.ready_link(peer) {
+                // The short frame's fields straight from the parts, with
+                // no header to build and judge.
+                let fields = proto::short_fields(sequence, envelope);
+                let pushed = link.producer.push_short(&fields, payload);
+                let whole = pushed == Ok(true);
+                if self.pushed(peer, pushed, whole)? {
+                    return Ok(());
+                }
+            }
+        }
+        let header = Header::standard_eager(sequence, envelope, payload.len());
+        self.send(peer, &header, payload)
     }
 
     unsafe fn send_zcopy(

@@ -34,6 +34,7 @@
 //! All integers are little-endian (the two ends run on one host).
 
 use crate::host::NAME_MAX;
+use oxmpi_adi::matching::Envelope;
 use oxmpi_adi::proto::{Header, Kind};
 
 /// First bytes of every queue segment.
@@ -150,28 +151,51 @@ pub(crate) fn encode_short(header: &Header, payload: &[u8]) -> Option<[u8; SHORT
     {
         return None;
     }
-    let mut fields = [0u8; SHORT_FIELDS];
-    fields[0..4].copy_from_slice(&header.sequence.to_le_bytes());
-    fields[4..8].copy_from_slice(&header.context_id.to_le_bytes());
-    fields[8..12].copy_from_slice(&header.source.to_le_bytes());
-    fields[12..16].copy_from_slice(&header.tag.to_le_bytes());
-    Some(fields)
+    let envelope = Envelope {
+        context_id: header.context_id,
+        source: header.source,
+        tag: header.tag,
+    };
+    Some(short_fields(header.sequence, envelope))
 }
 
-/// The header of a [`FrameKind::Short`] frame with `fields` and `len`
-/// payload bytes. Every value of the fields makes a valid header: what
-/// they say (sequence, envelope) is the ADI's to judge.
+/// The fields of a [`FrameKind::Short`] frame for a standard eager
+/// packet with `sequence` and `envelope` (read back by [`decode_short`]).
 #[inline]
-pub(crate) fn decode_short(fields: &[u8; SHORT_FIELDS], len: usize) -> Header {
+pub(crate) fn short_fields(sequence: u32, envelope: Envelope) -> [u8; SHORT_FIELDS] {
+    let mut fields = [0u8; SHORT_FIELDS];
+    fields[0..4].copy_from_slice(&sequence.to_le_bytes());
+    fields[4..8].copy_from_slice(&envelope.context_id.to_le_bytes());
+    fields[8..12].copy_from_slice(&envelope.source.to_le_bytes());
+    fields[12..16].copy_from_slice(&envelope.tag.to_le_bytes());
+    fields
+}
+
+/// What the fields of a [`FrameKind::Short`] frame say: the packet's
+/// sequence number and its message's envelope. The rest of the header is
+/// implied ([`Header::standard_eager`]), the length is the frame's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ShortFields {
+    /// The packet's sequence number.
+    pub(crate) sequence: u32,
+    /// The message's context id, source and tag.
+    pub(crate) envelope: Envelope,
+}
+
+/// The sequence and envelope that `fields` of a [`FrameKind::Short`]
+/// frame carry. Every value makes a valid packet: what they say is the
+/// ADI's to judge.
+#[inline]
+pub(crate) fn decode_short(fields: &[u8; SHORT_FIELDS]) -> ShortFields {
     let u32_at =
         |o: usize| u32::from_le_bytes([fields[o], fields[o + 1], fields[o + 2], fields[o + 3]]);
-    Header {
+    ShortFields {
         sequence: u32_at(0),
-        context_id: u32_at(4),
-        source: u32_at(8) as i32,
-        tag: u32_at(12) as i32,
-        message_len: len as u64,
-        ..Header::new(Kind::Eager)
+        envelope: Envelope {
+            context_id: u32_at(4),
+            source: u32_at(8) as i32,
+            tag: u32_at(12) as i32,
+        },
     }
 }
 
@@ -326,7 +350,8 @@ mod tests {
             ..Header::new(Kind::Eager)
         };
         let fields = encode_short(&header, &[1; 40]).expect("fits a cell");
-        assert_eq!(decode_short(&fields, 40), header);
+        let ShortFields { sequence, envelope } = decode_short(&fields);
+        assert_eq!(Header::standard_eager(sequence, envelope, 40), header);
         assert_eq!(CONTROL_LEN + SHORT_FIELDS + SHORT_PAYLOAD_MAX, CELL);
         // Too long, a length that is not the payload's, or anything a
         // short frame cannot say: the packet goes with its whole header.
