@@ -3222,7 +3222,6 @@ fn count_copied_in(r: &mut Request, n: usize) {
 
 /// Marks a receive complete with `placed` bytes in its buffer, judging
 /// truncation against the matched message's length.
-#[inline]
 fn finish_receive(r: &mut Request, placed: usize) {
     r.status.count = placed;
     if r.message_len > r.cap {

@@ -832,7 +832,9 @@ impl ShmTransport {
         progressed
     }
 
-    /// Reads every inbound queue.
+    /// Reads every inbound queue. Inline in both its callers: a frame
+    /// less between a message's detection and its delivery.
+    #[inline(always)]
     fn receive_all(&mut self, sink: &mut dyn PacketSink) -> bool {
         let mut progressed = false;
         let mut k = 0;
