@@ -231,11 +231,6 @@ impl WindowSegment {
         self.data
     }
 
-    /// How this segment's puts and gets copy (module [`copy`]).
-    pub fn copy_plan(&self) -> CopyPlan {
-        self.copies
-    }
-
     /// The window's passive-target lock.
     pub fn lock(&self) -> &SharedRwLock {
         let at = self
@@ -281,8 +276,8 @@ impl WindowSegment {
         self.write_by(offset, data, Caching::Cached)
     }
 
-    /// [`WindowSegment::write`], through the caches or past them
-    /// (module [`copy`]).
+    /// [`WindowSegment::write`], counted in this thread's epoch of puts
+    /// and gets or not, as `caching` says (module [`copy`]).
     #[inline]
     pub fn write_by(
         &self,
@@ -308,8 +303,8 @@ impl WindowSegment {
         self.read_by(offset, out, Caching::Cached)
     }
 
-    /// [`WindowSegment::read`], through the caches or past them (module
-    /// [`copy`]).
+    /// [`WindowSegment::read`], counted in this thread's epoch of puts
+    /// and gets or not, as `caching` says (module [`copy`]).
     #[inline]
     pub fn read_by(
         &self,
