@@ -281,10 +281,18 @@ pub(crate) fn accumulate(
                 .map_err(access_error)?,
         )
     };
-    let mut read_modify_write = |window: &mut [u8]| -> Result<()> {
+    // The bytes from `from` of the span, in `window`: a no-op's data is
+    // empty, and every other op's as long as the span.
+    let mut read_modify_write = |from: usize, window: &mut [u8]| -> Result<()> {
+        let to = from + window.len();
         if let Some(old) = old.as_deref_mut() {
-            old.copy_from_slice(window);
+            old[from..to].copy_from_slice(window);
         }
+        let data = if op == AccumulateOp::NoOp {
+            data
+        } else {
+            &data[from..to]
+        };
         combine(window, data, basic, op)
     };
     match reach {
@@ -294,13 +302,13 @@ pub(crate) fn accumulate(
             // origin writes these bytes only under the same mutexes, or
             // not at all while the exclusive lock is held, and reads them
             // (the atomic fetches above) only with atomic loads.
-            let updated = unsafe { segment.update(at, len, read_modify_write) };
+            let updated = unsafe { segment.update(at, len, data.as_ptr(), read_modify_write) };
             updated.map_err(access_error)?
         }
         Reach::Remote { .. } => {
             let mut current = vec![0u8; len];
             reach.read(at, &mut current, Caching::Cached)?;
-            read_modify_write(&mut current)?;
+            read_modify_write(0, &mut current)?;
             if op != AccumulateOp::NoOp {
                 reach.write(at, &current, Caching::Cached)?;
             }

@@ -167,32 +167,46 @@ impl CopyPlan {
     /// passed `stream_after`, by `copy_ahead` forwards up to `keep_until`
     /// bytes, and by `memcpy` beyond.
     fn choose(self, caching: Caching, src: usize, dst: usize, len: usize) -> Routine {
-        let this = LastCopy {
-            src,
-            dst,
-            len,
-            backwards: false,
+        let this = LastCopy::of(src, dst, len);
+        let previous = this.repeats();
+        let routine = match previous {
+            Some(backwards) if len <= self.turns_until => Routine::Ahead {
+                backwards: !backwards,
+            },
+            None if caching == Caching::Counted && self.epoch_passes(len) => Routine::Streaming,
+            _ if len <= self.keep_until => Routine::Ahead { backwards: false },
+            _ => Routine::Memcpy,
         };
-        let previous = LAST_COPY.with(|last| last.get());
-        // The same copy again, whichever way the previous one ran.
-        let repeats = LastCopy {
-            backwards: false,
-            ..previous
-        } == this;
-        let routine = if repeats && len <= self.turns_until {
-            Routine::Ahead {
-                backwards: !previous.backwards,
-            }
-        } else if !repeats && caching == Caching::Counted && self.epoch_passes(len) {
-            Routine::Streaming
-        } else if len <= self.keep_until {
-            Routine::Ahead { backwards: false }
-        } else {
-            Routine::Memcpy
-        };
-        let backwards = routine == Routine::Ahead { backwards: true };
-        LAST_COPY.with(|last| last.set(LastCopy { backwards, ..this }));
+        this.note(routine == Routine::Ahead { backwards: true });
         routine
+    }
+
+    /// Whether a pass of `len` bytes turns round when it repeats the
+    /// previous one ([`CopyPlan::from_the_back`]).
+    #[inline]
+    pub(crate) fn turns_at(self, len: usize) -> bool {
+        len >= self.first && len <= self.turns_until
+    }
+
+    /// Whether a pass of `len` bytes that reads `src` and writes `dst`
+    /// (an accumulate combining an origin's data into window memory in
+    /// place) should run from the back, a piece at a time: where it
+    /// repeats this thread's previous pass or copy between these buffers,
+    /// which ran from the front, and is as long as those that turn round
+    /// (module docs: it then starts among the lines the previous one
+    /// touched last). Noted as this thread's last pass, run as answered,
+    /// if it could turn.
+    #[inline]
+    pub fn from_the_back(self, src: *const u8, dst: *const u8, len: usize) -> bool {
+        // Shorter and longer passes are not noted: one comparison for
+        // the small accumulates.
+        if !self.turns_at(len) {
+            return false;
+        }
+        let this = LastCopy::of(src as usize, dst as usize, len);
+        let back = this.repeats() == Some(false);
+        this.note(back);
+        back
     }
 
     /// Counts `len` bytes in this thread's epoch, and says whether it has
@@ -225,8 +239,9 @@ enum Routine {
     Memcpy,
 }
 
-/// A copy by [`CopyPlan::choose`]: its buffers' addresses,
-/// its length and which way it ran.
+/// A copy by [`CopyPlan::choose`] or a pass by
+/// [`CopyPlan::from_the_back`]: its buffers' addresses, its length and
+/// which way it ran.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct LastCopy {
     src: usize,
@@ -235,8 +250,36 @@ struct LastCopy {
     backwards: bool,
 }
 
+impl LastCopy {
+    /// A copy of `len` bytes from `src` to `dst`, not yet run.
+    fn of(src: usize, dst: usize, len: usize) -> LastCopy {
+        LastCopy {
+            src,
+            dst,
+            len,
+            backwards: false,
+        }
+    }
+
+    /// Which way this thread's last copy ran (`true`: backwards), if
+    /// this one repeats it.
+    fn repeats(self) -> Option<bool> {
+        let previous = LAST_COPY.with(|last| last.get());
+        (LastCopy {
+            backwards: false,
+            ..previous
+        } == self)
+            .then_some(previous.backwards)
+    }
+
+    /// Notes this copy, run `backwards` or not, as this thread's last.
+    fn note(self, backwards: bool) {
+        LAST_COPY.with(|last| last.set(LastCopy { backwards, ..self }));
+    }
+}
+
 thread_local! {
-    /// This thread's last copy by [`CopyPlan::choose`]: the
+    /// This thread's last copy or pass (`LastCopy`): the
     /// lines it touched last are in the caches of the core this thread
     /// runs on. An address may name other memory by now (unmapped and
     /// mapped again): then a copy runs backwards for nothing, as fast as
