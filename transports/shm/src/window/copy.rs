@@ -28,7 +28,11 @@
 //!   reaches the lines that were evicted last. Up to the level-2 cache's
 //!   size (0.71x `memcpy` at 64 KiB, 0.85x at 128 KiB, 0.92x at 256
 //!   KiB, 0.75x at 1 MiB, where source and destination fill the level-2
-//!   cache: BENCHMARKS.md, "the previous copy's last lines").
+//!   cache: BENCHMARKS.md, "the previous copy's last lines"). An
+//!   accumulate's pass over window memory that repeats the previous one
+//!   turns round the same way, in pieces from the back
+//!   ([`CopyPlan::from_the_back`], `WindowSegment::update`), with the
+//!   same record.
 //!
 //! A copy to a destination that is not in a cache (64 gets into 64 slots,
 //! as `get_bw`) is as fast or faster by `memcpy`, whose `rep movsb`
