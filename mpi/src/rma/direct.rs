@@ -6,9 +6,10 @@
 //! (`oxmpi_shm::window::RemoteWindow`, for windows on user memory), with
 //! the lock and region mutexes in a segment the target made for them.
 //!
-//! Puts and gets are copies, through the caches until this thread's puts
-//! and gets of 16 KiB or more have moved more than half of the level-2
-//! cache since its last flush, then past them ([`caching`]). Accumulates, fetch-and-op and
+//! Puts and gets are copies, counted in this thread's epoch: through the
+//! caches until its puts and gets of more than half of the level-1 cache
+//! have moved more than half of the level-2 cache since its last flush,
+//! then past them (`oxmpi_shm::window::copy`). Accumulates, fetch-and-op and
 //! compare-and-swap are atomic per element with respect to each other.
 //! Under an exclusive lock nobody else may touch the window: plain
 //! copies and the reduction kernels, no mutex. Otherwise (a shared lock,
@@ -30,7 +31,7 @@ use super::target::combine;
 use super::wire::AccumulateOp;
 use crate::datatype::Primitive;
 use crate::{Error, ErrorClass, Result};
-use oxmpi_shm::window::copy::Caching;
+use oxmpi_shm::window::copy::{self, Caching};
 use oxmpi_shm::window::{AccessError, RemoteWindow, SharedRwLock, WindowSegment};
 use std::cell::Cell;
 use std::sync::Arc;
@@ -64,8 +65,8 @@ impl Reach {
     }
 
     /// Copies the window's bytes at `at` into `out`; a mapped segment
-    /// through the caches or past them (`caching`), as a put's or get's
-    /// [`caching`] chose.
+    /// as `caching` says (`oxmpi_shm::window::copy`), memory reached by
+    /// cross-memory attach by the kernel.
     #[inline]
     fn read(&self, at: usize, out: &mut [u8], caching: Caching) -> Result<()> {
         match self {
@@ -130,51 +131,14 @@ fn stored() {
     UNFENCED.with(|u| u.set(true));
 }
 
-thread_local! {
-    /// The bytes this thread's puts and gets of [`COUNTED_FROM`] bytes
-    /// or more moved into or out of mapped segments since its last
-    /// flush: beyond `CopyPlan::stream_after` (half of the level-2
-    /// cache) the epoch's first data is leaving that cache, and its
-    /// later copies stream past the caches (`oxmpi_shm::window::copy`).
-    static MOVED: Cell<usize> = const { Cell::new(0) };
-}
-
-/// The smallest put or get that counts towards [`MOVED`]: smaller ones
-/// (whose streaming stores would gain little over their fence) are
-/// cached, at the cost of one comparison.
-const COUNTED_FROM: usize = 16 * 1024;
-
-/// How a put or get of `len` bytes through `reach` copies: into or out
-/// of a mapped segment, counted towards [`MOVED`], and past the caches
-/// once this epoch moved more than the segment's copy plan's
-/// `stream_after`; by cross-memory attach the kernel copies.
-#[inline]
-fn caching(reach: &Reach, len: usize) -> Caching {
-    match reach {
-        Reach::Mapped(segment) if len >= COUNTED_FROM => {
-            let moved = MOVED.with(|m| {
-                let moved = m.get().saturating_add(len);
-                m.set(moved);
-                moved
-            });
-            if moved > segment.copy_plan().stream_after() {
-                Caching::Streaming
-            } else {
-                Caching::Cached
-            }
-        }
-        _ => Caching::Cached,
-    }
-}
-
 /// Completes this thread's operations at their targets (`MPI_Win_flush`
 /// on the direct path): every operation is done when it returns, and only
 /// plain stores not followed by a full barrier may still sit in this
 /// CPU's store buffer, which a sequentially consistent fence drains
 /// (streaming copies end with their own store fence). A new epoch of
-/// copies starts ([`MOVED`]).
+/// counted copies starts (`oxmpi_shm::window::copy::new_epoch`).
 pub(crate) fn complete() {
-    MOVED.with(|m| m.set(0));
+    copy::new_epoch();
     if UNFENCED.with(|u| u.replace(false)) {
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
     }
@@ -250,13 +214,13 @@ fn offset(disp: u64) -> Result<usize> {
 /// `MPI_Put`: copies `data` into the window at `disp`.
 #[inline]
 pub(crate) fn put(reach: &Reach, disp: u64, data: &[u8]) -> Result<()> {
-    reach.write(offset(disp)?, data, caching(reach, data.len()))
+    reach.write(offset(disp)?, data, Caching::Counted)
 }
 
 /// `MPI_Get`: copies the window's bytes at `disp` into `out`.
 #[inline]
 pub(crate) fn get(reach: &Reach, disp: u64, out: &mut [u8]) -> Result<()> {
-    reach.read(offset(disp)?, out, caching(reach, out.len()))
+    reach.read(offset(disp)?, out, Caching::Counted)
 }
 
 /// `MPI_Accumulate` (`old: None`) and `MPI_Get_accumulate` (the target's
@@ -317,10 +281,18 @@ pub(crate) fn accumulate(
                 .map_err(access_error)?,
         )
     };
-    let mut read_modify_write = |window: &mut [u8]| -> Result<()> {
+    // The bytes from `from` of the span, in `window`: a no-op's data is
+    // empty, and every other op's as long as the span.
+    let mut read_modify_write = |from: usize, window: &mut [u8]| -> Result<()> {
+        let to = from + window.len();
         if let Some(old) = old.as_deref_mut() {
-            old.copy_from_slice(window);
+            old[from..to].copy_from_slice(window);
         }
+        let data = if op == AccumulateOp::NoOp {
+            data
+        } else {
+            &data[from..to]
+        };
         combine(window, data, basic, op)
     };
     match reach {
@@ -330,13 +302,13 @@ pub(crate) fn accumulate(
             // origin writes these bytes only under the same mutexes, or
             // not at all while the exclusive lock is held, and reads them
             // (the atomic fetches above) only with atomic loads.
-            let updated = unsafe { segment.update(at, len, read_modify_write) };
+            let updated = unsafe { segment.update(at, len, data.as_ptr(), read_modify_write) };
             updated.map_err(access_error)?
         }
         Reach::Remote { .. } => {
             let mut current = vec![0u8; len];
             reach.read(at, &mut current, Caching::Cached)?;
-            read_modify_write(&mut current)?;
+            read_modify_write(0, &mut current)?;
             if op != AccumulateOp::NoOp {
                 reach.write(at, &current, Caching::Cached)?;
             }

@@ -58,6 +58,13 @@ const WINDOW_MAGIC: u64 = u64::from_le_bytes(*b"oxmpiwn1");
 const LOCK_AT: usize = 64;
 /// Where the region mutexes start.
 const MUTEXES_AT: usize = 128;
+/// The pieces of a pass from the back ([`WindowSegment::update`]): a
+/// multiple of every element's size, so that pieces keep whole elements
+/// and their alignment. 4 and 8 KiB measured the same on the development
+/// VM (a repeated sum of 64 KiB of `u64`s 0.81-0.83x of one pass from
+/// the front), 16 KiB less well (0.87x), and a piece costs the caller's
+/// per-call work again (looking its reduction up).
+const PASS_PIECE: usize = 8 * 1024;
 /// The data's alignment in the segment.
 const PAGE: usize = 4096;
 
@@ -231,11 +238,6 @@ impl WindowSegment {
         self.data
     }
 
-    /// How this segment's puts and gets copy (module [`copy`]).
-    pub fn copy_plan(&self) -> CopyPlan {
-        self.copies
-    }
-
     /// The window's passive-target lock.
     pub fn lock(&self) -> &SharedRwLock {
         let at = self
@@ -281,8 +283,8 @@ impl WindowSegment {
         self.write_by(offset, data, Caching::Cached)
     }
 
-    /// [`WindowSegment::write`], through the caches or past them
-    /// (module [`copy`]).
+    /// [`WindowSegment::write`], counted in this thread's epoch of puts
+    /// and gets or not, as `caching` says (module [`copy`]).
     #[inline]
     pub fn write_by(
         &self,
@@ -308,8 +310,8 @@ impl WindowSegment {
         self.read_by(offset, out, Caching::Cached)
     }
 
-    /// [`WindowSegment::read`], through the caches or past them (module
-    /// [`copy`]).
+    /// [`WindowSegment::read`], counted in this thread's epoch of puts
+    /// and gets or not, as `caching` says (module [`copy`]).
     #[inline]
     pub fn read_by(
         &self,
@@ -363,29 +365,43 @@ impl WindowSegment {
         Ok(())
     }
 
-    /// Runs `update` on bytes `offset..offset + len` of the window, as a
-    /// slice: an accumulate's read-modify-write in place, in one pass.
+    /// Runs `update` on bytes `offset..offset + len` of the window in
+    /// place, given with their offset in the span: an accumulate's
+    /// read-modify-write, combining `source` (the origin's data, only
+    /// its address is used) into the window. In one pass from the front,
+    /// the whole span at once; or, where the pass repeats this thread's
+    /// previous one over the same bytes and source, which ran from the
+    /// front, in pieces of `PASS_PIECE` (8 KiB) from the back
+    /// ([`CopyPlan::from_the_back`]: it then starts among the lines that
+    /// pass touched last, still cached). The first error of `update`
+    /// ends the pass and is returned.
     ///
     /// # Safety
     /// While `update` runs no other process may write these bytes, nor
     /// read them otherwise than with atomic loads: the caller holds their
     /// region mutexes ([`WindowSegment::lock_regions`]), or the window's
     /// exclusive lock, and every origin follows the module's rules.
-    pub unsafe fn update<R>(
+    pub unsafe fn update<E>(
         &self,
         offset: usize,
         len: usize,
-        update: impl FnOnce(&mut [u8]) -> R,
-    ) -> Result<R, AccessError> {
+        source: *const u8,
+        mut update: impl FnMut(usize, &mut [u8]) -> Result<(), E>,
+    ) -> Result<Result<(), E>, AccessError> {
         check_range(offset as u64, len as u64, self.size as u64)?;
         if len == 0 {
-            return Ok(update(&mut []));
+            return Ok(update(0, &mut []));
         }
         let at = self.base().wrapping_add(offset);
         // SAFETY: the bytes lie in the mapping (checked), which outlives
         // the call; nobody else writes or plainly reads them meanwhile
         // (the caller's guarantee), so the slice is this call's alone.
-        Ok(update(unsafe { std::slice::from_raw_parts_mut(at, len) }))
+        let span = unsafe { std::slice::from_raw_parts_mut(at, len) };
+        if !self.copies.from_the_back(source, at, len) {
+            return Ok(update(0, span));
+        }
+        let mut pieces = span.chunks_mut(PASS_PIECE).enumerate().rev();
+        Ok(pieces.try_for_each(|(piece, bytes)| update(piece * PASS_PIECE, bytes)))
     }
 
     /// Compares the `compare.len()`-byte word at `offset` (1, 2, 4 or 8
@@ -450,7 +466,8 @@ mod tests {
         assert!(peer.exchange(1000, 1, Some(&[1]), None).is_err());
         assert!(peer.lock_regions(999, 2).is_err());
         // SAFETY: a span outside the window is refused before anything.
-        assert!(unsafe { peer.update(999, 2, |_| ()) }.is_err());
+        let refused = unsafe { peer.update(999, 2, std::ptr::null(), |_, _| Ok::<_, ()>(())) };
+        assert!(refused.is_err());
         assert!(matches!(
             peer.exchange(993, 4, Some(&[1; 4]), None),
             Err(AccessError::NotAtomic)
@@ -506,14 +523,17 @@ mod tests {
                         // SAFETY: this process holds the region mutex of
                         // the bytes; the others only load them atomically.
                         let added = unsafe {
-                            window.update(0, 8, |bytes| {
+                            window.update(0, 8, std::ptr::null(), |_, bytes| {
                                 let v = u64::from_ne_bytes(bytes.try_into().unwrap_or([0; 8]));
                                 bytes.copy_from_slice(&(v + 1).to_ne_bytes());
+                                Ok::<_, ()>(())
                             })
                         };
                         drop(_regions);
                         let mut seen = [0u8; 8];
-                        if added.is_err() || window.exchange(0, 8, None, Some(&mut seen)).is_err() {
+                        if !matches!(added, Ok(Ok(())))
+                            || window.exchange(0, 8, None, Some(&mut seen)).is_err()
+                        {
                             return 1;
                         }
                         let now = u64::from_ne_bytes(seen);
@@ -549,5 +569,48 @@ mod tests {
         let mut counter = [0u8; 4];
         window.read(16, &mut counter).unwrap();
         assert_eq!(u32::from_ne_bytes(counter) as u64, PROCS as u64 * ROUNDS);
+    }
+
+    /// An accumulate's pass over the same bytes with the same source again
+    /// runs from the back in pieces where the plan turns at its length;
+    /// every pass sees each byte once, and the sums come out right.
+    #[test]
+    fn a_repeated_pass_runs_from_the_back_in_pieces() {
+        const LEN: usize = 64 * 1024;
+        let (window, _) = WindowSegment::create(LEN + 8).unwrap();
+        let ones = vec![1u64; LEN / 8];
+        let mut passes = Vec::new();
+        for _ in 0..3 {
+            let mut pieces = Vec::new();
+            // SAFETY: nobody else reaches this process's own window.
+            let updated = unsafe {
+                window.update(8, LEN, ones.as_ptr().cast(), |from, bytes: &mut [u8]| {
+                    pieces.push((from, bytes.len()));
+                    for (word, one) in bytes.chunks_exact_mut(8).zip(&ones[from / 8..]) {
+                        let v = u64::from_ne_bytes(word.try_into().unwrap());
+                        word.copy_from_slice(&(v + one).to_ne_bytes());
+                    }
+                    Ok::<_, ()>(())
+                })
+            };
+            assert!(matches!(updated, Ok(Ok(()))));
+            passes.push(pieces);
+        }
+        let whole = vec![(0, LEN)];
+        let from_the_back: Vec<_> = (0..LEN / PASS_PIECE)
+            .rev()
+            .map(|piece| (piece * PASS_PIECE, PASS_PIECE))
+            .collect();
+        let turned = if window.copies.turns_at(LEN) {
+            &from_the_back
+        } else {
+            &whole
+        };
+        assert_eq!(passes, [whole.clone(), turned.clone(), whole]);
+        let mut sums = vec![0u8; LEN];
+        window.read(8, &mut sums).unwrap();
+        assert!(sums
+            .chunks_exact(8)
+            .all(|word| u64::from_ne_bytes(word.try_into().unwrap()) == 3));
     }
 }
