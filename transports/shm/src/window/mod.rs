@@ -294,9 +294,11 @@ impl WindowSegment {
     ) -> Result<(), AccessError> {
         check_range(offset as u64, data.len() as u64, self.size as u64)?;
         // SAFETY: the destination lies in the window (checked), in the
-        // mapping, which lives as long as `self`; it cannot overlap
-        // `data`, which is this process's own memory, and no reference to
-        // window memory exists (module docs).
+        // mapping, which lives as long as `self`. It cannot overlap
+        // `data`: window memory is never handed out as a Rust slice, only
+        // as raw pointers and copies (module docs), so a slice that
+        // reached it would have been made by unsafe code that broke that
+        // rule, not by this crate's callers.
         unsafe {
             self.copies
                 .copy(caching, data.as_ptr(), self.data.add(offset), data.len())
@@ -321,8 +323,9 @@ impl WindowSegment {
     ) -> Result<(), AccessError> {
         check_range(offset as u64, out.len() as u64, self.size as u64)?;
         // SAFETY: the source lies in the window (checked), in the mapping,
-        // which lives as long as `self`; it cannot overlap `out`, which is
-        // this process's own memory.
+        // which lives as long as `self`. It cannot overlap `out`, an
+        // exclusive slice, for the reason given in `write_by`: window
+        // memory is reached only through raw pointers and copies.
         unsafe {
             self.copies
                 .copy(caching, self.data.add(offset), out.as_mut_ptr(), out.len())
