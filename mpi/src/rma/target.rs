@@ -120,6 +120,10 @@ fn get_tag(token: u64) -> i32 {
     (token % DATA_TAG as u64) as i32
 }
 
+/// How many lost peers the device had reported when one-sided
+/// operations were last ended for them ([`lose_peers`]).
+static LOST_SEEN: AtomicUsize = AtomicUsize::new(0);
+
 /// How many outboxes of this process hold queued messages (changed with
 /// the device locked, or when a window's state is dropped), so that a
 /// blocking call's loop looks at no window unless there is something to
@@ -367,6 +371,11 @@ impl Shared {
     pub(crate) fn state(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
     }
+
+    /// The world rank of communicator rank `rank`.
+    pub(crate) fn member(&self, rank: usize) -> PeerRank {
+        self.members[rank]
+    }
 }
 
 impl Drop for State {
@@ -515,6 +524,65 @@ impl State {
     /// Whether the operation `token` still waits for its reply.
     pub(crate) fn awaits(&self, token: u64) -> bool {
         self.pending.contains_key(&token)
+    }
+
+    /// Stops waiting for the reply to the lock or unlock `token`, whose
+    /// target is lost.
+    pub(crate) fn forget(&mut self, token: u64) {
+        if let Some((target, _)) = self.pending.remove(&token) {
+            self.outstanding[target] -= 1;
+        }
+    }
+
+    /// Ends this origin's operations to `target`, a rank that is lost
+    /// with `error`: no reply to them will come. Queued messages are
+    /// dropped, fetching operations fail with the error, puts and
+    /// accumulates (counted, without requests) record it for the next
+    /// completion call, and a get whose data travels as a message is
+    /// failed by its receive (the device fails the receives from a lost
+    /// peer). Lock and unlock requests stay awaited: their waits see the
+    /// loss ([`crate::rma::path`]'s `wait_reply`).
+    fn lose_target(&mut self, device: &mut Device, shared: &Shared, target: usize, error: &Error) {
+        let outbox = &mut self.outbox[target];
+        if !outbox.bytes.is_empty() {
+            outbox.bytes.clear();
+            QUEUED.fetch_sub(1, Ordering::Relaxed);
+        }
+        outbox.tokens.clear();
+        outbox.counted = 0;
+        let lost_counted = std::mem::take(&mut self.counted[target]);
+        let tokens: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, (to, pending))| *to == target && !matches!(pending, Pending::Sync))
+            .map(|(&token, _)| token)
+            .collect();
+        for token in tokens {
+            let Some((_, pending)) = self.pending.remove(&token) else {
+                continue;
+            };
+            // A get by message completes when its receive, failed with
+            // the peer, is reaped (`end_transfers`).
+            if !matches!(pending, Pending::Receiving { .. }) {
+                self.fail(device, pending, error.clone());
+            }
+        }
+        self.outstanding[target] = self
+            .pending
+            .values()
+            .filter(|(to, _)| *to == target)
+            .count();
+        if lost_counted > 0 {
+            self.errors.push(Error::new(
+                ErrorClass::ProcFailed,
+                format!(
+                    "{lost_counted} one-sided operations to rank {target} may not have \
+                     completed: {}",
+                    error.message()
+                ),
+            ));
+            shared.errors_recorded.store(true, Ordering::Release);
+        }
     }
 }
 
@@ -923,17 +991,38 @@ fn watch(request: RequestId, context_id: u32, then: Then) {
 }
 
 /// What a blocking call's loop does for one-sided operations on every
-/// turn, and a test before and after its poll: it sends what this rank
-/// queued ([`send_queued`]), and ends the transfers of operations' data
-/// that completed ([`end_transfers`]). Inlined: two loads when there is
-/// nothing to do, on the path of every blocking call.
+/// turn, and a test before and after its poll: it ends the operations to
+/// peers the device lost since it last looked ([`lose_peers`]), sends
+/// what this rank queued ([`send_queued`]), and ends the transfers of
+/// operations' data that completed ([`end_transfers`]). Inlined: three
+/// loads when there is nothing to do, on the path of every blocking
+/// call.
 #[inline]
 pub(crate) fn progress(device: &mut Device) {
+    if device.lost_peers() != LOST_SEEN.load(Ordering::Relaxed) {
+        lose_peers(device);
+    }
     if QUEUED.load(Ordering::Relaxed) != 0 {
         send_queued(device);
     }
     if IN_FLIGHT.load(Ordering::Relaxed) != 0 {
         end_transfers(device);
+    }
+}
+
+/// Ends every window's operations to the peers the device lost
+/// ([`State::lose_target`]): a flush waiting for their replies would
+/// otherwise wait forever.
+#[cold]
+fn lose_peers(device: &mut Device) {
+    LOST_SEEN.store(device.lost_peers(), Ordering::Relaxed);
+    for shared in lock(&WINDOWS).iter().flat_map(HashMap::values) {
+        let mut state = shared.state();
+        for (target, &peer) in shared.members.iter().enumerate() {
+            if let Some(error) = device.peer_failure(peer) {
+                state.lose_target(device, shared, target, &error);
+            }
+        }
     }
 }
 
