@@ -182,3 +182,11 @@ fn a_progress_thread_completes_operations_while_the_target_computes() {
 fn a_put_to_a_target_lost_midway_fails_and_its_flush_returns() {
     job("lost_peer", &[], 2, &TCP, 60);
 }
+
+/// An origin lost while it holds a target's exclusive lock over TCP: the
+/// target forgets its hold, and the next origin's lock is granted within
+/// seconds (the job's bound catches a lock that waits forever).
+#[test]
+fn the_lock_a_lost_origin_held_passes_on() {
+    job("lost_holder", &[], 3, &TCP, 60);
+}

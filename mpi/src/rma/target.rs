@@ -251,10 +251,10 @@ pub(crate) struct Outbox {
 /// exclusive one (seed: passive RMA).
 #[derive(Default)]
 struct LockQueue {
-    /// Shared holders.
-    readers: usize,
-    /// An exclusive holder.
-    writer: bool,
+    /// The holders: (peer, exclusive); one exclusive, or any number of
+    /// shared ones. Kept by peer, so that a lost peer's hold ends
+    /// ([`LockQueue::lose`]).
+    holders: Vec<(PeerRank, bool)>,
     /// Waiting requests: (peer, token, exclusive), oldest first.
     waiting: VecDeque<(PeerRank, u64, bool)>,
 }
@@ -266,36 +266,43 @@ impl LockQueue {
         let mut granted = Vec::new();
         while let Some(&(peer, token, exclusive)) = self.waiting.front() {
             let free = if exclusive {
-                !self.writer && self.readers == 0
+                self.holders.is_empty()
             } else {
-                !self.writer
+                !self.holders.iter().any(|&(_, exclusive)| exclusive)
             };
             if !free {
                 break;
             }
             self.waiting.pop_front();
-            if exclusive {
-                self.writer = true;
-            } else {
-                self.readers += 1;
-            }
+            self.holders.push((peer, exclusive));
             granted.push((peer, token));
         }
         granted
     }
 
-    fn release(&mut self) -> Result<()> {
-        if self.writer {
-            self.writer = false;
-        } else if self.readers > 0 {
-            self.readers -= 1;
-        } else {
-            return Err(Error::new(
-                ErrorClass::ProcFailed,
-                "an unlock of a window that nobody had locked",
-            ));
-        }
+    /// Ends `peer`'s hold (its unlock).
+    fn release(&mut self, peer: PeerRank) -> Result<()> {
+        let held = self
+            .holders
+            .iter()
+            .position(|&(holder, _)| holder == peer)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorClass::ProcFailed,
+                    format!("rank {peer} unlocked a window it had not locked"),
+                )
+            })?;
+        self.holders.swap_remove(held);
         Ok(())
+    }
+
+    /// Forgets the lost `peer`'s hold and requests: its unlock will
+    /// never come, and the others must not wait for it. The requests
+    /// granted now, as [`LockQueue::grant`].
+    fn lose(&mut self, peer: PeerRank) -> Vec<(PeerRank, u64)> {
+        self.holders.retain(|&(holder, _)| holder != peer);
+        self.waiting.retain(|&(waiter, _, _)| waiter != peer);
+        self.grant()
     }
 }
 
@@ -805,7 +812,7 @@ impl Handler {
                 grant(device, message.context_id, granted)
             }
             Kind::Unlock => {
-                state.lock.release()?;
+                state.lock.release(message.peer)?;
                 let granted = state.lock.grant();
                 drop(state);
                 Message::new(Kind::Reply, m.token).append_to(&mut self.replies);
@@ -1012,17 +1019,23 @@ pub(crate) fn progress(device: &mut Device) {
 
 /// Ends every window's operations to the peers the device lost
 /// ([`State::lose_target`]): a flush waiting for their replies would
-/// otherwise wait forever.
+/// otherwise wait forever. As a target, the window forgets their lock
+/// holds and requests ([`LockQueue::lose`]), so that the other origins'
+/// locks are granted.
 #[cold]
 fn lose_peers(device: &mut Device) {
     LOST_SEEN.store(device.lost_peers(), Ordering::Relaxed);
-    for shared in lock(&WINDOWS).iter().flat_map(HashMap::values) {
+    for (&context_id, shared) in lock(&WINDOWS).iter().flatten() {
         let mut state = shared.state();
+        let mut granted = Vec::new();
         for (target, &peer) in shared.members.iter().enumerate() {
             if let Some(error) = device.peer_failure(peer) {
                 state.lose_target(device, shared, target, &error);
+                granted.extend(state.lock.lose(peer));
             }
         }
+        drop(state);
+        let _ = grant(device, context_id, granted);
     }
 }
 
@@ -1523,14 +1536,34 @@ mod tests {
             .extend([(3, 3, true), (4, 4, false), (5, 5, false)]);
         // The later readers wait behind the writer: it is not starved.
         assert_eq!(lock.grant(), vec![]);
-        lock.release().unwrap();
+        lock.release(2).unwrap();
         assert_eq!(lock.grant(), vec![]);
-        lock.release().unwrap();
+        assert!(lock.release(2).is_err(), "an unlock of a lock not held");
+        lock.release(1).unwrap();
         assert_eq!(lock.grant(), vec![(3, 3)]);
-        lock.release().unwrap();
+        lock.release(3).unwrap();
         assert_eq!(lock.grant(), vec![(4, 4), (5, 5)]);
-        lock.release().unwrap();
-        lock.release().unwrap();
-        assert!(lock.release().is_err(), "an unlock nobody locked");
+        lock.release(5).unwrap();
+        lock.release(4).unwrap();
+        assert!(lock.release(4).is_err(), "an unlock nobody locked");
+    }
+
+    #[test]
+    fn a_lost_peers_hold_and_requests_end() {
+        let mut lock = LockQueue::default();
+        // Rank 1 holds it exclusively; 2 waits, 1 asks again, 3 waits.
+        lock.waiting.push_back((1, 1, true));
+        assert_eq!(lock.grant(), vec![(1, 1)]);
+        lock.waiting
+            .extend([(2, 2, false), (1, 3, true), (3, 4, false)]);
+        assert_eq!(lock.grant(), vec![]);
+        // Rank 1 is lost: 2 and 3 get it, and 1's request is gone.
+        assert_eq!(lock.lose(1), vec![(2, 2), (3, 4)]);
+        assert!(lock.waiting.is_empty());
+        // A lost peer that held nothing changes nothing.
+        assert_eq!(lock.lose(4), vec![]);
+        lock.release(2).unwrap();
+        lock.release(3).unwrap();
+        assert!(lock.holders.is_empty());
     }
 }

@@ -62,7 +62,11 @@
 //! Over TCP, `lost_peer` (2 ranks: rank 1 shuts its connections down in
 //! the middle of rank 0's put of 64 MiB, which fails, as does the flush
 //! after it, both with MPI_ERR_PROC_FAILED and within seconds, where the
-//! flush waited forever for the lost put's answers).
+//! flush waited forever for the lost put's answers) and `lost_holder`
+//! (3 ranks: rank 1 takes rank 0's exclusive lock and shuts its
+//! connections down holding it; rank 2's exclusive lock of rank 0 is
+//! then granted within seconds, where it waited forever for rank 1's
+//! unlock).
 
 use oxmpi::collective::{reduce_local_into, SystemOperation};
 use oxmpi::datatype::{MutView, UserDatatype, View};
@@ -109,6 +113,7 @@ fn main() -> ExitCode {
                 "dropped" => dropped(&world),
                 "revoked" => revoked(&world),
                 "lost_peer" => lost_peer(&world),
+                "lost_holder" => lost_holder(&world),
                 other => Err(fail(format!("unknown check {other:?}"))),
             }
         },
@@ -1623,6 +1628,48 @@ fn lost_peer(world: &Communicator) -> Result<()> {
     ensure(started.elapsed() < BOUND, || {
         format!("the operations after the loss took {:?}", started.elapsed())
     })?;
+    drop(window);
+    Ok(())
+}
+
+/// See the module docs. Windows are dropped, not freed: `free` is
+/// collective, and rank 1 is gone.
+fn lost_holder(world: &Communicator) -> Result<()> {
+    const BOUND: Duration = Duration::from_secs(10);
+    ensure(world.size() == 3, || {
+        "lost_holder runs on 3 ranks".to_owned()
+    })?;
+    let window = Window::allocate(world, 8, 1, &Info::new())?;
+    world.barrier()?;
+    match world.rank() {
+        0 => {
+            // Polls (grants rank 1's lock, sees it lost) until rank 2 is
+            // done.
+            world.process_at_rank(2).receive::<u8>()?;
+        }
+        1 => {
+            window.lock(LockType::Exclusive, 0, 0)?;
+            world.process_at_rank(2).send(&1u8)?;
+            let shut = shut_down_tcp_connections()?;
+            ensure(shut > 0, || {
+                "rank 1 had no TCP connection to shut down".to_owned()
+            })?;
+        }
+        _ => {
+            world.process_at_rank(1).receive::<u8>()?;
+            let started = Instant::now();
+            window.lock(LockType::Exclusive, 0, 0)?;
+            window.put(&[2u8; 8][..], 0, 0)?;
+            window.unlock(0)?;
+            ensure(started.elapsed() < BOUND, || {
+                format!(
+                    "the lock a lost rank held took {:?} to pass on",
+                    started.elapsed()
+                )
+            })?;
+            world.process_at_rank(0).send(&2u8)?;
+        }
+    }
     drop(window);
     Ok(())
 }
