@@ -60,9 +60,9 @@
 //! at the flush with MPI_ERR_RMA_RANGE naming the remote access error,
 //! rank 1's memory is not touched, and rank 0 still reaches rank 2).
 //! Over TCP, `lost_peer` (2 ranks: rank 1 shuts its connections down in
-//! the middle of rank 0's put of 64 MiB, which fails, as does the flush
-//! after it, both with MPI_ERR_PROC_FAILED and within seconds, where the
-//! flush waited forever for the lost put's answers) and `lost_holder`
+//! the middle of rank 0's put of 64 MiB, which fails, as do an `rget`
+//! sent before it and the flush after it, all with MPI_ERR_PROC_FAILED
+//! and within seconds, where they waited forever for the answers) and `lost_holder`
 //! (3 ranks: rank 1 takes rank 0's exclusive lock and shuts its
 //! connections down holding it; rank 2's exclusive lock of rank 0 is
 //! then granted within seconds, where it waited forever for rank 1's
@@ -1589,14 +1589,24 @@ fn lost_peer(world: &Communicator) -> Result<()> {
     window.lock(LockType::Shared, 1, MODE_NOCHECK)?;
     world.process_at_rank(1).send(&1u8)?;
     let data = vec![5u8; LEN];
+    let mut early = [0u8; 8];
     let started = Instant::now();
-    // A small put queued first, counted with the large one's pieces.
-    window.put(&[1u8; 8][..], 1, LEN)?;
-    expect_class(
-        window.put(&data[..], 1, 0),
-        ErrorClass::ProcFailed,
-        "a put whose target is lost in the middle",
-    )?;
+    oxmpi::request::scope(|scope| -> Result<()> {
+        // A get and a small put queued first: they leave ahead of the
+        // large put's data, and no answer comes.
+        let get = window.rget(scope, &mut early[..], 1, LEN)?;
+        window.put(&[1u8; 8][..], 1, LEN)?;
+        expect_class(
+            window.put(&data[..], 1, 0),
+            ErrorClass::ProcFailed,
+            "a put whose target is lost in the middle",
+        )?;
+        expect_class(
+            get.wait(),
+            ErrorClass::ProcFailed,
+            "a get whose target is lost before it answered",
+        )
+    })?;
     expect_class(
         window.flush(1),
         ErrorClass::ProcFailed,
