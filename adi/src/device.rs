@@ -731,6 +731,8 @@ struct Core {
     spare_payloads: Vec<Vec<u8>>,
     /// The capacity of the buffers in `spare_payloads`.
     spare_bytes: usize,
+    /// How many peers this process has lost ([`Device::lost_peers`]).
+    lost_peers: usize,
     /// The blocking receive under way without a request, if any.
     direct: Direct,
     /// The transports polled in every turn, one bit per index: those
@@ -1010,6 +1012,7 @@ impl Device {
                 placer: None,
                 spare_payloads: Vec::new(),
                 spare_bytes: 0,
+                lost_peers: 0,
                 direct: Direct::Idle,
                 polled_transports,
             },
@@ -1163,6 +1166,20 @@ impl Device {
         }
         handler.handled_all(self);
         self.active_handler = Some(handler);
+    }
+
+    /// How many peers this process has lost so far (it only grows): a
+    /// layer that keeps state per peer, such as one-sided operations
+    /// awaiting replies, compares it with the count it last saw and asks
+    /// [`Device::peer_failure`] only when it grew.
+    #[inline]
+    pub fn lost_peers(&self) -> usize {
+        self.core.lost_peers
+    }
+
+    /// Why `peer` (world rank) is lost, if it is.
+    pub fn peer_failure(&self, peer: PeerRank) -> Option<Error> {
+        self.core.vcs.get(peer).and_then(Vc::failure)
     }
 
     /// This process's rank in the job.
@@ -3090,6 +3107,7 @@ impl Core {
         }
         vlog!("rank {}: {error}", self.rank);
         vc.binding = Binding::Failed(error.clone());
+        self.lost_peers += 1;
         vc.arriving = None;
         vc.arriving_active = None;
         vc.arriving_placed = None;
@@ -3581,6 +3599,7 @@ mod tests {
             placer: None,
             spare_payloads: Vec::new(),
             spare_bytes: 0,
+            lost_peers: 0,
             direct: Direct::Idle,
             polled_transports: 0,
         }
@@ -4012,7 +4031,11 @@ mod tests {
             ..any
         };
         assert!(core.post_direct(from_peer, Some(PEER), direct.as_mut_ptr(), 4));
+        assert_eq!(core.lost_peers, 0);
         core.peer_failed(PEER, Error::new(ErrorClass::ProcFailed, "gone"));
+        // Counted once, however often it is reported.
+        core.peer_failed(PEER, Error::new(ErrorClass::ProcFailed, "again"));
+        assert_eq!(core.lost_peers, 1);
         let Direct::Done(status) = std::mem::replace(&mut core.direct, Direct::Idle) else {
             panic!("the direct receive from a lost peer did not complete");
         };

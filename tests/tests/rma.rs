@@ -174,3 +174,19 @@ fn a_progress_thread_completes_operations_while_the_target_computes() {
     job("passive", &[], 3, &progress, 60);
     job("passive", &[], 3, &[progress[0], TCP[0]], 60);
 }
+
+/// A target lost in the middle of a put over TCP: the put and the flush
+/// after it fail with MPI_ERR_PROC_FAILED within seconds (the job's bound
+/// catches a flush that waits forever for the lost put's answers).
+#[test]
+fn a_put_to_a_target_lost_midway_fails_and_its_flush_returns() {
+    job("lost_peer", &[], 2, &TCP, 60);
+}
+
+/// An origin lost while it holds a target's exclusive lock over TCP: the
+/// target forgets its hold, and the next origin's lock is granted within
+/// seconds (the job's bound catches a lock that waits forever).
+#[test]
+fn the_lock_a_lost_origin_held_passes_on() {
+    job("lost_holder", &[], 3, &TCP, 60);
+}

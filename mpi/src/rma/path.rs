@@ -437,9 +437,23 @@ fn send(
     Ok(token)
 }
 
-/// Waits for the reply to `token` (a lock or unlock).
+/// Waits for the reply to `token` (a lock or unlock); the target's loss
+/// if it is lost before the reply came.
 fn wait_reply(to: &Target<'_>, token: u64) -> Result<()> {
-    progress_until(|_| Ok((!to.shared.state().awaits(token)).then_some(())))
+    let peer = to.shared.member(to.rank);
+    progress_until(|d| {
+        let mut state = to.shared.state();
+        if !state.awaits(token) {
+            return Ok(Some(()));
+        }
+        match d.peer_failure(peer) {
+            Some(e) => {
+                state.forget(token);
+                Err(e)
+            }
+            None => Ok(None),
+        }
+    })
 }
 
 /// The first error recorded for operations without requests, if any

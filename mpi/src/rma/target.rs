@@ -120,6 +120,10 @@ fn get_tag(token: u64) -> i32 {
     (token % DATA_TAG as u64) as i32
 }
 
+/// How many lost peers the device had reported when one-sided
+/// operations were last ended for them ([`lose_peers`]).
+static LOST_SEEN: AtomicUsize = AtomicUsize::new(0);
+
 /// How many outboxes of this process hold queued messages (changed with
 /// the device locked, or when a window's state is dropped), so that a
 /// blocking call's loop looks at no window unless there is something to
@@ -247,10 +251,10 @@ pub(crate) struct Outbox {
 /// exclusive one (seed: passive RMA).
 #[derive(Default)]
 struct LockQueue {
-    /// Shared holders.
-    readers: usize,
-    /// An exclusive holder.
-    writer: bool,
+    /// The holders: (peer, exclusive); one exclusive, or any number of
+    /// shared ones. Kept by peer, so that a lost peer's hold ends
+    /// ([`LockQueue::lose`]).
+    holders: Vec<(PeerRank, bool)>,
     /// Waiting requests: (peer, token, exclusive), oldest first.
     waiting: VecDeque<(PeerRank, u64, bool)>,
 }
@@ -262,36 +266,43 @@ impl LockQueue {
         let mut granted = Vec::new();
         while let Some(&(peer, token, exclusive)) = self.waiting.front() {
             let free = if exclusive {
-                !self.writer && self.readers == 0
+                self.holders.is_empty()
             } else {
-                !self.writer
+                !self.holders.iter().any(|&(_, exclusive)| exclusive)
             };
             if !free {
                 break;
             }
             self.waiting.pop_front();
-            if exclusive {
-                self.writer = true;
-            } else {
-                self.readers += 1;
-            }
+            self.holders.push((peer, exclusive));
             granted.push((peer, token));
         }
         granted
     }
 
-    fn release(&mut self) -> Result<()> {
-        if self.writer {
-            self.writer = false;
-        } else if self.readers > 0 {
-            self.readers -= 1;
-        } else {
-            return Err(Error::new(
-                ErrorClass::ProcFailed,
-                "an unlock of a window that nobody had locked",
-            ));
-        }
+    /// Ends `peer`'s hold (its unlock).
+    fn release(&mut self, peer: PeerRank) -> Result<()> {
+        let held = self
+            .holders
+            .iter()
+            .position(|&(holder, _)| holder == peer)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorClass::ProcFailed,
+                    format!("rank {peer} unlocked a window it had not locked"),
+                )
+            })?;
+        self.holders.swap_remove(held);
         Ok(())
+    }
+
+    /// Forgets the lost `peer`'s hold and requests: its unlock will
+    /// never come, and the others must not wait for it. The requests
+    /// granted now, as [`LockQueue::grant`].
+    fn lose(&mut self, peer: PeerRank) -> Vec<(PeerRank, u64)> {
+        self.holders.retain(|&(holder, _)| holder != peer);
+        self.waiting.retain(|&(waiter, _, _)| waiter != peer);
+        self.grant()
     }
 }
 
@@ -366,6 +377,11 @@ impl Shared {
     /// The state, locked.
     pub(crate) fn state(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
+    }
+
+    /// The world rank of communicator rank `rank`.
+    pub(crate) fn member(&self, rank: usize) -> PeerRank {
+        self.members[rank]
     }
 }
 
@@ -515,6 +531,65 @@ impl State {
     /// Whether the operation `token` still waits for its reply.
     pub(crate) fn awaits(&self, token: u64) -> bool {
         self.pending.contains_key(&token)
+    }
+
+    /// Stops waiting for the reply to the lock or unlock `token`, whose
+    /// target is lost.
+    pub(crate) fn forget(&mut self, token: u64) {
+        if let Some((target, _)) = self.pending.remove(&token) {
+            self.outstanding[target] -= 1;
+        }
+    }
+
+    /// Ends this origin's operations to `target`, a rank that is lost
+    /// with `error`: no reply to them will come. Queued messages are
+    /// dropped, fetching operations fail with the error, puts and
+    /// accumulates (counted, without requests) record it for the next
+    /// completion call, and a get whose data travels as a message is
+    /// failed by its receive (the device fails the receives from a lost
+    /// peer). Lock and unlock requests stay awaited: their waits see the
+    /// loss ([`crate::rma::path`]'s `wait_reply`).
+    fn lose_target(&mut self, device: &mut Device, shared: &Shared, target: usize, error: &Error) {
+        let outbox = &mut self.outbox[target];
+        if !outbox.bytes.is_empty() {
+            outbox.bytes.clear();
+            QUEUED.fetch_sub(1, Ordering::Relaxed);
+        }
+        outbox.tokens.clear();
+        outbox.counted = 0;
+        let lost_counted = std::mem::take(&mut self.counted[target]);
+        let tokens: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, (to, pending))| *to == target && !matches!(pending, Pending::Sync))
+            .map(|(&token, _)| token)
+            .collect();
+        for token in tokens {
+            let Some((_, pending)) = self.pending.remove(&token) else {
+                continue;
+            };
+            // A get by message completes when its receive, failed with
+            // the peer, is reaped (`end_transfers`).
+            if !matches!(pending, Pending::Receiving { .. }) {
+                self.fail(device, pending, error.clone());
+            }
+        }
+        self.outstanding[target] = self
+            .pending
+            .values()
+            .filter(|(to, _)| *to == target)
+            .count();
+        if lost_counted > 0 {
+            self.errors.push(Error::new(
+                ErrorClass::ProcFailed,
+                format!(
+                    "{lost_counted} one-sided operations to rank {target} may not have \
+                     completed: {}",
+                    error.message()
+                ),
+            ));
+            shared.errors_recorded.store(true, Ordering::Release);
+        }
     }
 }
 
@@ -737,7 +812,7 @@ impl Handler {
                 grant(device, message.context_id, granted)
             }
             Kind::Unlock => {
-                state.lock.release()?;
+                state.lock.release(message.peer)?;
                 let granted = state.lock.grant();
                 drop(state);
                 Message::new(Kind::Reply, m.token).append_to(&mut self.replies);
@@ -923,17 +998,44 @@ fn watch(request: RequestId, context_id: u32, then: Then) {
 }
 
 /// What a blocking call's loop does for one-sided operations on every
-/// turn, and a test before and after its poll: it sends what this rank
-/// queued ([`send_queued`]), and ends the transfers of operations' data
-/// that completed ([`end_transfers`]). Inlined: two loads when there is
-/// nothing to do, on the path of every blocking call.
+/// turn, and a test before and after its poll: it ends the operations to
+/// peers the device lost since it last looked ([`lose_peers`]), sends
+/// what this rank queued ([`send_queued`]), and ends the transfers of
+/// operations' data that completed ([`end_transfers`]). Inlined: three
+/// loads when there is nothing to do, on the path of every blocking
+/// call.
 #[inline]
 pub(crate) fn progress(device: &mut Device) {
+    if device.lost_peers() != LOST_SEEN.load(Ordering::Relaxed) {
+        lose_peers(device);
+    }
     if QUEUED.load(Ordering::Relaxed) != 0 {
         send_queued(device);
     }
     if IN_FLIGHT.load(Ordering::Relaxed) != 0 {
         end_transfers(device);
+    }
+}
+
+/// Ends every window's operations to the peers the device lost
+/// ([`State::lose_target`]): a flush waiting for their replies would
+/// otherwise wait forever. As a target, the window forgets their lock
+/// holds and requests ([`LockQueue::lose`]), so that the other origins'
+/// locks are granted.
+#[cold]
+fn lose_peers(device: &mut Device) {
+    LOST_SEEN.store(device.lost_peers(), Ordering::Relaxed);
+    for (&context_id, shared) in lock(&WINDOWS).iter().flatten() {
+        let mut state = shared.state();
+        let mut granted = Vec::new();
+        for (target, &peer) in shared.members.iter().enumerate() {
+            if let Some(error) = device.peer_failure(peer) {
+                state.lose_target(device, shared, target, &error);
+                granted.extend(state.lock.lose(peer));
+            }
+        }
+        drop(state);
+        let _ = grant(device, context_id, granted);
     }
 }
 
@@ -1434,14 +1536,34 @@ mod tests {
             .extend([(3, 3, true), (4, 4, false), (5, 5, false)]);
         // The later readers wait behind the writer: it is not starved.
         assert_eq!(lock.grant(), vec![]);
-        lock.release().unwrap();
+        lock.release(2).unwrap();
         assert_eq!(lock.grant(), vec![]);
-        lock.release().unwrap();
+        assert!(lock.release(2).is_err(), "an unlock of a lock not held");
+        lock.release(1).unwrap();
         assert_eq!(lock.grant(), vec![(3, 3)]);
-        lock.release().unwrap();
+        lock.release(3).unwrap();
         assert_eq!(lock.grant(), vec![(4, 4), (5, 5)]);
-        lock.release().unwrap();
-        lock.release().unwrap();
-        assert!(lock.release().is_err(), "an unlock nobody locked");
+        lock.release(5).unwrap();
+        lock.release(4).unwrap();
+        assert!(lock.release(4).is_err(), "an unlock nobody locked");
+    }
+
+    #[test]
+    fn a_lost_peers_hold_and_requests_end() {
+        let mut lock = LockQueue::default();
+        // Rank 1 holds it exclusively; 2 waits, 1 asks again, 3 waits.
+        lock.waiting.push_back((1, 1, true));
+        assert_eq!(lock.grant(), vec![(1, 1)]);
+        lock.waiting
+            .extend([(2, 2, false), (1, 3, true), (3, 4, false)]);
+        assert_eq!(lock.grant(), vec![]);
+        // Rank 1 is lost: 2 and 3 get it, and 1's request is gone.
+        assert_eq!(lock.lose(1), vec![(2, 2), (3, 4)]);
+        assert!(lock.waiting.is_empty());
+        // A lost peer that held nothing changes nothing.
+        assert_eq!(lock.lose(4), vec![]);
+        lock.release(2).unwrap();
+        lock.release(3).unwrap();
+        assert!(lock.holders.is_empty());
     }
 }

@@ -59,6 +59,14 @@
 //! without freeing it, which revokes its keys; rank 0's put to it fails
 //! at the flush with MPI_ERR_RMA_RANGE naming the remote access error,
 //! rank 1's memory is not touched, and rank 0 still reaches rank 2).
+//! Over TCP, `lost_peer` (2 ranks: rank 1 shuts its connections down in
+//! the middle of rank 0's put of 64 MiB, which fails, as do an `rget`
+//! sent before it and the flush after it, all with MPI_ERR_PROC_FAILED
+//! and within seconds, where they waited forever for the answers) and `lost_holder`
+//! (3 ranks: rank 1 takes rank 0's exclusive lock and shuts its
+//! connections down holding it; rank 2's exclusive lock of rank 0 is
+//! then granted within seconds, where it waited forever for rank 1's
+//! unlock).
 
 use oxmpi::collective::{reduce_local_into, SystemOperation};
 use oxmpi::datatype::{MutView, UserDatatype, View};
@@ -104,6 +112,8 @@ fn main() -> ExitCode {
                 "shared" => shared(&world),
                 "dropped" => dropped(&world),
                 "revoked" => revoked(&world),
+                "lost_peer" => lost_peer(&world),
+                "lost_holder" => lost_holder(&world),
                 other => Err(fail(format!("unknown check {other:?}"))),
             }
         },
@@ -1555,4 +1565,157 @@ fn revoked(world: &Communicator) -> Result<()> {
     // Not freed: free is collective, and rank 1 is out.
     drop(window);
     Ok(())
+}
+
+/// See the module docs. Rank 1 stops reading (outside MPI) once rank 0
+/// says it starts its put, so the put's data fills the sockets and the
+/// put is still under way when the connections go.
+fn lost_peer(world: &Communicator) -> Result<()> {
+    const LEN: usize = 64 << 20;
+    const BOUND: Duration = Duration::from_secs(10);
+    ensure(world.size() == 2, || "lost_peer runs on 2 ranks".to_owned())?;
+    let window = Window::allocate(world, LEN + 8, 1, &Info::new())?;
+    world.barrier()?;
+    if world.rank() == 1 {
+        world.process_at_rank(0).receive::<u8>()?;
+        std::thread::sleep(Duration::from_millis(300));
+        let shut = shut_down_tcp_connections()?;
+        ensure(shut > 0, || {
+            "rank 1 had no TCP connection to shut down".to_owned()
+        })?;
+        drop(window);
+        return Ok(());
+    }
+    window.lock(LockType::Shared, 1, MODE_NOCHECK)?;
+    world.process_at_rank(1).send(&1u8)?;
+    let data = vec![5u8; LEN];
+    let mut early = [0u8; 8];
+    let started = Instant::now();
+    oxmpi::request::scope(|scope| -> Result<()> {
+        // A get and a small put queued first: they leave ahead of the
+        // large put's data, and no answer comes.
+        let get = window.rget(scope, &mut early[..], 1, LEN)?;
+        window.put(&[1u8; 8][..], 1, LEN)?;
+        expect_class(
+            window.put(&data[..], 1, 0),
+            ErrorClass::ProcFailed,
+            "a put whose target is lost in the middle",
+        )?;
+        expect_class(
+            get.wait(),
+            ErrorClass::ProcFailed,
+            "a get whose target is lost before it answered",
+        )
+    })?;
+    expect_class(
+        window.flush(1),
+        ErrorClass::ProcFailed,
+        "the flush after the lost put",
+    )?;
+    ensure(started.elapsed() < BOUND, || {
+        format!("the put and flush took {:?}", started.elapsed())
+    })?;
+    // Later operations fail at once, and the epoch ends.
+    expect_class(
+        window
+            .put(&[2u8; 8][..], 1, 0)
+            .and_then(|()| window.flush(1)),
+        ErrorClass::ProcFailed,
+        "a put and flush after the loss",
+    )?;
+    let mut back = [0u8; 8];
+    expect_class(
+        window.get(&mut back[..], 1, 0),
+        ErrorClass::ProcFailed,
+        "a get after the loss",
+    )?;
+    // The get's batch, sent by its wait, failed: recorded for the window
+    // too, so the unlock may report it.
+    match window.unlock(1) {
+        Err(e) if e.class() != ErrorClass::ProcFailed => return Err(e),
+        _ => {}
+    }
+    ensure(started.elapsed() < BOUND, || {
+        format!("the operations after the loss took {:?}", started.elapsed())
+    })?;
+    drop(window);
+    Ok(())
+}
+
+/// See the module docs. Windows are dropped, not freed: `free` is
+/// collective, and rank 1 is gone.
+fn lost_holder(world: &Communicator) -> Result<()> {
+    const BOUND: Duration = Duration::from_secs(10);
+    ensure(world.size() == 3, || {
+        "lost_holder runs on 3 ranks".to_owned()
+    })?;
+    let window = Window::allocate(world, 8, 1, &Info::new())?;
+    world.barrier()?;
+    match world.rank() {
+        0 => {
+            // Polls (grants rank 1's lock, sees it lost) until rank 2 is
+            // done.
+            world.process_at_rank(2).receive::<u8>()?;
+        }
+        1 => {
+            window.lock(LockType::Exclusive, 0, 0)?;
+            world.process_at_rank(2).send(&1u8)?;
+            let shut = shut_down_tcp_connections()?;
+            ensure(shut > 0, || {
+                "rank 1 had no TCP connection to shut down".to_owned()
+            })?;
+        }
+        _ => {
+            world.process_at_rank(1).receive::<u8>()?;
+            let started = Instant::now();
+            window.lock(LockType::Exclusive, 0, 0)?;
+            window.put(&[2u8; 8][..], 0, 0)?;
+            window.unlock(0)?;
+            ensure(started.elapsed() < BOUND, || {
+                format!(
+                    "the lock a lost rank held took {:?} to pass on",
+                    started.elapsed()
+                )
+            })?;
+            world.process_at_rank(0).send(&2u8)?;
+        }
+    }
+    drop(window);
+    Ok(())
+}
+
+/// Shuts down (both ways) every connected TCP socket of this process
+/// but the process manager's (`PMI_FD`): its connections to the other
+/// ranks, which then see this rank as lost. How many it shut.
+fn shut_down_tcp_connections() -> Result<usize> {
+    let pmi: Option<i32> = std::env::var("PMI_FD").ok().and_then(|v| v.parse().ok());
+    let fds = std::fs::read_dir("/proc/self/fd")
+        .map_err(|e| fail(format!("listing /proc/self/fd: {e}")))?;
+    let mut shut = 0;
+    for entry in fds.flatten() {
+        let Some(fd) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if Some(fd) == pmi {
+            continue;
+        }
+        // SAFETY: an all-zero sockaddr_storage is a valid value.
+        let mut peer: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        // SAFETY: `peer` is writable for `len` bytes; a descriptor that is
+        // no connected socket (or closed meanwhile) only fails the call.
+        let connected =
+            unsafe { libc::getpeername(fd, (&raw mut peer).cast::<libc::sockaddr>(), &mut len) }
+                == 0;
+        let inet = [libc::AF_INET, libc::AF_INET6].contains(&i32::from(peer.ss_family));
+        // SAFETY: shutdown has no memory-safety preconditions.
+        if connected && inet && unsafe { libc::shutdown(fd, libc::SHUT_RDWR) } == 0 {
+            shut += 1;
+        }
+    }
+    Ok(shut)
 }

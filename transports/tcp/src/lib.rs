@@ -54,6 +54,10 @@
 //!   rendezvous data to, 0 to [`MAX_DATA_LANES`] (default 1).
 //! - `OXMPI_TCP_ADDR`: the IP address to listen on and publish (default
 //!   127.0.0.1).
+//! - `OXMPI_TCP_LOOPBACK_CONGESTION`: the TCP congestion control of
+//!   connections to a peer on a loopback address (default `reno`;
+//!   `system` keeps the system's default). See
+//!   [`TcpConfig::loopback_congestion`].
 
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
@@ -73,6 +77,14 @@ pub const EAGER_LIMIT_ENV: &str = "OXMPI_TCP_EAGER_LIMIT";
 pub const DATA_LANES_ENV: &str = "OXMPI_TCP_DATA_LANES";
 /// Environment variable: address to listen on and publish.
 pub const ADDR_ENV: &str = "OXMPI_TCP_ADDR";
+/// Environment variable: congestion control of loopback connections.
+pub const LOOPBACK_CONGESTION_ENV: &str = "OXMPI_TCP_LOOPBACK_CONGESTION";
+/// The congestion control loopback connections use unless
+/// [`LOOPBACK_CONGESTION_ENV`] says otherwise.
+pub const LOOPBACK_CONGESTION: &str = "reno";
+/// The longest congestion control name Linux takes (`TCP_CA_NAME_MAX`,
+/// with its terminating zero).
+const CONGESTION_NAME_MAX: usize = 16;
 /// The most data lanes a rank opens to one peer, and accepts from one.
 pub const MAX_DATA_LANES: usize = 8;
 
@@ -118,6 +130,16 @@ pub struct TcpConfig {
     pub data_lanes: usize,
     /// Address to listen on and publish.
     pub addr: IpAddr,
+    /// The congestion control (`TCP_CONGESTION`) set on every connection
+    /// whose peer is on a loopback address; `None` keeps the system's.
+    /// Linux's default is often `bbr`, which paces segments from a timer:
+    /// on loopback, a paced segment and one sent from the process run on
+    /// different CPUs, reach the receiver out of order, and are taken for
+    /// lost (spurious retransmissions of whole 64 KiB segments, `ss -ti`:
+    /// `reord_seen`, `dsack_dups`), halving the bandwidth of one-sided
+    /// puts of 64 KiB. Reno sends only from the ACK clock, which keeps
+    /// them in order, and there is no congestion on loopback to control.
+    pub loopback_congestion: Option<String>,
 }
 
 impl TcpConfig {
@@ -158,12 +180,94 @@ impl TcpConfig {
             })?,
             Err(_) => IpAddr::from([127, 0, 0, 1]),
         };
+        let loopback_congestion = match std::env::var(LOOPBACK_CONGESTION_ENV) {
+            Ok(v) if v.trim() == "system" => None,
+            Ok(v) => {
+                let name = v.trim();
+                let valid = !name.is_empty()
+                    && name.len() < CONGESTION_NAME_MAX
+                    && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+                if !valid {
+                    return Err(Error::new(
+                        ErrorClass::Arg,
+                        format!(
+                            "{LOOPBACK_CONGESTION_ENV}={v:?} is not a congestion control name \
+                             (such as reno or bbr, at most {} characters) or `system`",
+                            CONGESTION_NAME_MAX - 1
+                        ),
+                    ));
+                }
+                Some(name.to_owned())
+            }
+            Err(_) => Some(LOOPBACK_CONGESTION.to_owned()),
+        };
         Ok(TcpConfig {
             eager_limit,
             data_lanes,
             addr,
+            loopback_congestion,
         })
     }
+}
+
+/// Readies a new connection to `peer_addr`: `TCP_NODELAY`, and on a
+/// loopback address the configured congestion control (a refusal, such
+/// as a name the system does not allow, is only logged: the connection
+/// works with the system's).
+fn prepare_stream(stream: &TcpStream, peer_addr: SocketAddr, config: &TcpConfig) {
+    let _ = stream.set_nodelay(true);
+    let Some(name) = config.loopback_congestion.as_deref() else {
+        return;
+    };
+    if peer_addr.ip().is_loopback() {
+        if let Err(e) = set_congestion(stream, name) {
+            vlog!("tcp: congestion control {name} refused for {peer_addr}: {e}");
+        }
+    }
+}
+
+/// Sets the congestion control `name` on `stream` (`TCP_CONGESTION`).
+fn set_congestion(stream: &TcpStream, name: &str) -> io::Result<()> {
+    // SAFETY: `name` is readable for `name.len()` bytes, which is all
+    // setsockopt reads; the descriptor is the stream's, open while it
+    // lives.
+    let r = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            name.as_ptr().cast(),
+            name.len() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The congestion control in use on `stream` (`TCP_CONGESTION`).
+fn congestion_of(stream: &TcpStream) -> io::Result<String> {
+    let mut name = [0u8; CONGESTION_NAME_MAX];
+    let mut len = name.len() as libc::socklen_t;
+    // SAFETY: `name` is writable for `len` bytes, and `len` for its own
+    // size; the descriptor is the stream's, open while it lives.
+    let r = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            name.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let name = &name[..(len as usize).min(name.len())];
+    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    Ok(String::from_utf8_lossy(&name[..end]).into_owned())
 }
 
 /// A packet waiting to be written: header, then payload, from `offset`.
@@ -557,6 +661,14 @@ impl TcpTransport {
         })
     }
 
+    /// The congestion control of the packet connection to `peer`, once
+    /// it is established (for diagnostics and tests).
+    pub fn packet_congestion(&self, peer: PeerRank) -> Option<String> {
+        let index = self.peers.get(peer)?.packets?;
+        let conn = self.conns.get(index)?.as_ref()?;
+        congestion_of(&conn.stream).ok()
+    }
+
     /// How many of this rank's data lanes to `peer` are open (for
     /// diagnostics and tests).
     pub fn open_data_lanes(&self, peer: PeerRank) -> usize {
@@ -790,7 +902,7 @@ impl TcpTransport {
         loop {
             match self.listener.accept() {
                 Ok((stream, from)) => {
-                    let _ = stream.set_nodelay(true);
+                    prepare_stream(&stream, from, &self.config);
                     match Acceptor::new(&self.job) {
                         Ok(acceptor) => {
                             if let Err(e) = self.insert(
@@ -844,8 +956,8 @@ impl TcpTransport {
                 return Ok(());
             };
             if let Handshake::Connecting { hello, .. } = hs {
-                match conn.stream.peer_addr() {
-                    Ok(_) => {}
+                let to = match conn.stream.peer_addr() {
+                    Ok(to) => to,
                     Err(e) if e.kind() == io::ErrorKind::NotConnected => {
                         if let Ok(Some(e)) | Err(e) = conn.stream.take_error() {
                             return Err(format!("connect failed: {e}"));
@@ -853,8 +965,8 @@ impl TcpTransport {
                         return Ok(());
                     }
                     Err(e) => return Err(format!("connect failed: {e}")),
-                }
-                let _ = conn.stream.set_nodelay(true);
+                };
+                prepare_stream(&conn.stream, to, &self.config);
                 conn.hs_out.extend_from_slice(hello);
                 let State::Handshake(Handshake::Connecting {
                     peer,

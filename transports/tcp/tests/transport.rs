@@ -30,7 +30,7 @@ use oxmpi_adi::auth::{Channel, Connector, Verdict, MESSAGE_LEN};
 use oxmpi_adi::proto::{Header, Kind, HEADER_LEN};
 use oxmpi_adi::transport::{JobInfo, PacketSink, PayloadSlot, PeerRank, Transport};
 use oxmpi_adi::{Error, ErrorClass, Result};
-use oxmpi_tcp::{TcpConfig, TcpTransport};
+use oxmpi_tcp::{TcpConfig, TcpTransport, LOOPBACK_CONGESTION};
 use std::io::{ErrorKind, Read, Write};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -167,6 +167,17 @@ impl PacketSink for Recorder {
 // ---------------------------------------------------------------------------
 // A job of transports in one process.
 
+/// The tests' settings: [`EAGER`], one data lane, 127.0.0.1, and the
+/// default congestion control of loopback connections.
+fn config() -> TcpConfig {
+    TcpConfig {
+        eager_limit: EAGER,
+        data_lanes: 1,
+        addr: IpAddr::from([127, 0, 0, 1]),
+        loopback_congestion: Some(LOOPBACK_CONGESTION.to_owned()),
+    }
+}
+
 fn job(rank: PeerRank, size: usize) -> JobInfo {
     JobInfo {
         rank,
@@ -217,14 +228,20 @@ impl Net {
 
     /// `size` transports that open `lanes` data lanes to a peer.
     fn with_lanes(size: usize, lanes: usize) -> Net {
+        Net::with_config(
+            size,
+            TcpConfig {
+                data_lanes: lanes,
+                ..config()
+            },
+        )
+    }
+
+    /// `size` transports on `config`.
+    fn with_config(size: usize, config: TcpConfig) -> Net {
         let mut ranks: Vec<TcpTransport> = (0..size)
             .map(|rank| {
-                let config = TcpConfig {
-                    eager_limit: EAGER,
-                    data_lanes: lanes,
-                    addr: IpAddr::from([127, 0, 0, 1]),
-                };
-                TcpTransport::new(&job(rank, size), config)
+                TcpTransport::new(&job(rank, size), config.clone())
                     .unwrap_or_else(|e| panic!("rank {rank}: no transport: {e}"))
             })
             .collect();
@@ -548,6 +565,38 @@ fn eager_and_zero_copy_payloads_arrive_intact_both_ways() {
     net.run_for(10);
     assert_eq!(net.sinks[0].completions, [0xa], "completion reported once");
     assert!(!net.t(0).has_pending_sends() && !net.t(1).has_pending_sends());
+}
+
+/// Loopback connections take the configured congestion control at both
+/// ends (the connector's and the acceptor's socket), or keep the
+/// system's default when none is configured.
+#[test]
+fn loopback_connections_use_the_configured_congestion_control() {
+    let system = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .expect("the system's congestion control")
+        .trim()
+        .to_owned();
+    for (configured, expected) in [
+        (Some(LOOPBACK_CONGESTION.to_owned()), LOOPBACK_CONGESTION),
+        (None, system.as_str()),
+    ] {
+        let mut net = Net::with_config(
+            2,
+            TcpConfig {
+                loopback_congestion: configured.clone(),
+                ..config()
+            },
+        );
+        net.send(0, 1, &eager(1, 0), &[]);
+        net.run_until("the packet arrived", |n| n.sinks[1].tags_from(0).len() == 1);
+        for (rank, peer) in [(0, 1), (1, 0)] {
+            assert_eq!(
+                net.t(rank).packet_congestion(peer).as_deref(),
+                Some(expected),
+                "rank {rank}'s connection to {peer}, configured {configured:?}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -1004,12 +1053,7 @@ fn a_send_refused_at_once_leaves_nothing_queued() {
     // A rank whose transport was never given rank 1's card: the send fails
     // at once, and must not leave the packet (or, for zero-copy, a pointer
     // to memory the caller takes back) in the queue.
-    let config = TcpConfig {
-        eager_limit: EAGER,
-        data_lanes: 1,
-        addr: IpAddr::from([127, 0, 0, 1]),
-    };
-    let mut t = TcpTransport::new(&job(0, 2), config).expect("transport");
+    let mut t = TcpTransport::new(&job(0, 2), config()).expect("transport");
     assert!(t.send(1, &eager(1, 4), b"lost").is_err());
     let big = vec![0u8; 1 << 20];
     // SAFETY: `big` outlives `t`.
