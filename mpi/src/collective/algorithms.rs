@@ -17,7 +17,7 @@ use super::schedule::{
     all_gather_algorithm, binomial_node, broadcast_algorithm, broadcast_chunks, halving_steps,
     pairwise_partners, reduce_algorithm, split_evenly, subtree_span, tournament_partner,
     tournament_rounds, AllGatherAlgorithm, AllToAllAlgorithm, BroadcastAlgorithm, Fold,
-    HalvingStep, ReduceAlgorithm, TreeNode, ALL_TO_ALL_THROTTLE,
+    HalvingStep, ReduceAlgorithm, TreeNode, ALL_TO_ALL_THROTTLE, REDUCE_SHORT,
 };
 use super::team::{CollectiveTag, Scratch, Team};
 use super::typed::{copy_across, Inbound, Outbound, Pieces};
@@ -798,6 +798,222 @@ fn combine_higher(red: &Reduction<'_>, acc: &mut [u8], higher: &mut [u8]) -> Res
         acc.copy_from_slice(higher);
         Ok(())
     }
+}
+
+/// The length of a message of [`Lengths`]: longer than any reduction
+/// that goes without agreeing on its length ([`REDUCE_SHORT`]), so that a
+/// process whose data is that short, and which takes such a message for
+/// data in the same step of its algorithm, always finds it too long.
+const AGREEMENT: usize = REDUCE_SHORT + 16;
+
+/// The least and most bytes of reduction data among the processes a
+/// process has heard of: carried in messages of [`AGREEMENT`] bytes by
+/// the processes whose data is longer than [`REDUCE_SHORT`] before they
+/// reduce it (`agree_*`), so that processes that passed different counts
+/// never go on to different algorithms or numbers of segments, where one
+/// would wait for ever for messages the other never sends.
+///
+/// A process whose data is that short runs its algorithm at once: its
+/// steps meet those of the agreement (same partners, same tag), its data
+/// arrives where an agreement message is expected, shorter, and stands
+/// for its length; an agreement message arrives where it expects data,
+/// longer, and is noted as a mismatch.
+#[derive(Clone, Copy)]
+struct Lengths {
+    least: usize,
+    most: usize,
+}
+
+impl Lengths {
+    fn of(len: usize) -> Lengths {
+        Lengths {
+            least: len,
+            most: len,
+        }
+    }
+
+    /// The message that carries these lengths.
+    fn message(self) -> Scratch {
+        let mut message = Scratch::zeroed(AGREEMENT);
+        let bytes = message.bytes_mut();
+        bytes[..8].copy_from_slice(&(self.least as u64).to_le_bytes());
+        bytes[8..16].copy_from_slice(&(self.most as u64).to_le_bytes());
+        message
+    }
+
+    /// The lengths a message carries (its first 16 bytes).
+    fn read(message: &[u8]) -> Lengths {
+        let word = |at: usize| {
+            let mut bytes = [0; 8];
+            bytes.copy_from_slice(&message[at..at + 8]);
+            u64::from_le_bytes(bytes) as usize
+        };
+        Lengths {
+            least: word(0),
+            most: word(8),
+        }
+    }
+
+    /// Takes in `other`'s lengths.
+    fn merge(&mut self, other: Lengths) {
+        self.least = self.least.min(other.least);
+        self.most = self.most.max(other.most);
+    }
+
+    /// Takes in a message of `received` bytes in `message`: an agreement
+    /// message's lengths, or the data of a process that reduces without
+    /// agreeing, whose length is its own.
+    fn merge_message(&mut self, message: &Scratch, received: usize) {
+        self.merge(if received == AGREEMENT {
+            Lengths::read(message.bytes())
+        } else {
+            Lengths::of(received)
+        });
+    }
+
+    /// `MPI_ERR_COUNT` unless every process heard of has `len` bytes.
+    fn verdict(self, t: &Team<'_>, len: usize) -> Result<()> {
+        if self.least == len && self.most == len {
+            return Ok(());
+        }
+        let other = if self.least == len {
+            self.most
+        } else {
+            self.least
+        };
+        Err(Error::new(
+            ErrorClass::Count,
+            format!(
+                "{}: this rank passed {len} bytes of data where another passed {other}: \
+                 the processes passed different counts",
+                t.collective()
+            ),
+        ))
+    }
+}
+
+/// One step of an agreement: sends `lengths` to `to` (if any) while
+/// receiving from `from` (if any) and merging what comes.
+async fn agreement_step(
+    t: &Team<'_>,
+    lengths: &mut Lengths,
+    to: Option<usize>,
+    from: Option<usize>,
+) -> Result<()> {
+    let outgoing = lengths.message();
+    let mut incoming = Scratch::zeroed(AGREEMENT);
+    let sends = to
+        .map(|to| (to, outgoing.bytes().into()))
+        .into_iter()
+        .collect();
+    let recvs = from
+        .map(|from| (from, incoming.bytes_mut().into()))
+        .into_iter()
+        .collect();
+    let received = t.exchange_up_to(sends, recvs).await?;
+    if let Some(&received) = received.first() {
+        lengths.merge_message(&incoming, received);
+    }
+    Ok(())
+}
+
+/// Agreement on the length of an all-reduce's data (`len` bytes, more
+/// than [`REDUCE_SHORT`]) before it is reduced: the messages of
+/// [`Lengths`] go by the steps of [`all_reduce`]'s recursive doubling
+/// (fold, exchanges, fold back), which every process's data shorter than
+/// that takes, so that either kind of process meets the other. Each
+/// process ends with the least and most lengths of all (where none is
+/// short), or one that differs from its own: an `MPI_ERR_COUNT` error at
+/// every process whose data is long, before any of it is sent.
+pub(crate) async fn agree_all_reduce_length(t: &Team<'_>, len: usize) -> Result<()> {
+    let r = t.rank();
+    let fold = Fold::new(t.size());
+    let mut lengths = Lengths::of(len);
+    let new_rank = fold.new_rank(r);
+    let folded = r < 2 * fold.rem;
+    if folded {
+        match new_rank {
+            None => agreement_step(t, &mut lengths, Some(r + 1), None).await?,
+            Some(_) => agreement_step(t, &mut lengths, None, Some(r - 1)).await?,
+        }
+    }
+    if let Some(new_rank) = new_rank {
+        let mut mask = 1;
+        while mask < fold.pof2 {
+            let peer = fold.rank_of(new_rank ^ mask);
+            agreement_step(t, &mut lengths, Some(peer), Some(peer)).await?;
+            mask <<= 1;
+        }
+    }
+    if folded {
+        match new_rank {
+            None => agreement_step(t, &mut lengths, None, Some(r + 1)).await?,
+            Some(_) => agreement_step(t, &mut lengths, Some(r - 1), None).await?,
+        }
+    }
+    lengths.verdict(t, len)
+}
+
+/// Agreement on the length of a reduce's data (`len` bytes, more than
+/// [`REDUCE_SHORT`]) before it is reduced: the messages of [`Lengths`]
+/// go up [`binomial_reduce`]'s tree (which every process's data shorter
+/// than that takes) to `root`, and `root`'s verdict (16 bytes, short
+/// enough to go eagerly, so that a process that waits for no verdict
+/// holds up none) comes back down it. Every process whose data is long
+/// fails with `MPI_ERR_COUNT` where the lengths differ, before any data
+/// is sent; one whose parent's data is short waits for a verdict that
+/// does not come, but that parent fails (it finds an agreement message
+/// too long for its data).
+pub(crate) async fn agree_reduce_length(
+    t: &Team<'_>,
+    root: usize,
+    commutative: bool,
+    len: usize,
+) -> Result<()> {
+    let (n, r) = (t.size(), t.rank());
+    let tree_root = if commutative { root } else { 0 };
+    let rel = Relative::of(t, tree_root);
+    let me = rel.to_relative(r);
+    let mut lengths = Lengths::of(len);
+    let mut parent = None;
+    let mut children = Vec::new();
+    let mut mask = 1;
+    while mask < n {
+        if me & mask != 0 {
+            let to = rel.to_rank(me & !mask);
+            agreement_step(t, &mut lengths, Some(to), None).await?;
+            parent = Some(to);
+            break;
+        }
+        let child = rel.to_rank(me | mask);
+        if me | mask < n {
+            agreement_step(t, &mut lengths, None, Some(child)).await?;
+            children.push(child);
+        }
+        mask <<= 1;
+    }
+    if tree_root != root {
+        if r == tree_root {
+            agreement_step(t, &mut lengths, Some(root), None).await?;
+            parent = Some(root);
+        } else if r == root {
+            agreement_step(t, &mut lengths, None, Some(tree_root)).await?;
+            // The root's word is final: its tree parent sends it none.
+            parent = None;
+            children.push(tree_root);
+        }
+    }
+    // The verdict, down the same edges.
+    if let Some(parent) = parent {
+        let mut verdict = [0u8; 16];
+        t.receive(parent, &mut verdict).await?;
+        lengths.merge(Lengths::read(&verdict));
+    }
+    let verdict = lengths.message();
+    for &child in children.iter().rev().filter(|&&child| child != root) {
+        t.send(child, &verdict.bytes()[..16]).await?;
+    }
+    lengths.verdict(t, len)
 }
 
 /// Reduction to `root`: `acc` holds this process's data, and at the root

@@ -126,7 +126,7 @@ use algorithms::{IN_PLACE_PIECE, REDUCTION_SEGMENT};
 use node::NodeRegion;
 use op::{same_element_type, Reduction};
 use partition::{consecutive_blocks, disjoint_blocks, uniform_blocks};
-use schedule::{all_to_all_algorithm, AllToAllAlgorithm};
+use schedule::{all_to_all_algorithm, AllToAllAlgorithm, REDUCE_SHORT};
 use std::future::Future;
 use team::{CollectiveTag, Sequence};
 use typed::{Inbound, Input, Outbound, Output, Pieces, Segments};
@@ -143,6 +143,12 @@ enum Mode {
 /// `MPI_ERR_COUNT`: `what` is wrong with the lengths.
 fn count_error(what: String) -> Error {
     Error::new(ErrorClass::Count, what)
+}
+
+/// `result`, an error's message led by the name of the collective
+/// `what` (the shared-memory paths do not know which they serve).
+fn in_collective<T>(what: &str, result: Result<T>) -> Result<T> {
+    result.map_err(|e| Error::new(e.class(), format!("{what}: {}", e.message())))
 }
 
 /// Checks that `len` bytes split into `parts` whole blocks of elements
@@ -255,15 +261,19 @@ impl Communicator {
         }
         if let Some(node) = node {
             if node.all_reduces_by_slots(whole.len(), red.unit_size()) {
-                node.all_reduce(sequence.0, acc.load(whole.clone())?, red)?;
+                let data = acc.load(whole.clone())?;
+                in_collective("all-reduce", node.all_reduce(sequence.0, data, red))?;
                 return acc.store(whole);
             }
             if node.fits_staged(whole.len(), red.unit_size()) {
-                return node.all_reduce_staged(sequence.0, acc, red);
+                return in_collective("all-reduce", node.all_reduce_staged(sequence.0, acc, red));
             }
         }
         let team = self.team(sequence, CollectiveTag::AllReduce)?;
         team.complete(async {
+            if acc.len() > REDUCE_SHORT {
+                algorithms::agree_all_reduce_length(&team, acc.len()).await?;
+            }
             for segment in acc.ranges(REDUCTION_SEGMENT, red.unit_size()) {
                 algorithms::all_reduce(&team, acc.load(segment.clone())?, red).await?;
                 acc.store(segment)?;
@@ -283,13 +293,24 @@ impl Communicator {
         red: &Reduction<'_>,
         node: Option<&NodeRegion>,
     ) -> Result<()> {
-        if let Some(node) = node.filter(|node| node.fits(acc.len())) {
-            let whole = 0..acc.len();
-            node.reduce(sequence.0, root, acc.load(whole.clone())?, red)?;
-            return acc.store(whole);
+        if let Some(node) = node {
+            if node.fits(acc.len()) {
+                let whole = 0..acc.len();
+                let data = acc.load(whole.clone())?;
+                in_collective("reduce", node.reduce(sequence.0, root, data, red))?;
+                return acc.store(whole);
+            }
+            // Too long for a slot: by messages, once the root has seen
+            // that every process passed this length (one whose data fits
+            // a slot is on the path above, and waits for no one).
+            in_collective("reduce", node.announce(sequence.0, root, acc.len()))?;
         }
         let team = self.team(sequence, CollectiveTag::Reduce)?;
         team.complete(async {
+            if node.is_none() && acc.len() > REDUCE_SHORT {
+                algorithms::agree_reduce_length(&team, root, red.is_commutative(), acc.len())
+                    .await?;
+            }
             for segment in acc.ranges(REDUCTION_SEGMENT, red.unit_size()) {
                 algorithms::reduce(&team, root, acc.load(segment.clone())?, red).await?;
                 acc.store(segment)?;

@@ -393,7 +393,9 @@ impl<'a> Segments<'a> {
     }
 
     /// The segments of at most `segment` bytes (at least one element of
-    /// `element` bytes), in order.
+    /// `element` bytes), in order; one empty segment where there is no
+    /// data, so that a process that passed a count of 0 still meets the
+    /// others' messages (and fails where their counts differ).
     /// (An iterator that does not borrow the data: no allocation on the
     /// path of every short reduction.)
     pub(crate) fn ranges(
@@ -403,7 +405,7 @@ impl<'a> Segments<'a> {
     ) -> impl Iterator<Item = Range<usize>> + use<> {
         let len = self.len;
         let step = (segment / element.max(1)).max(1) * element.max(1);
-        (0..len.div_ceil(step)).map(move |k| k * step..((k + 1) * step).min(len))
+        (0..len.div_ceil(step).max(1)).map(move |k| k * step..((k + 1) * step).min(len))
     }
 
     /// Segment `range`, holding the input's data, to reduce in place;

@@ -11,7 +11,10 @@
 //! min/max-loc), `mismatch` (processes that pass different counts fail
 //! alone and the job goes on), `mismatch_long` (the same of broadcasts
 //! long enough to be cut in blocks or streamed through shared memory, at
-//! a leaf and at a rank that passes data on), `errors` (the error classes of bad
+//! a leaf and at a rank that passes data on), `mismatched_reduction
+//! COLLECTIVE COUNT ODD_COUNT ODD_RANK` (a reduction where one rank passes
+//! another count, with the fatal error handler: the job must end with the
+//! error, not hang), `errors` (the error classes of bad
 //! arguments), `datatypes` (derived datatypes and structs in collectives:
 //! strided data in and out, padding skipped, gaps left alone),
 //! `large_datatypes` (broadcast, all-reduce, all-to-all and gather of
@@ -26,7 +29,7 @@ use oxmpi::collective::{
 use oxmpi::datatype::{MutView, UserDatatype, View};
 use oxmpi::traits::*;
 use oxmpi::Threading;
-use oxmpi::{Communicator, ErrorClass, Result};
+use oxmpi::{Communicator, ErrorClass, ErrorHandler, Result};
 use oxmpi_jobs::affine::{affine, composed, composition};
 use oxmpi_jobs::checks::{ensure, expect_class, fail, peak_kib, same};
 use oxmpi_jobs::program::run_check;
@@ -45,6 +48,7 @@ fn main() -> ExitCode {
                 "operations" => operations(&world),
                 "mismatch" => mismatch(&world),
                 "mismatch_long" => mismatch_long(&world),
+                "mismatched_reduction" => mismatched_reduction(&world),
                 "errors" => errors(&world),
                 "datatypes" => datatypes(&world),
                 "large_datatypes" => large_datatypes(&world),
@@ -966,6 +970,57 @@ fn mismatched_broadcasts(
         })?;
     }
     Ok(())
+}
+
+/// `mismatched_reduction COLLECTIVE COUNT ODD_COUNT ODD_RANK`:
+/// `all_reduce`, `reduce` (to rank 0), `reduce_scatter` (block) or `scan`
+/// of `u64`s, `COUNT` of them at every rank but `ODD_RANK` (`last` for
+/// the last), `ODD_COUNT` there (per block for the reduce-scatter), with the fatal error handler. Some rank
+/// must see the mismatch and end the job with its error (the harness
+/// checks its code and message); a rank whose call returns waits for
+/// that, and fails the job if it never comes.
+fn mismatched_reduction(world: &Communicator) -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(2).collect();
+    let [collective, count, odd_count, odd_rank] = &args[..] else {
+        return Err(fail(format!(
+            "usage: mismatched_reduction COLLECTIVE COUNT ODD_COUNT ODD_RANK, not {args:?}"
+        )));
+    };
+    let parse = |text: &str| {
+        text.parse::<usize>()
+            .map_err(|e| fail(format!("count {text:?}: {e}")))
+    };
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let odd_rank = match odd_rank.as_str() {
+        "last" => size - 1,
+        other => parse(other)?,
+    };
+    let count = if rank == odd_rank {
+        parse(odd_count)?
+    } else {
+        parse(count)?
+    };
+    world.set_error_handler(ErrorHandler::Fatal);
+    let sum = SystemOperation::sum();
+    let send: Vec<u64> = (0..count * size).map(|i| i as u64).collect();
+    let mut recv = vec![0u64; count];
+    let root = world.process_at_rank(0);
+    match collective.as_str() {
+        "all_reduce" => world.all_reduce_into(&send[..count], &mut recv[..], sum)?,
+        "reduce" if rank == 0 => root.reduce_into_root(&send[..count], &mut recv[..], sum)?,
+        "reduce" => root.reduce_into(&send[..count], sum)?,
+        "reduce_scatter" => world.reduce_scatter_block_into(&send[..], &mut recv[..], sum)?,
+        "scan" => world.scan_into(&send[..count], &mut recv[..], sum)?,
+        other => return Err(fail(format!("unknown reduction {other:?}"))),
+    }
+    // This rank did not see the mismatch: another must end the job.
+    let mut never = 0u8;
+    let _ = world
+        .process_at_rank(((rank + 1) % size) as i32)
+        .receive_into(&mut never);
+    Err(fail(format!(
+        "{collective} of {count} elements returned at rank {rank} and the job went on"
+    )))
 }
 
 /// Bad arguments, the same at every rank so that all fail alike.
