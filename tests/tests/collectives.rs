@@ -120,8 +120,8 @@ fn long_strided_collectives_move_in_pieces() {
     // the point-to-point layer packs and unpacks piece by piece, over
     // shared memory and over TCP; nor do gather, scatter, all-gather(v)
     // and all-to-allv, which go by messages in every case; nor the
-    // in-place all-to-alls (pairwise, in pieces), all-reduces and reduces
-    // (a segment at a time).
+    // in-place all-to-alls (pairwise, in pieces), all-reduces, reduces,
+    // scans and reduce-scatters (a segment at a time).
     let ways: [&[(&str, &str)]; 4] = [
         &[],
         &[("OXMPI_SHM_CMA", "0")],
@@ -135,6 +135,8 @@ fn long_strided_collectives_move_in_pieces() {
                 "all-to-all-v: +",
                 "in-place all-to-all-w: +",
                 "in-place reduce: +",
+                "in-place exclusive scan: +",
+                "in-place reduce-scatter: +",
             ] {
                 assert!(out.contains(measured), "{env:?}: {out}");
             }

@@ -128,7 +128,7 @@ use op::{same_element_type, Reduction};
 use partition::{consecutive_blocks, disjoint_blocks, uniform_blocks};
 use schedule::{all_to_all_algorithm, AllToAllAlgorithm, REDUCE_SHORT};
 use std::future::Future;
-use team::{CollectiveTag, Sequence};
+use team::{CollectiveTag, Scratch, Sequence};
 use typed::{Inbound, Input, Outbound, Output, Pieces, Segments};
 
 /// Whether a collective runs to its end in the call (blocking) or is
@@ -320,22 +320,57 @@ impl Communicator {
         .await
     }
 
-    /// Reduces `input` and scatters its `blocks` (by rank), this rank's
-    /// into `out`; on an intercommunicator, the input is the remote
-    /// group's.
-    async fn reduce_scatter_bytes(
+    /// A scan (`kind` [`CollectiveTag::Scan`]) or exclusive scan
+    /// ([`CollectiveTag::ExclusiveScan`]) of `acc`, one segment of
+    /// [`REDUCTION_SEGMENT`] at a time (each a scan of its own), the last
+    /// always short (see [`Segments::ranges_ending_short`]).
+    async fn scan_segments(
         &self,
         sequence: Sequence,
-        input: &[u8],
+        acc: &mut Segments<'_>,
+        red: &Reduction<'_>,
+        kind: CollectiveTag,
+    ) -> Result<()> {
+        let team = self.team(sequence, kind)?;
+        team.complete(async {
+            for segment in acc.ranges_ending_short(REDUCTION_SEGMENT, red.unit_size()) {
+                let data = acc.load(segment.clone())?;
+                if kind == CollectiveTag::Scan {
+                    algorithms::scan(&team, data, red).await?;
+                } else {
+                    algorithms::exclusive_scan(&team, data, red).await?;
+                }
+                acc.store(segment)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Reduces `input` (`None`: `out`'s data, in place) and scatters its
+    /// `blocks` (by rank), this rank's into `out` (at its start), a
+    /// segment at a time (see `algorithms::reduce_scatter`); on an
+    /// intercommunicator, the input is the remote group's.
+    async fn reduce_scatter_pieces<'p>(
+        &self,
+        sequence: Sequence,
+        input: Option<&mut Pieces<'p>>,
         blocks: &[std::ops::Range<usize>],
-        out: &mut [u8],
+        out: &mut Pieces<'p>,
         red: &Reduction<'_>,
     ) -> Result<()> {
-        if self.is_inter_communicator() {
-            return self
-                .inter_reduce_scatter(sequence, input, blocks, out, red)
-                .await;
-        }
+        let input = match (self.is_inter_communicator(), input) {
+            (true, Some(input)) => {
+                // The intercommunicators' collectives stage whole copies.
+                let mut whole = Scratch::zeroed(input.len());
+                let mut result = Scratch::zeroed(out.len());
+                input.read(0, whole.bytes_mut())?;
+                self.inter_reduce_scatter(sequence, whole.bytes(), blocks, result.bytes_mut(), red)
+                    .await?;
+                return out.write(0, result.bytes());
+            }
+            (_, input) => input,
+        };
         let team = self.team(sequence, CollectiveTag::ReduceScatter)?;
         team.complete(algorithms::reduce_scatter(&team, input, blocks, out, red))
             .await
@@ -1132,9 +1167,7 @@ impl Communicator {
     {
         let node = self.node_for(&sequence, mode)?;
         self.require_intra("an in-place all-reduce")?;
-        let (buf, element_type) = Pieces::into_buffer(buf)?;
-        let red = Reduction::new(&op, element_type)?;
-        let mut acc = Segments::new(None, Some(buf))?;
+        let (mut acc, red) = reduction_in_place(buf, &op)?;
         self.all_reduce_segments(sequence, &mut acc, &red, node)
             .await
     }
@@ -1186,16 +1219,13 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
-        let element_type = same_element_type(send.element_type(), output.element_type())?;
-        let red = Reduction::new(&op, element_type)?;
-        let (send, recv) = (send.bytes(), output.bytes_mut());
+        let (mut send, mut recv, red) = reduce_scatter_buffers(send, recv, &op)?;
+        let element_type = red.element_type();
         let n = self.size() as usize;
         expect_len(send.len(), n * recv.len(), element_type, "the send buffer")?;
         let parts = uniform_blocks(n, recv.len());
-        self.reduce_scatter_bytes(sequence, send, &parts, recv, &red)
-            .await?;
-        output.finish()
+        self.reduce_scatter_pieces(sequence, Some(&mut send), &parts, &mut recv, &red)
+            .await
     }
 
     /// [`Communicator::reduce_scatter_block_into`] in place: `buf` (`size`
@@ -1243,27 +1273,12 @@ impl Communicator {
         O: Operation,
     {
         let n = self.size() as usize;
-        let mut output = Output::new(buf)?;
-        let red = Reduction::new(&op, output.element_type())?;
-        let block = block_of(
-            output.bytes_mut().len(),
-            n,
-            output.element_type(),
-            "the buffer",
-        )?;
-        let buf = output.bytes_mut();
-        let input = buf.to_vec();
+        let (mut buf, element_type) = Pieces::into_buffer(buf)?;
+        let red = Reduction::new(&op, element_type)?;
+        let block = block_of(buf.len(), n, element_type, "the buffer")?;
         let parts = uniform_blocks(n, block);
-        let team = self.team(sequence, CollectiveTag::ReduceScatter)?;
-        team.complete(algorithms::reduce_scatter(
-            &team,
-            &input,
-            &parts,
-            &mut buf[..block],
-            &red,
-        ))
-        .await?;
-        output.finish()
+        self.reduce_scatter_pieces(sequence, None, &parts, &mut buf, &red)
+            .await
     }
 
     /// Reduces every process's `send` with `op` and leaves the elements
@@ -1328,18 +1343,15 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
-        let element_type = same_element_type(send.element_type(), output.element_type())?;
-        let red = Reduction::new(&op, element_type)?;
-        let (send, recv) = (send.bytes(), output.bytes_mut());
+        let (mut send, mut recv, red) = reduce_scatter_buffers(send, recv, &op)?;
+        let element_type = red.element_type();
         let parts = consecutive_blocks(counts, self.size() as usize, element_type)?;
         let total = parts.last().map_or(0, |p| p.end);
         expect_len(send.len(), total, element_type, "the send buffer")?;
         let mine = parts[self.rank() as usize].len();
         expect_len(recv.len(), mine, element_type, "the receive buffer")?;
-        self.reduce_scatter_bytes(sequence, send, &parts, recv, &red)
-            .await?;
-        output.finish()
+        self.reduce_scatter_pieces(sequence, Some(&mut send), &parts, &mut recv, &red)
+            .await
     }
 
     /// [`Communicator::reduce_scatter_into`] in place: `buf` is the input,
@@ -1386,25 +1398,13 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        let mut output = Output::new(buf)?;
-        let element_type = output.element_type();
+        let (mut buf, element_type) = Pieces::into_buffer(buf)?;
         let red = Reduction::new(&op, element_type)?;
-        let buf = output.bytes_mut();
         let parts = consecutive_blocks(counts, self.size() as usize, element_type)?;
         let total = parts.last().map_or(0, |p| p.end);
         expect_len(buf.len(), total, element_type, "the buffer")?;
-        let input = buf.to_vec();
-        let mine = parts[self.rank() as usize].len();
-        let team = self.team(sequence, CollectiveTag::ReduceScatter)?;
-        team.complete(algorithms::reduce_scatter(
-            &team,
-            &input,
-            &parts,
-            &mut buf[..mine],
-            &red,
-        ))
-        .await?;
-        output.finish()
+        self.reduce_scatter_pieces(sequence, None, &parts, &mut buf, &red)
+            .await
     }
 
     /// Leaves in `recv` the reduction with `op` of the `send` of ranks
@@ -1452,13 +1452,9 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
-        let element_type = same_element_type(send.element_type(), output.element_type())?;
-        let red = Reduction::new(&op, element_type)?;
-        let recv = copy_input(send.bytes(), output.bytes_mut(), element_type)?;
-        let team = self.team(sequence, CollectiveTag::Scan)?;
-        team.complete(algorithms::scan(&team, recv, &red)).await?;
-        output.finish()
+        let (mut acc, red) = reduction_into(send, recv, &op)?;
+        self.scan_segments(sequence, &mut acc, &red, CollectiveTag::Scan)
+            .await
     }
 
     /// [`Communicator::scan_into`] in place: `buf` is the input and
@@ -1496,12 +1492,9 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        let mut output = Output::new(buf)?;
-        let red = Reduction::new(&op, output.element_type())?;
-        let team = self.team(sequence, CollectiveTag::Scan)?;
-        team.complete(algorithms::scan(&team, output.bytes_mut(), &red))
-            .await?;
-        output.finish()
+        let (mut acc, red) = reduction_in_place(buf, &op)?;
+        self.scan_segments(sequence, &mut acc, &red, CollectiveTag::Scan)
+            .await
     }
 
     /// Leaves in `recv` the reduction with `op` of the `send` of ranks
@@ -1551,15 +1544,12 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
-        let element_type = same_element_type(send.element_type(), output.element_type())?;
-        let red = Reduction::new(&op, element_type)?;
-        let (send, recv) = (send.bytes(), output.bytes_mut());
-        expect_len(recv.len(), send.len(), element_type, "the receive buffer")?;
-        let team = self.team(sequence, CollectiveTag::ExclusiveScan)?;
-        team.complete(algorithms::exclusive_scan(&team, send, recv, &red))
-            .await?;
-        output.finish()
+        let (send, recv, red) = reduction_buffers(send, recv, &op)?;
+        // Rank 0's receive buffer is left as it is.
+        let recv = (self.rank() != 0).then_some(recv);
+        let mut acc = Segments::new(Some(send), recv)?;
+        self.scan_segments(sequence, &mut acc, &red, CollectiveTag::ExclusiveScan)
+            .await
     }
 
     /// [`Communicator::exclusive_scan_into`] in place: `buf` is the input
@@ -1603,14 +1593,9 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        let mut output = Output::new(buf)?;
-        let red = Reduction::new(&op, output.element_type())?;
-        let buf = output.bytes_mut();
-        let mine = buf.to_vec();
-        let team = self.team(sequence, CollectiveTag::ExclusiveScan)?;
-        team.complete(algorithms::exclusive_scan(&team, &mine, buf, &red))
-            .await?;
-        output.finish()
+        let (mut acc, red) = reduction_in_place(buf, &op)?;
+        self.scan_segments(sequence, &mut acc, &red, CollectiveTag::ExclusiveScan)
+            .await
     }
 }
 
@@ -1639,24 +1624,64 @@ where
     R: BufferMut + ?Sized,
     O: Operation,
 {
-    let (send, send_type) = Pieces::of_buffer(send)?;
-    let (recv, recv_type) = Pieces::into_buffer(recv)?;
-    let element_type = same_element_type(send_type, recv_type)?;
-    let red = Reduction::new(op, element_type)?;
-    expect_len(recv.len(), send.len(), element_type, "the receive buffer")?;
+    let (send, recv, red) = reduction_buffers(send, recv, op)?;
     Ok((Segments::new(Some(send), Some(recv))?, red))
 }
 
-/// Copies `send` into `recv`, which must be as long: the start of a
-/// reduction whose result replaces its input.
-fn copy_input<'r>(
-    send: &[u8],
-    recv: &'r mut [u8],
-    element_type: ElementType,
-) -> Result<&'r mut [u8]> {
-    expect_len(recv.len(), send.len(), element_type, "the receive buffer")?;
-    recv.copy_from_slice(send);
-    Ok(recv)
+/// The buffers of a reduction of `send` into `recv` with `op`, to take a
+/// piece at a time, once their types and lengths agree.
+fn reduction_buffers<'a, 'o, S, R, O>(
+    send: &'a S,
+    recv: &'a mut R,
+    op: &'o O,
+) -> Result<(Pieces<'a>, Pieces<'a>, Reduction<'o>)>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation,
+{
+    let (send, recv, red) = reduce_scatter_buffers(send, recv, op)?;
+    expect_len(
+        recv.len(),
+        send.len(),
+        red.element_type(),
+        "the receive buffer",
+    )?;
+    Ok((send, recv, red))
+}
+
+/// The buffers of a reduction (or reduce-scatter) of `send` into `recv`
+/// with `op`, to take a piece at a time, once their types agree (not
+/// their lengths, which depend on the collective).
+fn reduce_scatter_buffers<'a, 'o, S, R, O>(
+    send: &'a S,
+    recv: &'a mut R,
+    op: &'o O,
+) -> Result<(Pieces<'a>, Pieces<'a>, Reduction<'o>)>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation,
+{
+    let (send, send_type) = Pieces::of_buffer(send)?;
+    let (recv, recv_type) = Pieces::into_buffer(recv)?;
+    let red = Reduction::new(op, same_element_type(send_type, recv_type)?)?;
+    Ok((send, recv, red))
+}
+
+/// The reduction with `op` of `buf`'s data into `buf`, a segment at a
+/// time (see [`Segments`]).
+fn reduction_in_place<'a, 'o, R, O>(
+    buf: &'a mut R,
+    op: &'o O,
+) -> Result<(Segments<'a>, Reduction<'o>)>
+where
+    R: BufferMut + ?Sized,
+    O: Operation,
+{
+    let (buf, element_type) = Pieces::into_buffer(buf)?;
+    let red = Reduction::new(op, element_type)?;
+    Ok((Segments::new(None, Some(buf))?, red))
 }
 
 impl Process<'_> {

@@ -610,7 +610,10 @@ fn reductions(world: &Communicator) -> Result<()> {
 fn reduce_scatter(world: &Communicator) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     let compose_op = composition();
-    for block in [0, 1, 100, 50_000] {
+    // 150 000 `i64`s a block take two rounds of the pairwise exchange,
+    // and the non-commutative ones (`u32`s) several segments from two
+    // ranks on.
+    for block in [0, 1, 100, 50_000, 150_000] {
         let total = block * size;
         let mine: Vec<i64> = (0..total).map(|i| (rank * 1000 + i) as i64).collect();
         let expected = sum_i64(0..size, total)[rank * block..(rank + 1) * block].to_vec();
@@ -634,7 +637,7 @@ fn reduce_scatter(world: &Communicator) -> Result<()> {
             &format!("non-commutative reduce-scatter-block of {block}"),
         )?;
     }
-    for scale in [1, 4000] {
+    for scale in [1, 4000, 40_000] {
         let counts: Vec<i32> = (0..size).map(|r| varying(r, scale) as i32).collect();
         let total: usize = counts.iter().map(|&c| c as usize).sum();
         let start: usize = counts[..rank].iter().map(|&c| c as usize).sum();
@@ -668,7 +671,9 @@ fn scans(world: &Communicator) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     let compose_op = composition();
     let _ = size;
-    for count in [0, 1, 1000, 100_000] {
+    // 131 072 `i64`s are one whole segment of 1 MiB (and an empty one),
+    // 300 000 three segments.
+    for count in [0, 1, 1000, 100_000, 131_072, 300_000] {
         let mine: Vec<i64> = (0..count).map(|i| (rank * 1000 + i) as i64).collect();
         let inclusive = sum_i64(0..rank + 1, count);
         let mut got = vec![0i64; count];
@@ -1365,8 +1370,9 @@ fn first_column_is(
 /// order) of strided elements; and an all-to-all of varying counts of
 /// them; and a broadcast and an all-to-all from contiguous buffers into
 /// strided ones; the in-place all-to-alls of strided blocks
-/// (`pieces_memory_in_place`); and all-reduces and reduces of a strided
-/// column (`pieces_memory_reductions`). Every buffer is allocated and touched
+/// (`pieces_memory_in_place`); all-reduces and reduces of a strided
+/// column (`pieces_memory_reductions`); and its scans and reduce-scatters
+/// (`pieces_memory_scans`). Every buffer is allocated and touched
 /// first, and smaller collectives warm the shared region.
 fn pieces_memory(world: &Communicator) -> Result<()> {
     let (rank, n) = (world.rank() as usize, world.size() as usize);
@@ -1524,7 +1530,9 @@ fn pieces_memory(world: &Communicator) -> Result<()> {
         "the strided all-to-all-v",
     )?;
     pieces_memory_in_place(world, &mut data, block, &blocks, &one_block, &strided)?;
-    pieces_memory_reductions(world, &mut data, &mut received, &column)
+    pieces_memory_reductions(world, &mut data, &mut received, &column)?;
+    let strided_blocks = (&blocks, &one_block, &strided);
+    pieces_memory_scans(world, &mut data, &mut received, &column, strided_blocks)
 }
 
 /// `pieces_memory` of the reductions of a strided `column` of `data`
@@ -1587,6 +1595,87 @@ fn pieces_memory_reductions(
         first_column_is(data, 0..rows, sum, "the strided in-place reduce")?;
     }
     Ok(())
+}
+
+/// `pieces_memory` of the scans and reduce-scatters of a strided `column`
+/// of `data` (each rank's own matrix of two columns, refilled before
+/// each): scan into one of `received`, and in place; exclusive scan in
+/// place; reduce-scatter of `n` strided `blocks` into `one_block` of
+/// `received`; and of varying counts, in place, of `strided` rows.
+fn pieces_memory_scans(
+    world: &Communicator,
+    data: &mut [f64],
+    received: &mut [f64],
+    column: &UserDatatype,
+    (blocks, one_block, strided): (&UserDatatype, &UserDatatype, &UserDatatype),
+) -> Result<()> {
+    let (rank, n) = (world.rank() as usize, world.size() as usize);
+    let rows = data.len() / 2;
+    let refill = |data: &mut [f64]| {
+        for (i, x) in data.iter_mut().enumerate() {
+            *x = cell(rank, i / 2, i % 2);
+        }
+    };
+    let sum_of =
+        |ranks: std::ops::Range<usize>, r: usize| ranks.map(|k| cell(k, r, 0)).sum::<f64>();
+    let sum_op = SystemOperation::sum();
+    refill(data);
+    received.fill(-1.0);
+    within_pieces_bound(world, "a 32 MiB strided scan", || {
+        let send = View::with_count_and_datatype(&*data, 1, column)?;
+        let mut recv = MutView::with_count_and_datatype(&mut *received, 1, column)?;
+        world.scan_into(&send, &mut recv, sum_op)
+    })?;
+    first_column_is(
+        received,
+        0..rows,
+        |r| sum_of(0..rank + 1, r),
+        "the strided scan",
+    )?;
+    within_pieces_bound(world, "a 32 MiB strided in-place scan", || {
+        let mut buf = MutView::with_count_and_datatype(&mut *data, 1, column)?;
+        world.scan_in_place(&mut buf, sum_op)
+    })?;
+    first_column_is(
+        data,
+        0..rows,
+        |r| sum_of(0..rank + 1, r),
+        "the strided in-place scan",
+    )?;
+    refill(data);
+    within_pieces_bound(world, "a 32 MiB strided in-place exclusive scan", || {
+        let mut buf = MutView::with_count_and_datatype(&mut *data, 1, column)?;
+        world.exclusive_scan_in_place(&mut buf, sum_op)
+    })?;
+    if rank > 0 {
+        let exclusive = |r| sum_of(0..rank, r);
+        first_column_is(
+            data,
+            0..rows,
+            exclusive,
+            "the strided in-place exclusive scan",
+        )?;
+    }
+    refill(data);
+    received.fill(-1.0);
+    let block = rows / n;
+    within_pieces_bound(world, "a 32 MiB strided reduce-scatter-block", || {
+        let send = View::with_count_and_datatype(&*data, n as i32, blocks)?;
+        let mut recv = MutView::with_count_and_datatype(&mut *received, 1, one_block)?;
+        world.reduce_scatter_block_into(&send, &mut recv, sum_op)
+    })?;
+    let mine = |r: usize| sum_of(0..n, rank * block + r);
+    first_column_is(received, 0..block, mine, "the strided reduce-scatter-block")?;
+    // The last rank takes the rows left over.
+    let counts: Vec<i32> = (0..n)
+        .map(|k| if k + 1 == n { rows - k * block } else { block } as i32)
+        .collect();
+    within_pieces_bound(world, "a 32 MiB strided in-place reduce-scatter", || {
+        let mut buf = MutView::with_count_and_datatype(&mut *data, rows as i32, strided)?;
+        world.reduce_scatter_in_place(&mut buf, &counts, sum_op)
+    })?;
+    let count = counts[rank] as usize;
+    first_column_is(data, 0..count, mine, "the strided in-place reduce-scatter")
 }
 
 /// `pieces_memory` of the in-place all-to-alls over `data` (each rank's
