@@ -254,31 +254,60 @@ impl Communicator {
         node: Option<&NodeRegion>,
     ) -> Result<()> {
         let whole = 0..acc.len();
-        if self.is_inter_communicator() {
-            let data = acc.load(whole.clone())?;
-            self.inter_all_reduce(sequence, data, red).await?;
-            return acc.store(whole);
+        let (unit, intra) = (red.unit_size(), !self.is_inter_communicator());
+        if let Some(node) = node.filter(|node| intra && node.all_reduces_staged(whole.len(), unit))
+        {
+            return in_collective("all-reduce", node.all_reduce_staged(sequence.0, acc, red));
         }
-        if let Some(node) = node {
-            if node.all_reduces_by_slots(whole.len(), red.unit_size()) {
-                let data = acc.load(whole.clone())?;
-                in_collective("all-reduce", node.all_reduce(sequence.0, data, red))?;
-                return acc.store(whole);
-            }
-            if node.fits_staged(whole.len(), red.unit_size()) {
-                return in_collective("all-reduce", node.all_reduce_staged(sequence.0, acc, red));
-            }
+        if !intra || node.is_some() || whole.len() <= REDUCTION_SEGMENT {
+            let data = acc.load(whole.clone())?;
+            self.all_reduce_whole(sequence, data, red, node).await?;
+            return acc.store(whole);
         }
         let team = self.team(sequence, CollectiveTag::AllReduce)?;
         team.complete(async {
-            if acc.len() > REDUCE_SHORT {
-                algorithms::agree_all_reduce_length(&team, acc.len()).await?;
-            }
-            for segment in acc.ranges(REDUCTION_SEGMENT, red.unit_size()) {
+            algorithms::agree_all_reduce_length(&team, acc.len()).await?;
+            for segment in acc.ranges(REDUCTION_SEGMENT, unit) {
                 algorithms::all_reduce(&team, acc.load(segment.clone())?, red).await?;
                 acc.store(segment)?;
             }
             Ok(())
+        })
+        .await
+    }
+
+    /// All-reduces `data`, whole (one segment at most, or data the
+    /// shared region takes whole), as [`Communicator::all_reduce_segments`]
+    /// chooses the way: the path of data that is contiguous and short,
+    /// without the set-up of [`Segments`].
+    async fn all_reduce_whole(
+        &self,
+        sequence: Sequence,
+        data: &mut [u8],
+        red: &Reduction<'_>,
+        node: Option<&NodeRegion>,
+    ) -> Result<()> {
+        if self.is_inter_communicator() {
+            return self.inter_all_reduce(sequence, data, red).await;
+        }
+        if let Some(node) = node {
+            if node.all_reduces_staged(data.len(), red.unit_size()) {
+                let mut acc = Segments::new(None, Some(Pieces::Bytes(data)))?;
+                return in_collective(
+                    "all-reduce",
+                    node.all_reduce_staged(sequence.0, &mut acc, red),
+                );
+            }
+            if node.all_reduces_by_slots(data.len(), red.unit_size()) {
+                return in_collective("all-reduce", node.all_reduce(sequence.0, data, red));
+            }
+        }
+        let team = self.team(sequence, CollectiveTag::AllReduce)?;
+        team.complete(async {
+            if data.len() > REDUCE_SHORT {
+                algorithms::agree_all_reduce_length(&team, data.len()).await?;
+            }
+            algorithms::all_reduce(&team, data, red).await
         })
         .await
     }
@@ -1113,9 +1142,17 @@ impl Communicator {
         O: Operation,
     {
         let node = self.node_for(&sequence, mode)?;
-        let (mut acc, red) = reduction_into(send, recv, &op)?;
-        self.all_reduce_segments(sequence, &mut acc, &red, node)
-            .await
+        let (send, mut recv, red) = reduction_buffers(send, recv, &op)?;
+        if let (Some(input), Some(output)) = (send.bytes(), recv.bytes_mut()) {
+            if output.len() <= REDUCTION_SEGMENT {
+                output.copy_from_slice(input);
+                return self.all_reduce_whole(sequence, output, &red, node).await;
+            }
+        }
+        let mut acc = Segments::new(Some(send), Some(recv))?;
+        // Boxed, so that its state does not grow the future of every
+        // short all-reduce, which is moved as it is made and started.
+        Box::pin(self.all_reduce_segments(sequence, &mut acc, &red, node)).await
     }
 
     /// [`Communicator::all_reduce_into`] in place: `buf` is the input and
@@ -1167,9 +1204,17 @@ impl Communicator {
     {
         let node = self.node_for(&sequence, mode)?;
         self.require_intra("an in-place all-reduce")?;
-        let (mut acc, red) = reduction_in_place(buf, &op)?;
-        self.all_reduce_segments(sequence, &mut acc, &red, node)
-            .await
+        let (mut buf, element_type) = Pieces::into_buffer(buf)?;
+        let red = Reduction::new(&op, element_type)?;
+        if let Some(data) = buf
+            .bytes_mut()
+            .filter(|data| data.len() <= REDUCTION_SEGMENT)
+        {
+            return self.all_reduce_whole(sequence, data, &red, node).await;
+        }
+        let mut acc = Segments::new(None, Some(buf))?;
+        // Boxed, as in `all_reduce_into_future`.
+        Box::pin(self.all_reduce_segments(sequence, &mut acc, &red, node)).await
     }
 
     /// Reduces every process's `send` (`size` equal blocks) with `op` and

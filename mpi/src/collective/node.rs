@@ -585,8 +585,14 @@ impl NodeRegion {
     }
 
     /// Whether an all-reduce of `len` bytes of `element`-byte elements
+    /// goes through the staging areas (neither the slots nor messages).
+    pub(crate) fn all_reduces_staged(&self, len: usize, element: usize) -> bool {
+        !self.all_reduces_by_slots(len, element) && self.fits_staged(len, element)
+    }
+
+    /// Whether an all-reduce of `len` bytes of `element`-byte elements
     /// can go through the staging areas.
-    pub(crate) fn fits_staged(&self, len: usize, element: usize) -> bool {
+    fn fits_staged(&self, len: usize, element: usize) -> bool {
         len < STAMPED as usize && element > 0 && self.area >= element
     }
 
