@@ -267,11 +267,11 @@ impl Communicator {
         let team = self.team(sequence, CollectiveTag::AllReduce)?;
         team.complete(async {
             algorithms::agree_all_reduce_length(&team, acc.len()).await?;
-            for segment in acc.ranges(REDUCTION_SEGMENT, unit) {
-                algorithms::all_reduce(&team, acc.load(segment.clone())?, red).await?;
-                acc.store(segment)?;
-            }
-            Ok(())
+            let segments = acc.ranges(REDUCTION_SEGMENT, unit);
+            acc.each(segments, async |data| {
+                algorithms::all_reduce(&team, data, red).await
+            })
+            .await
         })
         .await
     }
@@ -340,11 +340,11 @@ impl Communicator {
                 algorithms::agree_reduce_length(&team, root, red.is_commutative(), acc.len())
                     .await?;
             }
-            for segment in acc.ranges(REDUCTION_SEGMENT, red.unit_size()) {
-                algorithms::reduce(&team, root, acc.load(segment.clone())?, red).await?;
-                acc.store(segment)?;
-            }
-            Ok(())
+            let segments = acc.ranges(REDUCTION_SEGMENT, red.unit_size());
+            acc.each(segments, async |data| {
+                algorithms::reduce(&team, root, data, red).await
+            })
+            .await
         })
         .await
     }
@@ -361,18 +361,14 @@ impl Communicator {
         kind: CollectiveTag,
     ) -> Result<()> {
         let team = self.team(sequence, kind)?;
-        team.complete(async {
-            for segment in acc.ranges_ending_short(REDUCTION_SEGMENT, red.unit_size()) {
-                let data = acc.load(segment.clone())?;
-                if kind == CollectiveTag::Scan {
-                    algorithms::scan(&team, data, red).await?;
-                } else {
-                    algorithms::exclusive_scan(&team, data, red).await?;
-                }
-                acc.store(segment)?;
+        let segments = acc.ranges_ending_short(REDUCTION_SEGMENT, red.unit_size());
+        team.complete(acc.each(segments, async |data| {
+            if kind == CollectiveTag::Scan {
+                algorithms::scan(&team, data, red).await
+            } else {
+                algorithms::exclusive_scan(&team, data, red).await
             }
-            Ok(())
-        })
+        }))
         .await
     }
 

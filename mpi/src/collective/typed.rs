@@ -459,6 +459,20 @@ impl<'a> Segments<'a> {
         segment_ranges(self.len, segment, element, true)
     }
 
+    /// Runs `reduce` on each of `segments` in turn (each loaded: see
+    /// [`Segments::load`]) and leaves its result in the output.
+    pub(crate) async fn each(
+        &mut self,
+        segments: impl Iterator<Item = Range<usize>>,
+        mut reduce: impl AsyncFnMut(&mut [u8]) -> Result<()>,
+    ) -> Result<()> {
+        for segment in segments {
+            reduce(self.load(segment.clone())?).await?;
+            self.store(segment)?;
+        }
+        Ok(())
+    }
+
     /// Segment `range`, holding the input's data, to reduce in place;
     /// [`Segments::store`] then leaves the result in the output.
     pub(crate) fn load(&mut self, range: Range<usize>) -> Result<&mut [u8]> {
