@@ -30,13 +30,13 @@
 //! at once, as for every other collective. There are no in-place forms on
 //! an intercommunicator (the standard has none), nor scans.
 
-use super::algorithms;
+use super::algorithms::{self, REDUCTION_SEGMENT};
 use super::block_of;
 use super::op::Reduction;
 use super::partition::{disjoint_blocks, Partition, PartitionMut};
 use super::schedule::AllToAllAlgorithm;
 use super::team::{CollectiveTag, Sequence, Team};
-use super::typed::{Inbound, Input, Outbound, Output, Pieces};
+use super::typed::{Inbound, Input, Outbound, Output, Pieces, Segments};
 use crate::comm::Communicator;
 use crate::context;
 use crate::datatype::{Buffer, BufferMut};
@@ -276,19 +276,33 @@ impl Communicator {
     }
 
     /// The all-reduce of an intercommunicator: `acc` holds this
-    /// process's data and ends with the reduction of the remote group's.
+    /// process's data and ends with the reduction of the remote group's,
+    /// a segment of [`REDUCTION_SEGMENT`] at a time (the last always
+    /// short, as the scans' are: the groups agree on no length first), so
+    /// that no temporary holds more than a segment.
     pub(crate) async fn inter_all_reduce(
         &self,
         sequence: Sequence,
-        acc: &mut [u8],
+        acc: &mut Segments<'_>,
         red: &Reduction<'_>,
     ) -> Result<()> {
         let teams = self.group_teams(sequence, CollectiveTag::AllReduce)?;
-        let swapped = self.remote_reduction_at_leader(&teams, acc, red).await?;
-        let local = teams.local();
-        local
-            .complete(algorithms::broadcast(&local, 0, &mut Pieces::Bytes(acc)))
-            .await?;
+        // The first mismatch between the leaders, reported once the
+        // group has had every segment.
+        let mut swapped = Ok(());
+        let segments = acc.ranges_ending_short(REDUCTION_SEGMENT, red.unit_size());
+        acc.each(segments, async |data| {
+            let outcome = self.remote_reduction_at_leader(&teams, data, red).await?;
+            let local = teams.local();
+            local
+                .complete(algorithms::broadcast(&local, 0, &mut Pieces::Bytes(data)))
+                .await?;
+            if swapped.is_ok() {
+                swapped = outcome;
+            }
+            Ok(())
+        })
+        .await?;
         swapped
     }
 

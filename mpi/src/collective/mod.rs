@@ -254,12 +254,14 @@ impl Communicator {
         node: Option<&NodeRegion>,
     ) -> Result<()> {
         let whole = 0..acc.len();
-        let (unit, intra) = (red.unit_size(), !self.is_inter_communicator());
-        if let Some(node) = node.filter(|node| intra && node.all_reduces_staged(whole.len(), unit))
-        {
+        let unit = red.unit_size();
+        if self.is_inter_communicator() {
+            return self.inter_all_reduce(sequence, acc, red).await;
+        }
+        if let Some(node) = node.filter(|node| node.all_reduces_staged(whole.len(), unit)) {
             return in_collective("all-reduce", node.all_reduce_staged(sequence.0, acc, red));
         }
-        if !intra || node.is_some() || whole.len() <= REDUCTION_SEGMENT {
+        if node.is_some() || whole.len() <= REDUCTION_SEGMENT {
             let data = acc.load(whole.clone())?;
             self.all_reduce_whole(sequence, data, red, node).await?;
             return acc.store(whole);
@@ -288,7 +290,8 @@ impl Communicator {
         node: Option<&NodeRegion>,
     ) -> Result<()> {
         if self.is_inter_communicator() {
-            return self.inter_all_reduce(sequence, data, red).await;
+            let mut acc = Segments::new(None, Some(Pieces::Bytes(data)))?;
+            return self.inter_all_reduce(sequence, &mut acc, red).await;
         }
         if let Some(node) = node {
             if node.all_reduces_staged(data.len(), red.unit_size()) {

@@ -31,7 +31,7 @@ use oxmpi::traits::*;
 use oxmpi::Threading;
 use oxmpi::{Communicator, ErrorClass, ErrorHandler, Result};
 use oxmpi_jobs::affine::{affine, composed, composition};
-use oxmpi_jobs::checks::{ensure, expect_class, fail, peak_kib, same};
+use oxmpi_jobs::checks::{ensure, expect_class, fail, same, within_pieces_bound};
 use oxmpi_jobs::program::run_check;
 use std::fmt::Debug;
 use std::process::ExitCode;
@@ -1307,41 +1307,6 @@ fn large_datatypes(world: &Communicator) -> Result<()> {
     Ok(())
 }
 
-/// `pieces_memory`'s bound on the growth of a process's peak memory over
-/// a collective of 32 MiB of strided data (packed whole, it would grow by
-/// 32 MiB).
-const PIECES_BOUND_KIB: u64 = 4 << 10;
-
-/// Resets this process's peak resident memory to what it holds now
-/// (`/proc/self/clear_refs`), so that the next peak measured is that of
-/// what follows alone, not of something larger before it; returns it.
-fn reset_peak() -> Result<u64> {
-    std::fs::write("/proc/self/clear_refs", "5")
-        .map_err(|e| fail(format!("resetting the peak memory: {e}")))?;
-    peak_kib()
-}
-
-/// Runs `collective` (`what`) after a barrier and checks that it grows
-/// this process's peak memory by less than [`PIECES_BOUND_KIB`].
-fn within_pieces_bound(
-    world: &Communicator,
-    what: &str,
-    collective: impl FnOnce() -> Result<()>,
-) -> Result<()> {
-    let rank = world.rank();
-    world.barrier()?;
-    let before = reset_peak()?;
-    collective()?;
-    let grown = peak_kib()?.saturating_sub(before);
-    println!("pieces_memory: rank {rank}: {what}: +{grown} KiB of peak memory");
-    ensure(grown < PIECES_BOUND_KIB, || {
-        format!(
-            "rank {rank}'s peak memory grew by {grown} KiB over {what} (bound \
-             {PIECES_BOUND_KIB} KiB): the data was packed whole"
-        )
-    })
-}
-
 /// Checks that rows `rows` of the first column of the two-column matrix
 /// `m` hold `expected(row)`, without a copy of the column.
 fn first_column_is(
@@ -1362,7 +1327,7 @@ fn first_column_is(
 
 /// `pieces_memory`: collectives of 32 MiB of strided data (packed) in
 /// all at each process, or sent or received by it, checked, each growing
-/// the process's peak resident memory by less than [`PIECES_BOUND_KIB`]:
+/// the process's peak resident memory by less than `checks::PIECES_BOUND_KIB`:
 /// a broadcast of a strided column, through shared memory or by
 /// messages; an all-to-all of strided blocks; a gather to and a scatter
 /// from rank 0 of a block of a column from or into each process; an
