@@ -44,7 +44,7 @@ fn intercommunicator_collectives_between_unequal_groups_with_2_to_8_ranks() {
 }
 
 #[test]
-fn a_long_strided_all_reduce_between_groups_moves_in_pieces() {
+fn long_strided_all_reduces_and_reduces_between_groups_move_in_pieces() {
     // A segment at a time: no packed copy of the 32 MiB column.
     for env in [&[][..], &TCP[..]] {
         job(

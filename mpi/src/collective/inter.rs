@@ -36,7 +36,7 @@ use super::op::Reduction;
 use super::partition::{disjoint_blocks, Partition, PartitionMut};
 use super::schedule::AllToAllAlgorithm;
 use super::team::{CollectiveTag, Sequence, Team};
-use super::typed::{Inbound, Input, Outbound, Output, Pieces, Segments};
+use super::typed::{segment_ranges, Inbound, Input, Outbound, Output, Pieces, Segments};
 use crate::comm::Communicator;
 use crate::context;
 use crate::datatype::{Buffer, BufferMut};
@@ -493,13 +493,18 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: super::Operation,
     {
-        let mut output = Output::new(recv)?;
+        let (mut recv, element_type) = Pieces::into_buffer(recv)?;
         // The operation is checked for the type here as at the senders.
-        Reduction::new(&op, output.element_type())?;
+        let red = Reduction::new(&op, element_type)?;
         let team = self.rooted(sequence, CollectiveTag::Reduce, None)?;
         let all = team.all();
-        all.complete(all.receive(1, output.bytes_mut())).await?;
-        output.finish()
+        // A message a segment, the last short (see `reduce_to_remote_future`).
+        for segment in segment_ranges(recv.len(), REDUCTION_SEGMENT, red.unit_size(), true) {
+            let room = recv.inbound(segment)?;
+            all.complete(all.exchange_data(Vec::new(), vec![(1, room)]))
+                .await?;
+        }
+        Ok(())
     }
 
     /// Contributes `send` to the reduction by `op` that the process of
@@ -546,15 +551,28 @@ impl Communicator {
         S: Buffer + ?Sized,
         O: super::Operation,
     {
-        let send = Input::new(send)?;
-        let red = Reduction::new(&op, send.element_type())?;
-        let mut acc = send.bytes().to_vec();
+        let (send, element_type) = Pieces::of_buffer(send)?;
+        let red = Reduction::new(&op, element_type)?;
+        let mut acc = Segments::new(Some(send), None)?;
         let team = self.rooted(sequence, CollectiveTag::Reduce, Some(root))?;
         let group = team.group();
-        let reduced = group
-            .complete(algorithms::reduce(&group, 0, &mut acc, &red))
-            .await;
-        team.to_root(&acc, reduced).await
+        // A segment at a time (the last short, as the root cuts its
+        // receive alike): reduced in the group, then sent to the root. The
+        // group's first failure is reported once the root has had every
+        // segment.
+        let mut in_group = Ok(());
+        let segments = acc.ranges_ending_short(REDUCTION_SEGMENT, red.unit_size());
+        acc.each(segments, async |data| {
+            let reduced = group
+                .complete(algorithms::reduce(&group, 0, data, &red))
+                .await;
+            if in_group.is_ok() {
+                in_group = reduced;
+            }
+            team.to_root(data, Ok(())).await
+        })
+        .await?;
+        in_group
     }
 
     /// Gathers, at this process, the root, the `send` buffers of every

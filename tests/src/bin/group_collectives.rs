@@ -11,8 +11,8 @@
 //! all under way at once, and the root's group mates passing each one
 //! (MPI_PROC_NULL); the error classes of bad
 //! arguments and of counts that differ between the groups),
-//! `inter_pieces_memory` (a 32 MiB strided all-reduce between the groups
-//! adds little to the peak memory), `neighbor`
+//! `inter_pieces_memory` (a 32 MiB strided all-reduce and reduce between
+//! the groups add little to the peak memory), `neighbor`
 //! (the v and w neighbourhood collectives and the non-blocking form of
 //! each, on a periodic ring, a 2-d grid and a distributed graph with a
 //! repeated edge), `handler` (collectives hand their errors to the
@@ -202,8 +202,9 @@ fn inter(world: &Communicator) -> Result<()> {
 
 /// A 32 MiB strided all-reduce between the groups of an
 /// intercommunicator (each process's column of a two-column matrix of
-/// `f64`, into another's) grows no process's peak memory by a packed copy:
-/// it goes a segment at a time.
+/// `f64`, into another's), and a reduce from the second group to the
+/// first's rank 0, grow no process's peak memory by a packed copy: they
+/// go a segment at a time.
 fn inter_pieces_memory(world: &Communicator) -> Result<()> {
     let s = sides(world)?;
     let rows = 4 << 20;
@@ -222,14 +223,36 @@ fn inter_pieces_memory(world: &Communicator) -> Result<()> {
         },
     )?;
     let expected = |r: usize| s.remote_ids().map(|id| cell(id, r)).sum::<f64>();
-    match (0..rows).find(|&r| received[2 * r] != expected(r)) {
-        Some(r) => Err(fail(format!(
-            "the strided all-reduce between groups: row {r} holds {} where {} belongs",
-            received[2 * r],
-            expected(r)
-        ))),
-        None => Ok(()),
+    let column_is =
+        |received: &[f64], what: &str| match (0..rows).find(|&r| received[2 * r] != expected(r)) {
+            Some(r) => Err(fail(format!(
+                "the strided {what} between groups: row {r} holds {} where {} belongs",
+                received[2 * r],
+                expected(r)
+            ))),
+            None => Ok(()),
+        };
+    column_is(&received, "all-reduce")?;
+    // A reduce to the first group's rank 0 from the second group.
+    received.fill(-1.0);
+    let root = s.in_a && s.rank == 0;
+    within_pieces_bound(&s.inter, "a 32 MiB strided reduce between groups", || {
+        if root {
+            let mut recv = MutView::with_count_and_datatype(&mut received[..], 1, &column)?;
+            s.inter
+                .reduce_from_remote_group(&mut recv, SystemOperation::sum())
+        } else if s.in_a {
+            s.inter.pass_remote_group_collective()
+        } else {
+            let send = View::with_count_and_datatype(&data[..], 1, &column)?;
+            s.inter
+                .reduce_to_remote_group(0, &send, SystemOperation::sum())
+        }
+    })?;
+    if root {
+        column_is(&received, "reduce")?;
     }
+    Ok(())
 }
 
 fn all_reduce(s: &Sides, len: usize) -> Result<()> {
