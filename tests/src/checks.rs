@@ -3,7 +3,7 @@
 //! class) that says what was wrong, so a program can report it and abort
 //! its job.
 
-use oxmpi::{Error, ErrorClass, Result};
+use oxmpi::{Communicator, Error, ErrorClass, Result};
 use std::fmt::Debug;
 
 /// An error saying `message`.
@@ -49,6 +49,42 @@ pub fn peak_kib() -> Result<u64> {
         .find_map(|line| line.strip_prefix("VmHWM:"))
         .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
         .ok_or_else(|| fail("no VmHWM in /proc/self/status"))
+}
+
+/// The bound of the `pieces_memory` checks on the growth of a process's
+/// peak memory over a collective of 32 MiB of strided data (packed
+/// whole, it would grow by 32 MiB).
+pub const PIECES_BOUND_KIB: u64 = 4 << 10;
+
+/// Resets this process's peak resident memory to what it holds now
+/// (`/proc/self/clear_refs`), so that the next peak measured is that of
+/// what follows alone, not of something larger before it; returns it.
+pub fn reset_peak() -> Result<u64> {
+    std::fs::write("/proc/self/clear_refs", "5")
+        .map_err(|e| fail(format!("resetting the peak memory: {e}")))?;
+    peak_kib()
+}
+
+/// Runs `collective` (`what`) after a barrier on `comm` and checks that
+/// it grows this process's peak memory by less than [`PIECES_BOUND_KIB`]
+/// (and says by how much: `pieces_memory: rank R: WHAT: +N KiB ...`).
+pub fn within_pieces_bound(
+    comm: &Communicator,
+    what: &str,
+    collective: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    let rank = comm.rank();
+    comm.barrier()?;
+    let before = reset_peak()?;
+    collective()?;
+    let grown = peak_kib()?.saturating_sub(before);
+    println!("pieces_memory: rank {rank}: {what}: +{grown} KiB of peak memory");
+    ensure(grown < PIECES_BOUND_KIB, || {
+        format!(
+            "rank {rank}'s peak memory grew by {grown} KiB over {what} (bound \
+             {PIECES_BOUND_KIB} KiB): the data was packed whole"
+        )
+    })
 }
 
 /// Checks that `result` failed with `class`.

@@ -4,6 +4,7 @@
 //! every collective with 1 to 8 ranks (oversubscribed on small machines),
 //! and a subset over TCP alone.
 
+use oxmpi::ErrorClass;
 use oxmpi_jobs::{run, shm_leftovers, Binaries};
 use std::process::Command;
 use std::time::Duration;
@@ -33,6 +34,9 @@ fn job(program: &str, check: &str, ranks: usize, env: &[(&str, &str)], bound: u6
 }
 
 const TCP: [(&str, &str); 1] = [("OXMPI_TRANSPORTS", "tcp")];
+
+/// Environment variables of a job.
+type Env<'a> = &'a [(&'a str, &'a str)];
 
 #[test]
 fn every_collective_with_1_to_8_ranks() {
@@ -116,8 +120,8 @@ fn long_strided_collectives_move_in_pieces() {
     // the point-to-point layer packs and unpacks piece by piece, over
     // shared memory and over TCP; nor do gather, scatter, all-gather(v)
     // and all-to-allv, which go by messages in every case; nor the
-    // in-place all-to-alls (pairwise, in pieces), all-reduces and reduces
-    // (a segment at a time).
+    // in-place all-to-alls (pairwise, in pieces), all-reduces, reduces,
+    // scans and reduce-scatters (a segment at a time).
     let ways: [&[(&str, &str)]; 4] = [
         &[],
         &[("OXMPI_SHM_CMA", "0")],
@@ -131,6 +135,8 @@ fn long_strided_collectives_move_in_pieces() {
                 "all-to-all-v: +",
                 "in-place all-to-all-w: +",
                 "in-place reduce: +",
+                "in-place exclusive scan: +",
+                "in-place reduce-scatter: +",
             ] {
                 assert!(out.contains(measured), "{env:?}: {out}");
             }
@@ -182,6 +188,90 @@ fn processes_that_pass_different_counts_fail_alone() {
         &[&small_eager[..], &TCP[..]].concat(),
         60,
     );
+}
+
+/// Runs a reduction (`collective`, named `name` in messages) where rank
+/// `odd` passes `odd_count` elements and the others `count`, on `ranks`
+/// ranks with `env`, under the fatal error handler: the job must end
+/// within the bound with the code of `MPI_ERR_COUNT` or
+/// `MPI_ERR_TRUNCATE` and a message that names the collective, and leave
+/// nothing in /dev/shm.
+fn mismatched_reduction(
+    (collective, name): (&str, &str),
+    (count, odd_count, odd): (usize, usize, &str),
+    ranks: usize,
+    env: &[(&str, &str)],
+) {
+    let mut c = Command::new(bins().oxrun());
+    c.arg("-n")
+        .arg(ranks.to_string())
+        .arg(bins().bin("collectives"))
+        .args(["mismatched_reduction", collective])
+        .args([count.to_string(), odd_count.to_string(), odd.to_owned()])
+        .envs(env.iter().copied());
+    let out = run(c, Duration::from_secs(30));
+    let what = format!(
+        "{collective} of {count} elements, {odd_count} at rank {odd}, {ranks} ranks, {env:?}"
+    );
+    let codes = [ErrorClass::Count.code(), ErrorClass::Truncate.code()];
+    assert!(
+        out.status.code().is_some_and(|code| codes.contains(&code)),
+        "{what}: ended with {}\n{}",
+        out.status,
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("fatal error (ErrorHandler::Fatal)")
+            && out.stderr.contains(&format!("{name}: ")),
+        "{what}: {}",
+        out.stderr
+    );
+    assert!(
+        shm_leftovers().is_empty(),
+        "{what}: shared segments left: {:?}",
+        shm_leftovers()
+    );
+}
+
+#[test]
+fn reductions_whose_counts_differ_end_the_job_with_the_error() {
+    // Under 2 KiB both (the same algorithm); across the switch to
+    // Rabenseifner's algorithm, where the short data is exactly as long as
+    // the long one's first halving step; across the shared slots' length
+    // (a reduce's root on the shared path, another rank by messages); one
+    // and two segments of 1 MiB; a count of 0. Before the lengths were
+    // agreed on, several of these hung at every rank.
+    let cases = [
+        (10, 11),
+        (150, 300),
+        (300, 150),
+        (1000, 2000),
+        (131_072, 262_144),
+        (262_144, 131_072),
+        (0, 4),
+    ];
+    let collectives = [
+        ("all_reduce", "all-reduce"),
+        ("reduce", "reduce"),
+        ("reduce_scatter", "reduce-scatter"),
+        ("scan", "scan"),
+    ];
+    // The odd rank is the reduce's root, or a leaf.
+    let ways: [(Env, usize, &[&str]); 4] = [
+        (&[], 2, &["last"]),
+        (&[], 3, &["0", "last"]),
+        (&[("OXMPI_COLL_SHM", "0")], 3, &["0", "last"]),
+        (&TCP, 3, &["0", "last"]),
+    ];
+    for collective in collectives {
+        for (count, odd_count) in cases {
+            for (env, ranks, odds) in ways {
+                for &odd in odds {
+                    mismatched_reduction(collective, (count, odd_count, odd), ranks, env);
+                }
+            }
+        }
+    }
 }
 
 #[test]

@@ -44,6 +44,19 @@ fn intercommunicator_collectives_between_unequal_groups_with_2_to_8_ranks() {
 }
 
 #[test]
+fn long_strided_all_reduces_and_reduces_between_groups_move_in_pieces() {
+    // A segment at a time: no packed copy of the 32 MiB column.
+    for env in [&[][..], &TCP[..]] {
+        job(
+            "inter_pieces_memory",
+            3,
+            env,
+            "group_collectives inter_pieces_memory: ok on 3 ranks",
+        );
+    }
+}
+
+#[test]
 fn neighbourhood_collectives_v_w_and_non_blocking_with_1_to_8_ranks() {
     for ranks in 1..=8 {
         job("neighbor", ranks, &[], &format!("neighbor: {ranks} ranks"));

@@ -17,10 +17,10 @@ use super::schedule::{
     all_gather_algorithm, binomial_node, broadcast_algorithm, broadcast_chunks, halving_steps,
     pairwise_partners, reduce_algorithm, split_evenly, subtree_span, tournament_partner,
     tournament_rounds, AllGatherAlgorithm, AllToAllAlgorithm, BroadcastAlgorithm, Fold,
-    HalvingStep, ReduceAlgorithm, TreeNode, ALL_TO_ALL_THROTTLE,
+    HalvingStep, ReduceAlgorithm, TreeNode, ALL_TO_ALL_THROTTLE, REDUCE_SHORT,
 };
 use super::team::{CollectiveTag, Scratch, Team};
-use super::typed::{copy_across, Inbound, Outbound, Pieces};
+use super::typed::{copy_across, segment_ranges, segment_step, Inbound, Outbound, Pieces};
 use crate::{Error, ErrorClass, Result};
 use std::ops::Range;
 
@@ -246,8 +246,14 @@ async fn ring_all_gather(
 
 /// Bruck's all-gather of equal blocks into `recv` (`size` blocks by
 /// rank): this process's own is `mine`, or already in place if `None`.
-/// The blocks rotate through a buffer of the whole (short data only:
-/// [`all_gather_algorithm`] chooses it below 80 KiB).
+/// At the step of distance `d` (1, 2, 4, ...) each process sends the
+/// blocks it holds from its own on (ranks `r`, `r + 1`, ..., as many as
+/// it has, at most `size - d`) to `r - d` and receives as many, from
+/// rank `r + d` on, from `r + d`, straight between the places of `recv`
+/// where they belong: a run of blocks that wraps past the last rank goes
+/// as two messages, which sender and receiver cut alike (at the last
+/// rank), so no rotated copy of the whole is made, and data that is not
+/// contiguous moves a piece at a time.
 async fn bruck_all_gather(
     t: &Team<'_>,
     mine: Option<&Pieces<'_>>,
@@ -255,34 +261,33 @@ async fn bruck_all_gather(
 ) -> Result<()> {
     let (n, r) = (t.size(), t.rank());
     let b = recv.len() / n;
-    // Block i of `gathered` is that of rank r + i.
-    let mut gathered = vec![0u8; n * b];
-    let own = &mut Inbound::Bytes(&mut gathered[..b]);
-    match mine {
-        Some(mine) => copy_across(&mut mine.outbound(0..b)?, own, b)?,
-        None => copy_across(&mut recv.outbound(r * b..(r + 1) * b)?, own, b)?,
+    if let Some(mine) = mine {
+        copy_own(
+            t,
+            mine.outbound(0..mine.len())?,
+            recv.inbound(r * b..(r + 1) * b)?,
+        )?;
     }
+    // The bytes of the blocks of ranks `first`, `first + 1`, ... (`count`
+    // of them, modulo `n`) in `recv`: the runs that are not empty.
+    let runs = |first: usize, count: usize| -> Vec<Range<usize>> {
+        let end = first + count;
+        [first * b..end.min(n) * b, 0..end.saturating_sub(n) * b]
+            .into_iter()
+            .filter(|run| !run.is_empty())
+            .collect()
+    };
     let mut distance = 1;
     while distance < n {
         let count = distance.min(n - distance);
-        let (held, rest) = gathered.split_at_mut(distance * b);
-        t.send_receive(
-            (r + n - distance) % n,
-            &held[..count * b],
-            (r + distance) % n,
-            &mut rest[..count * b],
+        let (to, from) = ((r + n - distance) % n, (r + distance) % n);
+        let (sends, recvs) = recv.read_and_write_runs(&runs(r, count), &runs(from, count))?;
+        t.exchange_data(
+            sends.into_iter().map(|data| (to, data)).collect(),
+            recvs.into_iter().map(|room| (from, room)).collect(),
         )
         .await?;
         distance <<= 1;
-    }
-    let (from_mine, below_mine) = gathered.split_at((n - r) * b);
-    for (data, at) in [(from_mine, r * b), (below_mine, 0)] {
-        let len = data.len();
-        copy_across(
-            &mut Outbound::Bytes(data),
-            &mut recv.inbound(at..at + len)?,
-            len,
-        )?;
     }
     Ok(())
 }
@@ -800,6 +805,222 @@ fn combine_higher(red: &Reduction<'_>, acc: &mut [u8], higher: &mut [u8]) -> Res
     }
 }
 
+/// The length of a message of [`Lengths`]: longer than any reduction
+/// that goes without agreeing on its length ([`REDUCE_SHORT`]), so that a
+/// process whose data is that short, and which takes such a message for
+/// data in the same step of its algorithm, always finds it too long.
+const AGREEMENT: usize = REDUCE_SHORT + 16;
+
+/// The least and most bytes of reduction data among the processes a
+/// process has heard of: carried in messages of [`AGREEMENT`] bytes by
+/// the processes whose data is longer than [`REDUCE_SHORT`] before they
+/// reduce it (`agree_*`), so that processes that passed different counts
+/// never go on to different algorithms or numbers of segments, where one
+/// would wait for ever for messages the other never sends.
+///
+/// A process whose data is that short runs its algorithm at once: its
+/// steps meet those of the agreement (same partners, same tag), its data
+/// arrives where an agreement message is expected, shorter, and stands
+/// for its length; an agreement message arrives where it expects data,
+/// longer, and is noted as a mismatch.
+#[derive(Clone, Copy)]
+struct Lengths {
+    least: usize,
+    most: usize,
+}
+
+impl Lengths {
+    fn of(len: usize) -> Lengths {
+        Lengths {
+            least: len,
+            most: len,
+        }
+    }
+
+    /// The message that carries these lengths.
+    fn message(self) -> Scratch {
+        let mut message = Scratch::zeroed(AGREEMENT);
+        let bytes = message.bytes_mut();
+        bytes[..8].copy_from_slice(&(self.least as u64).to_le_bytes());
+        bytes[8..16].copy_from_slice(&(self.most as u64).to_le_bytes());
+        message
+    }
+
+    /// The lengths a message carries (its first 16 bytes).
+    fn read(message: &[u8]) -> Lengths {
+        let word = |at: usize| {
+            let mut bytes = [0; 8];
+            bytes.copy_from_slice(&message[at..at + 8]);
+            u64::from_le_bytes(bytes) as usize
+        };
+        Lengths {
+            least: word(0),
+            most: word(8),
+        }
+    }
+
+    /// Takes in `other`'s lengths.
+    fn merge(&mut self, other: Lengths) {
+        self.least = self.least.min(other.least);
+        self.most = self.most.max(other.most);
+    }
+
+    /// Takes in a message of `received` bytes in `message`: an agreement
+    /// message's lengths, or the data of a process that reduces without
+    /// agreeing, whose length is its own.
+    fn merge_message(&mut self, message: &Scratch, received: usize) {
+        self.merge(if received == AGREEMENT {
+            Lengths::read(message.bytes())
+        } else {
+            Lengths::of(received)
+        });
+    }
+
+    /// `MPI_ERR_COUNT` unless every process heard of has `len` bytes.
+    fn verdict(self, t: &Team<'_>, len: usize) -> Result<()> {
+        if self.least == len && self.most == len {
+            return Ok(());
+        }
+        let other = if self.least == len {
+            self.most
+        } else {
+            self.least
+        };
+        Err(Error::new(
+            ErrorClass::Count,
+            format!(
+                "{}: this rank passed {len} bytes of data where another passed {other}: \
+                 the processes passed different counts",
+                t.collective()
+            ),
+        ))
+    }
+}
+
+/// One step of an agreement: sends `lengths` to `to` (if any) while
+/// receiving from `from` (if any) and merging what comes.
+async fn agreement_step(
+    t: &Team<'_>,
+    lengths: &mut Lengths,
+    to: Option<usize>,
+    from: Option<usize>,
+) -> Result<()> {
+    let outgoing = lengths.message();
+    let mut incoming = Scratch::zeroed(AGREEMENT);
+    let sends = to
+        .map(|to| (to, outgoing.bytes().into()))
+        .into_iter()
+        .collect();
+    let recvs = from
+        .map(|from| (from, incoming.bytes_mut().into()))
+        .into_iter()
+        .collect();
+    let received = t.exchange_up_to(sends, recvs).await?;
+    if let Some(&received) = received.first() {
+        lengths.merge_message(&incoming, received);
+    }
+    Ok(())
+}
+
+/// Agreement on the length of an all-reduce's data (`len` bytes, more
+/// than [`REDUCE_SHORT`]) before it is reduced: the messages of
+/// [`Lengths`] go by the steps of [`all_reduce`]'s recursive doubling
+/// (fold, exchanges, fold back), which every process's data shorter than
+/// that takes, so that either kind of process meets the other. Each
+/// process ends with the least and most lengths of all (where none is
+/// short), or one that differs from its own: an `MPI_ERR_COUNT` error at
+/// every process whose data is long, before any of it is sent.
+pub(crate) async fn agree_all_reduce_length(t: &Team<'_>, len: usize) -> Result<()> {
+    let r = t.rank();
+    let fold = Fold::new(t.size());
+    let mut lengths = Lengths::of(len);
+    let new_rank = fold.new_rank(r);
+    let folded = r < 2 * fold.rem;
+    if folded {
+        match new_rank {
+            None => agreement_step(t, &mut lengths, Some(r + 1), None).await?,
+            Some(_) => agreement_step(t, &mut lengths, None, Some(r - 1)).await?,
+        }
+    }
+    if let Some(new_rank) = new_rank {
+        let mut mask = 1;
+        while mask < fold.pof2 {
+            let peer = fold.rank_of(new_rank ^ mask);
+            agreement_step(t, &mut lengths, Some(peer), Some(peer)).await?;
+            mask <<= 1;
+        }
+    }
+    if folded {
+        match new_rank {
+            None => agreement_step(t, &mut lengths, None, Some(r + 1)).await?,
+            Some(_) => agreement_step(t, &mut lengths, Some(r - 1), None).await?,
+        }
+    }
+    lengths.verdict(t, len)
+}
+
+/// Agreement on the length of a reduce's data (`len` bytes, more than
+/// [`REDUCE_SHORT`]) before it is reduced: the messages of [`Lengths`]
+/// go up [`binomial_reduce`]'s tree (which every process's data shorter
+/// than that takes) to `root`, and `root`'s verdict (16 bytes, short
+/// enough to go eagerly, so that a process that waits for no verdict
+/// holds up none) comes back down it. Every process whose data is long
+/// fails with `MPI_ERR_COUNT` where the lengths differ, before any data
+/// is sent; one whose parent's data is short waits for a verdict that
+/// does not come, but that parent fails (it finds an agreement message
+/// too long for its data).
+pub(crate) async fn agree_reduce_length(
+    t: &Team<'_>,
+    root: usize,
+    commutative: bool,
+    len: usize,
+) -> Result<()> {
+    let (n, r) = (t.size(), t.rank());
+    let tree_root = if commutative { root } else { 0 };
+    let rel = Relative::of(t, tree_root);
+    let me = rel.to_relative(r);
+    let mut lengths = Lengths::of(len);
+    let mut parent = None;
+    let mut children = Vec::new();
+    let mut mask = 1;
+    while mask < n {
+        if me & mask != 0 {
+            let to = rel.to_rank(me & !mask);
+            agreement_step(t, &mut lengths, Some(to), None).await?;
+            parent = Some(to);
+            break;
+        }
+        let child = rel.to_rank(me | mask);
+        if me | mask < n {
+            agreement_step(t, &mut lengths, None, Some(child)).await?;
+            children.push(child);
+        }
+        mask <<= 1;
+    }
+    if tree_root != root {
+        if r == tree_root {
+            agreement_step(t, &mut lengths, Some(root), None).await?;
+            parent = Some(root);
+        } else if r == root {
+            agreement_step(t, &mut lengths, None, Some(tree_root)).await?;
+            // The root's word is final: its tree parent sends it none.
+            parent = None;
+            children.push(tree_root);
+        }
+    }
+    // The verdict, down the same edges.
+    if let Some(parent) = parent {
+        let mut verdict = [0u8; 16];
+        t.receive(parent, &mut verdict).await?;
+        lengths.merge(Lengths::read(&verdict));
+    }
+    let verdict = lengths.message();
+    for &child in children.iter().rev().filter(|&&child| child != root) {
+        t.send(child, &verdict.bytes()[..16]).await?;
+    }
+    lengths.verdict(t, len)
+}
+
 /// Reduction to `root`: `acc` holds this process's data, and at the root
 /// ends with the result (elsewhere it is clobbered).
 pub(crate) async fn reduce(
@@ -1033,36 +1254,117 @@ async fn doubling_all_reduce(
 }
 
 /// Reduce-scatter: `input` holds this process's contribution to every
-/// block (`blocks` by rank); `out` gets the reduction of this rank's
-/// block. A commutative operation goes pairwise (each process receives
-/// everyone's contribution to its block); another is reduced to rank 0
-/// in rank order and scattered from there.
-pub(crate) async fn reduce_scatter(
+/// block (`blocks` by rank), or `out` does (`None`: in place, and this
+/// rank's block of the result goes to its start); `out` gets the
+/// reduction of this rank's block. Never more than a segment
+/// ([`REDUCTION_SEGMENT`]) of the data at once, and the input's own
+/// bytes, or windows of its packed data, are sent as they lie.
+///
+/// A commutative operation goes pairwise (each process receives
+/// everyone's contribution to its block), in rounds of a chunk of each
+/// block (the last of the longest block short, perhaps empty, so that a
+/// process whose blocks are shorter than another's sees it at the latest
+/// there); another is reduced to rank 0 in rank order and scattered from
+/// there, a segment of the input at a time (the last short).
+pub(crate) async fn reduce_scatter<'p>(
     t: &Team<'_>,
-    input: &[u8],
+    mut input: Option<&mut Pieces<'p>>,
     blocks: &[Range<usize>],
-    out: &mut [u8],
+    out: &mut Pieces<'p>,
     red: &Reduction<'_>,
 ) -> Result<()> {
-    let (n, r) = (t.size(), t.rank());
+    let r = t.rank();
+    let unit = red.unit_size();
+    let mine = blocks[r].clone();
+    let mut scratch = Scratch::zeroed(0);
     if red.is_commutative() {
-        out.copy_from_slice(&input[blocks[r].clone()]);
-        let mut incoming = Scratch::zeroed(out.len());
-        for step in 1..n {
-            let (from, to) = ((r + n - step) % n, (r + step) % n);
-            t.send_receive(to, &input[blocks[to].clone()], from, incoming.bytes_mut())
-                .await?;
-            red.apply(incoming.bytes(), out)?;
+        let step = segment_step(REDUCTION_SEGMENT, unit);
+        let longest = blocks.iter().map(|b| b.len()).max().unwrap_or(0);
+        let mut incoming = Scratch::zeroed(step.min(mine.len()));
+        for round in 0..longest / step + 1 {
+            let chunk = |b: &Range<usize>| {
+                let start = (b.start + round * step).min(b.end);
+                start..(start + step).min(b.end)
+            };
+            let chunks: Vec<Range<usize>> = blocks.iter().map(chunk).collect();
+            let at = chunks[r].start - mine.start..chunks[r].end - mine.start;
+            match (input.as_deref_mut(), out.bytes_mut()) {
+                (Some(input), Some(bytes)) => {
+                    let acc = &mut bytes[at];
+                    input.read(chunks[r].start, acc)?;
+                    pairwise_round(t, input, &chunks, acc, &mut incoming, red).await?;
+                }
+                (input, _) => {
+                    let source = input.unwrap_or(&mut *out);
+                    let acc = grown(&mut scratch, at.len());
+                    source.read(chunks[r].start, acc)?;
+                    pairwise_round(t, source, &chunks, acc, &mut incoming, red).await?;
+                    out.write(at.start, acc)?;
+                }
+            }
         }
         return Ok(());
     }
-    let mut acc = Scratch::copy_of(input);
-    binomial_reduce(t, 0, acc.bytes_mut(), red).await?;
-    let sends = blocks
-        .iter()
-        .map(|b| acc.bytes()[b.clone()].into())
-        .collect();
-    scatter_varcount(t, 0, (r == 0).then_some(sends), Some(out.into())).await
+    let total = blocks.last().map_or(0, |b| b.end);
+    for segment in segment_ranges(total, REDUCTION_SEGMENT, unit, true) {
+        let acc = grown(&mut scratch, segment.len());
+        input
+            .as_deref_mut()
+            .unwrap_or(&mut *out)
+            .read(segment.start, acc)?;
+        binomial_reduce(t, 0, acc, red).await?;
+        let part = |b: &Range<usize>| {
+            let start = b.start.clamp(segment.start, segment.end);
+            start..b.end.clamp(start, segment.end)
+        };
+        let sends = blocks
+            .iter()
+            .map(|b| {
+                let p = part(b);
+                acc[p.start - segment.start..p.end - segment.start].into()
+            })
+            .collect();
+        let my_part = part(&mine);
+        // Where this rank's part goes in its block (at its end where the
+        // block lies before this segment, at its start where after).
+        let at = (my_part.start.max(mine.start) - mine.start).min(mine.len());
+        let room = out.inbound(at..at + my_part.len())?;
+        scatter_varcount(t, 0, (r == 0).then_some(sends), Some(room)).await?;
+    }
+    Ok(())
+}
+
+/// One round of the pairwise reduce-scatter: this process sends each
+/// other its chunk (`chunks` by rank) of `source` and combines into
+/// `acc` each other's contribution to its own chunk.
+async fn pairwise_round(
+    t: &Team<'_>,
+    source: &Pieces<'_>,
+    chunks: &[Range<usize>],
+    acc: &mut [u8],
+    incoming: &mut Scratch,
+    red: &Reduction<'_>,
+) -> Result<()> {
+    let (n, r) = (t.size(), t.rank());
+    for step in 1..n {
+        let (from, to) = ((r + n - step) % n, (r + step) % n);
+        let room = &mut incoming.bytes_mut()[..acc.len()];
+        t.exchange_data(
+            vec![(to, source.outbound(chunks[to].clone())?)],
+            vec![(from, room.into())],
+        )
+        .await?;
+        red.apply(&incoming.bytes()[..acc.len()], acc)?;
+    }
+    Ok(())
+}
+
+/// The first `len` bytes of `scratch`, grown to hold them.
+fn grown(scratch: &mut Scratch, len: usize) -> &mut [u8] {
+    if scratch.bytes().len() < len {
+        *scratch = Scratch::zeroed(len);
+    }
+    &mut scratch.bytes_mut()[..len]
 }
 
 /// Inclusive scan by recursive doubling: `acc` holds this process's data
@@ -1090,17 +1392,19 @@ pub(crate) async fn scan(t: &Team<'_>, acc: &mut [u8], red: &Reduction<'_>) -> R
     Ok(())
 }
 
-/// Exclusive scan by recursive doubling: `out` gets the reduction of
-/// ranks `0..rank` of `mine`; rank 0's is left as it is.
+/// Exclusive scan by recursive doubling: `acc` holds this process's
+/// data and ends with the reduction of ranks `0..rank`; rank 0's is left
+/// as it is.
 pub(crate) async fn exclusive_scan(
     t: &Team<'_>,
-    mine: &[u8],
-    out: &mut [u8],
+    acc: &mut [u8],
     red: &Reduction<'_>,
 ) -> Result<()> {
     let (n, r) = (t.size(), t.rank());
-    let mut partial = Scratch::copy_of(mine);
-    let mut incoming = Scratch::zeroed(mine.len());
+    // The reduction of the run of ranks this process has heard of so far,
+    // its own data included.
+    let mut partial = Scratch::copy_of(acc);
+    let mut incoming = Scratch::zeroed(acc.len());
     let mut have_lower = false;
     let mut mask = 1;
     while mask < n {
@@ -1111,9 +1415,9 @@ pub(crate) async fn exclusive_scan(
             if peer < r {
                 red.apply(incoming.bytes(), partial.bytes_mut())?;
                 if have_lower {
-                    red.apply(incoming.bytes(), out)?;
+                    red.apply(incoming.bytes(), acc)?;
                 } else {
-                    out.copy_from_slice(incoming.bytes());
+                    acc.copy_from_slice(incoming.bytes());
                     have_lower = true;
                 }
             } else {

@@ -30,13 +30,13 @@
 //! at once, as for every other collective. There are no in-place forms on
 //! an intercommunicator (the standard has none), nor scans.
 
-use super::algorithms;
+use super::algorithms::{self, REDUCTION_SEGMENT};
 use super::block_of;
 use super::op::Reduction;
 use super::partition::{disjoint_blocks, Partition, PartitionMut};
 use super::schedule::AllToAllAlgorithm;
 use super::team::{CollectiveTag, Sequence, Team};
-use super::typed::{Inbound, Input, Outbound, Output, Pieces};
+use super::typed::{segment_ranges, Inbound, Input, Outbound, Output, Pieces, Segments};
 use crate::comm::Communicator;
 use crate::context;
 use crate::datatype::{Buffer, BufferMut};
@@ -276,19 +276,33 @@ impl Communicator {
     }
 
     /// The all-reduce of an intercommunicator: `acc` holds this
-    /// process's data and ends with the reduction of the remote group's.
+    /// process's data and ends with the reduction of the remote group's,
+    /// a segment of [`REDUCTION_SEGMENT`] at a time (the last always
+    /// short, as the scans' are: the groups agree on no length first), so
+    /// that no temporary holds more than a segment.
     pub(crate) async fn inter_all_reduce(
         &self,
         sequence: Sequence,
-        acc: &mut [u8],
+        acc: &mut Segments<'_>,
         red: &Reduction<'_>,
     ) -> Result<()> {
         let teams = self.group_teams(sequence, CollectiveTag::AllReduce)?;
-        let swapped = self.remote_reduction_at_leader(&teams, acc, red).await?;
-        let local = teams.local();
-        local
-            .complete(algorithms::broadcast(&local, 0, &mut Pieces::Bytes(acc)))
-            .await?;
+        // The first mismatch between the leaders, reported once the
+        // group has had every segment.
+        let mut swapped = Ok(());
+        let segments = acc.ranges_ending_short(REDUCTION_SEGMENT, red.unit_size());
+        acc.each(segments, async |data| {
+            let outcome = self.remote_reduction_at_leader(&teams, data, red).await?;
+            let local = teams.local();
+            local
+                .complete(algorithms::broadcast(&local, 0, &mut Pieces::Bytes(data)))
+                .await?;
+            if swapped.is_ok() {
+                swapped = outcome;
+            }
+            Ok(())
+        })
+        .await?;
         swapped
     }
 
@@ -479,13 +493,18 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: super::Operation,
     {
-        let mut output = Output::new(recv)?;
+        let (mut recv, element_type) = Pieces::into_buffer(recv)?;
         // The operation is checked for the type here as at the senders.
-        Reduction::new(&op, output.element_type())?;
+        let red = Reduction::new(&op, element_type)?;
         let team = self.rooted(sequence, CollectiveTag::Reduce, None)?;
         let all = team.all();
-        all.complete(all.receive(1, output.bytes_mut())).await?;
-        output.finish()
+        // A message a segment, the last short (see `reduce_to_remote_future`).
+        for segment in segment_ranges(recv.len(), REDUCTION_SEGMENT, red.unit_size(), true) {
+            let room = recv.inbound(segment)?;
+            all.complete(all.exchange_data(Vec::new(), vec![(1, room)]))
+                .await?;
+        }
+        Ok(())
     }
 
     /// Contributes `send` to the reduction by `op` that the process of
@@ -532,15 +551,28 @@ impl Communicator {
         S: Buffer + ?Sized,
         O: super::Operation,
     {
-        let send = Input::new(send)?;
-        let red = Reduction::new(&op, send.element_type())?;
-        let mut acc = send.bytes().to_vec();
+        let (send, element_type) = Pieces::of_buffer(send)?;
+        let red = Reduction::new(&op, element_type)?;
+        let mut acc = Segments::new(Some(send), None)?;
         let team = self.rooted(sequence, CollectiveTag::Reduce, Some(root))?;
         let group = team.group();
-        let reduced = group
-            .complete(algorithms::reduce(&group, 0, &mut acc, &red))
-            .await;
-        team.to_root(&acc, reduced).await
+        // A segment at a time (the last short, as the root cuts its
+        // receive alike): reduced in the group, then sent to the root. The
+        // group's first failure is reported once the root has had every
+        // segment.
+        let mut in_group = Ok(());
+        let segments = acc.ranges_ending_short(REDUCTION_SEGMENT, red.unit_size());
+        acc.each(segments, async |data| {
+            let reduced = group
+                .complete(algorithms::reduce(&group, 0, data, &red))
+                .await;
+            if in_group.is_ok() {
+                in_group = reduced;
+            }
+            team.to_root(data, Ok(())).await
+        })
+        .await?;
+        in_group
     }
 
     /// Gathers, at this process, the root, the `send` buffers of every

@@ -126,9 +126,9 @@ use algorithms::{IN_PLACE_PIECE, REDUCTION_SEGMENT};
 use node::NodeRegion;
 use op::{same_element_type, Reduction};
 use partition::{consecutive_blocks, disjoint_blocks, uniform_blocks};
-use schedule::{all_to_all_algorithm, AllToAllAlgorithm};
+use schedule::{all_to_all_algorithm, AllToAllAlgorithm, REDUCE_SHORT};
 use std::future::Future;
-use team::{CollectiveTag, Sequence};
+use team::{CollectiveTag, Scratch, Sequence};
 use typed::{Inbound, Input, Outbound, Output, Pieces, Segments};
 
 /// Whether a collective runs to its end in the call (blocking) or is
@@ -143,6 +143,12 @@ enum Mode {
 /// `MPI_ERR_COUNT`: `what` is wrong with the lengths.
 fn count_error(what: String) -> Error {
     Error::new(ErrorClass::Count, what)
+}
+
+/// `result`, an error's message led by the name of the collective
+/// `what` (the shared-memory paths do not know which they serve).
+fn in_collective<T>(what: &str, result: Result<T>) -> Result<T> {
+    result.map_err(|e| Error::new(e.class(), format!("{what}: {}", e.message())))
 }
 
 /// Checks that `len` bytes split into `parts` whole blocks of elements
@@ -248,27 +254,63 @@ impl Communicator {
         node: Option<&NodeRegion>,
     ) -> Result<()> {
         let whole = 0..acc.len();
+        let unit = red.unit_size();
         if self.is_inter_communicator() {
+            return self.inter_all_reduce(sequence, acc, red).await;
+        }
+        if let Some(node) = node.filter(|node| node.all_reduces_staged(whole.len(), unit)) {
+            return in_collective("all-reduce", node.all_reduce_staged(sequence.0, acc, red));
+        }
+        if node.is_some() || whole.len() <= REDUCTION_SEGMENT {
             let data = acc.load(whole.clone())?;
-            self.inter_all_reduce(sequence, data, red).await?;
+            self.all_reduce_whole(sequence, data, red, node).await?;
             return acc.store(whole);
         }
+        let team = self.team(sequence, CollectiveTag::AllReduce)?;
+        team.complete(async {
+            algorithms::agree_all_reduce_length(&team, acc.len()).await?;
+            let segments = acc.ranges(REDUCTION_SEGMENT, unit);
+            acc.each(segments, async |data| {
+                algorithms::all_reduce(&team, data, red).await
+            })
+            .await
+        })
+        .await
+    }
+
+    /// All-reduces `data`, whole (one segment at most, or data the
+    /// shared region takes whole), as [`Communicator::all_reduce_segments`]
+    /// chooses the way: the path of data that is contiguous and short,
+    /// without the set-up of [`Segments`].
+    async fn all_reduce_whole(
+        &self,
+        sequence: Sequence,
+        data: &mut [u8],
+        red: &Reduction<'_>,
+        node: Option<&NodeRegion>,
+    ) -> Result<()> {
+        if self.is_inter_communicator() {
+            let mut acc = Segments::new(None, Some(Pieces::Bytes(data)))?;
+            return self.inter_all_reduce(sequence, &mut acc, red).await;
+        }
         if let Some(node) = node {
-            if node.all_reduces_by_slots(whole.len(), red.unit_size()) {
-                node.all_reduce(sequence.0, acc.load(whole.clone())?, red)?;
-                return acc.store(whole);
+            if node.all_reduces_staged(data.len(), red.unit_size()) {
+                let mut acc = Segments::new(None, Some(Pieces::Bytes(data)))?;
+                return in_collective(
+                    "all-reduce",
+                    node.all_reduce_staged(sequence.0, &mut acc, red),
+                );
             }
-            if node.fits_staged(whole.len(), red.unit_size()) {
-                return node.all_reduce_staged(sequence.0, acc, red);
+            if node.all_reduces_by_slots(data.len(), red.unit_size()) {
+                return in_collective("all-reduce", node.all_reduce(sequence.0, data, red));
             }
         }
         let team = self.team(sequence, CollectiveTag::AllReduce)?;
         team.complete(async {
-            for segment in acc.ranges(REDUCTION_SEGMENT, red.unit_size()) {
-                algorithms::all_reduce(&team, acc.load(segment.clone())?, red).await?;
-                acc.store(segment)?;
+            if data.len() > REDUCE_SHORT {
+                algorithms::agree_all_reduce_length(&team, data.len()).await?;
             }
-            Ok(())
+            algorithms::all_reduce(&team, data, red).await
         })
         .await
     }
@@ -283,38 +325,80 @@ impl Communicator {
         red: &Reduction<'_>,
         node: Option<&NodeRegion>,
     ) -> Result<()> {
-        if let Some(node) = node.filter(|node| node.fits(acc.len())) {
-            let whole = 0..acc.len();
-            node.reduce(sequence.0, root, acc.load(whole.clone())?, red)?;
-            return acc.store(whole);
+        if let Some(node) = node {
+            if node.fits(acc.len()) {
+                let whole = 0..acc.len();
+                let data = acc.load(whole.clone())?;
+                in_collective("reduce", node.reduce(sequence.0, root, data, red))?;
+                return acc.store(whole);
+            }
+            // Too long for a slot: by messages, once the root has seen
+            // that every process passed this length (one whose data fits
+            // a slot is on the path above, and waits for no one).
+            in_collective("reduce", node.announce(sequence.0, root, acc.len()))?;
         }
         let team = self.team(sequence, CollectiveTag::Reduce)?;
         team.complete(async {
-            for segment in acc.ranges(REDUCTION_SEGMENT, red.unit_size()) {
-                algorithms::reduce(&team, root, acc.load(segment.clone())?, red).await?;
-                acc.store(segment)?;
+            if node.is_none() && acc.len() > REDUCE_SHORT {
+                algorithms::agree_reduce_length(&team, root, red.is_commutative(), acc.len())
+                    .await?;
             }
-            Ok(())
+            let segments = acc.ranges(REDUCTION_SEGMENT, red.unit_size());
+            acc.each(segments, async |data| {
+                algorithms::reduce(&team, root, data, red).await
+            })
+            .await
         })
         .await
     }
 
-    /// Reduces `input` and scatters its `blocks` (by rank), this rank's
-    /// into `out`; on an intercommunicator, the input is the remote
-    /// group's.
-    async fn reduce_scatter_bytes(
+    /// A scan (`kind` [`CollectiveTag::Scan`]) or exclusive scan
+    /// ([`CollectiveTag::ExclusiveScan`]) of `acc`, one segment of
+    /// [`REDUCTION_SEGMENT`] at a time (each a scan of its own), the last
+    /// always short (see [`Segments::ranges_ending_short`]).
+    async fn scan_segments(
         &self,
         sequence: Sequence,
-        input: &[u8],
+        acc: &mut Segments<'_>,
+        red: &Reduction<'_>,
+        kind: CollectiveTag,
+    ) -> Result<()> {
+        let team = self.team(sequence, kind)?;
+        let segments = acc.ranges_ending_short(REDUCTION_SEGMENT, red.unit_size());
+        team.complete(acc.each(segments, async |data| {
+            if kind == CollectiveTag::Scan {
+                algorithms::scan(&team, data, red).await
+            } else {
+                algorithms::exclusive_scan(&team, data, red).await
+            }
+        }))
+        .await
+    }
+
+    /// Reduces `input` (`None`: `out`'s data, in place) and scatters its
+    /// `blocks` (by rank), this rank's into `out` (at its start), a
+    /// segment at a time (see `algorithms::reduce_scatter`); on an
+    /// intercommunicator, the input is the remote group's.
+    async fn reduce_scatter_pieces<'p>(
+        &self,
+        sequence: Sequence,
+        input: Option<&mut Pieces<'p>>,
         blocks: &[std::ops::Range<usize>],
-        out: &mut [u8],
+        out: &mut Pieces<'p>,
         red: &Reduction<'_>,
     ) -> Result<()> {
-        if self.is_inter_communicator() {
-            return self
-                .inter_reduce_scatter(sequence, input, blocks, out, red)
-                .await;
-        }
+        let input = match (self.is_inter_communicator(), input) {
+            (true, Some(input)) => {
+                // The intercommunicators' collectives stage whole copies.
+                let mut whole = Scratch::zeroed(input.len());
+                let mut result = Scratch::zeroed(out.len());
+                input.read(0, whole.bytes_mut())?;
+                self.inter_reduce_scatter(sequence, whole.bytes(), blocks, result.bytes_mut(), red)
+                    .await?;
+                return out.write(0, result.bytes());
+            }
+            (_, input) => input,
+        };
         let team = self.team(sequence, CollectiveTag::ReduceScatter)?;
         team.complete(algorithms::reduce_scatter(&team, input, blocks, out, red))
             .await
@@ -1057,9 +1141,17 @@ impl Communicator {
         O: Operation,
     {
         let node = self.node_for(&sequence, mode)?;
-        let (mut acc, red) = reduction_into(send, recv, &op)?;
-        self.all_reduce_segments(sequence, &mut acc, &red, node)
-            .await
+        let (send, mut recv, red) = reduction_buffers(send, recv, &op)?;
+        if let (Some(input), Some(output)) = (send.bytes(), recv.bytes_mut()) {
+            if output.len() <= REDUCTION_SEGMENT {
+                output.copy_from_slice(input);
+                return self.all_reduce_whole(sequence, output, &red, node).await;
+            }
+        }
+        let mut acc = Segments::new(Some(send), Some(recv))?;
+        // Boxed, so that its state does not grow the future of every
+        // short all-reduce, which is moved as it is made and started.
+        Box::pin(self.all_reduce_segments(sequence, &mut acc, &red, node)).await
     }
 
     /// [`Communicator::all_reduce_into`] in place: `buf` is the input and
@@ -1111,11 +1203,17 @@ impl Communicator {
     {
         let node = self.node_for(&sequence, mode)?;
         self.require_intra("an in-place all-reduce")?;
-        let (buf, element_type) = Pieces::into_buffer(buf)?;
+        let (mut buf, element_type) = Pieces::into_buffer(buf)?;
         let red = Reduction::new(&op, element_type)?;
+        if let Some(data) = buf
+            .bytes_mut()
+            .filter(|data| data.len() <= REDUCTION_SEGMENT)
+        {
+            return self.all_reduce_whole(sequence, data, &red, node).await;
+        }
         let mut acc = Segments::new(None, Some(buf))?;
-        self.all_reduce_segments(sequence, &mut acc, &red, node)
-            .await
+        // Boxed, as in `all_reduce_into_future`.
+        Box::pin(self.all_reduce_segments(sequence, &mut acc, &red, node)).await
     }
 
     /// Reduces every process's `send` (`size` equal blocks) with `op` and
@@ -1165,16 +1263,13 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
-        let element_type = same_element_type(send.element_type(), output.element_type())?;
-        let red = Reduction::new(&op, element_type)?;
-        let (send, recv) = (send.bytes(), output.bytes_mut());
+        let (mut send, mut recv, red) = reduce_scatter_buffers(send, recv, &op)?;
+        let element_type = red.element_type();
         let n = self.size() as usize;
         expect_len(send.len(), n * recv.len(), element_type, "the send buffer")?;
         let parts = uniform_blocks(n, recv.len());
-        self.reduce_scatter_bytes(sequence, send, &parts, recv, &red)
-            .await?;
-        output.finish()
+        self.reduce_scatter_pieces(sequence, Some(&mut send), &parts, &mut recv, &red)
+            .await
     }
 
     /// [`Communicator::reduce_scatter_block_into`] in place: `buf` (`size`
@@ -1222,27 +1317,12 @@ impl Communicator {
         O: Operation,
     {
         let n = self.size() as usize;
-        let mut output = Output::new(buf)?;
-        let red = Reduction::new(&op, output.element_type())?;
-        let block = block_of(
-            output.bytes_mut().len(),
-            n,
-            output.element_type(),
-            "the buffer",
-        )?;
-        let buf = output.bytes_mut();
-        let input = buf.to_vec();
+        let (mut buf, element_type) = Pieces::into_buffer(buf)?;
+        let red = Reduction::new(&op, element_type)?;
+        let block = block_of(buf.len(), n, element_type, "the buffer")?;
         let parts = uniform_blocks(n, block);
-        let team = self.team(sequence, CollectiveTag::ReduceScatter)?;
-        team.complete(algorithms::reduce_scatter(
-            &team,
-            &input,
-            &parts,
-            &mut buf[..block],
-            &red,
-        ))
-        .await?;
-        output.finish()
+        self.reduce_scatter_pieces(sequence, None, &parts, &mut buf, &red)
+            .await
     }
 
     /// Reduces every process's `send` with `op` and leaves the elements
@@ -1307,18 +1387,15 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
-        let element_type = same_element_type(send.element_type(), output.element_type())?;
-        let red = Reduction::new(&op, element_type)?;
-        let (send, recv) = (send.bytes(), output.bytes_mut());
+        let (mut send, mut recv, red) = reduce_scatter_buffers(send, recv, &op)?;
+        let element_type = red.element_type();
         let parts = consecutive_blocks(counts, self.size() as usize, element_type)?;
         let total = parts.last().map_or(0, |p| p.end);
         expect_len(send.len(), total, element_type, "the send buffer")?;
         let mine = parts[self.rank() as usize].len();
         expect_len(recv.len(), mine, element_type, "the receive buffer")?;
-        self.reduce_scatter_bytes(sequence, send, &parts, recv, &red)
-            .await?;
-        output.finish()
+        self.reduce_scatter_pieces(sequence, Some(&mut send), &parts, &mut recv, &red)
+            .await
     }
 
     /// [`Communicator::reduce_scatter_into`] in place: `buf` is the input,
@@ -1365,25 +1442,13 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        let mut output = Output::new(buf)?;
-        let element_type = output.element_type();
+        let (mut buf, element_type) = Pieces::into_buffer(buf)?;
         let red = Reduction::new(&op, element_type)?;
-        let buf = output.bytes_mut();
         let parts = consecutive_blocks(counts, self.size() as usize, element_type)?;
         let total = parts.last().map_or(0, |p| p.end);
         expect_len(buf.len(), total, element_type, "the buffer")?;
-        let input = buf.to_vec();
-        let mine = parts[self.rank() as usize].len();
-        let team = self.team(sequence, CollectiveTag::ReduceScatter)?;
-        team.complete(algorithms::reduce_scatter(
-            &team,
-            &input,
-            &parts,
-            &mut buf[..mine],
-            &red,
-        ))
-        .await?;
-        output.finish()
+        self.reduce_scatter_pieces(sequence, None, &parts, &mut buf, &red)
+            .await
     }
 
     /// Leaves in `recv` the reduction with `op` of the `send` of ranks
@@ -1431,13 +1496,9 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
-        let element_type = same_element_type(send.element_type(), output.element_type())?;
-        let red = Reduction::new(&op, element_type)?;
-        let recv = copy_input(send.bytes(), output.bytes_mut(), element_type)?;
-        let team = self.team(sequence, CollectiveTag::Scan)?;
-        team.complete(algorithms::scan(&team, recv, &red)).await?;
-        output.finish()
+        let (mut acc, red) = reduction_into(send, recv, &op)?;
+        self.scan_segments(sequence, &mut acc, &red, CollectiveTag::Scan)
+            .await
     }
 
     /// [`Communicator::scan_into`] in place: `buf` is the input and
@@ -1475,12 +1536,9 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        let mut output = Output::new(buf)?;
-        let red = Reduction::new(&op, output.element_type())?;
-        let team = self.team(sequence, CollectiveTag::Scan)?;
-        team.complete(algorithms::scan(&team, output.bytes_mut(), &red))
-            .await?;
-        output.finish()
+        let (mut acc, red) = reduction_in_place(buf, &op)?;
+        self.scan_segments(sequence, &mut acc, &red, CollectiveTag::Scan)
+            .await
     }
 
     /// Leaves in `recv` the reduction with `op` of the `send` of ranks
@@ -1530,15 +1588,12 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        let (send, mut output) = (Input::new(send)?, Output::new(recv)?);
-        let element_type = same_element_type(send.element_type(), output.element_type())?;
-        let red = Reduction::new(&op, element_type)?;
-        let (send, recv) = (send.bytes(), output.bytes_mut());
-        expect_len(recv.len(), send.len(), element_type, "the receive buffer")?;
-        let team = self.team(sequence, CollectiveTag::ExclusiveScan)?;
-        team.complete(algorithms::exclusive_scan(&team, send, recv, &red))
-            .await?;
-        output.finish()
+        let (send, recv, red) = reduction_buffers(send, recv, &op)?;
+        // Rank 0's receive buffer is left as it is.
+        let recv = (self.rank() != 0).then_some(recv);
+        let mut acc = Segments::new(Some(send), recv)?;
+        self.scan_segments(sequence, &mut acc, &red, CollectiveTag::ExclusiveScan)
+            .await
     }
 
     /// [`Communicator::exclusive_scan_into`] in place: `buf` is the input
@@ -1582,14 +1637,9 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        let mut output = Output::new(buf)?;
-        let red = Reduction::new(&op, output.element_type())?;
-        let buf = output.bytes_mut();
-        let mine = buf.to_vec();
-        let team = self.team(sequence, CollectiveTag::ExclusiveScan)?;
-        team.complete(algorithms::exclusive_scan(&team, &mine, buf, &red))
-            .await?;
-        output.finish()
+        let (mut acc, red) = reduction_in_place(buf, &op)?;
+        self.scan_segments(sequence, &mut acc, &red, CollectiveTag::ExclusiveScan)
+            .await
     }
 }
 
@@ -1618,24 +1668,64 @@ where
     R: BufferMut + ?Sized,
     O: Operation,
 {
-    let (send, send_type) = Pieces::of_buffer(send)?;
-    let (recv, recv_type) = Pieces::into_buffer(recv)?;
-    let element_type = same_element_type(send_type, recv_type)?;
-    let red = Reduction::new(op, element_type)?;
-    expect_len(recv.len(), send.len(), element_type, "the receive buffer")?;
+    let (send, recv, red) = reduction_buffers(send, recv, op)?;
     Ok((Segments::new(Some(send), Some(recv))?, red))
 }
 
-/// Copies `send` into `recv`, which must be as long: the start of a
-/// reduction whose result replaces its input.
-fn copy_input<'r>(
-    send: &[u8],
-    recv: &'r mut [u8],
-    element_type: ElementType,
-) -> Result<&'r mut [u8]> {
-    expect_len(recv.len(), send.len(), element_type, "the receive buffer")?;
-    recv.copy_from_slice(send);
-    Ok(recv)
+/// The buffers of a reduction of `send` into `recv` with `op`, to take a
+/// piece at a time, once their types and lengths agree.
+fn reduction_buffers<'a, 'o, S, R, O>(
+    send: &'a S,
+    recv: &'a mut R,
+    op: &'o O,
+) -> Result<(Pieces<'a>, Pieces<'a>, Reduction<'o>)>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation,
+{
+    let (send, recv, red) = reduce_scatter_buffers(send, recv, op)?;
+    expect_len(
+        recv.len(),
+        send.len(),
+        red.element_type(),
+        "the receive buffer",
+    )?;
+    Ok((send, recv, red))
+}
+
+/// The buffers of a reduction (or reduce-scatter) of `send` into `recv`
+/// with `op`, to take a piece at a time, once their types agree (not
+/// their lengths, which depend on the collective).
+fn reduce_scatter_buffers<'a, 'o, S, R, O>(
+    send: &'a S,
+    recv: &'a mut R,
+    op: &'o O,
+) -> Result<(Pieces<'a>, Pieces<'a>, Reduction<'o>)>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation,
+{
+    let (send, send_type) = Pieces::of_buffer(send)?;
+    let (recv, recv_type) = Pieces::into_buffer(recv)?;
+    let red = Reduction::new(op, same_element_type(send_type, recv_type)?)?;
+    Ok((send, recv, red))
+}
+
+/// The reduction with `op` of `buf`'s data into `buf`, a segment at a
+/// time (see [`Segments`]).
+fn reduction_in_place<'a, 'o, R, O>(
+    buf: &'a mut R,
+    op: &'o O,
+) -> Result<(Segments<'a>, Reduction<'o>)>
+where
+    R: BufferMut + ?Sized,
+    O: Operation,
+{
+    let (buf, element_type) = Pieces::into_buffer(buf)?;
+    let red = Reduction::new(op, element_type)?;
+    Ok((Segments::new(None, Some(buf))?, red))
 }
 
 impl Process<'_> {

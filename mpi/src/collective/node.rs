@@ -529,6 +529,33 @@ impl NodeRegion {
         self.combine(number, cell, acc, red)
     }
 
+    /// Announces this process's length (`len` bytes) for a reduce to
+    /// `root` that goes by messages, its data being too long for a slot:
+    /// the root waits until every process has stamped collective `number`
+    /// (announced its length, or entered data that fits a slot, which
+    /// [`NodeRegion::reduce`] takes and leaves at once) and fails where a
+    /// length differs, before any message is sent. Else a root whose data
+    /// fits a slot would wait for ever for the cell of a process that
+    /// went by messages, or one that went by messages for a message of a
+    /// process whose data fit a slot.
+    pub(crate) fn announce(&self, number: u32, root: usize, len: usize) -> Result<()> {
+        // A stamp holds lengths below 2^31.
+        let stamped = len.min(STAMPED as usize - 1);
+        let cell = self.begin(number, stamped, |_| Ok(()))?;
+        if self.rank != root {
+            return Ok(());
+        }
+        let mut mismatch = None;
+        for from in self.others() {
+            let published = self.wait_for(from, number, cell)?;
+            if let Err(e) = check_len(published.len, stamped, from) {
+                mismatch.get_or_insert(e);
+            }
+        }
+        self.everyone_reached(number);
+        mismatch.map_or(Ok(()), Err)
+    }
+
     /// `MPI_Alltoall` of `send` into `recv`, both `size` blocks of
     /// `block` bytes (which fit): block `i` of `send` goes to rank `i`.
     pub(crate) fn all_to_all(
@@ -558,8 +585,14 @@ impl NodeRegion {
     }
 
     /// Whether an all-reduce of `len` bytes of `element`-byte elements
+    /// goes through the staging areas (neither the slots nor messages).
+    pub(crate) fn all_reduces_staged(&self, len: usize, element: usize) -> bool {
+        !self.all_reduces_by_slots(len, element) && self.fits_staged(len, element)
+    }
+
+    /// Whether an all-reduce of `len` bytes of `element`-byte elements
     /// can go through the staging areas.
-    pub(crate) fn fits_staged(&self, len: usize, element: usize) -> bool {
+    fn fits_staged(&self, len: usize, element: usize) -> bool {
         len < STAMPED as usize && element > 0 && self.area >= element
     }
 

@@ -398,6 +398,11 @@ impl<'o> Reduction<'o> {
         })
     }
 
+    /// The type of the elements it combines.
+    pub(crate) fn element_type(&self) -> ElementType {
+        self.element_type
+    }
+
     /// Whether the data may be combined in any order.
     pub(crate) fn is_commutative(&self) -> bool {
         match self.op {

@@ -84,6 +84,33 @@ impl CollectiveTag {
     fn renumbered(self, tag: i32) -> i32 {
         -((-tag) & !0xf | -(self as i32))
     }
+
+    /// The kind of the collective whose tag is `tag` (made by
+    /// [`CollectiveTag::numbered`]), in words, for error messages.
+    fn name_of(tag: i32) -> &'static str {
+        use CollectiveTag::*;
+        let names = [
+            (Barrier, "barrier"),
+            (Broadcast, "broadcast"),
+            (BroadcastLong, "broadcast"),
+            (Reduce, "reduce"),
+            (AllReduce, "all-reduce"),
+            (Gather, "gather"),
+            (Scatter, "scatter"),
+            (AllGather, "all-gather"),
+            (AllToAll, "all-to-all"),
+            (ReduceScatter, "reduce-scatter"),
+            (Scan, "scan"),
+            (ExclusiveScan, "exclusive scan"),
+            (Communicator, "communicator's construction"),
+            (Node, "shared region's set-up"),
+        ];
+        let kind = -((-tag) & 0xf);
+        names
+            .iter()
+            .find(|(k, _)| *k as i32 == kind)
+            .map_or("collective", |&(_, name)| name)
+    }
 }
 
 /// The number of one collective call on its communicator
@@ -159,6 +186,12 @@ impl<'a> Team<'a> {
         if let Some(e) = other.mismatch.into_inner() {
             self.note_mismatch(e);
         }
+    }
+
+    /// What collective the team carries out, in words (for error
+    /// messages).
+    pub(crate) fn collective(&self) -> &'static str {
+        CollectiveTag::name_of(self.tag)
     }
 
     /// This process's index in the team.
@@ -439,8 +472,10 @@ impl<'a> Team<'a> {
             Some(e) if e.class() == ErrorClass::Truncate => Error::new(
                 ErrorClass::Truncate,
                 format!(
-                    "rank {from} sent more than the {expected} bytes this rank expects: \
-                     the processes passed different counts"
+                    "{}: rank {from} sent more than the {expected} bytes this rank expects \
+                     ({}): the processes passed different counts",
+                    self.collective(),
+                    e.message()
                 ),
             ),
             Some(e) => return Err(e.clone()),
@@ -465,8 +500,9 @@ impl<'a> Team<'a> {
         self.note_mismatch(Error::new(
             class,
             format!(
-                "rank {from} sent {sent} bytes where this rank expects {expected}: \
-                 the processes passed different counts"
+                "{}: rank {from} sent {sent} bytes where this rank expects {expected}: \
+                 the processes passed different counts",
+                self.collective()
             ),
         ));
     }

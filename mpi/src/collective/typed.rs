@@ -308,42 +308,80 @@ impl Pieces<'_> {
         read: Range<usize>,
         write: Range<usize>,
     ) -> Result<(Outbound<'_>, Inbound<'_>)> {
-        let overlap = read.start < write.end && write.start < read.end;
-        if overlap && !read.is_empty() && !write.is_empty() {
-            return Err(Error::new(
-                ErrorClass::Intern,
-                format!("a collective step reads {read:?} and writes {write:?} of one buffer"),
-            ));
-        }
+        let (mut sends, mut recvs) = self.read_and_write_runs(&[read], &[write])?;
+        Ok((sends.remove(0), recvs.remove(0)))
+    }
+
+    /// The packed bytes of each of `reads` to send and of each of
+    /// `writes` to receive into, at once, in order; no two of them may
+    /// overlap unless one is empty.
+    pub(crate) fn read_and_write_runs(
+        &mut self,
+        reads: &[Range<usize>],
+        writes: &[Range<usize>],
+    ) -> Result<(Vec<Outbound<'_>>, Vec<Inbound<'_>>)> {
         let len = self.len();
-        if read.end > len || write.end > len {
-            let bad = if read.end > len { &read } else { &write };
+        if let Some(bad) = reads.iter().chain(writes).find(|run| run.end > len) {
             return Err(beyond(bad.start, bad.len(), len));
         }
+        // Every run that is not empty, by its start (reads first, then
+        // writes, by index), each apart from the next.
+        let mut runs: Vec<(usize, Range<usize>)> = reads
+            .iter()
+            .chain(writes)
+            .cloned()
+            .enumerate()
+            .filter(|(_, run)| !run.is_empty())
+            .collect();
+        runs.sort_by_key(|(_, run)| run.start);
+        if let Some(pair) = runs.windows(2).find(|pair| pair[0].1.end > pair[1].1.start) {
+            return Err(Error::new(
+                ErrorClass::Intern,
+                format!(
+                    "a collective step uses {:?} and {:?} of one buffer at once",
+                    pair[0].1, pair[1].1
+                ),
+            ));
+        }
+        let mut sends: Vec<Outbound<'_>> = reads.iter().map(|_| Outbound::default()).collect();
+        let mut recvs: Vec<Inbound<'_>> = writes.iter().map(|_| Inbound::default()).collect();
         match self {
             Pieces::Bytes(bytes) => {
-                let (outbound, inbound) = if read.end <= write.start {
-                    let (low, high) = bytes.split_at_mut(write.start);
-                    (&low[read], &mut high[..write.len()])
-                } else {
-                    let (low, high) = bytes.split_at_mut(read.start);
-                    (&high[..read.len()], &mut low[write])
-                };
-                Ok((Outbound::Bytes(outbound), Inbound::Bytes(inbound)))
+                let (mut rest, mut at) = (&mut bytes[..], 0);
+                for (index, run) in runs {
+                    let (part, tail) =
+                        std::mem::take(&mut rest)[run.start - at..].split_at_mut(run.len());
+                    (rest, at) = (tail, run.end);
+                    match index.checked_sub(reads.len()) {
+                        None => sends[index] = Outbound::Bytes(part),
+                        Some(write) => recvs[write] = Inbound::Bytes(part),
+                    }
+                }
             }
             Pieces::Unpacked(stream, _) => {
-                // SAFETY: the memory stays borrowed exclusively for as
-                // long as `self`, which both borrow; the packer reads only
-                // `read` and the unpacker writes only `write`, which do not
-                // overlap.
-                let (packer, unpacker) = unsafe { (stream.packer(), stream.restarted()) };
-                Ok((
-                    Outbound::Packed(Window::of(packer, read), PhantomData),
-                    Inbound::Unpacked(Window::of(unpacker, write), PhantomData),
-                ))
+                for (index, run) in runs {
+                    match index.checked_sub(reads.len()) {
+                        None => {
+                            // SAFETY: the memory stays borrowed exclusively
+                            // for as long as `self`, which every window
+                            // borrows; packers read only their runs and
+                            // unpackers write only theirs, none of which
+                            // overlap.
+                            let packer = unsafe { stream.packer() };
+                            sends[index] = Outbound::Packed(Window::of(packer, run), PhantomData);
+                        }
+                        Some(write) => {
+                            // SAFETY: as for the packers above.
+                            let unpacker = unsafe { stream.restarted() };
+                            recvs[write] =
+                                Inbound::Unpacked(Window::of(unpacker, run), PhantomData);
+                        }
+                    }
+                }
             }
-            Pieces::Shared(_) | Pieces::Packed(..) => Err(wrong_way("written")),
+            Pieces::Shared(_) | Pieces::Packed(..) => return Err(wrong_way("written")),
         }
+        Ok((sends, recvs))
     }
 }
 
@@ -393,7 +431,9 @@ impl<'a> Segments<'a> {
     }
 
     /// The segments of at most `segment` bytes (at least one element of
-    /// `element` bytes), in order.
+    /// `element` bytes), in order; one empty segment where there is no
+    /// data, so that a process that passed a count of 0 still meets the
+    /// others' messages (and fails where their counts differ).
     /// (An iterator that does not borrow the data: no allocation on the
     /// path of every short reduction.)
     pub(crate) fn ranges(
@@ -401,9 +441,36 @@ impl<'a> Segments<'a> {
         segment: usize,
         element: usize,
     ) -> impl Iterator<Item = Range<usize>> + use<> {
-        let len = self.len;
-        let step = (segment / element.max(1)).max(1) * element.max(1);
-        (0..len.div_ceil(step)).map(move |k| k * step..((k + 1) * step).min(len))
+        segment_ranges(self.len, segment, element, false)
+    }
+
+    /// [`Segments::ranges`] whose last segment is always shorter than a
+    /// whole one (empty where the data is a whole number of segments),
+    /// for algorithms run a segment at a time without first agreeing on
+    /// the length (the scans): a process with fewer segments than a
+    /// partner ends on a segment whose length differs from the partner's
+    /// there, which both see, instead of leaving the partner waiting
+    /// unawares for segments that never come.
+    pub(crate) fn ranges_ending_short(
+        &self,
+        segment: usize,
+        element: usize,
+    ) -> impl Iterator<Item = Range<usize>> + use<> {
+        segment_ranges(self.len, segment, element, true)
+    }
+
+    /// Runs `reduce` on each of `segments` in turn (each loaded: see
+    /// [`Segments::load`]) and leaves its result in the output.
+    pub(crate) async fn each(
+        &mut self,
+        segments: impl Iterator<Item = Range<usize>>,
+        mut reduce: impl AsyncFnMut(&mut [u8]) -> Result<()>,
+    ) -> Result<()> {
+        for segment in segments {
+            reduce(self.load(segment.clone())?).await?;
+            self.store(segment)?;
+        }
+        Ok(())
     }
 
     /// Segment `range`, holding the input's data, to reduce in place;
@@ -447,6 +514,31 @@ impl<'a> Segments<'a> {
             _ => Ok(()),
         }
     }
+}
+
+/// The length of a segment of at most `segment` bytes, whole elements of
+/// `element` bytes (at least one).
+pub(crate) fn segment_step(segment: usize, element: usize) -> usize {
+    (segment / element.max(1)).max(1) * element.max(1)
+}
+
+/// The segments of `len` bytes of data: runs of at most `segment` bytes
+/// (at least one element of `element` bytes) in order, at least one; the
+/// last shorter than a whole segment if `ending_short` (see
+/// [`Segments::ranges_ending_short`]).
+pub(crate) fn segment_ranges(
+    len: usize,
+    segment: usize,
+    element: usize,
+    ending_short: bool,
+) -> impl Iterator<Item = Range<usize>> + use<> {
+    let step = segment_step(segment, element);
+    let count = if ending_short {
+        len / step + 1
+    } else {
+        len.div_ceil(step).max(1)
+    };
+    (0..count).map(move |k| (k * step).min(len)..((k + 1) * step).min(len))
 }
 
 /// Bytes `start..start + len` of a stream's packed data, as the source or
@@ -608,4 +700,55 @@ fn wrong_way(what: &str) -> Error {
         ErrorClass::Intern,
         format!("a collective's buffer was {what} the wrong way"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ranges(len: usize, segment: usize, element: usize, short: bool) -> Vec<Range<usize>> {
+        segment_ranges(len, segment, element, short).collect()
+    }
+
+    #[test]
+    fn segments_cover_the_data_and_may_end_short() {
+        // One empty segment where there is no data.
+        for short in [false, true] {
+            let empty = ranges(0, 8, 8, short);
+            assert!(empty.len() == 1 && empty[0].is_empty(), "{empty:?}");
+        }
+        assert_eq!(ranges(16, 8, 8, false), [0..8, 8..16]);
+        assert_eq!(ranges(16, 8, 8, true), [0..8, 8..16, 16..16]);
+        assert_eq!(ranges(20, 10, 4, true), [0..8, 8..16, 16..20]);
+        // At least one element a segment.
+        assert_eq!(ranges(24, 4, 12, false), [0..12, 12..24]);
+    }
+
+    #[test]
+    fn runs_to_read_and_write_at_once_must_not_overlap() {
+        let mut data: Vec<u8> = (0..8).collect();
+        let mut pieces = Pieces::Bytes(&mut data);
+        let (sends, mut recvs) = pieces
+            .read_and_write_runs(&[6..8, 0..2, 3..3], std::slice::from_ref(&(2..4)))
+            .unwrap();
+        let sent: Vec<Vec<u8>> = sends
+            .iter()
+            .map(|send| match send {
+                Outbound::Bytes(bytes) => bytes.to_vec(),
+                Outbound::Packed(..) => panic!("bytes are sent as they lie"),
+            })
+            .collect();
+        assert_eq!(sent, [vec![6, 7], vec![0, 1], vec![]]);
+        match &mut recvs[0] {
+            Inbound::Bytes(bytes) => bytes.copy_from_slice(&[9, 9]),
+            Inbound::Unpacked(..) => panic!("bytes are received where they go"),
+        }
+        drop((sends, recvs));
+        assert_eq!(data, [0, 1, 9, 9, 4, 5, 6, 7]);
+        let mut pieces = Pieces::Bytes(&mut data);
+        let overlap = pieces
+            .read_and_write_runs(&[0..4, 4..4], &[3..5, 5..5])
+            .err();
+        assert_eq!(overlap.map(|e| e.class()), Some(ErrorClass::Intern));
+    }
 }

@@ -11,7 +11,10 @@
 //! min/max-loc), `mismatch` (processes that pass different counts fail
 //! alone and the job goes on), `mismatch_long` (the same of broadcasts
 //! long enough to be cut in blocks or streamed through shared memory, at
-//! a leaf and at a rank that passes data on), `errors` (the error classes of bad
+//! a leaf and at a rank that passes data on), `mismatched_reduction
+//! COLLECTIVE COUNT ODD_COUNT ODD_RANK` (a reduction where one rank passes
+//! another count, with the fatal error handler: the job must end with the
+//! error, not hang), `errors` (the error classes of bad
 //! arguments), `datatypes` (derived datatypes and structs in collectives:
 //! strided data in and out, padding skipped, gaps left alone),
 //! `large_datatypes` (broadcast, all-reduce, all-to-all and gather of
@@ -26,9 +29,9 @@ use oxmpi::collective::{
 use oxmpi::datatype::{MutView, UserDatatype, View};
 use oxmpi::traits::*;
 use oxmpi::Threading;
-use oxmpi::{Communicator, ErrorClass, Result};
+use oxmpi::{Communicator, ErrorClass, ErrorHandler, Result};
 use oxmpi_jobs::affine::{affine, composed, composition};
-use oxmpi_jobs::checks::{ensure, expect_class, fail, peak_kib, same};
+use oxmpi_jobs::checks::{ensure, expect_class, fail, same, within_pieces_bound};
 use oxmpi_jobs::program::run_check;
 use std::fmt::Debug;
 use std::process::ExitCode;
@@ -45,6 +48,7 @@ fn main() -> ExitCode {
                 "operations" => operations(&world),
                 "mismatch" => mismatch(&world),
                 "mismatch_long" => mismatch_long(&world),
+                "mismatched_reduction" => mismatched_reduction(&world),
                 "errors" => errors(&world),
                 "datatypes" => datatypes(&world),
                 "large_datatypes" => large_datatypes(&world),
@@ -606,7 +610,10 @@ fn reductions(world: &Communicator) -> Result<()> {
 fn reduce_scatter(world: &Communicator) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     let compose_op = composition();
-    for block in [0, 1, 100, 50_000] {
+    // 150 000 `i64`s a block take two rounds of the pairwise exchange,
+    // and the non-commutative ones (`u32`s) several segments from two
+    // ranks on.
+    for block in [0, 1, 100, 50_000, 150_000] {
         let total = block * size;
         let mine: Vec<i64> = (0..total).map(|i| (rank * 1000 + i) as i64).collect();
         let expected = sum_i64(0..size, total)[rank * block..(rank + 1) * block].to_vec();
@@ -630,7 +637,7 @@ fn reduce_scatter(world: &Communicator) -> Result<()> {
             &format!("non-commutative reduce-scatter-block of {block}"),
         )?;
     }
-    for scale in [1, 4000] {
+    for scale in [1, 4000, 40_000] {
         let counts: Vec<i32> = (0..size).map(|r| varying(r, scale) as i32).collect();
         let total: usize = counts.iter().map(|&c| c as usize).sum();
         let start: usize = counts[..rank].iter().map(|&c| c as usize).sum();
@@ -664,7 +671,9 @@ fn scans(world: &Communicator) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     let compose_op = composition();
     let _ = size;
-    for count in [0, 1, 1000, 100_000] {
+    // 131 072 `i64`s are one whole segment of 1 MiB (and an empty one),
+    // 300 000 three segments.
+    for count in [0, 1, 1000, 100_000, 131_072, 300_000] {
         let mine: Vec<i64> = (0..count).map(|i| (rank * 1000 + i) as i64).collect();
         let inclusive = sum_i64(0..rank + 1, count);
         let mut got = vec![0i64; count];
@@ -968,6 +977,57 @@ fn mismatched_broadcasts(
     Ok(())
 }
 
+/// `mismatched_reduction COLLECTIVE COUNT ODD_COUNT ODD_RANK`:
+/// `all_reduce`, `reduce` (to rank 0), `reduce_scatter` (block) or `scan`
+/// of `u64`s, `COUNT` of them at every rank but `ODD_RANK` (`last` for
+/// the last), `ODD_COUNT` there (per block for the reduce-scatter), with the fatal error handler. Some rank
+/// must see the mismatch and end the job with its error (the harness
+/// checks its code and message); a rank whose call returns waits for
+/// that, and fails the job if it never comes.
+fn mismatched_reduction(world: &Communicator) -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(2).collect();
+    let [collective, count, odd_count, odd_rank] = &args[..] else {
+        return Err(fail(format!(
+            "usage: mismatched_reduction COLLECTIVE COUNT ODD_COUNT ODD_RANK, not {args:?}"
+        )));
+    };
+    let parse = |text: &str| {
+        text.parse::<usize>()
+            .map_err(|e| fail(format!("count {text:?}: {e}")))
+    };
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let odd_rank = match odd_rank.as_str() {
+        "last" => size - 1,
+        other => parse(other)?,
+    };
+    let count = if rank == odd_rank {
+        parse(odd_count)?
+    } else {
+        parse(count)?
+    };
+    world.set_error_handler(ErrorHandler::Fatal);
+    let sum = SystemOperation::sum();
+    let send: Vec<u64> = (0..count * size).map(|i| i as u64).collect();
+    let mut recv = vec![0u64; count];
+    let root = world.process_at_rank(0);
+    match collective.as_str() {
+        "all_reduce" => world.all_reduce_into(&send[..count], &mut recv[..], sum)?,
+        "reduce" if rank == 0 => root.reduce_into_root(&send[..count], &mut recv[..], sum)?,
+        "reduce" => root.reduce_into(&send[..count], sum)?,
+        "reduce_scatter" => world.reduce_scatter_block_into(&send[..], &mut recv[..], sum)?,
+        "scan" => world.scan_into(&send[..count], &mut recv[..], sum)?,
+        other => return Err(fail(format!("unknown reduction {other:?}"))),
+    }
+    // This rank did not see the mismatch: another must end the job.
+    let mut never = 0u8;
+    let _ = world
+        .process_at_rank(((rank + 1) % size) as i32)
+        .receive_into(&mut never);
+    Err(fail(format!(
+        "{collective} of {count} elements returned at rank {rank} and the job went on"
+    )))
+}
+
 /// Bad arguments, the same at every rank so that all fail alike.
 fn errors(world: &Communicator) -> Result<()> {
     let (rank, size) = (world.rank(), world.size());
@@ -1247,41 +1307,6 @@ fn large_datatypes(world: &Communicator) -> Result<()> {
     Ok(())
 }
 
-/// `pieces_memory`'s bound on the growth of a process's peak memory over
-/// a collective of 32 MiB of strided data (packed whole, it would grow by
-/// 32 MiB).
-const PIECES_BOUND_KIB: u64 = 4 << 10;
-
-/// Resets this process's peak resident memory to what it holds now
-/// (`/proc/self/clear_refs`), so that the next peak measured is that of
-/// what follows alone, not of something larger before it; returns it.
-fn reset_peak() -> Result<u64> {
-    std::fs::write("/proc/self/clear_refs", "5")
-        .map_err(|e| fail(format!("resetting the peak memory: {e}")))?;
-    peak_kib()
-}
-
-/// Runs `collective` (`what`) after a barrier and checks that it grows
-/// this process's peak memory by less than [`PIECES_BOUND_KIB`].
-fn within_pieces_bound(
-    world: &Communicator,
-    what: &str,
-    collective: impl FnOnce() -> Result<()>,
-) -> Result<()> {
-    let rank = world.rank();
-    world.barrier()?;
-    let before = reset_peak()?;
-    collective()?;
-    let grown = peak_kib()?.saturating_sub(before);
-    println!("pieces_memory: rank {rank}: {what}: +{grown} KiB of peak memory");
-    ensure(grown < PIECES_BOUND_KIB, || {
-        format!(
-            "rank {rank}'s peak memory grew by {grown} KiB over {what} (bound \
-             {PIECES_BOUND_KIB} KiB): the data was packed whole"
-        )
-    })
-}
-
 /// Checks that rows `rows` of the first column of the two-column matrix
 /// `m` hold `expected(row)`, without a copy of the column.
 fn first_column_is(
@@ -1302,7 +1327,7 @@ fn first_column_is(
 
 /// `pieces_memory`: collectives of 32 MiB of strided data (packed) in
 /// all at each process, or sent or received by it, checked, each growing
-/// the process's peak resident memory by less than [`PIECES_BOUND_KIB`]:
+/// the process's peak resident memory by less than `checks::PIECES_BOUND_KIB`:
 /// a broadcast of a strided column, through shared memory or by
 /// messages; an all-to-all of strided blocks; a gather to and a scatter
 /// from rank 0 of a block of a column from or into each process; an
@@ -1310,8 +1335,9 @@ fn first_column_is(
 /// order) of strided elements; and an all-to-all of varying counts of
 /// them; and a broadcast and an all-to-all from contiguous buffers into
 /// strided ones; the in-place all-to-alls of strided blocks
-/// (`pieces_memory_in_place`); and all-reduces and reduces of a strided
-/// column (`pieces_memory_reductions`). Every buffer is allocated and touched
+/// (`pieces_memory_in_place`); all-reduces and reduces of a strided
+/// column (`pieces_memory_reductions`); and its scans and reduce-scatters
+/// (`pieces_memory_scans`). Every buffer is allocated and touched
 /// first, and smaller collectives warm the shared region.
 fn pieces_memory(world: &Communicator) -> Result<()> {
     let (rank, n) = (world.rank() as usize, world.size() as usize);
@@ -1469,7 +1495,9 @@ fn pieces_memory(world: &Communicator) -> Result<()> {
         "the strided all-to-all-v",
     )?;
     pieces_memory_in_place(world, &mut data, block, &blocks, &one_block, &strided)?;
-    pieces_memory_reductions(world, &mut data, &mut received, &column)
+    pieces_memory_reductions(world, &mut data, &mut received, &column)?;
+    let strided_blocks = (&blocks, &one_block, &strided);
+    pieces_memory_scans(world, &mut data, &mut received, &column, strided_blocks)
 }
 
 /// `pieces_memory` of the reductions of a strided `column` of `data`
@@ -1532,6 +1560,87 @@ fn pieces_memory_reductions(
         first_column_is(data, 0..rows, sum, "the strided in-place reduce")?;
     }
     Ok(())
+}
+
+/// `pieces_memory` of the scans and reduce-scatters of a strided `column`
+/// of `data` (each rank's own matrix of two columns, refilled before
+/// each): scan into one of `received`, and in place; exclusive scan in
+/// place; reduce-scatter of `n` strided `blocks` into `one_block` of
+/// `received`; and of varying counts, in place, of `strided` rows.
+fn pieces_memory_scans(
+    world: &Communicator,
+    data: &mut [f64],
+    received: &mut [f64],
+    column: &UserDatatype,
+    (blocks, one_block, strided): (&UserDatatype, &UserDatatype, &UserDatatype),
+) -> Result<()> {
+    let (rank, n) = (world.rank() as usize, world.size() as usize);
+    let rows = data.len() / 2;
+    let refill = |data: &mut [f64]| {
+        for (i, x) in data.iter_mut().enumerate() {
+            *x = cell(rank, i / 2, i % 2);
+        }
+    };
+    let sum_of =
+        |ranks: std::ops::Range<usize>, r: usize| ranks.map(|k| cell(k, r, 0)).sum::<f64>();
+    let sum_op = SystemOperation::sum();
+    refill(data);
+    received.fill(-1.0);
+    within_pieces_bound(world, "a 32 MiB strided scan", || {
+        let send = View::with_count_and_datatype(&*data, 1, column)?;
+        let mut recv = MutView::with_count_and_datatype(&mut *received, 1, column)?;
+        world.scan_into(&send, &mut recv, sum_op)
+    })?;
+    first_column_is(
+        received,
+        0..rows,
+        |r| sum_of(0..rank + 1, r),
+        "the strided scan",
+    )?;
+    within_pieces_bound(world, "a 32 MiB strided in-place scan", || {
+        let mut buf = MutView::with_count_and_datatype(&mut *data, 1, column)?;
+        world.scan_in_place(&mut buf, sum_op)
+    })?;
+    first_column_is(
+        data,
+        0..rows,
+        |r| sum_of(0..rank + 1, r),
+        "the strided in-place scan",
+    )?;
+    refill(data);
+    within_pieces_bound(world, "a 32 MiB strided in-place exclusive scan", || {
+        let mut buf = MutView::with_count_and_datatype(&mut *data, 1, column)?;
+        world.exclusive_scan_in_place(&mut buf, sum_op)
+    })?;
+    if rank > 0 {
+        let exclusive = |r| sum_of(0..rank, r);
+        first_column_is(
+            data,
+            0..rows,
+            exclusive,
+            "the strided in-place exclusive scan",
+        )?;
+    }
+    refill(data);
+    received.fill(-1.0);
+    let block = rows / n;
+    within_pieces_bound(world, "a 32 MiB strided reduce-scatter-block", || {
+        let send = View::with_count_and_datatype(&*data, n as i32, blocks)?;
+        let mut recv = MutView::with_count_and_datatype(&mut *received, 1, one_block)?;
+        world.reduce_scatter_block_into(&send, &mut recv, sum_op)
+    })?;
+    let mine = |r: usize| sum_of(0..n, rank * block + r);
+    first_column_is(received, 0..block, mine, "the strided reduce-scatter-block")?;
+    // The last rank takes the rows left over.
+    let counts: Vec<i32> = (0..n)
+        .map(|k| if k + 1 == n { rows - k * block } else { block } as i32)
+        .collect();
+    within_pieces_bound(world, "a 32 MiB strided in-place reduce-scatter", || {
+        let mut buf = MutView::with_count_and_datatype(&mut *data, rows as i32, strided)?;
+        world.reduce_scatter_in_place(&mut buf, &counts, sum_op)
+    })?;
+    let count = counts[rank] as usize;
+    first_column_is(data, 0..count, mine, "the strided in-place reduce-scatter")
 }
 
 /// `pieces_memory` of the in-place all-to-alls over `data` (each rank's

@@ -10,7 +10,9 @@
 //! large, with a non-commutative operation, the non-blocking rooted ones
 //! all under way at once, and the root's group mates passing each one
 //! (MPI_PROC_NULL); the error classes of bad
-//! arguments and of counts that differ between the groups), `neighbor`
+//! arguments and of counts that differ between the groups),
+//! `inter_pieces_memory` (a 32 MiB strided all-reduce and reduce between
+//! the groups add little to the peak memory), `neighbor`
 //! (the v and w neighbourhood collectives and the non-blocking form of
 //! each, on a periodic ring, a 2-d grid and a distributed graph with a
 //! repeated edge), `handler` (collectives hand their errors to the
@@ -21,12 +23,13 @@
 //! go through shared memory, on several communicators at once).
 
 use oxmpi::collective::{Partition, PartitionMut, SystemOperation};
-use oxmpi::datatype::{Buffer, BufferMut};
+use oxmpi::datatype::{Buffer, BufferMut, MutView, UserDatatype, View};
 use oxmpi::request::{scope, wait_all};
+use oxmpi::Equivalence;
 use oxmpi::Threading;
 use oxmpi::{Color, Communicator, ErrorClass, ErrorHandler, Result, PROC_NULL};
 use oxmpi_jobs::affine::{affines, composed, composition};
-use oxmpi_jobs::checks::{ensure, expect_class, fail, same};
+use oxmpi_jobs::checks::{ensure, expect_class, fail, same, within_pieces_bound};
 use oxmpi_jobs::program::run_check;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -41,6 +44,7 @@ fn main() -> ExitCode {
             let world = universe.world();
             match check.as_str() {
                 "inter" => inter(&world),
+                "inter_pieces_memory" => inter_pieces_memory(&world),
                 "neighbor" => neighbor(&world),
                 "handler" => handler(&world),
                 "alone" => alone(&world),
@@ -136,10 +140,14 @@ impl Sides {
     }
 }
 
-fn inter(world: &Communicator) -> Result<()> {
+/// The intercommunicator of the first third of world and the rest, as
+/// this process sees it (2 or more ranks): groups of unequal sizes, 1+1,
+/// 1+2, 2+2, 2+3, 2+4, 3+4, 3+5 for 2 to 8 ranks.
+fn sides(world: &Communicator) -> Result<Sides> {
     let size = world.size() as usize;
-    ensure(size >= 2, || "inter needs 2 or more ranks".into())?;
-    // Unequal groups: 1+1, 1+2, 2+2, 2+3, 2+4, 3+4, 3+5 for 2 to 8 ranks.
+    ensure(size >= 2, || {
+        "an intercommunicator needs 2 or more ranks".into()
+    })?;
     let cut = size.div_ceil(3).max(1);
     let me = world.rank() as usize;
     let in_a = me < cut;
@@ -147,7 +155,7 @@ fn inter(world: &Communicator) -> Result<()> {
         .split_by_color(Color::with_value(i32::from(in_a)))?
         .ok_or_else(|| fail("no group for a defined colour"))?;
     let inter = local.create_intercommunicator(0, world, if in_a { cut as i32 } else { 0 }, 55)?;
-    let s = Sides {
+    Ok(Sides {
         me,
         in_a,
         cut,
@@ -155,8 +163,15 @@ fn inter(world: &Communicator) -> Result<()> {
         local: inter.size() as usize,
         remote: inter.remote_size()? as usize,
         inter,
-    };
-    for len in [0, 5, 40_000] {
+    })
+}
+
+fn inter(world: &Communicator) -> Result<()> {
+    let size = world.size() as usize;
+    let s = sides(world)?;
+    let (me, cut) = (s.me, s.cut);
+    // 300 000 `i64`s are three segments of an all-reduce.
+    for len in [0, 5, 40_000, 300_000] {
         all_reduce(&s, len)?;
         reduce_scatter(&s, len)?;
     }
@@ -181,6 +196,61 @@ fn inter(world: &Communicator) -> Result<()> {
     s.inter.barrier()?;
     if me == 0 {
         println!("inter: {} and {} ranks, every collective", cut, size - cut);
+    }
+    Ok(())
+}
+
+/// A 32 MiB strided all-reduce between the groups of an
+/// intercommunicator (each process's column of a two-column matrix of
+/// `f64`, into another's), and a reduce from the second group to the
+/// first's rank 0, grow no process's peak memory by a packed copy: they
+/// go a segment at a time.
+fn inter_pieces_memory(world: &Communicator) -> Result<()> {
+    let s = sides(world)?;
+    let rows = 4 << 20;
+    let column = UserDatatype::vector(rows as i32, 1, 2, &f64::equivalent_datatype())?;
+    let cell = |id: usize, r: usize| (id * 1000 + r % 1000) as f64;
+    let data: Vec<f64> = (0..rows * 2).map(|i| cell(s.me, i / 2)).collect();
+    let mut received = vec![-1.0f64; rows * 2];
+    within_pieces_bound(
+        &s.inter,
+        "a 32 MiB strided all-reduce between groups",
+        || {
+            let send = View::with_count_and_datatype(&data[..], 1, &column)?;
+            let mut recv = MutView::with_count_and_datatype(&mut received[..], 1, &column)?;
+            s.inter
+                .all_reduce_into(&send, &mut recv, SystemOperation::sum())
+        },
+    )?;
+    let expected = |r: usize| s.remote_ids().map(|id| cell(id, r)).sum::<f64>();
+    let column_is =
+        |received: &[f64], what: &str| match (0..rows).find(|&r| received[2 * r] != expected(r)) {
+            Some(r) => Err(fail(format!(
+                "the strided {what} between groups: row {r} holds {} where {} belongs",
+                received[2 * r],
+                expected(r)
+            ))),
+            None => Ok(()),
+        };
+    column_is(&received, "all-reduce")?;
+    // A reduce to the first group's rank 0 from the second group.
+    received.fill(-1.0);
+    let root = s.in_a && s.rank == 0;
+    within_pieces_bound(&s.inter, "a 32 MiB strided reduce between groups", || {
+        if root {
+            let mut recv = MutView::with_count_and_datatype(&mut received[..], 1, &column)?;
+            s.inter
+                .reduce_from_remote_group(&mut recv, SystemOperation::sum())
+        } else if s.in_a {
+            s.inter.pass_remote_group_collective()
+        } else {
+            let send = View::with_count_and_datatype(&data[..], 1, &column)?;
+            s.inter
+                .reduce_to_remote_group(0, &send, SystemOperation::sum())
+        }
+    })?;
+    if root {
+        column_is(&received, "reduce")?;
     }
     Ok(())
 }
