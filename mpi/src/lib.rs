@@ -75,7 +75,9 @@
 //! # Environment
 //! Every `OXMPI_*` variable is listed in README.md; the ones this crate
 //! reads are `OXMPI_TRANSPORTS` (see [`TRANSPORTS_ENV`]) and
-//! `OXMPI_ASYNC_PROGRESS` (see [`rma::ASYNC_PROGRESS_ENV`]), plus the
+//! `OXMPI_ASYNC_PROGRESS` (see [`rma::ASYNC_PROGRESS_ENV`]),
+//! `OXMPI_COLL_SHM` and `OXMPI_CHECK_COUNTS` (see
+//! [`collective::CHECK_COUNTS_ENV`]), plus the
 //! device's and the transports' own.
 
 // `#[derive(Equivalence)]` writes `::oxmpi::...`; this lets the crate's
@@ -202,6 +204,20 @@ fn lock_state() -> MutexGuard<'static, State> {
             CONTENDERS.fetch_sub(1, Ordering::Relaxed);
             guard
         }
+    }
+}
+
+/// An on/off setting from the environment variable `name`: `1` on, `0` or
+/// unset off, anything else an `MPI_ERR_ARG` error that says what `1`
+/// does (`meaning_of_1`).
+pub(crate) fn switch_from_env(name: &str, meaning_of_1: &str) -> Result<bool> {
+    match std::env::var(name).as_deref() {
+        Err(_) | Ok("0") => Ok(false),
+        Ok("1") => Ok(true),
+        Ok(other) => Err(Error::new(
+            ErrorClass::Arg,
+            format!("{name}={other:?}: set it to 1 ({meaning_of_1}) or 0"),
+        )),
     }
 }
 
@@ -362,6 +378,7 @@ pub fn initialize_with_threading(threading: Threading) -> Result<(Universe, Thre
     });
     let setting = std::env::var(TRANSPORTS_ENV).ok();
     let async_progress = rma::progress::wanted()?;
+    collective::read_count_checking()?;
     let transports = start_transports(setting.as_deref(), TRANSPORTS, &job)?;
     let mut device = Device::new(pmi, job.clone(), transports)?;
     rma::install(&mut device);

@@ -34,6 +34,8 @@ fn job(program: &str, check: &str, ranks: usize, env: &[(&str, &str)], bound: u6
 }
 
 const TCP: [(&str, &str); 1] = [("OXMPI_TRANSPORTS", "tcp")];
+const TCP_CHECKING_COUNTS: [(&str, &str); 2] =
+    [("OXMPI_TRANSPORTS", "tcp"), ("OXMPI_CHECK_COUNTS", "1")];
 
 /// Environment variables of a job.
 type Env<'a> = &'a [(&'a str, &'a str)];
@@ -256,12 +258,19 @@ fn reductions_whose_counts_differ_end_the_job_with_the_error() {
         ("reduce_scatter", "reduce-scatter"),
         ("scan", "scan"),
     ];
-    // The odd rank is the reduce's root, or a leaf.
+    // The odd rank is the reduce's root, or a leaf. Over shared memory the
+    // stamps in the region tell the lengths apart at no cost; by messages
+    // the processes agree on their length only when asked to
+    // (`OXMPI_CHECK_COUNTS=1`: without it several of these hang).
     let ways: [(Env, usize, &[&str]); 4] = [
         (&[], 2, &["last"]),
         (&[], 3, &["0", "last"]),
-        (&[("OXMPI_COLL_SHM", "0")], 3, &["0", "last"]),
-        (&TCP, 3, &["0", "last"]),
+        (
+            &[("OXMPI_COLL_SHM", "0"), ("OXMPI_CHECK_COUNTS", "1")],
+            3,
+            &["0", "last"],
+        ),
+        (&TCP_CHECKING_COUNTS, 3, &["0", "last"]),
     ];
     for collective in collectives {
         for (count, odd_count) in cases {
@@ -272,6 +281,23 @@ fn reductions_whose_counts_differ_end_the_job_with_the_error() {
             }
         }
     }
+}
+
+#[test]
+fn a_count_checking_setting_other_than_0_or_1_fails_initialize() {
+    let mut c = Command::new(bins().oxrun());
+    c.args(["-n", "2"])
+        .arg(bins().bin("collectives"))
+        .arg("data")
+        .env("OXMPI_CHECK_COUNTS", "yes");
+    let out = run(c, Duration::from_secs(30));
+    assert!(!out.status.success(), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("MPI_ERR_ARG: OXMPI_CHECK_COUNTS=\"yes\": set it to 1"),
+        "{}",
+        out.stderr
+    );
 }
 
 #[test]

@@ -814,7 +814,8 @@ const AGREEMENT: usize = REDUCE_SHORT + 16;
 /// The least and most bytes of reduction data among the processes a
 /// process has heard of: carried in messages of [`AGREEMENT`] bytes by
 /// the processes whose data is longer than [`REDUCE_SHORT`] before they
-/// reduce it (`agree_*`), so that processes that passed different counts
+/// reduce it (`agree_*`), where counts are checked (`OXMPI_CHECK_COUNTS=1`,
+/// [`super::CHECK_COUNTS_ENV`]), so that processes that passed different counts
 /// never go on to different algorithms or numbers of segments, where one
 /// would wait for ever for messages the other never sends.
 ///

@@ -128,8 +128,41 @@ use op::{same_element_type, Reduction};
 use partition::{consecutive_blocks, disjoint_blocks, uniform_blocks};
 use schedule::{all_to_all_algorithm, AllToAllAlgorithm, REDUCE_SHORT};
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use team::{CollectiveTag, Scratch, Sequence};
 use typed::{Inbound, Input, Outbound, Output, Pieces, Segments};
+
+/// The environment variable that makes the reductions that go by
+/// messages agree on their data's length before they reduce it (`1`), so
+/// that processes that passed different counts fail with
+/// `MPI_ERR_COUNT` instead of waiting for each other. Off (`0`, the
+/// default) since the agreement costs every all-reduce and reduce by
+/// messages longer than 2 KiB one more run of small messages (about 5 us
+/// between two ranks over TCP loopback): a debugging aid, as MPICH's and
+/// Open MPI's collective checks are. Every process of a job must be given
+/// the same value. The checks that cost no message (lengths of messages
+/// received, stamps in the shared region) are always made.
+pub const CHECK_COUNTS_ENV: &str = "OXMPI_CHECK_COUNTS";
+
+/// [`CHECK_COUNTS_ENV`] as initialize read it.
+static CHECKS_COUNTS: AtomicBool = AtomicBool::new(false);
+
+/// Reads [`CHECK_COUNTS_ENV`] (at initialize): an error for a value other
+/// than `0` or `1`.
+pub(crate) fn read_count_checking() -> Result<()> {
+    let on = crate::switch_from_env(
+        CHECK_COUNTS_ENV,
+        "reductions by messages agree on their length first",
+    )?;
+    CHECKS_COUNTS.store(on, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Whether a reduction by messages whose data is longer than
+/// [`REDUCE_SHORT`] agrees on its length first ([`CHECK_COUNTS_ENV`]).
+fn agrees_on_length(len: usize) -> bool {
+    len > REDUCE_SHORT && CHECKS_COUNTS.load(Ordering::Relaxed)
+}
 
 /// Whether a collective runs to its end in the call (blocking) or is
 /// started to be completed later (non-blocking): only a blocking one may
@@ -268,7 +301,9 @@ impl Communicator {
         }
         let team = self.team(sequence, CollectiveTag::AllReduce)?;
         team.complete(async {
-            algorithms::agree_all_reduce_length(&team, acc.len()).await?;
+            if agrees_on_length(acc.len()) {
+                algorithms::agree_all_reduce_length(&team, acc.len()).await?;
+            }
             let segments = acc.ranges(REDUCTION_SEGMENT, unit);
             acc.each(segments, async |data| {
                 algorithms::all_reduce(&team, data, red).await
@@ -307,7 +342,7 @@ impl Communicator {
         }
         let team = self.team(sequence, CollectiveTag::AllReduce)?;
         team.complete(async {
-            if data.len() > REDUCE_SHORT {
+            if agrees_on_length(data.len()) {
                 algorithms::agree_all_reduce_length(&team, data.len()).await?;
             }
             algorithms::all_reduce(&team, data, red).await
@@ -339,7 +374,7 @@ impl Communicator {
         }
         let team = self.team(sequence, CollectiveTag::Reduce)?;
         team.complete(async {
-            if node.is_none() && acc.len() > REDUCE_SHORT {
+            if node.is_none() && agrees_on_length(acc.len()) {
                 algorithms::agree_reduce_length(&team, root, red.is_commutative(), acc.len())
                     .await?;
             }

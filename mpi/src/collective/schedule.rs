@@ -20,7 +20,8 @@ const BROADCAST_LONG: usize = 512 * 1024;
 const BROADCAST_MIN_PROCESSES: usize = 3;
 /// Reductions of more bytes than this use Rabenseifner's algorithm
 /// (`MPIR_CVAR_REDUCE_SHORT_MSG_SIZE`, `MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE`);
-/// only they agree on their length first (`algorithms::agree_on_length`).
+/// only they agree on their length first, where counts are checked
+/// (`OXMPI_CHECK_COUNTS=1`, `algorithms::agree_all_reduce_length`).
 pub(crate) const REDUCE_SHORT: usize = 2048;
 /// All-gathers of fewer bytes in all than this use Bruck's algorithm on
 /// non-power-of-two teams (`MPIR_CVAR_ALLGATHER_SHORT_MSG_SIZE`).

@@ -8,7 +8,7 @@
 //! sleeps in the kernel once the spin time has passed with nothing to
 //! do, waking when a transport has work. It stops at finalize.
 
-use crate::{progress_until, Error, ErrorClass, Result};
+use crate::{progress_until, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::thread::JoinHandle;
@@ -22,14 +22,7 @@ static THREAD: Mutex<Option<JoinHandle<()>>> = Mutex::new(None);
 /// Whether the environment asks for the thread; an error for a value
 /// other than `0` or `1`.
 pub(crate) fn wanted() -> Result<bool> {
-    match std::env::var(ASYNC_PROGRESS_ENV).as_deref() {
-        Err(_) | Ok("0") => Ok(false),
-        Ok("1") => Ok(true),
-        Ok(other) => Err(Error::new(
-            ErrorClass::Arg,
-            format!("{ASYNC_PROGRESS_ENV}={other:?}: set it to 1 (a progress thread) or 0"),
-        )),
-    }
+    crate::switch_from_env(ASYNC_PROGRESS_ENV, "a progress thread")
 }
 
 /// Starts the thread (MPI is running).
