@@ -390,16 +390,18 @@ impl Communicator {
         sequence: Sequence,
         buf: &B,
     ) -> Result<()> {
-        // The algorithm takes one mutable buffer at every member; the
-        // root's is a copy of its data.
-        let mut data = Input::new(buf)?.bytes().to_vec();
+        // The root sends its data, as it lies (packed a piece at a time
+        // where it is not contiguous), to the other group's rank 0, which
+        // broadcasts it in its group (`broadcast_from_remote_future`): the
+        // root's buffer is only read, so it needs no copy.
+        let view = buf.view();
+        let data = Pieces::of_view(&view)?;
         let team = self.rooted(sequence, CollectiveTag::Broadcast, None)?;
         let all = team.all();
-        all.complete(algorithms::broadcast(
-            &all,
-            0,
-            &mut Pieces::Bytes(&mut data),
-        ))
+        all.complete(async {
+            all.exchange_data(vec![(1, data.outbound(0..data.len())?)], Vec::new())
+                .await
+        })
         .await
     }
 
@@ -437,16 +439,24 @@ impl Communicator {
         root: i32,
         buf: &mut B,
     ) -> Result<()> {
-        let mut output = Output::new(buf)?;
+        // Received in place, unpacked a piece at a time where the buffer
+        // is not contiguous: by rank 0 from the root, then down this
+        // group's broadcast from it.
+        let mut data = Pieces::into_view(buf.view_mut())?;
         let team = self.rooted(sequence, CollectiveTag::Broadcast, Some(root))?;
-        let all = team.all();
-        all.complete(algorithms::broadcast(
-            &all,
-            0,
-            &mut Pieces::Bytes(output.bytes_mut()),
-        ))
-        .await?;
-        output.finish()
+        if team.leads_group() {
+            let all = team.all();
+            let len = data.len();
+            all.complete(async {
+                all.exchange_data(Vec::new(), vec![(0, data.inbound(0..len)?)])
+                    .await
+            })
+            .await?;
+        }
+        let group = team.group();
+        group
+            .complete(algorithms::broadcast(&group, 0, &mut data))
+            .await
     }
 
     /// Receives into `recv`, at this process, the root, the reduction by

@@ -252,6 +252,44 @@ fn inter_pieces_memory(world: &Communicator) -> Result<()> {
     if root {
         column_is(&received, "reduce")?;
     }
+    // A broadcast from the first group's rank 0 to the second group: sent
+    // and received as the columns lie, the rows between them untouched.
+    received.fill(-1.0);
+    within_pieces_bound(
+        &s.inter,
+        "a 32 MiB strided broadcast between groups",
+        || {
+            if root {
+                let send = View::with_count_and_datatype(&data[..], 1, &column)?;
+                s.inter.broadcast_to_remote_group(&send)
+            } else if s.in_a {
+                s.inter.pass_remote_group_collective()
+            } else {
+                let mut recv = MutView::with_count_and_datatype(&mut received[..], 1, &column)?;
+                s.inter.broadcast_from_remote_group(0, &mut recv)
+            }
+        },
+    )?;
+    if !s.in_a {
+        let root_id = s
+            .remote_ids()
+            .next()
+            .ok_or_else(|| fail("no remote group"))?;
+        let wrong = (0..rows * 2).find(|&i| {
+            let expected = if i % 2 == 0 {
+                cell(root_id, i / 2)
+            } else {
+                -1.0
+            };
+            received[i] != expected
+        });
+        if let Some(i) = wrong {
+            return Err(fail(format!(
+                "the strided broadcast between groups: element {i} holds {}",
+                received[i]
+            )));
+        }
+    }
     Ok(())
 }
 
