@@ -291,8 +291,8 @@ impl Communicator {
         if self.is_inter_communicator() {
             return self.inter_all_reduce(sequence, acc, red).await;
         }
-        if let Some(node) = node.filter(|node| node.all_reduces_staged(whole.len(), unit)) {
-            return in_collective("all-reduce", node.all_reduce_staged(sequence.0, acc, red));
+        if let Some(node) = node.filter(|node| node.all_reduces_long(whole.len(), unit)) {
+            return in_collective("all-reduce", node.all_reduce_long(sequence.0, acc, red));
         }
         if node.is_some() || whole.len() <= REDUCTION_SEGMENT {
             let data = acc.load(whole.clone())?;
@@ -329,11 +329,11 @@ impl Communicator {
             return self.inter_all_reduce(sequence, &mut acc, red).await;
         }
         if let Some(node) = node {
-            if node.all_reduces_staged(data.len(), red.unit_size()) {
+            if node.all_reduces_long(data.len(), red.unit_size()) {
                 let mut acc = Segments::new(None, Some(Pieces::Bytes(data)))?;
                 return in_collective(
                     "all-reduce",
-                    node.all_reduce_staged(sequence.0, &mut acc, red),
+                    node.all_reduce_long(sequence.0, &mut acc, red),
                 );
             }
             if node.all_reduces_by_slots(data.len(), red.unit_size()) {

@@ -459,6 +459,17 @@ impl<'a> Segments<'a> {
         segment_ranges(self.len, segment, element, true)
     }
 
+    /// The input's bytes (`None` in place) and the output's, where both
+    /// are contiguous (and there is an output): for reductions that move
+    /// data between the processes' buffers themselves.
+    pub(crate) fn contiguous(&mut self) -> Option<(Option<&[u8]>, &mut [u8])> {
+        let output = self.output.as_mut()?.bytes_mut()?;
+        match &self.input {
+            None => Some((None, output)),
+            Some(input) => Some((Some(input.bytes()?), output)),
+        }
+    }
+
     /// Runs `reduce` on each of `segments` in turn (each loaded: see
     /// [`Segments::load`]) and leaves its result in the output.
     pub(crate) async fn each(

@@ -570,6 +570,9 @@ fn reductions(world: &Communicator) -> Result<()> {
     let mut got = vec![0f64; count];
     world.all_reduce_into(&mine[..], &mut got[..], sum)?;
     same(&got, &expected, "all-reduce of 8 MiB of f64")?;
+    let mut buf = mine.clone();
+    world.all_reduce_in_place(&mut buf[..], sum)?;
+    same(&buf, &expected, "in-place all-reduce of 8 MiB of f64")?;
     let p = world.process_at_rank(0);
     if rank == 0 {
         let mut got = vec![0f64; count];
@@ -578,7 +581,18 @@ fn reductions(world: &Communicator) -> Result<()> {
     } else {
         p.reduce_into(&mine[..], sum)?;
     }
-    // Not commutative: combined in rank order, whatever the root.
+    // Not commutative: combined in rank order, whatever the root (the
+    // all-reduce of 3 MiB long enough to go between the processes'
+    // buffers by single copies).
+    let count = 3 << 18;
+    let mine: Vec<u32> = (0..count).map(|i| affine(rank, i)).collect();
+    let mut got = vec![0u32; count];
+    world.all_reduce_into(&mine[..], &mut got[..], &compose_op)?;
+    same(
+        &got,
+        &composed(0..size, count),
+        "non-commutative all-reduce of 3 MiB",
+    )?;
     for count in [1, 100, 600, 20_000] {
         let mine: Vec<u32> = (0..count).map(|i| affine(rank, i)).collect();
         let expected = composed(0..size, count);
@@ -1251,6 +1265,22 @@ fn large_datatypes(world: &Communicator) -> Result<()> {
         "in-place all-reduce of a strided column",
     )?;
     untouched(&data, rank, "in-place all-reduce of a strided column")?;
+    // The same where the even ranks pass strided columns and the others
+    // contiguous buffers (long enough for single copies between buffers,
+    // which only the contiguous ones have).
+    if rank % 2 == 0 {
+        let mut data = matrix(rank);
+        {
+            let mut view = MutView::with_count_and_datatype(&mut data[..], 1, &column)?;
+            world.all_reduce_in_place(&mut view, SystemOperation::sum())?;
+        }
+        same(&first(&data), &expected, "mixed all-reduce, a column")?;
+        untouched(&data, rank, "mixed all-reduce, a column")?;
+    } else {
+        let mut plain = first(&mine);
+        world.all_reduce_in_place(&mut plain[..], SystemOperation::sum())?;
+        same(&plain, &expected, "mixed all-reduce, a contiguous buffer")?;
+    }
 
     // All-to-all of blocks of a column: block `to` of rank `from` lands
     // as block `from` at rank `to`.
