@@ -143,18 +143,23 @@ impl Path {
     }
 
     /// Starts a fetching operation into `result` (`len` bytes at
-    /// `result`): a get (`fetch: None`), a fetching accumulate of `data`
-    /// (`Some((element, op, data))`), or a compare-and-swap
-    /// (`swap: Some(compare ++ origin)`). Returns the request that
-    /// completes when the result is in place, or `None` when it is in
-    /// place already (the direct and RDMA paths).
+    /// `result`): a get, a fetching accumulate or a compare-and-swap
+    /// ([`Fetch`]). Returns the request that completes when the result is
+    /// in place, or `None` when it is in place already (the direct and
+    /// RDMA paths).
     ///
-    /// Inlined, as [`Path::put`].
+    /// Always inlined (its one caller, `Window::start_fetch`, is inlined
+    /// in each fetching operation): where the operation is known, as a
+    /// get, only its arms are left, and a get on the direct path is then
+    /// a range check and a copy in the caller, as a put is; the other
+    /// operations and paths are calls. With `#[inline]` alone the
+    /// compiler kept the whole of it out of line, and a get paid a call
+    /// that returned its result through memory.
     ///
     /// # Safety
     /// `result` must be writable for `len` bytes, and not otherwise
     /// accessed, until the returned request completes.
-    #[inline]
+    #[inline(always)]
     pub(crate) unsafe fn fetch(
         &self,
         to: &Target<'_>,
@@ -308,7 +313,9 @@ fn put_active(to: &Target<'_>, disp: u64, data: &[u8]) -> Result<()> {
 }
 
 /// [`Path::flush`] by active messages: sends what is queued and waits
-/// for every reply.
+/// for every reply. Never inlined: inlined, it made `Path::flush` too
+/// large to inline, and a flush on the direct path paid a call.
+#[inline(never)]
 fn flush_active(path: &Path, to: &Target<'_>) -> Result<()> {
     path.send_queued(to)?;
     progress_until(|_| Ok((to.shared.state().outstanding[to.rank] == 0).then_some(())))
