@@ -762,6 +762,10 @@ pub struct Device {
     active_handler: Option<Box<dyn ActiveMessageHandler>>,
     /// Turns of [`Device::check_device`] so far, to know the full ones.
     turns: u32,
+    /// The transports (a bit each) that hold back the packets of the
+    /// answers being sent to a poll's active messages
+    /// ([`Transport::begin_batch`]); zero outside that.
+    batching: u32,
 }
 
 /// A transport with a one-sided channel, as [`Device::rdma_channel`]
@@ -1024,6 +1028,7 @@ impl Device {
             sleepers: 0,
             active_handler: None,
             turns: 0,
+            batching: 0,
         })
     }
 
@@ -1148,11 +1153,19 @@ impl Device {
         Ok(header)
     }
 
-    /// Hands the active messages that arrived to the handler.
+    /// Hands the active messages that arrived to the handler. The
+    /// answers it sends are a batch ([`Transport::begin_batch`]): a
+    /// window of gets answered in one poll leaves in a few writes, not
+    /// one per get.
     fn deliver_active(&mut self) {
         let Some(mut handler) = self.active_handler.take() else {
             return;
         };
+        for (t, transport) in self.transports.iter_mut().enumerate() {
+            if transport.begin_batch() {
+                self.batching |= 1 << t;
+            }
+        }
         while let Some(message) = self.core.active.pop_front() {
             let peer = message.peer;
             if let Err(e) = handler.handle(self, &message) {
@@ -1166,6 +1179,11 @@ impl Device {
         }
         handler.handled_all(self);
         self.active_handler = Some(handler);
+        while self.batching != 0 {
+            let t = self.batching.trailing_zeros() as usize;
+            self.batching &= self.batching - 1;
+            self.transports[t].end_batch();
+        }
     }
 
     /// How many peers this process has lost so far (it only grows): a
@@ -1337,9 +1355,12 @@ impl Device {
     /// transport still has data waiting to leave (a stream of them: the
     /// rendezvous's CTS going the other way keeps TCP from stalling on a
     /// one-way flow, and its data lanes from 1 MiB carry more), it is a
-    /// standard send. The request completes once `buf` is free again. A
-    /// receiver that finds no posted receive for a ready packet fails
-    /// the sender, as a protocol error.
+    /// standard send; but while the transport holds back the answers to
+    /// a poll's active messages ([`Transport::begin_batch`]), one up to
+    /// the limit is a zero-copy ready packet too, which it holds without
+    /// a copy and writes with the others. The request completes once
+    /// `buf` is free again. A receiver that finds no posted receive for
+    /// a ready packet fails the sender, as a protocol error.
     ///
     /// # Safety
     /// As [`Device::start_send`]'s.
@@ -1352,10 +1373,13 @@ impl Device {
     ) -> Result<RequestId> {
         let t = self.bind(peer)?;
         let transport = &self.transports[t];
-        let standard = len <= self.core.eager_limits[t]
-            || transport.offers_remote_copy(peer)
+        let standard = transport.offers_remote_copy(peer)
             || self.core.reads_all[t]
-            || transport.has_pending_sends();
+            || if len <= self.core.eager_limits[t] {
+                self.batching & (1 << t) == 0
+            } else {
+                transport.has_pending_sends()
+            };
         if standard {
             // SAFETY: the caller's guarantee, passed on.
             return unsafe { self.start_send(peer, envelope, buf, len, false) };

@@ -274,6 +274,24 @@ pub trait Transport: Send {
     /// leave this process. Finalize polls until it is not.
     fn has_pending_sends(&self) -> bool;
 
+    /// The device starts sending the answers to the active messages of
+    /// one poll (a target's one-sided replies and gets' data): until
+    /// [`Transport::end_batch`], the transport may hold back the packets
+    /// of at most [`Transport::eager_limit`] payload bytes it is given and
+    /// write them together then, in the order they were sent (one system
+    /// call for several, where each would take its own). Returns whether
+    /// it does: the device then sends ready messages up to the eager
+    /// limit as zero-copy packets ([`Transport::send_zcopy`]), which are
+    /// held without a copy. The default holds nothing back.
+    fn begin_batch(&mut self) -> bool {
+        false
+    }
+
+    /// Ends what [`Transport::begin_batch`] began: writes what was held
+    /// back, as much as the sockets take (the rest leaves from later
+    /// polls). A peer lost in the write is reported from the next poll.
+    fn end_batch(&mut self) {}
+
     /// Whether rendezvous data with `peer` may move by remote memory copy
     /// ([`Transport::remote_read`], [`Transport::remote_write`]). A
     /// transport without remote memory access keeps the default, `false`.

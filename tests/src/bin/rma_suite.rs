@@ -26,7 +26,9 @@
 //! whose data streams behind their header into the target's window in
 //! pieces of at most 1 MiB, at sizes on both sides of each threshold, to
 //! the next rank and to the rank itself, contiguous and through derived
-//! origin and result datatypes; accumulates below and from 1 MiB,
+//! origin and result datatypes; a window of 64 gets from 16 KiB to just
+//! beyond 64 KiB, which the target answers in one poll; accumulates
+//! below and from 1 MiB,
 //! followed by small ones that must find them applied; refused ones in a
 //! dynamic window, after which the next land whole, and a put of two
 //! pieces whose first fits a region and whose whole does not, refused
@@ -769,6 +771,38 @@ fn by_message(world: &Communicator) -> Result<()> {
             world.barrier()?;
         }
     }
+    // A window of 64 gets to consecutive slots, at sizes up to TCP's
+    // eager limit and one beyond it: the target answers them in one
+    // poll, the data of those up to the limit held back and written
+    // together (TCP's batch), the one beyond written at once behind
+    // what was held.
+    const WINDOW_GETS: [usize; 5] = [16_384, 40_000, 65_536, 65_537, 16_383];
+    let lens: Vec<usize> = (0..64).map(|k| WINDOW_GETS[k % 5]).collect();
+    let total: usize = lens.iter().sum();
+    window.write_local(DISP, &by_message_bytes(rank, 1000, total))?;
+    world.barrier()?;
+    let t = next as i32;
+    let mut back = vec![0u8; total];
+    window.lock(LockType::Shared, t, 0)?;
+    oxmpi::request::scope(|scope| -> Result<()> {
+        let mut requests = Vec::with_capacity(lens.len());
+        let mut rest = &mut back[..];
+        let mut disp = DISP;
+        for &n in &lens {
+            let (part, after) = std::mem::take(&mut rest).split_at_mut(n);
+            requests.push(window.rget(scope, part, t, disp)?);
+            rest = after;
+            disp += n;
+        }
+        oxmpi::request::wait_all(requests).map(drop)
+    })?;
+    window.unlock(t)?;
+    same(
+        &back,
+        &by_message_bytes(next, 1000, total),
+        "a window of 64 gets read back",
+    )?;
+    world.barrier()?;
     // Through derived datatypes: every other word of the origin, into
     // every other word of the result, by request-based gets too.
     for &n in &BY_MESSAGE_SIZES {

@@ -599,6 +599,11 @@ pub struct TcpTransport {
     /// Where a small packet is put together before its one `send` (kept,
     /// so that no send allocates or clears a buffer).
     packet: Vec<u8>,
+    /// Between `begin_batch` and `end_batch`: packets of at most the
+    /// eager limit stay queued, to leave together at the batch's end.
+    batching: bool,
+    /// The peers with packets held back in this batch.
+    held: Vec<PeerRank>,
 }
 
 // SAFETY: the raw pointers in queued zero-copy packets refer to memory the
@@ -658,6 +663,8 @@ impl TcpTransport {
             polls_since_epoll: 0,
             ready: Vec::new(),
             packet: Vec::with_capacity(HEADER_LEN + COPY_SEND_MAX),
+            batching: false,
+            held: Vec::new(),
         })
     }
 
@@ -878,7 +885,8 @@ impl TcpTransport {
     }
 
     /// Queues a packet for `peer`'s packet connection (connecting first if
-    /// there is none) and writes what the socket takes.
+    /// there is none) and writes what the socket takes; in a batch, a
+    /// packet of at most the eager limit is held back for its end.
     fn enqueue(&mut self, peer: PeerRank, packet: Outgoing) -> Result<()> {
         if let Some(e) = &self.peers[peer].failed {
             return Err(e.clone());
@@ -889,7 +897,14 @@ impl TcpTransport {
             // takes back).
             self.connect(peer, Channel::Packets)?;
         }
+        let hold = self.batching && packet.payload().len() <= self.config.eager_limit;
         self.peers[peer].queue.push_back(packet);
+        if hold {
+            if !self.held.contains(&peer) {
+                self.held.push(peer);
+            }
+            return Ok(());
+        }
         if let Some(index) = self.peers[peer].packets {
             if let Err(e) = self.flush_conn(index) {
                 self.fail_peer(peer, lost(peer, e));
@@ -1600,5 +1615,32 @@ impl Transport for TcpTransport {
             .iter()
             .any(|p| !p.queue.is_empty() || p.lanes.iter().any(|lane| !lane.queue.is_empty()))
             || !self.completed.is_empty()
+    }
+
+    /// Holds back packets up to the eager limit: a window of 64 one-sided
+    /// gets of 16 KiB, answered in one poll, was 64 `writev`s, one per
+    /// get's data; held, they leave 8 packets to a `writev`
+    /// (`flush_queue`).
+    fn begin_batch(&mut self) -> bool {
+        self.batching = true;
+        true
+    }
+
+    fn end_batch(&mut self) {
+        self.batching = false;
+        // Taken out while the peers are flushed, and put back (emptied)
+        // to keep its room.
+        let mut held = std::mem::take(&mut self.held);
+        for &peer in &held {
+            let Some(index) = self.peers[peer].packets else {
+                // Not connected yet: the packets leave once it is.
+                continue;
+            };
+            if let Err(e) = self.flush_conn(index) {
+                self.fail_peer(peer, lost(peer, e));
+            }
+        }
+        held.clear();
+        self.held = held;
     }
 }

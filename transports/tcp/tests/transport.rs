@@ -21,7 +21,9 @@
 //!   that carries anything but data fails the peer; a peer lost while data
 //!   waits on a lane to it fails it without completing the data;
 //! - a stranger on the listener (garbage, a wrong secret, or silence) is
-//!   refused and the job's own traffic goes on.
+//!   refused and the job's own traffic goes on;
+//! - the packets of a batch (`begin_batch` .. `end_batch`) up to the
+//!   eager limit leave at its end, in order; a larger one at once.
 //!
 //! Every wait has a deadline ([`DEADLINE`]) and fails saying what it waited
 //! for and what each rank had seen.
@@ -633,6 +635,73 @@ fn a_payload_sent_in_parts_arrives_as_their_concatenation() {
         );
     }
     assert!(b.failures.is_empty());
+}
+
+/// Packets of at most the eager limit sent in a batch (zero-copy ones,
+/// and a copied one behind them) stay in the sender until the batch
+/// ends, then arrive intact and in order; a larger one leaves at once.
+#[test]
+fn a_batch_holds_its_packets_until_it_ends() {
+    const PIECE: usize = 16 * 1024;
+    let pieces: Vec<Vec<u8>> = (0..3).map(|i| pattern(0x10 + i as u8, PIECE)).collect();
+    let small = pattern(9, 100);
+    // Declared before the transports, so they outlive any pointer to them.
+    let beyond = pattern(0x77, EAGER + 1);
+    let mut net = Net::new(2);
+    net.send(0, 1, &eager(1, 0), &[]);
+    net.run_until("the connection is up", |n| n.sinks[1].tags_from(0) == [1]);
+
+    assert!(net.t(0).begin_batch(), "TCP holds back a batch's packets");
+    for (i, piece) in pieces.iter().enumerate() {
+        // SAFETY: `pieces`, declared before the transports, outlives them.
+        unsafe { net.send_zcopy(0, 1, &eager(2 + i as i32, PIECE), piece, 2 + i as u64) };
+    }
+    net.send(0, 1, &eager(5, small.len()), &small);
+    // Only the receiver polls: in a batch, the device does not poll.
+    for _ in 0..200 {
+        net.poll_rank(1);
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    assert_eq!(
+        net.sinks[1].tags_from(0),
+        [1],
+        "packets of the batch arrived before it ended"
+    );
+    assert!(net.t(0).has_pending_sends(), "the held packets are pending");
+    net.t(0).end_batch();
+    net.run_until("the batch's packets arrived and completed", |n| {
+        n.sinks[1].tags_from(0).len() == 5 && n.sinks[0].completions.len() == 3
+    });
+    assert_eq!(net.sinks[1].tags_from(0), [1, 2, 3, 4, 5], "order");
+    for (i, piece) in pieces.iter().enumerate() {
+        assert!(
+            net.sinks[1].packet(0, 2 + i as i32).payload == *piece,
+            "payload of tag {} differs",
+            2 + i
+        );
+    }
+    assert!(net.sinks[1].packet(0, 5).payload == small);
+    assert_eq!(net.sinks[0].completions, [2, 3, 4]);
+
+    // A packet beyond the eager limit is not held: it leaves at once,
+    // with what was held before it (the socket takes it whole: its send
+    // buffer starts at several 64 KiB segments on loopback).
+    assert!(net.t(0).begin_batch());
+    // SAFETY: `pieces` and `beyond`, declared before the transports,
+    // outlive them.
+    unsafe {
+        net.send_zcopy(0, 1, &eager(6, PIECE), &pieces[0], 6);
+        net.send_zcopy(0, 1, &data(7, beyond.len()), &beyond, 7);
+    }
+    net.run_ranks_until(
+        &[1],
+        "the packet beyond the limit arrived in the batch",
+        |n| n.sinks[1].tags_from(0).len() == 7,
+    );
+    net.t(0).end_batch();
+    assert_eq!(net.sinks[1].tags_from(0), [1, 2, 3, 4, 5, 6, 7], "order");
+    assert!(net.sinks[1].packet(0, 7).payload == beyond);
+    assert!(net.sinks[0].failures.is_empty() && net.sinks[1].failures.is_empty());
 }
 
 /// A CTS header, which tells the transport that data from the peer it
