@@ -87,6 +87,24 @@ pub fn within_pieces_bound(
     })
 }
 
+/// Checks that rows `rows` of the first column of the two-column matrix
+/// `m` hold `expected(row)`, without a copy of the column.
+pub fn first_column_is(
+    m: &[f64],
+    rows: std::ops::Range<usize>,
+    expected: impl Fn(usize) -> f64,
+    what: &str,
+) -> Result<()> {
+    match rows.clone().find(|&r| m[2 * r] != expected(r)) {
+        Some(r) => Err(fail(format!(
+            "{what}: row {r} holds {} where {} belongs",
+            m[2 * r],
+            expected(r)
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Checks that `result` failed with `class`.
 pub fn expect_class<T: Debug>(result: Result<T>, class: ErrorClass, what: &str) -> Result<()> {
     match result {

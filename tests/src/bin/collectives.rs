@@ -31,7 +31,7 @@ use oxmpi::traits::*;
 use oxmpi::Threading;
 use oxmpi::{Communicator, ErrorClass, ErrorHandler, Result};
 use oxmpi_jobs::affine::{affine, composed, composition};
-use oxmpi_jobs::checks::{ensure, expect_class, fail, same, within_pieces_bound};
+use oxmpi_jobs::checks::{ensure, expect_class, fail, first_column_is, same, within_pieces_bound};
 use oxmpi_jobs::program::run_check;
 use std::fmt::Debug;
 use std::process::ExitCode;
@@ -1305,24 +1305,6 @@ fn large_datatypes(world: &Communicator) -> Result<()> {
         println!("large_datatypes: {n} ranks, blocks of {block} strided f64");
     }
     Ok(())
-}
-
-/// Checks that rows `rows` of the first column of the two-column matrix
-/// `m` hold `expected(row)`, without a copy of the column.
-fn first_column_is(
-    m: &[f64],
-    rows: std::ops::Range<usize>,
-    expected: impl Fn(usize) -> f64,
-    what: &str,
-) -> Result<()> {
-    match rows.clone().find(|&r| m[2 * r] != expected(r)) {
-        Some(r) => Err(fail(format!(
-            "{what}: row {r} holds {} where {} belongs",
-            m[2 * r],
-            expected(r)
-        ))),
-        None => Ok(()),
-    }
 }
 
 /// `pieces_memory`: collectives of 32 MiB of strided data (packed) in
