@@ -73,18 +73,46 @@ pub fn within_pieces_bound(
     what: &str,
     collective: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
+    within_peak_growth(comm, what, PIECES_BOUND_KIB, collective)
+}
+
+/// [`within_pieces_bound`] with a bound of `bound_kib` KiB.
+pub fn within_peak_growth(
+    comm: &Communicator,
+    what: &str,
+    bound_kib: u64,
+    collective: impl FnOnce() -> Result<()>,
+) -> Result<()> {
     let rank = comm.rank();
     comm.barrier()?;
     let before = reset_peak()?;
     collective()?;
     let grown = peak_kib()?.saturating_sub(before);
     println!("pieces_memory: rank {rank}: {what}: +{grown} KiB of peak memory");
-    ensure(grown < PIECES_BOUND_KIB, || {
+    ensure(grown < bound_kib, || {
         format!(
             "rank {rank}'s peak memory grew by {grown} KiB over {what} (bound \
-             {PIECES_BOUND_KIB} KiB): the data was packed whole"
+             {bound_kib} KiB): the data was packed whole"
         )
     })
+}
+
+/// Checks that rows `rows` of the first column of the two-column matrix
+/// `m` hold `expected(row)`, without a copy of the column.
+pub fn first_column_is(
+    m: &[f64],
+    rows: std::ops::Range<usize>,
+    expected: impl Fn(usize) -> f64,
+    what: &str,
+) -> Result<()> {
+    match rows.clone().find(|&r| m[2 * r] != expected(r)) {
+        Some(r) => Err(fail(format!(
+            "{what}: row {r} holds {} where {} belongs",
+            m[2 * r],
+            expected(r)
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Checks that `result` failed with `class`.

@@ -148,6 +148,26 @@ fn long_strided_collectives_move_in_pieces() {
 }
 
 #[test]
+fn short_strided_all_gathers_by_bruck_hold_no_copy_of_the_whole() {
+    // Many at once, so that a copy of each one's whole would show in the
+    // peak memory; eager limits below a block keep early messages at
+    // their senders.
+    let eager = [
+        ("OXMPI_SHM_EAGER_LIMIT", "4096"),
+        ("OXMPI_TCP_EAGER_LIMIT", "4096"),
+    ];
+    let tcp = [eager[0], eager[1], TCP[0]];
+    for env in [&eager[..], &tcp[..]] {
+        let out = job("collectives", "bruck_pieces_memory", 3, env, 120);
+        assert!(
+            out.contains("all-gathers by Bruck's algorithm at once: +"),
+            "{env:?}: {out}"
+        );
+        eprint!("{env:?}: {out}");
+    }
+}
+
+#[test]
 fn every_predefined_operation_on_every_type() {
     for ranks in [1, 3, 4] {
         job("collectives", "operations", ranks, &[], 60);

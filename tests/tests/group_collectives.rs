@@ -44,8 +44,8 @@ fn intercommunicator_collectives_between_unequal_groups_with_2_to_8_ranks() {
 }
 
 #[test]
-fn long_strided_all_reduces_and_reduces_between_groups_move_in_pieces() {
-    // A segment at a time: no packed copy of the 32 MiB column.
+fn long_strided_collectives_between_groups_move_in_pieces() {
+    // A segment or a block at a time: no packed copy of the 32 MiB column.
     for env in [&[][..], &TCP[..]] {
         job(
             "inter_pieces_memory",

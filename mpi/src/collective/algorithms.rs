@@ -1306,6 +1306,30 @@ pub(crate) async fn reduce_scatter<'p>(
         }
         return Ok(());
     }
+    reduce_scatter_from_rank_0(t, input, blocks, out, unit, async |acc| {
+        binomial_reduce(t, 0, acc, red).await
+    })
+    .await
+}
+
+/// A reduce-scatter a segment of the input at a time (the last short):
+/// each segment of `input` (`None`: `out`'s data, in place) is read into
+/// a scratch of one segment, which `reduce_to_0` leaves at rank 0 as the
+/// segment's result, and rank 0 scatters the segment's parts of `blocks`
+/// (by rank), each into its place in its rank's `out`. In place, a
+/// segment's parts are written over input that this or earlier segments
+/// have read.
+pub(crate) async fn reduce_scatter_from_rank_0<'p>(
+    t: &Team<'_>,
+    mut input: Option<&mut Pieces<'p>>,
+    blocks: &[Range<usize>],
+    out: &mut Pieces<'p>,
+    unit: usize,
+    mut reduce_to_0: impl AsyncFnMut(&mut [u8]) -> Result<()>,
+) -> Result<()> {
+    let r = t.rank();
+    let mine = blocks[r].clone();
+    let mut scratch = Scratch::zeroed(0);
     let total = blocks.last().map_or(0, |b| b.end);
     for segment in segment_ranges(total, REDUCTION_SEGMENT, unit, true) {
         let acc = grown(&mut scratch, segment.len());
@@ -1313,7 +1337,7 @@ pub(crate) async fn reduce_scatter<'p>(
             .as_deref_mut()
             .unwrap_or(&mut *out)
             .read(segment.start, acc)?;
-        binomial_reduce(t, 0, acc, red).await?;
+        reduce_to_0(acc).await?;
         let part = |b: &Range<usize>| {
             let start = b.start.clamp(segment.start, segment.end);
             start..b.end.clamp(start, segment.end)

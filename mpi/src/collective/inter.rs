@@ -11,18 +11,21 @@
 //!   mates [`Communicator::pass_remote_group_collective`]
 //!   (`MPI_PROC_NULL`), which moves nothing but counts the collective,
 //!   so that every process of both groups numbers it alike. Their team
-//!   is the root and the other group ([`Rooted`]); the other group
-//!   reduces, gathers or scatters among itself by the intracommunicator
-//!   algorithms, and its rank 0 trades the whole with the root (gatherv
-//!   and scatterv go straight between the root and each process: only
-//!   the root knows the counts). Both phases share the collective's
-//!   numbered tag: their pairs of processes differ or follow each other.
+//!   is the root and the other group ([`Rooted`]). A broadcast or
+//!   reduce runs the intracommunicator algorithm in the other group, whose
+//!   rank 0 trades the data with the root (a reduce a segment at a time);
+//!   both phases share the collective's numbered tag: their pairs of
+//!   processes differ or follow each other. Gather(v) and scatter(v) go
+//!   straight between the root and each process, as MPICH's do for long
+//!   data: no process holds more than its own block (and only the root
+//!   knows a varcount form's counts).
 //! - Every process of both groups (all-reduce, reduce-scatter(-block),
 //!   all-gather(v), all-to-all(v, w), and the barrier): the same methods
 //!   as on an intracommunicator, where a rank addresses the remote group.
 //!   All-reduce and reduce-scatter reduce within each group to its rank
 //!   0, the two leaders swap the results, and each broadcasts or scatters
-//!   the other group's result in its group ([`GroupTeams`]); the
+//!   the other group's result in its group ([`GroupTeams`]), a segment
+//!   at a time; the
 //!   all-gathers and all-to-alls are all-to-alls over the team of both
 //!   groups in which a process sends nothing to its own group.
 //!
@@ -33,10 +36,10 @@
 use super::algorithms::{self, REDUCTION_SEGMENT};
 use super::block_of;
 use super::op::Reduction;
-use super::partition::{disjoint_blocks, Partition, PartitionMut};
+use super::partition::{disjoint_blocks, uniform_blocks, Partition, PartitionMut};
 use super::schedule::AllToAllAlgorithm;
 use super::team::{CollectiveTag, Sequence, Team};
-use super::typed::{segment_ranges, Inbound, Input, Outbound, Output, Pieces, Segments};
+use super::typed::{segment_ranges, Inbound, Outbound, Pieces, Segments};
 use crate::comm::Communicator;
 use crate::context;
 use crate::datatype::{Buffer, BufferMut};
@@ -101,6 +104,31 @@ impl Rooted {
             all.complete(all.send(0, whole)).await?;
         }
         in_group
+    }
+
+    /// The root's part of a gather from the other group: the `parts` of
+    /// `recv` (by rank there, disjoint) each received straight from its
+    /// process, in place.
+    async fn gather_at_root(&self, recv: &mut Pieces<'_>, parts: &[Range<usize>]) -> Result<()> {
+        let mut recvs = recv.inbound_blocks(disjoint_blocks(recv.len(), parts)?)?;
+        // The root's own block (index 0) is empty.
+        recvs.insert(0, Inbound::default());
+        let all = self.all();
+        all.complete(algorithms::gather_varcount(&all, 0, None, Some(recvs)))
+            .await
+    }
+
+    /// The root's part of a scatter to the other group: the `parts` of
+    /// `send` (by rank there) each sent straight to its process, as it
+    /// lies.
+    async fn scatter_from_root(&self, send: &Pieces<'_>, parts: &[Range<usize>]) -> Result<()> {
+        // The root's own block (index 0) is empty.
+        let sends = std::iter::once(Ok(Outbound::default()))
+            .chain(parts.iter().map(|part| send.outbound(part.clone())))
+            .collect::<Result<_>>()?;
+        let all = self.all();
+        all.complete(algorithms::scatter_varcount(&all, 0, Some(sends), None))
+            .await
     }
 }
 
@@ -307,30 +335,40 @@ impl Communicator {
     }
 
     /// The reduce-scatter of an intercommunicator: `input` holds this
-    /// process's contribution to the remote group's `blocks` (both groups
-    /// reduce as many elements), and `out` gets this process's block of
-    /// the reduction of the remote group's inputs.
-    pub(crate) async fn inter_reduce_scatter(
+    /// process's contribution to the remote group's blocks (both groups
+    /// reduce as many elements), and `out` gets this process's block
+    /// (`blocks` of the local group, by rank) of the reduction of the
+    /// remote group's inputs. A segment of [`REDUCTION_SEGMENT`] at a
+    /// time (the last short): reduced to the group's leader, swapped
+    /// between the leaders, and its parts of the blocks scattered in the
+    /// group, so that no temporary holds more than a segment.
+    pub(crate) async fn inter_reduce_scatter<'p>(
         &self,
         sequence: Sequence,
-        input: &[u8],
+        input: &mut Pieces<'p>,
         blocks: &[Range<usize>],
-        out: &mut [u8],
+        out: &mut Pieces<'p>,
         red: &Reduction<'_>,
     ) -> Result<()> {
         let teams = self.group_teams(sequence, CollectiveTag::ReduceScatter)?;
-        let mut acc = input.to_vec();
-        let swapped = self
-            .remote_reduction_at_leader(&teams, &mut acc, red)
-            .await?;
-        let sends = blocks.iter().map(|b| acc[b.clone()].into()).collect();
+        // The first mismatch between the leaders, reported once the
+        // group has had every segment.
+        let mut swapped = Ok(());
         let local = teams.local();
         local
-            .complete(algorithms::scatter_varcount(
+            .complete(algorithms::reduce_scatter_from_rank_0(
                 &local,
-                0,
-                teams.leads().then_some(sends),
-                Some(out.into()),
+                Some(input),
+                blocks,
+                out,
+                red.unit_size(),
+                async |acc| {
+                    let outcome = self.remote_reduction_at_leader(&teams, acc, red).await?;
+                    if swapped.is_ok() {
+                        swapped = outcome;
+                    }
+                    Ok(())
+                },
             ))
             .await?;
         swapped
@@ -615,11 +653,12 @@ impl Communicator {
         sequence: Sequence,
         recv: &mut R,
     ) -> Result<()> {
-        let mut output = Output::new(recv)?;
+        let (mut recv, element_type) = Pieces::into_buffer(recv)?;
         let team = self.rooted(sequence, CollectiveTag::Gather, None)?;
-        let all = team.all();
-        all.complete(all.receive(1, output.bytes_mut())).await?;
-        output.finish()
+        let n = team.world.len() - 1;
+        let block = block_of(recv.len(), n, element_type, "the receive buffer")?;
+        team.gather_at_root(&mut recv, &uniform_blocks(n, block))
+            .await
     }
 
     /// Sends `send` to the process of rank `root` in the remote group,
@@ -647,31 +686,21 @@ impl Communicator {
         })
     }
 
+    /// A process's part of a gather (of equal or varying counts) to the
+    /// root `root` of the remote group: its `send` goes straight to the
+    /// root, as it lies.
     async fn gather_to_remote_future<S: Buffer + ?Sized>(
         &self,
         sequence: Sequence,
         root: i32,
         send: &S,
     ) -> Result<()> {
-        let send = Input::new(send)?;
+        let (send, _) = Pieces::of_buffer(send)?;
         let team = self.rooted(sequence, CollectiveTag::Gather, Some(root))?;
-        let leads = team.leads_group();
-        let whole = if leads {
-            self.members().len() * send.bytes().len()
-        } else {
-            0
-        };
-        let mut gathered = vec![0u8; whole];
-        let group = team.group();
-        let gathered_ok = group
-            .complete(algorithms::gather(
-                &group,
-                0,
-                Some(&Pieces::Shared(send.bytes())),
-                leads.then_some(&mut Pieces::Bytes(&mut gathered)),
-            ))
-            .await;
-        team.to_root(&gathered, gathered_ok).await
+        let all = team.all();
+        let send = send.outbound(0..send.len())?;
+        all.complete(algorithms::gather_varcount(&all, 0, Some(send), None))
+            .await
     }
 
     /// Gathers, at this process, the root, the `send` buffers of every
@@ -726,15 +755,8 @@ impl Communicator {
         D: Borrow<[i32]>,
     {
         let team = self.rooted(sequence, CollectiveTag::Gather, None)?;
-        let (parts, mut output) = recv.parts(team.world.len() - 1)?;
-        let buf = output.bytes_mut();
-        let mut blocks = disjoint_blocks(buf.len(), &parts)?.split(buf);
-        // The root's own block (index 0) is empty.
-        blocks.insert(0, Inbound::default());
-        let all = team.all();
-        all.complete(algorithms::gather_varcount(&all, 0, None, Some(blocks)))
-            .await?;
-        output.finish()
+        let (parts, mut recv) = recv.pieces(team.world.len() - 1)?;
+        team.gather_at_root(&mut recv, &parts).await
     }
 
     /// Sends `send` to the process of rank `root` in the remote group
@@ -747,7 +769,7 @@ impl Communicator {
         root: i32,
         send: &S,
     ) -> Result<()> {
-        self.blocking(self.gather_varcount_to_remote_future(self.next_collective(), root, send))
+        self.blocking(self.gather_to_remote_future(self.next_collective(), root, send))
     }
 
     /// The non-blocking form of
@@ -763,27 +785,8 @@ impl Communicator {
         let comm = self.clone();
         let sequence = comm.next_collective();
         self.immediate(scope, async move {
-            comm.gather_varcount_to_remote_future(sequence, root, send)
-                .await
+            comm.gather_to_remote_future(sequence, root, send).await
         })
-    }
-
-    async fn gather_varcount_to_remote_future<S: Buffer + ?Sized>(
-        &self,
-        sequence: Sequence,
-        root: i32,
-        send: &S,
-    ) -> Result<()> {
-        let send = Input::new(send)?;
-        let team = self.rooted(sequence, CollectiveTag::Gather, Some(root))?;
-        let all = team.all();
-        all.complete(algorithms::gather_varcount(
-            &all,
-            0,
-            Some(send.bytes().into()),
-            None,
-        ))
-        .await
     }
 
     /// Scatters `send`, at this process, the root, to the processes of
@@ -816,16 +819,12 @@ impl Communicator {
         sequence: Sequence,
         send: &S,
     ) -> Result<()> {
-        let send = Input::new(send)?;
+        let (send, element_type) = Pieces::of_buffer(send)?;
         let team = self.rooted(sequence, CollectiveTag::Scatter, None)?;
-        block_of(
-            send.bytes().len(),
-            team.world.len() - 1,
-            send.element_type(),
-            "the send buffer",
-        )?;
-        let all = team.all();
-        all.complete(all.send(1, send.bytes())).await
+        let n = team.world.len() - 1;
+        let block = block_of(send.len(), n, element_type, "the send buffer")?;
+        team.scatter_from_root(&send, &uniform_blocks(n, block))
+            .await
     }
 
     /// Receives into `recv` this process's block of the scatter of the
@@ -856,40 +855,21 @@ impl Communicator {
         })
     }
 
+    /// A process's part of a scatter (of equal or varying counts) from the
+    /// root `root` of the remote group: its block comes straight from the
+    /// root into `recv`, as it lies.
     async fn scatter_from_remote_future<R: BufferMut + ?Sized>(
         &self,
         sequence: Sequence,
         root: i32,
         recv: &mut R,
     ) -> Result<()> {
-        let mut output = Output::new(recv)?;
+        let (mut recv, _) = Pieces::into_buffer(recv)?;
         let team = self.rooted(sequence, CollectiveTag::Scatter, Some(root))?;
-        let leads = team.leads_group();
-        let block = output.bytes_mut().len();
-        let whole = if leads {
-            self.members().len() * block
-        } else {
-            0
-        };
-        let mut whole = vec![0u8; whole];
-        // A mismatch with the root is reported after the group has had
-        // its blocks, so that none waits for them.
-        let mut received = Ok(());
-        if leads {
-            let all = team.all();
-            received = all.complete(all.receive(0, &mut whole)).await;
-        }
-        let group = team.group();
-        group
-            .complete(algorithms::scatter(
-                &group,
-                0,
-                leads.then_some(&Pieces::Shared(&whole)),
-                Some(&mut Pieces::Bytes(output.bytes_mut())),
-            ))
-            .await?;
-        received?;
-        output.finish()
+        let all = team.all();
+        let recv = recv.inbound(0..recv.len())?;
+        all.complete(algorithms::scatter_varcount(&all, 0, None, Some(recv)))
+            .await
     }
 
     /// Scatters the blocks of `send`, of any lengths, at this process,
@@ -943,14 +923,8 @@ impl Communicator {
         D: Borrow<[i32]>,
     {
         let team = self.rooted(sequence, CollectiveTag::Scatter, None)?;
-        let (parts, send) = send.parts(team.world.len() - 1)?;
-        // The root's own block (index 0) is empty.
-        let sends = std::iter::once(Outbound::default())
-            .chain(parts.iter().map(|p| send.bytes()[p.clone()].into()))
-            .collect();
-        let all = team.all();
-        all.complete(algorithms::scatter_varcount(&all, 0, Some(sends), None))
-            .await
+        let (parts, send) = send.pieces(team.world.len() - 1)?;
+        team.scatter_from_root(&send, &parts).await
     }
 
     /// Receives into `recv` this process's block of the scatter of the
@@ -963,7 +937,7 @@ impl Communicator {
         root: i32,
         recv: &mut R,
     ) -> Result<()> {
-        self.blocking(self.scatter_varcount_from_remote_future(self.next_collective(), root, recv))
+        self.blocking(self.scatter_from_remote_future(self.next_collective(), root, recv))
     }
 
     /// The non-blocking form of
@@ -979,27 +953,7 @@ impl Communicator {
         let comm = self.clone();
         let sequence = comm.next_collective();
         self.immediate(scope, async move {
-            comm.scatter_varcount_from_remote_future(sequence, root, recv)
-                .await
+            comm.scatter_from_remote_future(sequence, root, recv).await
         })
-    }
-
-    async fn scatter_varcount_from_remote_future<R: BufferMut + ?Sized>(
-        &self,
-        sequence: Sequence,
-        root: i32,
-        recv: &mut R,
-    ) -> Result<()> {
-        let mut output = Output::new(recv)?;
-        let team = self.rooted(sequence, CollectiveTag::Scatter, Some(root))?;
-        let all = team.all();
-        all.complete(algorithms::scatter_varcount(
-            &all,
-            0,
-            None,
-            Some(output.bytes_mut().into()),
-        ))
-        .await?;
-        output.finish()
     }
 }

@@ -129,7 +129,7 @@ use partition::{consecutive_blocks, disjoint_blocks, uniform_blocks};
 use schedule::{all_to_all_algorithm, AllToAllAlgorithm, REDUCE_SHORT};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use team::{CollectiveTag, Scratch, Sequence};
+use team::{CollectiveTag, Sequence};
 use typed::{Inbound, Input, Outbound, Output, Pieces, Segments};
 
 /// The environment variable that makes the reductions that go by
@@ -424,13 +424,9 @@ impl Communicator {
     ) -> Result<()> {
         let input = match (self.is_inter_communicator(), input) {
             (true, Some(input)) => {
-                // The intercommunicators' collectives stage whole copies.
-                let mut whole = Scratch::zeroed(input.len());
-                let mut result = Scratch::zeroed(out.len());
-                input.read(0, whole.bytes_mut())?;
-                self.inter_reduce_scatter(sequence, whole.bytes(), blocks, result.bytes_mut(), red)
-                    .await?;
-                return out.write(0, result.bytes());
+                return self
+                    .inter_reduce_scatter(sequence, input, blocks, out, red)
+                    .await
             }
             (_, input) => input,
         };

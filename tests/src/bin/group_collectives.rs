@@ -11,8 +11,9 @@
 //! all under way at once, and the root's group mates passing each one
 //! (MPI_PROC_NULL); the error classes of bad
 //! arguments and of counts that differ between the groups),
-//! `inter_pieces_memory` (a 32 MiB strided all-reduce and reduce between
-//! the groups add little to the peak memory), `neighbor`
+//! `inter_pieces_memory` (32 MiB strided all-reduce, reduce, broadcast,
+//! gather(v), scatter(v) and reduce-scatter-block between the groups add
+//! little to the peak memory), `neighbor`
 //! (the v and w neighbourhood collectives and the non-blocking form of
 //! each, on a periodic ring, a 2-d grid and a distributed graph with a
 //! repeated edge), `handler` (collectives hand their errors to the
@@ -29,7 +30,7 @@ use oxmpi::Equivalence;
 use oxmpi::Threading;
 use oxmpi::{Color, Communicator, ErrorClass, ErrorHandler, Result, PROC_NULL};
 use oxmpi_jobs::affine::{affines, composed, composition};
-use oxmpi_jobs::checks::{ensure, expect_class, fail, same, within_pieces_bound};
+use oxmpi_jobs::checks::{ensure, expect_class, fail, first_column_is, same, within_pieces_bound};
 use oxmpi_jobs::program::run_check;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -202,9 +203,10 @@ fn inter(world: &Communicator) -> Result<()> {
 
 /// A 32 MiB strided all-reduce between the groups of an
 /// intercommunicator (each process's column of a two-column matrix of
-/// `f64`, into another's), and a reduce from the second group to the
-/// first's rank 0, grow no process's peak memory by a packed copy: they
-/// go a segment at a time.
+/// `f64`, into another's), a reduce from the second group to the
+/// first's rank 0 and a broadcast from it, and the collectives of
+/// `inter_pieces_memory_blocks`, grow no process's peak memory by a
+/// packed copy: they go a segment or a block at a time.
 fn inter_pieces_memory(world: &Communicator) -> Result<()> {
     let s = sides(world)?;
     let rows = 4 << 20;
@@ -223,16 +225,12 @@ fn inter_pieces_memory(world: &Communicator) -> Result<()> {
         },
     )?;
     let expected = |r: usize| s.remote_ids().map(|id| cell(id, r)).sum::<f64>();
-    let column_is =
-        |received: &[f64], what: &str| match (0..rows).find(|&r| received[2 * r] != expected(r)) {
-            Some(r) => Err(fail(format!(
-                "the strided {what} between groups: row {r} holds {} where {} belongs",
-                received[2 * r],
-                expected(r)
-            ))),
-            None => Ok(()),
-        };
-    column_is(&received, "all-reduce")?;
+    first_column_is(
+        &received,
+        0..rows,
+        expected,
+        "the strided all-reduce between groups",
+    )?;
     // A reduce to the first group's rank 0 from the second group.
     received.fill(-1.0);
     let root = s.in_a && s.rank == 0;
@@ -250,7 +248,12 @@ fn inter_pieces_memory(world: &Communicator) -> Result<()> {
         }
     })?;
     if root {
-        column_is(&received, "reduce")?;
+        first_column_is(
+            &received,
+            0..rows,
+            expected,
+            "the strided reduce between groups",
+        )?;
     }
     // A broadcast from the first group's rank 0 to the second group: sent
     // and received as the columns lie, the rows between them untouched.
@@ -290,7 +293,157 @@ fn inter_pieces_memory(world: &Communicator) -> Result<()> {
             )));
         }
     }
-    Ok(())
+    inter_pieces_memory_blocks(&s, &data, &mut received, cell)
+}
+
+/// The part of `inter_pieces_memory` that moves blocks of a 32 MiB
+/// strided column (two-column matrices of `f64`, `cell(id, row)` in
+/// process `id`'s first column): a gather, gather-v, scatter and
+/// scatter-v between the first group's rank 0 and the second group, a
+/// block of the column from or to each process there (in reverse rank
+/// order for the varcount forms), and a reduce-scatter-block between the
+/// groups. None grows a process's peak memory by a packed copy.
+fn inter_pieces_memory_blocks(
+    s: &Sides,
+    data: &[f64],
+    received: &mut [f64],
+    cell: impl Fn(usize, usize) -> f64,
+) -> Result<()> {
+    let rows = data.len() / 2;
+    let f64t = f64::equivalent_datatype();
+    let column = UserDatatype::vector(rows as i32, 1, 2, &f64t)?;
+    // The second group's size, and each of its processes' rows.
+    let others = if s.in_a { s.remote } else { s.local };
+    let part = rows / others;
+    let part_column = UserDatatype::vector(part as i32, 1, 2, &f64t)?;
+    // The column as `others` blocks of `part` rows.
+    let parts = UserDatatype::resized(&part_column, 0, (part * 2 * 8) as isize)?;
+    // One `f64` of the first column: counts of it address rows.
+    let strided = UserDatatype::resized(&f64t, 0, 16)?;
+    let counts = vec![part as i32; others];
+    let in_order: Vec<i32> = (0..others).map(|q| (q * part) as i32).collect();
+    let reversed: Vec<i32> = (0..others)
+        .map(|q| ((others - 1 - q) * part) as i32)
+        .collect();
+    let root = s.in_a && s.rank == 0;
+    // Gathers: rank `q` of the second group sends rows `q * part..` of
+    // its column, which land at block `q` (reversed: `others - 1 - q`).
+    for varcount in [false, true] {
+        let what = if varcount { "gather-v" } else { "gather" };
+        received.fill(-1.0);
+        within_pieces_bound(
+            &s.inter,
+            &format!("a 32 MiB strided {what} between groups"),
+            || {
+                if root && varcount {
+                    let mut recv =
+                        MutView::with_count_and_datatype(&mut received[..], rows as i32, &strided)?;
+                    s.inter
+                        .gather_varcount_from_remote_group(&mut PartitionMut::new(
+                            &mut recv,
+                            &counts[..],
+                            &reversed[..],
+                        ))
+                } else if root {
+                    let mut recv =
+                        MutView::with_count_and_datatype(&mut received[..], others as i32, &parts)?;
+                    s.inter.gather_from_remote_group(&mut recv)
+                } else if s.in_a {
+                    s.inter.pass_remote_group_collective()
+                } else {
+                    let mine = &data[2 * s.rank * part..];
+                    let send = View::with_count_and_datatype(mine, 1, &part_column)?;
+                    if varcount {
+                        s.inter.gather_varcount_to_remote_group(0, &send)
+                    } else {
+                        s.inter.gather_to_remote_group(0, &send)
+                    }
+                }
+            },
+        )?;
+        if root {
+            let owner = |r: usize| {
+                let block = r / part;
+                let q = if varcount { others - 1 - block } else { block };
+                cell(s.remote_id(q), q * part + r % part)
+            };
+            first_column_is(
+                received,
+                0..rows,
+                owner,
+                &format!("the strided {what} between groups"),
+            )?;
+        }
+    }
+    // Scatters: rank `q` of the second group receives block `q` of the
+    // root's column.
+    for varcount in [false, true] {
+        let what = if varcount { "scatter-v" } else { "scatter" };
+        received.fill(-1.0);
+        within_pieces_bound(
+            &s.inter,
+            &format!("a 32 MiB strided {what} between groups"),
+            || {
+                if root {
+                    if varcount {
+                        let send = View::with_count_and_datatype(data, rows as i32, &strided)?;
+                        s.inter.scatter_varcount_to_remote_group(&Partition::new(
+                            &send,
+                            &counts[..],
+                            &in_order[..],
+                        ))
+                    } else {
+                        let send = View::with_count_and_datatype(data, others as i32, &parts)?;
+                        s.inter.scatter_to_remote_group(&send)
+                    }
+                } else if s.in_a {
+                    s.inter.pass_remote_group_collective()
+                } else {
+                    let mut recv =
+                        MutView::with_count_and_datatype(&mut received[..], 1, &part_column)?;
+                    if varcount {
+                        s.inter.scatter_varcount_from_remote_group(0, &mut recv)
+                    } else {
+                        s.inter.scatter_from_remote_group(0, &mut recv)
+                    }
+                }
+            },
+        )?;
+        if !s.in_a {
+            let of_root = |r: usize| cell(s.remote_id(0), s.rank * part + r);
+            first_column_is(
+                received,
+                0..part,
+                of_root,
+                &format!("the strided {what} between groups"),
+            )?;
+        }
+    }
+    // A reduce-scatter-block of the columns: the first group's processes
+    // each get a block of the second's sum, and the other way round.
+    received.fill(-1.0);
+    let block = rows / s.local;
+    let block_column = UserDatatype::vector(block as i32, 1, 2, &f64t)?;
+    within_pieces_bound(
+        &s.inter,
+        "a 32 MiB strided reduce-scatter-block between groups",
+        || {
+            let send = View::with_count_and_datatype(data, 1, &column)?;
+            let mut recv = MutView::with_count_and_datatype(&mut received[..], 1, &block_column)?;
+            s.inter
+                .reduce_scatter_block_into(&send, &mut recv, SystemOperation::sum())
+        },
+    )?;
+    let sum = |r: usize| {
+        let row = s.rank * block + r;
+        s.remote_ids().map(|id| cell(id, row)).sum::<f64>()
+    };
+    first_column_is(
+        received,
+        0..block,
+        sum,
+        "the strided reduce-scatter-block between groups",
+    )
 }
 
 fn all_reduce(s: &Sides, len: usize) -> Result<()> {
