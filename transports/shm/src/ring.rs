@@ -262,13 +262,35 @@ impl Producer {
         payload: &[u8],
     ) -> Result<bool, Corrupt> {
         debug_assert!(payload.len() <= SHORT_FRAME_PAYLOAD_MAX);
-        let cells = cells_for(SHORT_FIELDS + payload.len());
-        let to_end = self.segment.cells() - (self.tail & (self.segment.cells() - 1));
+        let bytes = SHORT_FIELDS + payload.len();
+        let cells = cells_for(bytes);
+        let index = self.tail & (self.segment.cells() - 1);
         // The frame's cells, and the one after it to clear.
-        if cells > to_end || self.free_cells(cells + 1)? <= cells {
+        if cells > self.segment.cells() - index || self.free_cells(cells + 1)? <= cells {
             return Ok(false);
         }
-        Ok(self.push(FrameKind::Short, fields, payload)? == Some(payload.len()))
+        // The whole frame, without `push`'s choice of what fits.
+        self.write_frame(index, fields, payload);
+        self.publish(index, FrameKind::Short, bytes, cells);
+        Ok(true)
+    }
+
+    /// Writes a frame's contents at cell `index`: `prefix`, then
+    /// `payload`. Its later cells first, its first cell last, just before
+    /// the control word in it: a consumer waiting on that word reads the
+    /// first cell's line, and each read takes the line back from the
+    /// producer while it writes there, so the cell's writes and the
+    /// publication are kept together (one transfer of the line, not one
+    /// before the frame's payload and one after).
+    #[inline(always)]
+    fn write_frame(&mut self, index: u64, prefix: &[u8], payload: &[u8]) {
+        let start = index as usize * CELL + CONTROL_LEN;
+        let (in_first, in_later) =
+            payload.split_at(payload.len().min(CELL - CONTROL_LEN - prefix.len()));
+        self.segment
+            .write_cells(start + prefix.len() + in_first.len(), in_later);
+        self.segment.write_cells(start, prefix);
+        self.segment.write_cells(start + prefix.len(), in_first);
     }
 
     /// Publishes the frame written at cell `index` (the tail's), of
@@ -377,18 +399,7 @@ impl Producer {
             return Ok(None);
         }
         let cells = cells_for(prefix.len() + n);
-        let start = index as usize * CELL + CONTROL_LEN;
-        // The frame's later cells first, its first cell last, just before
-        // the control word in it: a consumer waiting on that word reads
-        // the first cell's line, and each read takes the line back from
-        // the producer while it writes there, so the cell's writes and the
-        // publication are kept together (one transfer of the line, not
-        // one before the frame's payload and one after).
-        let (in_first, in_later) = payload[..n].split_at(n.min(CELL - CONTROL_LEN - prefix.len()));
-        self.segment
-            .write_cells(start + prefix.len() + in_first.len(), in_later);
-        self.segment.write_cells(start, prefix);
-        self.segment.write_cells(start + prefix.len(), in_first);
+        self.write_frame(index, prefix, &payload[..n]);
         self.publish(index, kind, prefix.len() + n, cells);
         Ok(Some(n))
     }
