@@ -51,10 +51,15 @@
 //!
 //! # Threads
 //! [`initialize_with_threading`] provides every level up to
-//! [`Threading::Multiple`]. Every call takes one lock around the device for
-//! as long as it works on it; a blocking call (a wait, a probe) releases it
-//! between polls whenever another thread wants it, and while it sleeps, so
-//! threads blocked in different calls all make progress. Sends from one
+//! [`Threading::Multiple`]. At [`Threading::Single`] and
+//! [`Threading::Funneled`] (without `OXMPI_ASYNC_PROGRESS`'s thread) only
+//! the thread that initialized MPI may call it, as MPI says: that thread
+//! keeps the device and takes no lock, and a call from another thread
+//! fails with `MPI_ERR_OTHER`. At the other levels every call takes one
+//! lock around the device for as long as it works on it; a blocking call
+//! (a wait, a probe) releases it between polls whenever another thread
+//! wants it, and while it sleeps, so threads blocked in different calls
+//! all make progress. Sends from one
 //! thread keep their order. The types say what may cross threads:
 //! [`Communicator`]s are `Send` and `Sync`; a [`request::Request`] is
 //! `Send` (it may be completed on another thread); a [`request::Scope`] is
@@ -121,7 +126,8 @@ pub use persistent::PersistentRequest;
 use oxmpi_adi::device::{Device, Idle, SLEEP_AT_MOST};
 use oxmpi_adi::pmi::Pmi;
 use oxmpi_adi::select::{start_transports, TransportFactory};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::Instant;
 
@@ -183,10 +189,43 @@ enum State {
     #[default]
     Uninitialized,
     Running(Box<Device>),
+    /// Running, the device kept by the thread that initialized MPI (see
+    /// [`KeptDevice`]).
+    Kept,
     Finalized,
 }
 
 static STATE: Mutex<State> = Mutex::new(State::Uninitialized);
+
+/// Set while the thread that initialized MPI keeps the device in its
+/// [`KEPT_DEVICE`]: a hint, read before the lock, that the calling thread
+/// may be that one (the mutex's [`State::Kept`] is the truth for the
+/// others).
+static KEPT: AtomicBool = AtomicBool::new(false);
+
+/// The device, where MPI was initialized at [`Threading::Single`] or
+/// [`Threading::Funneled`] with no progress thread: only the thread that
+/// initialized MPI may call it then, so that thread keeps the device
+/// here, and its calls take it with no atomic operation (a lock and an
+/// unlock of the mutex are two locked instructions, which cost about 30
+/// ns together on the development VM: more than a tenth of a short
+/// message's one-way latency). The mutex says [`State::Kept`] meanwhile,
+/// and another thread's call fails with that. A device the program never
+/// finalized is not dropped when the thread ends, as the mutex's would
+/// not be.
+struct KeptDevice(RefCell<Option<Box<Device>>>);
+
+impl Drop for KeptDevice {
+    fn drop(&mut self) {
+        if let Some(device) = self.0.get_mut().take() {
+            std::mem::forget(device);
+        }
+    }
+}
+
+thread_local! {
+    static KEPT_DEVICE: KeptDevice = const { KeptDevice(RefCell::new(None)) };
+}
 
 /// Threads waiting for the device lock. A blocking call that holds the
 /// lock while polling lets go between polls when this is not zero.
@@ -229,6 +268,12 @@ fn running(state: &mut State) -> Result<&mut Device> {
             ErrorClass::Other,
             "MPI is not initialized: call oxmpi::initialize() first",
         )),
+        State::Kept => Err(Error::new(
+            ErrorClass::Other,
+            "MPI was initialized at Threading::Single or Threading::Funneled: only the \
+             thread that initialized it may call it (initialize_with_threading with \
+             Threading::Serialized or Threading::Multiple lets other threads call it)",
+        )),
         State::Finalized => Err(Error::new(ErrorClass::Other, "MPI has been finalized")),
     }
 }
@@ -237,7 +282,49 @@ fn running(state: &mut State) -> Result<&mut Device> {
 /// call's own frame cost as much as the lock itself on the short path.
 #[inline]
 pub(crate) fn with_device<R>(f: impl FnOnce(&mut Device) -> Result<R>) -> Result<R> {
+    if KEPT.load(Ordering::Relaxed) {
+        return with_kept_device(f);
+    }
     f(running(&mut lock_state())?)
+}
+
+/// [`with_device`] while a thread keeps the device: this thread's own
+/// [`KEPT_DEVICE`] if it is the one, else the mutex's state (which says
+/// why not).
+#[inline]
+fn with_kept_device<R>(f: impl FnOnce(&mut Device) -> Result<R>) -> Result<R> {
+    KEPT_DEVICE
+        .try_with(|kept| match kept.0.try_borrow_mut() {
+            Ok(mut device) => match device.as_deref_mut() {
+                Some(device) => f(device),
+                // Another thread.
+                None => f(running(&mut lock_state())?),
+            },
+            // An MPI call from inside one (a callback): the mutex would
+            // have deadlocked.
+            Err(_) => Err(Error::new(
+                ErrorClass::Other,
+                "MPI was called from inside an MPI call (a callback) on the thread that \
+                 keeps the device",
+            )),
+        })
+        .unwrap_or_else(|_| {
+            Err(Error::new(
+                ErrorClass::Other,
+                "MPI was called while this thread's thread-local storage was being destroyed",
+            ))
+        })
+}
+
+/// Takes the device from this thread's [`KEPT_DEVICE`], if it keeps it.
+fn take_kept_device() -> Option<Box<Device>> {
+    if !KEPT.load(Ordering::Relaxed) {
+        return None;
+    }
+    KEPT_DEVICE
+        .try_with(|kept| kept.0.try_borrow_mut().ok()?.take())
+        .ok()
+        .flatten()
 }
 
 /// Makes progress until `done` gives a value: the loop of every blocking
@@ -255,11 +342,14 @@ pub(crate) fn progress_until<R>(
         Yield,
         AdvanceCollectives,
     }
+    /// What a hold of the device ended with.
+    enum Held<R> {
+        Done(R),
+        LetGo(Next),
+    }
     let mut idle = Idle::new();
     loop {
-        let next = {
-            let mut state = lock_state();
-            let device = running(&mut state)?;
+        let held = with_device(|device| {
             // Only this thread starts or advances its collectives, and
             // neither happens while it holds the device: asked once.
             let collectives_pending = collective::engine::has_pending();
@@ -270,20 +360,24 @@ pub(crate) fn progress_until<R>(
                 // that moved as messages is accounted for.
                 rma::progress(device);
                 if let Some(r) = done(device)? {
-                    return Ok(r);
+                    return Ok(Held::Done(r));
                 }
                 if device.check_device(false)? {
                     idle = Idle::new();
                 } else if device.idle(&mut idle) {
-                    break Next::Sleep(device.prepare_sleep()?);
+                    return Ok(Held::LetGo(Next::Sleep(device.prepare_sleep()?)));
                 }
                 if collectives_pending {
-                    break Next::AdvanceCollectives;
+                    return Ok(Held::LetGo(Next::AdvanceCollectives));
                 }
                 if CONTENDERS.load(Ordering::Relaxed) > 0 {
-                    break Next::Yield;
+                    return Ok(Held::LetGo(Next::Yield));
                 }
             }
+        })?;
+        let next = match held {
+            Held::Done(r) => return Ok(r),
+            Held::LetGo(next) => next,
         };
         match next {
             Next::Sleep(mut sleep) => {
@@ -359,7 +453,7 @@ pub fn initialize_with_threading(threading: Threading) -> Result<(Universe, Thre
     let mut state = lock_state();
     match *state {
         State::Uninitialized => {}
-        State::Running(_) => {
+        State::Running(_) | State::Kept => {
             return Err(Error::new(ErrorClass::Other, "MPI is already initialized"));
         }
         State::Finalized => {
@@ -382,7 +476,22 @@ pub fn initialize_with_threading(threading: Threading) -> Result<(Universe, Thre
     let transports = start_transports(setting.as_deref(), TRANSPORTS, &job)?;
     let mut device = Device::new(pmi, job.clone(), transports)?;
     rma::install(&mut device);
-    *state = State::Running(Box::new(device));
+    let mut device = Some(Box::new(device));
+    if threading <= Threading::Funneled && !async_progress {
+        // Only this thread may call MPI: it keeps the device.
+        let _ = KEPT_DEVICE.try_with(|kept| {
+            if let Ok(mut slot) = kept.0.try_borrow_mut() {
+                *slot = device.take();
+            }
+        });
+    }
+    match device {
+        Some(device) => *state = State::Running(device),
+        None => {
+            *state = State::Kept;
+            KEPT.store(true, Ordering::Relaxed);
+        }
+    }
     if async_progress {
         // It waits for the device until this call lets go of it.
         rma::progress::start();
@@ -429,11 +538,16 @@ impl Universe {
         // §11.2.2): their receivers may be waiting for them.
         buffered::flush_at_finalize();
         rma::progress::stop();
+        let kept = take_kept_device();
         let mut state = lock_state();
-        let result = match &mut *state {
-            State::Running(device) => device.finalize(),
+        let result = match (&mut *state, kept) {
+            (_, Some(mut device)) => device.finalize(),
+            (State::Running(device), None) => device.finalize(),
+            // Another thread keeps the device: it finalizes.
+            (State::Kept, None) => return running(&mut state).map(|_| ()).and(deleted),
             _ => Ok(()),
         };
+        KEPT.store(false, Ordering::Relaxed);
         *state = State::Finalized;
         result.and(deleted)
     }

@@ -174,6 +174,11 @@ fn four_threads_per_rank_at_the_multiple_level() {
 }
 
 #[test]
+fn other_threads_fail_at_the_single_level() {
+    suite("single-thread", 2);
+}
+
+#[test]
 fn synchronous_and_ready_sends() {
     suite("modes", 2);
 }

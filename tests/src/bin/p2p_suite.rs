@@ -28,6 +28,7 @@ fn main() -> ExitCode {
             "self" => self_messages(&universe.self_comm(), &world),
             "errors" => argument_errors(&world),
             "threads" => threads(&world),
+            "single-thread" => single_thread(&world),
             "modes" => send_modes(&world),
             "proc-null" => proc_null(&world),
             "cancel-send" => cancel_send(&world),
@@ -744,6 +745,46 @@ fn threads(world: &Communicator) -> Result<()> {
                 .and_then(|r| r)
         })
     })
+}
+
+/// At the single level (where the initializing thread keeps the device),
+/// a call from another thread fails with `MPI_ERR_OTHER` and says why,
+/// instead of waiting for a device that is never let go; the
+/// initializing thread's calls go on working, before and after.
+fn single_thread(world: &Communicator) -> Result<()> {
+    ensure(world.size() == 2, || {
+        "the single-thread check needs 2 ranks".into()
+    })?;
+    let peer = world.process_at_rank(1 - world.rank());
+    let exchange = |round: u64| -> Result<()> {
+        let mut got = [0u64; 2];
+        if world.rank() == 0 {
+            peer.send(&[round, 0][..])?;
+            peer.receive_into(&mut got[..])?;
+        } else {
+            peer.receive_into(&mut got[..])?;
+            peer.send(&[round, 1][..])?;
+        }
+        ensure(got == [round, 1 - world.rank() as u64], || {
+            format!("round {round}: received {got:?}")
+        })
+    };
+    exchange(0)?;
+    let refused = std::thread::scope(|threads| {
+        threads
+            .spawn(|| peer.send(&[9u64][..]))
+            .join()
+            .map_err(|_| fail("the other thread panicked"))
+    })?;
+    match refused {
+        Err(e) if e.class() == ErrorClass::Other && e.message().contains("only the thread") => {}
+        other => {
+            return Err(fail(format!(
+                "a send from another thread at the single level gave {other:?}"
+            )))
+        }
+    }
+    exchange(1)
 }
 
 /// Synchronous sends complete only once the receive started, eager and

@@ -2,7 +2,7 @@
 //! to the ADI's [`PacketSink`] and copied straight into the buffers it
 //! names.
 
-use crate::proto::{FrameKind, CELL};
+use crate::proto::{FrameKind, CELL, SHORT_PAYLOAD_MAX};
 use crate::ring::{Consumer, Corrupt};
 use crate::{broke_protocol, corrupt};
 use oxmpi_adi::proto::{Header, HEADER_LEN};
@@ -56,13 +56,27 @@ impl InLink {
             };
             let n = frame.payload_len();
             let (slot, mut remaining, mut placed) = match (frame.kind, self.read) {
-                (FrameKind::Short, ReadState::Header) => {
-                    // A whole packet: the ADI takes it in one step.
+                (FrameKind::Short, ReadState::Header) if n <= SHORT_PAYLOAD_MAX => {
+                    // A whole packet in one cell: the ADI takes it in one
+                    // step.
                     let (fields, payload) = self.consumer.short(&frame);
                     self.consumer.advance(&frame);
                     sink.on_standard_eager(peer, fields.sequence, fields.envelope, &payload[..n])
                         .map_err(|e| broke_protocol(peer, e))?;
                     budget = budget.saturating_sub(CELL);
+                    progressed = true;
+                    continue;
+                }
+                (FrameKind::Short, ReadState::Header) => {
+                    // Several cells (`peek` bounded the length by the
+                    // buffer's).
+                    let fields = self.consumer.short_fields(&frame);
+                    let payload = &mut self.whole[..n];
+                    self.consumer.copy_payload(&frame, payload);
+                    self.consumer.advance(&frame);
+                    sink.on_standard_eager(peer, fields.sequence, fields.envelope, payload)
+                        .map_err(|e| broke_protocol(peer, e))?;
+                    budget = budget.saturating_sub(n + HEADER_LEN);
                     progressed = true;
                     continue;
                 }
@@ -242,6 +256,29 @@ mod tests {
         assert!(l.receive(&mut sink).unwrap());
         assert_eq!((sink.headers.as_slice(), sink.placed), (&[header][..], 1));
         assert_eq!(&sink.buffer[..5], b"hello");
+        assert!(!l.receive(&mut sink).unwrap());
+    }
+
+    #[test]
+    fn a_short_frame_of_several_cells_is_delivered_whole() {
+        let (mut p, c) = crate::ring::queue(64);
+        let envelope = oxmpi_adi::matching::Envelope {
+            context_id: 4,
+            source: 1,
+            tag: 9,
+        };
+        let payload: Vec<u8> = (0..300).map(|i| i as u8).collect();
+        let fields = crate::proto::short_fields(0, envelope);
+        assert!(p.push_short_frame(&fields, &payload).unwrap());
+        let mut sink = Sink::default();
+        let mut l = link(c);
+        assert!(l.receive(&mut sink).unwrap());
+        let header = Header::standard_eager(0, envelope, payload.len());
+        assert_eq!(
+            (sink.headers.as_slice(), sink.whole, sink.placed),
+            (&[header][..], 1, 1)
+        );
+        assert_eq!(sink.buffer, payload[..64]);
         assert!(!l.receive(&mut sink).unwrap());
     }
 

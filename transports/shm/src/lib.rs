@@ -1316,12 +1316,16 @@ impl Transport for ShmTransport {
         envelope: Envelope,
         payload: &[u8],
     ) -> Result<()> {
-        if payload.len() <= proto::SHORT_PAYLOAD_MAX {
+        if payload.len() <= proto::SHORT_FRAME_PAYLOAD_MAX {
             if let Some(link) = self.ready_link(peer) {
                 // The short frame's fields straight from the parts, with
                 // no header to build and judge.
                 let fields = proto::short_fields(sequence, envelope);
-                let pushed = link.producer.push_short(&fields, payload);
+                let pushed = if payload.len() <= proto::SHORT_PAYLOAD_MAX {
+                    link.producer.push_short(&fields, payload)
+                } else {
+                    link.producer.push_short_frame(&fields, payload)
+                };
                 let whole = pushed == Ok(true);
                 if self.pushed(peer, pushed, whole)? {
                     return Ok(());

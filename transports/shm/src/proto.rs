@@ -41,7 +41,7 @@ use oxmpi_adi::proto::{Header, Kind};
 pub(crate) const SEGMENT_MAGIC: [u8; 8] = *b"OXMPISHM";
 /// Version of the segment layout, the frame format and the set-up
 /// message; a peer of another version is refused.
-pub const SHM_VERSION: u32 = 5;
+pub const SHM_VERSION: u32 = 6;
 /// Size of a queue cell: one cache line.
 pub(crate) const CELL: usize = 64;
 /// Distance between fields written by different sides: two cache lines,
@@ -102,10 +102,12 @@ pub(crate) enum FrameKind {
     /// which are zero (the receiver's token, unused by eager packets),
     /// then payload bytes: so that an 8-byte message fits one cell.
     ShortHeader = 3,
-    /// A whole short message in one cell: a standard eager packet's
-    /// [`SHORT_FIELDS`] bytes of header fields (see [`encode_short`]),
-    /// then its payload, at most [`SHORT_PAYLOAD_MAX`] bytes. The
-    /// receiver takes it in one step, published by one store.
+    /// A whole standard eager message: the packet's [`SHORT_FIELDS`]
+    /// bytes of header fields (see [`encode_short`]), then its payload,
+    /// at most [`SHORT_FRAME_PAYLOAD_MAX`] bytes: one cell for up to
+    /// [`SHORT_PAYLOAD_MAX`], several cells (not wrapping past the ring's
+    /// end) above (format version 6). The receiver takes it in one step,
+    /// published by one store.
     Short = 4,
 }
 
@@ -133,6 +135,10 @@ pub(crate) const SHORT_FIELDS: usize = 16;
 /// Most payload bytes of a [`FrameKind::Short`] frame: what one cell
 /// holds after the control word and the fields.
 pub(crate) const SHORT_PAYLOAD_MAX: usize = CELL - CONTROL_LEN - SHORT_FIELDS;
+/// Most payload bytes of a [`FrameKind::Short`] frame of several cells:
+/// what the reader's buffer for a packet that arrives whole holds
+/// ([`crate::inbound::WHOLE_MAX`]).
+pub(crate) const SHORT_FRAME_PAYLOAD_MAX: usize = crate::inbound::WHOLE_MAX;
 
 /// The fields of a [`FrameKind::Short`] frame for a packet with
 /// `header` and `payload`, when the packet may travel as one: a standard

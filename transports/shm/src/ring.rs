@@ -6,8 +6,10 @@
 //! position check, length) and whose following bytes (56 in the first
 //! cell, 64 in each next one) carry the contents. A standard eager packet
 //! of up to 40 payload bytes is one short frame of one cell (16 bytes of
-//! header fields, then the payload; see [`FrameKind::Short`]). Any other
-//! packet is a header
+//! header fields, then the payload; see [`FrameKind::Short`]), and one of
+//! up to 2 KiB a short frame of several cells where they fit before the
+//! ring's end. Any other packet, and a longer short one that does not
+//! fit there, is a header
 //! frame (the 56-byte packet header, or its first 48 bytes when the last
 //! 8 are zero, as in every eager packet, then the first payload bytes) and as
 //! many data frames as the rest of its payload needs, so a packet may span
@@ -53,7 +55,8 @@
 
 use crate::proto::{
     check_of, control_word, decode_short, parse_control_word, position_check, FrameKind,
-    ShortFields, CELL, CONTROL_LEN, SHORT_FIELDS, SHORT_HEADER_SAVING, SHORT_PAYLOAD_MAX,
+    ShortFields, CELL, CONTROL_LEN, SHORT_FIELDS, SHORT_FRAME_PAYLOAD_MAX, SHORT_HEADER_SAVING,
+    SHORT_PAYLOAD_MAX,
 };
 use crate::segment::Segment;
 use oxmpi_adi::proto::HEADER_LEN;
@@ -247,6 +250,49 @@ impl Producer {
         Ok(true)
     }
 
+    /// Writes a whole standard eager packet of more than
+    /// [`SHORT_PAYLOAD_MAX`] and at most [`SHORT_FRAME_PAYLOAD_MAX`]
+    /// payload bytes as one [`FrameKind::Short`] frame of several cells.
+    /// False, with nothing written, when the queue has no room for it or
+    /// it would run past the ring's end (the caller then sends it as a
+    /// header frame and data frames, which may wrap).
+    pub(crate) fn push_short_frame(
+        &mut self,
+        fields: &[u8; SHORT_FIELDS],
+        payload: &[u8],
+    ) -> Result<bool, Corrupt> {
+        debug_assert!(payload.len() <= SHORT_FRAME_PAYLOAD_MAX);
+        let bytes = SHORT_FIELDS + payload.len();
+        let cells = cells_for(bytes);
+        let index = self.tail & (self.segment.cells() - 1);
+        // The frame's cells, and the one after it to clear.
+        if cells > self.segment.cells() - index || self.free_cells(cells + 1)? <= cells {
+            return Ok(false);
+        }
+        // The whole frame, without `push`'s choice of what fits.
+        self.write_frame(index, fields, payload);
+        self.publish(index, FrameKind::Short, bytes, cells);
+        Ok(true)
+    }
+
+    /// Writes a frame's contents at cell `index`: `prefix`, then
+    /// `payload`. Its later cells first, its first cell last, just before
+    /// the control word in it: a consumer waiting on that word reads the
+    /// first cell's line, and each read takes the line back from the
+    /// producer while it writes there, so the cell's writes and the
+    /// publication are kept together (one transfer of the line, not one
+    /// before the frame's payload and one after).
+    #[inline(always)]
+    fn write_frame(&mut self, index: u64, prefix: &[u8], payload: &[u8]) {
+        let start = index as usize * CELL + CONTROL_LEN;
+        let (in_first, in_later) =
+            payload.split_at(payload.len().min(CELL - CONTROL_LEN - prefix.len()));
+        self.segment
+            .write_cells(start + prefix.len() + in_first.len(), in_later);
+        self.segment.write_cells(start, prefix);
+        self.segment.write_cells(start + prefix.len(), in_first);
+    }
+
     /// Publishes the frame written at cell `index` (the tail's), of
     /// `cells` cells carrying `bytes` bytes, and moves the tail past it.
     // Always inlined: a short frame's (`cells` 1) skips the loop.
@@ -353,18 +399,7 @@ impl Producer {
             return Ok(None);
         }
         let cells = cells_for(prefix.len() + n);
-        let start = index as usize * CELL + CONTROL_LEN;
-        // The frame's later cells first, its first cell last, just before
-        // the control word in it: a consumer waiting on that word reads
-        // the first cell's line, and each read takes the line back from
-        // the producer while it writes there, so the cell's writes and the
-        // publication are kept together (one transfer of the line, not
-        // one before the frame's payload and one after).
-        let (in_first, in_later) = payload[..n].split_at(n.min(CELL - CONTROL_LEN - prefix.len()));
-        self.segment
-            .write_cells(start + prefix.len() + in_first.len(), in_later);
-        self.segment.write_cells(start, prefix);
-        self.segment.write_cells(start + prefix.len(), in_first);
+        self.write_frame(index, prefix, &payload[..n]);
         self.publish(index, kind, prefix.len() + n, cells);
         Ok(Some(n))
     }
@@ -505,7 +540,8 @@ impl Consumer {
             FrameKind::Data => 1,
         };
         let most = match kind {
-            FrameKind::Short => CELL - CONTROL_LEN,
+            FrameKind::Short => (SHORT_FIELDS + SHORT_FRAME_PAYLOAD_MAX)
+                .min((count - index) as usize * CELL - CONTROL_LEN),
             _ => (count - index) as usize * CELL - CONTROL_LEN,
         } as u64;
         if bytes < least || bytes > most {
@@ -530,19 +566,32 @@ impl Consumer {
         header
     }
 
-    /// The packet a [`FrameKind::Short`] frame carries: its fields, and
-    /// its payload in the first [`Frame::payload_len`] bytes of the array.
+    /// The packet a one-cell [`FrameKind::Short`] frame (of at most
+    /// [`SHORT_PAYLOAD_MAX`] payload bytes) carries: its fields, and its
+    /// payload in the first [`Frame::payload_len`] bytes of the array.
     #[inline(always)]
     pub(crate) fn short(&self, frame: &Frame) -> (ShortFields, [u8; SHORT_PAYLOAD_MAX]) {
-        debug_assert_eq!(frame.kind, FrameKind::Short);
+        debug_assert!(frame.payload_len() <= SHORT_PAYLOAD_MAX);
         // Fixed-size copies of the whole cell: cheaper than ones sized by
         // the length, and the cell is the frame's (`peek` checked it).
-        let start = frame.index as usize * CELL + CONTROL_LEN;
-        let mut fields = [0u8; SHORT_FIELDS];
-        self.segment.read_cells(start, &mut fields);
+        let fields = self.short_fields(frame);
         let mut payload = [0u8; SHORT_PAYLOAD_MAX];
-        self.segment.read_cells(start + SHORT_FIELDS, &mut payload);
-        (decode_short(&fields), payload)
+        self.segment.read_cells(
+            frame.index as usize * CELL + CONTROL_LEN + SHORT_FIELDS,
+            &mut payload,
+        );
+        (fields, payload)
+    }
+
+    /// The header fields of a [`FrameKind::Short`] frame (its payload,
+    /// of any length, is [`Consumer::copy_payload`]'s).
+    #[inline(always)]
+    pub(crate) fn short_fields(&self, frame: &Frame) -> ShortFields {
+        debug_assert_eq!(frame.kind, FrameKind::Short);
+        let mut fields = [0u8; SHORT_FIELDS];
+        self.segment
+            .read_cells(frame.index as usize * CELL + CONTROL_LEN, &mut fields);
+        decode_short(&fields)
     }
 
     /// Copies the first `dest.len()` payload bytes of `frame` (at most
@@ -793,6 +842,47 @@ mod tests {
     }
 
     #[test]
+    fn a_short_frame_of_several_cells_is_whole_and_never_runs_past_the_end() {
+        use oxmpi_adi::matching::Envelope;
+        let (mut p, mut c) = queue(64);
+        let envelope = Envelope {
+            context_id: 2,
+            source: 1,
+            tag: 7,
+        };
+        let fields = crate::proto::short_fields(3, envelope);
+        let payload: Vec<u8> = (0..SHORT_FRAME_PAYLOAD_MAX).map(|i| i as u8).collect();
+        // 16 + 2048 bytes after the control word: 33 cells.
+        assert!(p.push_short_frame(&fields, &payload).unwrap());
+        assert_eq!(p.tail, 33);
+        // 31 cells free: no room for another.
+        assert!(!p.push_short_frame(&fields, &payload).unwrap());
+        let f = c.peek().unwrap().unwrap();
+        assert_eq!(
+            (f.kind, f.payload_len()),
+            (FrameKind::Short, SHORT_FRAME_PAYLOAD_MAX)
+        );
+        assert_eq!(c.short_fields(&f), decode_short(&fields));
+        let mut got = vec![0; f.payload_len()];
+        c.copy_payload(&f, &mut got);
+        assert_eq!(got, payload);
+        c.advance(&f);
+        // Every cell free now, but only 31 before the ring's end.
+        assert!(!p.push_short_frame(&fields, &payload).unwrap());
+        assert_eq!(p.tail, 33);
+        // 41 bytes: two cells, which fit.
+        assert!(p.push_short_frame(&fields, &payload[..41]).unwrap());
+        assert_eq!(p.tail, 35);
+        let f = c.peek().unwrap().unwrap();
+        assert_eq!((f.kind, f.payload_len()), (FrameKind::Short, 41));
+        let mut got = [0; 41];
+        c.copy_payload(&f, &mut got);
+        assert_eq!(got, payload[..41]);
+        c.advance(&f);
+        assert_eq!(c.peek().unwrap(), None);
+    }
+
+    #[test]
     fn a_full_queue_refuses_until_the_consumer_frees_cells() {
         let (mut p, mut c) = queue(64);
         let payload = [7u8; 8];
@@ -1027,9 +1117,13 @@ mod tests {
         );
         assert_eq!(c.peek(), Ok(None));
         assert!(!c.has_frame());
-        // A short frame longer than its cell.
+        // A short frame longer than the reader's buffer for it.
         c.segment.control(0).store(
-            control_word(FrameKind::Short, 0, CELL - CONTROL_LEN + 1),
+            control_word(
+                FrameKind::Short,
+                0,
+                SHORT_FIELDS + SHORT_FRAME_PAYLOAD_MAX + 1,
+            ),
             Ordering::Relaxed,
         );
         assert!(c.peek().is_err());
