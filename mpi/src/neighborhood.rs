@@ -17,7 +17,11 @@
 //!
 //! A neighbourhood collective is one step of messages on the
 //! communicator's collective context, numbered like every collective
-//! (`collective::team`), so several may be under way at once. Messages
+//! (`collective::team`), so several may be under way at once. Each block
+//! is one message sent from where it lies and received where it goes;
+//! the point-to-point layer packs or unpacks a block of data that is not
+//! contiguous piece by piece as it goes, so no packed copy of a buffer is
+//! made (`collective::typed::Pieces`). Messages
 //! between two processes pair off in the order they are posted, which
 //! the order of the sends and receives makes right: in a grid, a process
 //! may be both neighbours of another along a dimension (a periodic
@@ -27,9 +31,9 @@
 //! processes pair off in order.
 
 use crate::collective::op::same_element_type;
-use crate::collective::partition::disjoint_blocks;
+use crate::collective::partition::{disjoint_blocks, uniform_blocks};
 use crate::collective::team::{CollectiveTag, Sequence};
-use crate::collective::typed::{Input, Output};
+use crate::collective::typed::{pieces_of_each, whole_messages, Inbound, Outbound, Pieces};
 use crate::collective::{Partition, PartitionMut};
 use crate::comm::{Communicator, PROC_NULL};
 use crate::datatype::{Buffer, BufferMut};
@@ -139,17 +143,17 @@ impl Communicator {
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
-        let (input, mut output) = (Input::new(send)?, Output::new(recv)?);
-        same_element_type(input.element_type(), output.element_type())?;
+        let (send, send_type) = Pieces::of_buffer(send)?;
+        let (mut recv, recv_type) = Pieces::into_buffer(recv)?;
+        same_element_type(send_type, recv_type)?;
         let hood = self.neighborhood()?;
-        let block = input.bytes().len();
-        let recv = output.bytes_mut();
+        let block = send.len();
         expect_blocks(recv.len(), hood.sources, block, "the receive buffer")?;
-        let sends = vec![input.bytes(); hood.destinations];
-        let recvs = recv.chunks_mut(block.max(1)).collect();
-        self.neighbor_exchange(sequence, CollectiveTag::AllGather, &hood, &sends, recvs)
-            .await?;
-        output.finish()
+        let parts = uniform_blocks(hood.sources, block);
+        let recvs = recv.inbound_blocks(disjoint_blocks(recv.len(), &parts)?)?;
+        let sends = send.outbound_blocks(&vec![0..block; hood.destinations])?;
+        self.neighbor_exchange(sequence, CollectiveTag::AllGather, &hood, sends, recvs)
+            .await
     }
 
     /// Sends `send`, of any length, to every destination neighbour and
@@ -208,16 +212,14 @@ impl Communicator {
         C: Borrow<[i32]>,
         D: Borrow<[i32]>,
     {
-        let input = Input::new(send)?;
-        same_element_type(input.element_type(), recv.element_type())?;
+        let (send, send_type) = Pieces::of_buffer(send)?;
+        same_element_type(send_type, recv.element_type())?;
         let hood = self.neighborhood()?;
-        let (parts, mut output) = recv.parts(hood.sources)?;
-        let buf = output.bytes_mut();
-        let recvs = disjoint_blocks(buf.len(), &parts)?.split(buf);
-        let sends = vec![input.bytes(); hood.destinations];
-        self.neighbor_exchange(sequence, CollectiveTag::AllGather, &hood, &sends, recvs)
-            .await?;
-        output.finish()
+        let (parts, mut recv) = recv.pieces(hood.sources)?;
+        let recvs = recv.inbound_blocks(disjoint_blocks(recv.len(), &parts)?)?;
+        let sends = send.outbound_blocks(&vec![0..send.len(); hood.destinations])?;
+        self.neighbor_exchange(sequence, CollectiveTag::AllGather, &hood, sends, recvs)
+            .await
     }
 
     /// Sends block `j` of `send` to destination neighbour `j` and receives
@@ -263,10 +265,10 @@ impl Communicator {
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
-        let (input, mut output) = (Input::new(send)?, Output::new(recv)?);
-        same_element_type(input.element_type(), output.element_type())?;
+        let (send, send_type) = Pieces::of_buffer(send)?;
+        let (mut recv, recv_type) = Pieces::into_buffer(recv)?;
+        same_element_type(send_type, recv_type)?;
         let hood = self.neighborhood()?;
-        let (send, recv) = (input.bytes(), output.bytes_mut());
         let block = match (hood.destinations, hood.sources) {
             (0, 0) => 0,
             (0, s) => recv.len() / s,
@@ -274,11 +276,11 @@ impl Communicator {
         };
         expect_blocks(send.len(), hood.destinations, block, "the send buffer")?;
         expect_blocks(recv.len(), hood.sources, block, "the receive buffer")?;
-        let sends: Vec<&[u8]> = send.chunks(block.max(1)).collect();
-        let recvs = recv.chunks_mut(block.max(1)).collect();
-        self.neighbor_exchange(sequence, CollectiveTag::AllToAll, &hood, &sends, recvs)
-            .await?;
-        output.finish()
+        let parts = uniform_blocks(hood.sources, block);
+        let recvs = recv.inbound_blocks(disjoint_blocks(recv.len(), &parts)?)?;
+        let sends = send.outbound_blocks(&uniform_blocks(hood.destinations, block))?;
+        self.neighbor_exchange(sequence, CollectiveTag::AllToAll, &hood, sends, recvs)
+            .await
     }
 
     /// Sends the blocks of `send` to the destination neighbours and
@@ -346,17 +348,12 @@ impl Communicator {
     {
         same_element_type(send.element_type(), recv.element_type())?;
         let hood = self.neighborhood()?;
-        let (send_parts, send) = send.parts(hood.destinations)?;
-        let (recv_parts, mut output) = recv.parts(hood.sources)?;
-        let buf = output.bytes_mut();
-        let recvs = disjoint_blocks(buf.len(), &recv_parts)?.split(buf);
-        let sends: Vec<&[u8]> = send_parts
-            .iter()
-            .map(|p| &send.bytes()[p.clone()])
-            .collect();
-        self.neighbor_exchange(sequence, CollectiveTag::AllToAll, &hood, &sends, recvs)
-            .await?;
-        output.finish()
+        let (send_parts, send) = send.pieces(hood.destinations)?;
+        let (recv_parts, mut recv) = recv.pieces(hood.sources)?;
+        let recvs = recv.inbound_blocks(disjoint_blocks(recv.len(), &recv_parts)?)?;
+        let sends = send.outbound_blocks(&send_parts)?;
+        self.neighbor_exchange(sequence, CollectiveTag::AllToAll, &hood, sends, recvs)
+            .await
     }
 
     /// Sends `send[j]` to destination neighbour `j` and receives `recv[i]`
@@ -412,51 +409,30 @@ impl Communicator {
                 ),
             ));
         }
-        let inputs = send
-            .iter()
-            .map(|b| Input::new(*b))
-            .collect::<Result<Vec<_>>>()?;
-        let mut outputs = recv
-            .iter_mut()
-            .map(|b| Output::new(&mut **b))
-            .collect::<Result<Vec<_>>>()?;
-        let sends: Vec<&[u8]> = inputs.iter().map(Input::bytes).collect();
-        let recvs = outputs.iter_mut().map(Output::bytes_mut).collect();
-        self.neighbor_exchange(sequence, CollectiveTag::AllToAll, &hood, &sends, recvs)
-            .await?;
-        outputs.into_iter().try_for_each(Output::finish)
+        let (inputs, mut outputs) = pieces_of_each(send, recv)?;
+        let (sends, recvs) = whole_messages(&inputs, &mut outputs)?;
+        self.neighbor_exchange(sequence, CollectiveTag::AllToAll, &hood, sends, recvs)
+            .await
     }
 
     /// The exchange of a neighbourhood collective of kind `kind`: send
     /// block `j` (of `sends`, by destination) and receive block `i` (of
-    /// `recvs`, by source) as `hood` says. A block of no source is left
-    /// alone.
+    /// `recvs`, by source) as `hood` says, each a message the
+    /// point-to-point layer packs or unpacks piece by piece where its
+    /// data is not contiguous. A block of no destination or source
+    /// (`PROC_NULL`) is left alone.
     async fn neighbor_exchange(
         &self,
         sequence: Sequence,
         kind: CollectiveTag,
         hood: &Neighborhood,
-        sends: &[&[u8]],
-        recvs: Vec<&mut [u8]>,
+        sends: Vec<Outbound<'_>>,
+        recvs: Vec<Inbound<'_>>,
     ) -> Result<()> {
-        let sends: Vec<(usize, &[u8])> = hood
-            .sends
-            .iter()
-            .map(|&(to, j)| (to as usize, sends.get(j).copied().unwrap_or(&[])))
-            .collect();
-        // Each receive block once, in the order of the sources; a
-        // zero-length block may have no chunk.
-        let mut blocks: Vec<Option<&mut [u8]>> = recvs.into_iter().map(Some).collect();
-        let mut posted: Vec<(usize, &mut [u8])> = Vec::with_capacity(hood.recvs.len());
-        for &(from, i) in &hood.recvs {
-            let buf = match blocks.get_mut(i).and_then(Option::take) {
-                Some(buf) => buf,
-                None => &mut [],
-            };
-            posted.push((from as usize, buf));
-        }
+        let sends = in_posting_order(sends, &hood.sends);
+        let recvs = in_posting_order(recvs, &hood.recvs);
         let team = self.team(sequence, kind)?;
-        team.complete(team.exchange(&sends, &mut posted)).await
+        team.complete(team.exchange_data(sends, recvs)).await
     }
 }
 
@@ -471,4 +447,17 @@ fn expect_blocks(len: usize, blocks: usize, block: usize, what: &str) -> Result<
         ));
     }
     Ok(())
+}
+
+/// The messages of `blocks` in the order `posting` gives them: (rank,
+/// index of the block) each. The neighbourhood names each block at most
+/// once.
+fn in_posting_order<T: Default>(mut blocks: Vec<T>, posting: &[(i32, usize)]) -> Vec<(usize, T)> {
+    posting
+        .iter()
+        .map(|&(rank, i)| {
+            let block = blocks.get_mut(i).map(std::mem::take).unwrap_or_default();
+            (rank as usize, block)
+        })
+        .collect()
 }

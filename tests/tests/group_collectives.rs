@@ -57,6 +57,31 @@ fn long_strided_collectives_between_groups_move_in_pieces() {
 }
 
 #[test]
+fn long_strided_neighbourhood_collectives_move_in_pieces() {
+    // Each block a message the point-to-point layer packs or unpacks
+    // piece by piece: no packed copy of the 32 MiB column.
+    for env in [&[][..], &TCP[..]] {
+        let out = run(
+            bins().check("group_collectives", "neighbor_pieces_memory", 3, env),
+            Duration::from_secs(120),
+        );
+        out.assert_success();
+        for expected in [
+            "neighbourhood all-to-all-w: +",
+            "group_collectives neighbor_pieces_memory: ok on 3 ranks",
+        ] {
+            assert!(out.stdout.contains(expected), "{env:?}: {}", out.stdout);
+        }
+        eprint!("{env:?}: {}", out.stdout);
+        assert!(
+            shm_leftovers().is_empty(),
+            "shared segments left: {:?}",
+            shm_leftovers()
+        );
+    }
+}
+
+#[test]
 fn neighbourhood_collectives_v_w_and_non_blocking_with_1_to_8_ranks() {
     for ranks in 1..=8 {
         job("neighbor", ranks, &[], &format!("neighbor: {ranks} ranks"));

@@ -281,13 +281,17 @@ impl Communicator {
 
     /// Leaves in `acc`, at this group's leader, the reduction of the
     /// remote group's `acc`: each group reduces to its leader, and the
-    /// leaders swap. A mismatch of lengths between the leaders is
-    /// returned second, for the caller to go on with its group first.
+    /// leaders swap, the leader sending its group's reduction from
+    /// `ours` (a copy of it, whose room serves every segment of the
+    /// collective: one allocation, not one per segment). A mismatch of
+    /// lengths between the leaders is returned second, for the caller to
+    /// go on with its group first.
     async fn remote_reduction_at_leader(
         &self,
         teams: &GroupTeams<'_>,
         acc: &mut [u8],
         red: &Reduction<'_>,
+        ours: &mut Vec<u8>,
     ) -> Result<Result<()>> {
         let local = teams.local();
         local
@@ -296,10 +300,11 @@ impl Communicator {
         if !teams.leads() {
             return Ok(Ok(()));
         }
-        let ours = acc.to_vec();
+        ours.clear();
+        ours.extend_from_slice(acc);
         let leaders = teams.leaders();
         Ok(leaders
-            .complete(leaders.send_receive(1, &ours, 1, acc))
+            .complete(leaders.send_receive(1, ours, 1, acc))
             .await)
     }
 
@@ -317,10 +322,12 @@ impl Communicator {
         let teams = self.group_teams(sequence, CollectiveTag::AllReduce)?;
         // The first mismatch between the leaders, reported once the
         // group has had every segment.
-        let mut swapped = Ok(());
+        let (mut swapped, mut ours) = (Ok(()), Vec::new());
         let segments = acc.ranges_ending_short(REDUCTION_SEGMENT, red.unit_size());
         acc.each(segments, async |data| {
-            let outcome = self.remote_reduction_at_leader(&teams, data, red).await?;
+            let outcome = self
+                .remote_reduction_at_leader(&teams, data, red, &mut ours)
+                .await?;
             let local = teams.local();
             local
                 .complete(algorithms::broadcast(&local, 0, &mut Pieces::Bytes(data)))
@@ -353,7 +360,7 @@ impl Communicator {
         let teams = self.group_teams(sequence, CollectiveTag::ReduceScatter)?;
         // The first mismatch between the leaders, reported once the
         // group has had every segment.
-        let mut swapped = Ok(());
+        let (mut swapped, mut ours) = (Ok(()), Vec::new());
         let local = teams.local();
         local
             .complete(algorithms::reduce_scatter_from_rank_0(
@@ -363,7 +370,9 @@ impl Communicator {
                 out,
                 red.unit_size(),
                 async |acc| {
-                    let outcome = self.remote_reduction_at_leader(&teams, acc, red).await?;
+                    let outcome = self
+                        .remote_reduction_at_leader(&teams, acc, red, &mut ours)
+                        .await?;
                     if swapped.is_ok() {
                         swapped = outcome;
                     }

@@ -130,7 +130,7 @@ use schedule::{all_to_all_algorithm, AllToAllAlgorithm, REDUCE_SHORT};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use team::{CollectiveTag, Sequence};
-use typed::{Inbound, Input, Outbound, Output, Pieces, Segments};
+use typed::{pieces_of_each, whole_messages, Inbound, Input, Outbound, Output, Pieces, Segments};
 
 /// The environment variable that makes the reductions that go by
 /// messages agree on their data's length before they reduce it (`1`), so
@@ -1048,25 +1048,8 @@ impl Communicator {
                 recv.len()
             )));
         }
-        // Each buffer is one message, which the point-to-point layer
-        // packs or unpacks piece by piece where it is not contiguous.
-        let views: Vec<_> = send.iter().map(|b| b.view()).collect();
-        let inputs = views
-            .iter()
-            .map(Pieces::of_view)
-            .collect::<Result<Vec<_>>>()?;
-        let mut outputs = recv
-            .iter_mut()
-            .map(|b| Pieces::into_view(b.view_mut()))
-            .collect::<Result<Vec<_>>>()?;
-        let sends = inputs
-            .iter()
-            .map(|p| p.outbound(0..p.len()))
-            .collect::<Result<_>>()?;
-        let recvs = outputs
-            .iter_mut()
-            .map(|p| p.inbound(0..p.len()))
-            .collect::<Result<_>>()?;
+        let (inputs, mut outputs) = pieces_of_each(send, recv)?;
+        let (sends, recvs) = whole_messages(&inputs, &mut outputs)?;
         self.all_to_all_bytes(sequence, sends, recvs, AllToAllAlgorithm::Scattered)
             .await
     }

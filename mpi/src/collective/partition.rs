@@ -2,7 +2,7 @@
 //! varying counts: [`Partition`] (sent from) and [`PartitionMut`]
 //! (received into), as rsmpi has them.
 
-use super::typed::{Input, Output, Pieces};
+use super::typed::Pieces;
 use crate::datatype::{Buffer, BufferMut, ElementType};
 use crate::{Error, ErrorClass, Result};
 use std::borrow::Borrow;
@@ -46,20 +46,6 @@ where
 
     pub(crate) fn element_type(&self) -> ElementType {
         ElementType::of_datatype(self.buf.view().datatype())
-    }
-
-    /// The blocks in bytes of packed data for `size` processes, and the
-    /// data.
-    pub(crate) fn parts(&self, size: usize) -> Result<(Vec<Range<usize>>, Input<'b>)> {
-        let input = Input::new(self.buf)?;
-        let parts = blocks(
-            self.counts(),
-            self.displs(),
-            size,
-            input.element_type(),
-            input.bytes().len(),
-        )?;
-        Ok((parts, input))
     }
 
     /// The blocks in bytes of packed data for `size` processes, and the
@@ -115,20 +101,6 @@ where
 
     pub(crate) fn element_type(&mut self) -> ElementType {
         ElementType::of_datatype(self.buf.view_mut().datatype())
-    }
-
-    /// The blocks in bytes of packed data for `size` processes, and the
-    /// data (which blocks not written keep).
-    pub(crate) fn parts(&mut self, size: usize) -> Result<(Vec<Range<usize>>, Output<'_>)> {
-        let mut output = Output::new(self.buf)?;
-        let parts = blocks(
-            self.counts.borrow(),
-            self.displs.borrow(),
-            size,
-            output.element_type(),
-            output.bytes_mut().len(),
-        )?;
-        Ok((parts, output))
     }
 
     /// The blocks in bytes of packed data for `size` processes, and the

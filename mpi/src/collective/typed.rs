@@ -385,6 +385,42 @@ impl Pieces<'_> {
     }
 }
 
+/// The buffers of an all-to-all-w, one message each: each of `send` to
+/// read and each of `recv` to write a piece at a time (see
+/// [`whole_messages`]), none packed whole.
+pub(crate) fn pieces_of_each<'a>(
+    send: &[&'a dyn Buffer],
+    recv: &'a mut [&mut dyn BufferMut],
+) -> Result<(Vec<Pieces<'a>>, Vec<Pieces<'a>>)> {
+    let inputs = send
+        .iter()
+        .map(|&buf| Pieces::of_view(&buf.view()))
+        .collect::<Result<_>>()?;
+    let outputs = recv
+        .iter_mut()
+        .map(|buf| Pieces::into_view(buf.view_mut()))
+        .collect::<Result<_>>()?;
+    Ok((inputs, outputs))
+}
+
+/// The whole data of each of `send` to send and of each of `recv` to
+/// receive into, one message each, which the point-to-point layer packs
+/// or unpacks piece by piece where the data is not contiguous.
+pub(crate) fn whole_messages<'s>(
+    send: &'s [Pieces<'_>],
+    recv: &'s mut [Pieces<'_>],
+) -> Result<(Vec<Outbound<'s>>, Vec<Inbound<'s>>)> {
+    let sends = send
+        .iter()
+        .map(|pieces| pieces.outbound(0..pieces.len()))
+        .collect::<Result<_>>()?;
+    let recvs = recv
+        .iter_mut()
+        .map(|pieces| pieces.inbound(0..pieces.len()))
+        .collect::<Result<_>>()?;
+    Ok((sends, recvs))
+}
+
 /// The data of a reduction, worked on one segment (a range of whole
 /// elements of the packed data) at a time: each segment starts as the
 /// input's data (in place, the output's) and its result goes to the

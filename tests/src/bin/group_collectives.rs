@@ -16,7 +16,10 @@
 //! little to the peak memory), `neighbor`
 //! (the v and w neighbourhood collectives and the non-blocking form of
 //! each, on a periodic ring, a 2-d grid and a distributed graph with a
-//! repeated edge), `handler` (collectives hand their errors to the
+//! repeated edge, and the fixed-size ones where some processes pass
+//! strided columns and others contiguous data), `neighbor_pieces_memory`
+//! (32 MiB strided neighbourhood collectives of every form on a periodic
+//! ring add little to the peak memory), `handler` (collectives hand their errors to the
 //! communicator's error handler), `alone` (2 or more ranks: a collective
 //! whose arguments are wrong at the last rank only fails there with its
 //! class, and the collectives after it work everywhere), `node_alone` (2
@@ -47,6 +50,7 @@ fn main() -> ExitCode {
                 "inter" => inter(&world),
                 "inter_pieces_memory" => inter_pieces_memory(&world),
                 "neighbor" => neighbor(&world),
+                "neighbor_pieces_memory" => neighbor_pieces_memory(&world),
                 "handler" => handler(&world),
                 "alone" => alone(&world),
                 "node_alone" => node_alone(&world),
@@ -1053,12 +1057,14 @@ fn neighbor(world: &Communicator) -> Result<()> {
             destinations: 2 * dimensions,
         };
         neighborhood_collectives(comm, &hood, what)?;
+        neighbor_mixed(comm, &hood, what)?;
     }
     let hood = Hood {
         sources: vec![(at(-1), 0), (at(-1), 1), (at(-3), 2)],
         destinations: 3,
     };
     neighborhood_collectives(&graph, &hood, "distributed graph")?;
+    neighbor_mixed(&graph, &hood, "distributed graph")?;
     world.barrier()?;
     if rank == 0 {
         println!("neighbor: {size} ranks as {dims:?}");
@@ -1293,6 +1299,229 @@ fn neighborhood_collectives(comm: &Communicator, hood: &Hood, what: &str) -> Res
         ),
         ErrorClass::Arg,
         &format!("{what}: all-gatherv with a count too few"),
+    )
+}
+
+/// Elements of each block in `neighbor_mixed`: more bytes than the
+/// eager limits, so that the blocks go by rendezvous too.
+const MIXED_LEN: usize = 20_000;
+
+/// The fixed-size neighbourhood all-gather and all-to-all, blocking and
+/// not, where some processes pass strided data (the first column of a
+/// two-column matrix, a block per column) and others contiguous data:
+/// odd ranks send strided data, ranks not a multiple of 3 receive into
+/// strided columns. The second column of each matrix stays as it was.
+fn neighbor_mixed(comm: &Communicator, hood: &Hood, what: &str) -> Result<()> {
+    let me = comm.rank();
+    let (slots, len) = (hood.sources.len(), MIXED_LEN);
+    let column = UserDatatype::vector(len as i32, 1, 2, &i32::equivalent_datatype())?;
+    let columns = UserDatatype::resized(&column, 0, (len * 2 * 4) as isize)?;
+    let (strided_send, strided_recv) = (me % 2 == 1, me % 3 != 0);
+    // Element `k` of what process `from` sends in destination slot `j`
+    // (an all-gather sends slot 0 to every destination).
+    let sent = |from: i32, j: usize, k: usize| (from * 10 + j as i32) * 100_000 + k as i32;
+    for immediate in [false, true] {
+        for gather in [true, false] {
+            let form = format!(
+                "{what}: {} {} from {} data into {} data",
+                if immediate { "immediate" } else { "blocking" },
+                if gather { "all-gather" } else { "all-to-all" },
+                if strided_send {
+                    "strided"
+                } else {
+                    "contiguous"
+                },
+                if strided_recv {
+                    "strided"
+                } else {
+                    "contiguous"
+                },
+            );
+            let blocks = if gather { 1 } else { hood.destinations };
+            let packed: Vec<i32> = (0..blocks)
+                .flat_map(|j| (0..len).map(move |k| sent(me, j, k)))
+                .collect();
+            let matrix: Vec<i32> = packed.iter().flat_map(|&v| [v, -7]).collect();
+            let width = if strided_recv { 2 } else { 1 };
+            let mut received = vec![-1i32; slots * len * width];
+            {
+                let send_view;
+                let send: &dyn Buffer = if strided_send {
+                    send_view =
+                        View::with_count_and_datatype(&matrix[..], blocks as i32, &columns)?;
+                    &send_view
+                } else {
+                    &packed
+                };
+                let mut recv_view;
+                let recv: &mut dyn BufferMut = if strided_recv {
+                    recv_view = MutView::with_count_and_datatype(
+                        &mut received[..],
+                        slots as i32,
+                        &columns,
+                    )?;
+                    &mut recv_view
+                } else {
+                    &mut received
+                };
+                match (immediate, gather) {
+                    (false, true) => comm.neighbor_all_gather_into(send, recv)?,
+                    (false, false) => comm.neighbor_all_to_all_into(send, recv)?,
+                    (true, true) => scope(|sc| {
+                        comm.immediate_neighbor_all_gather_into(sc, send, recv)?
+                            .wait()
+                            .map(drop)
+                    })?,
+                    (true, false) => scope(|sc| {
+                        comm.immediate_neighbor_all_to_all_into(sc, send, recv)?
+                            .wait()
+                            .map(drop)
+                    })?,
+                }
+            }
+            // A block from no one keeps its -1s.
+            let expected: Vec<i32> = hood
+                .sources
+                .iter()
+                .flat_map(|&(source, j)| {
+                    let j = if gather { 0 } else { j };
+                    (0..len).map(move |k| {
+                        if source == PROC_NULL {
+                            -1
+                        } else {
+                            sent(source, j, k)
+                        }
+                    })
+                })
+                .collect();
+            let first: Vec<i32> = received.iter().step_by(width).copied().collect();
+            same(&first, &expected, &form)?;
+            if strided_recv {
+                if let Some(i) = received.iter().skip(1).step_by(2).position(|&v| v != -1) {
+                    return Err(fail(format!(
+                        "{form}: row {i} of the second column was written"
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `neighbor_pieces_memory`: the neighbourhood collectives on a periodic
+/// ring of 32 MiB of strided data (each process's column of a two-column
+/// matrix of `f64`, half of it to or from each neighbour) grow no
+/// process's peak memory by a packed copy: all-gather, all-gather-v (in
+/// reverse order), all-to-all, all-to-all-v (reversed), all-to-all-w,
+/// and the non-blocking all-gather from a contiguous buffer into strided
+/// columns. Every buffer is allocated and touched first, and a smaller
+/// exchange warms the connections.
+fn neighbor_pieces_memory(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank(), world.size());
+    let ring = world
+        .create_cartesian_communicator(&[size], &[true], false)?
+        .ok_or_else(|| fail("a ring of every process left one out"))?;
+    let (down, up) = ring.cartesian_shift(0, 1)?;
+    // Receive slot 0 comes from -1, which sends it its slot 1 (to +1);
+    // slot 1 from +1, its slot 0.
+    let from = [(down, 1), (up, 0)];
+    let (rows, f64t) = (4 << 20, f64::equivalent_datatype());
+    let half = rows / 2;
+    let half_column = UserDatatype::vector(half as i32, 1, 2, &f64t)?;
+    let halves = UserDatatype::resized(&half_column, 0, (half * 2 * 8) as isize)?;
+    // One `f64` of the first column: counts of it address rows.
+    let strided = UserDatatype::resized(&f64t, 0, 16)?;
+    let cell = |id: i32, r: usize| f64::from(id) * 1e8 + r as f64;
+    let data: Vec<f64> = (0..rows * 2).map(|i| cell(rank, i / 2)).collect();
+    let plain: Vec<f64> = (0..half).map(|r| cell(rank, r)).collect();
+    let mut received = vec![-1.0f64; rows * 2];
+    {
+        let small = UserDatatype::vector(1000, 1, 2, &f64t)?;
+        let small = UserDatatype::resized(&small, 0, 16_000)?;
+        let send = View::with_count_and_datatype(&data[..], 2, &small)?;
+        let mut recv = MutView::with_count_and_datatype(&mut received[..], 2, &small)?;
+        ring.neighbor_all_to_all_into(&send, &mut recv)?;
+    }
+    let counts = [half as i32; 2];
+    let (in_order, reversed) = ([0, half as i32], [half as i32, 0]);
+    // Row `r` of the received column: slot `r / half` (the other one
+    // where the blocks are reversed) of `from`, whose source sent its own
+    // rows from 0 (all-gathers) or from its slot's half (all-to-alls).
+    let mut case = |what: &str,
+                    reverse: bool,
+                    exchange: bool,
+                    collective: &dyn Fn(&mut [f64]) -> Result<()>|
+     -> Result<()> {
+        received.fill(-1.0);
+        within_pieces_bound(
+            &ring,
+            &format!("a 32 MiB strided neighbourhood {what}"),
+            || collective(&mut received),
+        )?;
+        let expected = |r: usize| {
+            let slot = if reverse { 1 - r / half } else { r / half };
+            let (source, j) = from[slot];
+            cell(source, if exchange { j * half } else { 0 } + r % half)
+        };
+        first_column_is(
+            &received,
+            0..rows,
+            expected,
+            &format!("the strided neighbourhood {what}"),
+        )
+    };
+    case("all-gather", false, false, &|recv| {
+        let send = View::with_count_and_datatype(&data[..], 1, &half_column)?;
+        let mut recv = MutView::with_count_and_datatype(recv, 2, &halves)?;
+        ring.neighbor_all_gather_into(&send, &mut recv)
+    })?;
+    case("all-gather-v", true, false, &|recv| {
+        let send = View::with_count_and_datatype(&data[..], half as i32, &strided)?;
+        let mut recv = MutView::with_count_and_datatype(recv, rows as i32, &strided)?;
+        let mut recv = PartitionMut::new(&mut recv, &counts[..], &reversed[..]);
+        ring.neighbor_all_gather_varcount_into(&send, &mut recv)
+    })?;
+    case("all-to-all", false, true, &|recv| {
+        let send = View::with_count_and_datatype(&data[..], 2, &halves)?;
+        let mut recv = MutView::with_count_and_datatype(recv, 2, &halves)?;
+        ring.neighbor_all_to_all_into(&send, &mut recv)
+    })?;
+    case("all-to-all-v", true, true, &|recv| {
+        let send = View::with_count_and_datatype(&data[..], rows as i32, &strided)?;
+        let send = Partition::new(&send, &counts[..], &in_order[..]);
+        let mut recv = MutView::with_count_and_datatype(recv, rows as i32, &strided)?;
+        let mut recv = PartitionMut::new(&mut recv, &counts[..], &reversed[..]);
+        ring.neighbor_all_to_all_varcount_into(&send, &mut recv)
+    })?;
+    case("all-to-all-w", false, true, &|recv| {
+        let (low, high) = recv.split_at_mut(half * 2);
+        let sends = [
+            View::with_count_and_datatype(&data[..], 1, &half_column)?,
+            View::with_count_and_datatype(&data[half * 2..], 1, &half_column)?,
+        ];
+        let mut recvs = [
+            MutView::with_count_and_datatype(low, 1, &half_column)?,
+            MutView::with_count_and_datatype(high, 1, &half_column)?,
+        ];
+        let sends: Vec<&dyn Buffer> = sends.iter().map(|b| -> &dyn Buffer { b }).collect();
+        let mut recvs: Vec<&mut dyn BufferMut> = recvs
+            .iter_mut()
+            .map(|b| -> &mut dyn BufferMut { b })
+            .collect();
+        ring.neighbor_all_to_all_w_into(&sends, &mut recvs)
+    })?;
+    case(
+        "immediate all-gather into strided columns",
+        false,
+        false,
+        &|recv| {
+            let mut recv = MutView::with_count_and_datatype(recv, 2, &halves)?;
+            scope(|sc| {
+                ring.immediate_neighbor_all_gather_into(sc, &plain[..], &mut recv)?
+                    .wait()
+                    .map(drop)
+            })
+        },
     )
 }
 
