@@ -1161,11 +1161,7 @@ impl Device {
         let Some(mut handler) = self.active_handler.take() else {
             return;
         };
-        for (t, transport) in self.transports.iter_mut().enumerate() {
-            if transport.begin_batch() {
-                self.batching |= 1 << t;
-            }
-        }
+        self.begin_batches();
         while let Some(message) = self.core.active.pop_front() {
             let peer = message.peer;
             if let Err(e) = handler.handle(self, &message) {
@@ -1179,6 +1175,21 @@ impl Device {
         }
         handler.handled_all(self);
         self.active_handler = Some(handler);
+        self.end_batches();
+    }
+
+    /// Begins a batch ([`Transport::begin_batch`]) on every transport,
+    /// noting in `batching` those that hold packets back.
+    fn begin_batches(&mut self) {
+        for (t, transport) in self.transports.iter_mut().enumerate() {
+            if transport.begin_batch() {
+                self.batching |= 1 << t;
+            }
+        }
+    }
+
+    /// Ends what [`Device::begin_batches`] began: the held packets leave.
+    fn end_batches(&mut self) {
         while self.batching != 0 {
             let t = self.batching.trailing_zeros() as usize;
             self.batching &= self.batching - 1;
@@ -1992,8 +2003,16 @@ impl Device {
         Ok(progressed)
     }
 
-    /// Sends the replies that packet handling asked for.
+    /// Sends the replies that packet handling asked for. Several are a
+    /// batch ([`Transport::begin_batch`]): the CTSs that answer a poll's
+    /// RTSs (a window of large one-sided gets, whose data comes by
+    /// rendezvous) leave in a few writes, not one each; a lone reply is
+    /// sent at once, as before.
     fn flush_deferred(&mut self) {
+        let batch = self.core.deferred.len() > 1;
+        if batch {
+            self.begin_batches();
+        }
         for action in std::mem::take(&mut self.core.deferred) {
             match action {
                 Deferred::Packet {

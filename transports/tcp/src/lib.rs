@@ -884,6 +884,12 @@ impl TcpTransport {
         Some(lane)
     }
 
+    /// Whether a packet of `len` payload bytes is held back for the end
+    /// of the batch under way, if any ([`Transport::begin_batch`]).
+    fn holds(&self, len: usize) -> bool {
+        self.batching && len <= self.config.eager_limit
+    }
+
     /// Queues a packet for `peer`'s packet connection (connecting first if
     /// there is none) and writes what the socket takes; in a batch, a
     /// packet of at most the eager limit is held back for its end.
@@ -897,7 +903,7 @@ impl TcpTransport {
             // takes back).
             self.connect(peer, Channel::Packets)?;
         }
-        let hold = self.batching && packet.payload().len() <= self.config.eager_limit;
+        let hold = self.holds(packet.payload().len());
         self.peers[peer].queue.push_back(packet);
         if hold {
             if !self.held.contains(&peer) {
@@ -1423,11 +1429,15 @@ impl Transport for TcpTransport {
             p.data_expected = p.data_expected.saturating_add(1);
         }
         let header = header.encode();
-        // Fast path: nothing queued and connected, write at once.
+        let len: usize = parts.iter().map(|part| part.len()).sum();
+        // Fast path: nothing queued and connected, write at once; but a
+        // batch holds back a packet up to the eager limit (`enqueue`),
+        // even the first: the RTSs of a window of large gets (one per
+        // get) leave together, not a `send` each.
         let p = &self.peers[peer];
-        if let (true, Some(index)) = (p.queue.is_empty(), p.packets) {
+        let hold = self.holds(len);
+        if let (true, false, Some(index)) = (p.queue.is_empty(), hold, p.packets) {
             if let Some(conn) = self.conns[index].as_mut() {
-                let len: usize = parts.iter().map(|part| part.len()).sum();
                 let total = HEADER_LEN + len;
                 let attempt = if len <= COPY_SEND_MAX {
                     // One contiguous `send` rather than a `writev`: the
@@ -1610,11 +1620,15 @@ impl Transport for TcpTransport {
         Ok(())
     }
 
+    /// A zero-copy packet written whole has left, though its completion
+    /// waits in `completed` for the next poll: it is not pending. (The
+    /// device sends a large one-sided get's data as a ready packet only
+    /// while nothing is pending; counting such packets sent every get
+    /// of a window after the first by rendezvous, nothing waiting.)
     fn has_pending_sends(&self) -> bool {
         self.peers
             .iter()
             .any(|p| !p.queue.is_empty() || p.lanes.iter().any(|lane| !lane.queue.is_empty()))
-            || !self.completed.is_empty()
     }
 
     /// Holds back packets up to the eager limit: a window of 64 one-sided

@@ -23,7 +23,10 @@
 //! - a stranger on the listener (garbage, a wrong secret, or silence) is
 //!   refused and the job's own traffic goes on;
 //! - the packets of a batch (`begin_batch` .. `end_batch`) up to the
-//!   eager limit leave at its end, in order; a larger one at once.
+//!   eager limit leave at its end, in order, the first too; a larger one
+//!   at once;
+//! - a zero-copy packet written whole is not pending, though its
+//!   completion waits for the next poll.
 //!
 //! Every wait has a deadline ([`DEADLINE`]) and fails saying what it waited
 //! for and what each rank had seen.
@@ -637,6 +640,23 @@ fn a_payload_sent_in_parts_arrives_as_their_concatenation() {
     assert!(b.failures.is_empty());
 }
 
+/// Checks that rank 0's batch holds its packets to rank 1: while only
+/// rank 1 polls for 20 ms (in a batch, the device does not poll), none
+/// arrives after the first (tag 1, which opened the connection), and
+/// they are pending.
+fn assert_held_in_batch(net: &mut Net) {
+    for _ in 0..200 {
+        net.poll_rank(1);
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    assert_eq!(
+        net.sinks[1].tags_from(0),
+        [1],
+        "packets of the batch arrived before it ended"
+    );
+    assert!(net.t(0).has_pending_sends(), "the held packets are pending");
+}
+
 /// Packets of at most the eager limit sent in a batch (zero-copy ones,
 /// and a copied one behind them) stay in the sender until the batch
 /// ends, then arrive intact and in order; a larger one leaves at once.
@@ -657,17 +677,7 @@ fn a_batch_holds_its_packets_until_it_ends() {
         unsafe { net.send_zcopy(0, 1, &eager(2 + i as i32, PIECE), piece, 2 + i as u64) };
     }
     net.send(0, 1, &eager(5, small.len()), &small);
-    // Only the receiver polls: in a batch, the device does not poll.
-    for _ in 0..200 {
-        net.poll_rank(1);
-        std::thread::sleep(Duration::from_micros(100));
-    }
-    assert_eq!(
-        net.sinks[1].tags_from(0),
-        [1],
-        "packets of the batch arrived before it ended"
-    );
-    assert!(net.t(0).has_pending_sends(), "the held packets are pending");
+    assert_held_in_batch(&mut net);
     net.t(0).end_batch();
     net.run_until("the batch's packets arrived and completed", |n| {
         n.sinks[1].tags_from(0).len() == 5 && n.sinks[0].completions.len() == 3
@@ -702,6 +712,57 @@ fn a_batch_holds_its_packets_until_it_ends() {
     assert_eq!(net.sinks[1].tags_from(0), [1, 2, 3, 4, 5, 6, 7], "order");
     assert!(net.sinks[1].packet(0, 7).payload == beyond);
     assert!(net.sinks[0].failures.is_empty() && net.sinks[1].failures.is_empty());
+}
+
+/// The first packet of a batch is held too, though nothing is queued
+/// before it (the RTSs and CTSs of a window of large gets): it leaves
+/// with the batch's end, with the packets after it.
+#[test]
+fn a_batch_holds_its_first_packet_with_nothing_queued() {
+    let mut net = Net::new(2);
+    net.send(0, 1, &eager(1, 0), &[]);
+    net.run_until("the connection is up", |n| n.sinks[1].tags_from(0) == [1]);
+    assert!(!net.t(0).has_pending_sends(), "nothing is queued");
+
+    assert!(net.t(0).begin_batch());
+    net.send(0, 1, &cts(2), &[]);
+    net.send(0, 1, &eager(3, 100), &pattern(3, 100));
+    assert_held_in_batch(&mut net);
+    net.t(0).end_batch();
+    net.run_until("the batch's packets arrived", |n| {
+        n.sinks[1].tags_from(0).len() == 3
+    });
+    assert_eq!(net.sinks[1].tags_from(0), [1, 2, 3], "order");
+    assert!(net.sinks[1].packet(0, 3).payload == pattern(3, 100));
+}
+
+/// A zero-copy packet the socket took whole is not pending, though its
+/// completion is reported only by the next poll: the device sends a
+/// one-sided get's data beyond the eager limit as a ready packet only
+/// while nothing is pending, and such a packet is no reason to fall back
+/// to a rendezvous.
+#[test]
+fn a_zero_copy_packet_written_whole_is_not_pending() {
+    let payload = pattern(0x42, EAGER + 1);
+    let mut net = Net::new(2);
+    net.send(0, 1, &eager(1, 0), &[]);
+    net.run_until("the connection is up", |n| n.sinks[1].tags_from(0) == [1]);
+
+    // SAFETY: `payload`, declared before the transports, outlives them.
+    unsafe { net.send_zcopy(0, 1, &data(2, payload.len()), &payload, 7) };
+    assert!(
+        net.sinks[0].completions.is_empty(),
+        "completions wait for a poll"
+    );
+    assert!(
+        !net.t(0).has_pending_sends(),
+        "a packet of {} bytes, written whole to an idle loopback socket, counts as pending",
+        payload.len()
+    );
+    net.poll_rank(0);
+    assert_eq!(net.sinks[0].completions, [7], "completed at the next poll");
+    net.run_until("the packet arrived", |n| n.sinks[1].tags_from(0).len() == 2);
+    assert!(net.sinks[1].packet(0, 2).payload == payload);
 }
 
 /// A CTS header, which tells the transport that data from the peer it
