@@ -2004,12 +2004,13 @@ impl Device {
     }
 
     /// Sends the replies that packet handling asked for. Several are a
-    /// batch ([`Transport::begin_batch`]): the CTSs that answer a poll's
-    /// RTSs (a window of large one-sided gets, whose data comes by
-    /// rendezvous) leave in a few writes, not one each; a lone reply is
-    /// sent at once, as before.
+    /// batch ([`Transport::begin_batch`]), ended here: the CTSs that
+    /// answer a poll's RTSs (a window of large one-sided gets, whose data
+    /// comes by rendezvous) leave in a few writes, not one each; a lone
+    /// reply is sent at once. Inside a batch already under way (active
+    /// messages being handled) the replies join it and leave at its end.
     fn flush_deferred(&mut self) {
-        let batch = self.core.deferred.len() > 1;
+        let batch = self.batching == 0 && self.core.deferred.len() > 1;
         if batch {
             self.begin_batches();
         }
@@ -2050,6 +2051,9 @@ impl Device {
                     }
                 }
             }
+        }
+        if batch {
+            self.end_batches();
         }
     }
 

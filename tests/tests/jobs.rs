@@ -40,6 +40,14 @@ fn suite(check: &str, ranks: usize) {
     );
 }
 
+/// Six ranks, so each has five TCP connections and polls them by epoll:
+/// the clear-to-sends that one poll answers several requests with leave
+/// without another packet to push them.
+#[test]
+fn replies_to_a_burst_of_long_sends_leave_on_their_own() {
+    suite("reply-burst", 6);
+}
+
 #[test]
 fn ring_with_2_to_8_ranks() {
     for ranks in [2, 3, 4, 8] {

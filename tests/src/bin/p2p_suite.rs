@@ -38,6 +38,7 @@ fn main() -> ExitCode {
             "mid-sizes" => mid_sizes(&world),
             "flood" => flood(&world),
             "direct" => direct_receives(&world),
+            "reply-burst" => reply_burst(&world),
             // Failures the launcher must notice: rank 1 leaves without
             // finalizing (exit code 0), or aborts the job with code 7.
             "exit-early" => {
@@ -303,6 +304,70 @@ fn mid_sizes(world: &Communicator) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Replies that one poll asks for all at once must leave. Every rank
+/// first talks to every other (over TCP, more than four connections make
+/// the transport poll by epoll, which reports a writable socket once).
+/// Then rank 1 posts `BURST` receives for long messages from rank 0 and
+/// does not poll while rank 0's requests to send arrive, so one poll finds
+/// them all and answers each with a clear-to-send; rank 1 sends nothing
+/// else, so those answers must leave by themselves, or both ranks wait
+/// for ever.
+fn reply_burst(world: &Communicator) -> Result<()> {
+    const BURST: usize = 3;
+    const LEN: usize = 200 * 1024 + 9;
+    let (rank, size) = (world.rank(), world.size());
+    ensure(size >= 2, || {
+        format!("reply-burst needs 2 ranks or more, not {size}")
+    })?;
+    let token = [rank as u8];
+    let mut tokens = vec![[0u8]; size as usize];
+    scope(|s| -> Result<()> {
+        let mut requests = Vec::new();
+        for (from, token_in) in tokens.iter_mut().enumerate() {
+            if from as i32 != rank {
+                let peer = world.process_at_rank(from as i32);
+                requests.push(peer.immediate_receive_into(s, &mut token_in[..])?);
+            }
+        }
+        for to in (0..size).filter(|&to| to != rank) {
+            requests.push(world.process_at_rank(to).immediate_send(s, &token[..])?);
+        }
+        wait_all(requests).map(drop)
+    })?;
+    let seed = |k: usize| 7000 + k as u64;
+    match rank {
+        0 => {
+            let outs: Vec<Vec<u8>> = (0..BURST).map(|k| filled(seed(k), LEN)).collect();
+            let peer = world.process_at_rank(1);
+            scope(|s| -> Result<()> {
+                let mut sends = Vec::new();
+                for out in &outs {
+                    sends.push(peer.immediate_send(s, &out[..])?);
+                }
+                wait_all(sends).map(drop)
+            })?;
+        }
+        1 => {
+            let mut bufs = vec![vec![0u8; LEN]; BURST];
+            let peer = world.process_at_rank(0);
+            scope(|s| -> Result<()> {
+                let mut receives = Vec::new();
+                for buf in bufs.iter_mut() {
+                    receives.push(peer.immediate_receive_into(s, &mut buf[..])?);
+                }
+                // No poll while the requests to send arrive.
+                std::thread::sleep(Duration::from_millis(200));
+                wait_all(receives).map(drop)
+            })?;
+            for (k, buf) in bufs.iter().enumerate() {
+                check_bytes(seed(k), buf, &format!("long message {k} of the burst"))?;
+            }
+        }
+        _ => {}
+    }
+    world.barrier()
 }
 
 /// Long messages as a single-copy transport must move them: sizes that
