@@ -1222,10 +1222,16 @@ impl<'a> Window<'a> {
         // A number: its own bytes are the packed data, without the
         // general path's views and staging (most of a fetch_and_op's
         // instructions on the direct path went there).
-        let element = ElementType::of_basic(basic);
-        let outcome = self.fetch_value(result, basic, target, disp, |into| {
+        // The origin and the result are both one `T`: of one type and
+        // length, so `fetch_accumulate`'s comparisons are not needed.
+        let outcome = self.fetch_value(result, basic, target, disp, |_| {
             let checked = self.reductions_checked_by_path();
-            fetch_accumulate(element, value_bytes(origin), into, op, checked)
+            let element = accumulate_element(ElementType::of_basic(basic), op, checked)?;
+            Ok(Fetch::Accumulate {
+                element,
+                op,
+                data: value_bytes(origin),
+            })
         });
         self.comm.handled(outcome)
     }

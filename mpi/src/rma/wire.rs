@@ -120,10 +120,15 @@ impl AccumulateOp {
         match self {
             AccumulateOp::Replace => Some(0),
             AccumulateOp::NoOp => Some(1),
-            AccumulateOp::Reduce(op) => REDUCTIONS
-                .iter()
-                .position(|&r| r == op.system_op())
-                .map(|i| i as u8 + 2),
+            // `REDUCTIONS[op as usize] == op` (`NUMBER_OP_ORDER`): an
+            // index, not a search (on every accumulate's check).
+            AccumulateOp::Reduce(op) => {
+                let index = op.system_op() as usize;
+                REDUCTIONS
+                    .get(index)
+                    .filter(|&&r| r == op.system_op())
+                    .map(|_| index as u8 + 2)
+            }
         }
     }
 

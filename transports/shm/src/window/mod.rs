@@ -392,19 +392,33 @@ impl WindowSegment {
         mut update: impl FnMut(usize, &mut [u8]) -> Result<(), E>,
     ) -> Result<Result<(), E>, AccessError> {
         check_range(offset as u64, len as u64, self.size as u64)?;
-        if len == 0 {
-            return Ok(update(0, &mut []));
-        }
         let at = self.base().wrapping_add(offset);
-        // SAFETY: the bytes lie in the mapping (checked), which outlives
-        // the call; nobody else writes or plainly reads them meanwhile
-        // (the caller's guarantee), so the slice is this call's alone.
-        let span = unsafe { std::slice::from_raw_parts_mut(at, len) };
-        if !self.copies.from_the_back(source, at, len) {
-            return Ok(update(0, span));
+        // The first piece's start: the whole span's (0), or the last
+        // piece's (a power of two: a mask). One call of `update` in the
+        // code, so that it is inlined here (with a call for the whole span
+        // and another for the pieces it stayed a function of its own).
+        let mut from = if self.copies.from_the_back(source, at, len) {
+            (len - 1) & !(PASS_PIECE - 1)
+        } else {
+            0
+        };
+        let mut end = len;
+        loop {
+            // SAFETY: `from..end` lies in the window (checked), in the
+            // mapping, which outlives the call; nobody else writes or
+            // plainly reads them meanwhile (the caller's guarantee), and
+            // the pieces do not overlap, so the slice is this call's alone.
+            let piece =
+                unsafe { std::slice::from_raw_parts_mut(at.wrapping_add(from), end - from) };
+            if let Err(e) = update(from, piece) {
+                return Ok(Err(e));
+            }
+            if from == 0 {
+                return Ok(Ok(()));
+            }
+            end = from;
+            from -= PASS_PIECE;
         }
-        let mut pieces = span.chunks_mut(PASS_PIECE).enumerate().rev();
-        Ok(pieces.try_for_each(|(piece, bytes)| update(piece * PASS_PIECE, bytes)))
     }
 
     /// Compares the `compare.len()`-byte word at `offset` (1, 2, 4 or 8
