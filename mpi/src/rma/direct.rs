@@ -33,7 +33,7 @@ use crate::collective::op::BasicReduction;
 use crate::datatype::Primitive;
 use crate::{Error, ErrorClass, Result};
 use oxmpi_shm::window::copy::{self, Caching};
-use oxmpi_shm::window::{AccessError, RemoteWindow, SharedRwLock, WindowSegment};
+use oxmpi_shm::window::{AccessError, RegionGuard, RemoteWindow, SharedRwLock, WindowSegment};
 use std::cell::Cell;
 use std::sync::Arc;
 
@@ -232,16 +232,41 @@ pub(crate) fn get(reach: &Reach, disp: u64, out: &mut [u8]) -> Result<()> {
 /// Under a shared lock (or none: fence, start), a replace or a no-op on
 /// words the hardware reaches atomically is one atomic per element; every
 /// other accumulate runs under the region mutexes of its span, each taken
-/// once, and combines in place in one pass (the module docs).
+/// once, and combines in place in one pass (the module docs). A
+/// reduction of one element on a mapped segment (`MPI_Fetch_and_op`, an
+/// accumulate of one number) goes the same way without the checks and
+/// the pass that longer spans need ([`reduce_element`]). Inlined, so that
+/// the one element's way is taken in the caller (a call of the whole
+/// cost a fetch-and-op its frame of a longer function).
+#[inline]
 pub(crate) fn accumulate(
     reach: &Reach,
     disp: u64,
     data: &[u8],
     (basic, op): (Primitive, AccumulateOp),
     exclusive: bool,
-    mut old: Option<&mut [u8]>,
+    old: Option<&mut [u8]>,
 ) -> Result<()> {
     let at = offset(disp)?;
+    if let (Reach::Mapped(segment), AccumulateOp::Reduce(reduce)) = (reach, op) {
+        let one = data.len() == basic.size();
+        if one && old.as_deref().is_none_or(|old| old.len() == data.len()) {
+            let reduction = BasicReduction::new(reduce.system_op(), basic)?;
+            return reduce_element(segment, at, data, (reduction, basic, op), exclusive, old);
+        }
+    }
+    accumulate_span(reach, at, data, (basic, op), exclusive, old)
+}
+
+/// [`accumulate`] of any span at byte offset `at`.
+fn accumulate_span(
+    reach: &Reach,
+    at: usize,
+    data: &[u8],
+    (basic, op): (Primitive, AccumulateOp),
+    exclusive: bool,
+    mut old: Option<&mut [u8]>,
+) -> Result<()> {
     let len = old.as_deref().map_or(data.len(), <[u8]>::len);
     let size = basic.size();
     // A basic type's size is a power of two: a mask, not a division.
@@ -274,39 +299,18 @@ pub(crate) fn accumulate(
         AccumulateOp::Reduce(reduce) => Some(BasicReduction::new(reduce.system_op(), basic)?),
         AccumulateOp::Replace | AccumulateOp::NoOp => None,
     };
-    if exclusive {
-        // No region mutex, so no barrier after the stores.
-        stored();
-    }
-    let _regions = if exclusive {
-        None
-    } else {
-        Some(
-            reach
-                .control()
-                .lock_regions(at, len)
-                .map_err(access_error)?,
-        )
-    };
+    let _regions = hold_span(reach.control(), at, len, exclusive)?;
     // The bytes from `from` of the span, in `window`: a no-op's data is
     // empty, and every other op's as long as the span.
     let mut read_modify_write = |from: usize, window: &mut [u8]| -> Result<()> {
         let to = from + window.len();
-        if let Some(old) = old.as_deref_mut() {
-            old[from..to].copy_from_slice(window);
-        }
         let data = if op == AccumulateOp::NoOp {
             data
         } else {
             &data[from..to]
         };
-        match reduction {
-            // The usual case (an origin's typed buffer, a window at an
-            // aligned displacement): the kernel in place.
-            Some(reduction) if reduction.apply(data, window) => Ok(()),
-            // A replace, a no-op, or data not aligned for the kernel.
-            _ => combine(window, data, basic, op),
-        }
+        let old = old.as_deref_mut().map(|old| &mut old[from..to]);
+        combine_in_place(window, data, (reduction, basic, op), old)
     };
     match reach {
         Reach::Mapped(segment) => {
@@ -327,6 +331,74 @@ pub(crate) fn accumulate(
             }
             Ok(())
         }
+    }
+}
+
+/// A reduction of the one element at `at` of a mapped segment, with the
+/// reduction looked up: under its region mutex (unless `exclusive`), the
+/// old value copied out and the kernel run on the window's bytes in
+/// place, as [`accumulate_span`] does for every span (one element's
+/// pass is never turned round, and the lengths were checked).
+#[inline]
+fn reduce_element(
+    segment: &WindowSegment,
+    at: usize,
+    data: &[u8],
+    how: (BasicReduction, Primitive, AccumulateOp),
+    exclusive: bool,
+    old: Option<&mut [u8]>,
+) -> Result<()> {
+    let _region = hold_span(segment, at, data.len(), exclusive)?;
+    let window = segment.span(at, data.len()).map_err(access_error)?;
+    // SAFETY: the bytes lie in the mapped window (`span` checked them),
+    // which outlives this call; as in `accumulate_span`, this origin holds
+    // the element's region mutex or the target's exclusive lock, so no
+    // other origin writes them, or reads them but with atomic loads.
+    let window = unsafe { &mut *window };
+    combine_in_place(window, data, (Some(how.0), how.1, how.2), old)
+}
+
+/// Takes the region mutexes of bytes `at..at + len` of `control`'s
+/// window, unless this origin holds the exclusive lock (then nobody else
+/// touches the window, and no mutex's release fences the plain stores
+/// that follow: they are noted for the flush).
+#[inline]
+fn hold_span(
+    control: &WindowSegment,
+    at: usize,
+    len: usize,
+    exclusive: bool,
+) -> Result<Option<RegionGuard<'_>>> {
+    if exclusive {
+        stored();
+        return Ok(None);
+    }
+    control
+        .lock_regions(at, len)
+        .map(Some)
+        .map_err(access_error)
+}
+
+/// An accumulate's read-modify-write of `window` (window memory this
+/// origin may change, as its region mutexes or the exclusive lock
+/// allow): its bytes go to `old` if given, then `data` is combined into
+/// them with `op` (`reduction`: its kernel, looked up), in place where
+/// data and window are aligned for the kernel (the usual case: an
+/// origin's typed buffer, an aligned displacement), else by
+/// `target::combine`'s aligned copies, which also do replace and no-op.
+#[inline]
+fn combine_in_place(
+    window: &mut [u8],
+    data: &[u8],
+    (reduction, basic, op): (Option<BasicReduction>, Primitive, AccumulateOp),
+    old: Option<&mut [u8]>,
+) -> Result<()> {
+    if let Some(old) = old {
+        old.copy_from_slice(window);
+    }
+    match reduction {
+        Some(reduction) if reduction.apply(data, window) => Ok(()),
+        _ => combine(window, data, basic, op),
     }
 }
 
@@ -360,16 +432,7 @@ pub(crate) fn compare_and_swap(
             Err(e) => return Err(access_error(e)),
         }
     }
-    let _guard = if exclusive {
-        None
-    } else {
-        Some(
-            reach
-                .control()
-                .lock_regions(at, old.len())
-                .map_err(access_error)?,
-        )
-    };
+    let _guard = hold_span(reach.control(), at, old.len(), exclusive)?;
     reach.read(at, old, Caching::Cached)?;
     if old == compare {
         reach.write(at, new, Caching::Cached)?;
@@ -403,24 +466,30 @@ mod tests {
         let mut shifted = vec![0u8; ones.len() + 8];
         shifted[1..=ones.len()].copy_from_slice(&ones);
         let unaligned = &shifted[1..=ones.len()];
-        for disp in [0u64, 64, 3, 101] {
-            for data in [&ones[..], unaligned] {
-                let mut old = vec![0xffu8; 24];
-                accumulate(&reach, disp, data, sum, false, Some(&mut old)).unwrap();
-                accumulate(&reach, disp, data, sum, false, None).unwrap();
-                let mut now = vec![0u8; 24];
-                reach
-                    .read(disp as usize, &mut now, Caching::Cached)
-                    .unwrap();
-                let before = u64s(&old);
-                let after: Vec<u64> = before.iter().zip([2, 4, 6]).map(|(b, d)| b + d).collect();
-                assert_eq!(u64s(&now), after, "displacement {disp}");
+        // Three elements (a span), and the first alone (one element's way).
+        for elements in [3, 1] {
+            let len = 8 * elements;
+            for disp in [0u64, 64, 3, 101] {
+                for data in [&ones[..len], &unaligned[..len]] {
+                    let mut old = vec![0xffu8; len];
+                    accumulate(&reach, disp, data, sum, false, Some(&mut old)).unwrap();
+                    accumulate(&reach, disp, data, sum, false, None).unwrap();
+                    let mut now = vec![0u8; len];
+                    reach
+                        .read(disp as usize, &mut now, Caching::Cached)
+                        .unwrap();
+                    let before = u64s(&old);
+                    let after: Vec<u64> =
+                        before.iter().zip([2, 4, 6]).map(|(b, d)| b + d).collect();
+                    assert_eq!(u64s(&now), after, "{elements} at displacement {disp}");
+                }
             }
         }
-        // Displacement 64, overlapped by no other, got four sums from zero.
+        // Displacement 64, overlapped by no other, got four sums of three
+        // elements and four of the first from zero.
         let mut at64 = vec![0u8; 24];
         reach.read(64, &mut at64, Caching::Cached).unwrap();
-        assert_eq!(u64s(&at64), [4, 8, 12]);
+        assert_eq!(u64s(&at64), [8, 8, 12]);
         // An operation the type does not take: refused before anything.
         let band = (
             Primitive::F64,

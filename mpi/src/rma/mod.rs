@@ -1921,6 +1921,7 @@ impl Drop for Window<'_> {
 /// checks that the reduction is defined for the type before it writes
 /// anything, and reports it before the call returns (the direct path's
 /// `target::combine`), so it is not looked up here as well.
+#[inline]
 fn accumulate_element(
     element: ElementType,
     op: AccumulateOp,

@@ -368,6 +368,21 @@ impl WindowSegment {
         Ok(())
     }
 
+    /// Bytes `offset..offset + len` of the window, to read and write in
+    /// place once their region mutexes are held: an accumulate's
+    /// read-modify-write of a span that is never turned round (one
+    /// element; [`WindowSegment::update`] for any span). Inlined: a range
+    /// check and a pointer, which may be made a slice under the rules of
+    /// [`WindowSegment::update`].
+    #[inline]
+    pub fn span(&self, offset: usize, len: usize) -> Result<*mut [u8], AccessError> {
+        check_range(offset as u64, len as u64, self.size as u64)?;
+        Ok(std::ptr::slice_from_raw_parts_mut(
+            self.base().wrapping_add(offset),
+            len,
+        ))
+    }
+
     /// Runs `update` on bytes `offset..offset + len` of the window in
     /// place, given with their offset in the span: an accumulate's
     /// read-modify-write, combining `source` (the origin's data, only
@@ -391,26 +406,23 @@ impl WindowSegment {
         source: *const u8,
         mut update: impl FnMut(usize, &mut [u8]) -> Result<(), E>,
     ) -> Result<Result<(), E>, AccessError> {
-        check_range(offset as u64, len as u64, self.size as u64)?;
-        let at = self.base().wrapping_add(offset);
+        // SAFETY: the bytes lie in the window (`span` checked), in the
+        // mapping, which outlives the call; nobody else writes or plainly
+        // reads them meanwhile (the caller's guarantee), so the slice is
+        // this call's alone.
+        let span = unsafe { &mut *self.span(offset, len)? };
         // The first piece's start: the whole span's (0), or the last
         // piece's (a power of two: a mask). One call of `update` in the
         // code, so that it is inlined here (with a call for the whole span
         // and another for the pieces it stayed a function of its own).
-        let mut from = if self.copies.from_the_back(source, at, len) {
+        let mut from = if self.copies.from_the_back(source, span.as_ptr(), len) {
             (len - 1) & !(PASS_PIECE - 1)
         } else {
             0
         };
         let mut end = len;
         loop {
-            // SAFETY: `from..end` lies in the window (checked), in the
-            // mapping, which outlives the call; nobody else writes or
-            // plainly reads them meanwhile (the caller's guarantee), and
-            // the pieces do not overlap, so the slice is this call's alone.
-            let piece =
-                unsafe { std::slice::from_raw_parts_mut(at.wrapping_add(from), end - from) };
-            if let Err(e) = update(from, piece) {
+            if let Err(e) = update(from, &mut span[from..end]) {
                 return Ok(Err(e));
             }
             if from == 0 {
