@@ -233,11 +233,12 @@ pub(crate) fn get(reach: &Reach, disp: u64, out: &mut [u8]) -> Result<()> {
 /// words the hardware reaches atomically is one atomic per element; every
 /// other accumulate runs under the region mutexes of its span, each taken
 /// once, and combines in place in one pass (the module docs). A
-/// reduction of one element on a mapped segment (`MPI_Fetch_and_op`, an
-/// accumulate of one number) goes the same way without the checks and
-/// the pass that longer spans need ([`reduce_element`]). Inlined, so that
-/// the one element's way is taken in the caller (a call of the whole
-/// cost a fetch-and-op its frame of a longer function).
+/// reduction on a mapped segment of a span that is never turned round
+/// (`MPI_Fetch_and_op`, every accumulate up to half of the level-1 cache)
+/// goes the same way without the checks and the pass that the others need
+/// ([`reduce_in_place`]). Inlined, so that this way is taken in the
+/// caller (a call of the whole cost a fetch-and-op its frame of a longer
+/// function).
 #[inline]
 pub(crate) fn accumulate(
     reach: &Reach,
@@ -249,10 +250,13 @@ pub(crate) fn accumulate(
 ) -> Result<()> {
     let at = offset(disp)?;
     if let (Reach::Mapped(segment), AccumulateOp::Reduce(reduce)) = (reach, op) {
-        let one = data.len() == basic.size();
-        if one && old.as_deref().is_none_or(|old| old.len() == data.len()) {
+        // Whole elements (a size is a power of two: a mask), as many as
+        // the result holds, in one pass.
+        let whole = data.len() & (basic.size() - 1) == 0
+            && old.as_deref().is_none_or(|old| old.len() == data.len());
+        if whole && !segment.pass_may_turn(data.len()) {
             let reduction = BasicReduction::new(reduce.system_op(), basic)?;
-            return reduce_element(segment, at, data, (reduction, basic, op), exclusive, old);
+            return reduce_in_place(segment, at, data, (reduction, basic, op), exclusive, old);
         }
     }
     accumulate_span(reach, at, data, (basic, op), exclusive, old)
@@ -334,13 +338,13 @@ fn accumulate_span(
     }
 }
 
-/// A reduction of the one element at `at` of a mapped segment, with the
-/// reduction looked up: under its region mutex (unless `exclusive`), the
-/// old value copied out and the kernel run on the window's bytes in
-/// place, as [`accumulate_span`] does for every span (one element's
-/// pass is never turned round, and the lengths were checked).
+/// A reduction of the elements `data` at `at` of a mapped segment, a span
+/// never turned round, with the reduction looked up: under their region
+/// mutexes (unless `exclusive`), the old values copied out and the kernel
+/// run on the window's bytes in place, as [`accumulate_span`] does for
+/// every span, in one pass (the lengths were checked).
 #[inline]
-fn reduce_element(
+fn reduce_in_place(
     segment: &WindowSegment,
     at: usize,
     data: &[u8],
@@ -348,11 +352,11 @@ fn reduce_element(
     exclusive: bool,
     old: Option<&mut [u8]>,
 ) -> Result<()> {
-    let _region = hold_span(segment, at, data.len(), exclusive)?;
+    let _regions = hold_span(segment, at, data.len(), exclusive)?;
     let window = segment.span(at, data.len()).map_err(access_error)?;
     // SAFETY: the bytes lie in the mapped window (`span` checked them),
     // which outlives this call; as in `accumulate_span`, this origin holds
-    // the element's region mutex or the target's exclusive lock, so no
+    // their region mutexes or the target's exclusive lock, so no
     // other origin writes them, or reads them but with atomic loads.
     let window = unsafe { &mut *window };
     combine_in_place(window, data, (Some(how.0), how.1, how.2), old)
@@ -490,6 +494,20 @@ mod tests {
         let mut at64 = vec![0u8; 24];
         reach.read(64, &mut at64, Caching::Cached).unwrap();
         assert_eq!(u64s(&at64), [8, 8, 12]);
+        // Spans long enough to be turned round (`WindowSegment::update`):
+        // repeated sums at an aligned and an odd displacement.
+        let (long, _) = WindowSegment::create(160 << 10).unwrap();
+        let long = Reach::Mapped(Arc::new(long));
+        let counts: Vec<u8> = (0..8192u64).flat_map(|v| v.to_ne_bytes()).collect();
+        for disp in [8u64, (80 << 10) + 3] {
+            for _ in 0..3 {
+                accumulate(&long, disp, &counts, sum, false, None).unwrap();
+            }
+            let mut now = vec![0u8; counts.len()];
+            long.read(disp as usize, &mut now, Caching::Cached).unwrap();
+            let tripled: Vec<u64> = (0..8192u64).map(|v| 3 * v).collect();
+            assert_eq!(u64s(&now), tripled, "64 KiB at displacement {disp}");
+        }
         // An operation the type does not take: refused before anything.
         let band = (
             Primitive::F64,

@@ -370,8 +370,9 @@ impl WindowSegment {
 
     /// Bytes `offset..offset + len` of the window, to read and write in
     /// place once their region mutexes are held: an accumulate's
-    /// read-modify-write of a span that is never turned round (one
-    /// element; [`WindowSegment::update`] for any span). Inlined: a range
+    /// read-modify-write of a span that is never turned round
+    /// ([`WindowSegment::pass_may_turn`]; [`WindowSegment::update`] for
+    /// any span). Inlined: a range
     /// check and a pointer, which may be made a slice under the rules of
     /// [`WindowSegment::update`].
     #[inline]
@@ -381,6 +382,14 @@ impl WindowSegment {
             self.base().wrapping_add(offset),
             len,
         ))
+    }
+
+    /// Whether an accumulate's pass of `len` bytes may run from the back
+    /// ([`WindowSegment::update`]); any other is one pass from the front,
+    /// which the caller may run on [`WindowSegment::span`] itself.
+    #[inline]
+    pub fn pass_may_turn(&self, len: usize) -> bool {
+        self.copies.turns_at(len)
     }
 
     /// Runs `update` on bytes `offset..offset + len` of the window in
