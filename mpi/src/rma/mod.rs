@@ -828,12 +828,6 @@ impl<'a> Window<'a> {
         matches!(self.paths.first(), Some(Path::Direct(_)))
     }
 
-    /// The epochs' summary for `target` ([`Access`]).
-    #[inline]
-    fn access(&self, target: usize) -> u8 {
-        self.access[target].load(Ordering::Acquire)
-    }
-
     // ----- attributes, hints, names, error handlers -----
 
     /// The local window's base address (`MPI_WIN_BASE`); 0 in a dynamic
@@ -1037,21 +1031,7 @@ impl<'a> Window<'a> {
         disp: usize,
         len: usize,
     ) -> Result<(Target<'_>, &Path, u64)> {
-        // The epochs' summary holds a byte for each rank of the window:
-        // finding the target's byte checks the rank (one bounds check,
-        // not two).
-        let (rank, access) = usize::try_from(target)
-            .ok()
-            .and_then(|r| Some((r, self.access.get(r)?.load(Ordering::Acquire))))
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorClass::Rank,
-                    format!(
-                        "target rank {target} is not in the window's group of {}",
-                        self.members.len()
-                    ),
-                )
-            })?;
+        let (rank, access) = self.target_access(target)?;
         if access & Access::OPEN == 0 {
             return Err(Error::new(
                 ErrorClass::RmaSync,
@@ -1089,6 +1069,27 @@ impl<'a> Window<'a> {
             locked,
         };
         Ok((to, &self.paths[rank], byte_disp))
+    }
+
+    /// The rank `target` as an index, and the epochs' summary for it
+    /// ([`Access`]), or the error of a rank not in the window's group.
+    /// The summary holds a byte for each rank of the window: finding the
+    /// target's byte checks the rank (one bounds check, not two). Inlined
+    /// always, as [`Window::check_target`] (and in every flush).
+    #[inline(always)]
+    fn target_access(&self, target: i32) -> Result<(usize, u8)> {
+        usize::try_from(target)
+            .ok()
+            .and_then(|r| Some((r, self.access.get(r)?.load(Ordering::Acquire))))
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorClass::Rank,
+                    format!(
+                        "target rank {target} is not in the window's group of {}",
+                        self.members.len()
+                    ),
+                )
+            })
     }
 
     // ----- operations -----
@@ -1819,8 +1820,8 @@ impl<'a> Window<'a> {
             if target == PROC_NULL {
                 return Ok(());
             }
-            let rank = self.rank_arg(target)?;
-            if self.access(rank) & Access::PASSIVE == 0 {
+            let (rank, access) = self.target_access(target)?;
+            if access & Access::PASSIVE == 0 {
                 return Err(Error::new(
                     ErrorClass::RmaSync,
                     format!("flush of rank {rank} outside a passive-target epoch to it"),
