@@ -819,8 +819,9 @@ impl<'a> Window<'a> {
 
     /// Whether this window's paths check an accumulate's reduction
     /// themselves before they write anything, and report it before the
-    /// operation returns: the direct path, whose every reduction is
-    /// `target::combine` (see [`accumulate_element`]). A window takes one
+    /// operation returns: the direct path, whose every reduction looks its
+    /// kernel up first (`BasicReduction`, see [`accumulate_element`]). A
+    /// window takes one
     /// kind of path to all its targets. Active messages check only at the
     /// target, which would report the error at the next flush.
     #[inline]
@@ -1921,7 +1922,9 @@ impl Drop for Window<'_> {
 /// operation not defined for it). `reduction_checked_later`: the path
 /// checks that the reduction is defined for the type before it writes
 /// anything, and reports it before the call returns (the direct path's
-/// `target::combine`), so it is not looked up here as well.
+/// `BasicReduction`), so it is not looked up here as well. Inlined: a
+/// few tests on every accumulate and fetch-and-op, where a call cost one
+/// some 15 instructions of passing its result through memory.
 #[inline]
 fn accumulate_element(
     element: ElementType,
