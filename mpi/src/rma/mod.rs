@@ -1223,18 +1223,39 @@ impl<'a> Window<'a> {
         };
         // A number: its own bytes are the packed data, without the
         // general path's views and staging (most of a fetch_and_op's
-        // instructions on the direct path went there).
-        // The origin and the result are both one `T`: of one type and
-        // length, so `fetch_accumulate`'s comparisons are not needed.
-        let outcome = self.fetch_value(result, basic, target, disp, |_| {
+        // instructions on the direct path went there). The origin and the
+        // result are both one `T`: of one type and length, so
+        // `fetch_accumulate`'s comparisons are not needed.
+        let outcome = (|| {
+            if target == PROC_NULL {
+                return Ok(());
+            }
             let checked = self.reductions_checked_by_path();
             let element = accumulate_element(ElementType::of_basic(basic), op, checked)?;
-            Ok(Fetch::Accumulate {
-                element,
-                op,
-                data: value_bytes(origin),
-            })
-        });
+            let data = value_bytes(origin);
+            let old = value_bytes_mut(result);
+            let (to, path, disp) = self.check_target(target, disp, old.len())?;
+            if let Path::Direct(reach) = path {
+                // Done in the call: `Path::fetch`'s way for the direct
+                // path, taken straight, with no `Fetch` to build and take
+                // apart and no request to look for (28 instructions of a
+                // fetch-and-op).
+                let _open = reach.open(to.locked)?;
+                return direct::accumulate(
+                    reach,
+                    disp,
+                    data,
+                    (element, op),
+                    to.exclusive,
+                    Some(old),
+                );
+            }
+            let what = Fetch::Accumulate { element, op, data };
+            // SAFETY: `old` stays borrowed, untouched, until the request is
+            // waited for.
+            let request = unsafe { path.fetch(&to, disp, old.as_mut_ptr(), old.len(), what)? };
+            wait_fetched(request)
+        })();
         self.comm.handled(outcome)
     }
 
@@ -1336,12 +1357,7 @@ impl<'a> Window<'a> {
         if target == PROC_NULL {
             return Ok(());
         }
-        // SAFETY: `result` is writable for its `size_of::<T>()` bytes, and
-        // any bytes are a valid `T` (`Equivalence` types are plain data);
-        // the slice lives as long as the borrow of `result`.
-        let bytes = unsafe {
-            std::slice::from_raw_parts_mut((result as *mut T).cast::<u8>(), size_of::<T>())
-        };
+        let bytes = value_bytes_mut(result);
         self.fetch_into(ElementType::of_basic(basic), bytes, target, disp, what)
     }
 
@@ -1360,13 +1376,7 @@ impl<'a> Window<'a> {
         // SAFETY: `bytes` stays borrowed, untouched, until the request is
         // waited for below.
         let request = unsafe { self.start_fetch(target, disp, bytes.as_mut_ptr(), len, what)? };
-        if let Some(request) = request {
-            let status = crate::wait_request(request)?;
-            if let Some(e) = status.error {
-                return Err(e);
-            }
-        }
-        Ok(())
+        wait_fetched(request)
     }
 
     /// Checks and starts a fetching operation into `len` bytes at `dest`.
@@ -1956,6 +1966,30 @@ fn value_bytes<T: Equivalence>(value: &T) -> &[u8] {
     // of them initialized (`Equivalence` types are plain data, and the
     // caller's type is a number); the slice lives as long as the borrow.
     unsafe { std::slice::from_raw_parts((value as *const T).cast::<u8>(), size_of::<T>()) }
+}
+
+/// The bytes of `value`, of a basic type, to write a result into.
+#[inline]
+fn value_bytes_mut<T: Equivalence>(value: &mut T) -> &mut [u8] {
+    // SAFETY: `value` is writable for its `size_of::<T>()` bytes, and any
+    // bytes are a valid `T` (`Equivalence` types are plain data); the
+    // slice lives as long as the borrow of `value`.
+    unsafe { std::slice::from_raw_parts_mut((value as *mut T).cast::<u8>(), size_of::<T>()) }
+}
+
+/// Waits for the request of a fetching operation, if the path made one
+/// (`None`: the result is in place already). Inlined, so that where the
+/// path is known to make none (the direct path's get) nothing is left of
+/// it (a call cost a get and a compare-and-swap some 15 instructions).
+#[inline]
+fn wait_fetched(request: Option<RequestId>) -> Result<()> {
+    if let Some(request) = request {
+        let status = crate::wait_request(request)?;
+        if let Some(e) = status.error {
+            return Err(e);
+        }
+    }
+    Ok(())
 }
 
 /// The fetching accumulate of `origin` (packed elements of
