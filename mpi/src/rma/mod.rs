@@ -1238,7 +1238,7 @@ impl<'a> Window<'a> {
             if let Path::Direct(reach) = path {
                 // Done in the call: `Path::fetch`'s way for the direct
                 // path, taken straight, with no `Fetch` to build and take
-                // apart and no request to look for (28 instructions of a
+                // apart and no request to look for (29 instructions of a
                 // fetch-and-op).
                 let _open = reach.open(to.locked)?;
                 return direct::accumulate(
