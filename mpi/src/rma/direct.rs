@@ -29,10 +29,11 @@
 
 use super::target::combine;
 use super::wire::AccumulateOp;
+use crate::collective::op::BasicReduction;
 use crate::datatype::Primitive;
 use crate::{Error, ErrorClass, Result};
 use oxmpi_shm::window::copy::{self, Caching};
-use oxmpi_shm::window::{AccessError, RemoteWindow, SharedRwLock, WindowSegment};
+use oxmpi_shm::window::{AccessError, RegionGuard, RemoteWindow, SharedRwLock, WindowSegment};
 use std::cell::Cell;
 use std::sync::Arc;
 
@@ -231,16 +232,45 @@ pub(crate) fn get(reach: &Reach, disp: u64, out: &mut [u8]) -> Result<()> {
 /// Under a shared lock (or none: fence, start), a replace or a no-op on
 /// words the hardware reaches atomically is one atomic per element; every
 /// other accumulate runs under the region mutexes of its span, each taken
-/// once, and combines in place in one pass (the module docs).
+/// once, and combines in place in one pass (the module docs). A
+/// reduction on a mapped segment of a span that is never turned round
+/// (`MPI_Fetch_and_op`, every accumulate up to half of the level-1 cache)
+/// goes the same way without the checks and the pass that the others need
+/// ([`reduce_in_place`]). Inlined, so that this way is taken in the
+/// caller (a call of the whole cost a fetch-and-op its frame of a longer
+/// function).
+#[inline]
 pub(crate) fn accumulate(
     reach: &Reach,
     disp: u64,
     data: &[u8],
     (basic, op): (Primitive, AccumulateOp),
     exclusive: bool,
-    mut old: Option<&mut [u8]>,
+    old: Option<&mut [u8]>,
 ) -> Result<()> {
     let at = offset(disp)?;
+    if let (Reach::Mapped(segment), AccumulateOp::Reduce(reduce)) = (reach, op) {
+        // Whole elements (a size is a power of two: a mask), as many as
+        // the result holds, in one pass.
+        let whole = data.len() & (basic.size() - 1) == 0
+            && old.as_deref().is_none_or(|old| old.len() == data.len());
+        if whole && !segment.pass_may_turn(data.len()) {
+            let reduction = BasicReduction::new(reduce.system_op(), basic)?;
+            return reduce_in_place(segment, at, data, (reduction, basic, op), exclusive, old);
+        }
+    }
+    accumulate_span(reach, at, data, (basic, op), exclusive, old)
+}
+
+/// [`accumulate`] of any span at byte offset `at`.
+fn accumulate_span(
+    reach: &Reach,
+    at: usize,
+    data: &[u8],
+    (basic, op): (Primitive, AccumulateOp),
+    exclusive: bool,
+    mut old: Option<&mut [u8]>,
+) -> Result<()> {
     let len = old.as_deref().map_or(data.len(), <[u8]>::len);
     let size = basic.size();
     // A basic type's size is a power of two: a mask, not a division.
@@ -267,33 +297,24 @@ pub(crate) fn accumulate(
         }
         return segment.exchange(at, size, new, old).map_err(access_error);
     }
-    if exclusive {
-        // No region mutex, so no barrier after the stores.
-        stored();
-    }
-    let _regions = if exclusive {
-        None
-    } else {
-        Some(
-            reach
-                .control()
-                .lock_regions(at, len)
-                .map_err(access_error)?,
-        )
+    // The reduction's kernel, looked up (and checked for the type) once
+    // per operation, before any mutex is taken.
+    let reduction = match op {
+        AccumulateOp::Reduce(reduce) => Some(BasicReduction::new(reduce.system_op(), basic)?),
+        AccumulateOp::Replace | AccumulateOp::NoOp => None,
     };
+    let _regions = hold_span(reach.control(), at, len, exclusive)?;
     // The bytes from `from` of the span, in `window`: a no-op's data is
     // empty, and every other op's as long as the span.
     let mut read_modify_write = |from: usize, window: &mut [u8]| -> Result<()> {
         let to = from + window.len();
-        if let Some(old) = old.as_deref_mut() {
-            old[from..to].copy_from_slice(window);
-        }
         let data = if op == AccumulateOp::NoOp {
             data
         } else {
             &data[from..to]
         };
-        combine(window, data, basic, op)
+        let old = old.as_deref_mut().map(|old| &mut old[from..to]);
+        combine_in_place(window, data, (reduction, basic, op), old)
     };
     match reach {
         Reach::Mapped(segment) => {
@@ -314,6 +335,74 @@ pub(crate) fn accumulate(
             }
             Ok(())
         }
+    }
+}
+
+/// A reduction of the elements `data` at `at` of a mapped segment, a span
+/// never turned round, with the reduction looked up: under their region
+/// mutexes (unless `exclusive`), the old values copied out and the kernel
+/// run on the window's bytes in place, as [`accumulate_span`] does for
+/// every span, in one pass (the lengths were checked).
+#[inline]
+fn reduce_in_place(
+    segment: &WindowSegment,
+    at: usize,
+    data: &[u8],
+    how: (BasicReduction, Primitive, AccumulateOp),
+    exclusive: bool,
+    old: Option<&mut [u8]>,
+) -> Result<()> {
+    let _regions = hold_span(segment, at, data.len(), exclusive)?;
+    let window = segment.span(at, data.len()).map_err(access_error)?;
+    // SAFETY: the bytes lie in the mapped window (`span` checked them),
+    // which outlives this call; as in `accumulate_span`, this origin holds
+    // their region mutexes or the target's exclusive lock, so no
+    // other origin writes them, or reads them but with atomic loads.
+    let window = unsafe { &mut *window };
+    combine_in_place(window, data, (Some(how.0), how.1, how.2), old)
+}
+
+/// Takes the region mutexes of bytes `at..at + len` of `control`'s
+/// window, unless this origin holds the exclusive lock (then nobody else
+/// touches the window, and no mutex's release fences the plain stores
+/// that follow: they are noted for the flush).
+#[inline]
+fn hold_span(
+    control: &WindowSegment,
+    at: usize,
+    len: usize,
+    exclusive: bool,
+) -> Result<Option<RegionGuard<'_>>> {
+    if exclusive {
+        stored();
+        return Ok(None);
+    }
+    control
+        .lock_regions(at, len)
+        .map(Some)
+        .map_err(access_error)
+}
+
+/// An accumulate's read-modify-write of `window` (window memory this
+/// origin may change, as its region mutexes or the exclusive lock
+/// allow): its bytes go to `old` if given, then `data` is combined into
+/// them with `op` (`reduction`: its kernel, looked up), in place where
+/// data and window are aligned for the kernel (the usual case: an
+/// origin's typed buffer, an aligned displacement), else by
+/// `target::combine`'s aligned copies, which also do replace and no-op.
+#[inline]
+fn combine_in_place(
+    window: &mut [u8],
+    data: &[u8],
+    (reduction, basic, op): (Option<BasicReduction>, Primitive, AccumulateOp),
+    old: Option<&mut [u8]>,
+) -> Result<()> {
+    if let Some(old) = old {
+        old.copy_from_slice(window);
+    }
+    match reduction {
+        Some(reduction) if reduction.apply(data, window) => Ok(()),
+        _ => combine(window, data, basic, op),
     }
 }
 
@@ -347,19 +436,84 @@ pub(crate) fn compare_and_swap(
             Err(e) => return Err(access_error(e)),
         }
     }
-    let _guard = if exclusive {
-        None
-    } else {
-        Some(
-            reach
-                .control()
-                .lock_regions(at, old.len())
-                .map_err(access_error)?,
-        )
-    };
+    let _guard = hold_span(reach.control(), at, old.len(), exclusive)?;
     reach.read(at, old, Caching::Cached)?;
     if old == compare {
         reach.write(at, new, Caching::Cached)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collective::SystemOperation;
+
+    fn u64s(bytes: &[u8]) -> Vec<u64> {
+        bytes
+            .chunks_exact(8)
+            .map(|w| u64::from_ne_bytes(w.try_into().unwrap()))
+            .collect()
+    }
+
+    /// Reductions under a shared lock (region mutexes) at aligned and odd
+    /// displacements, from aligned and unaligned origin data, with and
+    /// without the old data fetched: where the kernel cannot run in place
+    /// the aligned copies do, and every element comes out right.
+    #[test]
+    fn reductions_at_any_alignment_combine_every_element() {
+        let (segment, _) = WindowSegment::create(256).unwrap();
+        let reach = Reach::Mapped(Arc::new(segment));
+        let sum = (Primitive::U64, AccumulateOp::Reduce(SystemOperation::sum()));
+        let ones: Vec<u8> = [1u64, 2, 3].iter().flat_map(|v| v.to_ne_bytes()).collect();
+        // The same bytes one past an aligned start.
+        let mut shifted = vec![0u8; ones.len() + 8];
+        shifted[1..=ones.len()].copy_from_slice(&ones);
+        let unaligned = &shifted[1..=ones.len()];
+        // Three elements (a span), and the first alone (one element's way).
+        for elements in [3, 1] {
+            let len = 8 * elements;
+            for disp in [0u64, 64, 3, 101] {
+                for data in [&ones[..len], &unaligned[..len]] {
+                    let mut old = vec![0xffu8; len];
+                    accumulate(&reach, disp, data, sum, false, Some(&mut old)).unwrap();
+                    accumulate(&reach, disp, data, sum, false, None).unwrap();
+                    let mut now = vec![0u8; len];
+                    reach
+                        .read(disp as usize, &mut now, Caching::Cached)
+                        .unwrap();
+                    let before = u64s(&old);
+                    let after: Vec<u64> =
+                        before.iter().zip([2, 4, 6]).map(|(b, d)| b + d).collect();
+                    assert_eq!(u64s(&now), after, "{elements} at displacement {disp}");
+                }
+            }
+        }
+        // Displacement 64, overlapped by no other, got four sums of three
+        // elements and four of the first from zero.
+        let mut at64 = vec![0u8; 24];
+        reach.read(64, &mut at64, Caching::Cached).unwrap();
+        assert_eq!(u64s(&at64), [8, 8, 12]);
+        // Spans long enough to be turned round (`WindowSegment::update`):
+        // repeated sums at an aligned and an odd displacement.
+        let (long, _) = WindowSegment::create(160 << 10).unwrap();
+        let long = Reach::Mapped(Arc::new(long));
+        let counts: Vec<u8> = (0..8192u64).flat_map(|v| v.to_ne_bytes()).collect();
+        for disp in [8u64, (80 << 10) + 3] {
+            for _ in 0..3 {
+                accumulate(&long, disp, &counts, sum, false, None).unwrap();
+            }
+            let mut now = vec![0u8; counts.len()];
+            long.read(disp as usize, &mut now, Caching::Cached).unwrap();
+            let tripled: Vec<u64> = (0..8192u64).map(|v| 3 * v).collect();
+            assert_eq!(u64s(&now), tripled, "64 KiB at displacement {disp}");
+        }
+        // An operation the type does not take: refused before anything.
+        let band = (
+            Primitive::F64,
+            AccumulateOp::Reduce(SystemOperation::bitwise_and()),
+        );
+        let refused = accumulate(&reach, 0, &[0u8; 8], band, false, None).unwrap_err();
+        assert_eq!(refused.class(), ErrorClass::Op);
+    }
 }

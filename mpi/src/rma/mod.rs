@@ -819,19 +819,14 @@ impl<'a> Window<'a> {
 
     /// Whether this window's paths check an accumulate's reduction
     /// themselves before they write anything, and report it before the
-    /// operation returns: the direct path, whose every reduction is
-    /// `target::combine` (see [`accumulate_element`]). A window takes one
+    /// operation returns: the direct path, whose every reduction looks its
+    /// kernel up first (`BasicReduction`, see [`accumulate_element`]). A
+    /// window takes one
     /// kind of path to all its targets. Active messages check only at the
     /// target, which would report the error at the next flush.
     #[inline]
     fn reductions_checked_by_path(&self) -> bool {
         matches!(self.paths.first(), Some(Path::Direct(_)))
-    }
-
-    /// The epochs' summary for `target` ([`Access`]).
-    #[inline]
-    fn access(&self, target: usize) -> u8 {
-        self.access[target].load(Ordering::Acquire)
     }
 
     // ----- attributes, hints, names, error handlers -----
@@ -1037,21 +1032,7 @@ impl<'a> Window<'a> {
         disp: usize,
         len: usize,
     ) -> Result<(Target<'_>, &Path, u64)> {
-        // The epochs' summary holds a byte for each rank of the window:
-        // finding the target's byte checks the rank (one bounds check,
-        // not two).
-        let (rank, access) = usize::try_from(target)
-            .ok()
-            .and_then(|r| Some((r, self.access.get(r)?.load(Ordering::Acquire))))
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorClass::Rank,
-                    format!(
-                        "target rank {target} is not in the window's group of {}",
-                        self.members.len()
-                    ),
-                )
-            })?;
+        let (rank, access) = self.target_access(target)?;
         if access & Access::OPEN == 0 {
             return Err(Error::new(
                 ErrorClass::RmaSync,
@@ -1089,6 +1070,27 @@ impl<'a> Window<'a> {
             locked,
         };
         Ok((to, &self.paths[rank], byte_disp))
+    }
+
+    /// The rank `target` as an index, and the epochs' summary for it
+    /// ([`Access`]), or the error of a rank not in the window's group.
+    /// The summary holds a byte for each rank of the window: finding the
+    /// target's byte checks the rank (one bounds check, not two). Inlined
+    /// always, as [`Window::check_target`] (and in every flush).
+    #[inline(always)]
+    fn target_access(&self, target: i32) -> Result<(usize, u8)> {
+        usize::try_from(target)
+            .ok()
+            .and_then(|r| Some((r, self.access.get(r)?.load(Ordering::Acquire))))
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorClass::Rank,
+                    format!(
+                        "target rank {target} is not in the window's group of {}",
+                        self.members.len()
+                    ),
+                )
+            })
     }
 
     // ----- operations -----
@@ -1221,12 +1223,39 @@ impl<'a> Window<'a> {
         };
         // A number: its own bytes are the packed data, without the
         // general path's views and staging (most of a fetch_and_op's
-        // instructions on the direct path went there).
-        let element = ElementType::of_basic(basic);
-        let outcome = self.fetch_value(result, basic, target, disp, |into| {
+        // instructions on the direct path went there). The origin and the
+        // result are both one `T`: of one type and length, so
+        // `fetch_accumulate`'s comparisons are not needed.
+        let outcome = (|| {
+            if target == PROC_NULL {
+                return Ok(());
+            }
             let checked = self.reductions_checked_by_path();
-            fetch_accumulate(element, value_bytes(origin), into, op, checked)
-        });
+            let element = accumulate_element(ElementType::of_basic(basic), op, checked)?;
+            let data = value_bytes(origin);
+            let old = value_bytes_mut(result);
+            let (to, path, disp) = self.check_target(target, disp, old.len())?;
+            if let Path::Direct(reach) = path {
+                // Done in the call: `Path::fetch`'s way for the direct
+                // path, taken straight, with no `Fetch` to build and take
+                // apart and no request to look for (29 instructions of a
+                // fetch-and-op).
+                let _open = reach.open(to.locked)?;
+                return direct::accumulate(
+                    reach,
+                    disp,
+                    data,
+                    (element, op),
+                    to.exclusive,
+                    Some(old),
+                );
+            }
+            let what = Fetch::Accumulate { element, op, data };
+            // SAFETY: `old` stays borrowed, untouched, until the request is
+            // waited for.
+            let request = unsafe { path.fetch(&to, disp, old.as_mut_ptr(), old.len(), what)? };
+            wait_fetched(request)
+        })();
         self.comm.handled(outcome)
     }
 
@@ -1328,12 +1357,7 @@ impl<'a> Window<'a> {
         if target == PROC_NULL {
             return Ok(());
         }
-        // SAFETY: `result` is writable for its `size_of::<T>()` bytes, and
-        // any bytes are a valid `T` (`Equivalence` types are plain data);
-        // the slice lives as long as the borrow of `result`.
-        let bytes = unsafe {
-            std::slice::from_raw_parts_mut((result as *mut T).cast::<u8>(), size_of::<T>())
-        };
+        let bytes = value_bytes_mut(result);
         self.fetch_into(ElementType::of_basic(basic), bytes, target, disp, what)
     }
 
@@ -1352,13 +1376,7 @@ impl<'a> Window<'a> {
         // SAFETY: `bytes` stays borrowed, untouched, until the request is
         // waited for below.
         let request = unsafe { self.start_fetch(target, disp, bytes.as_mut_ptr(), len, what)? };
-        if let Some(request) = request {
-            let status = crate::wait_request(request)?;
-            if let Some(e) = status.error {
-                return Err(e);
-            }
-        }
-        Ok(())
+        wait_fetched(request)
     }
 
     /// Checks and starts a fetching operation into `len` bytes at `dest`.
@@ -1813,8 +1831,8 @@ impl<'a> Window<'a> {
             if target == PROC_NULL {
                 return Ok(());
             }
-            let rank = self.rank_arg(target)?;
-            if self.access(rank) & Access::PASSIVE == 0 {
+            let (rank, access) = self.target_access(target)?;
+            if access & Access::PASSIVE == 0 {
                 return Err(Error::new(
                     ErrorClass::RmaSync,
                     format!("flush of rank {rank} outside a passive-target epoch to it"),
@@ -1914,7 +1932,10 @@ impl Drop for Window<'_> {
 /// operation not defined for it). `reduction_checked_later`: the path
 /// checks that the reduction is defined for the type before it writes
 /// anything, and reports it before the call returns (the direct path's
-/// `target::combine`), so it is not looked up here as well.
+/// `BasicReduction`), so it is not looked up here as well. Inlined: a
+/// few tests on every accumulate and fetch-and-op, where a call cost one
+/// some 15 instructions of passing its result through memory.
+#[inline]
 fn accumulate_element(
     element: ElementType,
     op: AccumulateOp,
@@ -1945,6 +1966,30 @@ fn value_bytes<T: Equivalence>(value: &T) -> &[u8] {
     // of them initialized (`Equivalence` types are plain data, and the
     // caller's type is a number); the slice lives as long as the borrow.
     unsafe { std::slice::from_raw_parts((value as *const T).cast::<u8>(), size_of::<T>()) }
+}
+
+/// The bytes of `value`, of a basic type, to write a result into.
+#[inline]
+fn value_bytes_mut<T: Equivalence>(value: &mut T) -> &mut [u8] {
+    // SAFETY: `value` is writable for its `size_of::<T>()` bytes, and any
+    // bytes are a valid `T` (`Equivalence` types are plain data); the
+    // slice lives as long as the borrow of `value`.
+    unsafe { std::slice::from_raw_parts_mut((value as *mut T).cast::<u8>(), size_of::<T>()) }
+}
+
+/// Waits for the request of a fetching operation, if the path made one
+/// (`None`: the result is in place already). Inlined, so that where the
+/// path is known to make none (the direct path's get) nothing is left of
+/// it (a call cost a get and a compare-and-swap some 15 instructions).
+#[inline]
+fn wait_fetched(request: Option<RequestId>) -> Result<()> {
+    if let Some(request) = request {
+        let status = crate::wait_request(request)?;
+        if let Some(e) = status.error {
+            return Err(e);
+        }
+    }
+    Ok(())
 }
 
 /// The fetching accumulate of `origin` (packed elements of

@@ -124,7 +124,7 @@ impl CopyPlan {
     /// writable for `len` bytes, not overlapping, and neither reached
     /// through a Rust reference by anybody else meanwhile.
     #[inline]
-    pub(crate) unsafe fn copy(self, caching: Caching, src: *const u8, dst: *mut u8, len: usize) {
+    pub(crate) unsafe fn copy(&self, caching: Caching, src: *const u8, dst: *mut u8, len: usize) {
         #[cfg(target_arch = "x86_64")]
         if len >= self.first {
             // SAFETY: `first` is finite only where the CPU has AVX2 (for
@@ -144,7 +144,7 @@ impl CopyPlan {
     /// plan is made); the pointers as for [`CopyPlan::copy`].
     #[cfg(target_arch = "x86_64")]
     unsafe fn copy_beyond_half_l1(
-        self,
+        &self,
         caching: Caching,
         src: *const u8,
         dst: *mut u8,

@@ -368,6 +368,30 @@ impl WindowSegment {
         Ok(())
     }
 
+    /// Bytes `offset..offset + len` of the window, to read and write in
+    /// place once their region mutexes are held: an accumulate's
+    /// read-modify-write of a span that is never turned round
+    /// ([`WindowSegment::pass_may_turn`]; [`WindowSegment::update`] for
+    /// any span). Inlined: a range
+    /// check and a pointer, which may be made a slice under the rules of
+    /// [`WindowSegment::update`].
+    #[inline]
+    pub fn span(&self, offset: usize, len: usize) -> Result<*mut [u8], AccessError> {
+        check_range(offset as u64, len as u64, self.size as u64)?;
+        Ok(std::ptr::slice_from_raw_parts_mut(
+            self.base().wrapping_add(offset),
+            len,
+        ))
+    }
+
+    /// Whether an accumulate's pass of `len` bytes may run from the back
+    /// ([`WindowSegment::update`]); any other is one pass from the front,
+    /// which the caller may run on [`WindowSegment::span`] itself.
+    #[inline]
+    pub fn pass_may_turn(&self, len: usize) -> bool {
+        self.copies.turns_at(len)
+    }
+
     /// Runs `update` on bytes `offset..offset + len` of the window in
     /// place, given with their offset in the span: an accumulate's
     /// read-modify-write, combining `source` (the origin's data, only
@@ -391,20 +415,31 @@ impl WindowSegment {
         source: *const u8,
         mut update: impl FnMut(usize, &mut [u8]) -> Result<(), E>,
     ) -> Result<Result<(), E>, AccessError> {
-        check_range(offset as u64, len as u64, self.size as u64)?;
-        if len == 0 {
-            return Ok(update(0, &mut []));
+        // SAFETY: the bytes lie in the window (`span` checked), in the
+        // mapping, which outlives the call; nobody else writes or plainly
+        // reads them meanwhile (the caller's guarantee), so the slice is
+        // this call's alone.
+        let span = unsafe { &mut *self.span(offset, len)? };
+        // The first piece's start: the whole span's (0), or the last
+        // piece's (a power of two: a mask). One call of `update` in the
+        // code, so that it is inlined here (with a call for the whole span
+        // and another for the pieces it stayed a function of its own).
+        let mut from = if self.copies.from_the_back(source, span.as_ptr(), len) {
+            (len - 1) & !(PASS_PIECE - 1)
+        } else {
+            0
+        };
+        let mut end = len;
+        loop {
+            if let Err(e) = update(from, &mut span[from..end]) {
+                return Ok(Err(e));
+            }
+            if from == 0 {
+                return Ok(Ok(()));
+            }
+            end = from;
+            from -= PASS_PIECE;
         }
-        let at = self.base().wrapping_add(offset);
-        // SAFETY: the bytes lie in the mapping (checked), which outlives
-        // the call; nobody else writes or plainly reads them meanwhile
-        // (the caller's guarantee), so the slice is this call's alone.
-        let span = unsafe { std::slice::from_raw_parts_mut(at, len) };
-        if !self.copies.from_the_back(source, at, len) {
-            return Ok(update(0, span));
-        }
-        let mut pieces = span.chunks_mut(PASS_PIECE).enumerate().rev();
-        Ok(pieces.try_for_each(|(piece, bytes)| update(piece * PASS_PIECE, bytes)))
     }
 
     /// Compares the `compare.len()`-byte word at `offset` (1, 2, 4 or 8
