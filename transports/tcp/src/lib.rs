@@ -65,10 +65,11 @@ use oxmpi_adi::auth::{Acceptor, Channel, Connector, Verdict, MESSAGE_LEN};
 use oxmpi_adi::proto::{Header, Kind, FLAG_PIECE, HEADER_LEN};
 use oxmpi_adi::transport::{JobInfo, PacketSink, PayloadSlot, PeerRank, Transport};
 use oxmpi_adi::{vlog, Error, ErrorClass, Result};
+use socket2::{Domain, Protocol, SockRef, Socket, Type};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::time::Duration;
 
 /// Environment variable: eager limit in bytes.
@@ -96,6 +97,16 @@ const READ_BUFFER: usize = 64 * 1024;
 /// into their destination rather than through the read buffer: the copy
 /// out of the buffer would cost more than the read it saves.
 const DIRECT_READ_MIN: usize = 16 * 1024;
+/// After a packet whose payload filled at least the read buffer, the
+/// next header is read with at most this many bytes: the next packet is
+/// likely as large (the data of a stream of large gets, puts or
+/// accumulates), and of its payload no more than this goes through the
+/// buffer (and is copied out of it) before the rest is read straight
+/// into its destination, where a full read took up to 64 KiB through the
+/// buffer (callgrind of 512 KiB accumulates at the target: a quarter of
+/// its instructions, half the data copied once more). A small packet
+/// behind the header still comes with the same read.
+const LOOKAHEAD: usize = 4096;
 /// With at most this many established packet connections (and no
 /// connection in a handshake), `poll` reads them directly instead of
 /// asking epoll first, and they are taken out of epoll until the device
@@ -139,6 +150,12 @@ pub struct TcpConfig {
     /// `reord_seen`, `dsack_dups`), halving the bandwidth of one-sided
     /// puts of 64 KiB. Reno sends only from the ACK clock, which keeps
     /// them in order, and there is no congestion on loopback to control.
+    /// It is set before a connection exists: on a connecting socket
+    /// before it connects, and on the listener when it listens on a
+    /// loopback address (the sockets it accepts inherit it), so that
+    /// `bbr`'s initialization never turns on the kernel's pacing of the
+    /// socket, which a later switch would leave on: segments of a
+    /// connection whose round trip estimate grew waited for a timer.
     pub loopback_congestion: Option<String>,
 }
 
@@ -210,62 +227,73 @@ impl TcpConfig {
     }
 }
 
-/// Readies a new connection to `peer_addr`: `TCP_NODELAY`, and on a
-/// loopback address the configured congestion control (a refusal, such
-/// as a name the system does not allow, is only logged: the connection
-/// works with the system's).
-fn prepare_stream(stream: &TcpStream, peer_addr: SocketAddr, config: &TcpConfig) {
-    let _ = stream.set_nodelay(true);
-    let Some(name) = config.loopback_congestion.as_deref() else {
-        return;
-    };
-    if peer_addr.ip().is_loopback() {
-        if let Err(e) = set_congestion(stream, name) {
-            vlog!("tcp: congestion control {name} refused for {peer_addr}: {e}");
-        }
+/// The congestion control that sockets for connections with `ip` take,
+/// if any: the configured one where `ip` is a loopback address.
+fn congestion_for(ip: IpAddr, config: &TcpConfig) -> Option<&str> {
+    config
+        .loopback_congestion
+        .as_deref()
+        .filter(|_| ip.is_loopback())
+}
+
+/// Sets the congestion control `name` on `socket`, before its connection
+/// exists: a refusal (a name the system does not allow) is only logged,
+/// and the connection works with the system's default.
+///
+/// Before, not after: the system's default is initialized when the
+/// connection is established, and `bbr`'s initialization turns on the
+/// kernel's internal pacing of the socket, which a later switch leaves on.
+/// Reno then paces at twice its window per smoothed round trip time,
+/// and on a loopback connection whose round trip estimate grew (an
+/// acknowledgement that waited for the next request, a preempted rank:
+/// `ss -ti` read 0.6-1.9 ms) each 64 KiB segment waited tens of us for
+/// a pacing timer (`tcp_pace_kick`), about 1,000 times in two seconds
+/// of 128 KiB gets.
+fn set_congestion(socket: &Socket, name: &str, whom: impl std::fmt::Display) {
+    if let Err(e) = socket.set_tcp_congestion(name.as_bytes()) {
+        vlog!("tcp: congestion control {name} refused for {whom}: {e}");
     }
 }
 
-/// Sets the congestion control `name` on `stream` (`TCP_CONGESTION`).
-fn set_congestion(stream: &TcpStream, name: &str) -> io::Result<()> {
-    // SAFETY: `name` is readable for `name.len()` bytes, which is all
-    // setsockopt reads; the descriptor is the stream's, open while it
-    // lives.
-    let r = unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            name.as_ptr().cast(),
-            name.len() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
+/// Opens the listener on `config`'s address: non-blocking, with the
+/// address reusable (as `mio`'s own `bind`), and with the loopback
+/// congestion control where the address is a loopback one, so that every
+/// connection it accepts has it from the start (an accepted socket
+/// inherits its listener's).
+fn listen(config: &TcpConfig) -> io::Result<TcpListener> {
+    let addr = SocketAddr::new(config.addr, 0);
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_nonblocking(true)?;
+    socket.set_reuse_address(true)?;
+    if let Some(name) = congestion_for(config.addr, config) {
+        set_congestion(&socket, name, format_args!("the listener on {addr}"));
     }
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    Ok(TcpListener::from_std(socket.into()))
 }
 
-/// The congestion control in use on `stream` (`TCP_CONGESTION`).
-fn congestion_of(stream: &TcpStream) -> io::Result<String> {
-    let mut name = [0u8; CONGESTION_NAME_MAX];
-    let mut len = name.len() as libc::socklen_t;
-    // SAFETY: `name` is writable for `len` bytes, and `len` for its own
-    // size; the descriptor is the stream's, open while it lives.
-    let r = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            name.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
+/// Starts a non-blocking connection to `addr` with `TCP_NODELAY` and, to
+/// a loopback address, the configured congestion control, both set
+/// before the connection exists ([`set_congestion`]).
+fn connect_to(addr: SocketAddr, config: &TcpConfig) -> io::Result<TcpStream> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_nonblocking(true)?;
+    socket.set_tcp_nodelay(true)?;
+    if let Some(name) = congestion_for(addr.ip(), config) {
+        set_congestion(&socket, name, addr);
     }
-    let name = &name[..(len as usize).min(name.len())];
+    match socket.connect(&addr.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(TcpStream::from_std(socket.into()))
+}
+
+/// The congestion control in use on `socket` (`TCP_CONGESTION`).
+fn congestion_of(socket: &impl AsFd) -> io::Result<String> {
+    let name = SockRef::from(socket).tcp_congestion()?;
     let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
     Ok(String::from_utf8_lossy(&name[..end]).into_owned())
 }
@@ -441,6 +469,10 @@ struct Conn {
     hs_out: Vec<u8>,
     /// Whether the socket is registered with epoll.
     watched: bool,
+    /// The last packet read with a payload of at least [`READ_BUFFER`]
+    /// bytes was followed only by short ones that came alone: the next
+    /// header is read with at most [`LOOKAHEAD`] bytes.
+    after_large: bool,
 }
 
 /// A data lane this rank opened to a peer.
@@ -636,8 +668,8 @@ impl TcpTransport {
     /// Opens the listener for `job` on the configured address.
     pub fn new(job: &JobInfo, config: TcpConfig) -> Result<TcpTransport> {
         let poll = Poll::new().map_err(|e| Error::os("creating the TCP poller", e))?;
-        let mut listener = TcpListener::bind(SocketAddr::new(config.addr, 0))
-            .map_err(|e| Error::os(format!("listening on {}", config.addr), e))?;
+        let mut listener =
+            listen(&config).map_err(|e| Error::os(format!("listening on {}", config.addr), e))?;
         let local = listener
             .local_addr()
             .map_err(|e| Error::os("reading the listener's address", e))?;
@@ -702,6 +734,7 @@ impl TcpTransport {
             end: 0,
             hs_out: Vec::new(),
             watched: true,
+            after_large: false,
         };
         if index == self.conns.len() {
             self.conns.push(Some(conn));
@@ -816,7 +849,7 @@ impl TcpTransport {
                 format!("TCP has no card for rank {peer}"),
             )
         })?;
-        let stream = TcpStream::connect(addr)
+        let stream = connect_to(addr, &self.config)
             .map_err(|e| lost(peer, format!("connecting to {addr}: {e}")))?;
         let (connector, hello) = Connector::new(&self.job, peer, channel)
             .map_err(|e| Error::new(ErrorClass::Other, e.to_string()))?;
@@ -923,7 +956,9 @@ impl TcpTransport {
         loop {
             match self.listener.accept() {
                 Ok((stream, from)) => {
-                    prepare_stream(&stream, from, &self.config);
+                    // The congestion control came from the listener
+                    // (`listen`).
+                    let _ = stream.set_nodelay(true);
                     match Acceptor::new(&self.job) {
                         Ok(acceptor) => {
                             if let Err(e) = self.insert(
@@ -977,8 +1012,10 @@ impl TcpTransport {
                 return Ok(());
             };
             if let Handshake::Connecting { hello, .. } = hs {
-                let to = match conn.stream.peer_addr() {
-                    Ok(to) => to,
+                // Connected once it has a peer address; its options were
+                // set before it connected (`connect_to`).
+                match conn.stream.peer_addr() {
+                    Ok(_) => {}
                     Err(e) if e.kind() == io::ErrorKind::NotConnected => {
                         if let Ok(Some(e)) | Err(e) = conn.stream.take_error() {
                             return Err(format!("connect failed: {e}"));
@@ -986,8 +1023,7 @@ impl TcpTransport {
                         return Ok(());
                     }
                     Err(e) => return Err(format!("connect failed: {e}")),
-                };
-                prepare_stream(&conn.stream, to, &self.config);
+                }
                 conn.hs_out.extend_from_slice(hello);
                 let State::Handshake(Handshake::Connecting {
                     peer,
@@ -1189,9 +1225,13 @@ impl TcpTransport {
                         // read no further than the header, or up to 64
                         // KiB of payload would take the detour through
                         // the buffer. Elsewhere small packets are common,
-                        // and one read takes several.
+                        // and one read takes several, unless the last
+                        // packet was large ([`LOOKAHEAD`]).
                         let limit = match role {
                             Role::LaneIn => HEADER_LEN - buffered,
+                            Role::Packets | Role::LaneOut if conn.after_large => {
+                                LOOKAHEAD - buffered
+                            }
                             Role::Packets | Role::LaneOut => usize::MAX,
                         };
                         match Self::fill(conn, limit) {
@@ -1207,6 +1247,13 @@ impl TcpTransport {
                     let header = Header::decode(&conn.buf[conn.start..conn.start + HEADER_LEN])?;
                     conn.start += HEADER_LEN;
                     progressed = true;
+                    // Large packets come in runs, and a short one amid
+                    // them (a flush's, between the pieces of one
+                    // accumulate and the next) does not end the run
+                    // unless more was waiting behind it: then short
+                    // packets are streaming, and one read takes several.
+                    conn.after_large =
+                        header.payload_len() >= READ_BUFFER as u64 || (conn.after_large && drained);
                     if !role.receives(header.kind) {
                         return Err(Error::new(
                             ErrorClass::ProcFailed,
@@ -1656,5 +1703,66 @@ impl Transport for TcpTransport {
         }
         held.clear();
         self.held = held;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    /// A congestion control this system has that is not its default
+    /// (reno where it can be): a socket that has it took it from us.
+    fn not_the_default() -> String {
+        let read = |name: &str| {
+            std::fs::read_to_string(format!("/proc/sys/net/ipv4/{name}"))
+                .unwrap_or_else(|e| panic!("reading {name}: {e}"))
+        };
+        let default = read("tcp_congestion_control").trim().to_owned();
+        read("tcp_allowed_congestion_control")
+            .split_whitespace()
+            .find(|&name| name != default)
+            .unwrap_or_else(|| panic!("no congestion control allowed besides {default}"))
+            .to_owned()
+    }
+
+    /// The listener and a connecting socket have the loopback congestion
+    /// control before any connection is established, and so does the
+    /// socket the listener accepts: the system's default (`bbr` turns on
+    /// the kernel's pacing, which a later switch leaves on) is never
+    /// initialized on them.
+    #[test]
+    fn loopback_sockets_take_their_congestion_control_before_they_connect() {
+        let name = not_the_default();
+        let config = TcpConfig {
+            eager_limit: 64 * 1024,
+            data_lanes: 0,
+            addr: IpAddr::from([127, 0, 0, 1]),
+            loopback_congestion: Some(name.clone()),
+        };
+        let listener = listen(&config).expect("listening");
+        assert_eq!(congestion_of(&listener).expect("listener's"), name);
+        let addr = listener.local_addr().expect("listener's address");
+        let stream = connect_to(addr, &config).expect("connecting");
+        assert_eq!(
+            congestion_of(&stream).expect("connecting socket's"),
+            name,
+            "the connecting socket, right after connect"
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let accepted = loop {
+            match listener.accept() {
+                Ok((accepted, _)) => break accepted,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    assert!(
+                        Instant::now() < deadline,
+                        "the listener accepted no connection within 10 s"
+                    );
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) => panic!("accepting: {e}"),
+            }
+        };
+        assert_eq!(congestion_of(&accepted).expect("accepted socket's"), name);
     }
 }

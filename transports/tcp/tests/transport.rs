@@ -640,6 +640,69 @@ fn a_payload_sent_in_parts_arrives_as_their_concatenation() {
     assert!(b.failures.is_empty());
 }
 
+/// Runs of large packets (after which a header is read with a short
+/// look-ahead) with short packets amid and behind them, arriving one at
+/// a time and in bursts, all arrive intact and in order.
+#[test]
+fn large_packets_with_short_ones_amid_and_behind_them_arrive_intact() {
+    const KIB: usize = 1024;
+    let lens = [
+        128 * KIB,
+        40,
+        128 * KIB,
+        64 * KIB,
+        0,
+        3000,
+        200 * KIB,
+        5000,
+        70 * KIB,
+    ];
+    let payloads: Vec<Vec<u8>> = lens
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| pattern(i as u8, len))
+        .collect();
+    let mut net = Net::new(2);
+    let mut tag = 0;
+    let mut sent = Vec::new();
+    // One at a time: each arrives alone, before the next is sent.
+    for payload in &payloads {
+        tag += 1;
+        net.send(0, 1, &eager(tag, payload.len()), payload);
+        sent.push((tag, payload));
+        net.run_until("the packet sent alone arrived", |n| {
+            n.sinks[1].tags_from(0).len() == sent.len()
+        });
+    }
+    // In bursts: a run of short packets behind a large one, then the
+    // whole list again.
+    for payload in std::iter::once(&payloads[0])
+        .chain(std::iter::repeat_n(&payloads[1], 20))
+        .chain(&payloads)
+    {
+        tag += 1;
+        net.send(0, 1, &eager(tag, payload.len()), payload);
+        sent.push((tag, payload));
+    }
+    net.run_until("every packet of the bursts arrived", |n| {
+        n.sinks[1].tags_from(0).len() == sent.len()
+    });
+    let b = &net.sinks[1];
+    assert_eq!(
+        b.tags_from(0),
+        sent.iter().map(|&(tag, _)| tag).collect::<Vec<i32>>(),
+        "order"
+    );
+    for (tag, payload) in sent {
+        assert!(
+            b.packet(0, tag).payload == *payload,
+            "payload of tag {tag} ({} bytes) differs",
+            payload.len()
+        );
+    }
+    assert!(b.failures.is_empty());
+}
+
 /// Checks that rank 0's batch holds its packets to rank 1: while only
 /// rank 1 polls for 20 ms (in a batch, the device does not poll), none
 /// arrives after the first (tag 1, which opened the connection), and
