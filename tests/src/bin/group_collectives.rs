@@ -1299,7 +1299,21 @@ fn neighborhood_collectives(comm: &Communicator, hood: &Hood, what: &str) -> Res
         ),
         ErrorClass::Arg,
         &format!("{what}: all-gatherv with a count too few"),
-    )
+    )?;
+    // Overlapping blocks are named by the neighbours' positions, not as
+    // ranks.
+    let one = vec![1; slots];
+    let overlap = comm.neighbor_all_to_all_varcount_into(
+        &Partition::new(&send[..], &send_counts[..], consecutive(&send_counts)),
+        &mut PartitionMut::new(&mut exchanged[..], &one[..], &vec![0; slots][..]),
+    );
+    let named = "receive blocks of source neighbours 0 and 1 (positions in this process's list of sources) overlap";
+    match overlap {
+        Err(e) if e.class() == ErrorClass::Arg && e.to_string().contains(named) => Ok(()),
+        other => Err(fail(format!(
+            "{what}: all-to-allv into overlapping blocks: expected {named:?}, got {other:?}"
+        ))),
+    }
 }
 
 /// Elements of each block in `neighbor_mixed`: more bytes than the
