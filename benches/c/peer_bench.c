@@ -8,7 +8,8 @@
  * benches/src/cli.rs (read their docs for the patterns), and must be kept
  * in step with them:
  * - command line: `latency|bw|bibw|mbw_mr|multi_lat|barrier|bcast|
- *   allreduce|alltoall [--min-size N]
+ *   allreduce|alltoall|neighbor_allgather|neighbor_alltoall|
+ *   inter_allreduce|put_latency|... [--min-size N]
  *   [--max-size N] [--size N] [--iterations N] [--iterations-large N]
  *   [--warmup N] [--warmup-large N]`, `--name value` or `--name=value`,
  *   sizes in bytes with an optional K, M or G suffix (powers of 1024);
@@ -44,6 +45,16 @@
  *   mean time per operation in microseconds, averaged over the ranks with
  *   MPI_Reduce; after the timed loop the root's bytes, the exact sums and
  *   each sender's block are checked;
+ * - neighbor_allgather, neighbor_alltoall: the same, on a periodic ring of
+ *   every rank (MPI_Cart_create, 1 dimension, no reordering; neighbours
+ *   rank - 1 then rank + 1): `size` bytes to both neighbours, or a block
+ *   of `size` bytes to and from each (block j of rank r filled from
+ *   block_pattern(size, r, j), the all-gather's from j = 0); each
+ *   neighbour's block is checked;
+ * - inter_allreduce (2 ranks or more): the same as allreduce over an
+ *   intercommunicator (MPI_Comm_split, MPI_Intercomm_create) between the
+ *   ranks below n/2 and the rest; each group's sums of the other's data
+ *   are checked;
  * - put_latency, get_latency, acc_latency, fop_latency, cas_latency,
  *   put_bw, get_bw (2 ranks; rma_bench.rs): both allocate a window of
  *   the largest size, WINDOW times that for the bandwidths
@@ -97,6 +108,9 @@ enum benchmark {
     BCAST,
     ALLREDUCE,
     ALLTOALL,
+    NEIGHBOR_ALLGATHER,
+    NEIGHBOR_ALLTOALL,
+    INTER_ALLREDUCE,
     PUT_LATENCY,
     GET_LATENCY,
     ACC_LATENCY,
@@ -106,10 +120,25 @@ enum benchmark {
     GET_BW
 };
 
-static const char *const names[] = {"latency",     "bw",          "bibw",        "mbw_mr",
-                                    "multi_lat",   "barrier",     "bcast",       "allreduce",
-                                    "alltoall",    "put_latency", "get_latency", "acc_latency",
-                                    "fop_latency", "cas_latency", "put_bw",      "get_bw"};
+static const char *const names[] = {"latency",
+                                    "bw",
+                                    "bibw",
+                                    "mbw_mr",
+                                    "multi_lat",
+                                    "barrier",
+                                    "bcast",
+                                    "allreduce",
+                                    "alltoall",
+                                    "neighbor_allgather",
+                                    "neighbor_alltoall",
+                                    "inter_allreduce",
+                                    "put_latency",
+                                    "get_latency",
+                                    "acc_latency",
+                                    "fop_latency",
+                                    "cas_latency",
+                                    "put_bw",
+                                    "get_bw"};
 static const char *const descriptions[] = {"latency",
                                            "bandwidth",
                                            "bi-directional bandwidth",
@@ -119,6 +148,9 @@ static const char *const descriptions[] = {"latency",
                                            "broadcast latency",
                                            "all-reduce latency",
                                            "all-to-all latency",
+                                           "neighbourhood all-gather latency",
+                                           "neighbourhood all-to-all latency",
+                                           "intercommunicator all-reduce latency",
                                            "one-sided put latency",
                                            "one-sided get latency",
                                            "one-sided accumulate latency",
@@ -127,7 +159,7 @@ static const char *const descriptions[] = {"latency",
                                            "one-sided put bandwidth",
                                            "one-sided get bandwidth"};
 
-static int is_collective(enum benchmark b) { return b >= BARRIER && b <= ALLTOALL; }
+static int is_collective(enum benchmark b) { return b >= BARRIER && b <= INTER_ALLREDUCE; }
 static int is_rma(enum benchmark b) { return b >= PUT_LATENCY; }
 static int is_latency(enum benchmark b)
 {
@@ -145,6 +177,7 @@ static size_t min_size_of(enum benchmark b)
     case BARRIER:
         return 0;
     case ALLREDUCE:
+    case INTER_ALLREDUCE:
         return sizeof(float);
     case ACC_LATENCY:
     case FOP_LATENCY:
@@ -165,7 +198,8 @@ struct options {
 
 static const char usage[] =
     "usage: mpiexec -n 2 peer_bench latency|bw|bibw|mbw_mr|multi_lat|barrier|bcast|\n"
-    "       allreduce|alltoall|put_latency|get_latency|acc_latency|fop_latency|\n"
+    "       allreduce|alltoall|neighbor_allgather|neighbor_alltoall|inter_allreduce|\n"
+    "       put_latency|get_latency|acc_latency|fop_latency|\n"
     "       cas_latency|put_bw|get_bw [--min-size N]\n"
     "       [--max-size N] [--size N] [--iterations N] [--iterations-large N]\n"
     "       [--warmup N] [--warmup-large N]\n";
@@ -511,6 +545,13 @@ static void print_header(const struct options *o, int ranks)
         printf("# window: %d immediate sends each way at once\n", WINDOW);
     else if (!is_latency(b))
         printf("# window: %d immediate sends, then a %d-byte acknowledgement\n", WINDOW, ACK_SIZE);
+    /* The communicator's shape, as coll_bench.rs's communicator() says it. */
+    if (b == NEIGHBOR_ALLGATHER || b == NEIGHBOR_ALLTOALL)
+        printf("# topology: a periodic ring of every rank (1-d Cartesian); blocks to and from "
+               "rank - 1 and rank + 1\n");
+    else if (b == INTER_ALLREDUCE)
+        printf("# groups: ranks below N/2 and the rest, over an intercommunicator; each gets the "
+               "sums of the other's data\n");
     if (is_collective(b))
         printf("%-10s%18s\n", "# Size", "Avg Latency (us)");
     else if (is_latency(b))
@@ -533,20 +574,50 @@ static size_t block_pattern(size_t size, int from, int to)
  * exact in float in any order. */
 static float addend(size_t i, int rank) { return (float)((i + (size_t)rank) % 16); }
 
-/* One operation of a collective benchmark with data. */
-static void operate(enum benchmark b, char *send, char *receive, float *floats, float *sums,
-                    size_t size)
+/* The tag of the leaders' messages when inter_allreduce makes its
+ * intercommunicator, as coll_bench.rs's INTER_TAG. */
+#define INTER_TAG 77
+
+/* The communicator a collective benchmark operates on, as coll_bench.rs's
+ * communicator(): a periodic ring of every rank for the neighbourhood
+ * ones, an intercommunicator between the ranks below n/2 and the rest for
+ * inter_allreduce, else world. */
+static MPI_Comm communicator(enum benchmark b, int rank, int ranks)
+{
+    MPI_Comm comm = MPI_COMM_WORLD;
+    if (b == NEIGHBOR_ALLGATHER || b == NEIGHBOR_ALLTOALL) {
+        int dims[1] = {ranks}, periods[1] = {1};
+        MPI_Cart_create(MPI_COMM_WORLD, 1, dims, periods, 0, &comm);
+    } else if (b == INTER_ALLREDUCE) {
+        int half = ranks / 2, in_first = rank < half;
+        MPI_Comm local;
+        MPI_Comm_split(MPI_COMM_WORLD, in_first, 0, &local);
+        MPI_Intercomm_create(local, 0, MPI_COMM_WORLD, in_first ? half : 0, INTER_TAG, &comm);
+        MPI_Comm_free(&local);
+    }
+    return comm;
+}
+
+/* One operation of a collective benchmark with data, over `comm`. */
+static void operate(enum benchmark b, MPI_Comm comm, char *send, char *receive, float *floats,
+                    float *sums, size_t size)
 {
     switch (b) {
     case BCAST:
-        MPI_Bcast(send, (int)size, MPI_BYTE, 0, MPI_COMM_WORLD);
+        MPI_Bcast(send, (int)size, MPI_BYTE, 0, comm);
         break;
     case ALLREDUCE:
-        MPI_Allreduce(floats, sums, (int)(size / sizeof(float)), MPI_FLOAT, MPI_SUM,
-                      MPI_COMM_WORLD);
+    case INTER_ALLREDUCE:
+        MPI_Allreduce(floats, sums, (int)(size / sizeof(float)), MPI_FLOAT, MPI_SUM, comm);
         break;
     case ALLTOALL:
-        MPI_Alltoall(send, (int)size, MPI_BYTE, receive, (int)size, MPI_BYTE, MPI_COMM_WORLD);
+        MPI_Alltoall(send, (int)size, MPI_BYTE, receive, (int)size, MPI_BYTE, comm);
+        break;
+    case NEIGHBOR_ALLGATHER:
+        MPI_Neighbor_allgather(send, (int)size, MPI_BYTE, receive, (int)size, MPI_BYTE, comm);
+        break;
+    case NEIGHBOR_ALLTOALL:
+        MPI_Neighbor_alltoall(send, (int)size, MPI_BYTE, receive, (int)size, MPI_BYTE, comm);
         break;
     default:
         fail("not a collective with data", size);
@@ -558,10 +629,22 @@ static void run_collective(const struct options *o, int rank, int ranks)
 {
     enum benchmark b = o->benchmark;
     size_t max = o->max_size;
-    size_t bytes = b == BCAST ? max : b == ALLTOALL ? max * (size_t)ranks : 0;
-    size_t count_max = b == ALLREDUCE ? max / sizeof(float) : 0;
+    int neighborhood = b == NEIGHBOR_ALLGATHER || b == NEIGHBOR_ALLTOALL;
+    size_t bytes = b == BCAST || b == NEIGHBOR_ALLGATHER ? max
+                   : b == ALLTOALL                       ? max * (size_t)ranks
+                   : b == NEIGHBOR_ALLTOALL              ? 2 * max
+                                                         : 0;
+    size_t received_bytes = b == ALLTOALL ? bytes : neighborhood ? 2 * max : 0;
+    size_t count_max = b == ALLREDUCE || b == INTER_ALLREDUCE ? max / sizeof(float) : 0;
+    /* inter_allreduce sums the other group's data. */
+    int half = ranks / 2;
+    int summed_from = b == INTER_ALLREDUCE && rank < half ? half : 0;
+    int summed_to = b == INTER_ALLREDUCE && rank >= half ? half : ranks;
+    /* The ring's neighbours: rank - 1, then rank + 1. */
+    int neighbors[2] = {(rank + ranks - 1) % ranks, (rank + 1) % ranks};
+    MPI_Comm comm = communicator(b, rank, ranks);
     char *send = aligned_buffer(bytes);
-    char *receive = aligned_buffer(b == ALLTOALL ? bytes : 0);
+    char *receive = aligned_buffer(received_bytes);
     char *expected = aligned_buffer(max);
     float *floats = malloc(sizeof(float) * (count_max ? count_max : 1));
     float *sums = malloc(sizeof(float) * (count_max ? count_max : 1));
@@ -580,7 +663,14 @@ static void run_collective(const struct options *o, int rank, int ranks)
             for (int to = 0; to < ranks; to++)
                 fill_pattern(send + (size_t)to * size, size, block_pattern(size, rank, to));
             memset(receive, 0, size * (size_t)ranks);
-        } else if (b == ALLREDUCE) {
+        } else if (b == NEIGHBOR_ALLGATHER) {
+            fill_pattern(send, size, block_pattern(size, rank, 0));
+            memset(receive, 0, 2 * size);
+        } else if (b == NEIGHBOR_ALLTOALL) {
+            for (int slot = 0; slot < 2; slot++)
+                fill_pattern(send + (size_t)slot * size, size, block_pattern(size, rank, slot));
+            memset(receive, 0, 2 * size);
+        } else if (b == ALLREDUCE || b == INTER_ALLREDUCE) {
             for (size_t i = 0; i < count; i++)
                 floats[i] = addend(i, rank);
             memset(sums, 0, sizeof(float) * count);
@@ -597,7 +687,7 @@ static void run_collective(const struct options *o, int rank, int ranks)
         } else {
             for (long i = 0; i < warmup + iterations; i++) {
                 double start = MPI_Wtime();
-                operate(b, send, receive, floats, sums, size);
+                operate(b, comm, send, receive, floats, sums, size);
                 if (i >= warmup)
                     seconds += MPI_Wtime() - start;
                 MPI_Barrier(MPI_COMM_WORLD);
@@ -611,10 +701,18 @@ static void run_collective(const struct options *o, int rank, int ranks)
                 fill_pattern(expected, size, block_pattern(size, from, rank));
                 check_messages(receive + (size_t)from * size, size ? 1 : 0, expected, size);
             }
-        } else if (b == ALLREDUCE) {
+        } else if (neighborhood) {
+            /* From rank - 1 comes what it sent to its rank + 1 (its block 1
+             * of an all-to-all), from rank + 1 its block 0. */
+            for (int slot = 0; slot < 2; slot++) {
+                int sent = b == NEIGHBOR_ALLTOALL ? 1 - slot : 0;
+                fill_pattern(expected, size, block_pattern(size, neighbors[slot], sent));
+                check_messages(receive + (size_t)slot * size, size ? 1 : 0, expected, size);
+            }
+        } else if (b == ALLREDUCE || b == INTER_ALLREDUCE) {
             for (size_t i = 0; i < count; i++) {
                 float exact = 0;
-                for (int k = 0; k < ranks; k++)
+                for (int k = summed_from; k < summed_to; k++)
                     exact += addend(i, k);
                 if (sums[i] != exact)
                     fail("an all-reduce sum is not exact", size);
@@ -628,6 +726,8 @@ static void run_collective(const struct options *o, int rank, int ranks)
         }
     }
     MPI_Barrier(MPI_COMM_WORLD);
+    if (comm != MPI_COMM_WORLD)
+        MPI_Comm_free(&comm);
     free(floats);
     free(sums);
     free(send);
@@ -759,6 +859,13 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &ranks);
     enum benchmark b = o.benchmark;
+    if (b == INTER_ALLREDUCE && ranks < 2) {
+        fprintf(stderr,
+                "peer_bench: inter_allreduce needs 2 or more ranks (two groups), this job has %d\n",
+                ranks);
+        MPI_Finalize();
+        return 1;
+    }
     if (is_collective(b)) {
         if (rank == 0)
             print_header(&o, ranks);

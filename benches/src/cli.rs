@@ -60,6 +60,18 @@ pub enum Benchmark {
     /// `all_to_all_into` with blocks of each size to and from every rank:
     /// microseconds per all-to-all, averaged over the ranks.
     AllToAll,
+    /// `neighbor_all_gather_into` on a periodic ring of every rank (a
+    /// 1-d Cartesian communicator): each size sent to both neighbours,
+    /// a block received from each; microseconds per operation, averaged
+    /// over the ranks.
+    NeighborAllGather,
+    /// `neighbor_all_to_all_into` on the same ring: a block of each size
+    /// to and from each neighbour.
+    NeighborAllToAll,
+    /// `all_reduce_into` over an intercommunicator between the first
+    /// half of the ranks and the rest (2 ranks or more), the sum of
+    /// `f32`s: each group gets the sums of the other's.
+    InterAllReduce,
     /// One-sided put of each size from rank 0 into rank 1's window under
     /// a shared lock, a flush after each: microseconds per put
     /// (`osu_put_latency`; see [`crate::rma_bench`]).
@@ -83,7 +95,7 @@ pub enum Benchmark {
 
 impl Benchmark {
     /// Every benchmark, in the order of the usage text.
-    pub const ALL: [Benchmark; 16] = [
+    pub const ALL: [Benchmark; 19] = [
         Benchmark::Latency,
         Benchmark::Bandwidth,
         Benchmark::BiBandwidth,
@@ -93,6 +105,9 @@ impl Benchmark {
         Benchmark::Broadcast,
         Benchmark::AllReduce,
         Benchmark::AllToAll,
+        Benchmark::NeighborAllGather,
+        Benchmark::NeighborAllToAll,
+        Benchmark::InterAllReduce,
         Benchmark::PutLatency,
         Benchmark::GetLatency,
         Benchmark::AccLatency,
@@ -114,6 +129,9 @@ impl Benchmark {
             Benchmark::Broadcast => "bcast",
             Benchmark::AllReduce => "allreduce",
             Benchmark::AllToAll => "alltoall",
+            Benchmark::NeighborAllGather => "neighbor_allgather",
+            Benchmark::NeighborAllToAll => "neighbor_alltoall",
+            Benchmark::InterAllReduce => "inter_allreduce",
             Benchmark::PutLatency => "put_latency",
             Benchmark::GetLatency => "get_latency",
             Benchmark::AccLatency => "acc_latency",
@@ -136,6 +154,9 @@ impl Benchmark {
             Benchmark::Broadcast => "broadcast latency",
             Benchmark::AllReduce => "all-reduce latency",
             Benchmark::AllToAll => "all-to-all latency",
+            Benchmark::NeighborAllGather => "neighbourhood all-gather latency",
+            Benchmark::NeighborAllToAll => "neighbourhood all-to-all latency",
+            Benchmark::InterAllReduce => "intercommunicator all-reduce latency",
             Benchmark::PutLatency => "one-sided put latency",
             Benchmark::GetLatency => "one-sided get latency",
             Benchmark::AccLatency => "one-sided accumulate latency",
@@ -181,7 +202,13 @@ impl Benchmark {
     pub fn is_collective(self) -> bool {
         matches!(
             self,
-            Benchmark::Barrier | Benchmark::Broadcast | Benchmark::AllReduce | Benchmark::AllToAll
+            Benchmark::Barrier
+                | Benchmark::Broadcast
+                | Benchmark::AllReduce
+                | Benchmark::AllToAll
+                | Benchmark::NeighborAllGather
+                | Benchmark::NeighborAllToAll
+                | Benchmark::InterAllReduce
         )
     }
 
@@ -198,23 +225,14 @@ impl Benchmark {
 
     /// The headers of the figure columns, as OSU prints them.
     pub fn columns(self) -> &'static [&'static str] {
-        match self {
-            Benchmark::Latency
-            | Benchmark::MultiLatency
-            | Benchmark::PutLatency
-            | Benchmark::GetLatency
-            | Benchmark::AccLatency
-            | Benchmark::FopLatency
-            | Benchmark::CasLatency => &["Latency (us)"],
-            Benchmark::Bandwidth
-            | Benchmark::BiBandwidth
-            | Benchmark::PutBandwidth
-            | Benchmark::GetBandwidth => &["Bandwidth (MB/s)"],
-            Benchmark::MultiBandwidth => &["MB/s", "Messages/s"],
-            Benchmark::Barrier
-            | Benchmark::Broadcast
-            | Benchmark::AllReduce
-            | Benchmark::AllToAll => &["Avg Latency (us)"],
+        if self.is_collective() {
+            &["Avg Latency (us)"]
+        } else if self == Benchmark::MultiBandwidth {
+            &["MB/s", "Messages/s"]
+        } else if self.is_latency() {
+            &["Latency (us)"]
+        } else {
+            &["Bandwidth (MB/s)"]
         }
     }
 
@@ -225,7 +243,7 @@ impl Benchmark {
     pub fn min_size(self) -> usize {
         match self {
             Benchmark::Latency | Benchmark::MultiLatency | Benchmark::Barrier => 0,
-            Benchmark::AllReduce => std::mem::size_of::<f32>(),
+            Benchmark::AllReduce | Benchmark::InterAllReduce => std::mem::size_of::<f32>(),
             Benchmark::AccLatency | Benchmark::FopLatency | Benchmark::CasLatency => {
                 std::mem::size_of::<u64>()
             }
@@ -545,7 +563,8 @@ fn usage_error<T>(message: impl Into<String>) -> Result<T, UsageError> {
 pub const USAGE: &str = "\
 usage: oxrun -n 2 oxbench latency|bw|bibw [OPTIONS]
        oxrun -n N oxbench mbw_mr|multi_lat [OPTIONS]     (N even)
-       oxrun -n N oxbench barrier|bcast|allreduce|alltoall [OPTIONS]
+       oxrun -n N oxbench barrier|bcast|allreduce|alltoall|neighbor_allgather|
+                          neighbor_alltoall|inter_allreduce [OPTIONS]
        oxrun -n 2 oxbench put_latency|get_latency|acc_latency|fop_latency|
                           cas_latency|put_bw|get_bw [OPTIONS]
        oxbench raw-tcp latency|bw [OPTIONS]
@@ -570,6 +589,15 @@ benchmarks (as the OSU micro-benchmarks of the same names):
                    (osu_allreduce)
   alltoall         time per all-to-all, each size a block to every rank
                    (osu_alltoall)
+  neighbor_allgather
+                   time per neighbourhood all-gather on a periodic ring of
+                   all N ranks (1-d Cartesian): each size to both
+                   neighbours, a block from each
+  neighbor_alltoall
+                   time per neighbourhood all-to-all on that ring, a block
+                   of each size to and from each neighbour
+  inter_allreduce  time per all-reduce over an intercommunicator between
+                   the first N/2 ranks and the rest (N >= 2), sum of f32s
   put_latency, get_latency, acc_latency, fop_latency, cas_latency
                    time per one-sided operation into a window MPI
                    allocated, under a shared lock, each followed by a
@@ -966,10 +994,18 @@ fn parse_options(
     if min_size < least {
         let what = match benchmark {
             Some(b) if b.is_windowed() => "bandwidth needs messages of at least 1 byte",
-            Some(Benchmark::AllReduce) => "allreduce needs messages of at least 4 bytes (one f32)",
-            Some(Benchmark::Broadcast | Benchmark::AllToAll) => {
-                "collectives are measured from 1 byte"
+            Some(b @ (Benchmark::AllReduce | Benchmark::InterAllReduce)) => {
+                return usage_error(format!(
+                    "{} needs messages of at least 4 bytes (one f32)",
+                    b.name()
+                ))
             }
+            Some(
+                Benchmark::Broadcast
+                | Benchmark::AllToAll
+                | Benchmark::NeighborAllGather
+                | Benchmark::NeighborAllToAll,
+            ) => "collectives are measured from 1 byte",
             _ if extra == Extra::None => "raw TCP carries no zero-byte messages: sizes start at 1",
             _ => "sizes start at 1 here: bandwidths and plots need messages of at least 1 byte",
         };

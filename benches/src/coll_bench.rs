@@ -1,6 +1,7 @@
 //! The collective benchmarks, through oxmpi's public API only, as the OSU
 //! micro-benchmarks of the same names time them (`osu_barrier`,
-//! `osu_bcast`, `osu_allreduce`, `osu_alltoall`):
+//! `osu_bcast`, `osu_allreduce`, `osu_alltoall`), and the neighbourhood
+//! and intercommunicator collectives in the same way:
 //!
 //! - every rank of the job takes part; the figure is each rank's mean
 //!   time per operation, averaged over the ranks (OSU's "Avg Latency");
@@ -9,12 +10,20 @@
 //! - `bcast` (from rank 0), `allreduce` (the sum of `size / 4` `f32`s)
 //!   and `alltoall` (a block of `size` bytes to and from every rank):
 //!   each operation is timed alone, and a barrier follows it, untimed, so
-//!   that a fast rank does not run ahead into the next one.
+//!   that a fast rank does not run ahead into the next one;
+//! - `neighbor_allgather` and `neighbor_alltoall`: the same, on a
+//!   periodic ring of every rank (a 1-d Cartesian communicator, so the
+//!   neighbours are rank - 1 and rank + 1, both the other rank at 2
+//!   ranks): `size` bytes to both neighbours, or a block of `size` bytes
+//!   to and from each;
+//! - `inter_allreduce`: the same as `allreduce` over an intercommunicator
+//!   between the first half of the ranks and the rest, where each group
+//!   gets the sums of the other group's data.
 //!
 //! Before each size every rank passes a barrier, buffers are filled, and
 //! warm-up operations run untimed. After the timed loop each rank checks
 //! what it received (the root's bytes, the exact sums, each sender's
-//! block).
+//! block, each neighbour's block).
 //!
 //! `benches/c/peer_bench.c` has the same patterns against the MPI C API,
 //! for `oxbench compare`: a change here is made there too.
@@ -23,20 +32,26 @@ use crate::buffers::{check_messages, fill_pattern, AlignedBuf};
 use crate::cli::{Benchmark, Options};
 use crate::report::StdoutReport;
 use oxmpi::collective::SystemOperation;
-use oxmpi::Communicator;
+use oxmpi::{Color, Communicator};
+
+/// The tag of the leaders' messages when `inter_allreduce` makes its
+/// intercommunicator.
+const INTER_TAG: i32 = 77;
 
 /// Runs the collective `benchmark` in this rank; rank 0 reports.
 pub fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Result<(), String> {
     let mpi = |what: &'static str| move |e: oxmpi::Error| format!("{what}: {e}");
     let (rank, ranks) = (world.rank() as usize, world.size() as usize);
+    let (comm, shape) = communicator(world, benchmark)?;
     let mut report = if rank == 0 {
-        let notes = vec![
+        let mut notes = vec![
             format!("ranks: {ranks}; {}", crate::mpi_bench::transports_note()),
             options.describe_iterations(),
             "each operation timed alone, then an untimed barrier; the figure is each \
              rank's mean time per operation, averaged over the ranks"
                 .to_owned(),
         ];
+        notes.extend(shape.map(str::to_owned));
         Some(StdoutReport::to_stdout(
             benchmark,
             "oxmpi",
@@ -65,7 +80,7 @@ pub fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Res
             let mut timed = 0.0;
             for i in 0..warmup + iterations {
                 let start = oxmpi::time();
-                data.operate(world, benchmark, size)?;
+                data.operate(&comm, benchmark, size)?;
                 if i >= warmup {
                     timed += oxmpi::time() - start;
                 }
@@ -94,36 +109,97 @@ pub fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Res
     Ok(())
 }
 
+/// The communicator `benchmark` operates on, and a header line that
+/// says its shape (none for world itself): a periodic ring of every
+/// rank for the neighbourhood collectives, an intercommunicator between
+/// the first half of the ranks and the rest for `inter_allreduce`.
+fn communicator(
+    world: &Communicator,
+    benchmark: Benchmark,
+) -> Result<(Communicator, Option<&'static str>), String> {
+    let (rank, ranks) = (world.rank(), world.size());
+    match benchmark {
+        Benchmark::NeighborAllGather | Benchmark::NeighborAllToAll => {
+            let ring = world
+                .create_cartesian_communicator(&[ranks], &[true], false)
+                .map_err(|e| format!("making the ring: {e}"))?
+                .ok_or("the ring of every rank left this rank out")?;
+            Ok((
+                ring,
+                Some("topology: a periodic ring of every rank (1-d Cartesian); blocks to and from rank - 1 and rank + 1"),
+            ))
+        }
+        Benchmark::InterAllReduce => {
+            if ranks < 2 {
+                return Err(format!(
+                    "inter_allreduce needs 2 or more ranks (two groups), this job has {ranks}"
+                ));
+            }
+            let half = ranks / 2;
+            let in_first = rank < half;
+            let local = world
+                .split_by_color(Color::with_value(i32::from(in_first)))
+                .map_err(|e| format!("splitting world in two: {e}"))?
+                .ok_or("splitting world in two left this rank out")?;
+            let remote_leader = if in_first { half } else { 0 };
+            let inter = local
+                .create_intercommunicator(0, world, remote_leader, INTER_TAG)
+                .map_err(|e| format!("making the intercommunicator: {e}"))?;
+            Ok((
+                inter,
+                Some("groups: ranks below N/2 and the rest, over an intercommunicator; each gets the sums of the other's data"),
+            ))
+        }
+        _ => Ok((world.clone(), None)),
+    }
+}
+
+/// The ranks whose data this rank's `inter_allreduce` sums: the other
+/// group's.
+fn other_group(rank: usize, ranks: usize) -> std::ops::Range<usize> {
+    let half = ranks / 2;
+    if rank < half {
+        half..ranks
+    } else {
+        0..half
+    }
+}
+
+/// The neighbours of `rank` on the periodic ring of `ranks`, in the
+/// order of its blocks: rank - 1, then rank + 1.
+fn ring_neighbors(rank: usize, ranks: usize) -> [usize; 2] {
+    [(rank + ranks - 1) % ranks, (rank + 1) % ranks]
+}
+
 /// The buffers of one collective benchmark, sized for the largest
 /// message.
 struct Data {
-    /// `bcast`: the message; `alltoall`: the blocks sent.
+    /// `bcast`: the message; `alltoall` and the neighbourhood ones: the
+    /// blocks sent.
     send: AlignedBuf,
-    /// `alltoall`: the blocks received.
+    /// `alltoall` and the neighbourhood ones: the blocks received.
     receive: AlignedBuf,
-    /// `allreduce`: the input and the sums.
+    /// `allreduce` and `inter_allreduce`: the input and the sums.
     floats: Vec<f32>,
     sums: Vec<f32>,
 }
 
 impl Data {
     fn new(benchmark: Benchmark, max: usize, ranks: usize) -> Result<Data, String> {
-        let (bytes, floats) = match benchmark {
-            Benchmark::Broadcast => (max, 0),
-            Benchmark::AllToAll => (
-                max.checked_mul(ranks).ok_or("alltoall buffers overflow")?,
-                0,
-            ),
-            Benchmark::AllReduce => (0, max / std::mem::size_of::<f32>()),
-            _ => (0, 0),
-        };
-        let receive = if benchmark == Benchmark::AllToAll {
-            bytes
-        } else {
-            0
+        let floats = max / std::mem::size_of::<f32>();
+        let (send, receive, floats) = match benchmark {
+            Benchmark::Broadcast => (max, 0, 0),
+            Benchmark::AllToAll => {
+                let bytes = max.checked_mul(ranks).ok_or("alltoall buffers overflow")?;
+                (bytes, bytes, 0)
+            }
+            Benchmark::NeighborAllGather => (max, 2 * max, 0),
+            Benchmark::NeighborAllToAll => (2 * max, 2 * max, 0),
+            Benchmark::AllReduce | Benchmark::InterAllReduce => (0, 0, floats),
+            _ => (0, 0, 0),
         };
         Ok(Data {
-            send: AlignedBuf::new(bytes)?,
+            send: AlignedBuf::new(send)?,
             receive: AlignedBuf::new(receive)?,
             floats: vec![0.0; floats],
             sums: vec![0.0; floats],
@@ -150,7 +226,21 @@ impl Data {
                 }
                 self.receive.as_mut_slice()[..size * ranks].fill(0);
             }
-            Benchmark::AllReduce => {
+            Benchmark::NeighborAllGather => {
+                fill_pattern(
+                    &mut self.send.as_mut_slice()[..size],
+                    block_pattern(size, rank, 0),
+                );
+                self.receive.as_mut_slice()[..2 * size].fill(0);
+            }
+            Benchmark::NeighborAllToAll => {
+                let blocks = self.send.as_mut_slice()[..2 * size].chunks_mut(size.max(1));
+                for (slot, block) in blocks.enumerate() {
+                    fill_pattern(block, block_pattern(size, rank, slot));
+                }
+                self.receive.as_mut_slice()[..2 * size].fill(0);
+            }
+            Benchmark::AllReduce | Benchmark::InterAllReduce => {
                 let count = size / std::mem::size_of::<f32>();
                 for (i, x) in self.floats[..count].iter_mut().enumerate() {
                     *x = addend(i, rank);
@@ -161,35 +251,47 @@ impl Data {
         }
     }
 
-    /// One operation of `benchmark` on messages of `size` bytes.
+    /// One operation of `benchmark` on messages of `size` bytes over
+    /// `comm` (see [`communicator`]).
     fn operate(
         &mut self,
-        world: &Communicator,
+        comm: &Communicator,
         benchmark: Benchmark,
         size: usize,
     ) -> Result<(), String> {
-        let ranks = world.size() as usize;
+        let ranks = comm.size() as usize;
         match benchmark {
-            Benchmark::Broadcast => world
+            Benchmark::Broadcast => comm
                 .process_at_rank(0)
                 .broadcast_into(&mut self.send.as_mut_slice()[..size])
                 .map_err(|e| format!("broadcast: {e}")),
-            Benchmark::AllReduce => {
+            Benchmark::AllReduce | Benchmark::InterAllReduce => {
                 let count = size / std::mem::size_of::<f32>();
-                world
-                    .all_reduce_into(
-                        &self.floats[..count],
-                        &mut self.sums[..count],
-                        SystemOperation::sum(),
-                    )
-                    .map_err(|e| format!("all_reduce: {e}"))
+                comm.all_reduce_into(
+                    &self.floats[..count],
+                    &mut self.sums[..count],
+                    SystemOperation::sum(),
+                )
+                .map_err(|e| format!("all_reduce: {e}"))
             }
-            Benchmark::AllToAll => world
+            Benchmark::AllToAll => comm
                 .all_to_all_into(
                     &self.send.as_slice()[..size * ranks],
                     &mut self.receive.as_mut_slice()[..size * ranks],
                 )
                 .map_err(|e| format!("all_to_all: {e}")),
+            Benchmark::NeighborAllGather => comm
+                .neighbor_all_gather_into(
+                    &self.send.as_slice()[..size],
+                    &mut self.receive.as_mut_slice()[..2 * size],
+                )
+                .map_err(|e| format!("neighbor_all_gather: {e}")),
+            Benchmark::NeighborAllToAll => comm
+                .neighbor_all_to_all_into(
+                    &self.send.as_slice()[..2 * size],
+                    &mut self.receive.as_mut_slice()[..2 * size],
+                )
+                .map_err(|e| format!("neighbor_all_to_all: {e}")),
             other => Err(format!("{} is not a collective with data", other.name())),
         }
     }
@@ -208,10 +310,15 @@ impl Data {
                 fill_pattern(&mut expected, size);
                 check_messages(&self.send.as_slice()[..size], &expected)
             }
-            Benchmark::AllReduce => {
+            Benchmark::AllReduce | Benchmark::InterAllReduce => {
                 let count = size / std::mem::size_of::<f32>();
+                let summed = if benchmark == Benchmark::AllReduce {
+                    0..ranks
+                } else {
+                    other_group(rank, ranks)
+                };
                 match (0..count).find(|&i| {
-                    let exact: f32 = (0..ranks).map(|k| addend(i, k)).sum();
+                    let exact: f32 = summed.clone().map(|k| addend(i, k)).sum();
                     self.sums[i] != exact
                 }) {
                     None => Ok(()),
@@ -228,12 +335,31 @@ impl Data {
                 }
                 Ok(())
             }
+            Benchmark::NeighborAllGather | Benchmark::NeighborAllToAll => {
+                // From rank - 1 comes what it sent to its rank + 1 (its
+                // block 1 of an all-to-all), from rank + 1 its block 0.
+                let mut expected = vec![0u8; size];
+                for (slot, from) in ring_neighbors(rank, ranks).into_iter().enumerate() {
+                    let sent = match benchmark {
+                        Benchmark::NeighborAllToAll => 1 - slot,
+                        _ => 0,
+                    };
+                    fill_pattern(&mut expected, block_pattern(size, from, sent));
+                    let got = &self.receive.as_slice()[slot * size..(slot + 1) * size];
+                    check_messages(got, &expected).map_err(|e| {
+                        format!("the block from neighbour {slot} (rank {from}): {e}")
+                    })?;
+                }
+                Ok(())
+            }
             _ => Ok(()),
         }
     }
 }
 
-/// The pattern's start for the `alltoall` block from `from` to `to`.
+/// The pattern's start for the `alltoall` block from `from` to `to`, and
+/// for the neighbourhood ones' block `to` (0 for the all-gather's) of
+/// `from`.
 fn block_pattern(size: usize, from: usize, to: usize) -> usize {
     size + 7 * from + 13 * to
 }

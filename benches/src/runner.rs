@@ -260,12 +260,9 @@ pub fn size_bounds(benchmark: Benchmark, options: &Options, ranks: usize) -> Vec
             | Benchmark::PutBandwidth
             | Benchmark::GetBandwidth => WINDOW + 1,
             Benchmark::BiBandwidth => 2 * WINDOW,
-            // Every rank may exchange a message with every other, and
-            // the barrier after each operation.
-            Benchmark::Barrier
-            | Benchmark::Broadcast
-            | Benchmark::AllReduce
-            | Benchmark::AllToAll => 2 * ranks * ranks,
+            // The collectives: every rank may exchange a message with
+            // every other, and the barrier after each operation.
+            _ => 2 * ranks * ranks,
         };
     options
         .sizes()

@@ -307,11 +307,29 @@ fn collective_tables_for_any_number_of_ranks() {
             "# Size      Avg Latency (us)",
             &[0],
         );
-        for (benchmark, title, min) in [
+        let mut benchmarks = vec![
             ("bcast", "# oxmpi broadcast latency test", 1),
             ("allreduce", "# oxmpi all-reduce latency test", 4),
             ("alltoall", "# oxmpi all-to-all latency test", 1),
-        ] {
+            (
+                "neighbor_allgather",
+                "# oxmpi neighbourhood all-gather latency test",
+                1,
+            ),
+            (
+                "neighbor_alltoall",
+                "# oxmpi neighbourhood all-to-all latency test",
+                1,
+            ),
+        ];
+        if ranks > 1 {
+            benchmarks.push((
+                "inter_allreduce",
+                "# oxmpi intercommunicator all-reduce latency test",
+                4,
+            ));
+        }
+        for (benchmark, title, min) in benchmarks {
             // Across the eager limit, so that long messages are checked too.
             let args = [&[benchmark, "--max-size", "128K"][..], &counts].concat();
             let out = run(mpi_job_of(ranks, &args), MPI_BOUND);
@@ -332,6 +350,18 @@ fn collective_tables_for_any_number_of_ranks() {
     let out = run(oxbench_with(&["allreduce", "--size", "2"]), MPI_BOUND);
     assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
     assert!(out.stderr.contains("at least 4 bytes"), "{}", out.stderr);
+    // An intercommunicator needs two groups.
+    let out = run(
+        mpi_job_of(1, &["inter_allreduce", "--size", "4"]),
+        MPI_BOUND,
+    );
+    assert!(!out.status.success(), "{}", out.stdout);
+    assert!(
+        out.stderr
+            .contains("inter_allreduce needs 2 or more ranks (two groups), this job has 1"),
+        "{}",
+        out.stderr
+    );
 }
 
 #[test]
@@ -341,6 +371,8 @@ fn compare_collectives_with_three_ranks() {
             "compare",
             "barrier",
             "allreduce",
+            "neighbor_alltoall",
+            "inter_allreduce",
             "--ranks",
             "3",
             "--transport",
@@ -364,6 +396,14 @@ fn compare_collectives_with_three_ranks() {
     for (description, sizes) in [
         ("barrier latency (us) over shm", vec![0]),
         ("all-reduce latency (us) over shm", sizes(4, 64)),
+        (
+            "neighbourhood all-to-all latency (us) over shm",
+            sizes(1, 64),
+        ),
+        (
+            "intercommunicator all-reduce latency (us) over shm",
+            sizes(4, 64),
+        ),
     ] {
         let table = compare_table(&out.stdout, description);
         assert!(

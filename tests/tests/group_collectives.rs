@@ -90,6 +90,26 @@ fn neighbourhood_collectives_v_w_and_non_blocking_with_1_to_8_ranks() {
 }
 
 #[test]
+fn varying_neighbourhood_collectives_between_strided_and_contiguous_data_with_1_to_8_ranks() {
+    // Over TCP up to 5 ranks: from 6, the distributed graph has a process
+    // send another three rendezvous messages at once, and three such
+    // messages each way between two processes wait for ever over TCP
+    // (point to point alone does it: 2 ranks, 3 immediate sends and
+    // receives of 80 KB each way), a transport fault outside the
+    // collectives.
+    for (env, most) in [(&[][..], 8), (&TCP[..], 5)] {
+        for ranks in 1..=most {
+            job(
+                "neighbor_varcount_mixed",
+                ranks,
+                env,
+                &format!("neighbor_varcount_mixed: {ranks} ranks"),
+            );
+        }
+    }
+}
+
+#[test]
 fn a_collective_failing_at_one_rank_alone_keeps_the_counts_in_step() {
     for ranks in [2, 3, 5] {
         job("alone", ranks, &[], &format!("alone: {ranks} ranks"));

@@ -12,7 +12,7 @@
 //! data first.
 
 use super::op::Reduction;
-use super::partition::{disjoint_blocks, uniform_blocks};
+use super::partition::{disjoint_blocks, uniform_blocks, BlockOwner};
 use super::schedule::{
     all_gather_algorithm, binomial_node, broadcast_algorithm, broadcast_chunks, halving_steps,
     pairwise_partners, reduce_algorithm, split_evenly, subtree_span, tournament_partner,
@@ -459,7 +459,8 @@ fn inbound_parts<'a>(
         (Some(first), Some(second)) => {
             let (members, parts): (Vec<usize>, Vec<Range<usize>>) =
                 [first, second].into_iter().chain(parts).unzip();
-            let recvs = held.inbound_blocks(disjoint_blocks(held.len(), &parts)?)?;
+            let recvs =
+                held.inbound_blocks(disjoint_blocks(held.len(), &parts, BlockOwner::Rank)?)?;
             Ok(members.into_iter().zip(recvs).collect())
         }
     }

@@ -36,7 +36,7 @@
 use super::algorithms::{self, REDUCTION_SEGMENT};
 use super::block_of;
 use super::op::Reduction;
-use super::partition::{disjoint_blocks, uniform_blocks, Partition, PartitionMut};
+use super::partition::{disjoint_blocks, uniform_blocks, BlockOwner, Partition, PartitionMut};
 use super::schedule::AllToAllAlgorithm;
 use super::team::{CollectiveTag, Sequence, Team};
 use super::typed::{segment_ranges, Inbound, Outbound, Pieces, Segments};
@@ -110,7 +110,8 @@ impl Rooted {
     /// `recv` (by rank there, disjoint) each received straight from its
     /// process, in place.
     async fn gather_at_root(&self, recv: &mut Pieces<'_>, parts: &[Range<usize>]) -> Result<()> {
-        let mut recvs = recv.inbound_blocks(disjoint_blocks(recv.len(), parts)?)?;
+        let mut recvs =
+            recv.inbound_blocks(disjoint_blocks(recv.len(), parts, BlockOwner::Rank)?)?;
         // The root's own block (index 0) is empty.
         recvs.insert(0, Inbound::default());
         let all = self.all();
@@ -764,7 +765,7 @@ impl Communicator {
         D: Borrow<[i32]>,
     {
         let team = self.rooted(sequence, CollectiveTag::Gather, None)?;
-        let (parts, mut recv) = recv.pieces(team.world.len() - 1)?;
+        let (parts, mut recv) = recv.pieces(BlockOwner::Rank, team.world.len() - 1)?;
         team.gather_at_root(&mut recv, &parts).await
     }
 
@@ -932,7 +933,7 @@ impl Communicator {
         D: Borrow<[i32]>,
     {
         let team = self.rooted(sequence, CollectiveTag::Scatter, None)?;
-        let (parts, send) = send.pieces(team.world.len() - 1)?;
+        let (parts, send) = send.pieces(BlockOwner::Rank, team.world.len() - 1)?;
         team.scatter_from_root(&send, &parts).await
     }
 

@@ -125,7 +125,7 @@ use crate::{Error, ErrorClass, Result};
 use algorithms::{IN_PLACE_PIECE, REDUCTION_SEGMENT};
 use node::NodeRegion;
 use op::{same_element_type, Reduction};
-use partition::{consecutive_blocks, disjoint_blocks, uniform_blocks};
+use partition::{consecutive_blocks, disjoint_blocks, uniform_blocks, BlockOwner};
 use schedule::{all_to_all_algorithm, AllToAllAlgorithm, REDUCE_SHORT};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -591,14 +591,14 @@ impl Communicator {
         let (send, send_type) = Pieces::of_buffer(send)?;
         same_element_type(send_type, recv.element_type())?;
         let n = self.addressed_size();
-        let (parts, mut recv) = recv.pieces(n)?;
+        let (parts, mut recv) = recv.pieces(BlockOwner::Rank, n)?;
         if self.is_inter_communicator() {
             let (sends, recvs) = to_everyone(&send, &mut recv, &parts)?;
             return self
                 .inter_all_to_all(sequence, sends, recvs, AllToAllAlgorithm::Scattered)
                 .await;
         }
-        disjoint_blocks(recv.len(), &parts)?;
+        disjoint_blocks(recv.len(), &parts, BlockOwner::Rank)?;
         let team = self.team(sequence, CollectiveTag::AllGather)?;
         team.complete(algorithms::all_gather_varcount(
             &team,
@@ -657,8 +657,8 @@ impl Communicator {
         D: std::borrow::Borrow<[i32]>,
     {
         let n = self.size() as usize;
-        let (parts, mut buf) = buf.pieces(n)?;
-        disjoint_blocks(buf.len(), &parts)?;
+        let (parts, mut buf) = buf.pieces(BlockOwner::Rank, n)?;
+        disjoint_blocks(buf.len(), &parts, BlockOwner::Rank)?;
         let team = self.team(sequence, CollectiveTag::AllGather)?;
         team.complete(algorithms::all_gather_varcount(
             &team, None, &parts, &mut buf,
@@ -751,7 +751,7 @@ impl Communicator {
         // piece by piece where the data is not contiguous.
         let (send, mut recv) = (Pieces::of_view(&send_view)?, Pieces::into_view(recv_view)?);
         let parts = uniform_blocks(n, block);
-        let recvs = recv.inbound_blocks(disjoint_blocks(recv.len(), &parts)?)?;
+        let recvs = recv.inbound_blocks(disjoint_blocks(recv.len(), &parts, BlockOwner::Rank)?)?;
         let sends = send.outbound_blocks(&parts)?;
         self.all_to_all_bytes(sequence, sends, recvs, all_to_all_algorithm(block))
             .await
@@ -856,7 +856,7 @@ impl Communicator {
         }
         let parts = uniform_blocks(self.addressed_size(), block);
         let sends = parts.iter().map(|p| send[p.clone()].into()).collect();
-        let recvs = disjoint_blocks(recv.len(), &parts)?.split(recv);
+        let recvs = disjoint_blocks(recv.len(), &parts, BlockOwner::Rank)?.split(recv);
         self.all_to_all_bytes(sequence, sends, recvs, all_to_all_algorithm(block))
             .await
     }
@@ -940,9 +940,10 @@ impl Communicator {
     {
         same_element_type(send.element_type(), recv.element_type())?;
         let n = self.addressed_size();
-        let (send_parts, send) = send.pieces(n)?;
-        let (recv_parts, mut recv) = recv.pieces(n)?;
-        let recvs = recv.inbound_blocks(disjoint_blocks(recv.len(), &recv_parts)?)?;
+        let (send_parts, send) = send.pieces(BlockOwner::Rank, n)?;
+        let (recv_parts, mut recv) = recv.pieces(BlockOwner::Rank, n)?;
+        let recvs =
+            recv.inbound_blocks(disjoint_blocks(recv.len(), &recv_parts, BlockOwner::Rank)?)?;
         let sends = send.outbound_blocks(&send_parts)?;
         self.all_to_all_bytes(sequence, sends, recvs, AllToAllAlgorithm::Scattered)
             .await
@@ -999,8 +1000,8 @@ impl Communicator {
         // The blocks' lengths differ between processes, so every length
         // goes the one way, in pieces.
         let n = self.size() as usize;
-        let (parts, buf) = buf.pieces(n)?;
-        disjoint_blocks(buf.len(), &parts)?;
+        let (parts, buf) = buf.pieces(BlockOwner::Rank, n)?;
+        disjoint_blocks(buf.len(), &parts, BlockOwner::Rank)?;
         self.all_to_all_in_place_pieces(sequence, vec![buf], parts.into_iter().map(|p| (0, p)))
             .await
     }
@@ -1665,7 +1666,7 @@ fn to_everyone<'s>(
     recv: &'s mut Pieces<'_>,
     parts: &[std::ops::Range<usize>],
 ) -> Result<(Vec<Outbound<'s>>, Vec<Inbound<'s>>)> {
-    let recvs = recv.inbound_blocks(disjoint_blocks(recv.len(), parts)?)?;
+    let recvs = recv.inbound_blocks(disjoint_blocks(recv.len(), parts, BlockOwner::Rank)?)?;
     let sends = send.outbound_blocks(&vec![0..send.len(); parts.len()])?;
     Ok((sends, recvs))
 }
@@ -2085,8 +2086,8 @@ impl Process<'_> {
         let (send, send_type) = Pieces::of_buffer(send)?;
         same_element_type(send_type, recv.element_type())?;
         let n = self.comm.size() as usize;
-        let (parts, mut recv) = recv.pieces(n)?;
-        let recvs = recv.inbound_blocks(disjoint_blocks(recv.len(), &parts)?)?;
+        let (parts, mut recv) = recv.pieces(BlockOwner::Rank, n)?;
+        let recvs = recv.inbound_blocks(disjoint_blocks(recv.len(), &parts, BlockOwner::Rank)?)?;
         let send = send.outbound(0..send.len())?;
         let team = self.comm.team(sequence, CollectiveTag::Gather)?;
         team.complete(algorithms::gather_varcount(
@@ -2149,8 +2150,8 @@ impl Process<'_> {
     {
         let root = self.root(true)?;
         let n = self.comm.size() as usize;
-        let (parts, mut recv) = recv.pieces(n)?;
-        let recvs = recv.inbound_blocks(disjoint_blocks(recv.len(), &parts)?)?;
+        let (parts, mut recv) = recv.pieces(BlockOwner::Rank, n)?;
+        let recvs = recv.inbound_blocks(disjoint_blocks(recv.len(), &parts, BlockOwner::Rank)?)?;
         let team = self.comm.team(sequence, CollectiveTag::Gather)?;
         team.complete(algorithms::gather_varcount(&team, root, None, Some(recvs)))
             .await
@@ -2389,7 +2390,7 @@ impl Process<'_> {
         let (mut recv, recv_type) = Pieces::into_buffer(recv)?;
         same_element_type(send.element_type(), recv_type)?;
         let n = self.comm.size() as usize;
-        let (parts, send) = send.pieces(n)?;
+        let (parts, send) = send.pieces(BlockOwner::Rank, n)?;
         let sends = send.outbound_blocks(&parts)?;
         let recv = recv.inbound(0..recv.len())?;
         let team = self.comm.team(sequence, CollectiveTag::Scatter)?;
@@ -2454,7 +2455,7 @@ impl Process<'_> {
     {
         let root = self.root(true)?;
         let n = self.comm.size() as usize;
-        let (parts, send) = send.pieces(n)?;
+        let (parts, send) = send.pieces(BlockOwner::Rank, n)?;
         let sends = send.outbound_blocks(&parts)?;
         let team = self.comm.team(sequence, CollectiveTag::Scatter)?;
         team.complete(algorithms::scatter_varcount(&team, root, Some(sends), None))

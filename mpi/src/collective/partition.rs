@@ -48,14 +48,19 @@ where
         ElementType::of_datatype(self.buf.view().datatype())
     }
 
-    /// The blocks in bytes of packed data for `size` processes, and the
-    /// data to read a piece at a time (no packed copy).
-    pub(crate) fn pieces(&self, size: usize) -> Result<(Vec<Range<usize>>, Pieces<'b>)> {
+    /// The blocks in bytes of packed data for `size` owners (processes
+    /// or neighbours, as errors name them), and the data to read a piece
+    /// at a time (no packed copy).
+    pub(crate) fn pieces(
+        &self,
+        owner: BlockOwner,
+        size: usize,
+    ) -> Result<(Vec<Range<usize>>, Pieces<'b>)> {
         let (pieces, element_type) = Pieces::of_buffer(self.buf)?;
         let parts = blocks(
             self.counts(),
             self.displs(),
-            size,
+            (owner, size),
             element_type,
             pieces.len(),
         )?;
@@ -103,14 +108,19 @@ where
         ElementType::of_datatype(self.buf.view_mut().datatype())
     }
 
-    /// The blocks in bytes of packed data for `size` processes, and the
-    /// data to write (and read) a piece at a time (no packed copy).
-    pub(crate) fn pieces(&mut self, size: usize) -> Result<(Vec<Range<usize>>, Pieces<'_>)> {
+    /// The blocks in bytes of packed data for `size` owners (processes
+    /// or neighbours, as errors name them), and the data to write (and
+    /// read) a piece at a time (no packed copy).
+    pub(crate) fn pieces(
+        &mut self,
+        owner: BlockOwner,
+        size: usize,
+    ) -> Result<(Vec<Range<usize>>, Pieces<'_>)> {
         let (pieces, element_type) = Pieces::into_buffer(self.buf)?;
         let parts = blocks(
             self.counts.borrow(),
             self.displs.borrow(),
-            size,
+            (owner, size),
             element_type,
             pieces.len(),
         )?;
@@ -118,12 +128,64 @@ where
     }
 }
 
-/// The byte ranges of `size` blocks of `counts` elements at element
-/// displacements `displs` in a buffer of `len` bytes.
+/// What the index of a block stands for, so that errors name a block by
+/// what the caller passed: the rank of a process, or the position of a
+/// neighbour in this process's list of sources or destinations (a
+/// neighbourhood collective's blocks, where one process may be several
+/// neighbours and a neighbour's index is no rank).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BlockOwner {
+    /// Block `i` is for the process of rank `i`.
+    Rank,
+    /// Block `i` is for source neighbour `i`.
+    SourceNeighbor,
+    /// Block `i` is for destination neighbour `i`.
+    DestinationNeighbor,
+}
+
+impl BlockOwner {
+    /// The owner of block `i`: "rank 3", "source neighbour 3".
+    fn one(self, i: usize) -> String {
+        match self {
+            BlockOwner::Rank => format!("rank {i}"),
+            BlockOwner::SourceNeighbor => format!("source neighbour {i}"),
+            BlockOwner::DestinationNeighbor => format!("destination neighbour {i}"),
+        }
+    }
+
+    /// The owners of blocks `i` and `j`, said together: "ranks 1 and 2",
+    /// "source neighbours 1 and 2 (positions in this process's list of
+    /// sources)".
+    fn two(self, i: usize, j: usize) -> String {
+        match self {
+            BlockOwner::Rank => format!("ranks {i} and {j}"),
+            BlockOwner::SourceNeighbor => format!(
+                "source neighbours {i} and {j} (positions in this process's list of sources)"
+            ),
+            BlockOwner::DestinationNeighbor => format!(
+                "destination neighbours {i} and {j} (positions in this process's list of \
+                 destinations)"
+            ),
+        }
+    }
+
+    /// `n` owners: "4 processes", "4 source neighbours".
+    fn many(self, n: usize) -> String {
+        match self {
+            BlockOwner::Rank => format!("{n} processes"),
+            BlockOwner::SourceNeighbor => format!("{n} source neighbours"),
+            BlockOwner::DestinationNeighbor => format!("{n} destination neighbours"),
+        }
+    }
+}
+
+/// The byte ranges of `size` blocks, one per `owner`, of `counts`
+/// elements at element displacements `displs` in a buffer of `len`
+/// bytes.
 fn blocks(
     counts: &[i32],
     displs: &[i32],
-    size: usize,
+    (owner, size): (BlockOwner, usize),
     element_type: ElementType,
     len: usize,
 ) -> Result<Vec<Range<usize>>> {
@@ -131,9 +193,10 @@ fn blocks(
         return Err(Error::new(
             ErrorClass::Arg,
             format!(
-                "{} counts and {} displacements for {size} processes",
+                "{} counts and {} displacements for {}",
                 counts.len(),
-                displs.len()
+                displs.len(),
+                owner.many(size)
             ),
         ));
     }
@@ -142,17 +205,23 @@ fn blocks(
         .iter()
         .zip(displs)
         .enumerate()
-        .map(|(rank, (&count, &displ))| {
+        .map(|(i, (&count, &displ))| {
             let count = usize::try_from(count).map_err(|_| {
                 Error::new(
                     ErrorClass::Count,
-                    format!("the count of rank {rank}'s block is negative ({count})"),
+                    format!(
+                        "the count of {}'s block is negative ({count})",
+                        owner.one(i)
+                    ),
                 )
             })?;
             let displ = usize::try_from(displ).map_err(|_| {
                 Error::new(
                     ErrorClass::Arg,
-                    format!("the displacement of rank {rank}'s block is negative ({displ})"),
+                    format!(
+                        "the displacement of {}'s block is negative ({displ})",
+                        owner.one(i)
+                    ),
                 )
             })?;
             let start = displ * element;
@@ -161,7 +230,8 @@ fn blocks(
                 return Err(Error::new(
                     ErrorClass::Count,
                     format!(
-                        "rank {rank}'s block (elements {displ}..{}) does not fit the buffer of {} elements",
+                        "{}'s block (elements {displ}..{}) does not fit the buffer of {} elements",
+                        owner.one(i),
                         displ + count,
                         len / element
                     ),
@@ -196,7 +266,7 @@ pub(crate) fn consecutive_blocks(
     blocks(
         counts,
         &displs,
-        size,
+        (BlockOwner::Rank, size),
         element_type,
         total * element_type.size(),
     )
@@ -210,8 +280,12 @@ pub(crate) struct DisjointBlocks<'p> {
 }
 
 /// Checks that no two non-empty `parts` of a buffer of `len` bytes
-/// overlap (else `MPI_ERR_ARG`).
-pub(crate) fn disjoint_blocks(len: usize, parts: &[Range<usize>]) -> Result<DisjointBlocks<'_>> {
+/// overlap (else `MPI_ERR_ARG`, naming the two blocks by `owner`).
+pub(crate) fn disjoint_blocks(
+    len: usize,
+    parts: &[Range<usize>],
+    owner: BlockOwner,
+) -> Result<DisjointBlocks<'_>> {
     let mut order: Vec<usize> = (0..parts.len()).filter(|&i| !parts[i].is_empty()).collect();
     order.sort_by_key(|&i| parts[i].start);
     for pair in order.windows(2) {
@@ -220,8 +294,8 @@ pub(crate) fn disjoint_blocks(len: usize, parts: &[Range<usize>]) -> Result<Disj
             return Err(Error::new(
                 ErrorClass::Arg,
                 format!(
-                    "the receive blocks of ranks {} and {} overlap: each element may be written once",
-                    pair[0], pair[1]
+                    "the receive blocks of {} overlap: each element may be written once",
+                    owner.two(pair[0], pair[1])
                 ),
             ));
         }
@@ -261,15 +335,27 @@ mod tests {
     #[test]
     fn blocks_are_checked_against_the_buffer() {
         let t = ElementType::of::<u32>();
-        assert_eq!(blocks(&[1, 2], &[3, 0], 2, t, 16).unwrap(), [12..16, 0..8]);
-        let class = |r: Result<Vec<Range<usize>>>| r.unwrap_err().class();
-        assert_eq!(class(blocks(&[1], &[0], 2, t, 16)), ErrorClass::Arg);
         assert_eq!(
-            class(blocks(&[-1, 0], &[0, 0], 2, t, 16)),
+            blocks(&[1, 2], &[3, 0], (BlockOwner::Rank, 2), t, 16).unwrap(),
+            [12..16, 0..8]
+        );
+        let class = |r: Result<Vec<Range<usize>>>| r.unwrap_err().class();
+        assert_eq!(
+            class(blocks(&[1], &[0], (BlockOwner::Rank, 2), t, 16)),
+            ErrorClass::Arg
+        );
+        assert_eq!(
+            class(blocks(&[-1, 0], &[0, 0], (BlockOwner::Rank, 2), t, 16)),
             ErrorClass::Count
         );
-        assert_eq!(class(blocks(&[1, 0], &[-1, 0], 2, t, 16)), ErrorClass::Arg);
-        assert_eq!(class(blocks(&[2, 0], &[3, 0], 2, t, 16)), ErrorClass::Count);
+        assert_eq!(
+            class(blocks(&[1, 0], &[-1, 0], (BlockOwner::Rank, 2), t, 16)),
+            ErrorClass::Arg
+        );
+        assert_eq!(
+            class(blocks(&[2, 0], &[3, 0], (BlockOwner::Rank, 2), t, 16)),
+            ErrorClass::Count
+        );
         assert_eq!(
             consecutive_blocks(&[2, 0, 1], 3, t).unwrap(),
             [0..8, 8..8, 8..12]
@@ -280,14 +366,47 @@ mod tests {
     fn receive_blocks_split_without_overlap() {
         let parts = [8..12, 0..4, 4..4, 4..8];
         let mut buf: Vec<u8> = (0..12).collect();
-        let pieces: Vec<&mut [u8]> = disjoint_blocks(12, &parts).unwrap().split(&mut buf);
+        let pieces: Vec<&mut [u8]> = disjoint_blocks(12, &parts, BlockOwner::Rank)
+            .unwrap()
+            .split(&mut buf);
         let lens: Vec<&[u8]> = pieces.iter().map(|p| &**p).collect();
         assert_eq!(
             lens,
             [&[8, 9, 10, 11][..], &[0, 1, 2, 3], &[], &[4, 5, 6, 7]]
         );
         let overlapping = [0..4, 3..6];
-        let e = disjoint_blocks(6, &overlapping).err().unwrap();
+        let e = disjoint_blocks(6, &overlapping, BlockOwner::Rank)
+            .err()
+            .unwrap();
         assert_eq!(e.class(), ErrorClass::Arg);
+        assert!(
+            e.to_string().contains("blocks of ranks 0 and 1 overlap"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn neighbourhood_blocks_are_named_by_neighbour_not_by_rank() {
+        let e = disjoint_blocks(6, &[0..4, 3..6], BlockOwner::SourceNeighbor)
+            .err()
+            .unwrap();
+        assert!(
+            e.to_string()
+                .contains("blocks of source neighbours 0 and 1 (positions in this process's list of sources) overlap"),
+            "{e}"
+        );
+        let t = ElementType::of::<u32>();
+        let e = blocks(&[1], &[0], (BlockOwner::DestinationNeighbor, 2), t, 16).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("1 counts and 1 displacements for 2 destination neighbours"),
+            "{e}"
+        );
+        let e = blocks(&[2, 0], &[3, 0], (BlockOwner::SourceNeighbor, 2), t, 16).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("source neighbour 0's block (elements 3..5)"),
+            "{e}"
+        );
     }
 }

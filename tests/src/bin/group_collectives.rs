@@ -15,9 +15,12 @@
 //! gather(v), scatter(v) and reduce-scatter-block between the groups add
 //! little to the peak memory), `neighbor`
 //! (the v and w neighbourhood collectives and the non-blocking form of
-//! each, on a periodic ring, a 2-d grid and a distributed graph with a
-//! repeated edge, and the fixed-size ones where some processes pass
-//! strided columns and others contiguous data), `neighbor_pieces_memory`
+//! each, on a periodic ring, a 2-d grid, a graph and a distributed graph
+//! with repeated edges, and the fixed-size ones where some processes pass
+//! strided columns and others contiguous data), `neighbor_varcount_mixed`
+//! (the same topologies: the v and w forms, blocking and not, where some
+//! processes pass strided columns and others contiguous data, blocks of
+//! 0 to 20,000 elements in reverse order), `neighbor_pieces_memory`
 //! (32 MiB strided neighbourhood collectives of every form on a periodic
 //! ring add little to the peak memory), `handler` (collectives hand their errors to the
 //! communicator's error handler), `alone` (2 or more ranks: a collective
@@ -51,6 +54,7 @@ fn main() -> ExitCode {
                 "inter_pieces_memory" => inter_pieces_memory(&world),
                 "neighbor" => neighbor(&world),
                 "neighbor_pieces_memory" => neighbor_pieces_memory(&world),
+                "neighbor_varcount_mixed" => neighbor_varcount_mixed(&world),
                 "handler" => handler(&world),
                 "alone" => alone(&world),
                 "node_alone" => node_alone(&world),
@@ -1023,28 +1027,26 @@ struct Hood {
     destinations: usize,
 }
 
-fn neighbor(world: &Communicator) -> Result<()> {
+/// The topologies of the neighbourhood checks over every process of
+/// world, each with its neighbourhood as the reference sees it: a
+/// periodic ring (with 1 or 2 ranks, one process is both neighbours), a
+/// 2-d grid periodic in its first dimension only, a graph (edges to
+/// +-1 and +-2, so repeated edges where there are few ranks), and a
+/// distributed graph with a repeated edge (to +1 twice and to +3).
+fn topologies(world: &Communicator) -> Result<Vec<(Communicator, Hood, &'static str)>> {
     let (rank, size) = (world.rank(), world.size());
-    // A periodic ring: with 1 or 2 ranks, one process is both neighbours.
     let cartesian = |dims: &[i32], periods: &[bool]| {
         world
             .create_cartesian_communicator(dims, periods, false)?
             .ok_or_else(|| fail("a grid of every process left one out"))
     };
-    let ring = cartesian(&[size], &[true])?;
     let mut dims = [0, 0];
     oxmpi::dims_create(size, &mut dims)?;
-    let grid = cartesian(&dims, &[true, false])?;
-    // A distributed graph with a repeated edge: to +1 twice and to +3.
-    let at = |d: i32| (rank + d).rem_euclid(size);
-    let graph = world.create_distributed_graph_adjacent(
-        &[at(-1), at(-1), at(-3)],
-        None,
-        &[at(1), at(1), at(3)],
-        None,
-        false,
-    )?;
-    for (comm, what) in [(&ring, "ring"), (&grid, "grid")] {
+    let mut all = Vec::new();
+    for (comm, what) in [
+        (cartesian(&[size], &[true])?, "ring"),
+        (cartesian(&dims, &[true, false])?, "grid"),
+    ] {
         let dimensions = comm.cartesian_dimensions()?;
         let mut sources = Vec::new();
         for d in 0..dimensions {
@@ -1056,18 +1058,63 @@ fn neighbor(world: &Communicator) -> Result<()> {
             sources,
             destinations: 2 * dimensions,
         };
-        neighborhood_collectives(comm, &hood, what)?;
-        neighbor_mixed(comm, &hood, what)?;
+        all.push((comm, hood, what));
     }
+    let at = |d: i32| (rank + d).rem_euclid(size);
+    let offsets = [1, -1, 2, -2];
+    let index: Vec<i32> = (1..=size).map(|n| n * offsets.len() as i32).collect();
+    let edges: Vec<i32> = (0..size)
+        .flat_map(|n| offsets.map(|d| (n + d).rem_euclid(size)))
+        .collect();
+    let graph = world
+        .create_graph_communicator(&index, &edges, false)?
+        .ok_or_else(|| fail("a graph of every process left one out"))?;
+    let neighbors = graph.graph_neighbors(rank)?;
+    // The k-th message from a process to this one pairs off with the
+    // k-th time this one is among its neighbours.
+    let mut sources = Vec::new();
+    for (i, &source) in neighbors.iter().enumerate() {
+        let nth = neighbors[..i].iter().filter(|&&n| n == source).count();
+        let j = graph
+            .graph_neighbors(source)?
+            .iter()
+            .enumerate()
+            .filter(|&(_, &n)| n == rank)
+            .nth(nth)
+            .map(|(j, _)| j)
+            .ok_or_else(|| fail(format!("graph: {source} has too few edges to {rank}")))?;
+        sources.push((source, j));
+    }
+    let hood = Hood {
+        sources,
+        destinations: neighbors.len(),
+    };
+    all.push((graph, hood, "graph"));
+    let distributed = world.create_distributed_graph_adjacent(
+        &[at(-1), at(-1), at(-3)],
+        None,
+        &[at(1), at(1), at(3)],
+        None,
+        false,
+    )?;
     let hood = Hood {
         sources: vec![(at(-1), 0), (at(-1), 1), (at(-3), 2)],
         destinations: 3,
     };
-    neighborhood_collectives(&graph, &hood, "distributed graph")?;
-    neighbor_mixed(&graph, &hood, "distributed graph")?;
+    all.push((distributed, hood, "distributed graph"));
+    Ok(all)
+}
+
+fn neighbor(world: &Communicator) -> Result<()> {
+    for (comm, hood, what) in topologies(world)? {
+        neighborhood_collectives(&comm, &hood, what)?;
+        neighbor_mixed(&comm, &hood, what)?;
+    }
     world.barrier()?;
-    if rank == 0 {
-        println!("neighbor: {size} ranks as {dims:?}");
+    if world.rank() == 0 {
+        let mut dims = [0, 0];
+        oxmpi::dims_create(world.size(), &mut dims)?;
+        println!("neighbor: {} ranks as {dims:?}", world.size());
     }
     Ok(())
 }
@@ -1299,7 +1346,21 @@ fn neighborhood_collectives(comm: &Communicator, hood: &Hood, what: &str) -> Res
         ),
         ErrorClass::Arg,
         &format!("{what}: all-gatherv with a count too few"),
-    )
+    )?;
+    // Overlapping blocks are named by the neighbours' positions, not as
+    // ranks.
+    let one = vec![1; slots];
+    let overlap = comm.neighbor_all_to_all_varcount_into(
+        &Partition::new(&send[..], &send_counts[..], consecutive(&send_counts)),
+        &mut PartitionMut::new(&mut exchanged[..], &one[..], &vec![0; slots][..]),
+    );
+    let named = "receive blocks of source neighbours 0 and 1 (positions in this process's list of sources) overlap";
+    match overlap {
+        Err(e) if e.class() == ErrorClass::Arg && e.to_string().contains(named) => Ok(()),
+        other => Err(fail(format!(
+            "{what}: all-to-allv into overlapping blocks: expected {named:?}, got {other:?}"
+        ))),
+    }
 }
 
 /// Elements of each block in `neighbor_mixed`: more bytes than the
@@ -1317,25 +1378,16 @@ fn neighbor_mixed(comm: &Communicator, hood: &Hood, what: &str) -> Result<()> {
     let column = UserDatatype::vector(len as i32, 1, 2, &i32::equivalent_datatype())?;
     let columns = UserDatatype::resized(&column, 0, (len * 2 * 4) as isize)?;
     let (strided_send, strided_recv) = (me % 2 == 1, me % 3 != 0);
-    // Element `k` of what process `from` sends in destination slot `j`
-    // (an all-gather sends slot 0 to every destination).
-    let sent = |from: i32, j: usize, k: usize| (from * 10 + j as i32) * 100_000 + k as i32;
+    // An all-gather sends slot 0 to every destination.
+    let sent = mixed_value;
     for immediate in [false, true] {
         for gather in [true, false] {
             let form = format!(
                 "{what}: {} {} from {} data into {} data",
                 if immediate { "immediate" } else { "blocking" },
                 if gather { "all-gather" } else { "all-to-all" },
-                if strided_send {
-                    "strided"
-                } else {
-                    "contiguous"
-                },
-                if strided_recv {
-                    "strided"
-                } else {
-                    "contiguous"
-                },
+                layout(strided_send),
+                layout(strided_recv),
             );
             let blocks = if gather { 1 } else { hood.destinations };
             let packed: Vec<i32> = (0..blocks)
@@ -1406,6 +1458,312 @@ fn neighbor_mixed(comm: &Communicator, hood: &Hood, what: &str) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `neighbor_varcount_mixed`: the neighbourhood all-gather-v,
+/// all-to-all-v and all-to-all-w, blocking and not, on every topology of
+/// [`topologies`], where some processes pass strided data (the first
+/// column of a two-column matrix, a row per element) and others
+/// contiguous data: odd ranks send strided data, ranks not a multiple
+/// of 3 receive into strided columns, and an all-to-all-w's buffers
+/// alternate between the two by slot. Blocks have lengths from 0 to
+/// [`MIXED_LEN`] (so some go by rendezvous), lie in the reverse order of
+/// their neighbours with a gap after each, and every element names its
+/// sender, slot and position: a block received from the wrong
+/// neighbour or sent from the wrong place, or a displacement off by one,
+/// shows as a wrong element, and a gap, an untouched block (from
+/// `PROC_NULL`) or the second column written shows too.
+fn neighbor_varcount_mixed(world: &Communicator) -> Result<()> {
+    for (comm, hood, what) in topologies(world)? {
+        for immediate in [false, true] {
+            for form in [
+                VarcountForm::AllGather,
+                VarcountForm::AllToAll,
+                VarcountForm::AllToAllW,
+            ] {
+                varcount_mixed(&comm, &hood, what, immediate, form)?;
+            }
+        }
+    }
+    world.barrier()?;
+    if world.rank() == 0 {
+        println!("neighbor_varcount_mixed: {} ranks", world.size());
+    }
+    Ok(())
+}
+
+/// The varying-count neighbourhood collectives of
+/// [`neighbor_varcount_mixed`].
+#[derive(Clone, Copy, Debug)]
+enum VarcountForm {
+    AllGather,
+    AllToAll,
+    AllToAllW,
+}
+
+/// Lengths of the blocks in [`neighbor_varcount_mixed`], picked by
+/// sender and slot.
+const VARCOUNT_LENS: [usize; 5] = [MIXED_LEN, 0, 7, MIXED_LEN / 2 + 3, 1];
+
+/// How many elements process `from` sends in destination slot `j` (an
+/// all-gather-v sends its slot 0 to every destination).
+fn varcount_len(from: i32, j: usize) -> usize {
+    VARCOUNT_LENS[(from as usize * 3 + j) % VARCOUNT_LENS.len()]
+}
+
+/// Element `k` of what process `from` sends in destination slot `j` in
+/// the checks of strided and contiguous data.
+fn mixed_value(from: i32, j: usize, k: usize) -> i32 {
+    (from * 10 + j as i32) * 100_000 + k as i32
+}
+
+/// How data is laid out, for messages.
+fn layout(strided: bool) -> &'static str {
+    if strided {
+        "strided"
+    } else {
+        "contiguous"
+    }
+}
+
+/// Data of `i32`s held contiguous, or as the first column of a
+/// two-column matrix whose second column holds `filler`.
+struct Held {
+    cells: Vec<i32>,
+    strided: bool,
+}
+
+impl Held {
+    fn new(data: &[i32], strided: bool, filler: i32) -> Held {
+        let cells = if strided {
+            data.iter().flat_map(|&v| [v, filler]).collect()
+        } else {
+            data.to_vec()
+        };
+        Held { cells, strided }
+    }
+
+    /// The data: the first column where strided.
+    fn data(&self) -> Vec<i32> {
+        self.cells.iter().step_by(self.width()).copied().collect()
+    }
+
+    fn width(&self) -> usize {
+        if self.strided {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Checks that the second column (if any) still holds `filler`.
+    fn check_second_column(&self, filler: i32, what: &str) -> Result<()> {
+        match self
+            .cells
+            .iter()
+            .skip(1)
+            .step_by(2)
+            .position(|&v| v != filler)
+        {
+            Some(row) if self.strided => Err(fail(format!(
+                "{what}: row {row} of the second column was written"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// The data as a buffer of its rows (`row`: one `i32` of the first
+    /// column) or of `i32`s.
+    fn rows<'a>(&'a self, row: &'a UserDatatype) -> Result<Rows<'a>> {
+        Ok(if self.strided {
+            let rows = (self.cells.len() / 2) as i32;
+            Rows::Strided(View::with_count_and_datatype(&self.cells[..], rows, row)?)
+        } else {
+            Rows::Contiguous(&self.cells)
+        })
+    }
+
+    fn rows_mut<'a>(&'a mut self, row: &'a UserDatatype) -> Result<RowsMut<'a>> {
+        Ok(if self.strided {
+            let rows = (self.cells.len() / 2) as i32;
+            RowsMut::Strided(MutView::with_count_and_datatype(
+                &mut self.cells[..],
+                rows,
+                row,
+            )?)
+        } else {
+            RowsMut::Contiguous(&mut self.cells)
+        })
+    }
+}
+
+/// A [`Held`]'s data as a buffer to send from.
+enum Rows<'a> {
+    Strided(View<'a>),
+    Contiguous(&'a Vec<i32>),
+}
+
+impl Rows<'_> {
+    fn buffer(&self) -> &dyn Buffer {
+        match self {
+            Rows::Strided(view) => view,
+            Rows::Contiguous(cells) => *cells,
+        }
+    }
+}
+
+/// A [`Held`]'s data as a buffer to receive into.
+enum RowsMut<'a> {
+    Strided(MutView<'a>),
+    Contiguous(&'a mut Vec<i32>),
+}
+
+impl RowsMut<'_> {
+    fn buffer(&mut self) -> &mut dyn BufferMut {
+        match self {
+            RowsMut::Strided(view) => view,
+            RowsMut::Contiguous(cells) => &mut **cells,
+        }
+    }
+}
+
+/// One varying-count neighbourhood collective of
+/// [`neighbor_varcount_mixed`], checked against the sequential reference.
+fn varcount_mixed(
+    comm: &Communicator,
+    hood: &Hood,
+    what: &str,
+    immediate: bool,
+    form: VarcountForm,
+) -> Result<()> {
+    let me = comm.rank();
+    let (strided_send, strided_recv) = (me % 2 == 1, me % 3 != 0);
+    let row = UserDatatype::resized(&i32::equivalent_datatype(), 0, 8)?;
+    let how = if immediate { "immediate" } else { "blocking" };
+    let form_name = format!("{what}: {how} {form:?}");
+    let gather = matches!(form, VarcountForm::AllGather);
+    // The slot of its destinations that source slot `i`'s block was sent
+    // in (all-gather: slot 0, the same block to all).
+    let source_slot = |i: usize| if gather { 0 } else { hood.sources[i].1 };
+    let block = |from: i32, j: usize| -> Vec<i32> {
+        (0..varcount_len(from, j))
+            .map(|k| mixed_value(from, j, k))
+            .collect()
+    };
+    // A block from no one gets 3 elements' room, left as -1s.
+    let recv_counts: Vec<i32> = (0..hood.sources.len())
+        .map(|i| match hood.sources[i].0 {
+            PROC_NULL => 3,
+            s => varcount_len(s, source_slot(i)) as i32,
+        })
+        .collect();
+    let expected_blocks: Vec<Vec<i32>> = (0..hood.sources.len())
+        .map(|i| match hood.sources[i].0 {
+            PROC_NULL => vec![-1; 3],
+            s => block(s, source_slot(i)),
+        })
+        .collect();
+    if let VarcountForm::AllToAllW = form {
+        // A buffer per slot, strided or not by slot.
+        let sends: Vec<Held> = (0..hood.destinations)
+            .map(|j| Held::new(&block(me, j), (me as usize + j) % 2 == 1, -7))
+            .collect();
+        let mut recvs: Vec<Held> = recv_counts
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                Held::new(
+                    &vec![-1; n as usize],
+                    (me as usize + i).is_multiple_of(2),
+                    -1,
+                )
+            })
+            .collect();
+        {
+            let send_rows = sends
+                .iter()
+                .map(|h| h.rows(&row))
+                .collect::<Result<Vec<_>>>()?;
+            let mut recv_rows = recvs
+                .iter_mut()
+                .map(|h| h.rows_mut(&row))
+                .collect::<Result<Vec<_>>>()?;
+            let send: Vec<&dyn Buffer> = send_rows.iter().map(Rows::buffer).collect();
+            let mut recv: Vec<&mut dyn BufferMut> =
+                recv_rows.iter_mut().map(RowsMut::buffer).collect();
+            if immediate {
+                scope(|sc| {
+                    comm.immediate_neighbor_all_to_all_w_into(sc, &send, &mut recv)?
+                        .wait()
+                        .map(drop)
+                })?;
+            } else {
+                comm.neighbor_all_to_all_w_into(&send, &mut recv)?;
+            }
+        }
+        for (i, (got, expected)) in recvs.iter().zip(&expected_blocks).enumerate() {
+            let slot = format!("{form_name}, source slot {i}");
+            same(&got.data(), expected, &slot)?;
+            got.check_second_column(-1, &slot)?;
+        }
+        return Ok(());
+    }
+    // One buffer: blocks in reverse order with gaps, the send buffer's
+    // gaps holding -9 (never sent).
+    let (recv_displs, recv_len) = reversed_layout(&recv_counts);
+    let mut expected = vec![-1; recv_len];
+    for (i, b) in expected_blocks.iter().enumerate() {
+        let at = recv_displs[i] as usize;
+        expected[at..at + b.len()].copy_from_slice(b);
+    }
+    let mut received = Held::new(&vec![-1; recv_len], strided_recv, -1);
+    // All-gather-v: the one block; all-to-all-v: a block per
+    // destination.
+    let send_slots = if gather { 1 } else { hood.destinations };
+    let send_counts: Vec<i32> = (0..send_slots)
+        .map(|j| varcount_len(me, j) as i32)
+        .collect();
+    let (send_displs, send_len) = reversed_layout(&send_counts);
+    let mut send_data = vec![-9; send_len];
+    for (j, &at) in send_displs.iter().enumerate() {
+        let b = block(me, j);
+        send_data[at as usize..at as usize + b.len()].copy_from_slice(&b);
+    }
+    let sent = if gather {
+        Held::new(&block(me, 0), strided_send, -7)
+    } else {
+        Held::new(&send_data, strided_send, -7)
+    };
+    {
+        let send_rows = sent.rows(&row)?;
+        let send = send_rows.buffer();
+        let mut recv_rows = received.rows_mut(&row)?;
+        let mut recv = PartitionMut::new(recv_rows.buffer(), &recv_counts[..], &recv_displs[..]);
+        let send_partition = || Partition::new(send, &send_counts[..], &send_displs[..]);
+        match (gather, immediate) {
+            (true, false) => comm.neighbor_all_gather_varcount_into(send, &mut recv)?,
+            (true, true) => scope(|sc| {
+                comm.immediate_neighbor_all_gather_varcount_into(sc, send, recv)?
+                    .wait()
+                    .map(drop)
+            })?,
+            (false, false) => {
+                comm.neighbor_all_to_all_varcount_into(&send_partition(), &mut recv)?
+            }
+            (false, true) => scope(|sc| {
+                comm.immediate_neighbor_all_to_all_varcount_into(sc, send_partition(), recv)?
+                    .wait()
+                    .map(drop)
+            })?,
+        }
+    }
+    let form_name = format!(
+        "{form_name} from {} data into {} data",
+        layout(strided_send),
+        layout(strided_recv),
+    );
+    same(&received.data(), &expected, &form_name)?;
+    received.check_second_column(-1, &form_name)
 }
 
 /// `neighbor_pieces_memory`: the neighbourhood collectives on a periodic
