@@ -457,6 +457,20 @@ impl Frame {
     }
 }
 
+/// What the control word at a consumer's head shows at one look
+/// ([`Consumer::look`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Head {
+    /// Nothing published there yet.
+    Empty,
+    /// A whole [`FrameKind::Short`] frame in one cell, checked as
+    /// [`Consumer::peek`] checks it.
+    OneCellShort(Frame),
+    /// Something else: another frame, or a word [`Consumer::peek`] finds
+    /// corrupt.
+    Other,
+}
+
 /// The consumer's end of a queue, over a segment a peer handed over.
 pub(crate) struct Consumer {
     segment: Segment,
@@ -554,6 +568,33 @@ impl Consumer {
         }))
     }
 
+    /// What is at the head, from one load of its control word: the
+    /// frame of a short message is told apart from the rest by comparing
+    /// the word with the one it must be (kind, position check, a length
+    /// of one cell), not by [`Consumer::peek`]'s decoding and bounds.
+    #[inline(always)]
+    pub(crate) fn look(&self) -> Head {
+        let index = self.head & (self.segment.cells() - 1);
+        // Acquire: pairs with the producer's release store of the control
+        // word, as in `peek`.
+        let word = self.segment.control(index).load(Ordering::Acquire);
+        const KIND_AND_CHECK: u64 = (1 << 40) - 1;
+        let bytes = (word >> 40) as usize;
+        if word & KIND_AND_CHECK == control_word(FrameKind::Short, self.head, 0)
+            && (SHORT_FIELDS..=SHORT_FIELDS + SHORT_PAYLOAD_MAX).contains(&bytes)
+        {
+            return Head::OneCellShort(Frame {
+                kind: FrameKind::Short,
+                index,
+                bytes,
+            });
+        }
+        if self.nothing_published(word) {
+            return Head::Empty;
+        }
+        Head::Other
+    }
+
     /// The packet header a header frame carries.
     /// (A short header's left-out bytes are zero.)
     pub(crate) fn header(&self, frame: &Frame) -> [u8; HEADER_LEN] {
@@ -617,7 +658,14 @@ impl Consumer {
         let index = self.head & (self.segment.cells() - 1);
         // Relaxed: only a yes or no; `peek` reads it again with Acquire.
         let word = self.segment.control(index).load(Ordering::Relaxed);
-        word != 0 && check_of(word) != self.last_lap_check()
+        !self.nothing_published(word)
+    }
+
+    /// Whether `word`, read at the head, is no frame yet: zero, or what
+    /// the ring's last lap left there.
+    #[inline(always)]
+    fn nothing_published(&self, word: u64) -> bool {
+        word == 0 || check_of(word) == self.last_lap_check()
     }
 
     /// The position check of a control word the ring's last lap left at
@@ -913,6 +961,60 @@ mod tests {
             assert_eq!((h[8], got), (7, payload.to_vec()));
         }
         assert_eq!(c.peek().unwrap(), None);
+    }
+
+    #[test]
+    fn a_look_tells_one_cell_short_frames_from_the_rest_as_peek_judges_them() {
+        use oxmpi_adi::matching::Envelope;
+        let (mut p, mut c) = queue(64);
+        assert_eq!(c.look(), Head::Empty);
+        let fields = crate::proto::short_fields(
+            1,
+            Envelope {
+                context_id: 0,
+                source: 0,
+                tag: 5,
+            },
+        );
+        for len in [0, 8, SHORT_PAYLOAD_MAX] {
+            assert!(p
+                .push_short(&fields, &[9; SHORT_PAYLOAD_MAX][..len])
+                .unwrap());
+            let Head::OneCellShort(f) = c.look() else {
+                panic!("a short frame of {len} bytes not seen as one");
+            };
+            assert_eq!(Some(f), c.peek().unwrap());
+            c.advance(&f);
+            assert_eq!(c.look(), Head::Empty);
+        }
+        // Two cells: another frame.
+        assert!(p
+            .push_short_frame(&fields, &[9; SHORT_PAYLOAD_MAX + 1])
+            .unwrap());
+        assert_eq!(c.look(), Head::Other);
+        let f = c.peek().unwrap().unwrap();
+        c.advance(&f);
+        p.push_header(&header(1, 0), &[]).unwrap();
+        assert_eq!(c.look(), Head::Other);
+        let f = c.peek().unwrap().unwrap();
+        c.advance(&f);
+        // A short frame's kind with a wrong position or length: left to
+        // `peek`, which finds it corrupt.
+        let at = c.head;
+        for word in [
+            control_word(FrameKind::Short, at + 1, 16),
+            control_word(FrameKind::Short, at, 15),
+        ] {
+            c.segment.control(at % 64).store(word, Ordering::Relaxed);
+            assert_eq!(c.look(), Head::Other, "{word:#x}");
+            assert!(c.peek().is_err(), "{word:#x}");
+        }
+        // What the last lap left: nothing yet.
+        c.segment.control(at % 64).store(
+            control_word(FrameKind::Short, at.wrapping_sub(64), 16),
+            Ordering::Relaxed,
+        );
+        assert_eq!(c.look(), Head::Empty);
     }
 
     #[test]
