@@ -190,12 +190,19 @@ impl Producer {
 
     /// Free cells, reading the consumer's head only if the one seen last
     /// leaves fewer than `wanted`.
+    #[inline(always)]
     fn free_cells(&mut self, wanted: u64) -> Result<u64, Corrupt> {
-        let count = self.segment.cells();
-        let free = count - (self.tail - self.head_seen);
+        let free = self.segment.cells() - (self.tail - self.head_seen);
         if free >= wanted {
             return Ok(free);
         }
+        self.free_cells_now()
+    }
+
+    /// Free cells after a read of the consumer's head.
+    #[inline(never)]
+    fn free_cells_now(&mut self) -> Result<u64, Corrupt> {
+        let count = self.segment.cells();
         // Acquire: pairs with the consumer's release store of its head,
         // made after it copied the cells out, so they may be overwritten.
         let head = self.segment.head().load(Ordering::Acquire);
@@ -226,7 +233,9 @@ impl Producer {
     /// Writes a whole short packet in one cell: a [`FrameKind::Short`]
     /// frame of its header `fields` ([`crate::proto::encode_short`]) and
     /// `payload` (at most [`SHORT_PAYLOAD_MAX`] bytes). False if the
-    /// queue has no room.
+    /// queue has no room. Always inlined into its one caller, the send of
+    /// a short message: a call frame less before the publication.
+    #[inline(always)]
     pub(crate) fn push_short(
         &mut self,
         fields: &[u8; SHORT_FIELDS],
