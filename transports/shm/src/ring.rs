@@ -472,9 +472,9 @@ impl Frame {
 pub(crate) enum Head {
     /// Nothing published there yet.
     Empty,
-    /// A whole [`FrameKind::Short`] frame in one cell, checked as
+    /// A [`FrameKind::Short`] frame (one cell or several), checked as
     /// [`Consumer::peek`] checks it.
-    OneCellShort(Frame),
+    Short(Frame),
     /// Something else: another frame, or a word [`Consumer::peek`] finds
     /// corrupt.
     Other,
@@ -579,24 +579,36 @@ impl Consumer {
 
     /// What is at the head, from one load of its control word: the
     /// frame of a short message is told apart from the rest by comparing
-    /// the word with the one it must be (kind, position check, a length
-    /// of one cell), not by [`Consumer::peek`]'s decoding and bounds.
+    /// the word's kind and position check with the ones it must carry and
+    /// bounding its length, not by [`Consumer::peek`]'s decoding of every
+    /// kind.
     #[inline(always)]
     pub(crate) fn look(&self) -> Head {
-        let index = self.head & (self.segment.cells() - 1);
+        let count = self.segment.cells();
+        let index = self.head & (count - 1);
         // Acquire: pairs with the producer's release store of the control
         // word, as in `peek`.
         let word = self.segment.control(index).load(Ordering::Acquire);
         const KIND_AND_CHECK: u64 = (1 << 40) - 1;
-        let bytes = (word >> 40) as usize;
-        if word & KIND_AND_CHECK == control_word(FrameKind::Short, self.head, 0)
-            && (SHORT_FIELDS..=SHORT_FIELDS + SHORT_PAYLOAD_MAX).contains(&bytes)
-        {
-            return Head::OneCellShort(Frame {
-                kind: FrameKind::Short,
-                index,
-                bytes,
-            });
+        if word & KIND_AND_CHECK == control_word(FrameKind::Short, self.head, 0) {
+            let bytes = (word >> 40) as usize;
+            // `peek`'s bounds of a short frame: its fields, at most the
+            // reader's buffer, and no further than the ring's end, which
+            // a frame of one cell never passes (its bound first: it is
+            // most messages').
+            let most = || {
+                (SHORT_FIELDS + SHORT_FRAME_PAYLOAD_MAX)
+                    .min((count - index) as usize * CELL - CONTROL_LEN)
+            };
+            if (SHORT_FIELDS..=SHORT_FIELDS + SHORT_PAYLOAD_MAX).contains(&bytes)
+                || (bytes > SHORT_FIELDS && bytes <= most())
+            {
+                return Head::Short(Frame {
+                    kind: FrameKind::Short,
+                    index,
+                    bytes,
+                });
+            }
         }
         if self.nothing_published(word) {
             return Head::Empty;
@@ -973,7 +985,7 @@ mod tests {
     }
 
     #[test]
-    fn a_look_tells_one_cell_short_frames_from_the_rest_as_peek_judges_them() {
+    fn a_look_tells_short_frames_from_the_rest_as_peek_judges_them() {
         use oxmpi_adi::matching::Envelope;
         let (mut p, mut c) = queue(64);
         assert_eq!(c.look(), Head::Empty);
@@ -985,34 +997,38 @@ mod tests {
                 tag: 5,
             },
         );
-        for len in [0, 8, SHORT_PAYLOAD_MAX] {
-            assert!(p
-                .push_short(&fields, &[9; SHORT_PAYLOAD_MAX][..len])
-                .unwrap());
-            let Head::OneCellShort(f) = c.look() else {
+        let payload = [9; SHORT_FRAME_PAYLOAD_MAX];
+        for len in [0, 8, SHORT_PAYLOAD_MAX, SHORT_PAYLOAD_MAX + 1, 300] {
+            if len <= SHORT_PAYLOAD_MAX {
+                assert!(p.push_short(&fields, &payload[..len]).unwrap());
+            } else {
+                assert!(p.push_short_frame(&fields, &payload[..len]).unwrap());
+            }
+            let Head::Short(f) = c.look() else {
                 panic!("a short frame of {len} bytes not seen as one");
             };
             assert_eq!(Some(f), c.peek().unwrap());
             c.advance(&f);
             assert_eq!(c.look(), Head::Empty);
         }
-        // Two cells: another frame.
-        assert!(p
-            .push_short_frame(&fields, &[9; SHORT_PAYLOAD_MAX + 1])
-            .unwrap());
-        assert_eq!(c.look(), Head::Other);
-        let f = c.peek().unwrap().unwrap();
-        c.advance(&f);
         p.push_header(&header(1, 0), &[]).unwrap();
         assert_eq!(c.look(), Head::Other);
         let f = c.peek().unwrap().unwrap();
         c.advance(&f);
-        // A short frame's kind with a wrong position or length: left to
-        // `peek`, which finds it corrupt.
+        // A short frame's kind with a wrong position or length (too
+        // short, longer than the reader's buffer, past the ring's end):
+        // left to `peek`, which finds it corrupt.
         let at = c.head;
+        let to_end = (64 - at % 64) as usize * CELL - CONTROL_LEN;
         for word in [
             control_word(FrameKind::Short, at + 1, 16),
             control_word(FrameKind::Short, at, 15),
+            control_word(
+                FrameKind::Short,
+                at,
+                SHORT_FIELDS + SHORT_FRAME_PAYLOAD_MAX + 1,
+            ),
+            control_word(FrameKind::Short, at, to_end + 1),
         ] {
             c.segment.control(at % 64).store(word, Ordering::Relaxed);
             assert_eq!(c.look(), Head::Other, "{word:#x}");
