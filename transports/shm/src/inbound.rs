@@ -3,7 +3,7 @@
 //! names.
 
 use crate::proto::{FrameKind, CELL, SHORT_PAYLOAD_MAX};
-use crate::ring::{Consumer, Corrupt};
+use crate::ring::{Consumer, Corrupt, Frame, Head};
 use crate::{broke_protocol, corrupt};
 use oxmpi_adi::proto::{Header, HEADER_LEN};
 use oxmpi_adi::transport::{PacketSink, PayloadSlot, PeerRank};
@@ -46,9 +46,61 @@ impl InLink {
     /// Delivers what the queue holds (at most one queue's worth of cells,
     /// so that one busy peer does not hold the poll). Returns whether a
     /// frame was read.
+    ///
+    /// A run of short frames (short messages) is read here, each judged
+    /// by one look at its control word ([`Consumer::look`]); the first
+    /// frame of another kind hands the rest of the poll's share to
+    /// [`InLink::receive_frames`], out of line, so that this loop, the
+    /// path of a short message from its detection to its delivery, keeps
+    /// a small frame (callgrind, 8-byte `oxbench latency`: the poll's read
+    /// of a message 394 -> 330 instructions, 256 bytes 448 -> 395).
+    #[inline(always)]
     pub(crate) fn receive(&mut self, sink: &mut dyn PacketSink) -> Result<bool> {
-        let peer = self.peer;
         let mut budget = self.consumer.cells() as usize * CELL;
+        let mut progressed = false;
+        while budget > 0 {
+            match self.consumer.look() {
+                Head::Empty => break,
+                Head::Short(frame) if matches!(self.read, ReadState::Header) => {
+                    budget = budget.saturating_sub(self.deliver_short(sink, &frame)?);
+                    progressed = true;
+                }
+                _ => return Ok(self.receive_frames(sink, budget)? | progressed),
+            }
+        }
+        Ok(progressed)
+    }
+
+    /// Hands the [`FrameKind::Short`] frame at the head, a whole packet,
+    /// to the ADI in one step and frees its cells. Returns the bytes it
+    /// counts against the poll's share.
+    #[inline(always)]
+    fn deliver_short(&mut self, sink: &mut dyn PacketSink, frame: &Frame) -> Result<usize> {
+        let n = frame.payload_len();
+        if n <= SHORT_PAYLOAD_MAX {
+            // One cell: fixed-size copies of the whole cell.
+            let (fields, payload) = self.consumer.short(frame);
+            self.consumer.advance(frame);
+            sink.on_standard_eager(self.peer, fields.sequence, fields.envelope, &payload[..n])
+                .map_err(|e| broke_protocol(self.peer, e))?;
+            return Ok(CELL);
+        }
+        // Several cells (`look` and `peek` bounded the length by the
+        // buffer's).
+        let fields = self.consumer.short_fields(frame);
+        let payload = &mut self.whole[..n];
+        self.consumer.copy_payload(frame, payload);
+        self.consumer.advance(frame);
+        sink.on_standard_eager(self.peer, fields.sequence, fields.envelope, payload)
+            .map_err(|e| broke_protocol(self.peer, e))?;
+        Ok(n + HEADER_LEN)
+    }
+
+    /// Reads frames of every kind while the poll's share, `budget` bytes
+    /// of cells, lasts. Returns whether a frame was read.
+    #[inline(never)]
+    fn receive_frames(&mut self, sink: &mut dyn PacketSink, mut budget: usize) -> Result<bool> {
+        let peer = self.peer;
         let mut progressed = false;
         while budget > 0 {
             let Some(frame) = self.consumer.peek().map_err(|c| corrupt(peer, c))? else {
@@ -56,27 +108,9 @@ impl InLink {
             };
             let n = frame.payload_len();
             let (slot, mut remaining, mut placed) = match (frame.kind, self.read) {
-                (FrameKind::Short, ReadState::Header) if n <= SHORT_PAYLOAD_MAX => {
-                    // A whole packet in one cell: the ADI takes it in one
-                    // step.
-                    let (fields, payload) = self.consumer.short(&frame);
-                    self.consumer.advance(&frame);
-                    sink.on_standard_eager(peer, fields.sequence, fields.envelope, &payload[..n])
-                        .map_err(|e| broke_protocol(peer, e))?;
-                    budget = budget.saturating_sub(CELL);
-                    progressed = true;
-                    continue;
-                }
                 (FrameKind::Short, ReadState::Header) => {
-                    // Several cells (`peek` bounded the length by the
-                    // buffer's).
-                    let fields = self.consumer.short_fields(&frame);
-                    let payload = &mut self.whole[..n];
-                    self.consumer.copy_payload(&frame, payload);
-                    self.consumer.advance(&frame);
-                    sink.on_standard_eager(peer, fields.sequence, fields.envelope, payload)
-                        .map_err(|e| broke_protocol(peer, e))?;
-                    budget = budget.saturating_sub(n + HEADER_LEN);
+                    // A whole packet: the ADI takes it in one step.
+                    budget = budget.saturating_sub(self.deliver_short(sink, &frame)?);
                     progressed = true;
                     continue;
                 }
@@ -256,6 +290,49 @@ mod tests {
         assert!(l.receive(&mut sink).unwrap());
         assert_eq!((sink.headers.as_slice(), sink.placed), (&[header][..], 1));
         assert_eq!(&sink.buffer[..5], b"hello");
+        assert!(!l.receive(&mut sink).unwrap());
+    }
+
+    #[test]
+    fn short_packets_around_other_frames_arrive_in_order() {
+        let (mut p, c) = crate::ring::queue(64);
+        let header = |sequence: u32, len: usize| Header {
+            sequence,
+            message_len: len as u64,
+            ..Header::new(Kind::Eager)
+        };
+        let short = |p: &mut crate::ring::Producer, sequence: u32, payload: &[u8]| {
+            let fields =
+                crate::proto::encode_short(&header(sequence, payload.len()), payload).unwrap();
+            assert!(p.push_short(&fields, payload).unwrap());
+        };
+        // One-cell frames, a header frame and data frames, a short frame
+        // of two cells, one-cell frames again.
+        short(&mut p, 0, b"one");
+        short(&mut p, 1, b"two");
+        let long: Vec<u8> = (0..200).map(|i| i as u8).collect();
+        let mut sent = None;
+        assert!(p
+            .push_packet(&header(2, 200).encode(), &long, &mut sent)
+            .unwrap());
+        let envelope = oxmpi_adi::matching::Envelope {
+            context_id: 0,
+            source: 0,
+            tag: 0,
+        };
+        let fields = crate::proto::short_fields(3, envelope);
+        assert!(p.push_short_frame(&fields, &long[..50]).unwrap());
+        short(&mut p, 4, b"five");
+        let mut sink = Sink::default();
+        let mut l = link(c);
+        assert!(l.receive(&mut sink).unwrap());
+        let got: Vec<(u32, u64)> = sink
+            .headers
+            .iter()
+            .map(|h| (h.sequence, h.message_len))
+            .collect();
+        assert_eq!(got, [(0, 3), (1, 3), (2, 200), (3, 50), (4, 4)]);
+        assert_eq!(&sink.buffer[..4], b"five");
         assert!(!l.receive(&mut sink).unwrap());
     }
 

@@ -190,12 +190,19 @@ impl Producer {
 
     /// Free cells, reading the consumer's head only if the one seen last
     /// leaves fewer than `wanted`.
+    #[inline(always)]
     fn free_cells(&mut self, wanted: u64) -> Result<u64, Corrupt> {
-        let count = self.segment.cells();
-        let free = count - (self.tail - self.head_seen);
+        let free = self.segment.cells() - (self.tail - self.head_seen);
         if free >= wanted {
             return Ok(free);
         }
+        self.free_cells_now()
+    }
+
+    /// Free cells after a read of the consumer's head.
+    #[inline(never)]
+    fn free_cells_now(&mut self) -> Result<u64, Corrupt> {
+        let count = self.segment.cells();
         // Acquire: pairs with the consumer's release store of its head,
         // made after it copied the cells out, so they may be overwritten.
         let head = self.segment.head().load(Ordering::Acquire);
@@ -226,7 +233,9 @@ impl Producer {
     /// Writes a whole short packet in one cell: a [`FrameKind::Short`]
     /// frame of its header `fields` ([`crate::proto::encode_short`]) and
     /// `payload` (at most [`SHORT_PAYLOAD_MAX`] bytes). False if the
-    /// queue has no room.
+    /// queue has no room. Always inlined into its one caller, the send of
+    /// a short message: a call frame less before the publication.
+    #[inline(always)]
     pub(crate) fn push_short(
         &mut self,
         fields: &[u8; SHORT_FIELDS],
@@ -457,6 +466,20 @@ impl Frame {
     }
 }
 
+/// What the control word at a consumer's head shows at one look
+/// ([`Consumer::look`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Head {
+    /// Nothing published there yet.
+    Empty,
+    /// A [`FrameKind::Short`] frame (one cell or several), checked as
+    /// [`Consumer::peek`] checks it.
+    Short(Frame),
+    /// Something else: another frame, or a word [`Consumer::peek`] finds
+    /// corrupt.
+    Other,
+}
+
 /// The consumer's end of a queue, over a segment a peer handed over.
 pub(crate) struct Consumer {
     segment: Segment,
@@ -554,6 +577,45 @@ impl Consumer {
         }))
     }
 
+    /// What is at the head, from one load of its control word: the
+    /// frame of a short message is told apart from the rest by comparing
+    /// the word's kind and position check with the ones it must carry and
+    /// bounding its length, not by [`Consumer::peek`]'s decoding of every
+    /// kind.
+    #[inline(always)]
+    pub(crate) fn look(&self) -> Head {
+        let count = self.segment.cells();
+        let index = self.head & (count - 1);
+        // Acquire: pairs with the producer's release store of the control
+        // word, as in `peek`.
+        let word = self.segment.control(index).load(Ordering::Acquire);
+        const KIND_AND_CHECK: u64 = (1 << 40) - 1;
+        if word & KIND_AND_CHECK == control_word(FrameKind::Short, self.head, 0) {
+            let bytes = (word >> 40) as usize;
+            // `peek`'s bounds of a short frame: its fields, at most the
+            // reader's buffer, and no further than the ring's end, which
+            // a frame of one cell never passes (its bound first: it is
+            // most messages').
+            let most = || {
+                (SHORT_FIELDS + SHORT_FRAME_PAYLOAD_MAX)
+                    .min((count - index) as usize * CELL - CONTROL_LEN)
+            };
+            if (SHORT_FIELDS..=SHORT_FIELDS + SHORT_PAYLOAD_MAX).contains(&bytes)
+                || (bytes > SHORT_FIELDS && bytes <= most())
+            {
+                return Head::Short(Frame {
+                    kind: FrameKind::Short,
+                    index,
+                    bytes,
+                });
+            }
+        }
+        if self.nothing_published(word) {
+            return Head::Empty;
+        }
+        Head::Other
+    }
+
     /// The packet header a header frame carries.
     /// (A short header's left-out bytes are zero.)
     pub(crate) fn header(&self, frame: &Frame) -> [u8; HEADER_LEN] {
@@ -617,7 +679,14 @@ impl Consumer {
         let index = self.head & (self.segment.cells() - 1);
         // Relaxed: only a yes or no; `peek` reads it again with Acquire.
         let word = self.segment.control(index).load(Ordering::Relaxed);
-        word != 0 && check_of(word) != self.last_lap_check()
+        !self.nothing_published(word)
+    }
+
+    /// Whether `word`, read at the head, is no frame yet: zero, or what
+    /// the ring's last lap left there.
+    #[inline(always)]
+    fn nothing_published(&self, word: u64) -> bool {
+        word == 0 || check_of(word) == self.last_lap_check()
     }
 
     /// The position check of a control word the ring's last lap left at
@@ -913,6 +982,64 @@ mod tests {
             assert_eq!((h[8], got), (7, payload.to_vec()));
         }
         assert_eq!(c.peek().unwrap(), None);
+    }
+
+    #[test]
+    fn a_look_tells_short_frames_from_the_rest_as_peek_judges_them() {
+        use oxmpi_adi::matching::Envelope;
+        let (mut p, mut c) = queue(64);
+        assert_eq!(c.look(), Head::Empty);
+        let fields = crate::proto::short_fields(
+            1,
+            Envelope {
+                context_id: 0,
+                source: 0,
+                tag: 5,
+            },
+        );
+        let payload = [9; SHORT_FRAME_PAYLOAD_MAX];
+        for len in [0, 8, SHORT_PAYLOAD_MAX, SHORT_PAYLOAD_MAX + 1, 300] {
+            if len <= SHORT_PAYLOAD_MAX {
+                assert!(p.push_short(&fields, &payload[..len]).unwrap());
+            } else {
+                assert!(p.push_short_frame(&fields, &payload[..len]).unwrap());
+            }
+            let Head::Short(f) = c.look() else {
+                panic!("a short frame of {len} bytes not seen as one");
+            };
+            assert_eq!(Some(f), c.peek().unwrap());
+            c.advance(&f);
+            assert_eq!(c.look(), Head::Empty);
+        }
+        p.push_header(&header(1, 0), &[]).unwrap();
+        assert_eq!(c.look(), Head::Other);
+        let f = c.peek().unwrap().unwrap();
+        c.advance(&f);
+        // A short frame's kind with a wrong position or length (too
+        // short, longer than the reader's buffer, past the ring's end):
+        // left to `peek`, which finds it corrupt.
+        let at = c.head;
+        let to_end = (64 - at % 64) as usize * CELL - CONTROL_LEN;
+        for word in [
+            control_word(FrameKind::Short, at + 1, 16),
+            control_word(FrameKind::Short, at, 15),
+            control_word(
+                FrameKind::Short,
+                at,
+                SHORT_FIELDS + SHORT_FRAME_PAYLOAD_MAX + 1,
+            ),
+            control_word(FrameKind::Short, at, to_end + 1),
+        ] {
+            c.segment.control(at % 64).store(word, Ordering::Relaxed);
+            assert_eq!(c.look(), Head::Other, "{word:#x}");
+            assert!(c.peek().is_err(), "{word:#x}");
+        }
+        // What the last lap left: nothing yet.
+        c.segment.control(at % 64).store(
+            control_word(FrameKind::Short, at.wrapping_sub(64), 16),
+            Ordering::Relaxed,
+        );
+        assert_eq!(c.look(), Head::Empty);
     }
 
     #[test]

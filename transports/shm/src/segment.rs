@@ -197,10 +197,14 @@ impl Segment {
     }
 
     /// Number of cells.
+    // Inline: on the path of every message.
+    #[inline(always)]
     pub(crate) fn cells(&self) -> u64 {
         self.cells
     }
 
+    // Inline: on the path of every message.
+    #[inline(always)]
     fn atomic_at<T>(&self, offset: usize) -> &T {
         debug_assert!(offset + std::mem::size_of::<T>() <= CELLS_OFFSET);
         // SAFETY: `offset` is one of the header's field offsets, inside the
@@ -212,16 +216,22 @@ impl Segment {
     }
 
     /// The consumer's head: the position of the next cell it reads.
+    // Inline: on the path of every message.
+    #[inline(always)]
     pub(crate) fn head(&self) -> &AtomicU64 {
         self.atomic_at(HEAD_OFFSET)
     }
 
     /// Non-zero while the consumer may sleep.
+    // Inline: on the path of every message.
+    #[inline(always)]
     pub(crate) fn consumer_sleeping(&self) -> &AtomicU32 {
         self.atomic_at(CONSUMER_SLEEPING_OFFSET)
     }
 
     /// Non-zero while the producer may sleep waiting for free cells.
+    // Inline: on the path of every message.
+    #[inline(always)]
     pub(crate) fn producer_waiting(&self) -> &AtomicU32 {
         self.atomic_at(PRODUCER_WAITING_OFFSET)
     }
@@ -239,11 +249,15 @@ impl Segment {
     }
 
     /// The control word of cell `index` (its first 8 bytes).
+    // Inline: on the path of every message.
+    #[inline(always)]
     pub(crate) fn control(&self, index: u64) -> &AtomicU64 {
         assert!(index < self.cells, "cell {index} outside the queue");
         self.atomic_at_cell(index)
     }
 
+    // Inline: on the path of every message.
+    #[inline(always)]
     fn atomic_at_cell(&self, index: u64) -> &AtomicU64 {
         // SAFETY: `index` is a cell of the queue (checked by the caller),
         // so the word lies inside the mapping, 64-byte aligned; shared
@@ -261,6 +275,8 @@ impl Segment {
     /// Bounds of `len` bytes at byte `offset` of the cell area, as offsets
     /// in the mapping. Panics outside the cells: callers compute both from
     /// checked frame positions and lengths.
+    // Inline: on the path of every message.
+    #[inline(always)]
     fn cell_range(&self, offset: usize, len: usize) -> usize {
         let end = offset.checked_add(len);
         assert!(
@@ -271,6 +287,8 @@ impl Segment {
     }
 
     /// Copies `bytes` into the cells, from byte `offset` of the cell area.
+    // Inline: on the path of every message.
+    #[inline(always)]
     pub(crate) fn write_cells(&mut self, offset: usize, bytes: &[u8]) {
         let start = self.cell_range(offset, bytes.len());
         // SAFETY: the range lies inside the mapping (checked); the peer
@@ -287,6 +305,8 @@ impl Segment {
 
     /// Copies bytes out of the cells, from byte `offset` of the cell area,
     /// into `dest`.
+    // Inline: on the path of every message.
+    #[inline(always)]
     pub(crate) fn read_cells(&self, offset: usize, dest: &mut [u8]) {
         let start = self.cell_range(offset, dest.len());
         // SAFETY: the range lies inside the mapping (checked) and `dest` is
