@@ -123,9 +123,10 @@ pub mod traits {
 pub use oxmpi_adi::{Error, ErrorClass, Result};
 pub use persistent::PersistentRequest;
 
-use oxmpi_adi::device::{Device, Idle, SLEEP_AT_MOST};
+use oxmpi_adi::device::Device;
 use oxmpi_adi::pmi::Pmi;
 use oxmpi_adi::select::{start_transports, TransportFactory};
+use oxmpi_adi::wait::{Idle, IdleStep, SLEEP_AT_MOST};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, TryLockError};
@@ -328,24 +329,28 @@ fn take_kept_device() -> Option<Box<Device>> {
 }
 
 /// Makes progress until `done` gives a value: the loop of every blocking
-/// call. It polls while the wait is short and then sleeps in the kernel
-/// (the device's Check_device policy), and it lets other threads have the
-/// device between polls when they ask for it and while it sleeps. While
-/// this thread has non-blocking collectives under way, it lets go of the
+/// call. Between fruitless polls it spins, yields the processor or
+/// sleeps in the kernel as the device's wait policy says
+/// ([`Device::idle`]), and it lets other threads have the device between
+/// polls when they ask for it and while it yields or sleeps. While this
+/// thread has non-blocking collectives under way, it lets go of the
 /// device after each poll to advance them (see `collective::engine`).
 pub(crate) fn progress_until<R>(
     mut done: impl FnMut(&mut Device) -> Result<Option<R>>,
 ) -> Result<R> {
-    /// What the loop does with the device let go.
-    enum Next {
-        Sleep(oxmpi_adi::device::Sleep),
+    /// What the loop does with the device let go, before it advances the
+    /// collectives (if any are pending) and takes the device again.
+    enum Pause {
+        Sleep(oxmpi_adi::wait::Sleep),
         Yield,
-        AdvanceCollectives,
     }
     /// What a hold of the device ended with.
     enum Held<R> {
         Done(R),
-        LetGo(Next),
+        LetGo {
+            pause: Option<Pause>,
+            advance_collectives: bool,
+        },
     }
     let mut idle = Idle::new();
     loop {
@@ -362,31 +367,48 @@ pub(crate) fn progress_until<R>(
                 if let Some(r) = done(device)? {
                     return Ok(Held::Done(r));
                 }
-                if device.check_device(false)? {
+                let pause = if device.check_device(false)? {
                     idle = Idle::new();
-                } else if device.idle(&mut idle) {
-                    return Ok(Held::LetGo(Next::Sleep(device.prepare_sleep()?)));
-                }
-                if collectives_pending {
-                    return Ok(Held::LetGo(Next::AdvanceCollectives));
+                    None
+                } else {
+                    match device.idle(&mut idle) {
+                        IdleStep::Spin => None,
+                        IdleStep::Yield => Some(Pause::Yield),
+                        IdleStep::Sleep => Some(Pause::Sleep(device.prepare_sleep()?)),
+                    }
+                };
+                if pause.is_some() || collectives_pending {
+                    return Ok(Held::LetGo {
+                        pause,
+                        advance_collectives: collectives_pending,
+                    });
                 }
                 if CONTENDERS.load(Ordering::Relaxed) > 0 {
-                    return Ok(Held::LetGo(Next::Yield));
+                    return Ok(Held::LetGo {
+                        pause: Some(Pause::Yield),
+                        advance_collectives: false,
+                    });
                 }
             }
         })?;
-        let next = match held {
+        let (pause, advance_collectives) = match held {
             Held::Done(r) => return Ok(r),
-            Held::LetGo(next) => next,
+            Held::LetGo {
+                pause,
+                advance_collectives,
+            } => (pause, advance_collectives),
         };
-        match next {
-            Next::Sleep(mut sleep) => {
+        match pause {
+            Some(Pause::Sleep(mut sleep)) => {
                 let slept = sleep.wait(SLEEP_AT_MOST);
                 with_device(|d| d.end_sleep())?;
                 slept?;
             }
-            Next::Yield => std::thread::yield_now(),
-            Next::AdvanceCollectives => collective::engine::advance()?,
+            Some(Pause::Yield) => std::thread::yield_now(),
+            None => {}
+        }
+        if advance_collectives {
+            collective::engine::advance()?;
         }
     }
 }

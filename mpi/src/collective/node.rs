@@ -114,7 +114,7 @@
 //! passed the same length sees the same cells, and so agrees. A receiver
 //! that did copies all its data itself (the root writes nothing into
 //! it), a [`DIRECT_PIECE`] at a time into a scratch, which it unpacks.
-//! A process whose waits found the node crowded (below) publishes none
+//! A process on a node whose processes outnumber its cores publishes none
 //! either for data that fits its ring: there, streaming is faster.
 //!
 //! Below that, or without single copies, data too long for a slot streams
@@ -135,29 +135,28 @@
 //! with messages (`MPI_ERR_TRUNCATE` when it would receive more,
 //! `MPI_ERR_COUNT` less) after taking its part.
 //!
-//! A waiting process polls the device now and then (messages and
-//! pending non-blocking collectives keep moving) and yields the
-//! processor now and then; once it has waited longer than the device's
-//! spin time, it yields at every poll for a while (the process it waits
-//! for may be off its core), and then naps briefly, since no one wakes it
-//! from a kernel sleep. A spin time that ends soon (the device's, where a
-//! node's processes outnumber its cores) makes every later wait on the
-//! communicator yield at every poll from the start: a process waited for
-//! is then often off its core, and a wait that spins keeps it off (three
-//! processes on two cores broadcast 16 KiB in 25 us so, 105 us before).
+//! A waiting process polls the device every [`POLL_EVERY`] checks
+//! (messages and pending non-blocking collectives keep moving) and
+//! between polls does what the device's wait policy says
+//! ([`oxmpi_adi::wait`], the policy of every wait): it spins, or, on a
+//! node whose processes outnumber its cores, polls at every check and
+//! yields the processor after each (the process it waits for may be off
+//! its core, and a wait that spins keeps it off), until it has polled for
+//! the device's poll time; then it naps briefly, since no one wakes it
+//! from a kernel sleep.
 
 use super::engine::block_on;
 use super::op::Reduction;
 use super::team::{Scratch, Team};
 use super::typed::{copy_across, Input, Output, Pieces, Segments};
 use crate::{with_device, Error, ErrorClass, Result};
-use oxmpi_adi::device::Idle;
 use oxmpi_adi::host::HostId;
 use oxmpi_adi::vlog;
+use oxmpi_adi::wait::{Idle, IdleStep};
 use oxmpi_shm::region::{RegionName, SharedRegion};
 use oxmpi_shm::window::RemoteWindow;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
 
 /// The environment variable that turns the shared-memory collectives off
 /// (`0`); they are on by default where they can be.
@@ -247,19 +246,19 @@ const MIN_SLOTS: usize = 4;
 /// after every other step, so it has read all it will, but its own
 /// pieces may be missing.
 const ABORTED: u32 = (STAMPED - 1) as u32;
-/// How long a wait yields the processor at every poll once it has spun
-/// for the device's spin time ...
-const YIELD_FOR: Duration = Duration::from_millis(2);
-/// ... and how long it sleeps at a time after that.
+/// How long a wait sleeps at first once it has polled for the device's
+/// poll time; each later nap of the wait is twice as long, up to
+/// [`NAP_AT_MOST`] ...
 const NAP: Duration = Duration::from_micros(20);
-/// A spin time shorter than this (the device spins briefly where a
-/// node's processes outnumber its cores, 1 ms otherwise) makes every
-/// later wait yield the processor at every poll.
-const SHORT_SPIN: Duration = Duration::from_micros(250);
-/// Fruitless checks between two polls of the device, and between two
-/// yields of the processor (on a node whose cores are enough).
+/// ... so a long wait wakes at most every this long: a nap's wake-up
+/// takes the processor from a process that computes (at 2 processes on
+/// one CPU, a debug build's barrier waiting 0.5 s for one that computed
+/// took 12% of the core napping 20 us at a time, 2% so).
+const NAP_AT_MOST: Duration = Duration::from_micros(500);
+/// Fruitless checks between two polls of the device where each process
+/// has a core (on a crowded node every check polls, as a wait's yield
+/// costs more than a poll).
 const POLL_EVERY: u32 = 64;
-const YIELD_EVERY: u32 = 4096;
 
 /// Data up to this many bytes is combined in buffers on the stack: of a
 /// cell's data, or of this size, so that the buffers zeroed fit the data.
@@ -401,10 +400,10 @@ pub(crate) struct NodeRegion {
     /// For each staging area, the progress at which every process has
     /// read its last results (0: never used).
     free_after: [AtomicU64; AREAS],
-    /// Whether a wait found the device's spin time short (see
-    /// [`SHORT_SPIN`]): the processes outnumber the cores, and a process
-    /// waited for is often off its core, so waits yield at every poll.
-    crowded: AtomicBool,
+    /// Whether the node's processes outnumber its cores
+    /// ([`Device::crowded`](oxmpi_adi::device::Device::crowded)): a
+    /// process waited for is then often off its core.
+    crowded: bool,
 }
 
 impl NodeRegion {
@@ -415,6 +414,7 @@ impl NodeRegion {
         let wanted = wanted(n);
         let host = HostId::current().ok().map(|h| h.key());
         let (slot, area) = (slot_bytes(n), area_bytes(n));
+        let crowded = with_device(|d| Ok(d.crowded()))?;
         let made = match (rank, &host, &wanted) {
             (0, Some(_), Ok(())) => match SharedRegion::create(region_len(n, slot, area)) {
                 Ok(made) => Some(made),
@@ -492,7 +492,7 @@ impl NodeRegion {
             reached: AtomicU64::new(0),
             area,
             free_after: [AtomicU64::new(0), AtomicU64::new(0)],
-            crowded: AtomicBool::new(false),
+            crowded,
         }))
     }
 
@@ -1113,7 +1113,7 @@ impl NodeRegion {
     /// 9-30 us so, 47-99 us by single copies). A root or sender that
     /// publishes none makes the collective stream.
     fn copied_from(&self, data: &Pieces<'_>, ring: &Ring) -> Option<*const u8> {
-        let streams = self.crowded.load(Ordering::Relaxed) && ring.pieces <= ring.slots;
+        let streams = self.crowded && ring.pieces <= ring.slots;
         data.bytes().filter(|_| !streams).map(<[u8]>::as_ptr)
     }
 
@@ -1742,25 +1742,22 @@ impl NodeRegion {
         Ok(if later { Found::Later } else { Found::NotYet })
     }
 
-    /// Spins until `ready` says so: see the module docs.
+    /// Waits until `ready` says so: see the module docs.
     fn wait(&self, mut ready: impl FnMut() -> Result<bool>) -> Result<()> {
         let mut idle = Idle::new();
         let mut checks = 0u32;
-        // When the wait first polled the device without progress, and when
-        // it had spun for the spin time.
-        let (mut first_poll, mut tired_at) = (None, None);
-        let crowded = self.crowded.load(Ordering::Relaxed);
+        let poll_every = if self.crowded { 1 } else { POLL_EVERY };
+        let mut nap = NAP;
         loop {
             if ready()? {
                 return Ok(());
             }
             checks = checks.wrapping_add(1);
-            if checks.is_multiple_of(POLL_EVERY) {
-                let tired = with_device(|d| {
+            if checks.is_multiple_of(poll_every) {
+                let step = with_device(|d| {
                     if d.check_device(false)? {
                         idle = Idle::new();
-                        (first_poll, tired_at) = (None, None);
-                        return Ok(false);
+                        return Ok(IdleStep::Spin);
                     }
                     Ok(d.idle(&mut idle))
                 })?;
@@ -1769,27 +1766,19 @@ impl NodeRegion {
                 if super::engine::has_pending() {
                     super::engine::advance()?;
                 }
-                if !crowded {
-                    first_poll.get_or_insert_with(Instant::now);
-                }
-                if tired {
-                    let now = Instant::now();
-                    if tired_at.is_none()
-                        && first_poll.is_some_and(|first| now - first < SHORT_SPIN)
-                    {
-                        self.crowded.store(true, Ordering::Relaxed);
-                    }
-                    // The process waited for may be off its core: give it
-                    // this one for as long as a handover could take; only
-                    // a longer wait (another process computes) naps, not
-                    // to burn a core.
-                    if now - *tired_at.get_or_insert(now) < YIELD_FOR {
+                match step {
+                    IdleStep::Spin => nap = NAP,
+                    IdleStep::Yield => {
+                        nap = NAP;
                         std::thread::yield_now();
-                    } else {
-                        std::thread::sleep(NAP);
                     }
-                } else if crowded || checks.is_multiple_of(YIELD_EVERY) {
-                    std::thread::yield_now();
+                    // Nothing wakes a wait on the region from a kernel
+                    // sleep: it naps, longer each time, as each wake-up
+                    // takes the processor from a process that computes.
+                    IdleStep::Sleep => {
+                        std::thread::sleep(nap);
+                        nap = (nap * 2).min(NAP_AT_MOST);
+                    }
                 }
             }
             std::hint::spin_loop();
