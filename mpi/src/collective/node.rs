@@ -1631,6 +1631,12 @@ impl NodeRegion {
         let there = || -> Result<bool> {
             let now = word.load(Ordering::Acquire);
             if now == aborted && wanted == Wanted::Data {
+                // It gave up on finding another length (most likely this
+                // process's): that error, of this process's call too,
+                // says more, whichever process saw it first.
+                if let Found::Here(published) = self.find(from, number, cell)? {
+                    check_len(published.len, len, from)?;
+                }
                 return Err(gave_up(from));
             }
             Ok(progress_not_before(now, target))
