@@ -130,7 +130,7 @@ use oxmpi_adi::wait::{Idle, IdleStep, SLEEP_AT_MOST};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, TryLockError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 pub use oxmpi_adi::select::TRANSPORTS_ENV;
 
@@ -426,6 +426,74 @@ pub(crate) fn progress_once() -> Result<()> {
         Ok(())
     })?;
     collective::engine::advance()
+}
+
+/// How long a wait on memory sleeps at first once it has polled for the
+/// device's poll time; each later nap of the wait is twice as long, up
+/// to [`NAP_AT_MOST`] ...
+const NAP: Duration = Duration::from_micros(20);
+/// ... so a long wait wakes at most every this long: a nap's wake-up
+/// takes the processor from a process that computes (at 2 processes on
+/// one CPU, a debug build's barrier waiting 0.5 s for one that computed
+/// took 12% of the core napping 20 us at a time, 2% so).
+const NAP_AT_MOST: Duration = Duration::from_micros(500);
+/// Fruitless checks of a wait on memory between two polls of the device
+/// where each process has a core (on a crowded node every check polls,
+/// as a wait's yield costs more than a poll).
+const POLL_EVERY: u32 = 64;
+
+/// Waits until `ready` holds of memory that no transport wakes a wait
+/// for (the collectives' shared region, a one-sided lock word in this
+/// process), as the device's wait policy says ([`Device::idle`]): polls
+/// the device and advances non-blocking collectives every [`POLL_EVERY`]
+/// checks, or at every check and then yields where `crowded` (the
+/// device's [`Device::crowded`]), until the poll time is over; then naps,
+/// as nothing would wake it from a kernel sleep.
+pub(crate) fn wait_for_memory(
+    crowded: bool,
+    mut ready: impl FnMut() -> Result<bool>,
+) -> Result<()> {
+    let mut idle = Idle::new();
+    let mut checks = 0u32;
+    let poll_every = if crowded { 1 } else { POLL_EVERY };
+    let mut nap = NAP;
+    loop {
+        if ready()? {
+            return Ok(());
+        }
+        checks = checks.wrapping_add(1);
+        if checks.is_multiple_of(poll_every) {
+            let step = with_device(|d| {
+                // As in `progress_until`: one-sided operations queued
+                // here leave, and those that moved are accounted for.
+                rma::progress(d);
+                let moved = d.check_device(false)?;
+                rma::progress(d);
+                if moved {
+                    idle = Idle::new();
+                    return Ok(IdleStep::Spin);
+                }
+                Ok(d.idle(&mut idle))
+            })?;
+            // Pending non-blocking collectives move on too: another
+            // process may wait for this one's part of them.
+            if collective::engine::has_pending() {
+                collective::engine::advance()?;
+            }
+            match step {
+                IdleStep::Spin => nap = NAP,
+                IdleStep::Yield => {
+                    nap = NAP;
+                    std::thread::yield_now();
+                }
+                IdleStep::Sleep => {
+                    std::thread::sleep(nap);
+                    nap = (nap * 2).min(NAP_AT_MOST);
+                }
+            }
+        }
+        std::hint::spin_loop();
+    }
 }
 
 /// Waits for `request` and takes its status (it is freed).

@@ -135,28 +135,26 @@
 //! with messages (`MPI_ERR_TRUNCATE` when it would receive more,
 //! `MPI_ERR_COUNT` less) after taking its part.
 //!
-//! A waiting process polls the device every [`POLL_EVERY`] checks
-//! (messages and pending non-blocking collectives keep moving) and
-//! between polls does what the device's wait policy says
-//! ([`oxmpi_adi::wait`], the policy of every wait): it spins, or, on a
-//! node whose processes outnumber its cores, polls at every check and
-//! yields the processor after each (the process it waits for may be off
-//! its core, and a wait that spins keeps it off), until it has polled for
-//! the device's poll time; then it naps briefly, since no one wakes it
-//! from a kernel sleep.
+//! A waiting process waits as every wait on memory does
+//! ([`crate::wait_for_memory`], the device's wait policy
+//! [`oxmpi_adi::wait`]): it polls the device now and then (messages and
+//! pending non-blocking collectives keep moving) and spins, or, on a node
+//! whose processes outnumber its cores, polls at every check and yields
+//! the processor after each (the process it waits for may be off its
+//! core, and a wait that spins keeps it off), until it has polled for the
+//! device's poll time; then it naps, since no one wakes it from a kernel
+//! sleep.
 
 use super::engine::block_on;
 use super::op::Reduction;
 use super::team::{Scratch, Team};
 use super::typed::{copy_across, Input, Output, Pieces, Segments};
-use crate::{with_device, Error, ErrorClass, Result};
+use crate::{wait_for_memory, with_device, Error, ErrorClass, Result};
 use oxmpi_adi::host::HostId;
 use oxmpi_adi::vlog;
-use oxmpi_adi::wait::{Idle, IdleStep};
 use oxmpi_shm::region::{RegionName, SharedRegion};
 use oxmpi_shm::window::RemoteWindow;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::Duration;
 
 /// The environment variable that turns the shared-memory collectives off
 /// (`0`); they are on by default where they can be.
@@ -246,19 +244,6 @@ const MIN_SLOTS: usize = 4;
 /// after every other step, so it has read all it will, but its own
 /// pieces may be missing.
 const ABORTED: u32 = (STAMPED - 1) as u32;
-/// How long a wait sleeps at first once it has polled for the device's
-/// poll time; each later nap of the wait is twice as long, up to
-/// [`NAP_AT_MOST`] ...
-const NAP: Duration = Duration::from_micros(20);
-/// ... so a long wait wakes at most every this long: a nap's wake-up
-/// takes the processor from a process that computes (at 2 processes on
-/// one CPU, a debug build's barrier waiting 0.5 s for one that computed
-/// took 12% of the core napping 20 us at a time, 2% so).
-const NAP_AT_MOST: Duration = Duration::from_micros(500);
-/// Fruitless checks between two polls of the device where each process
-/// has a core (on a crowded node every check polls, as a wait's yield
-/// costs more than a poll).
-const POLL_EVERY: u32 = 64;
 
 /// Data up to this many bytes is combined in buffers on the stack: of a
 /// cell's data, or of this size, so that the buffers zeroed fit the data.
@@ -1749,46 +1734,8 @@ impl NodeRegion {
     }
 
     /// Waits until `ready` says so: see the module docs.
-    fn wait(&self, mut ready: impl FnMut() -> Result<bool>) -> Result<()> {
-        let mut idle = Idle::new();
-        let mut checks = 0u32;
-        let poll_every = if self.crowded { 1 } else { POLL_EVERY };
-        let mut nap = NAP;
-        loop {
-            if ready()? {
-                return Ok(());
-            }
-            checks = checks.wrapping_add(1);
-            if checks.is_multiple_of(poll_every) {
-                let step = with_device(|d| {
-                    if d.check_device(false)? {
-                        idle = Idle::new();
-                        return Ok(IdleStep::Spin);
-                    }
-                    Ok(d.idle(&mut idle))
-                })?;
-                // Pending non-blocking collectives move on too: another
-                // process may wait for this one's part of them.
-                if super::engine::has_pending() {
-                    super::engine::advance()?;
-                }
-                match step {
-                    IdleStep::Spin => nap = NAP,
-                    IdleStep::Yield => {
-                        nap = NAP;
-                        std::thread::yield_now();
-                    }
-                    // Nothing wakes a wait on the region from a kernel
-                    // sleep: it naps, longer each time, as each wake-up
-                    // takes the processor from a process that computes.
-                    IdleStep::Sleep => {
-                        std::thread::sleep(nap);
-                        nap = (nap * 2).min(NAP_AT_MOST);
-                    }
-                }
-            }
-            std::hint::spin_loop();
-        }
+    fn wait(&self, ready: impl FnMut() -> Result<bool>) -> Result<()> {
+        wait_for_memory(self.crowded, ready)
     }
 
     /// The stamp of `rank`'s `cell`.
