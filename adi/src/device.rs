@@ -27,9 +27,10 @@
 //! - the progress engine, [`Device::check_device`] (the seed's
 //!   `MPID_Check_device`): it polls the transports that VCs use (and now
 //!   and then the others, which may have connections to accept); a
-//!   blocking call spins for a while (latency) and then sleeps in the
-//!   kernel on the transports' file descriptors (so a long wait does not
-//!   burn a core).
+//!   blocking call polls for a while (latency; yielding the processor
+//!   between polls where the node's ranks outnumber its cores) and then
+//!   sleeps in the kernel on the transports' file descriptors (so a long
+//!   wait does not burn a core): the policy of [`crate::wait`].
 //!
 //! - active messages ([`Kind::Active`]): opaque payloads for the MPI
 //!   layer (one-sided communication), handed whole to the
@@ -58,8 +59,8 @@ use crate::transport::{
     RemoteRead, Transport,
 };
 use crate::vlog;
+use crate::wait::{Idle, IdleStep, Sleep, WaitPolicy, SLEEP_AT_MOST};
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
 
 pub use crate::matching::{Envelope as MessageEnvelope, Pattern as MatchPattern};
 
@@ -753,7 +754,8 @@ pub struct Device {
     routes: Routes,
     pmi: Pmi,
     job: JobInfo,
-    spin: Duration,
+    /// How this process's waits wait.
+    wait: WaitPolicy,
     /// Threads between `prepare_sleep` and `end_sleep`; the transports'
     /// wake-ups stay armed while there are any.
     sleepers: usize,
@@ -773,38 +775,6 @@ pub struct Device {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RdmaChannel(usize);
 
-/// A prepared sleep: the descriptors that wake it. It holds no borrow of
-/// the device, so a thread can sleep while others use the device; see
-/// [`Device::prepare_sleep`].
-pub struct Sleep {
-    fds: Vec<libc::pollfd>,
-}
-
-// SAFETY: a pollfd is plain data (a descriptor number and flags).
-unsafe impl Send for Sleep {}
-
-impl Sleep {
-    /// Sleeps until a transport's descriptor is readable or `timeout`
-    /// passes; only yields the processor if some transport must be polled.
-    pub fn wait(&mut self, timeout: Duration) -> Result<()> {
-        if self.fds.is_empty() {
-            std::thread::yield_now();
-            return Ok(());
-        }
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: `fds` is a valid, initialized array of `fds.len()` pollfd
-        // structures that outlives the call.
-        let rc = unsafe { libc::poll(self.fds.as_mut_ptr(), self.fds.len() as libc::nfds_t, ms) };
-        if rc < 0 {
-            let err = std::io::Error::last_os_error();
-            if err.kind() != std::io::ErrorKind::Interrupted {
-                return Err(Error::os("waiting for network activity (poll)", err));
-            }
-        }
-        Ok(())
-    }
-}
-
 // SAFETY: the raw pointers in requests, in the direct receive and in the
 // self transport refer to user buffers that the MPI layer keeps valid (and
 // unaliased) until the request (or the direct receive) completes, whichever
@@ -812,8 +782,6 @@ impl Sleep {
 // only ever used through `&mut`, one thread at a time.
 unsafe impl Send for Device {}
 
-/// Environment variable: how long a blocking wait polls before it sleeps.
-pub const SPIN_ENV: &str = "OXMPI_SPIN_US";
 /// Environment variable: the job's secret, 64 hex digits (set by oxrun).
 pub const SECRET_ENV: &str = "OXMPI_JOB_SECRET";
 const SECRET_KEY: &str = "oxmpi-job-secret";
@@ -875,83 +843,6 @@ fn random_secret() -> Result<[u8; 32]> {
         )
     })?;
     Ok(secret)
-}
-
-/// While spinning, the clock is read once every this many polls.
-const CLOCK_EVERY: u32 = 16;
-/// The longest one sleep lasts before the wait looks again.
-pub const SLEEP_AT_MOST: Duration = Duration::from_millis(100);
-
-/// How long a wait has gone without progress; see [`Device::idle`].
-pub struct Idle {
-    /// When the wait was first seen idle: read at the first clock check,
-    /// [`CLOCK_EVERY`] polls in, so that a wait which progresses sooner
-    /// (every message of a ping-pong) never reads the clock.
-    since: Option<Instant>,
-    polls: u32,
-}
-
-impl Idle {
-    /// A wait that starts now.
-    pub fn new() -> Idle {
-        Idle {
-            since: None,
-            polls: 0,
-        }
-    }
-}
-
-impl Default for Idle {
-    fn default() -> Idle {
-        Idle::new()
-    }
-}
-
-/// Environment variable set by oxrun for a rank it bound to CPUs of its
-/// own (it binds only when the node's ranks fit its cores).
-const CPUSET_ENV: &str = "OXMPI_CPUSET";
-
-/// How many cores this node's ranks share. A rank oxrun bound sees only
-/// its own CPU in its affinity mask, so the node's online CPUs count; an
-/// unbound rank shares its mask with the others (all of it, or what
-/// `taskset` left the launcher).
-fn cores_for_local_ranks() -> usize {
-    if std::env::var_os(CPUSET_ENV).is_some() {
-        // SAFETY: sysconf only reads a system parameter.
-        let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-        if let Ok(online) = usize::try_from(online) {
-            return online.max(1);
-        }
-    }
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-fn spin_from_env() -> Result<Duration> {
-    match std::env::var(SPIN_ENV) {
-        Ok(v) => v
-            .trim()
-            .parse::<u64>()
-            .map(Duration::from_micros)
-            .map_err(|_| {
-                Error::new(
-                    ErrorClass::Arg,
-                    format!("{SPIN_ENV}={v:?} is not a number of microseconds"),
-                )
-            }),
-        Err(_) => {
-            // Spinning pays when each rank has a core; on an oversubscribed
-            // node it steals the core the peer needs, so sleep early.
-            let local = std::env::var("MPI_LOCALNRANKS")
-                .ok()
-                .and_then(|v| v.parse::<usize>().ok())
-                .unwrap_or(1);
-            Ok(if local > cores_for_local_ranks() {
-                Duration::from_micros(50)
-            } else {
-                Duration::from_millis(1)
-            })
-        }
-    }
 }
 
 impl Device {
@@ -1024,7 +915,7 @@ impl Device {
             routes,
             pmi,
             job,
-            spin: spin_from_env()?,
+            wait: WaitPolicy::from_env()?,
             sleepers: 0,
             active_handler: None,
             turns: 0,
@@ -1872,8 +1763,9 @@ impl Device {
 
     /// `MPID_Check_device`: polls the transports once (every turn those
     /// that VCs use, see `Core::polled_transports`); if `blocking` and
-    /// nothing happened, keeps polling for the spin time
-    /// (`OXMPI_SPIN_US`), then sleeps in the kernel until a transport has
+    /// nothing happened, keeps polling for the poll time
+    /// (`OXMPI_SPIN_US`; yielding the processor between polls where the
+    /// node is crowded), then sleeps in the kernel until a transport has
     /// work, and returns once something happened. Returns whether
     /// anything happened.
     ///
@@ -1896,33 +1788,38 @@ impl Device {
     }
 
     /// The blocking part of [`Device::check_device`]: polls until
-    /// something happens, sleeping once the spin time is over.
+    /// something happens, as [`Device::idle`] says between polls.
     fn wait_for_progress(&mut self) -> Result<bool> {
         let mut idle = Idle::new();
         loop {
             if self.poll_all()? {
                 return Ok(true);
             }
-            if self.idle(&mut idle) {
-                let mut sleep = self.prepare_sleep()?;
-                let slept = sleep.wait(SLEEP_AT_MOST);
-                self.end_sleep()?;
-                slept?;
+            match self.idle(&mut idle) {
+                IdleStep::Spin => {}
+                IdleStep::Yield => std::thread::yield_now(),
+                IdleStep::Sleep => {
+                    let mut sleep = self.prepare_sleep()?;
+                    let slept = sleep.wait(SLEEP_AT_MOST);
+                    self.end_sleep()?;
+                    slept?;
+                }
             }
         }
     }
 
-    /// Counts one fruitless poll of a wait; true once the wait has spun
-    /// for the spin time (`OXMPI_SPIN_US`) and should sleep.
+    /// Counts one fruitless poll of a wait and says what the wait does
+    /// next (see [`crate::wait`]): every wait of this process follows
+    /// this one policy.
     #[inline]
-    pub fn idle(&self, idle: &mut Idle) -> bool {
-        idle.polls = idle.polls.wrapping_add(1);
-        // Reading the clock costs about as much as a poll's own work: look
-        // at it only every few polls while spinning.
-        if !idle.polls.is_multiple_of(CLOCK_EVERY) {
-            return false;
-        }
-        idle.since.get_or_insert_with(Instant::now).elapsed() >= self.spin
+    pub fn idle(&self, idle: &mut Idle) -> IdleStep {
+        self.wait.step(idle)
+    }
+
+    /// Whether this node's ranks outnumber its cores (see
+    /// [`WaitPolicy::crowded`]).
+    pub fn crowded(&self) -> bool {
+        self.wait.crowded()
     }
 
     /// Arms the transports' wake-ups (for the first sleeper) and returns
@@ -1947,7 +1844,7 @@ impl Device {
         if must_poll {
             fds.clear();
         }
-        Ok(Sleep { fds })
+        Ok(Sleep::on(fds))
     }
 
     /// Ends a sleep begun with [`Device::prepare_sleep`]; the last sleeper

@@ -27,5 +27,6 @@ pub mod select;
 mod selfvc;
 pub mod transport;
 pub mod verbose;
+pub mod wait;
 
 pub use error::{Error, ErrorClass, Result};

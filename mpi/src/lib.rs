@@ -123,13 +123,14 @@ pub mod traits {
 pub use oxmpi_adi::{Error, ErrorClass, Result};
 pub use persistent::PersistentRequest;
 
-use oxmpi_adi::device::{Device, Idle, SLEEP_AT_MOST};
+use oxmpi_adi::device::Device;
 use oxmpi_adi::pmi::Pmi;
 use oxmpi_adi::select::{start_transports, TransportFactory};
+use oxmpi_adi::wait::{Idle, IdleStep, SLEEP_AT_MOST};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, TryLockError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 pub use oxmpi_adi::select::TRANSPORTS_ENV;
 
@@ -328,24 +329,28 @@ fn take_kept_device() -> Option<Box<Device>> {
 }
 
 /// Makes progress until `done` gives a value: the loop of every blocking
-/// call. It polls while the wait is short and then sleeps in the kernel
-/// (the device's Check_device policy), and it lets other threads have the
-/// device between polls when they ask for it and while it sleeps. While
-/// this thread has non-blocking collectives under way, it lets go of the
+/// call. Between fruitless polls it spins, yields the processor or
+/// sleeps in the kernel as the device's wait policy says
+/// ([`Device::idle`]), and it lets other threads have the device between
+/// polls when they ask for it and while it yields or sleeps. While this
+/// thread has non-blocking collectives under way, it lets go of the
 /// device after each poll to advance them (see `collective::engine`).
 pub(crate) fn progress_until<R>(
     mut done: impl FnMut(&mut Device) -> Result<Option<R>>,
 ) -> Result<R> {
-    /// What the loop does with the device let go.
-    enum Next {
-        Sleep(oxmpi_adi::device::Sleep),
+    /// What the loop does with the device let go, before it advances the
+    /// collectives (if any are pending) and takes the device again.
+    enum Pause {
+        Sleep(oxmpi_adi::wait::Sleep),
         Yield,
-        AdvanceCollectives,
     }
     /// What a hold of the device ended with.
     enum Held<R> {
         Done(R),
-        LetGo(Next),
+        LetGo {
+            pause: Option<Pause>,
+            advance_collectives: bool,
+        },
     }
     let mut idle = Idle::new();
     loop {
@@ -362,31 +367,48 @@ pub(crate) fn progress_until<R>(
                 if let Some(r) = done(device)? {
                     return Ok(Held::Done(r));
                 }
-                if device.check_device(false)? {
+                let pause = if device.check_device(false)? {
                     idle = Idle::new();
-                } else if device.idle(&mut idle) {
-                    return Ok(Held::LetGo(Next::Sleep(device.prepare_sleep()?)));
-                }
-                if collectives_pending {
-                    return Ok(Held::LetGo(Next::AdvanceCollectives));
+                    None
+                } else {
+                    match device.idle(&mut idle) {
+                        IdleStep::Spin => None,
+                        IdleStep::Yield => Some(Pause::Yield),
+                        IdleStep::Sleep => Some(Pause::Sleep(device.prepare_sleep()?)),
+                    }
+                };
+                if pause.is_some() || collectives_pending {
+                    return Ok(Held::LetGo {
+                        pause,
+                        advance_collectives: collectives_pending,
+                    });
                 }
                 if CONTENDERS.load(Ordering::Relaxed) > 0 {
-                    return Ok(Held::LetGo(Next::Yield));
+                    return Ok(Held::LetGo {
+                        pause: Some(Pause::Yield),
+                        advance_collectives: false,
+                    });
                 }
             }
         })?;
-        let next = match held {
+        let (pause, advance_collectives) = match held {
             Held::Done(r) => return Ok(r),
-            Held::LetGo(next) => next,
+            Held::LetGo {
+                pause,
+                advance_collectives,
+            } => (pause, advance_collectives),
         };
-        match next {
-            Next::Sleep(mut sleep) => {
+        match pause {
+            Some(Pause::Sleep(mut sleep)) => {
                 let slept = sleep.wait(SLEEP_AT_MOST);
                 with_device(|d| d.end_sleep())?;
                 slept?;
             }
-            Next::Yield => std::thread::yield_now(),
-            Next::AdvanceCollectives => collective::engine::advance()?,
+            Some(Pause::Yield) => std::thread::yield_now(),
+            None => {}
+        }
+        if advance_collectives {
+            collective::engine::advance()?;
         }
     }
 }
@@ -404,6 +426,74 @@ pub(crate) fn progress_once() -> Result<()> {
         Ok(())
     })?;
     collective::engine::advance()
+}
+
+/// How long a wait on memory sleeps at first once it has polled for the
+/// device's poll time; each later nap of the wait is twice as long, up
+/// to [`NAP_AT_MOST`] ...
+const NAP: Duration = Duration::from_micros(20);
+/// ... so a long wait wakes at most every this long: a nap's wake-up
+/// takes the processor from a process that computes (at 2 processes on
+/// one CPU, a debug build's barrier waiting 0.5 s for one that computed
+/// took 12% of the core napping 20 us at a time, 2% so).
+const NAP_AT_MOST: Duration = Duration::from_micros(500);
+/// Fruitless checks of a wait on memory between two polls of the device
+/// where each process has a core (on a crowded node every check polls,
+/// as a wait's yield costs more than a poll).
+const POLL_EVERY: u32 = 64;
+
+/// Waits until `ready` holds of memory that no transport wakes a wait
+/// for (the collectives' shared region, a one-sided lock word in this
+/// process), as the device's wait policy says ([`Device::idle`]): polls
+/// the device and advances non-blocking collectives every [`POLL_EVERY`]
+/// checks, or at every check and then yields where `crowded` (the
+/// device's [`Device::crowded`]), until the poll time is over; then naps,
+/// as nothing would wake it from a kernel sleep.
+pub(crate) fn wait_for_memory(
+    crowded: bool,
+    mut ready: impl FnMut() -> Result<bool>,
+) -> Result<()> {
+    let mut idle = Idle::new();
+    let mut checks = 0u32;
+    let poll_every = if crowded { 1 } else { POLL_EVERY };
+    let mut nap = NAP;
+    loop {
+        if ready()? {
+            return Ok(());
+        }
+        checks = checks.wrapping_add(1);
+        if checks.is_multiple_of(poll_every) {
+            let step = with_device(|d| {
+                // As in `progress_until`: one-sided operations queued
+                // here leave, and those that moved are accounted for.
+                rma::progress(d);
+                let moved = d.check_device(false)?;
+                rma::progress(d);
+                if moved {
+                    idle = Idle::new();
+                    return Ok(IdleStep::Spin);
+                }
+                Ok(d.idle(&mut idle))
+            })?;
+            // Pending non-blocking collectives move on too: another
+            // process may wait for this one's part of them.
+            if collective::engine::has_pending() {
+                collective::engine::advance()?;
+            }
+            match step {
+                IdleStep::Spin => nap = NAP,
+                IdleStep::Yield => {
+                    nap = NAP;
+                    std::thread::yield_now();
+                }
+                IdleStep::Sleep => {
+                    std::thread::sleep(nap);
+                    nap = (nap * 2).min(NAP_AT_MOST);
+                }
+            }
+        }
+        std::hint::spin_loop();
+    }
 }
 
 /// Waits for `request` and takes its status (it is freed).

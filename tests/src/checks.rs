@@ -40,6 +40,26 @@ pub fn same<T: PartialEq + Debug>(got: &[T], expected: &[T], what: &str) -> Resu
     }
 }
 
+/// The processor time this process has used so far (all its threads).
+pub fn cpu_time() -> Result<std::time::Duration> {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec the call writes and outlives it.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut now) };
+    if rc != 0 {
+        return Err(fail(format!(
+            "reading the process's processor time: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(std::time::Duration::new(
+        u64::try_from(now.tv_sec).unwrap_or(0),
+        u32::try_from(now.tv_nsec).unwrap_or(0),
+    ))
+}
+
 /// The process's peak resident memory (`VmHWM`) in KiB.
 pub fn peak_kib() -> Result<u64> {
     let status = std::fs::read_to_string("/proc/self/status")

@@ -1,7 +1,8 @@
 //! Real jobs through oxrun over the shared-memory transport alone
 //! (`OXMPI_TRANSPORTS=shm`): the checks of `p2p_suite`, `completion` and
-//! `p2p_modes` with 2 to 4 ranks (and 8 on a node with fewer cores), with
-//! the default queues and with the smallest; a rank killed mid-job, after
+//! `p2p_modes` with 2 to 4 ranks (and 8 on a node with fewer cores; 2 and
+//! 4 on one CPU), with the default queues and with the smallest; a rank
+//! killed mid-job, after
 //! which nothing of the job may be left: no process, nothing in /dev/shm,
 //! no mapping of its segments; and the default transports choosing shared
 //! memory between ranks of one host.
@@ -66,6 +67,28 @@ fn all_pairs_with_any_source() {
 #[test]
 fn all_pairs_oversubscribed() {
     suite("all-pairs", 8);
+}
+
+/// Two and four ranks on one CPU (`taskset`): the ranks outnumber the
+/// cores, so their waits yield the processor between polls and then
+/// sleep; see the `crowded` check.
+#[test]
+fn ranks_on_one_cpu_make_progress_and_leave_the_processor_when_waiting_long() {
+    for ranks in [2, 4] {
+        let mut c = Command::new("taskset");
+        c.args(["-c", "0"])
+            .arg(bins().oxrun())
+            .args(["-n", &ranks.to_string()])
+            .arg(bins().bin("p2p_suite"))
+            .arg("crowded")
+            .env("OXMPI_TRANSPORTS", "shm");
+        run(c, Duration::from_secs(60)).assert_success();
+        assert!(
+            shm_leftovers().is_empty(),
+            "shared segments left: {:?}",
+            shm_leftovers()
+        );
+    }
 }
 
 #[test]

@@ -114,7 +114,7 @@
 //! passed the same length sees the same cells, and so agrees. A receiver
 //! that did copies all its data itself (the root writes nothing into
 //! it), a [`DIRECT_PIECE`] at a time into a scratch, which it unpacks.
-//! A process whose waits found the node crowded (below) publishes none
+//! A process on a node whose processes outnumber its cores publishes none
 //! either for data that fits its ring: there, streaming is faster.
 //!
 //! Below that, or without single copies, data too long for a slot streams
@@ -135,29 +135,26 @@
 //! with messages (`MPI_ERR_TRUNCATE` when it would receive more,
 //! `MPI_ERR_COUNT` less) after taking its part.
 //!
-//! A waiting process polls the device now and then (messages and
-//! pending non-blocking collectives keep moving) and yields the
-//! processor now and then; once it has waited longer than the device's
-//! spin time, it yields at every poll for a while (the process it waits
-//! for may be off its core), and then naps briefly, since no one wakes it
-//! from a kernel sleep. A spin time that ends soon (the device's, where a
-//! node's processes outnumber its cores) makes every later wait on the
-//! communicator yield at every poll from the start: a process waited for
-//! is then often off its core, and a wait that spins keeps it off (three
-//! processes on two cores broadcast 16 KiB in 25 us so, 105 us before).
+//! A waiting process waits as every wait on memory does
+//! ([`crate::wait_for_memory`], the device's wait policy
+//! [`oxmpi_adi::wait`]): it polls the device now and then (messages and
+//! pending non-blocking collectives keep moving) and spins, or, on a node
+//! whose processes outnumber its cores, polls at every check and yields
+//! the processor after each (the process it waits for may be off its
+//! core, and a wait that spins keeps it off), until it has polled for the
+//! device's poll time; then it naps, since no one wakes it from a kernel
+//! sleep.
 
 use super::engine::block_on;
 use super::op::Reduction;
 use super::team::{Scratch, Team};
 use super::typed::{copy_across, Input, Output, Pieces, Segments};
-use crate::{with_device, Error, ErrorClass, Result};
-use oxmpi_adi::device::Idle;
+use crate::{wait_for_memory, with_device, Error, ErrorClass, Result};
 use oxmpi_adi::host::HostId;
 use oxmpi_adi::vlog;
 use oxmpi_shm::region::{RegionName, SharedRegion};
 use oxmpi_shm::window::RemoteWindow;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// The environment variable that turns the shared-memory collectives off
 /// (`0`); they are on by default where they can be.
@@ -247,19 +244,6 @@ const MIN_SLOTS: usize = 4;
 /// after every other step, so it has read all it will, but its own
 /// pieces may be missing.
 const ABORTED: u32 = (STAMPED - 1) as u32;
-/// How long a wait yields the processor at every poll once it has spun
-/// for the device's spin time ...
-const YIELD_FOR: Duration = Duration::from_millis(2);
-/// ... and how long it sleeps at a time after that.
-const NAP: Duration = Duration::from_micros(20);
-/// A spin time shorter than this (the device spins briefly where a
-/// node's processes outnumber its cores, 1 ms otherwise) makes every
-/// later wait yield the processor at every poll.
-const SHORT_SPIN: Duration = Duration::from_micros(250);
-/// Fruitless checks between two polls of the device, and between two
-/// yields of the processor (on a node whose cores are enough).
-const POLL_EVERY: u32 = 64;
-const YIELD_EVERY: u32 = 4096;
 
 /// Data up to this many bytes is combined in buffers on the stack: of a
 /// cell's data, or of this size, so that the buffers zeroed fit the data.
@@ -401,10 +385,10 @@ pub(crate) struct NodeRegion {
     /// For each staging area, the progress at which every process has
     /// read its last results (0: never used).
     free_after: [AtomicU64; AREAS],
-    /// Whether a wait found the device's spin time short (see
-    /// [`SHORT_SPIN`]): the processes outnumber the cores, and a process
-    /// waited for is often off its core, so waits yield at every poll.
-    crowded: AtomicBool,
+    /// Whether the node's processes outnumber its cores
+    /// ([`Device::crowded`](oxmpi_adi::device::Device::crowded)): a
+    /// process waited for is then often off its core.
+    crowded: bool,
 }
 
 impl NodeRegion {
@@ -415,6 +399,7 @@ impl NodeRegion {
         let wanted = wanted(n);
         let host = HostId::current().ok().map(|h| h.key());
         let (slot, area) = (slot_bytes(n), area_bytes(n));
+        let crowded = with_device(|d| Ok(d.crowded()))?;
         let made = match (rank, &host, &wanted) {
             (0, Some(_), Ok(())) => match SharedRegion::create(region_len(n, slot, area)) {
                 Ok(made) => Some(made),
@@ -492,7 +477,7 @@ impl NodeRegion {
             reached: AtomicU64::new(0),
             area,
             free_after: [AtomicU64::new(0), AtomicU64::new(0)],
-            crowded: AtomicBool::new(false),
+            crowded,
         }))
     }
 
@@ -1113,7 +1098,7 @@ impl NodeRegion {
     /// 9-30 us so, 47-99 us by single copies). A root or sender that
     /// publishes none makes the collective stream.
     fn copied_from(&self, data: &Pieces<'_>, ring: &Ring) -> Option<*const u8> {
-        let streams = self.crowded.load(Ordering::Relaxed) && ring.pieces <= ring.slots;
+        let streams = self.crowded && ring.pieces <= ring.slots;
         data.bytes().filter(|_| !streams).map(<[u8]>::as_ptr)
     }
 
@@ -1631,6 +1616,12 @@ impl NodeRegion {
         let there = || -> Result<bool> {
             let now = word.load(Ordering::Acquire);
             if now == aborted && wanted == Wanted::Data {
+                // It gave up on finding another length (most likely this
+                // process's): that error, of this process's call too,
+                // says more, whichever process saw it first.
+                if let Found::Here(published) = self.find(from, number, cell)? {
+                    check_len(published.len, len, from)?;
+                }
                 return Err(gave_up(from));
             }
             Ok(progress_not_before(now, target))
@@ -1742,58 +1733,9 @@ impl NodeRegion {
         Ok(if later { Found::Later } else { Found::NotYet })
     }
 
-    /// Spins until `ready` says so: see the module docs.
-    fn wait(&self, mut ready: impl FnMut() -> Result<bool>) -> Result<()> {
-        let mut idle = Idle::new();
-        let mut checks = 0u32;
-        // When the wait first polled the device without progress, and when
-        // it had spun for the spin time.
-        let (mut first_poll, mut tired_at) = (None, None);
-        let crowded = self.crowded.load(Ordering::Relaxed);
-        loop {
-            if ready()? {
-                return Ok(());
-            }
-            checks = checks.wrapping_add(1);
-            if checks.is_multiple_of(POLL_EVERY) {
-                let tired = with_device(|d| {
-                    if d.check_device(false)? {
-                        idle = Idle::new();
-                        (first_poll, tired_at) = (None, None);
-                        return Ok(false);
-                    }
-                    Ok(d.idle(&mut idle))
-                })?;
-                // Pending non-blocking collectives move on too: another
-                // process may wait for this one's part of them.
-                if super::engine::has_pending() {
-                    super::engine::advance()?;
-                }
-                if !crowded {
-                    first_poll.get_or_insert_with(Instant::now);
-                }
-                if tired {
-                    let now = Instant::now();
-                    if tired_at.is_none()
-                        && first_poll.is_some_and(|first| now - first < SHORT_SPIN)
-                    {
-                        self.crowded.store(true, Ordering::Relaxed);
-                    }
-                    // The process waited for may be off its core: give it
-                    // this one for as long as a handover could take; only
-                    // a longer wait (another process computes) naps, not
-                    // to burn a core.
-                    if now - *tired_at.get_or_insert(now) < YIELD_FOR {
-                        std::thread::yield_now();
-                    } else {
-                        std::thread::sleep(NAP);
-                    }
-                } else if crowded || checks.is_multiple_of(YIELD_EVERY) {
-                    std::thread::yield_now();
-                }
-            }
-            std::hint::spin_loop();
-        }
+    /// Waits until `ready` says so: see the module docs.
+    fn wait(&self, ready: impl FnMut() -> Result<bool>) -> Result<()> {
+        wait_for_memory(self.crowded, ready)
     }
 
     /// The stamp of `rank`'s `cell`.

@@ -31,7 +31,9 @@ use super::wire::AccumulateOp;
 use super::LockType;
 use crate::collective::op::SystemOp;
 use crate::datatype::Primitive;
-use crate::{progress_once, progress_until, with_device, Communicator, Error, ErrorClass, Result};
+use crate::{
+    progress_until, wait_for_memory, with_device, Communicator, Error, ErrorClass, Result,
+};
 use oxmpi_adi::device::RdmaChannel;
 use oxmpi_adi::transport::{PeerRank, RdmaOp, RdmaTarget};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -361,15 +363,26 @@ impl Reach {
 
     /// Re-reads `word` of the control block until `done` holds of it.
     fn spin(&self, word: usize, done: impl Fn(u64) -> bool) -> Result<()> {
-        loop {
-            if done(self.atomic(Place::Control(word), RdmaOp::FetchAdd(0))?) {
-                return Ok(());
-            }
-            if matches!(self.at, At::Local { .. }) {
-                progress_once()?;
-                std::thread::yield_now();
-            }
+        self.wait_until(|| {
+            Ok(done(
+                self.atomic(Place::Control(word), RdmaOp::FetchAdd(0))?,
+            ))
+        })
+    }
+
+    /// Tries `ready` until it holds: in this process's memory, as every
+    /// wait on memory waits ([`wait_for_memory`]); a remote target's
+    /// atomics wait for the network themselves.
+    fn wait_until(&self, mut ready: impl FnMut() -> Result<bool>) -> Result<()> {
+        if ready()? {
+            return Ok(());
         }
+        if !matches!(self.at, At::Local { .. }) {
+            while !ready()? {}
+            return Ok(());
+        }
+        let crowded = with_device(|d| Ok(d.crowded()))?;
+        wait_for_memory(crowded, ready)
     }
 
     /// `MPI_Put`: writes `data` at byte offset `disp`; complete at the
@@ -484,12 +497,7 @@ impl Reach {
             compare: 0,
             swap: 1,
         };
-        while self.atomic(Place::Control(MUTEX), take)? != 0 {
-            if matches!(self.at, At::Local { .. }) {
-                progress_once()?;
-                std::thread::yield_now();
-            }
-        }
+        self.wait_until(|| Ok(self.atomic(Place::Control(MUTEX), take)? == 0))?;
         Ok(Some(MutexHold(self)))
     }
 }

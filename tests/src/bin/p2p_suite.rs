@@ -2,9 +2,10 @@
 //! the harness through oxrun. Each check verifies its own results and
 //! exits non-zero, saying why, when something is wrong.
 
+use oxmpi::collective::SystemOperation;
 use oxmpi::request::{scope, wait_all, wait_any};
 use oxmpi::{Communicator, ErrorClass, Result, Threading, ANY_TAG, PROC_NULL};
-use oxmpi_jobs::checks::{check_bytes, ensure, fail, filled};
+use oxmpi_jobs::checks::{check_bytes, cpu_time, ensure, fail, filled};
 use oxmpi_jobs::program::run_check;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -39,6 +40,7 @@ fn main() -> ExitCode {
             "flood" => flood(&world),
             "direct" => direct_receives(&world),
             "reply-burst" => reply_burst(&world),
+            "crowded" => crowded(&world),
             // Failures the launcher must notice: rank 1 leaves without
             // finalizing (exit code 0), or aborts the job with code 7.
             "exit-early" => {
@@ -1120,3 +1122,82 @@ fn huge_message(world: &Communicator) -> Result<()> {
         }
     }
 }
+
+/// For a node whose ranks outnumber its cores (the harness runs it on
+/// one CPU): messages around a ring and all-reduces keep moving; then the
+/// others wait for rank 0 in a receive and in a barrier, while it
+/// computes outside MPI and while it sleeps. Each such wait must use less
+/// than [`CROWDED_WAIT_SHARE`] of its time on the processor: a wait that
+/// spun would keep the core from the rank that computes, and one that
+/// kept yielding would burn the idle core while rank 0 sleeps.
+fn crowded(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank(), world.size());
+    let (next, previous) = ((rank + 1) % size, (rank + size - 1) % size);
+    for round in 0..2_000i64 {
+        world
+            .process_at_rank(next)
+            .send(&(round * i64::from(size) + i64::from(rank)))?;
+        let (got, _) = world.process_at_rank(previous).receive::<i64>()?;
+        let expected = round * i64::from(size) + i64::from(previous);
+        ensure(got == expected, || {
+            format!("round {round}: {got} from rank {previous}, expected {expected}")
+        })?;
+        if round % 100 == 0 {
+            let mut sum = [0i64];
+            world.all_reduce_into(&[round][..], &mut sum[..], SystemOperation::sum())?;
+            ensure(sum[0] == round * i64::from(size), || {
+                format!("round {round}: all-reduce gave {}", sum[0])
+            })?;
+        }
+    }
+    for computes in [true, false] {
+        for in_barrier in [false, true] {
+            world.barrier()?;
+            if rank == 0 {
+                if computes {
+                    let start = Instant::now();
+                    while start.elapsed() < CROWDED_WAIT {
+                        std::hint::black_box(start);
+                    }
+                } else {
+                    std::thread::sleep(CROWDED_WAIT);
+                }
+                if in_barrier {
+                    world.barrier()?;
+                } else {
+                    for to in 1..size {
+                        world.process_at_rank(to).send(&0u8)?;
+                    }
+                }
+                continue;
+            }
+            let (cpu, start) = (cpu_time()?, Instant::now());
+            if in_barrier {
+                world.barrier()?;
+            } else {
+                world.process_at_rank(0).receive::<u8>()?;
+            }
+            let (cpu, wall) = (cpu_time()? - cpu, start.elapsed());
+            let wait = if in_barrier { "a barrier" } else { "a receive" };
+            let rank0 = if computes { "computed" } else { "slept" };
+            ensure(
+                cpu.as_secs_f64() < CROWDED_WAIT_SHARE * wall.as_secs_f64(),
+                || {
+                    format!(
+                    "waiting {wall:?} in {wait} for rank 0, which {rank0}, took {cpu:?} of the \
+                     processor: a long wait must leave it"
+                )
+                },
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// How long rank 0 of `crowded` computes or sleeps while the others wait
+/// for it.
+const CROWDED_WAIT: Duration = Duration::from_millis(500);
+/// The most of its time a wait of `crowded` may use the processor (a
+/// wait that spun or kept yielding would take about a fair share of the
+/// one core: a quarter or a third at 4 ranks).
+const CROWDED_WAIT_SHARE: f64 = 0.1;
