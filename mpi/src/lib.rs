@@ -428,14 +428,16 @@ pub(crate) fn progress_once() -> Result<()> {
     collective::engine::advance()
 }
 
-/// How long a wait on memory sleeps at first once it has polled for the
-/// device's poll time; each later nap of the wait is twice as long, up
-/// to [`NAP_AT_MOST`] ...
+/// How long a wait on memory sleeps at a time once it has polled for the
+/// device's poll time. Where each process has a core, every nap is this
+/// short: a nap's wake-up takes nobody's processor, and the wait notices
+/// the data at most this late. On a crowded node each later nap of the
+/// wait is twice as long, up to [`NAP_AT_MOST`] ...
 const NAP: Duration = Duration::from_micros(20);
-/// ... so a long wait wakes at most every this long: a nap's wake-up
-/// takes the processor from a process that computes (at 2 processes on
-/// one CPU, a debug build's barrier waiting 0.5 s for one that computed
-/// took 12% of the core napping 20 us at a time, 2% so).
+/// ... so a long crowded wait wakes at most every this long: there a
+/// nap's wake-up takes the processor from a process that computes (at 2
+/// processes on one CPU, a debug build's barrier waiting 0.5 s for one
+/// that computed took 12% of the core napping 20 us at a time, 2% so).
 const NAP_AT_MOST: Duration = Duration::from_micros(500);
 /// Fruitless checks of a wait on memory between two polls of the device
 /// where each process has a core (on a crowded node every check polls,
@@ -488,7 +490,9 @@ pub(crate) fn wait_for_memory(
                 }
                 IdleStep::Sleep => {
                     std::thread::sleep(nap);
-                    nap = (nap * 2).min(NAP_AT_MOST);
+                    if crowded {
+                        nap = (nap * 2).min(NAP_AT_MOST);
+                    }
                 }
             }
         }
