@@ -591,9 +591,6 @@ impl ShmTransport {
         }
     }
 
-    /// `peer` is lost: its connections close, its queues are unmapped, the
-    /// packets waiting for it are dropped (zero-copy ones without a
-    /// completion), and the failure is reported at the next poll.
     /// The outbound link to `peer` when a packet may go straight into its
     /// queue: set up, accepted, and with nothing of the peer's waiting
     /// to go before it. A queue that is set up belongs to another rank of
@@ -644,6 +641,9 @@ impl ShmTransport {
         }
     }
 
+    /// `peer` is lost: its connections close, its queues are unmapped, the
+    /// packets waiting for it are dropped (zero-copy ones without a
+    /// completion), and the failure is reported at the next poll.
     fn fail_peer(&mut self, peer: PeerRank, error: Error) {
         if self.peers[peer].failed.is_some() {
             return;
