@@ -34,7 +34,6 @@ use crate::datatype::Primitive;
 use crate::{Error, ErrorClass, Result};
 use oxmpi_shm::window::copy::{self, Caching};
 use oxmpi_shm::window::{AccessError, RegionGuard, RemoteWindow, SharedRwLock, WindowSegment};
-use std::cell::Cell;
 use std::sync::Arc;
 
 /// How the direct path reaches one target's window.
@@ -115,34 +114,23 @@ impl Reach {
     }
 }
 
-thread_local! {
-    /// Whether this thread stored into window memory with plain stores
-    /// since its last full barrier: then a flush must fence, so that the
-    /// stores leave this CPU before the flush returns. A region mutex's
-    /// release (an atomic swap) is such a barrier already, so that
-    /// accumulates under region mutexes and compare-and-swaps leave
-    /// nothing to fence, and a flush after them costs no fence. Per
-    /// thread, as the stores in a CPU's store buffer are.
-    static UNFENCED: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Notes a plain store into window memory by this thread.
+/// Notes a plain store into window memory by this thread, for the flush
+/// (`oxmpi_shm::window::copy::plain_stores`).
 #[inline]
 fn stored() {
-    UNFENCED.with(|u| u.set(true));
+    copy::plain_stores();
 }
 
 /// Completes this thread's operations at their targets (`MPI_Win_flush`
 /// on the direct path): every operation is done when it returns, and only
 /// plain stores not followed by a full barrier may still sit in this
-/// CPU's store buffer, which a sequentially consistent fence drains
-/// (streaming copies end with their own store fence). A new epoch of
-/// counted copies starts (`oxmpi_shm::window::copy::new_epoch`).
+/// CPU's store buffer, which a full barrier drains (streaming copies end
+/// with their own store fence); a new epoch of counted copies starts
+/// (`oxmpi_shm::window::copy::complete_epoch`, both in one look at the
+/// thread's epoch).
+#[inline]
 pub(crate) fn complete() {
-    copy::new_epoch();
-    if UNFENCED.with(|u| u.replace(false)) {
-        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-    }
+    copy::complete_epoch();
 }
 
 /// [`Reach::open`] for memory reached by cross-memory attach, whose lock
@@ -364,8 +352,8 @@ fn reduce_in_place(
 
 /// Takes the region mutexes of bytes `at..at + len` of `control`'s
 /// window, unless this origin holds the exclusive lock (then nobody else
-/// touches the window, and no mutex's release fences the plain stores
-/// that follow: they are noted for the flush).
+/// touches the window). Either way the update's stores are plain ones
+/// (a region mutex's release too), noted for the flush.
 #[inline]
 fn hold_span(
     control: &WindowSegment,
@@ -373,8 +361,8 @@ fn hold_span(
     len: usize,
     exclusive: bool,
 ) -> Result<Option<RegionGuard<'_>>> {
+    stored();
     if exclusive {
-        stored();
         return Ok(None);
     }
     control
