@@ -226,8 +226,14 @@ pub(crate) fn get(reach: &Reach, disp: u64, out: &mut [u8]) -> Result<()> {
 /// goes the same way without the checks and the pass that the others need
 /// ([`reduce_in_place`]). Inlined, so that this way is taken in the
 /// caller (a call of the whole cost a fetch-and-op its frame of a longer
-/// function).
-#[inline]
+/// function). Always, with the whole of that way down to the region
+/// mutexes: with `#[inline]` the compiler's choice of what to keep out of
+/// line changed from one build to the next (in `oxbench` this function
+/// was inlined in `Window::fetch_and_op` before a change that made it a
+/// few instructions longer, and a call after it, about 25 instructions
+/// more per operation), and a caller that keeps any part of it pays a
+/// call that passes ten arguments.
+#[inline(always)]
 pub(crate) fn accumulate(
     reach: &Reach,
     disp: u64,
@@ -331,7 +337,7 @@ fn accumulate_span(
 /// mutexes (unless `exclusive`), the old values copied out and the kernel
 /// run on the window's bytes in place, as [`accumulate_span`] does for
 /// every span, in one pass (the lengths were checked).
-#[inline]
+#[inline(always)]
 fn reduce_in_place(
     segment: &WindowSegment,
     at: usize,
@@ -340,30 +346,30 @@ fn reduce_in_place(
     exclusive: bool,
     old: Option<&mut [u8]>,
 ) -> Result<()> {
-    // The update's stores are plain ones (a region mutex's release too).
-    stored();
-    let (_regions, window) = if exclusive {
-        (None, segment.span(at, data.len()))
-    } else {
-        // The mutexes and the bytes with one range check.
-        match segment.lock_span(at, data.len()) {
-            Ok((regions, window)) => (Some(regions), Ok(window)),
-            Err(e) => (None, Err(e)),
-        }
-    };
-    let window = window.map_err(access_error)?;
-    // SAFETY: the bytes lie in the mapped window (`span` checked them),
-    // which outlives this call; as in `accumulate_span`, this origin holds
-    // their region mutexes or the target's exclusive lock, so no
-    // other origin writes them, or reads them but with atomic loads.
-    let window = unsafe { &mut *window };
-    combine_in_place(window, data, (Some(how.0), how.1, how.2), old)
+    let how = (Some(how.0), how.1, how.2);
+    if exclusive {
+        // No mutex's release (a swap) fences the plain stores: noted for
+        // the flush.
+        stored();
+        let window = segment.span(at, data.len()).map_err(access_error)?;
+        // SAFETY: the bytes lie in the mapped window (`span` checked
+        // them), which outlives this call; this origin holds the target's
+        // exclusive lock, so no other origin touches them.
+        return combine_in_place(unsafe { &mut *window }, data, how, old);
+    }
+    // The mutexes and the bytes with one range check (no `Option` of a
+    // guard: its drop was kept out of line, 21 instructions).
+    let (_regions, window) = segment.lock_span(at, data.len()).map_err(access_error)?;
+    // SAFETY: as above, but this origin holds the bytes' region mutexes:
+    // as in `accumulate_span`, every other origin writes them only under
+    // the same mutexes, and reads them but with atomic loads.
+    combine_in_place(unsafe { &mut *window }, data, how, old)
 }
 
 /// Takes the region mutexes of bytes `at..at + len` of `control`'s
 /// window, unless this origin holds the exclusive lock (then nobody else
-/// touches the window). Either way the update's stores are plain ones
-/// (a region mutex's release too), noted for the flush.
+/// touches the window, and no mutex's release fences the plain stores
+/// that follow: they are noted for the flush).
 #[inline]
 fn hold_span(
     control: &WindowSegment,
@@ -371,8 +377,8 @@ fn hold_span(
     len: usize,
     exclusive: bool,
 ) -> Result<Option<RegionGuard<'_>>> {
-    stored();
     if exclusive {
+        stored();
         return Ok(None);
     }
     control
@@ -388,7 +394,7 @@ fn hold_span(
 /// data and window are aligned for the kernel (the usual case: an
 /// origin's typed buffer, an aligned displacement), else by
 /// `target::combine`'s aligned copies, which also do replace and no-op.
-#[inline]
+#[inline(always)]
 fn combine_in_place(
     window: &mut [u8],
     data: &[u8],
@@ -408,7 +414,7 @@ fn combine_in_place(
 /// fetch-and-op's old value) by a move of its known size, any other
 /// length by `memcpy` (whose call cost an 8-byte fetch-and-op some 17
 /// instructions).
-#[inline]
+#[inline(always)]
 fn copy_bytes(to: &mut [u8], from: &[u8]) {
     fn known<const N: usize>(to: &mut [u8], from: &[u8]) {
         to[..N].copy_from_slice(&from[..N]);

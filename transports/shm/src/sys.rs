@@ -611,30 +611,17 @@ pub(crate) fn write_remote(pid: libc::pid_t, local: &[u8], remote: u64) -> io::R
 /// Sleeps while `word` holds `expected` (`FUTEX_WAIT`, not private, so it
 /// pairs with [`futex_wake`] from any process that maps the same memory
 /// file). Returns at once if the word holds another value, on a wake-up,
-/// once `timeout` (if given) has passed, or spuriously: callers look at
-/// the word again.
-pub(crate) fn futex_wait(
-    word: &std::sync::atomic::AtomicU32,
-    expected: u32,
-    timeout: Option<std::time::Duration>,
-) {
-    let timeout = timeout.map(|t| libc::timespec {
-        tv_sec: t.as_secs() as libc::time_t,
-        tv_nsec: t.subsec_nanos().into(),
-    });
-    let timeout_ptr = timeout
-        .as_ref()
-        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+/// or spuriously: callers look at the word again.
+pub(crate) fn futex_wait(word: &std::sync::atomic::AtomicU32, expected: u32) {
     // SAFETY: `word` is a live, aligned 4-byte atomic for the call; the
-    // kernel only reads it and the timeout (null, or a live timespec on
-    // this frame).
+    // kernel only reads it; no timeout is passed.
     unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
             libc::FUTEX_WAIT,
             expected,
-            timeout_ptr,
+            std::ptr::null::<libc::timespec>(),
         )
     };
 }

@@ -225,9 +225,10 @@ impl CopyPlan {
 }
 
 /// Notes that this thread stored into window memory with plain stores
-/// (a put's copy, an accumulate's update under a region mutex, whose
-/// release is a plain store too, an atomic replace's release stores),
-/// which may still sit in this CPU's store buffer: the next
+/// not followed by a full barrier (a put's copy, an atomic replace's
+/// release stores, an accumulate under an exclusive lock; a region
+/// mutex's release is a swap, such a barrier), which may still sit in
+/// this CPU's store buffer: the next
 /// [`complete_epoch`] fences. Inlined: a store to a thread-local byte.
 #[inline]
 pub fn plain_stores() {
@@ -241,8 +242,8 @@ pub fn plain_stores() {
 /// thread: a sequentially consistent fence, which the compiler makes a
 /// locked `or` of zero on the stack on x86-64, ordering ordinary memory
 /// as `mfence` does at less cost (streaming copies end with their own
-/// `sfence`); after compare-and-swaps and fetches alone their locked
-/// instructions were the barriers. And the next copies count from zero,
+/// `sfence`); after compare-and-swaps, fetches and accumulates under
+/// region mutexes alone their locked instructions were the barriers. And the next copies count from zero,
 /// so that what moved before no longer decides whether they stream.
 /// Inlined: on every flush of the direct path.
 #[inline]

@@ -278,9 +278,10 @@ impl WindowSegment {
     /// [`WindowSegment::lock_regions`] and [`WindowSegment::span`] in one,
     /// with one range check: the bytes `offset..offset + len` with their
     /// region mutexes held, to update in place while the guard lives (an
-    /// accumulate of a span that is never turned round). Inlined, as the
-    /// mutexes' fast paths.
-    #[inline]
+    /// accumulate of a span that is never turned round). Always inlined,
+    /// as the mutexes' fast paths: the MPI layer's fetch-and-op inlines
+    /// the whole of its way (`oxmpi::rma::direct`).
+    #[inline(always)]
     pub fn lock_span(
         &self,
         offset: usize,

@@ -13,32 +13,18 @@
 //! unaligned base) is covered by both regions' mutexes.
 //!
 //! A mutex is one 32-bit word: 0 free, 1 held, 2 held with sleepers
-//! (Drepper, "Futexes Are Tricky"): spin briefly, then sleep on the word.
-//! Taking a free mutex is one compare-and-swap; releasing one that nobody
-//! marked is a plain release store, not a swap, so that lock and unlock
-//! cost one locked instruction between them (an accumulate's update is
-//! then, like a put, plain stores that a flush fences: module
-//! [`super::copy`], `plain_stores`). The price: a waiter that marks the
-//! word and goes to sleep between the holder's look at it and its store
-//! of 0 is not woken (the store overwrites the mark), so a sleep lasts at
-//! most `SLEEP_BOUND` (1 ms) before the waiter looks again. That needs the
-//! holder to be interrupted between two adjacent instructions while a
-//! waiter gets into the kernel, and then costs that waiter the bound.
+//! (Drepper, "Futexes Are Tricky"): spin briefly, then sleep on the word;
+//! an unlock makes a system call only when someone sleeps.
 
 use crate::sys;
 use std::ops::Range;
-use std::sync::atomic::{
-    AtomicU32,
-    Ordering::{Acquire, Relaxed, Release},
-};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 
 /// The largest basic type's size in bytes (`long double`, double
 /// complex): region boundaries are aligned to it.
 pub const LARGEST_BASIC: usize = 16;
-/// The smallest region: a page. Taking and releasing a mutex cost two
-/// atomic instructions (about 35 ns on the development machine, when the
-/// release was a swap; now one and a store), as much
+/// The smallest region: a page. Taking and releasing a mutex costs two
+/// atomic instructions (about 35 ns on the development machine), as much
 /// as reducing some 4 KiB of data: smaller regions would spend more on
 /// locking a long accumulate than they win in parallelism between short
 /// ones (a 1 MiB accumulate over 1 KiB regions spent a third of its time
@@ -50,11 +36,6 @@ pub const MAX_REGIONS: usize = 64;
 
 /// Busy-wait rounds before sleeping.
 const SPINS: u32 = 200;
-/// The longest a waiter sleeps before it looks at its mutex again
-/// unwoken (module docs: a wake-up lost to a release's plain store).
-/// Short beside a scheduler's time slice, long beside a system call, so
-/// that a waiter woken in time makes no extra system calls.
-const SLEEP_BOUND: Duration = Duration::from_millis(1);
 
 /// The region size for a window of `len` bytes: a power of two, at least
 /// [`MIN_REGION_BYTES`], with at most [`MAX_REGIONS`] regions.
@@ -76,49 +57,35 @@ pub struct RegionMutex(AtomicU32);
 
 impl RegionMutex {
     /// Takes the mutex: one compare-and-swap when it is free (inlined),
-    /// else [`RegionMutex::lock_contended`]. Acquire: the previous
-    /// holder's stores, released with the mutex, are seen.
-    #[inline]
+    /// else [`RegionMutex::lock_contended`].
+    #[inline(always)]
     fn lock(&self) {
-        if self.0.compare_exchange(0, 1, Acquire, Relaxed).is_err() {
+        if self.0.compare_exchange(0, 1, SeqCst, SeqCst).is_err() {
             self.lock_contended();
         }
     }
 
     /// [`RegionMutex::lock`] of a mutex that another holds: spins, then
-    /// sleeps, a sleep lasting at most [`SLEEP_BOUND`].
+    /// sleeps.
     #[cold]
     fn lock_contended(&self) {
         for _ in 0..SPINS {
-            if self.0.compare_exchange_weak(0, 1, Acquire, Relaxed).is_ok() {
+            if self.0.compare_exchange_weak(0, 1, SeqCst, SeqCst).is_ok() {
                 return;
             }
             std::hint::spin_loop();
         }
-        // Mark it contended; whoever holds it wakes us when it lets go
-        // (or the bound does, if the mark was overwritten: module docs).
-        while self.0.swap(2, Acquire) != 0 {
-            sys::futex_wait(&self.0, 2, Some(SLEEP_BOUND));
+        // Mark it contended; whoever holds it wakes us when it lets go.
+        while self.0.swap(2, SeqCst) != 0 {
+            sys::futex_wait(&self.0, 2);
         }
     }
 
-    /// Releases the mutex: a plain release store when no waiter marked it
-    /// (inlined), else [`RegionMutex::unlock_contended`].
-    #[inline]
+    #[inline(always)]
     fn unlock(&self) {
-        if self.0.load(Relaxed) == 1 {
-            self.0.store(0, Release);
-        } else {
-            self.unlock_contended();
+        if self.0.swap(0, SeqCst) == 2 {
+            sys::futex_wake(&self.0, 1);
         }
-    }
-
-    /// [`RegionMutex::unlock`] of a mutex with sleepers: frees it and
-    /// wakes one, who marks it again if others still sleep.
-    #[cold]
-    fn unlock_contended(&self) {
-        self.0.store(0, Release);
-        sys::futex_wake(&self.0, 1);
     }
 }
 
@@ -144,9 +111,11 @@ pub struct RegionGuard<'a> {
 impl<'a> RegionGuard<'a> {
     /// Locks the mutexes of the regions that bytes `offset..offset + len`
     /// touch, each once, in address order; `None` (nothing locked) if the
-    /// span reaches past the last region. Inlined, as its release: an
-    /// accumulate of a few elements takes one region.
-    #[inline]
+    /// span reaches past the last region. Always inlined, as its release
+    /// and the mutexes' fast paths: an accumulate of a few elements takes
+    /// one region, and the MPI layer's fetch-and-op inlines the whole of
+    /// its way (`WindowSegment::lock_span`).
+    #[inline(always)]
     pub fn lock(
         mutexes: &'a [RegionMutex],
         region_bytes: usize,
@@ -170,7 +139,7 @@ impl<'a> RegionGuard<'a> {
 }
 
 impl Drop for RegionGuard<'_> {
-    #[inline]
+    #[inline(always)]
     fn drop(&mut self) {
         for m in self.held.iter().rev() {
             m.unlock();
@@ -206,10 +175,10 @@ mod tests {
         {
             let g = RegionGuard::lock(&mutexes, 64, 100, 150).unwrap();
             assert_eq!(g.regions(), 3); // bytes 100..250: regions 1, 2, 3
-            let states: Vec<u32> = mutexes.iter().map(|m| m.0.load(Relaxed)).collect();
+            let states: Vec<u32> = mutexes.iter().map(|m| m.0.load(SeqCst)).collect();
             assert_eq!(states, [0, 1, 1, 1, 0, 0, 0, 0]);
         }
-        assert!(mutexes.iter().all(|m| m.0.load(Relaxed) == 0));
+        assert!(mutexes.iter().all(|m| m.0.load(SeqCst) == 0));
         assert!(RegionGuard::lock(&mutexes, 64, 500, 13).is_none());
         assert!(RegionGuard::lock(&mutexes, 64, usize::MAX, 2).is_none());
         assert_eq!(

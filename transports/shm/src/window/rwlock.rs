@@ -121,7 +121,7 @@ impl SharedRwLock {
             if !busy(v) {
                 break;
             }
-            sys::futex_wait(word, v, None);
+            sys::futex_wait(word, v);
         }
         self.sleepers.fetch_sub(1, SeqCst);
     }
