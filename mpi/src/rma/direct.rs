@@ -66,8 +66,9 @@ impl Reach {
 
     /// Copies the window's bytes at `at` into `out`; a mapped segment
     /// as `caching` says (`oxmpi_shm::window::copy`), memory reached by
-    /// cross-memory attach by the kernel.
-    #[inline]
+    /// cross-memory attach by the kernel. Always inlined, as
+    /// [`get`].
+    #[inline(always)]
     fn read(&self, at: usize, out: &mut [u8], caching: Caching) -> Result<()> {
         match self {
             Reach::Mapped(segment) => segment.read_by(at, out, caching),
@@ -206,8 +207,11 @@ pub(crate) fn put(reach: &Reach, disp: u64, data: &[u8]) -> Result<()> {
     reach.write(offset(disp)?, data, Caching::Counted)
 }
 
-/// `MPI_Get`: copies the window's bytes at `disp` into `out`.
-#[inline]
+/// `MPI_Get`: copies the window's bytes at `disp` into `out`. Always
+/// inlined: a range check and a copy in the caller (with `#[inline]`
+/// alone `oxbench`'s get kept it a call once `Window::fetch_into` was
+/// always inlined).
+#[inline(always)]
 pub(crate) fn get(reach: &Reach, disp: u64, out: &mut [u8]) -> Result<()> {
     reach.read(offset(disp)?, out, Caching::Counted)
 }
