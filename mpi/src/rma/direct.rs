@@ -34,7 +34,6 @@ use crate::datatype::Primitive;
 use crate::{Error, ErrorClass, Result};
 use oxmpi_shm::window::copy::{self, Caching};
 use oxmpi_shm::window::{AccessError, RegionGuard, RemoteWindow, SharedRwLock, WindowSegment};
-use std::cell::Cell;
 use std::sync::Arc;
 
 /// How the direct path reaches one target's window.
@@ -67,8 +66,9 @@ impl Reach {
 
     /// Copies the window's bytes at `at` into `out`; a mapped segment
     /// as `caching` says (`oxmpi_shm::window::copy`), memory reached by
-    /// cross-memory attach by the kernel.
-    #[inline]
+    /// cross-memory attach by the kernel. Always inlined, as
+    /// [`get`].
+    #[inline(always)]
     fn read(&self, at: usize, out: &mut [u8], caching: Caching) -> Result<()> {
         match self {
             Reach::Mapped(segment) => segment.read_by(at, out, caching),
@@ -115,34 +115,23 @@ impl Reach {
     }
 }
 
-thread_local! {
-    /// Whether this thread stored into window memory with plain stores
-    /// since its last full barrier: then a flush must fence, so that the
-    /// stores leave this CPU before the flush returns. A region mutex's
-    /// release (an atomic swap) is such a barrier already, so that
-    /// accumulates under region mutexes and compare-and-swaps leave
-    /// nothing to fence, and a flush after them costs no fence. Per
-    /// thread, as the stores in a CPU's store buffer are.
-    static UNFENCED: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Notes a plain store into window memory by this thread.
+/// Notes a plain store into window memory by this thread, for the flush
+/// (`oxmpi_shm::window::copy::plain_stores`).
 #[inline]
 fn stored() {
-    UNFENCED.with(|u| u.set(true));
+    copy::plain_stores();
 }
 
 /// Completes this thread's operations at their targets (`MPI_Win_flush`
 /// on the direct path): every operation is done when it returns, and only
 /// plain stores not followed by a full barrier may still sit in this
-/// CPU's store buffer, which a sequentially consistent fence drains
-/// (streaming copies end with their own store fence). A new epoch of
-/// counted copies starts (`oxmpi_shm::window::copy::new_epoch`).
+/// CPU's store buffer, which a full barrier drains (streaming copies end
+/// with their own store fence); a new epoch of counted copies starts
+/// (`oxmpi_shm::window::copy::complete_epoch`, both in one look at the
+/// thread's epoch).
+#[inline]
 pub(crate) fn complete() {
-    copy::new_epoch();
-    if UNFENCED.with(|u| u.replace(false)) {
-        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-    }
+    copy::complete_epoch();
 }
 
 /// [`Reach::open`] for memory reached by cross-memory attach, whose lock
@@ -218,8 +207,11 @@ pub(crate) fn put(reach: &Reach, disp: u64, data: &[u8]) -> Result<()> {
     reach.write(offset(disp)?, data, Caching::Counted)
 }
 
-/// `MPI_Get`: copies the window's bytes at `disp` into `out`.
-#[inline]
+/// `MPI_Get`: copies the window's bytes at `disp` into `out`. Always
+/// inlined: a range check and a copy in the caller (with `#[inline]`
+/// alone `oxbench`'s get kept it a call once `Window::fetch_into` was
+/// always inlined).
+#[inline(always)]
 pub(crate) fn get(reach: &Reach, disp: u64, out: &mut [u8]) -> Result<()> {
     reach.read(offset(disp)?, out, Caching::Counted)
 }
@@ -238,8 +230,14 @@ pub(crate) fn get(reach: &Reach, disp: u64, out: &mut [u8]) -> Result<()> {
 /// goes the same way without the checks and the pass that the others need
 /// ([`reduce_in_place`]). Inlined, so that this way is taken in the
 /// caller (a call of the whole cost a fetch-and-op its frame of a longer
-/// function).
-#[inline]
+/// function). Always, with the whole of that way down to the region
+/// mutexes: with `#[inline]` the compiler's choice of what to keep out of
+/// line changed from one build to the next (in `oxbench` this function
+/// was inlined in `Window::fetch_and_op` before a change that made it a
+/// few instructions longer, and a call after it, about 25 instructions
+/// more per operation), and a caller that keeps any part of it pays a
+/// call that passes ten arguments.
+#[inline(always)]
 pub(crate) fn accumulate(
     reach: &Reach,
     disp: u64,
@@ -343,7 +341,7 @@ fn accumulate_span(
 /// mutexes (unless `exclusive`), the old values copied out and the kernel
 /// run on the window's bytes in place, as [`accumulate_span`] does for
 /// every span, in one pass (the lengths were checked).
-#[inline]
+#[inline(always)]
 fn reduce_in_place(
     segment: &WindowSegment,
     at: usize,
@@ -352,14 +350,24 @@ fn reduce_in_place(
     exclusive: bool,
     old: Option<&mut [u8]>,
 ) -> Result<()> {
-    let _regions = hold_span(segment, at, data.len(), exclusive)?;
-    let window = segment.span(at, data.len()).map_err(access_error)?;
-    // SAFETY: the bytes lie in the mapped window (`span` checked them),
-    // which outlives this call; as in `accumulate_span`, this origin holds
-    // their region mutexes or the target's exclusive lock, so no
-    // other origin writes them, or reads them but with atomic loads.
-    let window = unsafe { &mut *window };
-    combine_in_place(window, data, (Some(how.0), how.1, how.2), old)
+    let how = (Some(how.0), how.1, how.2);
+    if exclusive {
+        // No mutex's release (a swap) fences the plain stores: noted for
+        // the flush.
+        stored();
+        let window = segment.span(at, data.len()).map_err(access_error)?;
+        // SAFETY: the bytes lie in the mapped window (`span` checked
+        // them), which outlives this call; this origin holds the target's
+        // exclusive lock, so no other origin touches them.
+        return combine_in_place(unsafe { &mut *window }, data, how, old);
+    }
+    // The mutexes and the bytes with one range check (no `Option` of a
+    // guard: its drop was kept out of line, 21 instructions).
+    let (_regions, window) = segment.lock_span(at, data.len()).map_err(access_error)?;
+    // SAFETY: as above, but this origin holds the bytes' region mutexes:
+    // as in `accumulate_span`, every other origin writes them only under
+    // the same mutexes, and reads them but with atomic loads.
+    combine_in_place(unsafe { &mut *window }, data, how, old)
 }
 
 /// Takes the region mutexes of bytes `at..at + len` of `control`'s
@@ -390,7 +398,7 @@ fn hold_span(
 /// data and window are aligned for the kernel (the usual case: an
 /// origin's typed buffer, an aligned displacement), else by
 /// `target::combine`'s aligned copies, which also do replace and no-op.
-#[inline]
+#[inline(always)]
 fn combine_in_place(
     window: &mut [u8],
     data: &[u8],
@@ -398,11 +406,28 @@ fn combine_in_place(
     old: Option<&mut [u8]>,
 ) -> Result<()> {
     if let Some(old) = old {
-        old.copy_from_slice(window);
+        copy_bytes(old, window);
     }
     match reduction {
         Some(reduction) if reduction.apply(data, window) => Ok(()),
         _ => combine(window, data, basic, op),
+    }
+}
+
+/// Copies `from` into `to`, as long: one element of the common sizes (a
+/// fetch-and-op's old value) by a move of its known size, any other
+/// length by `memcpy` (whose call cost an 8-byte fetch-and-op some 17
+/// instructions).
+#[inline(always)]
+fn copy_bytes(to: &mut [u8], from: &[u8]) {
+    fn known<const N: usize>(to: &mut [u8], from: &[u8]) {
+        to[..N].copy_from_slice(&from[..N]);
+    }
+    match to.len() {
+        4 => known::<4>(to, from),
+        8 => known::<8>(to, from),
+        16 => known::<16>(to, from),
+        _ => to.copy_from_slice(from),
     }
 }
 

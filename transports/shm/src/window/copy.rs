@@ -43,7 +43,7 @@
 //!
 //! A put's or get's copy ([`Caching::Counted`]) counts its bytes in this
 //! thread's epoch, which the MPI layer starts afresh at each flush
-//! ([`new_epoch`]); once the epoch has moved more than half of the
+//! ([`complete_epoch`]); once the epoch has moved more than half of the
 //! level-2 cache, its later copies go by streaming stores
 //! (`copy_streaming`), past the caches: the data of its first operations
 //! is leaving that cache anyway, and destinations are more likely written
@@ -216,22 +216,44 @@ impl CopyPlan {
     /// Counts `len` bytes in this thread's epoch, and says whether it has
     /// now moved more than `stream_after`.
     fn epoch_passes(self, len: usize) -> bool {
-        EPOCH_BYTES.with(|bytes| {
-            let moved = bytes.get().saturating_add(len);
-            bytes.set(moved);
+        EPOCH.with(|epoch| {
+            let moved = epoch.bytes.get().saturating_add(len);
+            epoch.bytes.set(moved);
             moved > self.stream_after
         })
     }
 }
 
-/// Starts a new epoch of this thread's counted copies (module docs): the
-/// MPI layer calls it at each flush, after which the program uses what
-/// the epoch's gets fetched and its puts stored, so that what moved
-/// before no longer decides whether the next copies stream. Inlined (one
-/// store to a thread-local word): on every flush of the direct path.
+/// Notes that this thread stored into window memory with plain stores
+/// not followed by a full barrier (a put's copy, an atomic replace's
+/// release stores, an accumulate under an exclusive lock; a region
+/// mutex's release is a swap, such a barrier), which may still sit in
+/// this CPU's store buffer: the next
+/// [`complete_epoch`] fences. Inlined: a store to a thread-local byte.
 #[inline]
-pub fn new_epoch() {
-    EPOCH_BYTES.with(|bytes| bytes.set(0));
+pub fn plain_stores() {
+    EPOCH.with(|epoch| epoch.unfenced.set(true));
+}
+
+/// Ends this thread's epoch of window accesses (the MPI layer calls it
+/// at each flush, after which the program uses what the epoch's gets
+/// fetched and its puts stored). Its plain stores ([`plain_stores`]), if
+/// any, are made visible to every process before any later load of this
+/// thread: a sequentially consistent fence, which the compiler makes a
+/// locked `or` of zero on the stack on x86-64, ordering ordinary memory
+/// as `mfence` does at less cost (streaming copies end with their own
+/// `sfence`); after compare-and-swaps, fetches and accumulates under
+/// region mutexes alone their locked instructions were the barriers. And the next copies count from zero,
+/// so that what moved before no longer decides whether they stream.
+/// Inlined: on every flush of the direct path.
+#[inline]
+pub fn complete_epoch() {
+    EPOCH.with(|epoch| {
+        epoch.bytes.set(0);
+        if epoch.unfenced.replace(false) {
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        }
+    });
 }
 
 /// How a copy of `first` bytes or more runs ([`CopyPlan::choose`]).
@@ -294,16 +316,31 @@ thread_local! {
         Cell::new(LastCopy { src: 0, dst: 0, len: 0, backwards: false })
     };
 
-    /// The bytes this thread's counted copies moved since its last
-    /// [`new_epoch`], repeats left out. Per thread, because what it
-    /// estimates, how much of the level-2 cache the epoch's data fills,
-    /// is per core, and a thread runs on one core at a time (a count per
-    /// process would let two threads on two cores stream each other's
-    /// copies early); not per window or target, because the copies to
-    /// every window and target pass through the same caches (one count
-    /// each would let a window's epoch stay cached while others have
-    /// filled the cache).
-    static EPOCH_BYTES: Cell<usize> = const { Cell::new(0) };
+    /// What this thread did to window memory since its last
+    /// [`complete_epoch`]: one thread-local for both of a flush's
+    /// questions (two look-ups, each a call, cost a flush some 7
+    /// instructions more).
+    static EPOCH: Epoch = const {
+        Epoch { bytes: Cell::new(0), unfenced: Cell::new(false) }
+    };
+}
+
+/// A thread's epoch of window accesses, between two flushes
+/// ([`complete_epoch`]).
+struct Epoch {
+    /// The bytes its counted copies moved, repeats left out. Per thread,
+    /// because what it estimates, how much of the level-2 cache the
+    /// epoch's data fills, is per core, and a thread runs on one core at
+    /// a time (a count per process would let two threads on two cores
+    /// stream each other's copies early); not per window or target,
+    /// because the copies to every window and target pass through the
+    /// same caches (one count each would let a window's epoch stay cached
+    /// while others have filled the cache).
+    bytes: Cell<usize>,
+    /// Whether it stored into window memory with plain stores
+    /// ([`plain_stores`]) since its last full barrier. Per thread, as the
+    /// stores in a CPU's store buffer are.
+    unfenced: Cell<bool>,
 }
 
 /// Whether this CPU runs [`copy_ahead`]: AVX2 and `prefetchw` (CPUID
@@ -511,7 +548,7 @@ mod tests {
     fn repeats_turn_round_and_counted_copies_stream_after_half_the_l2() {
         let plan = CopyPlan::new((Some(4096), Some(16384)), true, true);
         let ahead = |backwards| Routine::Ahead { backwards };
-        new_epoch();
+        complete_epoch();
         let choose = |caching, src, len| plan.choose(caching, src, 1 << 40, len);
         let routines = [
             // Forwards, then the same copy back and forth.
@@ -552,7 +589,7 @@ mod tests {
                 Routine::Streaming,
             ]
         );
-        new_epoch();
+        complete_epoch();
         assert_eq!(
             plan.choose(Caching::Counted, 3, 1 << 40, 3000),
             ahead(false)
@@ -579,7 +616,7 @@ mod tests {
             let ways = [(0, 0), (1, 0), (0, 3), (64, 100), (77, 13)];
             for (from, to) in ways {
                 let mut destination = vec![0xA5u8; len + 200];
-                EPOCH_BYTES.with(|bytes| bytes.set(usize::MAX / 2));
+                EPOCH.with(|epoch| epoch.bytes.set(usize::MAX / 2));
                 let turns = [Caching::Counted, Caching::Cached, Caching::Cached];
                 for (turn, caching) in turns.into_iter().chain([Caching::Cached]).enumerate() {
                     destination.fill(0xA5);

@@ -275,6 +275,30 @@ impl WindowSegment {
         )
     }
 
+    /// [`WindowSegment::lock_regions`] and [`WindowSegment::span`] in one,
+    /// with one range check: the bytes `offset..offset + len` with their
+    /// region mutexes held, to update in place while the guard lives (an
+    /// accumulate of a span that is never turned round). Always inlined,
+    /// as the mutexes' fast paths: the MPI layer's fetch-and-op inlines
+    /// the whole of its way (`oxmpi::rma::direct`).
+    #[inline(always)]
+    pub fn lock_span(
+        &self,
+        offset: usize,
+        len: usize,
+    ) -> Result<(RegionGuard<'_>, *mut [u8]), AccessError> {
+        let bytes = self.span(offset, len)?;
+        // In range, so within the regions (`Layout::of`): `None` cannot
+        // come, and is refused as out of range all the same.
+        let guard = RegionGuard::lock(self.mutexes(), self.layout.region_bytes, offset, len)
+            .ok_or(AccessError::OutOfRange {
+                offset: offset as u64,
+                len: len as u64,
+                size: self.size as u64,
+            })?;
+        Ok((guard, bytes))
+    }
+
     /// Copies `data` into the window at `offset`. Inlined, as
     /// [`WindowSegment::read`]: a put of a few bytes is then this range
     /// check and the copy in the caller.

@@ -58,7 +58,7 @@ pub struct RegionMutex(AtomicU32);
 impl RegionMutex {
     /// Takes the mutex: one compare-and-swap when it is free (inlined),
     /// else [`RegionMutex::lock_contended`].
-    #[inline]
+    #[inline(always)]
     fn lock(&self) {
         if self.0.compare_exchange(0, 1, SeqCst, SeqCst).is_err() {
             self.lock_contended();
@@ -81,7 +81,7 @@ impl RegionMutex {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn unlock(&self) {
         if self.0.swap(0, SeqCst) == 2 {
             sys::futex_wake(&self.0, 1);
@@ -111,9 +111,11 @@ pub struct RegionGuard<'a> {
 impl<'a> RegionGuard<'a> {
     /// Locks the mutexes of the regions that bytes `offset..offset + len`
     /// touch, each once, in address order; `None` (nothing locked) if the
-    /// span reaches past the last region. Inlined, as its release: an
-    /// accumulate of a few elements takes one region.
-    #[inline]
+    /// span reaches past the last region. Always inlined, as its release
+    /// and the mutexes' fast paths: an accumulate of a few elements takes
+    /// one region, and the MPI layer's fetch-and-op inlines the whole of
+    /// its way (`WindowSegment::lock_span`).
+    #[inline(always)]
     pub fn lock(
         mutexes: &'a [RegionMutex],
         region_bytes: usize,
@@ -137,7 +139,7 @@ impl<'a> RegionGuard<'a> {
 }
 
 impl Drop for RegionGuard<'_> {
-    #[inline]
+    #[inline(always)]
     fn drop(&mut self) {
         for m in self.held.iter().rev() {
             m.unlock();
