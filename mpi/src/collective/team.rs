@@ -272,10 +272,7 @@ impl<'a> Team<'a> {
         sends: Vec<(usize, Outbound<'_>)>,
         recvs: Vec<(usize, Inbound<'_>)>,
     ) -> Result<()> {
-        let sends = sends
-            .into_iter()
-            .map(|(to, data)| (self, to, data))
-            .collect();
+        let sends = sends.into_iter().map(|(to, data)| (self, to, data));
         self.exchange_kinds(sends, recvs).await
     }
 
@@ -285,9 +282,12 @@ impl<'a> Team<'a> {
     /// member leave in their order, so a step can send a member two
     /// messages it tells apart by their kinds without waiting between
     /// them.
-    pub(crate) async fn exchange_kinds(
+    pub(crate) async fn exchange_kinds<'t, 'w: 't>(
         &self,
-        sends: Vec<(&Team<'_>, usize, Outbound<'_>)>,
+        sends: impl IntoIterator<
+            Item = (&'t Team<'w>, usize, Outbound<'_>),
+            IntoIter: ExactSizeIterator,
+        >,
         recvs: Vec<(usize, Inbound<'_>)>,
     ) -> Result<()> {
         let expected: Vec<(usize, usize)> = recvs
@@ -314,10 +314,7 @@ impl<'a> Team<'a> {
             .iter()
             .map(|(from, inbound)| (*from, inbound.len()))
             .collect();
-        let sends = sends
-            .into_iter()
-            .map(|(to, data)| (self, to, data))
-            .collect();
+        let sends = sends.into_iter().map(|(to, data)| (self, to, data));
         let received = self.exchange_statuses(sends, recvs).await?;
         received
             .iter()
@@ -331,19 +328,27 @@ impl<'a> Team<'a> {
 
     /// Posts the step's receives, then its sends, and waits until all are
     /// complete: the statuses of the receives (in order), or the first
-    /// failure of a send.
-    async fn exchange_statuses(
+    /// failure of a send. The sends are taken as they are posted, so that
+    /// a caller that makes them on the way (a map over its list) needs no
+    /// second list.
+    async fn exchange_statuses<'t, 'w: 't>(
         &self,
-        sends: Vec<(&Team<'_>, usize, Outbound<'_>)>,
+        sends: impl IntoIterator<
+            Item = (&'t Team<'w>, usize, Outbound<'_>),
+            IntoIter: ExactSizeIterator,
+        >,
         recvs: Vec<(usize, Inbound<'_>)>,
     ) -> Result<Vec<Status>> {
-        if sends.is_empty() && recvs.is_empty() {
+        let sends = sends.into_iter();
+        if sends.len() == 0 && recvs.is_empty() {
             // A step with no messages (a process alone, a leaf's turn to
             // pass nothing on): no device call.
             return Ok(Vec::new());
         }
-        let mut messages = Messages::default();
         let receives = recvs.len();
+        let mut messages = Messages {
+            ids: Vec::with_capacity(receives + sends.len()),
+        };
         let posted = with_device(|d| {
             for (from, inbound) in recvs {
                 // SAFETY: `inbound` stays borrowed until this step is
