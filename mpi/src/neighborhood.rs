@@ -31,7 +31,7 @@
 //! processes pair off in order.
 
 use crate::collective::op::same_element_type;
-use crate::collective::partition::{disjoint_blocks, uniform_blocks, BlockOwner};
+use crate::collective::partition::{disjoint_blocks, BlockOwner};
 use crate::collective::team::{CollectiveTag, Sequence};
 use crate::collective::typed::{pieces_of_each, whole_messages, Inbound, Outbound, Pieces};
 use crate::collective::{Partition, PartitionMut};
@@ -54,7 +54,10 @@ pub(crate) struct Neighborhood {
     destinations: usize,
     /// (destination rank, index of the send block).
     sends: Vec<(i32, usize)>,
-    /// (source rank, index of the receive block).
+    /// (source rank, index of the receive block), the indices ascending
+    /// (a grid's -1 before +1, dimension by dimension; a graph's sources
+    /// in order), which lets the receive blocks of one length be cut out
+    /// of the buffer in one pass.
     recvs: Vec<(i32, usize)>,
 }
 
@@ -163,10 +166,9 @@ impl Communicator {
         let hood = self.neighborhood()?;
         let block = send.len();
         expect_blocks(recv.len(), hood.sources, block, "the receive buffer")?;
-        let parts = uniform_blocks(hood.sources, block);
-        let recvs = from_sources(&mut recv, &parts)?;
-        let sends = send.outbound_blocks(&vec![0..block; hood.destinations])?;
-        self.neighbor_exchange(sequence, CollectiveTag::AllGather, hood, sends, recvs)
+        let recvs = uniform_receives(&mut recv, hood, block)?;
+        let sends = posted(&hood.sends, |_| send.outbound(0..block))?;
+        self.neighbor_exchange(sequence, CollectiveTag::AllGather, sends, recvs)
             .await
     }
 
@@ -230,9 +232,9 @@ impl Communicator {
         same_element_type(send_type, recv.element_type())?;
         let hood = self.neighborhood()?;
         let (parts, mut recv) = recv.pieces(BlockOwner::SourceNeighbor, hood.sources)?;
-        let recvs = from_sources(&mut recv, &parts)?;
-        let sends = send.outbound_blocks(&vec![0..send.len(); hood.destinations])?;
-        self.neighbor_exchange(sequence, CollectiveTag::AllGather, hood, sends, recvs)
+        let recvs = from_sources(&mut recv, &parts, hood)?;
+        let sends = posted(&hood.sends, |_| send.outbound(0..send.len()))?;
+        self.neighbor_exchange(sequence, CollectiveTag::AllGather, sends, recvs)
             .await
     }
 
@@ -290,10 +292,9 @@ impl Communicator {
         };
         expect_blocks(send.len(), hood.destinations, block, "the send buffer")?;
         expect_blocks(recv.len(), hood.sources, block, "the receive buffer")?;
-        let parts = uniform_blocks(hood.sources, block);
-        let recvs = from_sources(&mut recv, &parts)?;
-        let sends = send.outbound_blocks(&uniform_blocks(hood.destinations, block))?;
-        self.neighbor_exchange(sequence, CollectiveTag::AllToAll, hood, sends, recvs)
+        let recvs = uniform_receives(&mut recv, hood, block)?;
+        let sends = posted(&hood.sends, |j| send.outbound(j * block..(j + 1) * block))?;
+        self.neighbor_exchange(sequence, CollectiveTag::AllToAll, sends, recvs)
             .await
     }
 
@@ -364,9 +365,9 @@ impl Communicator {
         let hood = self.neighborhood()?;
         let (send_parts, send) = send.pieces(BlockOwner::DestinationNeighbor, hood.destinations)?;
         let (recv_parts, mut recv) = recv.pieces(BlockOwner::SourceNeighbor, hood.sources)?;
-        let recvs = from_sources(&mut recv, &recv_parts)?;
-        let sends = send.outbound_blocks(&send_parts)?;
-        self.neighbor_exchange(sequence, CollectiveTag::AllToAll, hood, sends, recvs)
+        let recvs = from_sources(&mut recv, &recv_parts, hood)?;
+        let sends = posted(&hood.sends, |j| send.outbound(send_parts[j].clone()))?;
+        self.neighbor_exchange(sequence, CollectiveTag::AllToAll, sends, recvs)
             .await
     }
 
@@ -425,37 +426,59 @@ impl Communicator {
         }
         let (inputs, mut outputs) = pieces_of_each(send, recv)?;
         let (sends, recvs) = whole_messages(&inputs, &mut outputs)?;
-        self.neighbor_exchange(sequence, CollectiveTag::AllToAll, hood, sends, recvs)
+        let sends = in_posting_order(sends, &hood.sends)?;
+        let recvs = in_posting_order(recvs, &hood.recvs)?;
+        self.neighbor_exchange(sequence, CollectiveTag::AllToAll, sends, recvs)
             .await
     }
 
-    /// The exchange of a neighbourhood collective of kind `kind`: send
-    /// block `j` (of `sends`, by destination) and receive block `i` (of
-    /// `recvs`, by source) as `hood` says, each a message the
-    /// point-to-point layer packs or unpacks piece by piece where its
-    /// data is not contiguous. A block of no destination or source
-    /// (`PROC_NULL`) is left alone.
+    /// The exchange of a neighbourhood collective of kind `kind`: the
+    /// messages `sends` and `recvs` (to and from their ranks, in the
+    /// order [`Neighborhood`] posts them), each one the point-to-point
+    /// layer packs or unpacks piece by piece where its data is not
+    /// contiguous. A block of no destination or source (`PROC_NULL`) is
+    /// in neither, and so left alone.
     async fn neighbor_exchange(
         &self,
         sequence: Sequence,
         kind: CollectiveTag,
-        hood: &Neighborhood,
-        sends: Vec<Outbound<'_>>,
-        recvs: Vec<Inbound<'_>>,
+        sends: Vec<(usize, Outbound<'_>)>,
+        recvs: Vec<(usize, Inbound<'_>)>,
     ) -> Result<()> {
-        let sends = in_posting_order(sends, &hood.sends);
-        let recvs = in_posting_order(recvs, &hood.recvs);
         let team = self.team(sequence, kind)?;
         team.complete(team.exchange_data(sends, recvs)).await
     }
 }
 
-/// The blocks `parts` of `recv`, one per source neighbour, to receive
-/// into at once; they must not overlap (else `MPI_ERR_ARG`, naming the
-/// neighbours by their positions among the sources).
-fn from_sources<'r>(recv: &'r mut Pieces<'_>, parts: &[Range<usize>]) -> Result<Vec<Inbound<'r>>> {
+/// The receives of blocks of `block` bytes of `recv`, one per source
+/// neighbour, in the order `hood` posts them. Their positions ascend as
+/// the neighbourhood's receives do (see [`Neighborhood::recvs`]), and
+/// blocks of one length never overlap: `recv` is cut in one pass,
+/// without the sorting and checking of the varying-count forms'
+/// blocks.
+fn uniform_receives<'r>(
+    recv: &'r mut Pieces<'_>,
+    hood: &Neighborhood,
+    block: usize,
+) -> Result<Vec<(usize, Inbound<'r>)>> {
+    let parts = hood
+        .recvs
+        .iter()
+        .map(|&(from, i)| (from as usize, i * block..(i + 1) * block));
+    recv.inbound_ascending(parts)
+}
+
+/// The receives of the blocks `parts` of `recv` (by source neighbour,
+/// which must not overlap: else `MPI_ERR_ARG`, naming the neighbours by
+/// their positions among the sources), in the order `hood` posts them.
+fn from_sources<'r>(
+    recv: &'r mut Pieces<'_>,
+    parts: &[Range<usize>],
+    hood: &Neighborhood,
+) -> Result<Vec<(usize, Inbound<'r>)>> {
     let len = recv.len();
-    recv.inbound_blocks(disjoint_blocks(len, parts, BlockOwner::SourceNeighbor)?)
+    let blocks = recv.inbound_blocks(disjoint_blocks(len, parts, BlockOwner::SourceNeighbor)?)?;
+    in_posting_order(blocks, &hood.recvs)
 }
 
 /// Checks that `len` bytes are `blocks` blocks of `block` bytes.
@@ -471,15 +494,26 @@ fn expect_blocks(len: usize, blocks: usize, block: usize, what: &str) -> Result<
     Ok(())
 }
 
-/// The messages of `blocks` in the order `posting` gives them: (rank,
-/// index of the block) each. The neighbourhood names each block at most
-/// once.
-fn in_posting_order<T: Default>(mut blocks: Vec<T>, posting: &[(i32, usize)]) -> Vec<(usize, T)> {
+/// The messages of an exchange in the order `posting` gives them ((rank,
+/// index of the block) each), each made from its block's index by
+/// `message`: no list of the blocks by index is made first.
+fn posted<T>(
+    posting: &[(i32, usize)],
+    mut message: impl FnMut(usize) -> Result<T>,
+) -> Result<Vec<(usize, T)>> {
     posting
         .iter()
-        .map(|&(rank, i)| {
-            let block = blocks.get_mut(i).map(std::mem::take).unwrap_or_default();
-            (rank as usize, block)
-        })
+        .map(|&(rank, i)| Ok((rank as usize, message(i)?)))
         .collect()
+}
+
+/// The messages of `blocks` (by index) in the order `posting` gives
+/// them. The neighbourhood names each block at most once.
+fn in_posting_order<T: Default>(
+    mut blocks: Vec<T>,
+    posting: &[(i32, usize)],
+) -> Result<Vec<(usize, T)>> {
+    posted(posting, |i| {
+        Ok(blocks.get_mut(i).map(std::mem::take).unwrap_or_default())
+    })
 }

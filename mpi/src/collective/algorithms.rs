@@ -592,7 +592,7 @@ async fn hand_out_subtree(
     let sends = place
         .children_parts(block, holding)
         .map(|(to, part)| Ok((t, to, held.outbound(part)?)))
-        .collect::<Result<_>>()?;
+        .collect::<Result<Vec<_>>>()?;
     t.exchange_kinds(sends, Vec::new()).await?;
     if let Some(mine) = mine {
         let own = held.outbound(place.own_part(block, holding))?;

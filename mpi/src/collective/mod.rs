@@ -856,7 +856,7 @@ impl Communicator {
         }
         let parts = uniform_blocks(self.addressed_size(), block);
         let sends = parts.iter().map(|p| send[p.clone()].into()).collect();
-        let recvs = disjoint_blocks(recv.len(), &parts, BlockOwner::Rank)?.split(recv);
+        let recvs = disjoint_blocks(recv.len(), &parts, BlockOwner::Rank)?.split(recv)?;
         self.all_to_all_bytes(sequence, sends, recvs, all_to_all_algorithm(block))
             .await
     }

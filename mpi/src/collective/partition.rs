@@ -312,20 +312,70 @@ impl DisjointBlocks<'_> {
 
     /// `buf` split into the blocks, by block index, each as a `T` (the
     /// bytes, or what holds them: one pass, one vector).
-    pub(crate) fn split<'b, T: From<&'b mut [u8]> + Default>(self, buf: &'b mut [u8]) -> Vec<T> {
+    pub(crate) fn split<'b, T: From<&'b mut [u8]> + Default>(
+        self,
+        buf: &'b mut [u8],
+    ) -> Result<Vec<T>> {
         let mut pieces: Vec<T> = (0..self.parts.len()).map(|_| T::default()).collect();
-        let mut rest = buf;
-        let mut offset = 0;
-        for i in self.order {
-            let part = &self.parts[i];
-            let (_, tail) = std::mem::take(&mut rest).split_at_mut(part.start - offset);
-            let (piece, tail) = tail.split_at_mut(part.len());
+        let sorted = self.order.iter().map(|&i| (i, self.parts[i].clone()));
+        for cut in cut_ascending(buf, sorted) {
+            let (i, piece) = cut?;
             pieces[i] = T::from(piece);
-            rest = tail;
-            offset = part.end;
         }
-        pieces
+        Ok(pieces)
     }
+}
+
+/// Checks that byte ranges of a buffer of `len` bytes come in ascending
+/// order without overlapping and end within it, so that they can be cut
+/// out of it, or written by streams of their own, at once.
+pub(crate) struct Ascending {
+    end: usize,
+    len: usize,
+}
+
+impl Ascending {
+    /// A check of ranges of a buffer of `len` bytes.
+    pub(crate) fn within(len: usize) -> Ascending {
+        Ascending { end: 0, len }
+    }
+
+    /// Checks `part`, the next range: `MPI_ERR_INTERN` if it starts
+    /// before the previous one ended or ends beyond the buffer (the
+    /// caller's lists are wrong; the user's blocks were checked before).
+    pub(crate) fn next(&mut self, part: &Range<usize>) -> Result<()> {
+        if part.start < self.end || part.start > part.end || part.end > self.len {
+            return Err(Error::new(
+                ErrorClass::Intern,
+                format!(
+                    "a collective's receive block {part:?} is out of order (the previous one \
+                     ended at {}) or beyond its {} bytes",
+                    self.end, self.len
+                ),
+            ));
+        }
+        self.end = part.end;
+        Ok(())
+    }
+}
+
+/// `parts` of `buf` (ascending, not overlapping, as [`Ascending`]
+/// checks), each with its key, cut out of it in one pass.
+pub(crate) fn cut_ascending<K>(
+    buf: &mut [u8],
+    parts: impl IntoIterator<Item = (K, Range<usize>)>,
+) -> impl Iterator<Item = Result<(K, &mut [u8])>> {
+    let mut order = Ascending::within(buf.len());
+    let mut rest = buf;
+    let mut offset = 0;
+    parts.into_iter().map(move |(key, part)| {
+        order.next(&part)?;
+        let (_, tail) = std::mem::take(&mut rest).split_at_mut(part.start - offset);
+        let (piece, tail) = tail.split_at_mut(part.len());
+        rest = tail;
+        offset = part.end;
+        Ok((key, piece))
+    })
 }
 
 #[cfg(test)]
@@ -368,7 +418,8 @@ mod tests {
         let mut buf: Vec<u8> = (0..12).collect();
         let pieces: Vec<&mut [u8]> = disjoint_blocks(12, &parts, BlockOwner::Rank)
             .unwrap()
-            .split(&mut buf);
+            .split(&mut buf)
+            .unwrap();
         let lens: Vec<&[u8]> = pieces.iter().map(|p| &**p).collect();
         assert_eq!(
             lens,

@@ -272,10 +272,7 @@ impl<'a> Team<'a> {
         sends: Vec<(usize, Outbound<'_>)>,
         recvs: Vec<(usize, Inbound<'_>)>,
     ) -> Result<()> {
-        let sends = sends
-            .into_iter()
-            .map(|(to, data)| (self, to, data))
-            .collect();
+        let sends = sends.into_iter().map(|(to, data)| (self, to, data));
         self.exchange_kinds(sends, recvs).await
     }
 
@@ -285,9 +282,12 @@ impl<'a> Team<'a> {
     /// member leave in their order, so a step can send a member two
     /// messages it tells apart by their kinds without waiting between
     /// them.
-    pub(crate) async fn exchange_kinds(
+    pub(crate) async fn exchange_kinds<'t, 'w: 't>(
         &self,
-        sends: Vec<(&Team<'_>, usize, Outbound<'_>)>,
+        sends: impl IntoIterator<
+            Item = (&'t Team<'w>, usize, Outbound<'_>),
+            IntoIter: ExactSizeIterator,
+        >,
         recvs: Vec<(usize, Inbound<'_>)>,
     ) -> Result<()> {
         let expected: Vec<(usize, usize)> = recvs
@@ -314,10 +314,7 @@ impl<'a> Team<'a> {
             .iter()
             .map(|(from, inbound)| (*from, inbound.len()))
             .collect();
-        let sends = sends
-            .into_iter()
-            .map(|(to, data)| (self, to, data))
-            .collect();
+        let sends = sends.into_iter().map(|(to, data)| (self, to, data));
         let received = self.exchange_statuses(sends, recvs).await?;
         received
             .iter()
@@ -331,19 +328,28 @@ impl<'a> Team<'a> {
 
     /// Posts the step's receives, then its sends, and waits until all are
     /// complete: the statuses of the receives (in order), or the first
-    /// failure of a send.
-    async fn exchange_statuses(
+    /// failure of a send. The sends are taken as they are posted, so that
+    /// a caller that makes them on the way (a map over its list) needs no
+    /// second list.
+    async fn exchange_statuses<'t, 'w: 't>(
         &self,
-        sends: Vec<(&Team<'_>, usize, Outbound<'_>)>,
+        sends: impl IntoIterator<
+            Item = (&'t Team<'w>, usize, Outbound<'_>),
+            IntoIter: ExactSizeIterator,
+        >,
         recvs: Vec<(usize, Inbound<'_>)>,
     ) -> Result<Vec<Status>> {
-        if sends.is_empty() && recvs.is_empty() {
+        let sends = sends.into_iter();
+        if sends.len() == 0 && recvs.is_empty() {
             // A step with no messages (a process alone, a leaf's turn to
             // pass nothing on): no device call.
             return Ok(Vec::new());
         }
-        let mut messages = Messages::default();
         let receives = recvs.len();
+        let mut messages = Messages {
+            ids: Vec::with_capacity(receives + sends.len()),
+            receives,
+        };
         let posted = with_device(|d| {
             for (from, inbound) in recvs {
                 // SAFETY: `inbound` stays borrowed until this step is
@@ -380,15 +386,10 @@ impl<'a> Team<'a> {
         });
         // A failure to post drops `messages`, which takes back or waits
         // for what was posted.
-        let mut statuses = match posted? {
-            Some(statuses) => statuses,
-            None => (&mut messages).await?,
-        };
-        if let Some(e) = statuses[receives..].iter().find_map(|s| s.error.as_ref()) {
-            return Err(e.clone());
+        match posted? {
+            Some(statuses) => Ok(statuses),
+            None => (&mut messages).await,
         }
-        statuses.truncate(receives);
-        Ok(statuses)
     }
 
     /// Posts the receive of a message of this team's tag from `from`
@@ -433,7 +434,10 @@ impl<'a> Team<'a> {
         theirs: Inbound<'_>,
     ) -> Result<(bool, usize)> {
         let rooms = [mine.len(), theirs.len()];
-        let mut messages = Messages::default();
+        let mut messages = Messages {
+            ids: Vec::with_capacity(2),
+            receives: 2,
+        };
         with_device(|d| {
             for (team, inbound) in [(self, mine), (other, theirs)] {
                 // SAFETY: both stay borrowed until this step is done
@@ -535,35 +539,47 @@ impl<'a> Team<'a> {
     }
 }
 
-/// The device requests of one step, as a future of their statuses (in
-/// order) once all are complete. Dropped with requests still pending (the
-/// step was abandoned, or failed while posting), it cancels the receives
-/// that have not matched and waits until every request is complete, so
-/// that no buffer outlives its use by the device.
-#[derive(Default)]
+/// The device requests of one step, as a future of the statuses of its
+/// receives (in order) once all are complete, or of the first failure of
+/// a send. Dropped with requests still pending (the step was abandoned,
+/// or failed while posting), it cancels the receives that have not
+/// matched and waits until every request is complete, so that no buffer
+/// outlives its use by the device.
 struct Messages {
+    /// The receives first, then the sends.
     ids: Vec<RequestId>,
+    /// How many of `ids` are receives.
+    receives: usize,
 }
 
 impl Messages {
-    /// Every request's status, taken from the device, if all are
-    /// complete; otherwise nothing is taken.
+    /// The statuses of the receives, every request's status taken from
+    /// the device, if all are complete (else nothing is taken); or the
+    /// first failure of a send. A send's status is looked at, not kept:
+    /// only its error matters to a step.
     fn take_if_complete(&mut self, d: &mut Device) -> Result<Option<Vec<Status>>> {
         if !self.ids.iter().all(|&id| d.is_complete(id)) {
             return Ok(None);
         }
-        std::mem::take(&mut self.ids)
-            .into_iter()
-            .map(|id| {
-                d.take_status(id).ok_or_else(|| {
-                    Error::new(
-                        ErrorClass::Intern,
-                        "a collective's request was freed by someone else",
-                    )
-                })
-            })
-            .collect::<Result<Vec<_>>>()
-            .map(Some)
+        let mut statuses = Vec::with_capacity(self.receives);
+        let mut failed_send = None;
+        for (i, id) in std::mem::take(&mut self.ids).into_iter().enumerate() {
+            let status = d.take_status(id).ok_or_else(|| {
+                Error::new(
+                    ErrorClass::Intern,
+                    "a collective's request was freed by someone else",
+                )
+            })?;
+            if i < self.receives {
+                statuses.push(status);
+            } else if failed_send.is_none() {
+                failed_send = status.error;
+            }
+        }
+        match failed_send {
+            Some(e) => Err(e),
+            None => Ok(Some(statuses)),
+        }
     }
 }
 

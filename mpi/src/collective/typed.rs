@@ -8,7 +8,7 @@
 //! window of the packed data that the point-to-point layer packs or
 //! unpacks piece by piece as the message goes.
 
-use super::partition::DisjointBlocks;
+use super::partition::{cut_ascending, Ascending, DisjointBlocks};
 use super::team::Scratch;
 use crate::datatype::{
     Buffer, BufferMut, ElementType, Incoming, MutView, Outgoing, PackStream, UnpackStream, View,
@@ -284,7 +284,7 @@ impl Pieces<'_> {
             return Err(beyond(bad.start, bad.len(), len));
         }
         match self {
-            Pieces::Bytes(bytes) => Ok(blocks.split(bytes)),
+            Pieces::Bytes(bytes) => blocks.split(bytes),
             Pieces::Unpacked(stream, _) => Ok(blocks
                 .parts()
                 .iter()
@@ -297,6 +297,41 @@ impl Pieces<'_> {
                     Inbound::Unpacked(Window::of(stream, part.clone()), PhantomData)
                 })
                 .collect()),
+            Pieces::Shared(_) | Pieces::Packed(..) => Err(wrong_way("written")),
+        }
+    }
+
+    /// The packed bytes of each of `parts` to receive into at once, each
+    /// with its key, in their order: ascending, without overlapping (else
+    /// `MPI_ERR_INTERN`), so that no sorting or checking of the user's
+    /// blocks is needed, as it is in [`Pieces::inbound_blocks`].
+    pub(crate) fn inbound_ascending<K>(
+        &mut self,
+        parts: impl Iterator<Item = (K, Range<usize>)>,
+    ) -> Result<Vec<(K, Inbound<'_>)>> {
+        let len = self.len();
+        match self {
+            Pieces::Bytes(bytes) => cut_ascending(bytes, parts)
+                .map(|cut| cut.map(|(key, piece)| (key, Inbound::Bytes(piece))))
+                .collect(),
+            Pieces::Unpacked(stream, _) => {
+                let mut order = Ascending::within(len);
+                parts
+                    .map(|(key, part)| {
+                        order.next(&part)?;
+                        // SAFETY: the memory stays borrowed exclusively for
+                        // as long as `self`, which the inbound data
+                        // borrows exclusively; each stream unpacks into
+                        // its own block, and `order` saw that the blocks
+                        // do not overlap.
+                        let stream = unsafe { stream.restarted() };
+                        Ok((
+                            key,
+                            Inbound::Unpacked(Window::of(stream, part), PhantomData),
+                        ))
+                    })
+                    .collect()
+            }
             Pieces::Shared(_) | Pieces::Packed(..) => Err(wrong_way("written")),
         }
     }
