@@ -108,6 +108,8 @@ mod host;
 mod inbound;
 mod numa;
 mod proto;
+#[cfg(test)]
+mod queue_study;
 pub mod region;
 mod ring;
 mod segment;
