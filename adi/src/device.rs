@@ -54,8 +54,8 @@ use crate::request::Slab;
 use crate::select::{card_key, Routes};
 use crate::selfvc::SelfTransport;
 use crate::transport::{
-    deliver_in_steps, Delivery, JobInfo, PacketSink, PayloadSlot, PeerRank, RdmaOp, RdmaRegion,
-    RdmaTarget, RemoteRead, Transport,
+    deliver_in_steps, JobInfo, PacketSink, PayloadSlot, PeerRank, RdmaOp, RdmaRegion, RdmaTarget,
+    RemoteRead, Transport,
 };
 use crate::vlog;
 use std::collections::VecDeque;
@@ -3393,20 +3393,14 @@ impl PacketSink for Sink<'_> {
         sequence: u32,
         envelope: Envelope,
         payload: &[u8],
-    ) -> Result<Delivery> {
+    ) -> Result<()> {
         // `on_packet` of the header these parts make, less what that
         // header cannot say: no other kind, no flags, no tokens.
         self.core.admit(self.transport, peer, Some(sequence))?;
         self.core
             .check_eager_len(self.transport, peer, payload.len())?;
         self.core.receive_whole_eager(peer, envelope, payload, None);
-        // A complete direct receive is what its wait looks for next (this
-        // message's, or one an earlier frame of the poll completed).
-        Ok(if matches!(self.core.direct, Direct::Done(_)) {
-            Delivery::EndsWait
-        } else {
-            Delivery::Taken
-        })
+        Ok(())
     }
 
     fn payload_buffer(&mut self, slot: PayloadSlot) -> &mut [u8] {
@@ -3773,7 +3767,6 @@ mod tests {
         let deliver = |sink: &mut Sink<'_>, h: &Header, payload: &[u8]| {
             if by_parts {
                 sink.on_standard_eager(PEER, h.sequence, envelope_of(h), payload)
-                    .map(drop)
             } else {
                 sink.on_packet(PEER, h, payload)
             }
@@ -4113,47 +4106,6 @@ mod tests {
         assert!(core.posted.take_match(&envelope_of(&eager(0, 0))).is_none());
         // Nor does a new one start for it.
         assert!(!core.post_direct(from_peer, Some(PEER), direct.as_mut_ptr(), 4));
-    }
-
-    #[test]
-    fn a_message_that_completes_the_direct_receive_ends_the_wait() {
-        let mut core = core();
-        let any = Pattern {
-            context_id: 5,
-            source: None,
-            tag: None,
-        };
-        let envelope = Envelope {
-            context_id: 5,
-            source: 3,
-            tag: 9,
-        };
-        let (mut earlier, mut direct) = ([0u8; 4], [0u8; 4]);
-        let token = post(&mut core, any, &mut earlier);
-        assert!(core.post_direct(any, None, direct.as_mut_ptr(), direct.len()));
-        let mut sink = Sink {
-            core: &mut core,
-            transport: 0,
-        };
-        // The older receive (a request) takes the first message; the
-        // second completes the direct receive; a third, unexpected, is
-        // taken while the direct receive's status still waits.
-        let taken = [
-            sink.on_standard_eager(PEER, 0, envelope, b"ab").unwrap(),
-            sink.on_standard_eager(PEER, 1, envelope, b"cd").unwrap(),
-            sink.on_standard_eager(PEER, 2, envelope, b"ef").unwrap(),
-        ];
-        assert_eq!(
-            taken,
-            [Delivery::Taken, Delivery::EndsWait, Delivery::EndsWait]
-        );
-        assert!(matches!(
-            core.requests.get(token).unwrap().phase,
-            Phase::Done
-        ));
-        assert_eq!((&earlier[..2], &direct[..2]), (&b"ab"[..], &b"cd"[..]));
-        assert!(matches!(core.direct, Direct::Done(_)));
-        assert!(core.unexpected.find(&any).is_some());
     }
 
     #[test]

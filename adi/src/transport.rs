@@ -52,21 +52,6 @@ pub type PeerRank = usize;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PayloadSlot(pub u64);
 
-/// What a message handed to [`PacketSink::on_standard_eager`] did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Delivery {
-    /// It completed the receive that the polling wait is blocked on (the
-    /// device's direct receive, `MPI_Recv`'s): a transport may end its
-    /// poll here and leave what follows in its queue for the next poll.
-    /// The wait then returns without the look past this message, which
-    /// in a shared-memory queue loads a cache line last touched a lap of
-    /// the ring ago, between the message's arrival and the program's
-    /// next step.
-    EndsWait,
-    /// Taken (matched, or kept as unexpected) and nothing more.
-    Taken,
-}
-
 /// The ADI's side of a transport's [`Transport::poll`]: the transport
 /// reports what arrived and what completed.
 pub trait PacketSink {
@@ -106,19 +91,15 @@ pub trait PacketSink {
     /// transport whose frames for short messages carry only these (shm's
     /// one-cell messages) calls it, which spares the ADI building a whole
     /// header and judging the fields that such a frame cannot carry.
-    /// [`Delivery::EndsWait`] says the message completed the receive that
-    /// the polling wait is blocked on: the transport may end its poll there
-    /// (see [`Delivery`]).
     fn on_standard_eager(
         &mut self,
         peer: PeerRank,
         sequence: u32,
         envelope: Envelope,
         payload: &[u8],
-    ) -> Result<Delivery> {
+    ) -> Result<()> {
         let header = Header::standard_eager(sequence, envelope, payload.len());
         self.on_packet(peer, &header, payload)
-            .map(|()| Delivery::Taken)
     }
 
     /// A [`Transport::send_zcopy`] with this token has finished with the

@@ -6,7 +6,7 @@ use crate::proto::{FrameKind, CELL, SHORT_PAYLOAD_MAX};
 use crate::ring::{Consumer, Corrupt, Frame, Head};
 use crate::{broke_protocol, corrupt};
 use oxmpi_adi::proto::{Header, HEADER_LEN};
-use oxmpi_adi::transport::{Delivery, PacketSink, PayloadSlot, PeerRank};
+use oxmpi_adi::transport::{PacketSink, PayloadSlot, PeerRank};
 use oxmpi_adi::{Error, ErrorClass, Result};
 
 /// Largest payload a packet that arrives whole in one header frame may
@@ -44,10 +44,8 @@ pub(crate) struct InLink {
 
 impl InLink {
     /// Delivers what the queue holds (at most one queue's worth of cells,
-    /// so that one busy peer does not hold the poll), up to a short
-    /// message that ends the polling wait ([`Delivery::EndsWait`]): its
-    /// wait returns without looking at the cell past it, a line last
-    /// touched a lap of the ring ago. Returns whether a frame was read.
+    /// so that one busy peer does not hold the poll). Returns whether a
+    /// frame was read.
     ///
     /// A run of short frames (short messages) is read here, each judged
     /// by one look at its control word ([`Consumer::look`]); the first
@@ -64,12 +62,8 @@ impl InLink {
             match self.consumer.look() {
                 Head::Empty => break,
                 Head::Short(frame) if matches!(self.read, ReadState::Header) => {
-                    let (bytes, delivery) = self.deliver_short(sink, &frame)?;
-                    budget = budget.saturating_sub(bytes);
+                    budget = budget.saturating_sub(self.deliver_short(sink, &frame)?);
                     progressed = true;
-                    if delivery == Delivery::EndsWait {
-                        break;
-                    }
                 }
                 _ => return Ok(self.receive_frames(sink, budget)? | progressed),
             }
@@ -79,22 +73,17 @@ impl InLink {
 
     /// Hands the [`FrameKind::Short`] frame at the head, a whole packet,
     /// to the ADI in one step and frees its cells. Returns the bytes it
-    /// counts against the poll's share, and what the ADI did with it.
+    /// counts against the poll's share.
     #[inline(always)]
-    fn deliver_short(
-        &mut self,
-        sink: &mut dyn PacketSink,
-        frame: &Frame,
-    ) -> Result<(usize, Delivery)> {
+    fn deliver_short(&mut self, sink: &mut dyn PacketSink, frame: &Frame) -> Result<usize> {
         let n = frame.payload_len();
         if n <= SHORT_PAYLOAD_MAX {
             // One cell: fixed-size copies of the whole cell.
             let (fields, payload) = self.consumer.short(frame);
             self.consumer.advance(frame);
-            let delivery = sink
-                .on_standard_eager(self.peer, fields.sequence, fields.envelope, &payload[..n])
+            sink.on_standard_eager(self.peer, fields.sequence, fields.envelope, &payload[..n])
                 .map_err(|e| broke_protocol(self.peer, e))?;
-            return Ok((CELL, delivery));
+            return Ok(CELL);
         }
         // Several cells (`look` and `peek` bounded the length by the
         // buffer's).
@@ -102,10 +91,9 @@ impl InLink {
         let payload = &mut self.whole[..n];
         self.consumer.copy_payload(frame, payload);
         self.consumer.advance(frame);
-        let delivery = sink
-            .on_standard_eager(self.peer, fields.sequence, fields.envelope, payload)
+        sink.on_standard_eager(self.peer, fields.sequence, fields.envelope, payload)
             .map_err(|e| broke_protocol(self.peer, e))?;
-        Ok((n + HEADER_LEN, delivery))
+        Ok(n + HEADER_LEN)
     }
 
     /// Reads frames of every kind while the poll's share, `budget` bytes
@@ -122,12 +110,8 @@ impl InLink {
             let (slot, mut remaining, mut placed) = match (frame.kind, self.read) {
                 (FrameKind::Short, ReadState::Header) => {
                     // A whole packet: the ADI takes it in one step.
-                    let (bytes, delivery) = self.deliver_short(sink, &frame)?;
-                    budget = budget.saturating_sub(bytes);
+                    budget = budget.saturating_sub(self.deliver_short(sink, &frame)?);
                     progressed = true;
-                    if delivery == Delivery::EndsWait {
-                        break;
-                    }
                     continue;
                 }
                 (FrameKind::Header | FrameKind::ShortHeader, ReadState::Header) => {
@@ -220,9 +204,6 @@ mod tests {
         placed: usize,
         /// Packets handed over whole, in one step.
         whole: usize,
-        /// The sequence number of the standard eager message that ends the
-        /// wait ([`Delivery::EndsWait`]).
-        ends_wait: Option<u32>,
     }
 
     impl PacketSink for Sink {
@@ -240,21 +221,6 @@ mod tests {
         fn on_packet(&mut self, peer: PeerRank, header: &Header, payload: &[u8]) -> Result<()> {
             self.whole += 1;
             oxmpi_adi::transport::deliver_in_steps(self, peer, header, payload)
-        }
-        fn on_standard_eager(
-            &mut self,
-            peer: PeerRank,
-            sequence: u32,
-            envelope: oxmpi_adi::matching::Envelope,
-            payload: &[u8],
-        ) -> Result<Delivery> {
-            let header = Header::standard_eager(sequence, envelope, payload.len());
-            self.on_packet(peer, &header, payload)?;
-            Ok(if self.ends_wait == Some(sequence) {
-                Delivery::EndsWait
-            } else {
-                Delivery::Taken
-            })
         }
         fn on_send_complete(&mut self, _token: u64) {}
         fn on_peer_failed(&mut self, _peer: PeerRank, _error: Error) {}
@@ -367,49 +333,6 @@ mod tests {
             .collect();
         assert_eq!(got, [(0, 3), (1, 3), (2, 200), (3, 50), (4, 4)]);
         assert_eq!(&sink.buffer[..4], b"five");
-        assert!(!l.receive(&mut sink).unwrap());
-    }
-
-    #[test]
-    fn a_read_ends_at_the_message_that_ends_the_wait() {
-        let (mut p, c) = crate::ring::queue(64);
-        let envelope = oxmpi_adi::matching::Envelope {
-            context_id: 0,
-            source: 0,
-            tag: 0,
-        };
-        let short = |p: &mut crate::ring::Producer, sequence: u32, len: usize| {
-            let fields = crate::proto::short_fields(sequence, envelope);
-            let payload = vec![sequence as u8; len];
-            let pushed = if len <= SHORT_PAYLOAD_MAX {
-                p.push_short(&fields, &payload)
-            } else {
-                p.push_short_frame(&fields, &payload)
-            };
-            assert!(pushed.unwrap());
-        };
-        // A one-cell frame, a header frame (read out of line), a short
-        // frame of several cells, one-cell frames.
-        short(&mut p, 0, 3);
-        let mut sent = None;
-        let header = Header::standard_eager(1, envelope, 200);
-        assert!(p
-            .push_packet(&header.encode(), &[1; 200], &mut sent)
-            .unwrap());
-        short(&mut p, 2, 100);
-        short(&mut p, 3, 4);
-        short(&mut p, 4, 5);
-        let mut l = link(c);
-        let mut sink = Sink::default();
-        let mut read = |ends_wait: Option<u32>| {
-            sink.ends_wait = ends_wait;
-            assert!(l.receive(&mut sink).unwrap());
-            sink.headers.iter().map(|h| h.sequence).collect::<Vec<_>>()
-        };
-        assert_eq!(read(Some(0)), [0]);
-        assert_eq!(read(Some(2)), [0, 1, 2]);
-        assert_eq!(read(Some(3)), [0, 1, 2, 3]);
-        assert_eq!(read(None), [0, 1, 2, 3, 4]);
         assert!(!l.receive(&mut sink).unwrap());
     }
 
