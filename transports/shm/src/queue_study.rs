@@ -10,12 +10,10 @@
 //! load of one cache line each way, as `oxbench raw-shm latency`). It
 //! tells the cost of the queue's cache lines (the cell, the head, the
 //! flags) apart from the instructions of the layers above it, and
-//! whether reading on past a message (the look at the next cell, which
-//! the transport's read loop made before [`Delivery::EndsWait`]) costs a
-//! miss: each figure is one way, in ns, for queues of 4 KiB to 4 MiB,
-//! "alone / looking past".
-//!
-//! [`Delivery::EndsWait`]: oxmpi_adi::transport::Delivery::EndsWait
+//! whether reading on past a message (the look at the next cell that
+//! the transport's read loop makes after each message) costs a miss:
+//! each figure is one way, in ns, for queues of 4 KiB to 4 MiB, "alone /
+//! looking past".
 
 use crate::proto::SHORT_FIELDS;
 use crate::ring::{queue_with, Barriers, Consumer, Head, Producer};
