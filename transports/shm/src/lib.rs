@@ -108,6 +108,8 @@ mod host;
 mod inbound;
 mod numa;
 mod proto;
+#[cfg(test)]
+mod queue_study;
 pub mod region;
 mod ring;
 mod segment;
@@ -832,17 +834,21 @@ impl ShmTransport {
         progressed
     }
 
-    /// Reads every inbound queue. Inline in both its callers: a frame
-    /// less between a message's detection and its delivery.
+    /// Reads every inbound queue from the one at `seen`, whose head this
+    /// poll has just seen published (the ones before it empty): a read of
+    /// a message found by the quick look of [`Transport::poll`] does not
+    /// look at its head again. `None`: all of them, each after a look.
+    /// Inline in both its callers: a frame less between a message's
+    /// detection and its delivery.
     #[inline(always)]
-    fn receive_all(&mut self, sink: &mut dyn PacketSink) -> bool {
+    fn receive_all(&mut self, sink: &mut dyn PacketSink, seen: Option<usize>) -> bool {
         let mut progressed = false;
-        let mut k = 0;
+        let mut k = seen.unwrap_or(0);
         while let Some(link) = self.inbound.get_mut(k) {
             // One load of the head's control word first: most polls of a
             // waiting rank find every queue empty, and the detection delay
             // of a message is the time such a poll takes.
-            if !link.consumer.has_frame() {
+            if Some(k) != seen && !link.consumer.has_frame() {
                 k += 1;
                 continue;
             }
@@ -873,7 +879,7 @@ impl ShmTransport {
     #[inline(never)]
     fn poll_now(&mut self, sink: &mut dyn PacketSink) -> Result<bool> {
         let mut progressed = self.report(sink);
-        progressed |= self.receive_all(sink);
+        progressed |= self.receive_all(sink, None);
         if !self.backlog.is_empty() {
             progressed |= self.flush_backlog();
         }
@@ -894,11 +900,12 @@ impl ShmTransport {
         Ok(progressed)
     }
 
-    /// A poll that has frames to read and nothing else to do. Out of line,
-    /// as `poll_now`: the fruitless poll then saves no registers.
+    /// A poll that has frames to read, from the inbound queue at `seen`
+    /// on, and nothing else to do. Out of line, as `poll_now`: the
+    /// fruitless poll then saves no registers.
     #[inline(never)]
-    fn receive_now(&mut self, sink: &mut dyn PacketSink) -> Result<bool> {
-        let progressed = self.receive_all(sink);
+    fn receive_now(&mut self, sink: &mut dyn PacketSink, seen: usize) -> Result<bool> {
+        let progressed = self.receive_all(sink, Some(seen));
         // A peer whose queue was corrupt failed while reading.
         Ok(self.report(sink) | progressed)
     }
@@ -1373,10 +1380,12 @@ impl Transport for ShmTransport {
         // finds frames and nothing else to do reads them without the rest
         // of the full poll: the time from a message's publication to its
         // delivery.
-        if !self.inbound.iter().any(|link| link.consumer.has_frame()) {
-            return Ok(false);
+        for seen in 0..self.inbound.len() {
+            if self.inbound[seen].consumer.has_frame() {
+                return self.receive_now(sink, seen);
+            }
         }
-        self.receive_now(sink)
+        Ok(false)
     }
 
     fn arm_wakeup(&mut self) -> Result<Option<RawFd>> {

@@ -650,6 +650,22 @@ pub(crate) fn cache_bytes() -> (Option<usize>, Option<usize>) {
     )
 }
 
+/// Binds the calling thread to CPU `cpu` (test support: the queue's
+/// timing study puts its two sides on two cores).
+#[cfg(test)]
+pub(crate) fn bind_thread_to_cpu(cpu: usize) -> io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(io::ErrorKind::InvalidInput.into());
+    }
+    // SAFETY: an all-zero `cpu_set_t` is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` is within the set (checked above).
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: `set` is a valid set of the size given; 0 names this thread.
+    cvt(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) })?;
+    Ok(())
+}
+
 /// Test support: processes that share this process's mappings.
 #[cfg(test)]
 pub(crate) mod forked {
