@@ -173,7 +173,8 @@ fn offer_key(rank: PeerRank) -> String {
 
 /// What a rank offers its peers, published beside its cards so that an
 /// error about a peer can say what that peer has: its transports and its
-/// host identity. In the KVS as `METHODS@BOOT_ID:NETNS` (`shm,tcp@…:4026531840`),
+/// host identity. In the KVS as `METHODS@BOOT_ID:NETNS:PIDNS`
+/// (`shm,tcp@…:4026531840:4026531836`),
 /// or `METHODS@unknown` when the rank could not read its identity.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Offer {
@@ -191,9 +192,10 @@ impl Offer {
     }
 
     fn format(&self) -> String {
-        let host = self.host.as_ref().map_or("unknown".to_owned(), |h| {
-            format!("{}:{}", h.boot(), h.netns())
-        });
+        let host = self
+            .host
+            .as_ref()
+            .map_or("unknown".to_owned(), HostId::to_string);
         format!("{}@{host}", self.methods.join(","))
     }
 
@@ -201,10 +203,7 @@ impl Offer {
         let (methods, host) = value.rsplit_once('@')?;
         let host = match host {
             "unknown" => None,
-            _ => {
-                let (boot, netns) = host.rsplit_once(':')?;
-                Some(HostId::from_parts(boot, netns.parse().ok()?)?)
-            }
+            _ => Some(host.parse().ok()?),
         };
         Some(Offer {
             methods: methods
@@ -225,7 +224,7 @@ impl Offer {
 
     fn describe_host(&self) -> String {
         match &self.host {
-            Some(h) => format!("host {}:{}", h.boot(), h.netns()),
+            Some(h) => format!("host {h}"),
             None => "a host it could not identify".to_owned(),
         }
     }
@@ -605,12 +604,13 @@ mod tests {
         assert_eq!(Offer::parse(&none.format()), Some(none));
         assert_eq!(Offer::parse("shm"), None);
         assert_eq!(Offer::parse("shm@boot:notanumber"), None);
+        assert_eq!(Offer::parse("shm@boot:1"), None);
     }
 
     #[test]
     fn the_unreachable_error_says_who_has_what_and_what_to_set() {
         let here = HostId::current().unwrap();
-        let elsewhere = HostId::from_parts(here.boot(), here.netns() + 1).unwrap();
+        let elsewhere = HostId::from_parts(here.boot(), here.netns(), here.pidns() + 1).unwrap();
         let offer = |methods: &[&str], host: &HostId| Offer {
             methods: methods.iter().map(|m| m.to_string()).collect(),
             host: Some(host.clone()),
@@ -628,13 +628,9 @@ mod tests {
         let m = e.message();
         for part in [
             "rank 0 cannot reach ranks 1, 2",
-            &format!("rank 0 (host {}:{}) offers tcp", here.boot(), here.netns()),
+            &format!("rank 0 (host {here}) offers tcp"),
             "rank 1 (the same host) offers shm",
-            &format!(
-                "rank 2 (another host {}:{}) offers shm",
-                here.boot(),
-                here.netns() + 1
-            ),
+            &format!("rank 2 (another host {elsewhere}) offers shm"),
             "Set OXMPI_TRANSPORTS on every rank",
         ] {
             assert!(m.contains(part), "{part:?} not in {m}");

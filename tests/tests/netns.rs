@@ -14,7 +14,13 @@
 //! (the shared-memory card carries the network namespace): every VC bound
 //! in the job is checked from `OXMPI_VERBOSE` output.
 //!
-//! `ip netns` needs root. As root the test runs; with passwordless sudo it
+//! A second job puts rank 0 in a PID namespace of its own (`unshare
+//! --pid`), as a container that shares the host's network namespace (a
+//! pod's) would: it must reach ranks 1 and 2 over TCP, since it cannot
+//! name their processes for single copies, while those two use shared
+//! memory.
+//!
+//! `ip netns` and `unshare --pid` need root. As root the test runs; with passwordless sudo it
 //! runs itself again under `sudo -n`; with neither it says why and passes
 //! without doing anything. The namespaces (and with them the veth pair)
 //! are removed at the end, also when the test fails; only addresses inside
@@ -208,11 +214,17 @@ fn check_in_job(ns: &Namespaces, program: &str, check: &[&str], per_part: usize)
         // Rank 0 and rank 1.
         _ => vec![(0, 1)],
     };
-    for (r, p) in talked {
+    assert_talked_and_left_nothing(&bound, &talked, &out.stderr);
+}
+
+/// Checks that each pair of ranks in `talked` has at least one end's VC
+/// binding in `bound` (by rank, then peer), and that the job left no
+/// shared segment.
+fn assert_talked_and_left_nothing(bound: &[Vec<bool>], talked: &[(usize, usize)], stderr: &str) {
+    for &(r, p) in talked {
         assert!(
             bound[r][p] || bound[p][r],
-            "no binding logged between ranks {r} and {p}:\n{}",
-            out.stderr
+            "no binding logged between ranks {r} and {p}:\n{stderr}"
         );
     }
     assert!(
@@ -267,4 +279,35 @@ fn one_job_over_shm_within_and_tcp_across_two_network_namespaces() {
             "link {veth} is left"
         );
     }
+}
+
+#[test]
+fn a_rank_in_its_own_pid_namespace_talks_over_tcp() {
+    if !as_root("a_rank_in_its_own_pid_namespace_talks_over_tcp") {
+        return;
+    }
+    let p2p_suite = bins().bin("p2p_suite");
+    let mut c = Command::new(bins().oxrun());
+    c.args(["--tag-output", "-n", "1"])
+        .args(["unshare", "--pid", "--fork", "--kill-child"])
+        .arg(&p2p_suite)
+        .arg("all-pairs")
+        .args([":", "-n", "2"])
+        .arg(&p2p_suite)
+        .arg("all-pairs")
+        .env_remove("OXMPI_TRANSPORTS")
+        .env("OXMPI_VERBOSE", "1");
+    let out = run(c, Duration::from_secs(60));
+    out.assert_success();
+    let mut bound = vec![vec![false; 3]; 3];
+    for b in vc_bindings(&out.stderr) {
+        let expected = if b.rank.min(b.peer) == 0 {
+            "tcp"
+        } else {
+            "shm"
+        };
+        assert_eq!(b.method, expected, "{b:?}");
+        bound[b.rank][b.peer] = true;
+    }
+    assert_talked_and_left_nothing(&bound, &[(0, 1), (0, 2), (1, 2)], &out.stderr);
 }

@@ -1,9 +1,9 @@
 //! Who can share memory with whom: the business card that carries the
-//! host identity ([`oxmpi_adi::host::HostId`]: boot id and network
-//! namespace; two ranks can share memory when theirs are equal).
+//! host identity ([`oxmpi_adi::host::HostId`]: boot id, network and PID
+//! namespaces; two ranks can share memory when theirs are equal).
 //!
-//! A card is `VERSION:BOOT_ID:NETNS:NAME`: the transport's [`SHM_VERSION`],
-//! the identity, and the name of the rank's listener in the abstract
+//! A card is `VERSION:BOOT_ID:NETNS:PIDNS:NAME`: the transport's
+//! [`SHM_VERSION`], the identity, and the name of the rank's listener in the abstract
 //! namespace (`oxmpi-shm-PID-RANDOM`, [`is_listener_name`]).
 
 use crate::proto::SHM_VERSION;
@@ -47,22 +47,20 @@ pub(crate) struct Card {
 impl Card {
     /// The card of a process at `host` listening on `name`.
     pub(crate) fn format(host: &HostId, name: &str) -> String {
-        format!("{SHM_VERSION}:{}:{}:{name}", host.boot(), host.netns())
+        format!("{SHM_VERSION}:{host}:{name}")
     }
 
     /// Parses a card; `None` if it is not one.
     pub(crate) fn parse(card: &str) -> Option<Card> {
-        let mut parts = card.split(':');
-        let version = parts.next()?.parse().ok()?;
-        let boot = parts.next()?;
-        let netns = parts.next()?.parse().ok()?;
-        let name = parts.next()?.as_bytes().to_vec();
-        if parts.next().is_some() || !is_listener_name(&name) {
+        let (version, rest) = card.split_once(':')?;
+        let (host, name) = rest.rsplit_once(':')?;
+        let name = name.as_bytes().to_vec();
+        if !is_listener_name(&name) {
             return None;
         }
         Some(Card {
-            version,
-            host: HostId::from_parts(boot, netns)?,
+            version: version.parse().ok()?,
+            host: host.parse().ok()?,
             name,
         })
     }
@@ -94,13 +92,16 @@ mod tests {
         for card in [
             "",
             "127.0.0.1:4000",
-            "1:boot:12",
-            "1:boot:12:oxmpi-shm-1-2:extra",
-            "x:boot:12:oxmpi-shm-1-2",
-            "1::12:oxmpi-shm-1-2",
-            "1:boot:net:oxmpi-shm-1-2",
-            "1:boot:12:someone-else",
-            "1:boot:12:oxmpi-shm-with space",
+            "1:boot:12:34",
+            "1:boot:12:oxmpi-shm-1-2",
+            "1:boot:12:34:oxmpi-shm-1-2:extra",
+            "1:boot:12:34:56:oxmpi-shm-1-2",
+            "x:boot:12:34:oxmpi-shm-1-2",
+            "1::12:34:oxmpi-shm-1-2",
+            "1:boot:net:34:oxmpi-shm-1-2",
+            "1:boot:12:pid:oxmpi-shm-1-2",
+            "1:boot:12:34:someone-else",
+            "1:boot:12:34:oxmpi-shm-with space",
         ] {
             assert_eq!(Card::parse(card), None, "{card:?}");
         }

@@ -659,7 +659,8 @@ pub fn start(job: &JobInfo) -> Result<Box<dyn Transport>> {
 
 /// The provider field of this process's card: `rdma`, or for the soft
 /// provider, whose NICs reach only those of the same host and network
-/// namespace (abstract Unix sockets), `soft@<boot id>:<netns>`. Two cards
+/// namespace (abstract Unix sockets), `soft@<boot id>:<netns>:<pidns>` (the
+/// [host identity](HostId)). Two cards
 /// reach each other when these fields are equal.
 fn provider_tag(kind: ProviderKind) -> Result<String> {
     match kind {
@@ -667,7 +668,7 @@ fn provider_tag(kind: ProviderKind) -> Result<String> {
         ProviderKind::Soft => {
             let host = HostId::current()
                 .map_err(|e| Error::os("soft verbs provider: reading the host identity", e))?;
-            let tag = format!("soft@{}:{}", host.boot(), host.netns());
+            let tag = format!("soft@{host}");
             if tag.contains(',') || tag.len() > 64 {
                 return Err(Error::new(
                     ErrorClass::Other,
@@ -703,12 +704,13 @@ fn parse_card(card: &str) -> Result<Card> {
         ));
     }
     let tag = fields[1];
-    let soft_host = tag.strip_prefix("soft@").and_then(|host| {
-        let (boot, netns) = host.rsplit_once(':')?;
-        HostId::from_parts(boot, netns.parse().ok()?)
-    });
+    let soft_host = tag
+        .strip_prefix("soft@")
+        .and_then(|host| host.parse::<HostId>().ok());
     if tag != "rdma" && soft_host.is_none() {
-        return Err(bad("the provider must be rdma or soft@<boot id>:<netns>"));
+        return Err(bad(
+            "the provider must be rdma or soft@<boot id>:<netns>:<pidns>",
+        ));
     }
     // The GID, LID and MTU in the form QpAddress's own card has.
     let address =
@@ -937,7 +939,7 @@ impl<N: Nic> VerbsTransport<N> {
                 ErrorClass::Other,
                 format!(
                     "rank {peer}'s verbs card is for provider {}, this rank runs {} \
-                     (the soft provider reaches only its own host and network namespace)",
+                     (the soft provider reaches only its own host, network namespace and PID namespace)",
                     parsed.tag, self.tag
                 ),
             ));
@@ -2329,16 +2331,17 @@ mod tests {
         for bad in [
             "",
             "verbs2,soft@b:1",
-            "verbs1,soft@b:1,00000000000000000000000000000000,0,4096,1",
+            "verbs1,soft@b:1:2,00000000000000000000000000000000,0,4096,1",
             "verbs2,soft,00000000000000000000000000000000,0,4096,1",
-            "verbs2,soft@b:x,00000000000000000000000000000000,0,4096,1",
+            "verbs2,soft@b:1,00000000000000000000000000000000,0,4096,1",
+            "verbs2,soft@b:x:2,00000000000000000000000000000000,0,4096,1",
             "verbs2,ib,00000000000000000000000000000000,0,4096,1",
-            "verbs2,soft@b:1,000000000000000000000000000000zz,0,4096,1",
-            "verbs2,soft@b:1,00000000000000000000000000000000,0,4000,1",
-            "verbs2,soft@b:1,00000000000000000000000000000000,0,4096,x",
-            "verbs2,soft@b:1,00000000000000000000000000000000,0,4096,1000000",
-            "verbs2,soft@b:1,00000000000000000000000000000000,0,4096,0",
-            "verbs2,soft@b:1,00000000000000000000000000000000,0,4096,1,2",
+            "verbs2,soft@b:1:2,000000000000000000000000000000zz,0,4096,1",
+            "verbs2,soft@b:1:2,00000000000000000000000000000000,0,4000,1",
+            "verbs2,soft@b:1:2,00000000000000000000000000000000,0,4096,x",
+            "verbs2,soft@b:1:2,00000000000000000000000000000000,0,4096,1000000",
+            "verbs2,soft@b:1:2,00000000000000000000000000000000,0,4096,0",
+            "verbs2,soft@b:1:2,00000000000000000000000000000000,0,4096,1,2",
         ] {
             let e = parse_card(bad)
                 .err()
@@ -2346,8 +2349,9 @@ mod tests {
             assert_eq!(e.class(), ErrorClass::Other);
             assert!(!t.reachable(bad));
         }
-        // A soft NIC of another host (or network namespace) is out of reach.
-        let elsewhere = "verbs2,soft@b:1,00000000000000000000000000000000,0,4096,1";
+        // A soft NIC of another host (or network or PID namespace) is out of
+        // reach.
+        let elsewhere = "verbs2,soft@b:1:2,00000000000000000000000000000000,0,4096,1";
         assert!(parse_card(elsewhere).is_ok());
         assert!(!t.reachable(elsewhere));
         let mut u =
