@@ -213,8 +213,8 @@ impl Path {
             // rank's progress meanwhile.
             Path::Direct(segment) => {
                 match lock_type {
-                    LockType::Shared => segment.lock().lock_shared(),
-                    LockType::Exclusive => segment.lock().lock_exclusive(),
+                    LockType::Shared => segment.lock().lock_shared(segment.wait_policy()),
+                    LockType::Exclusive => segment.lock().lock_exclusive(segment.wait_policy()),
                 }
                 Ok(())
             }
