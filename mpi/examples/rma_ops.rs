@@ -5,19 +5,22 @@
 //! since under valgrind a peer's window is not mapped and two ranks
 //! take active messages). `none` measures the flush alone. Puts, gets
 //! (`rget`: request-based, each waited for) and accumulates (sums of `u64`s) move BYTES bytes (8 if not given);
-//! fetch-and-op and compare-and-swap one `u64`. `rgets` is `get_bw`'s
+//! fetch-and-op and compare-and-swap one `u64`. `puts` is `put_bw`'s
+//! pattern: each of the N rounds is 64 puts from and into 64 consecutive
+//! slots, then the flush (divide by 64N for a put). `rgets` is `get_bw`'s
 //! pattern: each of the N rounds is 64 `rget`s into 64 consecutive slots,
 //! one `wait_all`, then the flush (divide by 64N for a get). The
 //! operation is told apart once, before the loop, so that the loop costs
 //! every operation the same.
 //!
-//! `target/release/examples/rma_ops fop|cas|put|get|rget|rgets|acc|none N [BYTES]`
+//! `target/release/examples/rma_ops fop|cas|put|puts|get|rget|rgets|acc|none N [BYTES]`
 
 use oxmpi::collective::SystemOperation;
 use oxmpi::rma::{LockType, Window};
 use oxmpi::Info;
 
-/// Operations per flush in `rgets`, as in OSU's `get_bw`.
+/// Operations per flush in `puts` and `rgets`, as in OSU's `put_bw` and
+/// `get_bw`.
 const WINDOW: usize = 64;
 
 /// The operation each round does before its flush.
@@ -30,6 +33,7 @@ enum Operation {
     Accumulate,
     Rget,
     Rgets,
+    Puts,
     /// The flush alone.
     Nothing,
 }
@@ -46,6 +50,7 @@ impl Operation {
             "acc" => Operation::Accumulate,
             "rget" => Operation::Rget,
             "rgets" => Operation::Rgets,
+            "puts" => Operation::Puts,
             _ => Operation::Nothing,
         }
     }
@@ -79,6 +84,11 @@ fn main() -> oxmpi::Result<()> {
             Operation::Rget => oxmpi::request::scope(|scope| {
                 oxmpi::request::wait_all(vec![window.rget(scope, &mut buf[..], 0, 16)?]).map(drop)
             })?,
+            Operation::Puts => {
+                for (j, slot) in slots.chunks(bytes.max(1)).enumerate() {
+                    window.put(slot, 0, j * bytes)?;
+                }
+            }
             Operation::Rgets => oxmpi::request::scope(|scope| {
                 let mut requests = Vec::with_capacity(WINDOW);
                 for (j, slot) in slots.chunks_mut(bytes.max(1)).enumerate() {
