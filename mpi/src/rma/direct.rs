@@ -32,6 +32,7 @@ use super::wire::AccumulateOp;
 use crate::collective::op::BasicReduction;
 use crate::datatype::Primitive;
 use crate::{Error, ErrorClass, Result};
+use oxmpi_adi::wait::WaitPolicy;
 use oxmpi_shm::window::copy::{self, Caching};
 use oxmpi_shm::window::{AccessError, RegionGuard, RemoteWindow, SharedRwLock, WindowSegment};
 use std::sync::Arc;
@@ -62,6 +63,11 @@ impl Reach {
     /// The window's passive-target lock.
     pub(crate) fn lock(&self) -> &SharedRwLock {
         self.control().lock()
+    }
+
+    /// How this process waits for the window's lock: the one wait policy.
+    pub(crate) fn wait_policy(&self) -> &WaitPolicy {
+        self.control().wait_policy()
     }
 
     /// Copies the window's bytes at `at` into `out`; a mapped segment
@@ -138,7 +144,7 @@ pub(crate) fn complete() {
 /// and "closed" word lie in `control`.
 fn open_remote(control: &WindowSegment, locked: bool) -> Result<Option<SharedHold<'_>>> {
     let hold = (!locked).then(|| {
-        control.lock().lock_shared();
+        control.lock().lock_shared(control.wait_policy());
         SharedHold(control.lock())
     });
     let mut closed = [0u8; 8];
@@ -173,7 +179,7 @@ pub(crate) fn control_size(size: usize) -> usize {
 /// before, or sees the word and touches nothing. This rank must not hold
 /// the lock itself.
 pub(crate) fn close(control: &WindowSegment) {
-    control.lock().lock_exclusive();
+    control.lock().lock_exclusive(control.wait_policy());
     // In range: the control segment holds at least 8 bytes.
     let _ = control.write(0, &1u64.to_ne_bytes());
     control.lock().unlock_exclusive();

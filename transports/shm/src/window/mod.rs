@@ -48,6 +48,7 @@ pub use rwlock::SharedRwLock;
 
 use crate::region::{RegionName, SharedRegion};
 use copy::{Caching, CopyPlan};
+use oxmpi_adi::wait::{Idle, IdleStep, WaitPolicy};
 use regions::RegionMutex;
 use std::io;
 use std::sync::atomic::Ordering;
@@ -105,6 +106,36 @@ impl std::fmt::Display for AccessError {
 
 impl std::error::Error for AccessError {}
 
+/// Polls `ready` as `wait` says (the one wait policy of the process,
+/// `oxmpi_adi::wait`: at once, or after yielding the processor where the
+/// node's ranks outnumber its cores, for the poll time `OXMPI_SPIN_US`)
+/// until it holds (`true`), or until the policy says to sleep (`false`):
+/// then the caller sleeps on the word it waits for (`futex`), which only
+/// it knows how its releaser wakes. The window's lock and region mutexes
+/// wait so; cold, as both call it only once their first try failed.
+#[cold]
+fn poll_until(wait: &WaitPolicy, mut ready: impl FnMut() -> bool) -> bool {
+    let mut idle = Idle::new();
+    loop {
+        if ready() {
+            return true;
+        }
+        match wait.step(&mut idle) {
+            IdleStep::Spin => std::hint::spin_loop(),
+            IdleStep::Yield => std::thread::yield_now(),
+            IdleStep::Sleep => return false,
+        }
+    }
+}
+
+/// This process's wait policy (`oxmpi_adi::wait::WaitPolicy::from_env`,
+/// as the device's), for the waits of a segment's lock and mutexes; its
+/// error (a bad `OXMPI_SPIN_US`, which initialize reports first) as an
+/// I/O error of making or attaching the segment.
+fn wait_policy() -> io::Result<WaitPolicy> {
+    WaitPolicy::from_env().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))
+}
+
 /// `Ok` if bytes `offset..offset + len` lie in a window of `size` bytes.
 /// Inlined: on every put and get, where it is two instructions.
 #[inline]
@@ -153,6 +184,8 @@ pub struct WindowSegment {
     layout: Layout,
     /// How puts and gets copy, by their length (module [`copy`]).
     copies: CopyPlan,
+    /// How this process waits for the lock and the region mutexes.
+    wait: WaitPolicy,
 }
 
 // SAFETY: `data` and `mutexes` point into `region`'s mapping, owned by
@@ -171,15 +204,17 @@ impl WindowSegment {
         let layout = Layout::of(size).ok_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidInput, "window size out of range")
         })?;
+        let wait = wait_policy()?;
         let (region, name) = SharedRegion::create(layout.total)?;
         let word = |at| region.word(at).expect("the header lies in the region");
         word(8).store(size as u64, Ordering::Relaxed);
         word(0).store(WINDOW_MAGIC, Ordering::Release);
-        Ok((WindowSegment::new(region, size, layout), name))
+        Ok((WindowSegment::new(region, size, layout, wait), name))
     }
 
-    /// The segment of `region`, laid out as `layout` for `size` bytes.
-    fn new(region: SharedRegion, size: usize, layout: Layout) -> WindowSegment {
+    /// The segment of `region`, laid out as `layout` for `size` bytes,
+    /// whose waits follow `wait`.
+    fn new(region: SharedRegion, size: usize, layout: Layout, wait: WaitPolicy) -> WindowSegment {
         let data = region
             .ptr(layout.data_at, size)
             .expect("the layout's data lies in the region");
@@ -194,6 +229,7 @@ impl WindowSegment {
             size,
             layout,
             copies: CopyPlan::this_machine(),
+            wait,
         }
     }
 
@@ -201,6 +237,7 @@ impl WindowSegment {
     /// after checking that it is a window segment whose size agrees with
     /// its layout.
     pub fn attach(name: &RegionName) -> io::Result<WindowSegment> {
+        let wait = wait_policy()?;
         let region = SharedRegion::attach(name)?;
         let invalid = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
         let word = |at| region.word(at).map(|w| w.load(Ordering::Acquire));
@@ -214,7 +251,7 @@ impl WindowSegment {
         let layout = usize::try_from(size).ok().and_then(Layout::of);
         match layout {
             Some(layout) if layout.total == region.len() => {
-                Ok(WindowSegment::new(region, size as usize, layout))
+                Ok(WindowSegment::new(region, size as usize, layout, wait))
             }
             _ => Err(invalid(format!(
                 "the window segment of process {} says {size} bytes, which its {} bytes do not hold",
@@ -236,6 +273,13 @@ impl WindowSegment {
     /// never through references to plain data.
     pub fn base(&self) -> *mut u8 {
         self.data
+    }
+
+    /// How this process waits for the window's lock (to pass to
+    /// [`SharedRwLock::lock_shared`] and [`SharedRwLock::lock_exclusive`])
+    /// and region mutexes: the one wait policy (`oxmpi_adi::wait`).
+    pub fn wait_policy(&self) -> &WaitPolicy {
+        &self.wait
     }
 
     /// The window's passive-target lock.
@@ -266,13 +310,28 @@ impl WindowSegment {
     #[inline]
     pub fn lock_regions(&self, offset: usize, len: usize) -> Result<RegionGuard<'_>, AccessError> {
         check_range(offset as u64, len as u64, self.size as u64)?;
-        RegionGuard::lock(self.mutexes(), self.layout.region_bytes, offset, len).ok_or(
-            AccessError::OutOfRange {
-                offset: offset as u64,
-                len: len as u64,
-                size: self.size as u64,
-            },
+        self.hold_regions(offset, len)
+    }
+
+    /// Takes the region mutexes of bytes `offset..offset + len`, waiting
+    /// as the segment's policy says; a span past the last region (which a
+    /// range checked against the window's size never is: `Layout::of`) is
+    /// refused as out of range. Always inlined, as the mutexes' fast
+    /// paths.
+    #[inline(always)]
+    fn hold_regions(&self, offset: usize, len: usize) -> Result<RegionGuard<'_>, AccessError> {
+        RegionGuard::lock(
+            self.mutexes(),
+            self.layout.region_bytes,
+            offset,
+            len,
+            &self.wait,
         )
+        .ok_or(AccessError::OutOfRange {
+            offset: offset as u64,
+            len: len as u64,
+            size: self.size as u64,
+        })
     }
 
     /// [`WindowSegment::lock_regions`] and [`WindowSegment::span`] in one,
@@ -288,15 +347,7 @@ impl WindowSegment {
         len: usize,
     ) -> Result<(RegionGuard<'_>, *mut [u8]), AccessError> {
         let bytes = self.span(offset, len)?;
-        // In range, so within the regions (`Layout::of`): `None` cannot
-        // come, and is refused as out of range all the same.
-        let guard = RegionGuard::lock(self.mutexes(), self.layout.region_bytes, offset, len)
-            .ok_or(AccessError::OutOfRange {
-                offset: offset as u64,
-                len: len as u64,
-                size: self.size as u64,
-            })?;
-        Ok((guard, bytes))
+        Ok((self.hold_regions(offset, len)?, bytes))
     }
 
     /// Copies `data` into the window at `offset`. Inlined, as
@@ -544,7 +595,7 @@ mod tests {
         made.read(992, &mut out).unwrap();
         assert_eq!(u64::from_ne_bytes(out), 1);
         // The lock and mutexes are shared too.
-        made.lock().lock_exclusive();
+        made.lock().lock_exclusive(made.wait_policy());
         peer.lock().unlock_exclusive();
         // One region: a page covers the window.
         assert_eq!(peer.lock_regions(0, 1000).unwrap().regions(), 1);

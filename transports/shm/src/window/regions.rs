@@ -13,12 +13,19 @@
 //! unaligned base) is covered by both regions' mutexes.
 //!
 //! A mutex is one 32-bit word: 0 free, 1 held, 2 held with sleepers
-//! (Drepper, "Futexes Are Tricky"): spin briefly, then sleep on the word;
-//! an unlock makes a system call only when someone sleeps.
+//! (Drepper, "Futexes Are Tricky"): a waiter polls as the process's wait
+//! policy says (`oxmpi_adi::wait`, through `window::poll_until`), then
+//! sleeps on the word; an unlock makes a system call only when someone
+//! sleeps.
 
+use super::poll_until;
 use crate::sys;
+use oxmpi_adi::wait::WaitPolicy;
 use std::ops::Range;
-use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+use std::sync::atomic::{
+    AtomicU32,
+    Ordering::{Relaxed, SeqCst},
+};
 
 /// The largest basic type's size in bytes (`long double`, double
 /// complex): region boundaries are aligned to it.
@@ -33,9 +40,6 @@ pub const MIN_REGION_BYTES: usize = 4096;
 /// At most this many regions per window: more buys little parallelism and
 /// costs an accumulate that spans the window one mutex each.
 pub const MAX_REGIONS: usize = 64;
-
-/// Busy-wait rounds before sleeping.
-const SPINS: u32 = 200;
 
 /// The region size for a window of `len` bytes: a power of two, at least
 /// [`MIN_REGION_BYTES`], with at most [`MAX_REGIONS`] regions.
@@ -57,23 +61,25 @@ pub struct RegionMutex(AtomicU32);
 
 impl RegionMutex {
     /// Takes the mutex: one compare-and-swap when it is free (inlined),
-    /// else [`RegionMutex::lock_contended`].
+    /// else [`RegionMutex::lock_contended`], waiting as `wait` says.
     #[inline(always)]
-    fn lock(&self) {
+    fn lock(&self, wait: &WaitPolicy) {
         if self.0.compare_exchange(0, 1, SeqCst, SeqCst).is_err() {
-            self.lock_contended();
+            self.lock_contended(wait);
         }
     }
 
-    /// [`RegionMutex::lock`] of a mutex that another holds: spins, then
-    /// sleeps.
+    /// [`RegionMutex::lock`] of a mutex that another holds: polls as
+    /// `wait` says (a look, and a compare-and-swap only when the mutex
+    /// looks free, so that waiters do not take the line from the holder
+    /// at every poll), then sleeps.
     #[cold]
-    fn lock_contended(&self) {
-        for _ in 0..SPINS {
-            if self.0.compare_exchange_weak(0, 1, SeqCst, SeqCst).is_ok() {
-                return;
-            }
-            std::hint::spin_loop();
+    fn lock_contended(&self, wait: &WaitPolicy) {
+        let taken = || {
+            self.0.load(Relaxed) == 0 && self.0.compare_exchange_weak(0, 1, SeqCst, SeqCst).is_ok()
+        };
+        if poll_until(wait, taken) {
+            return;
         }
         // Mark it contended; whoever holds it wakes us when it lets go.
         while self.0.swap(2, SeqCst) != 0 {
@@ -110,7 +116,8 @@ pub struct RegionGuard<'a> {
 
 impl<'a> RegionGuard<'a> {
     /// Locks the mutexes of the regions that bytes `offset..offset + len`
-    /// touch, each once, in address order; `None` (nothing locked) if the
+    /// touch, each once, in address order, waiting for a held one as
+    /// `wait` says; `None` (nothing locked) if the
     /// span reaches past the last region. Always inlined, as its release
     /// and the mutexes' fast paths: an accumulate of a few elements takes
     /// one region, and the MPI layer's fetch-and-op inlines the whole of
@@ -121,13 +128,14 @@ impl<'a> RegionGuard<'a> {
         region_bytes: usize,
         offset: usize,
         len: usize,
+        wait: &WaitPolicy,
     ) -> Option<RegionGuard<'a>> {
         // A span past the last region reaches past the mutexes: one
         // bounds check (a comparison of byte ends needed a multiplication).
         offset.checked_add(len)?;
         let held = mutexes.get(regions_of(offset, len, region_bytes))?;
         for m in held {
-            m.lock();
+            m.lock(wait);
         }
         Some(RegionGuard { held })
     }
@@ -172,17 +180,20 @@ mod tests {
     #[test]
     fn a_span_takes_each_region_once_and_releases_them() {
         let mutexes: Vec<RegionMutex> = (0..8).map(|_| RegionMutex::default()).collect();
+        let wait = WaitPolicy::from_env().unwrap();
         {
-            let g = RegionGuard::lock(&mutexes, 64, 100, 150).unwrap();
+            let g = RegionGuard::lock(&mutexes, 64, 100, 150, &wait).unwrap();
             assert_eq!(g.regions(), 3); // bytes 100..250: regions 1, 2, 3
             let states: Vec<u32> = mutexes.iter().map(|m| m.0.load(SeqCst)).collect();
             assert_eq!(states, [0, 1, 1, 1, 0, 0, 0, 0]);
         }
         assert!(mutexes.iter().all(|m| m.0.load(SeqCst) == 0));
-        assert!(RegionGuard::lock(&mutexes, 64, 500, 13).is_none());
-        assert!(RegionGuard::lock(&mutexes, 64, usize::MAX, 2).is_none());
+        assert!(RegionGuard::lock(&mutexes, 64, 500, 13, &wait).is_none());
+        assert!(RegionGuard::lock(&mutexes, 64, usize::MAX, 2, &wait).is_none());
         assert_eq!(
-            RegionGuard::lock(&mutexes, 64, 511, 1).unwrap().regions(),
+            RegionGuard::lock(&mutexes, 64, 511, 1, &wait)
+                .unwrap()
+                .regions(),
             1
         );
     }
@@ -204,15 +215,17 @@ mod tests {
         // accessed atomically.
         let mutexes: &[RegionMutex] = unsafe { std::slice::from_raw_parts(base.cast(), REGIONS) };
         let data_at = 1024;
+        let wait = WaitPolicy::from_env().unwrap();
         let pids: Vec<_> = (0..PROCS)
             .map(|p| {
-                let (region, mutexes) = (&region, mutexes);
+                let (region, mutexes, wait) = (&region, mutexes, &wait);
                 forked::spawn(move || {
                     for i in 0..ROUNDS {
                         // Spans of 1 to 4 regions starting at different places.
                         let first = (p + i as usize) % REGIONS;
                         let span = REGION * (REGIONS - first);
-                        let _g = RegionGuard::lock(mutexes, REGION, first * REGION, span).unwrap();
+                        let _g =
+                            RegionGuard::lock(mutexes, REGION, first * REGION, span, wait).unwrap();
                         for e in 0..REGIONS * REGION / 16 {
                             if (e * 16) / REGION < first {
                                 continue;

@@ -10,9 +10,10 @@
 //! phase and the writers ahead of it, however many readers keep arriving,
 //! and a reader waits for at most one write phase.
 //!
-//! Waiting spins briefly, then yields, then sleeps on the word it waits
-//! for (`futex`, shared between processes), so ranks that outnumber the
-//! cores still make progress. The releaser wakes sleepers only when the
+//! A waiter polls as the process's wait policy says (`oxmpi_adi::wait`,
+//! through `window::poll_until`: at once, or yielding the processor
+//! where the ranks outnumber the cores, for the poll time), then sleeps
+//! on the word it waits for (`futex`, shared between processes). The releaser wakes sleepers only when the
 //! lock's count of them is not zero: no system call on an uncontended
 //! unlock. The lock is all-zero when free, so a fresh (zeroed) shared
 //! region holds free locks.
@@ -22,7 +23,9 @@
 //! acquire breaks the lock for every process (it can never touch memory
 //! outside the lock), so callers keep track of what they hold.
 
+use super::poll_until;
 use crate::sys;
+use oxmpi_adi::wait::WaitPolicy;
 use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 
 /// Readers count in the entry and exit words in units of this.
@@ -34,11 +37,6 @@ const WRITER_PRESENT: u32 = 0x2;
 /// The phase bit: the low bit of the present writer's ticket, so that
 /// readers waiting for one writer tell it apart from the next.
 const WRITER_PHASE: u32 = 0x1;
-
-/// Busy-wait rounds before yielding the core.
-const SPINS: u32 = 200;
-/// Yields before sleeping in the kernel.
-const YIELDS: u32 = 20;
 
 /// The lock: five words in shared memory, zero when free. See the module
 /// docs.
@@ -61,13 +59,13 @@ pub struct SharedRwLock {
 pub const RWLOCK_BYTES: usize = std::mem::size_of::<SharedRwLock>();
 
 impl SharedRwLock {
-    /// Takes the lock shared: waits while a writer that came first holds
-    /// or waits for it.
-    pub fn lock_shared(&self) {
+    /// Takes the lock shared: waits (as `wait` says) while a writer that
+    /// came first holds or waits for it.
+    pub fn lock_shared(&self, wait: &WaitPolicy) {
         let writer = self.readers_in.fetch_add(READER, SeqCst) & WRITER_BITS;
         if writer != 0 {
             // Wait for that writer's phase to end (the bits change).
-            self.wait_while(&self.readers_in, |v| v & WRITER_BITS == writer);
+            self.wait_while(&self.readers_in, |v| v & WRITER_BITS == writer, wait);
         }
     }
 
@@ -77,14 +75,15 @@ impl SharedRwLock {
         self.wake(&self.readers_out);
     }
 
-    /// Takes the lock exclusive: waits for the writers ahead of it, then
-    /// for the readers inside when it arrived (not for those after it).
-    pub fn lock_exclusive(&self) {
+    /// Takes the lock exclusive: waits (as `wait` says) for the writers
+    /// ahead of it, then for the readers inside when it arrived (not for
+    /// those after it).
+    pub fn lock_exclusive(&self, wait: &WaitPolicy) {
         let ticket = self.writers_in.fetch_add(1, SeqCst);
-        self.wait_while(&self.writers_out, |v| v != ticket);
+        self.wait_while(&self.writers_out, |v| v != ticket, wait);
         let bits = WRITER_PRESENT | (ticket & WRITER_PHASE);
         let readers_entered = self.readers_in.fetch_add(bits, SeqCst) & !WRITER_BITS;
-        self.wait_while(&self.readers_out, |v| v != readers_entered);
+        self.wait_while(&self.readers_out, |v| v != readers_entered, wait);
     }
 
     /// Releases an exclusive hold: the waiting readers enter, then the
@@ -96,20 +95,11 @@ impl SharedRwLock {
         self.wake(&self.writers_out);
     }
 
-    /// Waits while `busy` holds for the value of `word`: spins, yields,
-    /// then sleeps on the word.
-    fn wait_while(&self, word: &AtomicU32, busy: impl Fn(u32) -> bool) {
-        for _ in 0..SPINS {
-            if !busy(word.load(SeqCst)) {
-                return;
-            }
-            std::hint::spin_loop();
-        }
-        for _ in 0..YIELDS {
-            if !busy(word.load(SeqCst)) {
-                return;
-            }
-            std::thread::yield_now();
+    /// Waits while `busy` holds for the value of `word`: polls as `wait`
+    /// says, then sleeps on the word.
+    fn wait_while(&self, word: &AtomicU32, busy: impl Fn(u32) -> bool, wait: &WaitPolicy) {
+        if poll_until(wait, || !busy(word.load(SeqCst))) {
+            return;
         }
         // Counted before the last look at the word: a releaser changes the
         // word and then reads the count (both sequentially consistent), so
@@ -145,13 +135,14 @@ mod tests {
 
     #[test]
     fn readers_share_and_a_writer_excludes() {
+        let wait = WaitPolicy::from_env().unwrap();
         let lock = Arc::new(SharedRwLock::default());
-        lock.lock_shared();
-        lock.lock_shared();
+        lock.lock_shared(&wait);
+        lock.lock_shared(&wait);
         let writer = {
             let lock = Arc::clone(&lock);
             std::thread::spawn(move || {
-                lock.lock_exclusive();
+                lock.lock_exclusive(&wait);
                 lock.unlock_exclusive();
             })
         };
@@ -163,14 +154,15 @@ mod tests {
         lock.unlock_shared();
         writer.join().unwrap();
         // Free again: both kinds enter at once.
-        lock.lock_exclusive();
+        lock.lock_exclusive(&wait);
         lock.unlock_exclusive();
-        lock.lock_shared();
+        lock.lock_shared(&wait);
         lock.unlock_shared();
     }
 
     #[test]
     fn writers_exclude_each_other_across_threads() {
+        let wait = WaitPolicy::from_env().unwrap();
         let lock = Arc::new(SharedRwLock::default());
         let counter = Arc::new(AtomicU64::new(0));
         let threads: Vec<_> = (0..4)
@@ -178,7 +170,7 @@ mod tests {
                 let (lock, counter) = (Arc::clone(&lock), Arc::clone(&counter));
                 std::thread::spawn(move || {
                     for _ in 0..2000 {
-                        lock.lock_exclusive();
+                        lock.lock_exclusive(&wait);
                         // A non-atomic increment: lost updates if two
                         // writers were inside at once.
                         let v = counter.load(SeqCst);
@@ -203,6 +195,7 @@ mod tests {
     #[test]
     fn a_writer_is_not_starved_by_overlapping_reader_processes() {
         const READERS: usize = 4;
+        let wait = WaitPolicy::from_env().unwrap();
         let (region, _) = SharedRegion::create(4096).unwrap();
         // SAFETY: offset 0 of the page-aligned mapping, which outlives the
         // reference (the children are reaped before `region` drops); the
@@ -215,7 +208,7 @@ mod tests {
                 forked::spawn(|| {
                     let mut rounds = 0u64;
                     while stop.load(SeqCst) == 0 {
-                        lock.lock_shared();
+                        lock.lock_shared(&wait);
                         inside.fetch_add(1, SeqCst);
                         let t = Instant::now();
                         while t.elapsed() < Duration::from_micros(200) {
@@ -239,7 +232,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(100)); // readers start
             for _ in 0..20 {
                 let t = Instant::now();
-                lock.lock_exclusive();
+                lock.lock_exclusive(&wait);
                 worst_ns.fetch_max(t.elapsed().as_nanos() as u64, SeqCst);
                 if inside.load(SeqCst) != 0 {
                     violations.fetch_add(1, SeqCst);
