@@ -209,10 +209,16 @@ impl Allocation {
         size: usize,
         contiguous: bool,
     ) -> Result<(Allocation, Option<String>)> {
-        let mut rows = vec![0u64; 2 * comm.size() as usize];
-        comm.all_gather_into_unhandled(&[size as u64, u64::from(contiguous)][..], &mut rows[..])?;
+        // Each rank's size, whether it asked for contiguous memory, and
+        // its host's key.
+        const WORDS: usize = 6;
+        let mut mine = [0u64; WORDS];
+        mine[..2].copy_from_slice(&[size as u64, u64::from(contiguous)]);
+        mine[2..].copy_from_slice(&host_words());
+        let mut rows = vec![0u64; WORDS * comm.size() as usize];
+        comm.all_gather_into_unhandled(&mine[..], &mut rows[..])?;
         if let Some(r) = rows
-            .chunks(2)
+            .chunks(WORDS)
             .position(|row| row[1] != u64::from(contiguous))
         {
             return Err(Error::new(
@@ -232,7 +238,16 @@ impl Allocation {
         if !contiguous {
             return Ok(Allocation::new(size, true));
         }
-        let sizes: Vec<usize> = rows.chunks(2).map(|row| row[0] as usize).collect();
+        if rows
+            .chunks(WORDS)
+            .any(|row| row[2..] == [0; 4] || row[2..] != mine[2..])
+        {
+            // Not mapped at all: a process of the same number on another
+            // host is not rank 0.
+            let reason = "the ranks are not all on one host".to_owned();
+            return Ok((Allocation::heap(size), Some(reason)));
+        }
+        let sizes: Vec<usize> = rows.chunks(WORDS).map(|row| row[0] as usize).collect();
         let rank = comm.rank() as usize;
         let made = (rank == 0).then(|| WindowSegment::create_block(&sizes));
         let mut names = vec![0u64; 3 * sizes.len()];
@@ -687,11 +702,7 @@ impl<'a> Window<'a> {
         mine[..3].copy_from_slice(&[base as u64, size as u64, disp_unit as u64]);
         if let Some(name) = allocated.as_ref().and_then(Allocation::name) {
             mine[3..6].copy_from_slice(&name.to_words());
-            if let Ok(host) = HostId::current() {
-                for (word, bytes) in mine[6..].iter_mut().zip(host.key().chunks(8)) {
-                    *word = u64::from_le_bytes(bytes.try_into().unwrap_or_default());
-                }
-            }
+            mine[6..].copy_from_slice(&host_words());
         }
         let mut all = vec![0u64; ROW * members.len()];
         let paths = comm
@@ -2092,6 +2103,17 @@ fn accumulate_element(
         }
     }
     Ok(basic)
+}
+
+/// This host's key (`HostId::key`) as four words, zeros if unknown.
+fn host_words() -> [u64; 4] {
+    let mut words = [0u64; 4];
+    if let Ok(host) = HostId::current() {
+        for (word, bytes) in words.iter_mut().zip(host.key().chunks(8)) {
+            *word = u64::from_le_bytes(bytes.try_into().unwrap_or_default());
+        }
+    }
+    words
 }
 
 /// The bytes of `value`, of a basic type (`ElementType::basic_of`: a

@@ -45,7 +45,8 @@
 //! window and signatures that differ, refused with nothing written),
 //! `synchronization` (the calls no other check makes, each where doing
 //! nothing would show: `flush_all` completes puts to every target, read
-//! after a barrier with the epoch still open; `flush_local` and
+//! after a barrier with the epoch still open, and reports the puts past
+//! every target's region of a dynamic window; `flush_local` and
 //! `flush_local_all` complete `rget`s; `test` polls a post until the
 //! origins' puts are complete; `sync` while a target polls its memory;
 //! a window's user error handler sees an out-of-range put, which still
@@ -1474,6 +1475,7 @@ fn synchronization(world: &Communicator) -> Result<()> {
     let want: Vec<u64> = (0..size).map(|o| value(o, 1)).collect();
     same(&slots, &want, "the slots after every rank's flush_all")?;
     world.barrier()?;
+    flush_all_reports_refusals(world)?;
     // flush_local and flush_local_all: an rget's data is there when they
     // return (the request is complete without a wait).
     let right = ((rank + 1) % size) as i32;
@@ -1581,6 +1583,33 @@ fn synchronization(world: &Communicator) -> Result<()> {
         format!("the refused put wrote: {slots:?}")
     })?;
     window.free()
+}
+
+/// `flush_all` reports what the targets refused: in a dynamic window only
+/// the target knows its regions, so every rank's put past the region
+/// every target attached fails at the flush (a flush_all that did
+/// nothing would return `Ok`), and nothing is written.
+fn flush_all_reports_refusals(world: &Communicator) -> Result<()> {
+    let size = world.size() as usize;
+    let mut region = [0u64];
+    let window = Window::create_dynamic(world, &Info::new())?;
+    let address = window.attach(&mut region[..])?;
+    let mut addresses = vec![0u64; size];
+    world.all_gather_into(&[address as u64][..], &mut addresses[..])?;
+    window.lock_all(0)?;
+    for (t, &at) in addresses.iter().enumerate() {
+        window.put(&[1u64, 2][..], t as i32, at as usize)?;
+    }
+    expect_class(
+        window.flush_all(),
+        ErrorClass::RmaRange,
+        "flush_all after puts past every target's region",
+    )?;
+    window.unlock_all()?;
+    world.barrier()?;
+    window.detach(address)?;
+    window.free()?;
+    same(&region, &[0], "the region after the refused puts")
 }
 
 /// Rank 1 puts past the end of rank 0's window with the window's fatal
