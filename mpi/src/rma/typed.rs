@@ -11,7 +11,8 @@
 //! throughout, as the contiguous forms require), and every block lies in
 //! the target's window (`MPI_ERR_RMA_RANGE`; in a dynamic window, whose
 //! memory only the target knows, the target checks each block as it
-//! does a contiguous operation's range). Then each block (adjacent ones
+//! does a contiguous operation's range, so the blocks before one it
+//! refuses may have landed). Then each block (adjacent ones
 //! merged) is one contiguous operation on the target's path, in
 //! type-map order: on the direct path a copy or an in-place reduction
 //! straight into (or out of) the target's layout, with no packing at the
@@ -21,12 +22,14 @@
 
 use super::path::{Fetch, Path, Target};
 use super::{
-    accumulate_element, fetch_accumulate, wait_fetched, AccumulateOp, CreateFlavor, Window,
+    accumulate_element, completed, fetch_accumulate, wait_fetched, AccumulateOp, CreateFlavor,
+    Window,
 };
 use crate::collective::typed::Input;
 use crate::datatype::{
     Buffer, BufferMut, Datatype, DatatypeRef, ElementType, Handle, Incoming, Outgoing, Primitive,
 };
+use crate::request::Request;
 use crate::{Error, ErrorClass, Result, PROC_NULL};
 use std::ops::ControlFlow;
 
@@ -188,6 +191,36 @@ impl Window<'_> {
             Ok(())
         })();
         self.comm.handled(result)
+    }
+
+    /// The request-based [`Window::put_typed`] (`MPI_Rput` with a target
+    /// datatype): complete on return, as [`Window::rput`].
+    #[doc(alias = "MPI_Rput")]
+    pub fn rput_typed<'s, S: Buffer + ?Sized>(
+        &self,
+        origin: &S,
+        target: i32,
+        disp: usize,
+        layout: TargetLayout<'_>,
+    ) -> Result<Request<'s>> {
+        self.put_typed(origin, target, disp, layout)?;
+        completed()
+    }
+
+    /// The request-based [`Window::accumulate_typed`] (`MPI_Raccumulate`
+    /// with a target datatype): complete on return, as
+    /// [`Window::rput`].
+    #[doc(alias = "MPI_Raccumulate")]
+    pub fn raccumulate_typed<'s, S: Buffer + ?Sized>(
+        &self,
+        origin: &S,
+        target: i32,
+        disp: usize,
+        layout: TargetLayout<'_>,
+        op: impl Into<AccumulateOp>,
+    ) -> Result<Request<'s>> {
+        self.accumulate_typed(origin, target, disp, layout, op)?;
+        completed()
     }
 
     /// [`Window::get_accumulate`] on `layout` at `disp` in the target's

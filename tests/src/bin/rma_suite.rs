@@ -40,8 +40,9 @@
 //! waits for a message the target sends only once it sees the put),
 //! `dynamic` (attach, access, detach), `typed` (operations with a
 //! target datatype against sequential references: a halo exchange of
-//! strided columns, a transpose by one get, accumulates into an indexed
-//! target, a fetching replace of a column; target layouts outside the
+//! strided columns (by `put_typed` and `rput_typed`), a transpose by one
+//! get, accumulates into an indexed target (by `accumulate_typed` and
+//! `raccumulate_typed`), a fetching replace of a column; target layouts outside the
 //! window and signatures that differ, refused with nothing written),
 //! `synchronization` (the calls no other check makes, each where doing
 //! nothing would show: `flush_all` completes puts to every target, read
@@ -1685,12 +1686,15 @@ fn typed(world: &Communicator) -> Result<()> {
         0,
         TargetLayout::new(1, &column),
     )?;
-    window.put_typed(
-        &from(1)?,
-        left as i32,
-        COLS - 1,
-        TargetLayout::new(1, &column),
-    )?;
+    // The request-based form: complete on return.
+    window
+        .rput_typed(
+            &from(1)?,
+            left as i32,
+            COLS - 1,
+            TargetLayout::new(1, &column),
+        )?
+        .wait()?;
     // The transpose: column j of the matrix is element j of `columns`.
     let down = UserDatatype::vector(ORDER as i32, 1, ORDER as i32, &u64_type)?;
     let columns = UserDatatype::resized(&down, 0, 8)?;
@@ -1704,13 +1708,16 @@ fn typed(world: &Communicator) -> Result<()> {
     // Accumulates into rank 0's indexed area: elements 0, 4-6 and 9-10.
     let indexed = UserDatatype::indexed(&[1, 3, 2], &[0, 4, 9], &u64_type)?;
     let added = |r: usize| -> Vec<u64> { (0..6).map(|n| (r as u64 + 1) * (n + 1)).collect() };
-    window.accumulate_typed(
-        &added(rank)[..],
-        0,
-        INDEXED,
-        TargetLayout::new(1, &indexed),
-        SystemOperation::sum(),
-    )?;
+    // Odd ranks by the request-based form.
+    let layout = TargetLayout::new(1, &indexed);
+    let sum = SystemOperation::sum();
+    if rank % 2 == 0 {
+        window.accumulate_typed(&added(rank)[..], 0, INDEXED, layout, sum)?;
+    } else {
+        window
+            .raccumulate_typed(&added(rank)[..], 0, INDEXED, layout, sum)?
+            .wait()?;
+    }
     window.fence(0)?;
     let want: Vec<u64> = (0..ORDER * ORDER)
         .map(|n| entry(right, n % ORDER, n / ORDER))
