@@ -51,7 +51,8 @@
 //! `flush_local_all` complete `rget`s; `test` polls a post until the
 //! origins' puts are complete; `sync` while a target polls its memory;
 //! a window's user error handler sees an out-of-range put, which still
-//! returns its error), `fatal_handler` (a window's fatal handler ends the
+//! returns its error, and with Return set again only the error comes
+//! back), `fatal_handler` (a window's fatal handler ends the
 //! job on an out-of-range put), `attributes`
 //! (attributes, hints, names, sizes that differ between ranks), `errors`
 //! (the error classes of bad calls, after which the window still works)
@@ -1572,12 +1573,19 @@ fn synchronization(world: &Communicator) -> Result<()> {
         ErrorClass::RmaRange,
         "a put past the window with a user handler",
     )?;
+    // Back to Return: the error is returned, and the user's handler is
+    // not called again.
+    window.set_error_handler(oxmpi::ErrorHandler::Return);
+    expect_class(
+        window.put(&[7u64, 7][..], rank as i32, size - 1),
+        ErrorClass::RmaRange,
+        "a put past the window with the Return handler",
+    )?;
     window.unlock(rank as i32)?;
     let classes = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
     ensure(classes == [ErrorClass::RmaRange], || {
         format!("the user handler saw {classes:?}")
     })?;
-    window.set_error_handler(oxmpi::ErrorHandler::Return);
     world.barrier()?;
     window.read_local(0, &mut slots[..])?;
     ensure(!slots.contains(&7), || {
