@@ -70,6 +70,21 @@ impl Blocks<'_> {
             Some((disp, range))
         })
     }
+
+    /// Calls `f` with each block and its piece of `data` (the packed
+    /// data, as long as the blocks together: the signatures matched), in
+    /// order, until it fails.
+    fn each_piece(&self, data: &[u8], mut f: impl FnMut(u64, &[u8]) -> Result<()>) -> Result<()> {
+        self.with_ranges().try_for_each(|(at, range)| {
+            let piece = data.get(range).ok_or_else(|| {
+                Error::new(
+                    ErrorClass::Intern,
+                    "a target block reaches past the packed data",
+                )
+            })?;
+            f(at, piece)
+        })
+    }
 }
 
 /// The type signature of `count` elements of `datatype`: its basic types
@@ -120,9 +135,7 @@ impl Window<'_> {
                 return Ok(());
             };
             let data = Outgoing::new(&view)?;
-            to.with_ranges()
-                .try_for_each(|(at, range)| to.path.put(&to.to, at, &data.bytes()[range]))?;
-            Ok(())
+            to.each_piece(data.bytes(), |at, piece| to.path.put(&to.to, at, piece))
         })();
         self.comm.handled(result)
     }
@@ -184,11 +197,9 @@ impl Window<'_> {
             let checked = self.reductions_checked_by_path();
             let element = accumulate_element(ElementType::of_datatype(datatype), op, checked)?;
             let data = Outgoing::new(&view)?;
-            to.with_ranges().try_for_each(|(at, range)| {
-                to.path
-                    .accumulate(&to.to, at, &data.bytes()[range], element, op)
-            })?;
-            Ok(())
+            to.each_piece(data.bytes(), |at, piece| {
+                to.path.accumulate(&to.to, at, piece, element, op)
+            })
         })();
         self.comm.handled(result)
     }
