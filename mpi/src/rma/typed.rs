@@ -234,6 +234,43 @@ impl Window<'_> {
         completed()
     }
 
+    /// The request-based [`Window::get_typed`] (`MPI_Rget` with a target
+    /// datatype): each block is an operation of its own, waited for here,
+    /// so the data is there and the request complete on return, and
+    /// `result` is borrowed only for the call.
+    #[doc(alias = "MPI_Rget")]
+    pub fn rget_typed<'s, R: BufferMut + ?Sized>(
+        &self,
+        result: &mut R,
+        target: i32,
+        disp: usize,
+        layout: TargetLayout<'_>,
+    ) -> Result<Request<'s>> {
+        self.get_typed(result, target, disp, layout)?;
+        completed()
+    }
+
+    /// The request-based [`Window::get_accumulate_typed`]
+    /// (`MPI_Rget_accumulate` with a target datatype): complete on
+    /// return, as [`Window::rget_typed`].
+    #[doc(alias = "MPI_Rget_accumulate")]
+    pub fn rget_accumulate_typed<'s, S, R>(
+        &self,
+        origin: &S,
+        result: &mut R,
+        target: i32,
+        disp: usize,
+        layout: TargetLayout<'_>,
+        op: impl Into<AccumulateOp>,
+    ) -> Result<Request<'s>>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        self.get_accumulate_typed(origin, result, target, disp, layout, op)?;
+        completed()
+    }
+
     /// [`Window::get_accumulate`] on `layout` at `disp` in the target's
     /// window (`MPI_Get_accumulate` with a target datatype): the result's
     /// and the target's signatures are checked as [`Window::put_typed`]'s,

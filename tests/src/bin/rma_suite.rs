@@ -1707,12 +1707,18 @@ fn typed(world: &Communicator) -> Result<()> {
     let down = UserDatatype::vector(ORDER as i32, 1, ORDER as i32, &u64_type)?;
     let columns = UserDatatype::resized(&down, 0, 8)?;
     let mut transposed = vec![0u64; ORDER * ORDER];
-    window.get_typed(
-        &mut transposed[..],
-        right as i32,
-        MATRIX,
-        TargetLayout::new(ORDER, &columns),
-    )?;
+    // Odd ranks by the request-based form, complete on return: the
+    // result is checked after the fence without a wait.
+    let transpose = TargetLayout::new(ORDER, &columns);
+    if rank % 2 == 0 {
+        window.get_typed(&mut transposed[..], right as i32, MATRIX, transpose)?;
+    } else {
+        let request = window.rget_typed(&mut transposed[..], right as i32, MATRIX, transpose)?;
+        match request.test() {
+            Ok(status) => status.map(|_| ())?,
+            Err(_) => return Err(fail("rget_typed's request was not complete on return")),
+        }
+    }
     // Accumulates into rank 0's indexed area: elements 0, 4-6 and 9-10.
     let indexed = UserDatatype::indexed(&[1, 3, 2], &[0, 4, 9], &u64_type)?;
     let added = |r: usize| -> Vec<u64> { (0..6).map(|n| (r as u64 + 1) * (n + 1)).collect() };
@@ -1758,14 +1764,15 @@ fn typed(world: &Communicator) -> Result<()> {
     let first = UserDatatype::vector(ORDER as i32, 1, ORDER as i32, &u64_type)?;
     let new: Vec<u64> = (0..ORDER).map(|i| cell(rank, 99, i)).collect();
     let mut old = vec![0u64; ORDER];
-    window.get_accumulate_typed(
-        &new[..],
-        &mut old[..],
-        right as i32,
-        MATRIX,
-        TargetLayout::new(1, &first),
-        AccumulateOp::Replace,
-    )?;
+    let layout = TargetLayout::new(1, &first);
+    let (to, replace) = (right as i32, AccumulateOp::Replace);
+    if rank % 2 == 0 {
+        window.get_accumulate_typed(&new[..], &mut old[..], to, MATRIX, layout, replace)?;
+    } else {
+        window
+            .rget_accumulate_typed(&new[..], &mut old[..], to, MATRIX, layout, replace)?
+            .wait()?;
+    }
     window.fence(0)?;
     let fetched: Vec<u64> = (0..ORDER).map(|i| entry(right, i, 0)).collect();
     same(&old, &fetched, "the column get_accumulate_typed fetched")?;
