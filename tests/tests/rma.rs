@@ -8,9 +8,9 @@ use oxmpi_jobs::{run, shm_leftovers, Binaries};
 use std::process::Command;
 use std::time::Duration;
 
-/// Runs `rma_suite check args` on `ranks` ranks with `env` set, within
-/// `bound` seconds; it must succeed and leave nothing in /dev/shm.
-fn job(check: &str, args: &[&str], ranks: usize, env: &[(&str, &str)], bound: u64) {
+/// The oxrun command of `rma_suite check args` on `ranks` ranks with
+/// `env` set.
+fn command(check: &str, args: &[&str], ranks: usize, env: &[(&str, &str)]) -> Command {
     let bins = Binaries::new(env!("CARGO_BIN_EXE_rma_suite"));
     let mut c = Command::new(bins.oxrun());
     c.arg("-n")
@@ -19,12 +19,23 @@ fn job(check: &str, args: &[&str], ranks: usize, env: &[(&str, &str)], bound: u6
         .arg(check)
         .args(args)
         .envs(env.iter().copied());
-    run(c, Duration::from_secs(bound)).assert_success();
+    c
+}
+
+/// Fails the test if a job left shared segments in /dev/shm.
+fn assert_no_leftovers() {
     assert!(
         shm_leftovers().is_empty(),
         "shared segments left: {:?}",
         shm_leftovers()
     );
+}
+
+/// Runs `rma_suite check args` on `ranks` ranks with `env` set, within
+/// `bound` seconds; it must succeed and leave nothing in /dev/shm.
+fn job(check: &str, args: &[&str], ranks: usize, env: &[(&str, &str)], bound: u64) {
+    run(command(check, args, ranks, env), Duration::from_secs(bound)).assert_success();
+    assert_no_leftovers();
 }
 
 const TCP: [(&str, &str); 1] = [("OXMPI_TRANSPORTS", "tcp")];
@@ -97,6 +108,44 @@ fn shared_windows_are_loads_and_stores_for_every_rank() {
     }
     // Shared memory needs one host, not the shared-memory transport.
     job("shared", &[], 2, &TCP, 60);
+}
+
+/// flush_all, flush_local, flush_local_all, sync and test, each where
+/// doing nothing would show, and a window's user error handler; over
+/// shared memory and TCP.
+#[test]
+fn flushes_test_sync_and_window_error_handlers_do_their_part() {
+    job("synchronization", &[], 3, &[], 60);
+    job("synchronization", &[], 3, &TCP, 60);
+}
+
+/// A window's fatal handler ends the job on an out-of-range put, with
+/// the error's message and class.
+#[test]
+fn a_window_fatal_handler_ends_the_job_with_the_message() {
+    let out = run(
+        command("fatal_handler", &[], 2, &[]),
+        Duration::from_secs(30),
+    );
+    // MPI_ERR_RMA_RANGE is 55, as in MPICH's mpi.h.
+    assert_eq!(out.status.code(), Some(55), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("fatal error (ErrorHandler::Fatal)")
+            && out.stderr.contains("MPI_ERR_RMA_RANGE"),
+        "{}",
+        out.stderr
+    );
+    assert_no_leftovers();
+}
+
+/// Target datatypes: block by block on the direct path (shared memory),
+/// one message per block over TCP.
+#[test]
+fn operations_with_a_target_datatype_match_a_sequential_reference() {
+    for ranks in [1, 3] {
+        job("typed", &[], ranks, &[], 60);
+    }
+    job("typed", &[], 3, &TCP, 60);
 }
 
 /// Reductions that no hardware atomic does, from a derived datatype, on

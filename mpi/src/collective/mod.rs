@@ -443,7 +443,18 @@ impl Communicator {
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
-        self.blocking(self.all_gather_into_future(self.next_collective(), send, recv))
+        self.handled(self.all_gather_into_unhandled(send, recv))
+    }
+
+    /// [`Communicator::all_gather_into`] with its error returned, not
+    /// handed to the error handler: for a call of MPI's own that hands
+    /// its outcome to a handler once (as `Window::allocate_shared`).
+    pub(crate) fn all_gather_into_unhandled<S, R>(&self, send: &S, recv: &mut R) -> Result<()>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        engine::block_on(self.all_gather_into_future(self.next_collective(), send, recv))
     }
 
     /// The non-blocking form of [`Communicator::all_gather_into`]

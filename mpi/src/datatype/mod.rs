@@ -256,7 +256,6 @@ impl Handle<'_> {
 
     /// Calls `f(offset, len)` for each segment of `count` elements, in
     /// type-map order, until `f` breaks.
-    #[cfg(test)]
     pub(crate) fn for_each_segment(
         &self,
         count: usize,

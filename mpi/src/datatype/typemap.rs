@@ -18,7 +18,6 @@
 use super::primitive::Primitive;
 use crate::{Error, ErrorClass, Result};
 
-#[cfg(test)]
 use std::ops::ControlFlow;
 use std::sync::{Arc, OnceLock};
 
@@ -352,7 +351,6 @@ impl<'r> Segments<'r> {
 
     /// Calls `f(offset, len)` for each segment, in order, from the start;
     /// stops when `f` breaks. The whole walk of a cursor.
-    #[cfg(test)]
     pub(crate) fn for_each(
         &self,
         mut f: impl FnMut(isize, usize) -> ControlFlow<()>,

@@ -46,11 +46,16 @@
 //! a window or a result buffer.
 //!
 //! # Data layout at the target
-//! The origin's buffer may have any datatype; it is packed, and the
-//! target's data is taken to be the packed elements, contiguous from the
-//! displacement (the target datatype is the origin's element type,
-//! repeated). Accumulates need elements of one basic type (a predefined
-//! type, or a derived one built of a single basic type).
+//! The origin's buffer may have any datatype; it is packed. For
+//! [`Window::put`], [`Window::get`], [`Window::accumulate`] and the
+//! others the target's data is taken to be the packed elements,
+//! contiguous from the displacement (the target datatype is the origin's
+//! element type, repeated). [`Window::put_typed`], [`Window::get_typed`],
+//! [`Window::accumulate_typed`] and [`Window::get_accumulate_typed`] take
+//! a target datatype and count besides (`typed.rs`): the data is
+//! scattered to (gathered from) the blocks of its type map. Accumulates
+//! need elements of one basic type (a predefined type, or a derived one
+//! built of a single basic type).
 //!
 //! # Memory model and ordering
 //! The window's memory is one copy (`MPI_WIN_UNIFIED`), reached by this
@@ -80,6 +85,7 @@ mod path;
 pub(crate) mod progress;
 mod rdma;
 pub(crate) mod target;
+mod typed;
 mod wire;
 
 use crate::collective::op::Reduction;
@@ -103,6 +109,7 @@ use target::{Memory, Shared};
 
 pub use progress::ASYNC_PROGRESS_ENV;
 pub(crate) use target::progress;
+pub use typed::TargetLayout;
 pub use wire::AccumulateOp;
 
 /// Assertion of [`Window::lock`] and friends: no other process holds or
@@ -156,29 +163,135 @@ enum Allocation {
     /// name for them: the window's memory, or for a window on user memory
     /// only its lock and region mutexes.
     Segment(Arc<WindowSegment>, RegionName),
+    /// Every rank's part of a contiguous shared window, in one mapping
+    /// (`WindowSegment::create_block`), this rank's at `rank`, and the
+    /// block's name.
+    Block {
+        parts: Vec<Arc<WindowSegment>>,
+        rank: usize,
+        name: RegionName,
+    },
 }
 
 impl Allocation {
+    /// `size` bytes on the heap, zeroed.
+    fn heap(size: usize) -> Allocation {
+        Allocation::Heap(vec![0u128; size.div_ceil(16)])
+    }
+
     /// `size` bytes, zeroed: in a window segment when `segment` (if the
     /// kernel lets this process make one), else on the heap. The reason
     /// there is no segment, if any.
     fn new(size: usize, segment: bool) -> (Allocation, Option<String>) {
         if !segment {
-            return (Allocation::Heap(vec![0u128; size.div_ceil(16)]), None);
+            return (Allocation::heap(size), None);
         }
         match WindowSegment::create(size) {
             Ok((segment, name)) => (Allocation::Segment(Arc::new(segment), name), None),
             Err(e) => (
-                Allocation::Heap(vec![0u128; size.div_ceil(16)]),
+                Allocation::heap(size),
                 Some(format!("making a window segment failed: {e}")),
             ),
         }
+    }
+
+    /// The memory of a shared window (`allocate_shared`) of `size` bytes
+    /// at this rank; collective over `comm`, whose ranks all-gather their
+    /// sizes and whether they asked for `contiguous` memory (which must
+    /// be the same at all, else `MPI_ERR_INFO_VALUE` at all). Contiguous:
+    /// every rank's part of one block, made by rank 0 and attached by the
+    /// others (the block's name is all-gathered too); else a segment of
+    /// its own. On the heap, with the reason, where the shared memory
+    /// could not be made or mapped here (the window then fails at every
+    /// rank as it chooses its paths).
+    fn shared(
+        comm: &Communicator,
+        size: usize,
+        contiguous: bool,
+    ) -> Result<(Allocation, Option<String>)> {
+        // Each rank's size, whether it asked for contiguous memory, and
+        // its host's key.
+        const WORDS: usize = 6;
+        let mut mine = [0u64; WORDS];
+        mine[..2].copy_from_slice(&[size as u64, u64::from(contiguous)]);
+        mine[2..].copy_from_slice(&host_words());
+        let mut rows = vec![0u64; WORDS * comm.size() as usize];
+        comm.all_gather_into_unhandled(&mine[..], &mut rows[..])?;
+        if let Some(r) = rows
+            .chunks(WORDS)
+            .position(|row| row[1] != u64::from(contiguous))
+        {
+            return Err(Error::new(
+                ErrorClass::InfoValue,
+                format!(
+                    "alloc_shared_noncontig must be the same at every rank of a shared window: \
+                     rank {} asked for {} memory, rank {r} not",
+                    comm.rank(),
+                    if contiguous {
+                        "contiguous"
+                    } else {
+                        "non-contiguous"
+                    }
+                ),
+            ));
+        }
+        if !contiguous {
+            return Ok(Allocation::new(size, true));
+        }
+        if rows
+            .chunks(WORDS)
+            .any(|row| row[2..] == [0; 4] || row[2..] != mine[2..])
+        {
+            // Not mapped at all: a process of the same number on another
+            // host is not rank 0.
+            let reason = "the ranks are not all on one host".to_owned();
+            return Ok((Allocation::heap(size), Some(reason)));
+        }
+        let sizes: Vec<usize> = rows.chunks(WORDS).map(|row| row[0] as usize).collect();
+        let rank = comm.rank() as usize;
+        let made = (rank == 0).then(|| WindowSegment::create_block(&sizes));
+        let mut names = vec![0u64; 3 * sizes.len()];
+        let mine = match &made {
+            Some(Ok((_, name))) => name.to_words(),
+            _ => [0; 3],
+        };
+        comm.all_gather_into_unhandled(&mine[..], &mut names[..])?;
+        let parts = match made {
+            Some(made) => made.map_err(|e| format!("making the window's shared block failed: {e}")),
+            None => RegionName::from_words([names[0], names[1], names[2]])
+                .ok_or_else(|| "rank 0 could not make the window's shared block".to_owned())
+                .and_then(|name| {
+                    WindowSegment::attach_block(&name, &sizes)
+                        .map(|parts| (parts, name))
+                        .map_err(|e| format!("mapping the window's shared block failed: {e}"))
+                }),
+        };
+        Ok(match parts {
+            Ok((parts, name)) => (
+                Allocation::Block {
+                    parts: parts.into_iter().map(Arc::new).collect(),
+                    rank,
+                    name,
+                },
+                None,
+            ),
+            Err(reason) => (Allocation::heap(size), Some(reason)),
+        })
     }
 
     fn base(&mut self) -> *mut u8 {
         match self {
             Allocation::Heap(words) => words.as_mut_ptr().cast(),
             Allocation::Segment(segment, _) => segment.base(),
+            Allocation::Block { parts, rank, .. } => parts[*rank].base(),
+        }
+    }
+
+    /// The name other ranks map the memory by, if it is shared.
+    fn name(&self) -> Option<&RegionName> {
+        match self {
+            Allocation::Heap(_) => None,
+            Allocation::Segment(_, name) | Allocation::Block { name, .. } => Some(name),
         }
     }
 }
@@ -459,13 +572,16 @@ impl<'a> Window<'a> {
     }
 
     /// Makes a window on `size` bytes of shared memory that MPI allocates,
-    /// zeroed and page-aligned (`MPI_Win_allocate_shared`); collective
-    /// over a communicator whose ranks share one host (else
-    /// `MPI_ERR_RMA_SHARED`, as when the kernel refuses the mapping). Every
-    /// rank reaches every rank's part with loads and stores through
-    /// [`Window::shared_query`]; the parts are separate mappings, not one
-    /// contiguous block (as with the `alloc_shared_noncontig` hint). RMA
-    /// operations on it take the direct path.
+    /// zeroed (`MPI_Win_allocate_shared`); collective over a communicator
+    /// whose ranks share one host (else `MPI_ERR_RMA_SHARED`, as when the
+    /// kernel refuses the mapping). Every rank reaches every rank's part
+    /// with loads and stores through [`Window::shared_query`]. The parts
+    /// are one contiguous block in each process, rank after rank (rank
+    /// r's first byte follows rank r - 1's last; rank 0's is
+    /// page-aligned), unless the info key `alloc_shared_noncontig` is
+    /// `"true"`: then each part is a page-aligned mapping of its own
+    /// (another value than `"true"` or `"false"` is
+    /// `MPI_ERR_INFO_VALUE`). RMA operations on it take the direct path.
     #[doc(alias = "MPI_Win_allocate_shared")]
     pub fn allocate_shared(
         comm: &Communicator,
@@ -483,7 +599,9 @@ impl<'a> Window<'a> {
     }
 
     /// `allocate` and `allocate_shared`: the memory is a window segment
-    /// where this rank may share memory (for `allocate`, where it runs the
+    /// (for `allocate_shared`, by default this rank's part of one block
+    /// of all ranks' parts) where this rank may share memory (for
+    /// `allocate`, where it runs the
     /// shared-memory transport, or is alone: with `OXMPI_TRANSPORTS=tcp` a
     /// window of several ranks is reached by messages; cross-memory attach
     /// is not needed).
@@ -494,10 +612,22 @@ impl<'a> Window<'a> {
         flavor: CreateFlavor,
         info: &Info,
     ) -> Result<Window<'static>> {
-        let segment = flavor == CreateFlavor::Shared
-            || comm.size() == 1
-            || with_device(|d| Ok(d.offers("shm")))?;
-        let (mut allocated, refused) = Allocation::new(size, segment);
+        let (mut allocated, refused) = if flavor == CreateFlavor::Shared {
+            let contiguous = match info.get("alloc_shared_noncontig")?.unwrap_or("false") {
+                "true" => false,
+                "false" => true,
+                other => {
+                    return Err(Error::new(
+                        ErrorClass::InfoValue,
+                        format!("alloc_shared_noncontig is \"true\" or \"false\", not {other:?}"),
+                    ))
+                }
+            };
+            Allocation::shared(comm, size, contiguous)?
+        } else {
+            let segment = comm.size() == 1 || with_device(|d| Ok(d.offers("shm")))?;
+            Allocation::new(size, segment)
+        };
         if let Some(reason) = &refused {
             oxmpi_adi::vlog!("window of {size} bytes: {reason}");
         }
@@ -570,13 +700,9 @@ impl<'a> Window<'a> {
         // if none) and its host's key (zeros if unknown).
         let mut mine = [0u64; ROW];
         mine[..3].copy_from_slice(&[base as u64, size as u64, disp_unit as u64]);
-        if let Some(Allocation::Segment(_, name)) = &allocated {
+        if let Some(name) = allocated.as_ref().and_then(Allocation::name) {
             mine[3..6].copy_from_slice(&name.to_words());
-            if let Ok(host) = HostId::current() {
-                for (word, bytes) in mine[6..].iter_mut().zip(host.key().chunks(8)) {
-                    *word = u64::from_le_bytes(bytes.try_into().unwrap_or_default());
-                }
-            }
+            mine[6..].copy_from_slice(&host_words());
         }
         let mut all = vec![0u64; ROW * members.len()];
         let paths = comm
@@ -645,6 +771,17 @@ impl<'a> Window<'a> {
         let rows: Vec<&[u64]> = all.chunks(ROW).collect();
         let me = comm.rank() as usize;
         let mapped: std::result::Result<Vec<Path>, String> = (|| {
+            if let Some(Allocation::Block { parts, .. }) = allocated {
+                // Every rank mapped the block; one rank that did not
+                // would have sent no name, or another.
+                return match rows.iter().position(|row| row[3..6] != rows[me][3..6]) {
+                    Some(r) => Err(format!("rank {r} did not map the window's shared block")),
+                    None => Ok(parts
+                        .iter()
+                        .map(|part| Path::Direct(Reach::Mapped(part.clone())))
+                        .collect()),
+                };
+            }
             let Some(Allocation::Segment(own, _)) = allocated else {
                 return Err("this rank's window is not in shared memory".to_owned());
             };
@@ -761,12 +898,17 @@ impl<'a> Window<'a> {
 
     /// Rank `rank`'s part of a window made by [`Window::allocate_shared`]
     /// (`MPI_Win_shared_query`), which this process reads and writes with
-    /// plain loads and stores. A window of another flavor is
-    /// `MPI_ERR_RMA_FLAVOR`; a rank outside the window `MPI_ERR_RANK`.
+    /// plain loads and stores; for [`PROC_NULL`], the part of the lowest
+    /// rank whose size is not zero (rank 0's if all are). A window of
+    /// another flavor is `MPI_ERR_RMA_FLAVOR`; a rank outside the window
+    /// `MPI_ERR_RANK`.
     #[doc(alias = "MPI_Win_shared_query")]
     pub fn shared_query(&self, rank: i32) -> Result<SharedPart<'_>> {
         let result = (|| {
-            let rank = self.rank_arg(rank)?;
+            let rank = match rank {
+                PROC_NULL => self.sizes.iter().position(|&size| size > 0).unwrap_or(0),
+                rank => self.rank_arg(rank)?,
+            };
             match (&self.paths[rank], self.flavor) {
                 (Path::Direct(Reach::Mapped(segment)), CreateFlavor::Shared) => Ok(SharedPart {
                     segment,
@@ -1961,6 +2103,17 @@ fn accumulate_element(
         }
     }
     Ok(basic)
+}
+
+/// This host's key (`HostId::key`) as four words, zeros if unknown.
+fn host_words() -> [u64; 4] {
+    let mut words = [0u64; 4];
+    if let Ok(host) = HostId::current() {
+        for (word, bytes) in words.iter_mut().zip(host.key().chunks(8)) {
+            *word = u64::from_le_bytes(bytes.try_into().unwrap_or_default());
+        }
+    }
+    words
 }
 
 /// The bytes of `value`, of a basic type (`ElementType::basic_of`: a

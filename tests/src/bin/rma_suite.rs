@@ -38,7 +38,22 @@
 //! target refuses amid others, reported at
 //! the flush while the others land; a put left queued while its origin
 //! waits for a message the target sends only once it sees the put),
-//! `dynamic` (attach, access, detach), `attributes`
+//! `dynamic` (attach, access, detach), `typed` (operations with a
+//! target datatype against sequential references: a halo exchange of
+//! strided columns (by `put_typed` and `rput_typed`), a transpose by one
+//! get, accumulates into an indexed target (by `accumulate_typed` and
+//! `raccumulate_typed`), a fetching replace of a column; target layouts outside the
+//! window and signatures that differ, refused with nothing written),
+//! `synchronization` (the calls no other check makes, each where doing
+//! nothing would show: `flush_all` completes puts to every target, read
+//! after a barrier with the epoch still open, and reports the puts past
+//! every target's region of a dynamic window; `flush_local` and
+//! `flush_local_all` complete `rget`s; `test` polls a post until the
+//! origins' puts are complete; `sync` while a target polls its memory;
+//! a window's user error handler sees an out-of-range put, which still
+//! returns its error, and with Return set again only the error comes
+//! back), `fatal_handler` (a window's fatal handler ends the
+//! job on an out-of-range put), `attributes`
 //! (attributes, hints, names, sizes that differ between ranks), `errors`
 //! (the error classes of bad calls, after which the window still works)
 //! and `passive` (rank 0 computes outside MPI while the others lock, put
@@ -51,9 +66,13 @@
 //! [create]` (rank 0 sleeps outside MPI, with no progress thread, while
 //! the others lock, put, get and unlock its window, allocated or created:
 //! only the direct and RDMA paths complete that, and a bound makes the messages
-//! path fail rather than hang) and `shared` (`allocate_shared`: every rank
-//! stores into its own part and reads its neighbours' through
-//! `shared_query`, and RMA operations reach the same memory) and
+//! path fail rather than hang) and `shared` (`allocate_shared`,
+//! contiguous and with `alloc_shared_noncontig`: every rank stores into
+//! its own part and reads its neighbours' through `shared_query`, the
+//! parts follow each other (a store past one's end lands in the next)
+//! or are page-aligned, and RMA operations reach the same memory;
+//! `shared_query(PROC_NULL)`; a bad or disagreeing
+//! `alloc_shared_noncontig`) and
 //! `dropped` (a rank drops its window on user memory without freeing it:
 //! an operation of another rank on it then fails with MPI_ERR_RMA_SYNC
 //! and the memory, the program's again, is not touched), and on the RDMA
@@ -73,8 +92,8 @@
 use oxmpi::collective::{reduce_local_into, SystemOperation};
 use oxmpi::datatype::{MutView, UserDatatype, View};
 use oxmpi::rma::{
-    AccumulateOp, CreateFlavor, LockType, MemoryModel, SharedPart, Window, MODE_NOCHECK,
-    MODE_NOPRECEDE, MODE_NOSUCCEED,
+    AccumulateOp, CreateFlavor, LockType, MemoryModel, SharedPart, TargetLayout, Window,
+    MODE_NOCHECK, MODE_NOPRECEDE, MODE_NOSUCCEED,
 };
 use oxmpi::traits::*;
 use oxmpi::Threading;
@@ -106,6 +125,9 @@ fn main() -> ExitCode {
                 "by_message" => by_message(&world),
                 "batches" => batches(&world, n),
                 "dynamic" => dynamic(&world),
+                "typed" => typed(&world),
+                "synchronization" => synchronization(&world),
+                "fatal_handler" => fatal_handler(&world),
                 "attributes" => attributes(&world),
                 "errors" => errors(&world),
                 "passive" => passive(&world),
@@ -1435,14 +1457,457 @@ fn sleeping(world: &Communicator) -> Result<()> {
     window.free()
 }
 
-/// `allocate_shared`: parts of different sizes (rank r has r + 2
-/// elements); each rank stores into its own, then reads every rank's
-/// through `shared_query`; a put by RMA lands in the same memory.
+/// See the module docs; on a window of one `u64` slot per rank.
+fn synchronization(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let bound = Duration::from_secs(20);
+    let value = |origin: usize, round: usize| (round * 1000 + origin + 1) as u64;
+    let window = Window::allocate(world, 8 * size, 8, &Info::new())?;
+    // flush_all: every rank's put into every rank's slot `rank` is at
+    // its target once flush_all returns; the targets read after a
+    // barrier, with the epoch still open.
+    window.lock_all(0)?;
+    for t in 0..size {
+        window.put(&[value(rank, 1)][..], t as i32, rank)?;
+    }
+    window.flush_all()?;
+    world.barrier()?;
+    let mut slots = vec![0u64; size];
+    window.read_local(0, &mut slots[..])?;
+    let want: Vec<u64> = (0..size).map(|o| value(o, 1)).collect();
+    same(&slots, &want, "the slots after every rank's flush_all")?;
+    world.barrier()?;
+    flush_all_reports_refusals(world)?;
+    // flush_local and flush_local_all: an rget's data is there when they
+    // return (the request is complete without a wait).
+    let right = ((rank + 1) % size) as i32;
+    let mut one = [0u64];
+    let mut every = vec![[0u64]; size];
+    oxmpi::request::scope(|scope| -> Result<()> {
+        let got = window.rget(scope, &mut one[..], right, 0)?;
+        window.flush_local(right)?;
+        ensure(got.get_status()?.is_some(), || {
+            "an rget is not complete after flush_local".to_owned()
+        })?;
+        got.wait()?;
+        let mut requests = Vec::new();
+        for (t, into) in every.iter_mut().enumerate() {
+            requests.push(window.rget(scope, &mut into[..], t as i32, t)?);
+        }
+        window.flush_local_all()?;
+        for request in &requests {
+            ensure(request.get_status()?.is_some(), || {
+                "an rget is not complete after flush_local_all".to_owned()
+            })?;
+        }
+        oxmpi::request::wait_all(requests).map(|_| ())
+    })?;
+    same(&one, &[value(0, 1)], "rget after flush_local")?;
+    let want: Vec<[u64; 1]> = (0..size).map(|t| [value(t, 1)]).collect();
+    same(&every, &want, "rgets after flush_local_all")?;
+    window.unlock_all()?;
+    world.barrier()?;
+    // test: rank 0 exposes its window to the others and polls with test
+    // until their puts (of round 2) are complete.
+    let others: Vec<i32> = (1..size as i32).collect();
+    if rank == 0 {
+        window.post(&world.group().include(&others)?, 0)?;
+        let since = Instant::now();
+        while !window.test()? {
+            ensure(since.elapsed() < bound, || {
+                "test did not see the exposure epoch end".to_owned()
+            })?;
+        }
+        window.read_local(0, &mut slots[..])?;
+        let mut want: Vec<u64> = (0..size).map(|o| value(o, 2)).collect();
+        want[0] = value(0, 1);
+        same(
+            &slots,
+            &want,
+            "rank 0's slots once test says the epoch ended",
+        )?;
+    } else {
+        window.start(&world.group().include(&[0])?, 0)?;
+        window.put(&[value(rank, 2)][..], 0, rank)?;
+        window.complete()?;
+    }
+    world.barrier()?;
+    // sync: the last rank polls its own slot 0 (its public copy) until
+    // rank 0's put of round 3 shows, calling sync between reads.
+    let last = size - 1;
+    window.lock_all(0)?;
+    if rank == 0 {
+        window.put(&[value(0, 3)][..], last as i32, 0)?;
+        window.flush(last as i32)?;
+    }
+    if rank == last {
+        let since = Instant::now();
+        let mut slot = [0u64];
+        while slot[0] != value(0, 3) {
+            // Polls, so that the put is applied once it arrives over
+            // active messages.
+            world.any_process().immediate_probe()?;
+            window.sync()?;
+            window.read_local(0, &mut slot[..])?;
+            ensure(since.elapsed() < bound, || {
+                format!("rank 0's put never showed at rank {last}")
+            })?;
+        }
+    }
+    window.unlock_all()?;
+    world.barrier()?;
+    // A user error handler sees an out-of-range put once, and the put
+    // still returns the error; the window is untouched.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    window.set_error_handler(oxmpi::ErrorHandler::user({
+        let seen = seen.clone();
+        move |_, e| {
+            seen.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(e.class())
+        }
+    }));
+    window.lock(LockType::Exclusive, rank as i32, 0)?;
+    expect_class(
+        window.put(&[7u64, 7][..], rank as i32, size - 1),
+        ErrorClass::RmaRange,
+        "a put past the window with a user handler",
+    )?;
+    // Back to Return: the error is returned, and the user's handler is
+    // not called again.
+    window.set_error_handler(oxmpi::ErrorHandler::Return);
+    expect_class(
+        window.put(&[7u64, 7][..], rank as i32, size - 1),
+        ErrorClass::RmaRange,
+        "a put past the window with the Return handler",
+    )?;
+    window.unlock(rank as i32)?;
+    let classes = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    ensure(classes == [ErrorClass::RmaRange], || {
+        format!("the user handler saw {classes:?}")
+    })?;
+    world.barrier()?;
+    window.read_local(0, &mut slots[..])?;
+    ensure(!slots.contains(&7), || {
+        format!("the refused put wrote: {slots:?}")
+    })?;
+    window.free()
+}
+
+/// `flush_all` reports what the targets refused: in a dynamic window only
+/// the target knows its regions, so every rank's put past the region
+/// every target attached fails at the flush (a flush_all that did
+/// nothing would return `Ok`), and nothing is written.
+fn flush_all_reports_refusals(world: &Communicator) -> Result<()> {
+    let size = world.size() as usize;
+    let mut region = [0u64];
+    let window = Window::create_dynamic(world, &Info::new())?;
+    let address = window.attach(&mut region[..])?;
+    let mut addresses = vec![0u64; size];
+    world.all_gather_into(&[address as u64][..], &mut addresses[..])?;
+    window.lock_all(0)?;
+    for (t, &at) in addresses.iter().enumerate() {
+        window.put(&[1u64, 2][..], t as i32, at as usize)?;
+    }
+    expect_class(
+        window.flush_all(),
+        ErrorClass::RmaRange,
+        "flush_all after puts past every target's region",
+    )?;
+    window.unlock_all()?;
+    world.barrier()?;
+    window.detach(address)?;
+    window.free()?;
+    same(&region, &[0], "the region after the refused puts")
+}
+
+/// Rank 1 puts past the end of rank 0's window with the window's fatal
+/// handler set: the job ends with the error's message (the handler of
+/// the window, not of world, whose handler stays Return).
+fn fatal_handler(world: &Communicator) -> Result<()> {
+    let window = Window::allocate(world, 8, 8, &Info::new())?;
+    window.set_error_handler(oxmpi::ErrorHandler::Fatal);
+    world.barrier()?;
+    if world.rank() == 1 {
+        window.lock(LockType::Shared, 0, 0)?;
+        let _ = window.put(&[1u64, 2][..], 0, 0);
+        return Err(fail("a fatal error returned"));
+    }
+    // The others wait for the job to end.
+    let mut never = 0u8;
+    let _ = world.process_at_rank(1).receive_into(&mut never);
+    Err(fail("the job went on after a fatal error"))
+}
+
+/// Rows and columns of each rank's 2-D block in `typed`: columns 0 and
+/// `COLS - 1` are halo.
+const ROWS: usize = 6;
+const COLS: usize = 8;
+/// The order of each rank's square matrix in `typed`, after its block.
+const ORDER: usize = 5;
+/// Where the matrix starts, and the indexed target after it (12
+/// elements), in `typed`'s windows of `u64`s.
+const MATRIX: usize = ROWS * COLS;
+const INDEXED: usize = MATRIX + ORDER * ORDER;
+
+/// Operations with a target datatype on a window of `u64`s (a block,
+/// a matrix, an indexed area; see the constants above) under fences,
+/// each against a reference every rank computes alone: a halo exchange
+/// (every rank puts its last interior column, a strided origin, into its
+/// right neighbour's left halo column, and its first into its left
+/// neighbour's right halo column, both a vector target type); a
+/// transpose of the right neighbour's matrix by one get whose target
+/// type is a column resized to one element (so `ORDER` of them are the
+/// columns in turn); every rank's accumulate SUM into rank 0's indexed
+/// area; a `get_accumulate_typed` REPLACE of the right neighbour's first
+/// matrix column. Then the refused, with nothing written: target layouts
+/// past the window's end or before its start (`MPI_ERR_RMA_RANGE`),
+/// signatures that differ in type or length, and an accumulate of mixed
+/// types (`MPI_ERR_TYPE`).
+fn typed(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let (left, right) = ((rank + size - 1) % size, (rank + 1) % size);
+    let cell = |r: usize, i: usize, j: usize| (r * 10000 + i * 100 + j) as u64;
+    let entry = |r: usize, i: usize, j: usize| (r * 1000 + i * ORDER + j + 1) as u64;
+    let window = Window::allocate(world, 8 * (INDEXED + 12), 8, &Info::new())?;
+    let mut start = vec![0u64; INDEXED + 12];
+    for i in 0..ROWS {
+        for j in 0..COLS {
+            start[i * COLS + j] = cell(rank, i, j);
+        }
+    }
+    for i in 0..ORDER {
+        for j in 0..ORDER {
+            start[MATRIX + i * ORDER + j] = entry(rank, i, j);
+        }
+    }
+    window.write_local(0, &start[..])?;
+    let u64_type = u64::equivalent_datatype();
+    let column = UserDatatype::vector(ROWS as i32, 1, COLS as i32, &u64_type)?;
+    window.fence(0)?;
+    // The halo exchange: the origins are columns of this rank's block.
+    let block = start[..MATRIX].to_vec();
+    let from = |j: usize| View::with_count_and_datatype(&block[j..], 1, &column);
+    window.put_typed(
+        &from(COLS - 2)?,
+        right as i32,
+        0,
+        TargetLayout::new(1, &column),
+    )?;
+    // The request-based form: complete on return.
+    window
+        .rput_typed(
+            &from(1)?,
+            left as i32,
+            COLS - 1,
+            TargetLayout::new(1, &column),
+        )?
+        .wait()?;
+    // The transpose: column j of the matrix is element j of `columns`.
+    let down = UserDatatype::vector(ORDER as i32, 1, ORDER as i32, &u64_type)?;
+    let columns = UserDatatype::resized(&down, 0, 8)?;
+    let mut transposed = vec![0u64; ORDER * ORDER];
+    // Odd ranks by the request-based form, complete on return: the
+    // result is checked after the fence without a wait.
+    let transpose = TargetLayout::new(ORDER, &columns);
+    if rank % 2 == 0 {
+        window.get_typed(&mut transposed[..], right as i32, MATRIX, transpose)?;
+    } else {
+        let request = window.rget_typed(&mut transposed[..], right as i32, MATRIX, transpose)?;
+        match request.test() {
+            Ok(status) => status.map(|_| ())?,
+            Err(_) => return Err(fail("rget_typed's request was not complete on return")),
+        }
+    }
+    // Accumulates into rank 0's indexed area: elements 0, 4-6 and 9-10.
+    let indexed = UserDatatype::indexed(&[1, 3, 2], &[0, 4, 9], &u64_type)?;
+    let added = |r: usize| -> Vec<u64> { (0..6).map(|n| (r as u64 + 1) * (n + 1)).collect() };
+    // Odd ranks by the request-based form.
+    let layout = TargetLayout::new(1, &indexed);
+    let sum = SystemOperation::sum();
+    if rank % 2 == 0 {
+        window.accumulate_typed(&added(rank)[..], 0, INDEXED, layout, sum)?;
+    } else {
+        window
+            .raccumulate_typed(&added(rank)[..], 0, INDEXED, layout, sum)?
+            .wait()?;
+    }
+    window.fence(0)?;
+    let want: Vec<u64> = (0..ORDER * ORDER)
+        .map(|n| entry(right, n % ORDER, n / ORDER))
+        .collect();
+    same(
+        &transposed,
+        &want,
+        "the right neighbour's matrix transposed by get",
+    )?;
+    let mut got = vec![0u64; INDEXED + 12];
+    window.read_local(0, &mut got[..])?;
+    let mut want = start.clone();
+    for i in 0..ROWS {
+        want[i * COLS] = cell(left, i, COLS - 2);
+        want[i * COLS + COLS - 1] = cell(right, i, 1);
+    }
+    if rank == 0 {
+        for (n, at) in [0, 4, 5, 6, 9, 10].into_iter().enumerate() {
+            want[INDEXED + at] = (0..size).map(|r| added(r)[n]).sum();
+        }
+    }
+    same(
+        &got,
+        &want,
+        "the window after the halo exchange and the accumulates",
+    )?;
+    // Every rank has read its window before the next epoch writes it.
+    world.barrier()?;
+    // A fetching replace of the right neighbour's first matrix column.
+    let first = UserDatatype::vector(ORDER as i32, 1, ORDER as i32, &u64_type)?;
+    let new: Vec<u64> = (0..ORDER).map(|i| cell(rank, 99, i)).collect();
+    let mut old = vec![0u64; ORDER];
+    let layout = TargetLayout::new(1, &first);
+    let (to, replace) = (right as i32, AccumulateOp::Replace);
+    if rank % 2 == 0 {
+        window.get_accumulate_typed(&new[..], &mut old[..], to, MATRIX, layout, replace)?;
+    } else {
+        window
+            .rget_accumulate_typed(&new[..], &mut old[..], to, MATRIX, layout, replace)?
+            .wait()?;
+    }
+    window.fence(0)?;
+    let fetched: Vec<u64> = (0..ORDER).map(|i| entry(right, i, 0)).collect();
+    same(&old, &fetched, "the column get_accumulate_typed fetched")?;
+    window.read_local(0, &mut got[..])?;
+    for i in 0..ORDER {
+        want[MATRIX + i * ORDER] = cell(left, 99, i);
+    }
+    same(&got, &want, "the window after get_accumulate_typed")?;
+    // Refused, at the origin, before anything moves.
+    let me = rank as i32;
+    let end = INDEXED + 12;
+    let ones = [1u64; ROWS];
+    expect_class(
+        window.put_typed(&ones[..], me, end - 1, TargetLayout::new(1, &column)),
+        ErrorClass::RmaRange,
+        "a column from the window's last element",
+    )?;
+    let before_start = UserDatatype::heterogeneous_indexed(&[1], &[-8], &u64_type)?;
+    expect_class(
+        window.accumulate_typed(
+            &ones[..1],
+            me,
+            0,
+            TargetLayout::new(1, &before_start),
+            SystemOperation::sum(),
+        ),
+        ErrorClass::RmaRange,
+        "an element before the window's start",
+    )?;
+    expect_class(
+        window.get_typed(
+            &mut vec![0u64; ROWS][..],
+            me,
+            end,
+            TargetLayout::new(1, &column),
+        ),
+        ErrorClass::RmaRange,
+        "a column from the window's end",
+    )?;
+    expect_class(
+        window.put_typed(
+            &vec![1.0f64; ROWS][..],
+            me,
+            0,
+            TargetLayout::new(1, &column),
+        ),
+        ErrorClass::Type,
+        "doubles into a column of u64",
+    )?;
+    expect_class(
+        window.put_typed(&ones[..ROWS - 1], me, 0, TargetLayout::new(1, &column)),
+        ErrorClass::Type,
+        "one element fewer than the column",
+    )?;
+    let mixed =
+        UserDatatype::structured(&[1, 1], &[0, 8], &[&u64_type, &u32::equivalent_datatype()])?;
+    let pair = [1u64, 2u64];
+    let pair_view = View::with_count_and_datatype(&pair[..], 1, &mixed)?;
+    expect_class(
+        window.accumulate_typed(
+            &pair_view,
+            me,
+            0,
+            TargetLayout::new(1, &mixed),
+            SystemOperation::sum(),
+        ),
+        ErrorClass::Type,
+        "an accumulate of mixed types",
+    )?;
+    window.fence(0)?;
+    window.read_local(0, &mut got[..])?;
+    same(&got, &want, "the window after the refused operations")?;
+    window.free()
+}
+
+/// `allocate_shared`, contiguous (the default) and with
+/// `alloc_shared_noncontig`: [`shared_window`] on each; then
+/// `shared_query(PROC_NULL)` where rank 0's part is empty, and the
+/// classes of a bad or disagreeing `alloc_shared_noncontig`.
 fn shared(world: &Communicator) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
+    shared_window(world, &Info::new())?;
+    let mut noncontig = Info::new();
+    noncontig.set("alloc_shared_noncontig", "true")?;
+    shared_window(world, &noncontig)?;
+    // Rank 0's part is empty: PROC_NULL gives rank 1's (with one rank,
+    // rank 0's, of no bytes).
+    let window = Window::allocate_shared(world, if rank == 0 { 0 } else { 8 }, 8, &Info::new())?;
+    let lowest = window.shared_query(oxmpi::PROC_NULL)?;
+    let want = window.shared_query(size.min(2) as i32 - 1)?;
+    ensure(
+        lowest.base() == want.base() && lowest.size() == 8 * usize::from(size > 1),
+        || {
+            format!(
+                "shared_query(PROC_NULL) gave {} bytes at {:?}, not rank {}'s {} at {:?}",
+                lowest.size(),
+                lowest.base(),
+                size.min(2) - 1,
+                want.size(),
+                want.base()
+            )
+        },
+    )?;
+    window.free()?;
+    let mut bad = Info::new();
+    bad.set("alloc_shared_noncontig", "maybe")?;
+    expect_class(
+        Window::allocate_shared(world, 8, 8, &bad).map(|_| ()),
+        ErrorClass::InfoValue,
+        "alloc_shared_noncontig = maybe",
+    )?;
+    if size > 1 {
+        let info = if rank == 1 { noncontig } else { Info::new() };
+        expect_class(
+            Window::allocate_shared(world, 8, 8, &info).map(|_| ()),
+            ErrorClass::InfoValue,
+            "alloc_shared_noncontig at rank 1 alone",
+        )?;
+    }
+    Ok(())
+}
+
+/// One `allocate_shared` window made with `info`: parts of different
+/// sizes (rank r has r + 2 elements); each rank stores into its own,
+/// then reads every rank's through `shared_query`. Contiguous, every
+/// part starts right after the previous one, and a rank's store past
+/// the end of its part (through the pointer, as C programs do) lands in
+/// the next rank's part; non-contiguous, every part is page-aligned. A
+/// put by RMA lands in the same memory.
+fn shared_window(world: &Communicator, info: &Info) -> Result<()> {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let contiguous = info.get("alloc_shared_noncontig")? != Some("true");
     let len = |r: usize| r + 2;
     let value = |r: usize, i: usize| (r * 1000 + i) as u64;
-    let window = Window::allocate_shared(world, 8 * len(rank), 8, &Info::new())?;
+    let window = Window::allocate_shared(world, 8 * len(rank), 8, info)?;
     ensure(window.create_flavor() == CreateFlavor::Shared, || {
         format!("flavor {:?}", window.create_flavor())
     })?;
@@ -1476,6 +1941,44 @@ fn shared(world: &Communicator) -> Result<()> {
             "a read past a part",
         )?;
     }
+    for r in 0..size {
+        let part = window.shared_query(r as i32)?.base() as usize;
+        let ok = if contiguous && r > 0 {
+            let before = window.shared_query(r as i32 - 1)?;
+            part == before.base() as usize + before.size()
+        } else {
+            part.is_multiple_of(4096)
+        };
+        ensure(ok, || {
+            format!("rank {r}'s part at {part:#x} (contiguous: {contiguous})")
+        })?;
+    }
+    if contiguous {
+        world.barrier()?;
+        if rank + 1 < size {
+            // SAFETY: the window is contiguous (checked above), so the 8
+            // bytes after this rank's part are the first element of the
+            // next rank's part in this mapping, 8-aligned (parts of whole
+            // elements after a page-aligned first); the next rank reads
+            // them only after the barrier below.
+            unsafe {
+                own.base()
+                    .add(own.size())
+                    .cast::<u64>()
+                    .write_volatile(value(size, rank))
+            };
+        }
+        world.barrier()?;
+        if rank > 0 {
+            let mut first = [0u64];
+            own.read(0, &mut first[..])?;
+            same(
+                &first,
+                &[value(size, rank - 1)],
+                "the first element after the left rank's store past its part",
+            )?;
+        }
+    }
     expect_class(
         window.shared_query(size as i32),
         ErrorClass::Rank,
@@ -1507,6 +2010,9 @@ fn shared(world: &Communicator) -> Result<()> {
     )?;
     world.barrier()?;
     window.free()?;
+    if contiguous {
+        return Ok(());
+    }
     let mut memory = [0u64; 2];
     let created = Window::create(world, &mut memory[..], 8, &Info::new())?;
     expect_class(

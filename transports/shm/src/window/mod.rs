@@ -35,6 +35,17 @@
 //!
 //! The data starts on a page boundary, so it is aligned for every basic
 //! type and region boundaries are aligned to the largest.
+//!
+//! # Block layout
+//! The ranks of a contiguous shared window (`MPI_Win_allocate_shared`
+//! without `alloc_shared_noncontig`) share one region
+//! ([`WindowSegment::create_block`]): each rank's control area (the
+//! header above, up to its mutexes, 64-aligned) one after the other,
+//! the first with a magic of its own ("oxmpiwb1"), then from a page
+//! boundary every rank's memory, rank after rank with no gap, so that one
+//! rank's last byte is followed by the next rank's first. Each rank's part is a
+//! [`WindowSegment`] of its own (own size, lock and mutexes) on the one
+//! mapping.
 
 pub mod atomics;
 pub mod copy;
@@ -52,9 +63,12 @@ use oxmpi_adi::wait::{Idle, IdleStep, WaitPolicy};
 use regions::RegionMutex;
 use std::io;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// Marks a memory file as a window segment of this layout ("oxmpiwin", 1).
 const WINDOW_MAGIC: u64 = u64::from_le_bytes(*b"oxmpiwn1");
+/// Marks the first control area of a block of parts ("oxmpiwb", 1).
+const BLOCK_MAGIC: u64 = u64::from_le_bytes(*b"oxmpiwb1");
 /// Where the lock lies.
 const LOCK_AT: usize = 64;
 /// Where the region mutexes start.
@@ -149,6 +163,8 @@ fn check_range(offset: u64, len: u64, size: u64) -> Result<(), AccessError> {
 /// Where the parts of a segment for a window of `size` bytes lie.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Layout {
+    /// Where the part's control area (header, lock, mutexes) starts.
+    control_at: usize,
     regions: usize,
     region_bytes: usize,
     data_at: usize,
@@ -160,11 +176,47 @@ impl Layout {
         let regions = regions::region_count(size);
         let data_at = (MUTEXES_AT + 4 * regions).next_multiple_of(PAGE);
         Some(Layout {
+            control_at: 0,
             regions,
             region_bytes: regions::region_bytes(size),
             data_at,
             total: data_at.checked_add(size)?,
         })
+    }
+
+    /// The layouts of the parts of a block ([module docs](self)) of
+    /// `sizes` bytes, in rank order; `None` if the block's size overflows.
+    fn of_block(sizes: &[usize]) -> Option<Vec<Layout>> {
+        let mut control_at = 0usize;
+        let mut controls = Vec::with_capacity(sizes.len());
+        for &size in sizes {
+            let regions = regions::region_count(size);
+            controls.push((control_at, regions, regions::region_bytes(size)));
+            control_at = control_at
+                .checked_add(MUTEXES_AT + 4 * regions)?
+                .checked_next_multiple_of(64)?;
+        }
+        let mut data_at = control_at.checked_next_multiple_of(PAGE)?;
+        let total = sizes
+            .iter()
+            .try_fold(data_at, |end, &size| end.checked_add(size))?;
+        Some(
+            controls
+                .into_iter()
+                .zip(sizes)
+                .map(|((control_at, regions, region_bytes), &size)| {
+                    let layout = Layout {
+                        control_at,
+                        regions,
+                        region_bytes,
+                        data_at,
+                        total,
+                    };
+                    data_at += size;
+                    layout
+                })
+                .collect(),
+        )
     }
 }
 
@@ -172,7 +224,8 @@ impl Layout {
 /// module docs.
 #[derive(Debug)]
 pub struct WindowSegment {
-    region: SharedRegion,
+    /// The mapping, shared by the parts of a block.
+    region: Arc<SharedRegion>,
     /// The window's first byte in this mapping (`layout.data_at` into
     /// `region`), kept so that a put or a get is a range check and a
     /// copy, with no look-up of the mapping.
@@ -209,17 +262,90 @@ impl WindowSegment {
         let word = |at| region.word(at).expect("the header lies in the region");
         word(8).store(size as u64, Ordering::Relaxed);
         word(0).store(WINDOW_MAGIC, Ordering::Release);
-        Ok((WindowSegment::new(region, size, layout, wait), name))
+        Ok((
+            WindowSegment::new(Arc::new(region), size, layout, wait),
+            name,
+        ))
+    }
+
+    /// The parts of a new block ([module docs](self)) of `sizes[r]` bytes
+    /// for rank r, zeroed, with their locks and mutexes free, in one
+    /// mapping, and the block's name to send to the ranks that will
+    /// attach it ([`WindowSegment::attach_block`]). The maker must keep
+    /// it until they have.
+    pub fn create_block(sizes: &[usize]) -> io::Result<(Vec<WindowSegment>, RegionName)> {
+        let layouts = Layout::of_block(sizes).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "window sizes out of range")
+        })?;
+        let wait = wait_policy()?;
+        let total = layouts.first().map_or(1, |layout| layout.total);
+        let (region, name) = SharedRegion::create(total)?;
+        let word = |at| region.word(at).expect("the header lies in the region");
+        for (layout, &size) in layouts.iter().zip(sizes) {
+            word(layout.control_at + 8).store(size as u64, Ordering::Relaxed);
+        }
+        word(0).store(BLOCK_MAGIC, Ordering::Release);
+        Ok((
+            WindowSegment::parts(Arc::new(region), sizes, layouts, wait),
+            name,
+        ))
+    }
+
+    /// Attaches the block another local rank made and named `name`
+    /// ([`WindowSegment::create_block`]), after checking that it is a
+    /// block whose parts have the sizes `sizes`, in rank order.
+    pub fn attach_block(name: &RegionName, sizes: &[usize]) -> io::Result<Vec<WindowSegment>> {
+        let wait = wait_policy()?;
+        let region = SharedRegion::attach(name)?;
+        let word = |at| region.word(at).map(|w| w.load(Ordering::Acquire));
+        let layouts = Layout::of_block(sizes).filter(|layouts| {
+            word(0) == Some(BLOCK_MAGIC)
+                && layouts.first().map_or(1, |layout| layout.total) == region.len()
+                && layouts
+                    .iter()
+                    .zip(sizes)
+                    .all(|(layout, &size)| word(layout.control_at + 8) == Some(size as u64))
+        });
+        match layouts {
+            Some(layouts) => Ok(WindowSegment::parts(Arc::new(region), sizes, layouts, wait)),
+            None => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the region of process {} is not a block of window parts of {sizes:?} bytes",
+                    name.pid
+                ),
+            )),
+        }
+    }
+
+    /// The parts of the block `region`, laid out as `layouts`, whose waits
+    /// follow `wait`.
+    fn parts(
+        region: Arc<SharedRegion>,
+        sizes: &[usize],
+        layouts: Vec<Layout>,
+        wait: WaitPolicy,
+    ) -> Vec<WindowSegment> {
+        layouts
+            .into_iter()
+            .zip(sizes)
+            .map(|(layout, &size)| WindowSegment::new(region.clone(), size, layout, wait))
+            .collect()
     }
 
     /// The segment of `region`, laid out as `layout` for `size` bytes,
     /// whose waits follow `wait`.
-    fn new(region: SharedRegion, size: usize, layout: Layout, wait: WaitPolicy) -> WindowSegment {
+    fn new(
+        region: Arc<SharedRegion>,
+        size: usize,
+        layout: Layout,
+        wait: WaitPolicy,
+    ) -> WindowSegment {
         let data = region
             .ptr(layout.data_at, size)
             .expect("the layout's data lies in the region");
         let mutexes = region
-            .ptr(MUTEXES_AT, 4 * layout.regions)
+            .ptr(layout.control_at + MUTEXES_AT, 4 * layout.regions)
             .expect("the layout's mutexes lie in the region")
             .cast::<RegionMutex>();
         WindowSegment {
@@ -251,7 +377,7 @@ impl WindowSegment {
         let layout = usize::try_from(size).ok().and_then(Layout::of);
         match layout {
             Some(layout) if layout.total == region.len() => {
-                Ok(WindowSegment::new(region, size as usize, layout, wait))
+                Ok(WindowSegment::new(Arc::new(region), size as usize, layout, wait))
             }
             _ => Err(invalid(format!(
                 "the window segment of process {} says {size} bytes, which its {} bytes do not hold",
@@ -266,7 +392,9 @@ impl WindowSegment {
         self.size
     }
 
-    /// The window's memory in this process (page-aligned): the base the
+    /// The window's memory in this process (page-aligned, but for the
+    /// parts of a block after the first, which start right after the
+    /// previous part's last byte): the base the
     /// owner hands to its user, and that `MPI_Win_shared_query` returns
     /// for this window to the other local ranks. Other processes write it
     /// at any time: it may be reached through raw pointers and atomics,
@@ -286,7 +414,7 @@ impl WindowSegment {
     pub fn lock(&self) -> &SharedRwLock {
         let at = self
             .region
-            .ptr(LOCK_AT, rwlock::RWLOCK_BYTES)
+            .ptr(self.layout.control_at + LOCK_AT, rwlock::RWLOCK_BYTES)
             .expect("the lock lies in the region");
         // SAFETY: the lock's bytes lie in the mapping (above), 64-aligned,
         // zeroed at creation (a free lock), and only ever accessed through
@@ -599,6 +727,42 @@ mod tests {
         peer.lock().unlock_exclusive();
         // One region: a page covers the window.
         assert_eq!(peer.lock_regions(0, 1000).unwrap().regions(), 1);
+    }
+
+    #[test]
+    fn the_parts_of_a_block_follow_each_other_with_their_own_locks() {
+        let sizes = [12, 0, 5000, 3];
+        let (made, name) = WindowSegment::create_block(&sizes).unwrap();
+        let attached = WindowSegment::attach_block(&name, &sizes).unwrap();
+        for parts in [&made, &attached] {
+            assert_eq!(parts[0].base() as usize % PAGE, 0);
+            for r in 1..sizes.len() {
+                assert_eq!(
+                    parts[r].base() as usize,
+                    parts[r - 1].base() as usize + sizes[r - 1]
+                );
+                assert_eq!(parts[r].size(), sizes[r]);
+            }
+        }
+        // Bytes of part 2 are bytes of the same memory in the other
+        // mapping, and a part's range ends at its own size.
+        made[2].write(4992, &9u64.to_ne_bytes()).unwrap();
+        let mut out = [0u8; 8];
+        attached[2].read(4992, &mut out).unwrap();
+        assert_eq!(u64::from_ne_bytes(out), 9);
+        assert!(attached[3].write(0, &[1; 4]).is_err());
+        // Each part has its own lock: holding part 0's exclusively leaves
+        // part 2's free.
+        made[0].lock().lock_exclusive(made[0].wait_policy());
+        attached[2].lock().lock_exclusive(attached[2].wait_policy());
+        attached[0].lock().unlock_exclusive();
+        made[2].lock().unlock_exclusive();
+        // Other sizes, or a plain segment's name, are refused.
+        assert!(WindowSegment::attach_block(&name, &[12, 0, 5000, 4]).is_err());
+        assert!(WindowSegment::attach_block(&name, &[12, 0, 5000]).is_err());
+        assert!(WindowSegment::attach(&name).is_err());
+        let (_plain, plain) = WindowSegment::create(10).unwrap();
+        assert!(WindowSegment::attach_block(&plain, &[10]).is_err());
     }
 
     #[test]
