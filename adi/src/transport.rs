@@ -637,3 +637,27 @@ impl std::fmt::Debug for JobInfo {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ArrivedPayload;
+
+    #[test]
+    fn an_arrived_payload_gives_its_bytes_whether_own_or_shared() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        // SAFETY: `bytes` is readable for its length while both payloads
+        // live, and nothing copies into it.
+        let shared = unsafe { ArrivedPayload::shared(bytes.as_ptr(), bytes.len()) };
+        for payload in [ArrivedPayload::of(&bytes), shared] {
+            assert_eq!((payload.len(), payload.is_empty()), (256, false));
+            assert_eq!(payload.to_vec(), bytes);
+            assert!(payload.with_slice(|s| s == &bytes[..]));
+            let mut front = [0u8; 10];
+            // SAFETY: `front` is writable for 10 bytes, apart from the
+            // payload, and 10 <= 256.
+            unsafe { payload.copy_to(front.as_mut_ptr(), 10) };
+            assert_eq!(front[..], bytes[..10]);
+        }
+        assert!(ArrivedPayload::of(&[]).is_empty());
+    }
+}
