@@ -685,9 +685,8 @@ impl Consumer {
     /// [`Consumer::peek`] will find corrupt there.
     #[inline]
     pub(crate) fn has_frame(&self) -> bool {
-        let index = self.head & (self.segment.cells() - 1);
         // Relaxed: only a yes or no; `peek` reads it again with Acquire.
-        let word = self.segment.control(index).load(Ordering::Relaxed);
+        let word = self.segment.control(self.head).load(Ordering::Relaxed);
         !self.nothing_published(word)
     }
 

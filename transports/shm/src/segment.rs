@@ -249,21 +249,18 @@ impl Segment {
         self.atomic_at(BARRIERS_AGREED_OFFSET)
     }
 
-    /// The control word of cell `index` (its first 8 bytes).
+    /// The control word (the first 8 bytes) of the cell at queue position
+    /// `position`, counted from the start without wrapping: cell
+    /// `position & (cells - 1)`, never outside the queue, so it needs no
+    /// bound check (a fruitless poll is this load and little else).
     // Inline: on the path of every message.
     #[inline(always)]
-    pub(crate) fn control(&self, index: u64) -> &AtomicU64 {
-        assert!(index < self.cells, "cell {index} outside the queue");
-        self.atomic_at_cell(index)
-    }
-
-    // Inline: on the path of every message.
-    #[inline(always)]
-    fn atomic_at_cell(&self, index: u64) -> &AtomicU64 {
-        // SAFETY: `index` is a cell of the queue (checked by the caller),
-        // so the word lies inside the mapping, 64-byte aligned; shared
-        // access to an atomic from several processes is sound, and the
-        // mapping lives as long as `self`.
+    pub(crate) fn control(&self, position: u64) -> &AtomicU64 {
+        let index = position & (self.cells - 1);
+        // SAFETY: `index` is below `cells` (a mask of one less), so the
+        // word lies inside the mapping, 64-byte aligned; shared access to
+        // an atomic from several processes is sound, and the mapping
+        // lives as long as `self`.
         unsafe {
             &*self
                 .map
