@@ -60,6 +60,7 @@ use crate::proto::{
 };
 use crate::segment::Segment;
 use oxmpi_adi::proto::HEADER_LEN;
+use oxmpi_adi::transport::ArrivedPayload;
 use std::io;
 use std::sync::atomic::{compiler_fence, fence, Ordering};
 
@@ -656,6 +657,14 @@ impl Consumer {
         decode_short(&fields)
     }
 
+    /// The payload of `frame` where it lies in the queue, until the
+    /// frame is freed ([`Consumer::advance`] takes `self` mutably).
+    #[inline(always)]
+    pub(crate) fn payload(&self, frame: &Frame) -> ArrivedPayload<'_> {
+        self.segment
+            .cells_payload(frame.payload_offset(), frame.payload_len())
+    }
+
     /// Copies the first `dest.len()` payload bytes of `frame` (at most
     /// [`Frame::payload_len`]) into `dest`.
     pub(crate) fn copy_payload(&self, frame: &Frame, dest: &mut [u8]) {
@@ -676,9 +685,8 @@ impl Consumer {
     /// [`Consumer::peek`] will find corrupt there.
     #[inline]
     pub(crate) fn has_frame(&self) -> bool {
-        let index = self.head & (self.segment.cells() - 1);
         // Relaxed: only a yes or no; `peek` reads it again with Acquire.
-        let word = self.segment.control(index).load(Ordering::Relaxed);
+        let word = self.segment.control(self.head).load(Ordering::Relaxed);
         !self.nothing_published(word)
     }
 

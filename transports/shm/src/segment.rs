@@ -18,6 +18,7 @@ use crate::proto::{
 };
 use crate::sys;
 use memmap2::MmapMut;
+use oxmpi_adi::transport::ArrivedPayload;
 use std::ffi::CString;
 use std::fmt;
 use std::fs::File;
@@ -248,21 +249,18 @@ impl Segment {
         self.atomic_at(BARRIERS_AGREED_OFFSET)
     }
 
-    /// The control word of cell `index` (its first 8 bytes).
+    /// The control word (the first 8 bytes) of the cell at queue position
+    /// `position`, counted from the start without wrapping: cell
+    /// `position & (cells - 1)`, never outside the queue, so it needs no
+    /// bound check (a fruitless poll is this load and little else).
     // Inline: on the path of every message.
     #[inline(always)]
-    pub(crate) fn control(&self, index: u64) -> &AtomicU64 {
-        assert!(index < self.cells, "cell {index} outside the queue");
-        self.atomic_at_cell(index)
-    }
-
-    // Inline: on the path of every message.
-    #[inline(always)]
-    fn atomic_at_cell(&self, index: u64) -> &AtomicU64 {
-        // SAFETY: `index` is a cell of the queue (checked by the caller),
-        // so the word lies inside the mapping, 64-byte aligned; shared
-        // access to an atomic from several processes is sound, and the
-        // mapping lives as long as `self`.
+    pub(crate) fn control(&self, position: u64) -> &AtomicU64 {
+        let index = position & (self.cells - 1);
+        // SAFETY: `index` is below `cells` (a mask of one less), so the
+        // word lies inside the mapping, 64-byte aligned; shared access to
+        // an atomic from several processes is sound, and the mapping
+        // lives as long as `self`.
         unsafe {
             &*self
                 .map
@@ -301,6 +299,18 @@ impl Segment {
                 bytes.len(),
             )
         };
+    }
+
+    /// The `len` bytes at byte `offset` of the cell area, where they lie,
+    /// for the ADI to copy once to where they go.
+    // Inline: on the path of every message of several cells.
+    #[inline(always)]
+    pub(crate) fn cells_payload(&self, offset: usize, len: usize) -> ArrivedPayload<'_> {
+        let start = self.cell_range(offset, len);
+        // SAFETY: the range lies inside the mapping (checked), which lives
+        // as long as `self`; the bytes are only copied through raw
+        // pointers, never into the mapping itself.
+        unsafe { ArrivedPayload::shared(self.map.as_ptr().add(start), len) }
     }
 
     /// Copies bytes out of the cells, from byte `offset` of the cell area,
