@@ -922,14 +922,19 @@ fn cards_tell_who_shares_the_host_and_namespace() {
     let mut net = Net::new(2);
     let card = net.t(0).card().to_owned();
     let parts: Vec<&str> = card.split(':').collect();
-    assert_eq!(parts.len(), 4, "{card}");
+    assert_eq!(parts.len(), 5, "{card}");
     assert_eq!(parts[0], oxmpi_shm::SHM_VERSION.to_string());
     let t = net.t(1);
     assert!(t.reachable(&card));
-    let other_netns = format!("{}:{}:{}1:{}", parts[0], parts[1], parts[2], parts[3]);
-    let other_boot = format!("{}:{}0:{}:{}", parts[0], parts[1], parts[2], parts[3]);
+    let with = |version: &str, boot: &str, netns: &str, pidns: &str| {
+        format!("{version}:{boot}:{netns}:{pidns}:{}", parts[4])
+    };
+    let other_netns = with(parts[0], parts[1], &format!("{}1", parts[2]), parts[3]);
+    let other_pidns = with(parts[0], parts[1], parts[2], &format!("{}1", parts[3]));
+    let other_boot = with(parts[0], &format!("{}0", parts[1]), parts[2], parts[3]);
     for card in [
         other_netns.as_str(),
+        &other_pidns,
         &other_boot,
         "127.0.0.1:4000",
         "",
@@ -938,7 +943,8 @@ fn cards_tell_who_shares_the_host_and_namespace() {
         assert!(!t.reachable(card), "{card:?} reachable");
     }
     assert!(t.add_peer(0, &other_netns).is_err());
-    let newer = format!("{}:{}:{}:{}", 99, parts[1], parts[2], parts[3]);
+    assert!(t.add_peer(0, &other_pidns).is_err());
+    let newer = with("99", parts[1], parts[2], parts[3]);
     let e = t.add_peer(0, &newer).unwrap_err();
     assert!(e.message().contains("version 99"), "{e}");
 }
