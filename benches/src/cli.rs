@@ -282,6 +282,10 @@ pub struct Options {
     pub counts: Counts,
     /// Print one JSON object instead of the OSU-style table.
     pub json: bool,
+    /// Time each operation too and report the tail of the times beside
+    /// the mean ([`crate::report::TAIL_COLUMNS`]): the one-sided latency
+    /// benchmarks only.
+    pub tail: bool,
 }
 
 impl Options {
@@ -292,6 +296,7 @@ impl Options {
             max_size: DEFAULT_MAX_SIZE,
             counts: OSU_COUNTS,
             json: false,
+            tail: false,
         }
     }
 
@@ -358,6 +363,9 @@ impl Options {
         .collect();
         if self.json {
             args.push("--json".to_owned());
+        }
+        if self.tail {
+            args.push("--tail".to_owned());
         }
         args
     }
@@ -648,6 +656,11 @@ options:
                    suite 5)
   --json           print JSON instead of tables (compare: one object per
                    benchmark, one per line)
+  --tail           one-sided latencies (put_latency ... cas_latency): also
+                   time each operation and print, per size, beside the
+                   mean: the median, the 99th percentile and the longest
+                   operation in us, and how many took over 1 ms (JSON keys
+                   p50, p99, max, over_1ms)
   --rounds N       compare: run every implementation N times, alternating,
                    and report medians (default 1)
   --ranks N        compare: ranks of the mbw_mr and multi_lat jobs (even)
@@ -880,6 +893,7 @@ fn parse_options(
     let mut warmup = None;
     let mut warmup_large = None;
     let mut json = false;
+    let mut tail = false;
     let mut rounds = 1;
     let mut ranks = 2;
     let mut transport = CompareTransport::Tcp;
@@ -921,6 +935,7 @@ fn parse_options(
             ("--warmup", _) => warmup = Some(parse_count(name, value(name)?)?),
             ("--warmup-large", _) => warmup_large = Some(parse_count(name, value(name)?)?),
             ("--json", _) if inline.is_none() => json = true,
+            ("--tail", _) if inline.is_none() => tail = true,
             ("--rounds", Extra::Compare) => rounds = positive(name, value(name)?)?,
             ("--ranks", Extra::Compare) => ranks = positive(name, value(name)?)?,
             ("--transport", Extra::Compare) => {
@@ -1026,11 +1041,19 @@ fn parse_options(
         warmup: warmup.unwrap_or(defaults.warmup),
         warmup_large: warmup_large.or(warmup).unwrap_or(defaults.warmup_large),
     };
+    if tail && !benchmark.is_some_and(|b| b.is_rma() && b.is_latency()) {
+        return usage_error(
+            "--tail times each operation of a one-sided latency benchmark (put_latency, \
+             get_latency, acc_latency, fop_latency, cas_latency) run as an oxmpi job; \
+             run that benchmark with oxrun",
+        );
+    }
     let options = Options {
         min_size,
         max_size,
         counts,
         json,
+        tail,
     };
     let extras = Extras {
         rounds,
@@ -1053,6 +1076,7 @@ mod tests {
             max_size: max,
             counts: OSU_COUNTS,
             json: false,
+            tail: false,
         }
     }
 
@@ -1124,6 +1148,7 @@ mod tests {
                 warmup_large: 5,
             },
             json: true,
+            tail: false,
         };
         assert_eq!(c, Command::Mpi(Benchmark::Latency, expected.clone()));
         assert_eq!(expected.iterations_for(1 << 20), 50);
@@ -1260,6 +1285,12 @@ mod tests {
             &["latency", "--size", "8", "--max-size", "8"],
             &["latency", "--verbose"],
             &["latency", "--json=yes"],
+            &["latency", "--tail"],
+            &["put_bw", "--tail"],
+            &["get_latency", "--tail=yes"],
+            &["raw-tcp", "latency", "--tail"],
+            &["compare", "get_latency", "--tail"],
+            &["suite", "--tail"],
             &["latency", "--rounds", "2"],
             &["bw", "--min-size", "0"],
             &["bibw", "--size", "0"],
@@ -1293,6 +1324,27 @@ mod tests {
     }
 
     #[test]
+    fn tail_is_for_the_one_sided_latencies() {
+        for b in Benchmark::ALL
+            .into_iter()
+            .filter(|b| b.is_rma() && b.is_latency())
+        {
+            let Ok(Command::Mpi(parsed, o)) = parse(&[b.name(), "--tail", "--size", "128K"]) else {
+                panic!("{} --tail did not parse", b.name());
+            };
+            assert_eq!(parsed, b);
+            assert!(o.tail);
+            // The jobs oxbench starts get it too.
+            assert!(o.to_args().contains(&"--tail".to_owned()));
+        }
+        let Ok(Command::Mpi(_, o)) = parse(&["get_latency"]) else {
+            panic!("get_latency did not parse");
+        };
+        assert!(!o.tail);
+        assert!(!o.to_args().contains(&"--tail".to_owned()));
+    }
+
+    #[test]
     fn options_round_trip_through_arguments() {
         let options = Options {
             min_size: 8,
@@ -1304,6 +1356,7 @@ mod tests {
                 warmup_large: 1,
             },
             json: true,
+            tail: false,
         };
         let mut args = vec![
             RAW_TCP_PEER.to_owned(),

@@ -847,11 +847,14 @@ fn json_report(
                 ),
                 Err(e) => (vec![format!("unavailable: {e}")], Vec::new()),
             };
-            report::json(as_one_column, key, &notes, &results).replacen(
-                as_one_column.name(),
-                benchmark.name(),
-                1,
+            report::json(
+                &report::figure_keys(as_one_column, false),
+                as_one_column,
+                key,
+                &notes,
+                &results,
             )
+            .replacen(as_one_column.name(), benchmark.name(), 1)
         })
         .collect();
     let ratio_list = |pick: fn(Ratios) -> Option<f64>| -> String {

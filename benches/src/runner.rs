@@ -350,6 +350,7 @@ mod tests {
                 warmup_large: 1,
             },
             json: false,
+            tail: false,
         }
     }
 
@@ -397,6 +398,7 @@ mod tests {
     fn arguments_never_ask_for_json() {
         let o = Options {
             json: true,
+            tail: false,
             ..Options::defaults(Benchmark::Bandwidth)
         };
         let args = benchmark_args(Benchmark::BiBandwidth, &o);
