@@ -313,8 +313,10 @@ impl Options {
     }
 
     /// These options as `benchmark` runs them: sizes from its smallest
-    /// ([`Benchmark::min_size`]), only size 0 for the barrier, and only
-    /// one `u64` (8 bytes) for fetch-and-op and compare-and-swap.
+    /// ([`Benchmark::min_size`]), only size 0 for the barrier, only one
+    /// `u64` (8 bytes) for fetch-and-op and compare-and-swap, and the
+    /// tail only for the one-sided latencies (a comparison may hold
+    /// others).
     pub fn for_benchmark(&self, benchmark: Benchmark) -> Options {
         let (min_size, max_size) = match benchmark {
             Benchmark::Barrier => (0, 0),
@@ -324,6 +326,7 @@ impl Options {
         Options {
             min_size,
             max_size,
+            tail: self.tail && benchmark.is_rma() && benchmark.is_latency(),
             ..self.clone()
         }
     }
@@ -660,7 +663,9 @@ options:
                    time each operation and print, per size, beside the
                    mean: the median, the 99th percentile and the longest
                    operation in us, and how many took over 1 ms (JSON keys
-                   p50, p99, max, over_1ms)
+                   p50, p99, max, over_1ms); compare: oxmpi's jobs of these
+                   benchmarks do, and each round's figures follow the
+                   table (not with --json)
   --rounds N       compare: run every implementation N times, alternating,
                    and report medians (default 1)
   --ranks N        compare: ranks of the mbw_mr and multi_lat jobs (even)
@@ -838,6 +843,19 @@ fn parse_compare(args: &[&str]) -> Result<Command, UsageError> {
         1
     };
     let (options, extras) = parse_options(None, least, SIZE_LIMIT, &args[named..], Extra::Compare)?;
+    if options.tail {
+        if options.json {
+            return usage_error(
+                "compare: --tail prints oxmpi's tail under each table; it has no JSON form",
+            );
+        }
+        if !benchmarks.iter().any(|b| b.is_rma() && b.is_latency()) {
+            return usage_error(
+                "compare: --tail needs a one-sided latency benchmark (put_latency, get_latency, \
+                 acc_latency, fop_latency or cas_latency)",
+            );
+        }
+    }
     let ranks = extras.ranks;
     if ranks % 2 != 0 && benchmarks.iter().any(|b| b.is_multi_pair()) {
         return usage_error(format!(
@@ -1041,7 +1059,7 @@ fn parse_options(
         warmup: warmup.unwrap_or(defaults.warmup),
         warmup_large: warmup_large.or(warmup).unwrap_or(defaults.warmup_large),
     };
-    if tail && !benchmark.is_some_and(|b| b.is_rma() && b.is_latency()) {
+    if tail && extra != Extra::Compare && !benchmark.is_some_and(|b| b.is_rma() && b.is_latency()) {
         return usage_error(
             "--tail times each operation of a one-sided latency benchmark (put_latency, \
              get_latency, acc_latency, fop_latency, cas_latency) run as an oxmpi job; \
@@ -1289,7 +1307,8 @@ mod tests {
             &["put_bw", "--tail"],
             &["get_latency", "--tail=yes"],
             &["raw-tcp", "latency", "--tail"],
-            &["compare", "get_latency", "--tail"],
+            &["compare", "latency", "--tail"],
+            &["compare", "get_latency", "--tail", "--json"],
             &["suite", "--tail"],
             &["latency", "--rounds", "2"],
             &["bw", "--min-size", "0"],
@@ -1342,6 +1361,13 @@ mod tests {
         };
         assert!(!o.tail);
         assert!(!o.to_args().contains(&"--tail".to_owned()));
+        // A comparison passes it to the one-sided latencies only.
+        let Ok(Command::Compare(c)) = parse(&["compare", "latency", "get_latency", "--tail"])
+        else {
+            panic!("compare --tail did not parse");
+        };
+        assert!(c.options.for_benchmark(Benchmark::GetLatency).tail);
+        assert!(!c.options.for_benchmark(Benchmark::Latency).tail);
     }
 
     #[test]
