@@ -603,13 +603,15 @@ impl Column {
                 })
                 .collect()),
         };
+        // What follows the benchmark's own figures is the tail's.
+        let own = benchmark.columns().len();
         let tails = rounds
             .iter()
             .filter_map(|r| r.as_ref().ok())
             .map(|m| {
                 m.rows
                     .iter()
-                    .map(|(size, figures)| (*size, figures[1..].to_vec()))
+                    .map(|(size, figures)| (*size, figures[own.min(figures.len())..].to_vec()))
                     .collect::<Vec<_>>()
             })
             .filter(|rows| rows.iter().any(|(_, tail)| !tail.is_empty()))
