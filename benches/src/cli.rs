@@ -282,6 +282,10 @@ pub struct Options {
     pub counts: Counts,
     /// Print one JSON object instead of the OSU-style table.
     pub json: bool,
+    /// Time each operation too and report the tail of the times beside
+    /// the mean ([`crate::report::TAIL_COLUMNS`]): the one-sided latency
+    /// benchmarks only.
+    pub tail: bool,
 }
 
 impl Options {
@@ -292,6 +296,7 @@ impl Options {
             max_size: DEFAULT_MAX_SIZE,
             counts: OSU_COUNTS,
             json: false,
+            tail: false,
         }
     }
 
@@ -308,8 +313,10 @@ impl Options {
     }
 
     /// These options as `benchmark` runs them: sizes from its smallest
-    /// ([`Benchmark::min_size`]), only size 0 for the barrier, and only
-    /// one `u64` (8 bytes) for fetch-and-op and compare-and-swap.
+    /// ([`Benchmark::min_size`]), only size 0 for the barrier, only one
+    /// `u64` (8 bytes) for fetch-and-op and compare-and-swap, and the
+    /// tail only for the one-sided latencies (a comparison may hold
+    /// others).
     pub fn for_benchmark(&self, benchmark: Benchmark) -> Options {
         let (min_size, max_size) = match benchmark {
             Benchmark::Barrier => (0, 0),
@@ -319,6 +326,7 @@ impl Options {
         Options {
             min_size,
             max_size,
+            tail: self.tail && benchmark.is_rma() && benchmark.is_latency(),
             ..self.clone()
         }
     }
@@ -358,6 +366,9 @@ impl Options {
         .collect();
         if self.json {
             args.push("--json".to_owned());
+        }
+        if self.tail {
+            args.push("--tail".to_owned());
         }
         args
     }
@@ -648,6 +659,13 @@ options:
                    suite 5)
   --json           print JSON instead of tables (compare: one object per
                    benchmark, one per line)
+  --tail           one-sided latencies (put_latency ... cas_latency): also
+                   time each operation and print, per size, beside the
+                   mean: the median, the 99th percentile and the longest
+                   operation in us, and how many took over 1 ms (JSON keys
+                   p50, p99, max, over_1ms); compare: oxmpi's jobs of these
+                   benchmarks do, and each round's figures follow the
+                   table (not with --json)
   --rounds N       compare: run every implementation N times, alternating,
                    and report medians (default 1)
   --ranks N        compare: ranks of the mbw_mr and multi_lat jobs (even)
@@ -825,6 +843,19 @@ fn parse_compare(args: &[&str]) -> Result<Command, UsageError> {
         1
     };
     let (options, extras) = parse_options(None, least, SIZE_LIMIT, &args[named..], Extra::Compare)?;
+    if options.tail {
+        if options.json {
+            return usage_error(
+                "compare: --tail prints oxmpi's tail under each table; it has no JSON form",
+            );
+        }
+        if !benchmarks.iter().any(|b| b.is_rma() && b.is_latency()) {
+            return usage_error(
+                "compare: --tail needs a one-sided latency benchmark (put_latency, get_latency, \
+                 acc_latency, fop_latency or cas_latency)",
+            );
+        }
+    }
     let ranks = extras.ranks;
     if ranks % 2 != 0 && benchmarks.iter().any(|b| b.is_multi_pair()) {
         return usage_error(format!(
@@ -880,6 +911,7 @@ fn parse_options(
     let mut warmup = None;
     let mut warmup_large = None;
     let mut json = false;
+    let mut tail = false;
     let mut rounds = 1;
     let mut ranks = 2;
     let mut transport = CompareTransport::Tcp;
@@ -921,6 +953,7 @@ fn parse_options(
             ("--warmup", _) => warmup = Some(parse_count(name, value(name)?)?),
             ("--warmup-large", _) => warmup_large = Some(parse_count(name, value(name)?)?),
             ("--json", _) if inline.is_none() => json = true,
+            ("--tail", _) if inline.is_none() => tail = true,
             ("--rounds", Extra::Compare) => rounds = positive(name, value(name)?)?,
             ("--ranks", Extra::Compare) => ranks = positive(name, value(name)?)?,
             ("--transport", Extra::Compare) => {
@@ -1026,11 +1059,19 @@ fn parse_options(
         warmup: warmup.unwrap_or(defaults.warmup),
         warmup_large: warmup_large.or(warmup).unwrap_or(defaults.warmup_large),
     };
+    if tail && extra != Extra::Compare && !benchmark.is_some_and(|b| b.is_rma() && b.is_latency()) {
+        return usage_error(
+            "--tail times each operation of a one-sided latency benchmark (put_latency, \
+             get_latency, acc_latency, fop_latency, cas_latency) run as an oxmpi job; \
+             run that benchmark with oxrun",
+        );
+    }
     let options = Options {
         min_size,
         max_size,
         counts,
         json,
+        tail,
     };
     let extras = Extras {
         rounds,
@@ -1053,6 +1094,7 @@ mod tests {
             max_size: max,
             counts: OSU_COUNTS,
             json: false,
+            tail: false,
         }
     }
 
@@ -1124,6 +1166,7 @@ mod tests {
                 warmup_large: 5,
             },
             json: true,
+            tail: false,
         };
         assert_eq!(c, Command::Mpi(Benchmark::Latency, expected.clone()));
         assert_eq!(expected.iterations_for(1 << 20), 50);
@@ -1260,6 +1303,13 @@ mod tests {
             &["latency", "--size", "8", "--max-size", "8"],
             &["latency", "--verbose"],
             &["latency", "--json=yes"],
+            &["latency", "--tail"],
+            &["put_bw", "--tail"],
+            &["get_latency", "--tail=yes"],
+            &["raw-tcp", "latency", "--tail"],
+            &["compare", "latency", "--tail"],
+            &["compare", "get_latency", "--tail", "--json"],
+            &["suite", "--tail"],
             &["latency", "--rounds", "2"],
             &["bw", "--min-size", "0"],
             &["bibw", "--size", "0"],
@@ -1293,6 +1343,34 @@ mod tests {
     }
 
     #[test]
+    fn tail_is_for_the_one_sided_latencies() {
+        for b in Benchmark::ALL
+            .into_iter()
+            .filter(|b| b.is_rma() && b.is_latency())
+        {
+            let Ok(Command::Mpi(parsed, o)) = parse(&[b.name(), "--tail", "--size", "128K"]) else {
+                panic!("{} --tail did not parse", b.name());
+            };
+            assert_eq!(parsed, b);
+            assert!(o.tail);
+            // The jobs oxbench starts get it too.
+            assert!(o.to_args().contains(&"--tail".to_owned()));
+        }
+        let Ok(Command::Mpi(_, o)) = parse(&["get_latency"]) else {
+            panic!("get_latency did not parse");
+        };
+        assert!(!o.tail);
+        assert!(!o.to_args().contains(&"--tail".to_owned()));
+        // A comparison passes it to the one-sided latencies only.
+        let Ok(Command::Compare(c)) = parse(&["compare", "latency", "get_latency", "--tail"])
+        else {
+            panic!("compare --tail did not parse");
+        };
+        assert!(c.options.for_benchmark(Benchmark::GetLatency).tail);
+        assert!(!c.options.for_benchmark(Benchmark::Latency).tail);
+    }
+
+    #[test]
     fn options_round_trip_through_arguments() {
         let options = Options {
             min_size: 8,
@@ -1304,6 +1382,7 @@ mod tests {
                 warmup_large: 1,
             },
             json: true,
+            tail: false,
         };
         let mut args = vec![
             RAW_TCP_PEER.to_owned(),

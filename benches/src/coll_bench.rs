@@ -57,6 +57,7 @@ pub fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Res
             "oxmpi",
             notes,
             options.json,
+            options.tail,
         )?)
     } else {
         None

@@ -33,7 +33,10 @@
 //!   every contender once, the order rotated from round to round, and each
 //!   figure is the median of the rounds. `--without mpich|openmpi` leaves
 //!   a peer out, for quick checks where it takes minutes (MPICH's
-//!   one-sided operations over TCP); the header says so.
+//!   one-sided operations over TCP); the header says so. With `--tail`,
+//!   oxmpi's one-sided latency jobs time each operation too, and each
+//!   round's median, 99th percentile, longest operation and count over
+//!   1 ms follow the table (a mean far above its median is a few stalls).
 //! - **The result.** Per benchmark, a table (size, oxmpi, MPICH, Open MPI,
 //!   oxmpi's figure over the better peer's, and where there is one the
 //!   floor and oxmpi's figure over it; for `mbw_mr` the MB/s) or one JSON
@@ -187,12 +190,19 @@ impl Contender {
             Implementation::Floor => {
                 runner::floor_job(program, transport.name(), benchmark, options)
             }
-            peer => Some((
-                peer_job(
-                    peer, launcher, program, transport, benchmark, options, ranks, root,
-                ),
-                options.clone(),
-            )),
+            peer => {
+                // The C peers time the loop only: no tail.
+                let options = Options {
+                    tail: false,
+                    ..options.clone()
+                };
+                Some((
+                    peer_job(
+                        peer, launcher, program, transport, benchmark, &options, ranks, root,
+                    ),
+                    options,
+                ))
+            }
         }
     }
 }
@@ -549,6 +559,9 @@ struct Column {
     /// the contender does not measure: the floor's), or why there are
     /// none.
     figures: Result<Vec<Option<f64>>, String>,
+    /// With `--tail`, each good round's [`report::TAIL_COLUMNS`] figures
+    /// of each size (oxmpi's one-sided latencies); else empty.
+    tails: Vec<Vec<(usize, Vec<f64>)>>,
 }
 
 impl Column {
@@ -590,11 +603,25 @@ impl Column {
                 })
                 .collect()),
         };
+        // What follows the benchmark's own figures is the tail's.
+        let own = benchmark.columns().len();
+        let tails = rounds
+            .iter()
+            .filter_map(|r| r.as_ref().ok())
+            .map(|m| {
+                m.rows
+                    .iter()
+                    .map(|(size, figures)| (*size, figures[own.min(figures.len())..].to_vec()))
+                    .collect::<Vec<_>>()
+            })
+            .filter(|rows| rows.iter().any(|(_, tail)| !tail.is_empty()))
+            .collect();
         Column {
             implementation: contender.implementation,
             description,
             good_rounds: good.len(),
             figures,
+            tails,
         }
     }
 
@@ -803,6 +830,39 @@ fn table(
         }
         s.push('\n');
     }
+    for column in columns.iter().filter(|c| !c.tails.is_empty()) {
+        s.push_str(&tail_table(column));
+    }
+    s
+}
+
+/// A column's tail figures (`--tail`), each round's beside the others':
+/// whether a size's high median came from every round's stalls, and
+/// whether each round's mean above its median is a few stalls.
+fn tail_table(column: &Column) -> String {
+    let mut s = format!(
+        "# {} per round: {} / {} / {} / {}\n",
+        column.implementation.name(),
+        report::TAIL_COLUMNS[0],
+        report::TAIL_COLUMNS[1],
+        report::TAIL_COLUMNS[2],
+        report::TAIL_COLUMNS[3]
+    );
+    let Some(first) = column.tails.first() else {
+        return s;
+    };
+    for (i, (size, _)) in first.iter().enumerate() {
+        s.push_str(&format!("{size:<SIZE_WIDTH$}"));
+        for round in &column.tails {
+            match round.get(i).map(|(_, tail)| tail.as_slice()) {
+                Some([p50, p99, max, stalls]) => {
+                    s.push_str(&format!("  {p50:.2}/{p99:.2}/{max:.2}/{stalls}"))
+                }
+                _ => s.push_str("  -"),
+            }
+        }
+        s.push('\n');
+    }
     s
 }
 
@@ -847,11 +907,14 @@ fn json_report(
                 ),
                 Err(e) => (vec![format!("unavailable: {e}")], Vec::new()),
             };
-            report::json(as_one_column, key, &notes, &results).replacen(
-                as_one_column.name(),
-                benchmark.name(),
-                1,
+            report::json(
+                &report::figure_keys(as_one_column, false),
+                as_one_column,
+                key,
+                &notes,
+                &results,
             )
+            .replacen(as_one_column.name(), benchmark.name(), 1)
         })
         .collect();
     let ratio_list = |pick: fn(Ratios) -> Option<f64>| -> String {
@@ -905,7 +968,31 @@ mod tests {
             description: "d".to_owned(),
             good_rounds: 1,
             figures: figures.map(|f| f.into_iter().map(Some).collect()),
+            tails: Vec::new(),
         }
+    }
+
+    #[test]
+    fn tails_follow_the_table_round_by_round() {
+        let mut oxmpi = column(Implementation::Oxmpi, Ok(vec![134.2, 40.0]));
+        oxmpi.tails = vec![
+            vec![
+                (131072, vec![30.5, 4100.0, 8112.25, 17.0]),
+                (262144, vec![39.0, 45.0, 50.0, 0.0]),
+            ],
+            vec![(131072, vec![31.0, 40.0, 41.0, 0.0])],
+        ];
+        let text = tail_table(&oxmpi);
+        assert_eq!(
+            text,
+            "# oxmpi per round: P50 (us) / P99 (us) / Max (us) / Over 1 ms\n\
+             131072      30.50/4100.00/8112.25/17  31.00/40.00/41.00/0\n\
+             262144      39.00/45.00/50.00/0  -\n"
+        );
+        let c = compare(vec![Benchmark::GetLatency]);
+        let columns = [oxmpi, column(Implementation::OpenMpi, Ok(vec![56.5, 45.0]))];
+        let whole = table(Benchmark::GetLatency, &c, &columns, &[131072, 262144]);
+        assert!(whole.ends_with(&text), "{whole}");
     }
 
     fn r(best: Option<f64>, floor: Option<f64>) -> Ratios {

@@ -193,7 +193,8 @@ fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Result<
                 "window: {WINDOW} immediate sends, then a {ACK_SIZE}-byte acknowledgement"
             ));
         }
-        let report = StdoutReport::to_stdout(benchmark, "oxmpi", notes, options.json)?;
+        let report =
+            StdoutReport::to_stdout(benchmark, "oxmpi", notes, options.json, options.tail)?;
         Some(report)
     } else {
         None

@@ -90,6 +90,7 @@ fn report(benchmark: Benchmark, options: &Options, note: &str) -> Result<StdoutR
         "raw-shm",
         vec![note.to_owned(), options.describe_iterations()],
         options.json,
+        options.tail,
     )
 }
 

@@ -182,7 +182,8 @@ fn run_parent(benchmark: Benchmark, options: &Options) -> Result<(), String> {
             )
         },
     ];
-    let mut report = StdoutReport::to_stdout(benchmark, "raw-tcp", notes, options.json)?;
+    let mut report =
+        StdoutReport::to_stdout(benchmark, "raw-tcp", notes, options.json, options.tail)?;
     exchange(
         &mut link,
         Side::Parent,

@@ -8,6 +8,10 @@
 //! (`{"benchmark", "implementation", "unit", "notes", "results": [{"size",
 //! "value"}, ...]}`, with `"messages_per_second"` beside `"value"` for
 //! `mbw_mr`) once, at the end, on one line.
+//!
+//! With `--tail` (the one-sided latencies) each size has the
+//! [`TAIL_COLUMNS`] after its mean ([`tail_figures`]): a mean above the
+//! median says whether every operation was slower or a few stalled.
 
 use crate::cli::Benchmark;
 use std::io::{self, Write};
@@ -17,6 +21,14 @@ const SIZE_WIDTH: usize = 10;
 /// Width of the figure column (OSU's `FIELD_WIDTH`).
 const FIELD_WIDTH: usize = 18;
 
+/// The columns `--tail` adds after a latency's mean.
+pub const TAIL_COLUMNS: [&str; 4] = ["P50 (us)", "P99 (us)", "Max (us)", "Over 1 ms"];
+/// Their JSON keys.
+const TAIL_KEYS: [&str; 4] = ["p50", "p99", "max", "over_1ms"];
+/// An operation longer than this many seconds counts in `Over 1 ms`: a
+/// stall (a sleep, a lost core, a retransmission), not a slow operation.
+pub const STALL: f64 = 1e-3;
+
 /// Writes one benchmark's results to `out`.
 pub struct Report<W: Write> {
     out: W,
@@ -24,26 +36,29 @@ pub struct Report<W: Write> {
     implementation: String,
     notes: Vec<String>,
     json: bool,
+    tail: bool,
     results: Vec<(usize, Vec<f64>)>,
 }
 
 impl<W: Write> Report<W> {
     /// A report of `benchmark` run over `implementation` (`"oxmpi"`,
     /// `"raw-tcp"`), with `notes` describing the run (one header line
-    /// each), as a table or as JSON. Writes the table's header at once.
+    /// each), as a table or as JSON, with the [`TAIL_COLUMNS`] if
+    /// `tail`. Writes the table's header at once.
     pub fn start(
         mut out: W,
         benchmark: Benchmark,
         implementation: &str,
         notes: Vec<String>,
         json: bool,
+        tail: bool,
     ) -> io::Result<Report<W>> {
         if !json {
             writeln!(out, "# {}", title(benchmark, implementation))?;
             for note in &notes {
                 writeln!(out, "# {note}")?;
             }
-            writeln!(out, "{}", column_header(benchmark))?;
+            writeln!(out, "{}", column_header(benchmark, tail))?;
             out.flush()?;
         }
         Ok(Report {
@@ -52,14 +67,15 @@ impl<W: Write> Report<W> {
             implementation: implementation.to_owned(),
             notes,
             json,
+            tail,
             results: Vec::new(),
         })
     }
 
     /// Records the figures for one size, one per column of the benchmark
-    /// (and prints its table line).
+    /// (and of the tail, if asked for), and prints its table line.
     pub fn row(&mut self, size: usize, figures: &[f64]) -> io::Result<()> {
-        debug_assert_eq!(figures.len(), self.benchmark.columns().len());
+        debug_assert_eq!(figures.len(), columns(self.benchmark, self.tail).len());
         self.results.push((size, figures.to_vec()));
         if !self.json {
             writeln!(self.out, "{}", table_line(size, figures))?;
@@ -72,6 +88,7 @@ impl<W: Write> Report<W> {
     pub fn finish(mut self) -> io::Result<W> {
         if self.json {
             let text = json(
+                &figure_keys(self.benchmark, self.tail),
                 self.benchmark,
                 &self.implementation,
                 &self.notes,
@@ -95,8 +112,17 @@ impl StdoutReport {
         implementation: &str,
         notes: Vec<String>,
         json: bool,
+        tail: bool,
     ) -> Result<StdoutReport, String> {
-        Report::start(io::stdout().lock(), benchmark, implementation, notes, json).map_err(written)
+        Report::start(
+            io::stdout().lock(),
+            benchmark,
+            implementation,
+            notes,
+            json,
+            tail,
+        )
+        .map_err(written)
     }
 
     /// [`Report::row`], with an I/O error put in words.
@@ -124,10 +150,35 @@ pub fn title(benchmark: Benchmark, implementation: &str) -> String {
     format!("{who} {} test", benchmark.description())
 }
 
-/// The column header, as OSU's.
-pub fn column_header(benchmark: Benchmark) -> String {
+/// The headers of a report's figure columns: the benchmark's, then the
+/// [`TAIL_COLUMNS`] if `tail`.
+pub fn columns(benchmark: Benchmark, tail: bool) -> Vec<&'static str> {
+    let tail: &[&str] = if tail { &TAIL_COLUMNS } else { &[] };
+    [benchmark.columns(), tail].concat()
+}
+
+/// The [`TAIL_COLUMNS`]' figures of one size, from its operations'
+/// durations in seconds (sorted in place): the median, the 99th
+/// percentile and the longest in microseconds (by nearest rank: each is
+/// one operation's time), and how many took over [`STALL`]. All zero if
+/// there were no operations.
+pub fn tail_figures(durations: &mut [f64]) -> [f64; 4] {
+    if durations.is_empty() {
+        return [0.0; 4];
+    }
+    durations.sort_unstable_by(f64::total_cmp);
+    let rank = |percent: usize| {
+        let nearest = (durations.len() * percent).div_ceil(100);
+        durations[nearest.max(1) - 1] * 1e6
+    };
+    let stalls = durations.iter().filter(|&&d| d > STALL).count();
+    [rank(50), rank(99), rank(100), stalls as f64]
+}
+
+/// The column header, as OSU's (with the tail's columns after).
+pub fn column_header(benchmark: Benchmark, tail: bool) -> String {
     let mut s = format!("{:<SIZE_WIDTH$}", "# Size");
-    for figure in benchmark.columns() {
+    for figure in columns(benchmark, tail) {
         s.push_str(&format!("{figure:>FIELD_WIDTH$}"));
     }
     s
@@ -142,16 +193,21 @@ pub fn table_line(size: usize, figures: &[f64]) -> String {
     s
 }
 
-/// The JSON keys of a benchmark's figures, in column order.
-pub fn figure_keys(benchmark: Benchmark) -> &'static [&'static str] {
-    match benchmark {
+/// The JSON keys of a report's figures, in column order (the tail's
+/// after the benchmark's if `tail`).
+pub fn figure_keys(benchmark: Benchmark, tail: bool) -> Vec<&'static str> {
+    let own: &[&str] = match benchmark {
         Benchmark::MultiBandwidth => &["value", "messages_per_second"],
         _ => &["value"],
-    }
+    };
+    let tail: &[&str] = if tail { &TAIL_KEYS } else { &[] };
+    [own, tail].concat()
 }
 
-/// The JSON object of a whole run, on one line.
+/// The JSON object of a whole run, on one line, each result's figures
+/// under `keys`.
 pub fn json(
+    keys: &[&str],
     benchmark: Benchmark,
     implementation: &str,
     notes: &[String],
@@ -161,7 +217,7 @@ pub fn json(
         .iter()
         .map(|(size, figures)| {
             let mut item = format!("{{\"size\":{size}");
-            for (key, &value) in figure_keys(benchmark).iter().zip(figures) {
+            for (key, &value) in keys.iter().zip(figures) {
                 item.push_str(&format!(",\"{key}\":{}", json_number(value)));
             }
             item.push('}');
@@ -221,16 +277,21 @@ mod tests {
     #[test]
     fn table_matches_osu_layout() {
         assert_eq!(
-            column_header(Benchmark::Latency),
+            column_header(Benchmark::Latency, false),
             "# Size          Latency (us)"
         );
         assert_eq!(
-            column_header(Benchmark::Bandwidth),
+            column_header(Benchmark::Bandwidth, false),
             "# Size      Bandwidth (MB/s)"
         );
         assert_eq!(
-            column_header(Benchmark::MultiBandwidth),
+            column_header(Benchmark::MultiBandwidth, false),
             "# Size                  MB/s        Messages/s"
+        );
+        assert_eq!(
+            column_header(Benchmark::GetLatency, true),
+            "# Size          Latency (us)          P50 (us)          P99 (us)          \
+             Max (us)         Over 1 ms"
         );
         assert_eq!(table_line(0, &[3.456]), "0                       3.46");
         assert_eq!(
@@ -252,6 +313,7 @@ mod tests {
             "oxmpi",
             vec!["2 ranks".into()],
             false,
+            false,
         )
         .unwrap();
         r.row(0, &[3.0]).unwrap();
@@ -272,6 +334,7 @@ mod tests {
             "raw-tcp",
             vec!["say \"hi\"\\\n\u{1}".into()],
             true,
+            false,
         )
         .unwrap();
         r.row(1, &[1.5]).unwrap();
@@ -287,6 +350,7 @@ mod tests {
         );
         assert_eq!(json_number(1e-7), "0.0000001");
         let text = json(
+            &figure_keys(Benchmark::MultiBandwidth, false),
             Benchmark::MultiBandwidth,
             "oxmpi",
             &[],
@@ -297,6 +361,59 @@ mod tests {
                 "\"results\":[{\"size\":8,\"value\":1.5,\"messages_per_second\":187500}]}"
             ),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn tail_figures_are_nearest_rank_percentiles_and_the_stalls() {
+        // 200 operations: 190 of 30 us, 6 of 40 us, 4 stalls (2, 4, 4
+        // and 8 ms), shuffled.
+        let mut durations: Vec<f64> = (0..200)
+            .map(|i| match (i * 37) % 200 {
+                0..=189 => 30e-6,
+                190..=195 => 40e-6,
+                196 => 2e-3,
+                197 | 198 => 4e-3,
+                _ => 8e-3,
+            })
+            .collect();
+        let [p50, p99, max, stalls] = tail_figures(&mut durations);
+        assert!((p50 - 30.0).abs() < 1e-9, "{p50}");
+        // The 198th of 200 sorted: the second 4 ms stall.
+        assert!((p99 - 4000.0).abs() < 1e-6, "{p99}");
+        assert!((max - 8000.0).abs() < 1e-6, "{max}");
+        assert_eq!(stalls, 4.0);
+        // One operation: every percentile is it; exactly 1 ms is no stall.
+        assert_eq!(tail_figures(&mut [1e-3]), [1000.0, 1000.0, 1000.0, 0.0]);
+        assert_eq!(tail_figures(&mut []), [0.0; 4]);
+    }
+
+    #[test]
+    fn tail_report_has_its_columns_and_keys() {
+        let mut r = Report::start(
+            Vec::new(),
+            Benchmark::GetLatency,
+            "oxmpi",
+            vec![],
+            true,
+            true,
+        )
+        .unwrap();
+        r.row(131072, &[134.5, 30.25, 4100.0, 8112.0, 17.0])
+            .unwrap();
+        let text = String::from_utf8(r.finish().unwrap()).unwrap();
+        assert!(
+            text.ends_with(
+                "\"results\":[{\"size\":131072,\"value\":134.5,\"p50\":30.25,\"p99\":4100,\
+                 \"max\":8112,\"over_1ms\":17}]}\n"
+            ),
+            "{text}"
+        );
+        assert_eq!(
+            table_line(131072, &[134.5, 30.25, 4100.0, 8112.0, 17.0])
+                .split_whitespace()
+                .count(),
+            6
         );
     }
 

@@ -25,6 +25,12 @@
 //!   complete only at the flush, and Rust's blocking `get` would wait
 //!   for each one over a network.
 //!
+//! With `--tail` the origin also reads the clock around each timed
+//! operation of a latency (the mean stays the loop's time per operation)
+//! and reports the median, the 99th percentile, the longest and the count
+//! over 1 ms beside the mean ([`crate::report::tail_figures`]): whether a
+//! high mean is every operation slower or a few stalls.
+//!
 //! After each size the data is checked: the target's window after puts
 //! and accumulates, the origin's buffers after gets, and, at the origin,
 //! every value fetch-and-op and compare-and-swap fetched.
@@ -63,6 +69,7 @@ pub fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Res
             "oxmpi",
             notes,
             options.json,
+            options.tail,
         )?)
     } else {
         None
@@ -80,6 +87,8 @@ pub fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Res
     let mut results = AlignedBuf::new(results_len.max(8))?;
     // The accumulates' operand, made once as the C benchmark's.
     let ones = vec![1u64; max / 8];
+    // With `--tail`, each timed operation's duration, in seconds.
+    let mut durations = Vec::new();
     for size in options.sizes() {
         let (iterations, warmup) = (options.iterations_for(size), options.warmup_for(size));
         let total = warmup + iterations;
@@ -104,11 +113,16 @@ pub fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Res
             window
                 .lock(LockType::Shared, TARGET, 0)
                 .map_err(mpi("lock"))?;
+            durations.clear();
+            durations.reserve(if options.tail { iterations } else { 0 });
             let mut start = oxmpi::time();
             for i in 0..total {
                 if i == warmup {
                     start = oxmpi::time();
                 }
+                // The clock is read around each operation only with
+                // `--tail`: the mean is the loop's, as without.
+                let began = (options.tail && i >= warmup).then(oxmpi::time);
                 operate(
                     &window,
                     benchmark,
@@ -119,6 +133,9 @@ pub fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Res
                     i,
                 )
                 .map_err(|e| format!("{}, {size} bytes: {e}", benchmark.name()))?;
+                if let Some(began) = began {
+                    durations.push(oxmpi::time() - began);
+                }
             }
             let seconds = oxmpi::time() - start;
             window.unlock(TARGET).map_err(mpi("unlock"))?;
@@ -128,7 +145,10 @@ pub fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Res
                     &origin.as_slice()[..size],
                 )?;
             }
-            let figures = crate::mpi_bench::figures(benchmark, size, iterations, &[seconds]);
+            let mut figures = crate::mpi_bench::figures(benchmark, size, iterations, &[seconds]);
+            if options.tail {
+                figures.extend(crate::report::tail_figures(&mut durations));
+            }
             if let Some(report) = &mut report {
                 report.record(size, &figures)?;
             }

@@ -214,7 +214,7 @@ pub fn run_job(
             f.stdout
         }
     };
-    parse_table(&stdout, benchmark, &options.sizes())
+    parse_table(&stdout, benchmark, options.tail, &options.sizes())
 }
 
 /// The end of a job's error output (or of its standard output, if it
@@ -283,17 +283,18 @@ fn is_result_line(line: &str) -> bool {
 
 /// Reads a benchmark's table: `#` header lines (the `# library: ...` one
 /// names the library), then `size figure...` lines with one figure per
-/// column of `benchmark`. Other lines (a launcher's warnings) are
+/// column of `benchmark` (and of the tail's, if `tail`). Other lines (a launcher's warnings) are
 /// skipped. The sizes must be `sizes`, in order, and every figure a
 /// number of at least 0 (a rate can print as 0.00 on a loaded machine).
 pub fn parse_table(
     stdout: &str,
     benchmark: Benchmark,
+    tail: bool,
     sizes: &[usize],
 ) -> Result<Measured, String> {
     let mut library = None;
     let mut rows = Vec::new();
-    let columns = benchmark.columns().len();
+    let columns = crate::report::columns(benchmark, tail).len();
     for line in stdout.lines() {
         if let Some(text) = line.strip_prefix("# library: ") {
             library = Some(text.trim().to_owned());
@@ -350,6 +351,7 @@ mod tests {
                 warmup_large: 1,
             },
             json: false,
+            tail: false,
         }
     }
 
@@ -357,21 +359,35 @@ mod tests {
     fn tables_are_read_back() {
         let text = "# MPI latency test\n# library: MPICH Version: 4.0.2\n# Size          Latency (us)\n\
                     a launcher's warning\n1                       3.46\n2                       3.50\n";
-        let m = parse_table(text, Benchmark::Latency, &[1, 2]).unwrap();
+        let m = parse_table(text, Benchmark::Latency, false, &[1, 2]).unwrap();
         assert_eq!(m.library.as_deref(), Some("MPICH Version: 4.0.2"));
         assert_eq!(m.first_figures(), vec![(1, 3.46), (2, 3.5)]);
-        assert!(parse_table(text, Benchmark::Latency, &[1, 2, 4]).is_err());
-        assert!(parse_table("1   -1.00\n", Benchmark::Latency, &[1]).is_err());
-        assert!(parse_table("1   0.00\n", Benchmark::Bandwidth, &[1]).is_ok());
-        assert!(parse_table("1   3.0 extra\n", Benchmark::Latency, &[1]).is_err());
-        assert!(parse_table("1   3.0 4.0\n", Benchmark::Latency, &[1]).is_err());
-        assert!(parse_table("", Benchmark::Latency, &[])
+        assert!(parse_table(text, Benchmark::Latency, false, &[1, 2, 4]).is_err());
+        assert!(parse_table("1   -1.00\n", Benchmark::Latency, false, &[1]).is_err());
+        assert!(parse_table("1   0.00\n", Benchmark::Bandwidth, false, &[1]).is_ok());
+        assert!(parse_table("1   3.0 extra\n", Benchmark::Latency, false, &[1]).is_err());
+        assert!(parse_table("1   3.0 4.0\n", Benchmark::Latency, false, &[1]).is_err());
+        assert!(parse_table("", Benchmark::Latency, false, &[])
             .unwrap()
             .rows
             .is_empty());
-        let m = parse_table("8   1.50   187500.00\n", Benchmark::MultiBandwidth, &[8]).unwrap();
+        let m = parse_table(
+            "8   1.50   187500.00\n",
+            Benchmark::MultiBandwidth,
+            false,
+            &[8],
+        )
+        .unwrap();
         assert_eq!(m.rows, vec![(8, vec![1.5, 187500.0])]);
-        assert!(parse_table("8   1.50\n", Benchmark::MultiBandwidth, &[8]).is_err());
+        assert!(parse_table("8   1.50\n", Benchmark::MultiBandwidth, false, &[8]).is_err());
+        let line = "131072   134.17   30.50   4100.00   8112.25   17.00\n";
+        let m = parse_table(line, Benchmark::GetLatency, true, &[131072]).unwrap();
+        assert_eq!(
+            m.rows,
+            vec![(131072, vec![134.17, 30.5, 4100.0, 8112.25, 17.0])]
+        );
+        assert!(parse_table(line, Benchmark::GetLatency, false, &[131072]).is_err());
+        assert!(parse_table("131072   134.17\n", Benchmark::GetLatency, true, &[131072]).is_err());
     }
 
     #[test]
@@ -397,6 +413,7 @@ mod tests {
     fn arguments_never_ask_for_json() {
         let o = Options {
             json: true,
+            tail: false,
             ..Options::defaults(Benchmark::Bandwidth)
         };
         let args = benchmark_args(Benchmark::BiBandwidth, &o);

@@ -305,7 +305,13 @@ fn json_lines(groups: &[Group]) -> String {
                 Ok(m) => (m.library.iter().cloned().collect(), m.rows.clone()),
                 Err(e) => (vec![format!("failed: {e}")], Vec::new()),
             };
-            s.push_str(&report::json(*benchmark, &implementation, &notes, &rows));
+            s.push_str(&report::json(
+                &report::figure_keys(*benchmark, false),
+                *benchmark,
+                &implementation,
+                &notes,
+                &rows,
+            ));
             s.push('\n');
         }
     }

@@ -194,6 +194,50 @@ fn one_sided_bandwidth_tables_check_every_slot() {
 }
 
 #[test]
+fn one_sided_latency_tail_columns() {
+    let iterations = 20;
+    let mut job = Command::new(Binaries::new(oxbench()).oxrun());
+    job.args([
+        "-n",
+        "2",
+        "-x",
+        "OXMPI_TRANSPORTS=tcp",
+        oxbench(),
+        "get_latency",
+    ])
+    .args(["--min-size", "16K", "--max-size", "32K", "--tail"])
+    .args(["--iterations", &iterations.to_string(), "--warmup", "2"]);
+    let out = run(job, MPI_BOUND);
+    out.assert_success();
+    check_rows(
+        &out.stdout,
+        "# oxmpi one-sided get latency test",
+        "# Size          Latency (us)          P50 (us)          P99 (us)          \
+         Max (us)         Over 1 ms",
+        &sizes(16 << 10, 32 << 10),
+        5,
+    );
+    for row in out.stdout.lines().filter(|l| !l.starts_with('#')) {
+        let f: Vec<f64> = row
+            .split_whitespace()
+            .skip(1)
+            .map(|x| x.parse().unwrap())
+            .collect();
+        let (mean, p50, p99, max, stalls) = (f[0], f[1], f[2], f[3], f[4]);
+        // Each percentile is one operation's time, and the mean lies
+        // between the shortest and the longest (the loop's own time
+        // counts in the mean only).
+        assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{row}");
+        assert!(mean <= max * 1.5, "{row}");
+        assert!(
+            stalls.fract() == 0.0 && stalls <= iterations as f64,
+            "{row}"
+        );
+        assert_eq!(stalls > 0.0, max > 1000.0, "{row}");
+    }
+}
+
+#[test]
 fn mpi_json_output() {
     let out = run(
         mpi_job(&[
