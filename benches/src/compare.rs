@@ -27,7 +27,9 @@
 //!   Open MPI with the ob1 PML and the TCP BTL on the loopback interface;
 //!   over shared memory, `OXMPI_TRANSPORTS=shm`, MPICH as it comes (UCX's
 //!   shared-memory transports between local ranks), Open MPI with ob1 and
-//!   the vader BTL (its shared memory, with CMA). The floor is `oxbench
+//!   the vader BTL (its shared memory, with CMA); where the ranks
+//!   outnumber the CPUs this process may use, Open MPI unbound and
+//!   yielding when idle (see `peer_job`). The floor is `oxbench
 //!   raw-tcp` or `oxbench raw-shm` (latency and bw only; the shared-memory
 //!   latency floor up to 56 bytes). With `--rounds N`, each round runs
 //!   every contender once, the order rotated from round to round, and each
