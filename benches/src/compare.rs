@@ -27,7 +27,9 @@
 //!   Open MPI with the ob1 PML and the TCP BTL on the loopback interface;
 //!   over shared memory, `OXMPI_TRANSPORTS=shm`, MPICH as it comes (UCX's
 //!   shared-memory transports between local ranks), Open MPI with ob1 and
-//!   the vader BTL (its shared memory, with CMA). The floor is `oxbench
+//!   the vader BTL (its shared memory, with CMA); where the ranks
+//!   outnumber the CPUs this process may use, Open MPI unbound and
+//!   yielding when idle (see `peer_job`). The floor is `oxbench
 //!   raw-tcp` or `oxbench raw-shm` (latency and bw only; the shared-memory
 //!   latency floor up to 56 bytes). With `--rounds N`, each round runs
 //!   every contender once, the order rotated from round to round, and each
@@ -198,7 +200,15 @@ impl Contender {
                 };
                 Some((
                     peer_job(
-                        peer, launcher, program, transport, benchmark, &options, ranks, root,
+                        peer,
+                        launcher,
+                        program,
+                        transport,
+                        benchmark,
+                        &options,
+                        ranks,
+                        allowed_cpus(),
+                        root,
                     ),
                     options,
                 ))
@@ -464,8 +474,15 @@ fn build_peer(peer: Implementation, cache: &Path) -> Result<PathBuf, String> {
         .map_err(|e| format!("building its benchmark failed: {e}"))
 }
 
+/// The CPUs this process may run on (its affinity mask, which `taskset`
+/// narrows), as its jobs inherit them.
+fn allowed_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// A peer's job of `benchmark`: the peer benchmark under the peer's
-/// launcher, restricted to `transport`.
+/// launcher, restricted to `transport`, its `ranks` on the `cpus` this
+/// process may use.
 #[allow(clippy::too_many_arguments)]
 fn peer_job(
     peer: Implementation,
@@ -475,8 +492,10 @@ fn peer_job(
     benchmark: Benchmark,
     options: &Options,
     ranks: usize,
+    cpus: usize,
     root: bool,
 ) -> JobSpec {
+    let crowded = ranks > cpus;
     let ranks = ranks.to_string();
     let mut launch: Vec<&str> = vec!["-n", &ranks];
     let mut env = Vec::new();
@@ -500,6 +519,15 @@ fn peer_job(
                 "btl",
                 btl,
             ]);
+            if crowded {
+                // The ranks outnumber the CPUs left to compare (`taskset`):
+                // Open MPI counts the machine's cores instead, so it would
+                // bind each rank to a core of its own outside the mask
+                // (2 ranks "on one CPU" on two) and never yield. Unbound,
+                // and yielding when idle as it does where it sees itself
+                // oversubscribed, it runs as oxmpi's ranks do.
+                launch.extend(["--bind-to", "none", "--mca", "mpi_yield_when_idle", "1"]);
+            }
             if transport == CompareTransport::Tcp {
                 // Open MPI leaves the loopback interface out by default;
                 // oxmpi and MPICH use it, and it may be the only one.
@@ -1110,6 +1138,7 @@ mod tests {
                 benchmark,
                 &options,
                 ranks,
+                4,
                 true,
             )
         };
@@ -1161,6 +1190,32 @@ mod tests {
             args.contains("--mca btl_vader_single_copy_mechanism none"),
             "{args}"
         );
+        assert!(!args.contains("--bind-to"), "{args}");
+    }
+
+    #[test]
+    fn open_mpi_ranks_that_outnumber_the_cpus_stay_unbound_and_yield() {
+        let options = Options::defaults(Benchmark::Latency);
+        let args = |peer, ranks, cpus| {
+            peer_job(
+                peer,
+                Path::new("mpiexec"),
+                Path::new("/x/peer_bench"),
+                CompareTransport::Shm,
+                Benchmark::Latency,
+                &options,
+                ranks,
+                cpus,
+                false,
+            )
+            .args
+            .join(" ")
+        };
+        let crowded = "--bind-to none --mca mpi_yield_when_idle 1";
+        assert!(args(Implementation::OpenMpi, 2, 1).contains(crowded));
+        assert!(args(Implementation::OpenMpi, 4, 2).contains(crowded));
+        assert!(!args(Implementation::OpenMpi, 2, 2).contains("--bind-to"));
+        assert!(!args(Implementation::Mpich, 2, 1).contains("--bind-to"));
     }
 
     #[test]

@@ -127,6 +127,7 @@ use oxmpi_adi::device::Device;
 use oxmpi_adi::pmi::Pmi;
 use oxmpi_adi::select::{start_transports, TransportFactory};
 use oxmpi_adi::wait::{Idle, IdleStep, SLEEP_AT_MOST};
+use oxmpi_shm::region::Doorbell;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, TryLockError};
@@ -445,14 +446,24 @@ const NAP_AT_MOST: Duration = Duration::from_micros(500);
 const POLL_EVERY: u32 = 64;
 
 /// Waits until `ready` holds of memory that no transport wakes a wait
+/// for (a one-sided lock word in this process), as the device's wait
+/// policy says: [`wait_for_memory_rung`] without a doorbell, so it naps
+/// once the poll time is over.
+pub(crate) fn wait_for_memory(crowded: bool, ready: impl FnMut() -> Result<bool>) -> Result<()> {
+    wait_for_memory_rung(crowded, None, ready)
+}
+
+/// Waits until `ready` holds of memory that no transport wakes a wait
 /// for (the collectives' shared region, a one-sided lock word in this
 /// process), as the device's wait policy says ([`Device::idle`]): polls
 /// the device and advances non-blocking collectives every [`POLL_EVERY`]
 /// checks, or at every check and then yields where `crowded` (the
-/// device's [`Device::crowded`]), until the poll time is over; then naps,
-/// as nothing would wake it from a kernel sleep.
-pub(crate) fn wait_for_memory(
+/// device's [`Device::crowded`]), until the poll time is over; then
+/// sleeps a nap at a time: on `doorbell` where the memory has one (those
+/// who publish there ring it, which ends the nap at once), else blind.
+pub(crate) fn wait_for_memory_rung(
     crowded: bool,
+    doorbell: Option<&Doorbell<'_>>,
     mut ready: impl FnMut() -> Result<bool>,
 ) -> Result<()> {
     let mut idle = Idle::new();
@@ -489,7 +500,16 @@ pub(crate) fn wait_for_memory(
                     std::thread::yield_now();
                 }
                 IdleStep::Sleep => {
-                    std::thread::sleep(nap);
+                    match doorbell {
+                        Some(bell) => {
+                            let sleeper = bell.sleeper();
+                            if ready()? {
+                                return Ok(());
+                            }
+                            sleeper.sleep(nap);
+                        }
+                        None => std::thread::sleep(nap),
+                    }
                     if crowded {
                         nap = (nap * 2).min(NAP_AT_MOST);
                     }

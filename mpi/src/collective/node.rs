@@ -142,17 +142,19 @@
 //! whose processes outnumber its cores, polls at every check and yields
 //! the processor after each (the process it waits for may be off its
 //! core, and a wait that spins keeps it off), until it has polled for the
-//! device's poll time; then it naps, since no one wakes it from a kernel
-//! sleep.
+//! device's poll time; then it naps on the region's doorbell (a line
+//! after the staging areas), which every stamp and progress word a
+//! process publishes rings while anyone sleeps there, so that a nap ends
+//! when something it may wait for is published.
 
 use super::engine::block_on;
 use super::op::Reduction;
 use super::team::{Scratch, Team};
 use super::typed::{copy_across, Input, Output, Pieces, Segments};
-use crate::{wait_for_memory, with_device, Error, ErrorClass, Result};
+use crate::{wait_for_memory_rung, with_device, Error, ErrorClass, Result};
 use oxmpi_adi::host::HostId;
 use oxmpi_adi::vlog;
-use oxmpi_shm::region::{RegionName, SharedRegion};
+use oxmpi_shm::region::{Doorbell, RegionName, SharedRegion};
 use oxmpi_shm::window::RemoteWindow;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -1146,8 +1148,7 @@ impl NodeRegion {
         outcome: Result<()>,
     ) -> Result<()> {
         let done = progress(number, if outcome.is_ok() { last } else { ABORTED });
-        self.progress_word(self.rank)?
-            .store(done, Ordering::Release);
+        self.publish(self.progress_word(self.rank)?, done);
         self.wait_for_progress(progress(number, last), number, cell, len, Wanted::Reads)?;
         outcome
     }
@@ -1351,8 +1352,7 @@ impl NodeRegion {
         } else {
             progress(number, ABORTED)
         };
-        self.progress_word(self.rank)?
-            .store(last, Ordering::Release);
+        self.publish(self.progress_word(self.rank)?, last);
         outcome
     }
 
@@ -1403,8 +1403,7 @@ impl NodeRegion {
             self.wait_until_everyone_reached(self.last.load(Ordering::Relaxed))?;
         }
         write(cell)?;
-        self.stamp_word(self.rank, cell)?
-            .store(Stamp::new(number, len).0, Ordering::Release);
+        self.publish(self.stamp_word(self.rank, cell)?, Stamp::new(number, len).0);
         self.entered.store(entered + 1, Ordering::Relaxed);
         self.last.store(number, Ordering::Relaxed);
         Ok(cell)
@@ -1575,8 +1574,7 @@ impl NodeRegion {
     /// Publishes this process's progress `step` in collective `number`
     /// (see [`progress`]), after what it wrote to its area.
     fn publish_progress(&self, number: u32, step: u32) -> Result<()> {
-        self.progress_word(self.rank)?
-            .store(progress(number, step), Ordering::Release);
+        self.publish(self.progress_word(self.rank)?, progress(number, step));
         Ok(())
     }
 
@@ -1735,7 +1733,24 @@ impl NodeRegion {
 
     /// Waits until `ready` says so: see the module docs.
     fn wait(&self, ready: impl FnMut() -> Result<bool>) -> Result<()> {
-        wait_for_memory(self.crowded, ready)
+        wait_for_memory_rung(self.crowded, self.doorbell().as_ref(), ready)
+    }
+
+    /// Stores `value` in this process's `word` of the region with release
+    /// ordering, after the data it announces, and wakes the processes
+    /// asleep waiting for a publication.
+    fn publish(&self, word: &AtomicU64, value: u64) {
+        word.store(value, Ordering::Release);
+        if let Some(bell) = self.doorbell() {
+            bell.ring();
+        }
+    }
+
+    /// The region's doorbell, on a line of its own after the staging
+    /// areas.
+    fn doorbell(&self) -> Option<Doorbell<'_>> {
+        self.region
+            .doorbell(doorbell_offset(self.size, self.slot, self.area))
     }
 
     /// The stamp of `rank`'s `cell`.
@@ -1961,8 +1976,14 @@ fn area_bytes(n: usize) -> usize {
 }
 
 /// Bytes of the region for `n` processes: cells, a slot for each, a
-/// progress line each, and the staging areas.
+/// progress line each, the staging areas, and the doorbell's line.
 fn region_len(n: usize, slot: usize, area: usize) -> usize {
+    doorbell_offset(n, slot, area) + LINE
+}
+
+/// Where the region's doorbell lies: after every process's cells, slots,
+/// progress line and staging areas.
+fn doorbell_offset(n: usize, slot: usize, area: usize) -> usize {
     n * (CELLS * (LINE + slot) + LINE + AREAS * area)
 }
 
@@ -2108,7 +2129,12 @@ mod tests {
             let area = area_bytes(n);
             assert!((AREA_MIN..=AREA_MAX).contains(&area), "{n}: {area}");
             let last_area = n * (CELLS * (LINE + slot) + LINE) + (n * AREAS - 1) * area;
-            assert_eq!(last_area + area, region_len(n, slot, area));
+            assert_eq!(last_area + area, doorbell_offset(n, slot, area));
+            assert_eq!(doorbell_offset(n, slot, area) % LINE, 0);
+            assert_eq!(
+                doorbell_offset(n, slot, area) + LINE,
+                region_len(n, slot, area)
+            );
         }
     }
 }

@@ -18,13 +18,17 @@
 //! through references to plain data: other processes write it at any
 //! time. Publishing data is the caller's protocol: copy, then a release
 //! store of a word; an acquire load of the word, then copy.
+//!
+//! A [`Doorbell`] in a region lets a process that waits there sleep in
+//! the kernel and be woken when another publishes, instead of polling.
 
 use crate::sys;
 use memmap2::MmapMut;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
 
 /// What another process of the host needs to attach a region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,6 +145,21 @@ impl SharedRegion {
         Some(unsafe { AtomicU64::from_ptr(self.base.add(offset).cast()) })
     }
 
+    /// The doorbell made of the 8 bytes at `offset`, if they are aligned
+    /// and in the region: every process that rings it or sleeps on it
+    /// must name the same bytes, and use them for nothing else.
+    pub fn doorbell(&self, offset: usize) -> Option<Doorbell<'_>> {
+        let word = self.word(offset)?;
+        let base: *mut u32 = word.as_ptr().cast();
+        // SAFETY: the word is an 8-aligned 8 bytes of the mapping (checked
+        // by `word`), so both halves are aligned 4-byte atomics that live
+        // as long as `self`; the callers' layout uses them only as these
+        // two atomics.
+        let (rings, sleepers) =
+            unsafe { (AtomicU32::from_ptr(base), AtomicU32::from_ptr(base.add(1))) };
+        Some(Doorbell { rings, sleepers })
+    }
+
     /// A pointer to the `len` bytes at `offset`, if they are in the region:
     /// for layouts that place their own atomics or byte ranges in it (the
     /// RMA windows of module `window`), which keep to the rule of the
@@ -190,10 +209,105 @@ impl SharedRegion {
     }
 }
 
+/// Two words of a region through which processes that wait there for a
+/// publication sleep and are woken ([`SharedRegion::doorbell`]): a count
+/// of rings, on which sleepers wait (a futex shared between processes),
+/// and a count of sleepers, which tells a publisher whether to ring.
+///
+/// A publisher makes its data visible (a release store), then rings; a
+/// waiter takes a [`Sleeper`], looks once more at what it waits for, and
+/// sleeps. The ring is only a hint: the publisher reads the count of
+/// sleepers without a fence (that would cost every publication, where
+/// nobody sleeps most of the time), so it can miss a waiter that counted
+/// itself in that instant; a sleep therefore always has a timeout, and a
+/// missed ring costs at most that.
+pub struct Doorbell<'a> {
+    rings: &'a AtomicU32,
+    sleepers: &'a AtomicU32,
+}
+
+impl Doorbell<'_> {
+    /// Wakes the processes asleep on the doorbell, if any: after the
+    /// release store of a publication they may wait for.
+    #[inline]
+    pub fn ring(&self) {
+        if self.sleepers.load(Ordering::Relaxed) != 0 {
+            self.wake();
+        }
+    }
+
+    #[cold]
+    fn wake(&self) {
+        self.rings.fetch_add(1, Ordering::Release);
+        sys::futex_wake(self.rings, i32::MAX);
+    }
+
+    /// Counts this process as a sleeper until the [`Sleeper`] is dropped:
+    /// what it waits for must be looked at once more after this, before
+    /// [`Sleeper::sleep`], so that a publication between the last look
+    /// and the count is not slept through.
+    pub fn sleeper(&self) -> Sleeper<'_> {
+        let seen = self.rings.load(Ordering::Acquire);
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        Sleeper { bell: self, seen }
+    }
+}
+
+/// A process counted as asleep on a [`Doorbell`]; see
+/// [`Doorbell::sleeper`].
+pub struct Sleeper<'a> {
+    bell: &'a Doorbell<'a>,
+    /// The count of rings when the process counted itself in: a ring
+    /// since then ends the sleep at once.
+    seen: u32,
+}
+
+impl Sleeper<'_> {
+    /// Sleeps until the doorbell rings or `timeout` passes (or
+    /// spuriously).
+    pub fn sleep(self, timeout: Duration) {
+        sys::futex_wait_at_most(self.bell.rings, self.seen, Some(timeout));
+    }
+}
+
+impl Drop for Sleeper<'_> {
+    fn drop(&mut self) {
+        self.bell.sleepers.fetch_sub(1, Ordering::Release);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn a_ring_wakes_a_sleeper_and_an_unrung_sleep_times_out() {
+        let (region, _) = SharedRegion::create(4096).unwrap();
+        let bell = region.doorbell(64).unwrap();
+        let start = std::time::Instant::now();
+        bell.sleeper().sleep(Duration::from_millis(20));
+        assert!(start.elapsed() >= Duration::from_millis(20));
+        let published = region.word(0).unwrap();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let sleeper = bell.sleeper();
+                if published.load(Ordering::Acquire) == 0 {
+                    sleeper.sleep(Duration::from_secs(20));
+                }
+                assert_eq!(published.load(Ordering::Acquire), 1);
+            });
+            // The sleeper counted itself (or the ring finds nobody and the
+            // sleeper sees the word at its look).
+            std::thread::sleep(Duration::from_millis(50));
+            published.store(1, Ordering::Release);
+            bell.ring();
+        });
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the ring woke nobody"
+        );
+        assert!(region.doorbell(4).is_none() && region.doorbell(4096).is_none());
+    }
 
     #[test]
     fn a_region_attached_twice_is_one_memory() {

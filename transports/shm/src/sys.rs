@@ -613,15 +613,32 @@ pub(crate) fn write_remote(pid: libc::pid_t, local: &[u8], remote: u64) -> io::R
 /// file). Returns at once if the word holds another value, on a wake-up,
 /// or spuriously: callers look at the word again.
 pub(crate) fn futex_wait(word: &std::sync::atomic::AtomicU32, expected: u32) {
+    futex_wait_at_most(word, expected, None);
+}
+
+/// [`futex_wait`], but for at most `timeout` where one is given.
+pub(crate) fn futex_wait_at_most(
+    word: &std::sync::atomic::AtomicU32,
+    expected: u32,
+    timeout: Option<std::time::Duration>,
+) {
+    let timeout = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(t.subsec_nanos() as i32),
+    });
+    let timeout_ptr = timeout
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: `word` is a live, aligned 4-byte atomic for the call; the
-    // kernel only reads it; no timeout is passed.
+    // kernel only reads it; `timeout_ptr` is null or points to a timespec
+    // (a relative time) that outlives the call.
     unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
             libc::FUTEX_WAIT,
             expected,
-            std::ptr::null::<libc::timespec>(),
+            timeout_ptr,
         )
     };
 }
