@@ -38,7 +38,7 @@ use oxmpi_jobs::affine::{affine, composed, composition};
 use oxmpi_jobs::checks::{
     ensure, expect_class, fail, first_column_is, same, within_peak_growth, within_pieces_bound,
 };
-use oxmpi_jobs::program::run_check;
+use oxmpi_jobs::program::{run_check, world_returning_errors};
 use std::fmt::Debug;
 use std::process::ExitCode;
 
@@ -48,7 +48,7 @@ fn main() -> ExitCode {
         &format!("collectives {check}"),
         Threading::Single,
         |universe| {
-            let world = universe.world();
+            let world = world_returning_errors(universe);
             match check.as_str() {
                 "data" => data(&world),
                 "operations" => operations(&world),
@@ -926,7 +926,107 @@ fn locations(world: &Communicator) -> Result<()> {
     }];
     let mut float_sums = floats;
     let e = world.all_reduce_into(&floats, &mut float_sums, SystemOperation::sum());
-    expect_class(e, ErrorClass::Op, "sum of MPI_FLOAT_INT")
+    expect_class(e, ErrorClass::Op, "sum of MPI_FLOAT_INT")?;
+    // The pairs whose C structs have padding, and a struct of the
+    // program's own with MPI_DOUBLE_INT's layout.
+    padded_locations(
+        world,
+        "MPI_DOUBLE_INT",
+        |v| v as f64 / 2.0,
+        pair_of,
+        parts_of,
+    )?;
+    padded_locations(
+        world,
+        "MPI_LONG_INT",
+        |v| v as i64 - (1 << 40),
+        pair_of,
+        parts_of,
+    )?;
+    padded_locations(world, "MPI_SHORT_INT", |v| v as i16, pair_of, parts_of)?;
+    padded_locations(
+        world,
+        "a derived struct of f64 and i32",
+        |v| v as f64 / 2.0,
+        |value, index| DoubleInt { value, index },
+        |p| (p.value, p.index),
+    )
+}
+
+fn pair_of<V>(value: V, index: i32) -> ValueIndex<V, i32> {
+    ValueIndex { value, index }
+}
+
+fn parts_of<V>(p: ValueIndex<V, i32>) -> (V, i32) {
+    (p.value, p.index)
+}
+
+/// A struct with `MPI_DOUBLE_INT`'s C layout: 12 bytes of data in 16.
+#[derive(Equivalence, Clone, Copy, Debug, PartialEq)]
+#[repr(C)]
+struct DoubleInt {
+    value: f64,
+    index: i32,
+}
+
+/// Min-loc and max-loc on pairs `P` of a `V` (made by `value` from a
+/// small integer) and an `i32` index, in reduce (to the last rank),
+/// all-reduce and scan, against a sequential reference. Values repeat
+/// across ranks, and indices fall as ranks rise, so a tie must pick the
+/// lower index, not the lower rank's pair.
+fn padded_locations<V, P>(
+    world: &Communicator,
+    name: &str,
+    value: fn(i32) -> V,
+    pair: fn(V, i32) -> P,
+    parts: fn(P) -> (V, i32),
+) -> Result<()>
+where
+    V: Copy + PartialOrd,
+    P: Equivalence + Copy + PartialEq + Debug,
+{
+    const LEN: usize = 21;
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let made = |r: usize, i: usize| {
+        let v = ((r * 7 + i) % 4) as i32 - 2;
+        pair(value(v), ((size - r) * 100 + i % 3) as i32)
+    };
+    // The best pair of ranks `0..=last` at element `i`.
+    let best = |last: usize, i: usize, smaller: bool| {
+        (1..=last).map(|r| made(r, i)).fold(made(0, i), |a, b| {
+            let ((va, ia), (vb, ib)) = (parts(a), parts(b));
+            let b_wins = if smaller { vb < va } else { vb > va };
+            if b_wins || (vb == va && ib < ia) {
+                b
+            } else {
+                a
+            }
+        })
+    };
+    let mine: Vec<P> = (0..LEN).map(|i| made(rank, i)).collect();
+    let root = size as i32 - 1;
+    for (op_name, op, smaller) in [
+        ("min_loc", SystemOperation::min_loc(), true),
+        ("max_loc", SystemOperation::max_loc(), false),
+    ] {
+        let all: Vec<P> = (0..LEN).map(|i| best(size - 1, i, smaller)).collect();
+        let mut got = mine.clone();
+        world.all_reduce_into(&mine[..], &mut got[..], op)?;
+        same(&got, &all, &format!("all-reduce {op_name} of {name}"))?;
+        let mut got = mine.clone();
+        if world.rank() == root {
+            world
+                .process_at_rank(root)
+                .reduce_into_root(&mine[..], &mut got[..], op)?;
+            same(&got, &all, &format!("reduce {op_name} of {name}"))?;
+        } else {
+            world.process_at_rank(root).reduce_into(&mine[..], op)?;
+        }
+        let upto: Vec<P> = (0..LEN).map(|i| best(rank, i, smaller)).collect();
+        world.scan_into(&mine[..], &mut got[..], op)?;
+        same(&got, &upto, &format!("scan {op_name} of {name}"))?;
+    }
+    Ok(())
 }
 
 /// Processes that pass different counts: the one that receives too much
