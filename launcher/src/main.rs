@@ -73,6 +73,13 @@ enum Event {
 /// How long ranks get between SIGTERM and SIGKILL when a job is ended.
 const GRACE: Duration = Duration::from_secs(1);
 
+/// How long an abort waits before it is named as the job's failure. A
+/// rank whose peer died aborts moments later (MPI's default error
+/// handler is fatal), often before the waiter of the dead rank has
+/// reported its end: an end that comes within this time is the cause,
+/// and is named instead.
+const ABORT_SETTLE: Duration = Duration::from_millis(100);
+
 impl Server {
     fn reply(&self, rank: usize, m: &Message) -> Option<Message> {
         let ok = |cmd: &str| Message::new(cmd, &[("rc", "0"), ("msg", "success")]);
@@ -443,9 +450,25 @@ fn run(options: Options) -> i32 {
     let mut failure: Option<(Option<usize>, String, i32)> = None;
     let mut ending_since: Option<Instant> = None;
     let mut killed = false;
+    // When the first abort's settling time ends (`ABORT_SETTLE`), and
+    // whether it has.
+    let mut abort_settles_at: Option<Instant> = None;
+    let mut abort_settled = false;
     while alive.contains(&true) {
-        let event = match ending_since {
-            Some(t) if !killed => {
+        let event = match (ending_since, abort_settles_at) {
+            (None, Some(at)) => {
+                match event_queue.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                    Ok(event) => event,
+                    Err(RecvTimeoutError::Timeout) => {
+                        abort_settles_at = None;
+                        abort_settled = true;
+                        Event::Aborted
+                    }
+                    // oxrun holds a sender itself.
+                    Err(RecvTimeoutError::Disconnected) => unreachable!(),
+                }
+            }
+            (Some(t), _) if !killed => {
                 match event_queue.recv_timeout(GRACE.saturating_sub(t.elapsed())) {
                     Ok(event) => event,
                     Err(RecvTimeoutError::Timeout) => {
@@ -473,6 +496,10 @@ fn run(options: Options) -> i32 {
                 };
                 worst = worst.max(code);
                 failure.get_or_insert((Some(rank), what, code));
+            }
+            Event::Aborted if !abort_settled => {
+                abort_settles_at.get_or_insert(Instant::now() + ABORT_SETTLE);
+                continue;
             }
             Event::Aborted => {
                 let ranks = server.ranks.lock().unwrap();

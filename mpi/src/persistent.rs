@@ -240,12 +240,12 @@ impl<'s, 'a, B: ?Sized> PersistentRequest<'s, 'a, B> {
                     view(self.buf.get()),
                     *mode,
                 )?;
-                self.scope.register(id)
+                self.scope.register(id, &self.comm)
             }
             Operation::BufferedSend { view } => {
                 let data = view(self.buf.get());
                 let len = buffered::send(&self.comm, rank.unwrap_or(PROC_NULL), self.tag, &data)?;
-                self.scope.register(completed_request(len)?)
+                self.scope.register(completed_request(len)?, &self.comm)
             }
             Operation::Receive { view } => {
                 let buf = self.buf.get_mut().ok_or_else(missing_buffer)?;
@@ -254,7 +254,7 @@ impl<'s, 'a, B: ?Sized> PersistentRequest<'s, 'a, B> {
                 // while the request is active. Data that is not
                 // contiguous is unpacked by the device as it arrives.
                 let id = self.comm.start_recv_view(rank, self.tag, view(buf))?;
-                self.scope.register(id)
+                self.scope.register(id, &self.comm)
             }
         };
         self.active = Some(request);
@@ -282,7 +282,7 @@ impl<'s, 'a, B: ?Sized> PersistentRequest<'s, 'a, B> {
         // Only a status taken from the device ends the operation: if MPI
         // itself fails here, the request stays active (and its buffer
         // lent).
-        let status = wait_request(request.id)?;
+        let status = self.comm.handled(wait_request(request.id))?;
         self.complete(Some(status))
     }
 
@@ -293,8 +293,9 @@ impl<'s, 'a, B: ?Sized> PersistentRequest<'s, 'a, B> {
         let Some(request) = &self.active else {
             return Ok(Some(Status::inactive()));
         };
-        crate::progress_once()?;
-        let status = with_device(|d| Ok(d.take_status(request.id)))?;
+        let status = self.comm.handled(
+            crate::progress_once().and_then(|()| with_device(|d| Ok(d.take_status(request.id)))),
+        )?;
         match status {
             Some(status) => self.complete(Some(status)).map(Some),
             None => Ok(None),

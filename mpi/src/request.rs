@@ -49,6 +49,18 @@
 //! (`MPI_ERR_IN_STATUS`) naming each failed request's index and error;
 //! [`wait_all_outcomes`] returns the outcomes instead.
 //!
+//! **Error handlers.** A request's error goes to the error handler of the
+//! communicator it is on (a window's, for one-sided requests; see
+//! [`crate::errhandler`]) when a wait or test completes it, once: with
+//! the default, [`ErrorHandler::Fatal`](crate::ErrorHandler::Fatal), it
+//! ends the job there; with [`ErrorHandler::Return`](crate::ErrorHandler::Return)
+//! it is the request's outcome. So does the error of the progress a
+//! [`Request::wait`] or [`Request::test`] makes. [`Request::get_status`],
+//! which leaves the request to a later completion, and the outer error
+//! of a call over many requests (which no one request owns) go to no
+//! handler; nor does [`wait_all`]'s `MPI_ERR_IN_STATUS`, whose failed
+//! requests each went to theirs.
+//!
 //! **Indices.** The calls that take `&mut Vec<Request>` ([`wait_any`],
 //! [`test_any`], [`wait_some`], [`test_some`], [`test_all`]) remove the
 //! requests they complete from the vector, and the rest keep their order.
@@ -84,7 +96,11 @@
 
 use crate::collective::engine;
 use crate::comm::{status_result, Status};
-use crate::{progress_once, progress_until, wait_request, with_device, Error, ErrorClass, Result};
+use crate::errhandler::raise_at_completion;
+use crate::{
+    progress_once, progress_until, wait_request, with_device, Communicator, Error, ErrorClass,
+    Result,
+};
 use oxmpi_adi::device::{Device, RequestId};
 use std::cell::RefCell;
 use std::marker::PhantomData;
@@ -114,12 +130,12 @@ pub fn scope<'a, R>(f: impl FnOnce(&Scope<'a>) -> R) -> R {
 }
 
 impl<'a> Scope<'a> {
-    /// Registers the operation `id` with the scope, which completes it
-    /// before `'a` ends if the program does not. Data that is not
-    /// contiguous needs nothing kept beside the request: the device packs
-    /// and unpacks it in the buffer itself, piece by piece.
+    /// Registers the operation `id` on `comm` with the scope, which
+    /// completes it before `'a` ends if the program does not. Data that is
+    /// not contiguous needs nothing kept beside the request: the device
+    /// packs and unpacks it in the buffer itself, piece by piece.
     #[inline]
-    pub(crate) fn register(&self, id: RequestId) -> Request<'a> {
+    pub(crate) fn register(&self, id: RequestId, comm: &Communicator) -> Request<'a> {
         // An operation complete when it started (an eager send, whose data
         // the transport already took) uses its buffer no more, and its id
         // names nothing to free: the scope has nothing to do for it.
@@ -130,10 +146,7 @@ impl<'a> Scope<'a> {
             }
             started.push(id);
         }
-        Request {
-            id,
-            _buffer: PhantomData,
-        }
+        Request::unscoped(id, comm)
     }
 }
 
@@ -217,32 +230,49 @@ impl Drop for Scope<'_> {
 #[derive(Debug)]
 pub struct Request<'a> {
     pub(crate) id: RequestId,
+    /// The context id of the communicator the operation is on, whose
+    /// error handler sees an error found when it completes.
+    context_id: u32,
     _buffer: PhantomData<&'a mut [u8]>,
 }
 
 impl<'a> Request<'a> {
-    /// The request of an operation `id` that borrows nothing, so needs no
-    /// scope, and may be held as borrowing for any `'a` (a request is
-    /// invariant in `'a`), to wait for it in a list with others.
-    pub(crate) fn unscoped(id: RequestId) -> Request<'a> {
+    /// The request of an operation `id` on `comm` that borrows nothing,
+    /// so needs no scope, and may be held as borrowing for any `'a` (a
+    /// request is invariant in `'a`), to wait for it in a list with
+    /// others.
+    #[inline]
+    pub(crate) fn unscoped(id: RequestId, comm: &Communicator) -> Request<'a> {
         Request {
             id,
+            context_id: comm.context_id(),
             _buffer: PhantomData,
         }
+    }
+
+    /// `error`, found completing this request, after its communicator's
+    /// error handler saw it.
+    #[cold]
+    fn raise(&self, error: Error) -> Error {
+        raise_at_completion(self.context_id, error)
     }
 }
 
 impl<'a> Request<'a> {
     /// Waits for the request to complete (`MPI_Wait`).
     pub fn wait(self) -> Result<Status> {
-        let status = wait_request(self.id)?;
+        let status = wait_request(self.id).map_err(|e| self.raise(e))?;
         self.complete(Some(status))
     }
 
     /// The outcome of the request, whose status was taken from the device
-    /// (`None`: it was not there).
+    /// (`None`: it was not there); its communicator's error handler has
+    /// seen its error.
     pub(crate) fn complete(&self, status: Option<oxmpi_adi::device::Status>) -> Result<Status> {
-        status.ok_or_else(freed).and_then(status_result)
+        status
+            .ok_or_else(freed)
+            .and_then(status_result)
+            .map_err(|e| self.raise(e))
     }
 
     /// Completes the request if it is done (`MPI_Test`): `Ok` with the
@@ -251,7 +281,7 @@ impl<'a> Request<'a> {
         match progress_once().and_then(|()| with_device(|d| Ok(d.take_status(self.id)))) {
             Ok(Some(status)) => Ok(self.complete(Some(status))),
             Ok(None) => Err(self),
-            Err(e) => Ok(Err(e)),
+            Err(e) => Ok(Err(self.raise(e))),
         }
     }
 

@@ -8,7 +8,7 @@
 //! may be waiting for this one and would otherwise hang until the
 //! harness's time bound.
 
-use oxmpi::{Threading, Universe};
+use oxmpi::{Communicator, ErrorHandler, Threading, Universe};
 use std::process::ExitCode;
 
 use crate::checks::ensure;
@@ -51,4 +51,17 @@ pub fn run_check(
             ExitCode::FAILURE
         }
     }
+}
+
+/// World, with errors handed back on it and on self
+/// ([`ErrorHandler::Return`], as a C test program sets
+/// `MPI_ERRORS_RETURN`): for the job programs whose checks expect calls
+/// to fail with a given error class, which the default
+/// ([`ErrorHandler::Fatal`]) would turn into the end of the job. The
+/// communicators made from them afterwards inherit it.
+pub fn world_returning_errors(universe: &Universe) -> Communicator {
+    universe.self_comm().set_error_handler(ErrorHandler::Return);
+    let world = universe.world();
+    world.set_error_handler(ErrorHandler::Return);
+    world
 }

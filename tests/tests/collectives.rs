@@ -168,6 +168,14 @@ fn short_strided_all_gathers_by_bruck_hold_no_copy_of_the_whole() {
 }
 
 #[test]
+fn collectives_of_blocks_with_8_mib() {
+    // The size is what this checks: 2 and 3 ranks keep it short.
+    for ranks in [2, 3] {
+        job("collectives", "large", ranks, &[], 120);
+    }
+}
+
+#[test]
 fn every_predefined_operation_on_every_type() {
     for ranks in [1, 3, 4] {
         job("collectives", "operations", ranks, &[], 60);

@@ -63,19 +63,25 @@ fn attributes_info_and_error_handlers() {
     job("state", 2, &TCP, "state: attributes");
 }
 
-#[test]
-fn a_fatal_error_handler_ends_the_job_with_the_message() {
+/// Runs `check`, in which rank 1 makes an error on world with the default
+/// handler, at 3 ranks: the job must end in time with the error class's
+/// `code`, the rank's message naming world, rank 1 and `error` (class and
+/// message), and oxrun naming rank 1; nothing left in /dev/shm.
+fn ends_the_job(check: &str, code: i32, error: &str) {
     let out = run(
-        bins().check("comm_features", "fatal", 3, &[]),
+        bins().check("comm_features", check, 3, &[]),
         Duration::from_secs(30),
     );
-    // The job ends with the error class's code (MPI_ERR_RANK is 6).
-    assert_eq!(out.status.code(), Some(6), "{}", out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{}", out.stderr);
     assert!(
-        out.stderr.contains("fatal error (ErrorHandler::Fatal)")
+        out.stderr.contains(&format!(
+            "fatal error (ErrorHandler::Fatal) on communicator \"MPI_COMM_WORLD\" at rank 1: \
+             {error}"
+        )) && out.stderr.contains(&format!("error class's code {code}"))
+            && out.stderr.contains("oxrun: rank 1 (pid")
             && out
                 .stderr
-                .contains("MPI_ERR_RANK: rank 3 is not in this communicator"),
+                .contains(&format!("called abort with code {code}")),
         "{}",
         out.stderr
     );
@@ -88,5 +94,26 @@ fn a_fatal_error_handler_ends_the_job_with_the_message() {
         shm_leftovers().is_empty(),
         "shared segments left: {:?}",
         shm_leftovers()
+    );
+}
+
+#[test]
+fn an_error_on_world_ends_the_job_by_default_with_its_class_and_rank() {
+    // MPI_ERR_RANK is 6.
+    ends_the_job(
+        "fatal",
+        6,
+        "MPI_ERR_RANK: rank 3 is not in this communicator",
+    );
+}
+
+#[test]
+fn an_error_found_at_wait_ends_the_job_by_default() {
+    // MPI_ERR_TRUNCATE is 14.
+    ends_the_job(
+        "fatal-at-wait",
+        14,
+        "MPI_ERR_TRUNCATE: message of 8 bytes from rank 1 (tag 0) does not fit the receive \
+         buffer of 4 bytes",
     );
 }

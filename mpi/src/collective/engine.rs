@@ -29,7 +29,7 @@
 //! so the blocking and the non-blocking form share one algorithm.
 
 use crate::request::{Request, Scope};
-use crate::{progress_until, with_device, Error, ErrorClass, Result};
+use crate::{progress_until, with_device, Communicator, Error, ErrorClass, Result};
 use oxmpi_adi::device::{Device, RequestId};
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -102,11 +102,12 @@ pub(crate) fn block_on<R>(operation: impl Future<Output = Result<R>>) -> Result<
     }
 }
 
-/// Starts the non-blocking collective `operation`, which borrows its
-/// buffers for `'a`, in `scope`, and returns its request (see
+/// Starts the non-blocking collective `operation` on `comm`, which
+/// borrows its buffers for `'a`, in `scope`, and returns its request (see
 /// [`launch`]).
 pub(crate) fn start<'a>(
     scope: &Scope<'a>,
+    comm: &Communicator,
     operation: impl Future<Output = Result<()>> + 'a,
 ) -> Result<Request<'a>> {
     // SAFETY: the request is registered with `scope` at once, and a scope
@@ -114,17 +115,19 @@ pub(crate) fn start<'a>(
     // complete, or after dropping through `abandon` the operations of
     // those it could not complete.
     let request = unsafe { launch(operation) }?;
-    Ok(scope.register(request))
+    Ok(scope.register(request, comm))
 }
 
-/// Starts the non-blocking collective `operation`, which borrows nothing,
-/// and returns its request, which needs no scope (see [`launch`]).
+/// Starts the non-blocking collective `operation` on `comm`, which
+/// borrows nothing, and returns its request, which needs no scope (see
+/// [`launch`]).
 pub(crate) fn start_static<'a>(
+    comm: &Communicator,
     operation: impl Future<Output = Result<()>> + 'static,
 ) -> Result<Request<'a>> {
     // SAFETY: `operation` borrows nothing.
     let request = unsafe { launch(operation) }?;
-    Ok(Request::unscoped(request))
+    Ok(Request::unscoped(request, comm))
 }
 
 /// Polls `operation` once (so that arguments a process can check alone

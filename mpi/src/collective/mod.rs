@@ -218,14 +218,14 @@ impl Communicator {
     }
 
     /// Starts a non-blocking collective that borrows its buffers for
-    /// `'a`: an error at its start goes to the communicator's error
-    /// handler first (one at its completion is the request's).
+    /// `'a`: an error at its start, and one it ends with (when its
+    /// request completes), goes to the communicator's error handler first.
     pub(crate) fn immediate<'a>(
         &self,
         scope: &Scope<'a>,
         operation: impl Future<Output = Result<()>> + 'a,
     ) -> Result<Request<'a>> {
-        self.handled(engine::start(scope, operation))
+        self.handled(engine::start(scope, self, operation))
     }
 
     /// [`Communicator::immediate`] for a collective that borrows nothing.
@@ -233,7 +233,7 @@ impl Communicator {
         &self,
         operation: impl Future<Output = Result<()>> + 'static,
     ) -> Result<Request<'a>> {
-        self.handled(engine::start_static(operation))
+        self.handled(engine::start_static(self, operation))
     }
 
     /// Waits until every process of the communicator has called it

@@ -313,10 +313,16 @@ impl<'a> DynBufferMut<'a> {
 }
 
 /// A value and its index, the element type of `min_loc` and `max_loc`
-/// (MPI's pair types, e.g. `MPI_2INT`, `MPI_FLOAT_INT`). Defined for a
-/// 32-bit value (`i32`, `u32`, `f32`) with an `i32` index and a 64-bit one
-/// (`i64`, `u64`, `f64`) with an `i64` index: pairs of equal sizes, which
-/// have no padding.
+/// (MPI's pair types). Defined for the standard's pairs: `i32`
+/// (`MPI_2INT`), `f32` (`MPI_FLOAT_INT`), `f64` (`MPI_DOUBLE_INT`), `i64`
+/// (`MPI_LONG_INT`) and `i16` (`MPI_SHORT_INT`) values and `u32` with an
+/// `i32` index, and `i64`, `u64` and `f64` values with an `i64` index.
+/// A pair is laid out as C lays out the struct `{ value; index; }`, so
+/// `ValueIndex<f64, i32>` has `MPI_DOUBLE_INT`'s extent of 16 bytes, of
+/// which its datatype names 12 (the padding is never read or sent); any
+/// `#[repr(C)]` struct of such a value and index deriving
+/// [`Equivalence`] has the same type signature, and works with
+/// `min_loc` and `max_loc` too.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct ValueIndex<V, I> {
@@ -326,16 +332,30 @@ pub struct ValueIndex<V, I> {
     pub index: I,
 }
 
+/// The pair types: each `value, index;` of [`ValueIndex`] (the
+/// `Equivalence` impls and the location kernels).
+macro_rules! for_each_pair {
+    ($m:ident) => {
+        $m! {
+            i32, i32;
+            u32, i32;
+            f32, i32;
+            f64, i32;
+            i64, i32;
+            i16, i32;
+            i64, i64;
+            u64, i64;
+            f64, i64;
+        }
+    };
+}
+
 macro_rules! value_index {
     ($($v:ty, $i:ty;)*) => {$(
-        const _: () = assert!(
-            std::mem::size_of::<ValueIndex<$v, $i>>()
-                == std::mem::size_of::<$v>() + std::mem::size_of::<$i>()
-        );
-        // SAFETY: `repr(C)` with two fields of equal size and alignment:
-        // no padding (checked above), both fields take any bits, and the
-        // datatype names the two fields at their offsets, resized to the
-        // pair's size (as `#[derive(Equivalence)]` makes it).
+        // SAFETY: `repr(C)` with two fields that take any bits (all zeros
+        // included), and the datatype names the two fields at their
+        // offsets, never the padding after a narrower index, resized to
+        // the pair's size (as `#[derive(Equivalence)]` makes it).
         unsafe impl Equivalence for ValueIndex<$v, $i> {
             fn equivalent_datatype() -> DatatypeRef<'static> {
                 static DATATYPE: OnceLock<UserDatatype> = OnceLock::new();
@@ -355,14 +375,7 @@ macro_rules! value_index {
     )*};
 }
 
-value_index! {
-    i32, i32;
-    u32, i32;
-    f32, i32;
-    i64, i64;
-    u64, i64;
-    f64, i64;
-}
+for_each_pair!(value_index);
 
 /// Combines `input` into `inout`: `inout[i] = input[i] op inout[i]`.
 /// `None` if the bytes are not aligned for the element type.
@@ -559,10 +572,11 @@ pub(crate) fn same_element_type(a: ElementType, b: ElementType) -> Result<Elemen
 fn typed<T: Equivalence>(bytes: &[u8]) -> Option<&[T]> {
     let start = bytes.as_ptr().cast::<T>();
     whole_run(start, bytes.len()).then(|| {
-        // SAFETY: `T: Equivalence` has no padding and no invalid bit
-        // patterns, so any aligned run of bytes is a valid run of `T`s;
-        // the `T`s cover exactly the bytes (checked above), which stay
-        // borrowed as long as the slice.
+        // SAFETY: the callers' `T` is plain (a number, or a type that
+        // `ElementType::is` found plain): no padding, and no invalid bit
+        // patterns (`Equivalence`), so any aligned run of bytes is a
+        // valid run of `T`s; the `T`s cover exactly the bytes (checked
+        // above), which stay borrowed as long as the slice.
         unsafe { std::slice::from_raw_parts(start, bytes.len() / size_of::<T>()) }
     })
 }
@@ -589,7 +603,7 @@ fn typed_mut<T: Equivalence>(bytes: &mut [u8]) -> Option<&mut [T]> {
 /// loop compiled for AVX2 when `WIDE` (only chosen where the CPU has it:
 /// [`number_kernels`]) and for the build's baseline otherwise.
 #[inline(always)]
-fn elementwise<T: Equivalence, const WIDE: bool>(
+fn elementwise<T: Number, const WIDE: bool>(
     input: &[u8],
     inout: &mut [u8],
     f: impl Fn(T, T) -> T,
@@ -743,10 +757,7 @@ fn pick_loc<V: Number, I: Number>(
     a: ValueIndex<V, I>,
     b: ValueIndex<V, I>,
     smaller_first: bool,
-) -> ValueIndex<V, I>
-where
-    ValueIndex<V, I>: Equivalence,
-{
+) -> ValueIndex<V, I> {
     let a_wins = if smaller_first {
         a.value < b.value
     } else {
@@ -767,18 +778,62 @@ where
     }
 }
 
-fn min_loc<V: Number, I: Number>(input: &[u8], inout: &mut [u8]) -> Option<()>
-where
-    ValueIndex<V, I>: Equivalence,
-{
-    elementwise::<_, false>(input, inout, |a, b| pick_loc::<V, I>(a, b, true))
+/// `inout[i] = pick_loc(input[i], inout[i])` over packed pairs: each a
+/// `V` and then an `I`, with no padding (the packed data of a pair type:
+/// 12 bytes for `MPI_DOUBLE_INT`, whose C struct takes 16), read where
+/// they lie, aligned or not. `None` if the bytes are not whole pairs.
+fn pick_locs<V: Number, I: Number>(
+    input: &[u8],
+    inout: &mut [u8],
+    smaller_first: bool,
+) -> Option<()> {
+    let split = size_of::<V>();
+    let pair = split + size_of::<I>();
+    if !input.len().is_multiple_of(pair) || !inout.len().is_multiple_of(pair) {
+        return None;
+    }
+    for (x, y) in input.chunks_exact(pair).zip(inout.chunks_exact_mut(pair)) {
+        let (x_value, x_index) = x.split_at(split);
+        let a = ValueIndex {
+            value: read_number::<V>(x_value),
+            index: read_number::<I>(x_index),
+        };
+        let (y_value, y_index) = y.split_at_mut(split);
+        let b = ValueIndex {
+            value: read_number::<V>(y_value),
+            index: read_number::<I>(y_index),
+        };
+        let won = pick_loc(a, b, smaller_first);
+        write_number(y_value, won.value);
+        write_number(y_index, won.index);
+    }
+    Some(())
 }
 
-fn max_loc<V: Number, I: Number>(input: &[u8], inout: &mut [u8]) -> Option<()>
-where
-    ValueIndex<V, I>: Equivalence,
-{
-    elementwise::<_, false>(input, inout, |a, b| pick_loc::<V, I>(a, b, false))
+/// The number `bytes` hold (exactly its size, at any alignment).
+#[inline(always)]
+fn read_number<T: Number>(bytes: &[u8]) -> T {
+    assert_eq!(bytes.len(), size_of::<T>());
+    // SAFETY: `bytes` holds `size_of::<T>()` bytes (checked above), and a
+    // number has no padding and takes any bits.
+    unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) }
+}
+
+/// Writes `value` into `bytes` (exactly its size, at any alignment).
+#[inline(always)]
+fn write_number<T: Number>(bytes: &mut [u8], value: T) {
+    assert_eq!(bytes.len(), size_of::<T>());
+    // SAFETY: `bytes` has room for `size_of::<T>()` bytes (checked
+    // above), which it borrows exclusively.
+    unsafe { std::ptr::write_unaligned(bytes.as_mut_ptr().cast::<T>(), value) }
+}
+
+fn min_loc<V: Number, I: Number>(input: &[u8], inout: &mut [u8]) -> Option<()> {
+    pick_locs::<V, I>(input, inout, true)
+}
+
+fn max_loc<V: Number, I: Number>(input: &[u8], inout: &mut [u8]) -> Option<()> {
+    pick_locs::<V, I>(input, inout, false)
 }
 
 /// The kernel of a predefined operation on integers of type `T`.
@@ -810,10 +865,7 @@ fn float_kernel<T: Number, const WIDE: bool>(op: SystemOp) -> Option<Kernel> {
 }
 
 /// The kernel of a predefined operation on value-index pairs.
-fn pair_kernel<V: Number, I: Number>(op: SystemOp) -> Option<Kernel>
-where
-    ValueIndex<V, I>: Equivalence,
-{
+fn pair_kernel<V: Number, I: Number>(op: SystemOp) -> Option<Kernel> {
     Some(match op {
         SystemOp::MinLoc => min_loc::<V, I>,
         SystemOp::MaxLoc => max_loc::<V, I>,
@@ -843,20 +895,33 @@ fn number_kernel_of(op: SystemOp, basic: Primitive) -> Option<Kernel> {
         .flatten()
 }
 
-/// The kernel of `MPI_MINLOC` or `MPI_MAXLOC` on `element_type`, if it
-/// is a [`ValueIndex`] pair (tested before the numbers: a pair of `i32`s
-/// is also two `i32`s). Out of line, so that [`kernel`] stays small.
+/// The kernel of `MPI_MINLOC` or `MPI_MAXLOC` on `element_type`, if its
+/// data is [`ValueIndex`] pairs (tested before the numbers: a pair of
+/// `i32`s is also two `i32`s). Out of line, so that [`kernel`] stays
+/// small.
 #[inline(never)]
 fn location_kernel(op: SystemOp, element_type: ElementType) -> Option<Kernel> {
     macro_rules! pick_pairs {
-        ($($v:ty, $i:ty);*) => {$(
-            if element_type.is::<ValueIndex<$v, $i>>() {
+        ($($v:ty, $i:ty;)*) => {$(
+            if is_pairs::<$v, $i>(element_type) {
                 return pair_kernel::<$v, $i>(op);
             }
         )*};
     }
-    pick_pairs!(i32, i32; u32, i32; f32, i32; i64, i64; u64, i64; f64, i64);
+    for_each_pair!(pick_pairs);
     None
+}
+
+/// Whether the packed data of `element_type` is a whole number of
+/// `(V, I)` pairs: of the pair's type signature, each element a whole
+/// number of them. Not [`ElementType::is`], which asks that the type lie
+/// in memory as its packed data does: a pair with padding does not.
+fn is_pairs<V: Number, I: Number>(element_type: ElementType) -> bool
+where
+    ValueIndex<V, I>: Equivalence,
+{
+    let pair = ElementType::of::<ValueIndex<V, I>>();
+    element_type == pair && element_type.size().is_multiple_of(pair.size())
 }
 
 /// The operations on numbers: every [`SystemOp`] but the two on
@@ -1009,6 +1074,9 @@ mod tests {
             (ElementType::of::<ValueIndex<i32, i32>>(), true),
             (ElementType::of::<ValueIndex<u32, i32>>(), false),
             (ElementType::of::<ValueIndex<f32, i32>>(), false),
+            (ElementType::of::<ValueIndex<f64, i32>>(), false),
+            (ElementType::of::<ValueIndex<i64, i32>>(), false),
+            (ElementType::of::<ValueIndex<i16, i32>>(), false),
             (ElementType::of::<ValueIndex<i64, i64>>(), true),
             (ElementType::of::<ValueIndex<u64, i64>>(), false),
             (ElementType::of::<ValueIndex<f64, i64>>(), false),
@@ -1268,6 +1336,33 @@ mod tests {
             c.map(|p| (p.value, p.index)),
             [(1.0, 2), (5.0, 1), (2.0, 7)]
         );
+    }
+
+    #[test]
+    fn padded_pairs_have_the_c_layout_and_reduce_as_packed_data() {
+        use crate::datatype::UncommittedDatatype;
+        let double_int = ValueIndex::<f64, i32>::equivalent_datatype();
+        // MPI_DOUBLE_INT: 12 bytes of data, a 16-byte extent.
+        assert_eq!((double_int.size(), double_int.extent()), (12, 16));
+        fn ties<V: Number + std::fmt::Debug>(make: fn(i8) -> V)
+        where
+            ValueIndex<V, i32>: Equivalence + PartialEq + std::fmt::Debug,
+        {
+            let pair = |v: i8, index: i32| ValueIndex {
+                value: make(v),
+                index,
+            };
+            let a = [pair(1, 4), pair(5, 1), pair(2, 7), pair(-3, 2)];
+            let b = [pair(1, 2), pair(3, 0), pair(2, 9), pair(-3, 8)];
+            let (mut min, mut max) = (b, b);
+            reduce_local_into(&a[..], &mut min[..], SystemOperation::min_loc()).unwrap();
+            reduce_local_into(&a[..], &mut max[..], SystemOperation::max_loc()).unwrap();
+            assert_eq!(min, [pair(1, 2), pair(3, 0), pair(2, 7), pair(-3, 2)]);
+            assert_eq!(max, [pair(1, 2), pair(5, 1), pair(2, 7), pair(-3, 2)]);
+        }
+        ties::<f64>(f64::from);
+        ties::<i64>(i64::from);
+        ties::<i16>(i16::from);
     }
 
     #[test]

@@ -1558,7 +1558,7 @@ impl<'a> Window<'a> {
         disp: usize,
     ) -> Result<Request<'s>> {
         self.put(origin, target, disp)?;
-        completed()
+        completed(&self.comm)
     }
 
     /// The request-based accumulate (`MPI_Raccumulate`): complete on
@@ -1572,7 +1572,7 @@ impl<'a> Window<'a> {
         op: impl Into<AccumulateOp>,
     ) -> Result<Request<'s>> {
         self.accumulate(origin, target, disp, op)?;
-        completed()
+        completed(&self.comm)
     }
 
     /// The request-based get (`MPI_Rget`): `result` is borrowed until the
@@ -1625,7 +1625,7 @@ impl<'a> Window<'a> {
         what: impl FnOnce((ElementType, usize)) -> Result<Fetch<'d>>,
     ) -> Result<Request<'s>> {
         if target == PROC_NULL {
-            return completed();
+            return completed(&self.comm);
         }
         let len = std::mem::size_of_val(result);
         let what = what((ElementType::of::<T>(), len))?;
@@ -1633,8 +1633,8 @@ impl<'a> Window<'a> {
         // the request before `'s` ends.
         let id = unsafe { self.start_fetch(target, disp, result.as_mut_ptr().cast(), len, what)? };
         match id {
-            Some(id) => Ok(scope.register(id)),
-            None => completed(),
+            Some(id) => Ok(scope.register(id, &self.comm)),
+            None => completed(&self.comm),
         }
     }
 
@@ -2189,8 +2189,8 @@ fn fetch_accumulate<'d>(
 /// `rget` on the direct path returns one, which is then an id made in
 /// the caller.
 #[inline]
-fn completed<'s>() -> Result<Request<'s>> {
-    crate::comm::completed_request(0).map(Request::unscoped)
+fn completed<'s>(comm: &Communicator) -> Result<Request<'s>> {
+    crate::comm::completed_request(0).map(|id| Request::unscoped(id, comm))
 }
 
 /// Installs the handler of one-sided messages, and the placer of puts'

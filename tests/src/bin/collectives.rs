@@ -15,7 +15,9 @@
 //! COLLECTIVE COUNT ODD_COUNT ODD_RANK` (a reduction where one rank passes
 //! another count, with the fatal error handler: the job must end with the
 //! error, not hang), `errors` (the error classes of bad
-//! arguments), `datatypes` (derived datatypes and structs in collectives:
+//! arguments), `large` (gather, scatter, their varying-count forms,
+//! all-gather(v) and all-to-all(v, w), blocking and not, with 8 MiB of
+//! data each), `datatypes` (derived datatypes and structs in collectives:
 //! strided data in and out, padding skipped, gaps left alone),
 //! `large_datatypes` (broadcast, all-reduce, all-to-all and gather of
 //! strided columns of several MiB, and between strided and contiguous
@@ -30,7 +32,7 @@ use oxmpi::collective::{
     DynBuffer, DynBufferMut, Partition, PartitionMut, SystemOperation, UserOperation, ValueIndex,
 };
 use oxmpi::datatype::{MutView, UserDatatype, View};
-use oxmpi::request::{scope, wait_all};
+use oxmpi::request::{scope, wait_all, Request};
 use oxmpi::traits::*;
 use oxmpi::Threading;
 use oxmpi::{Communicator, ErrorClass, ErrorHandler, Result};
@@ -38,7 +40,7 @@ use oxmpi_jobs::affine::{affine, composed, composition};
 use oxmpi_jobs::checks::{
     ensure, expect_class, fail, first_column_is, same, within_peak_growth, within_pieces_bound,
 };
-use oxmpi_jobs::program::run_check;
+use oxmpi_jobs::program::{run_check, world_returning_errors};
 use std::fmt::Debug;
 use std::process::ExitCode;
 
@@ -48,7 +50,7 @@ fn main() -> ExitCode {
         &format!("collectives {check}"),
         Threading::Single,
         |universe| {
-            let world = universe.world();
+            let world = world_returning_errors(universe);
             match check.as_str() {
                 "data" => data(&world),
                 "operations" => operations(&world),
@@ -57,6 +59,7 @@ fn main() -> ExitCode {
                 "mismatched_reduction" => mismatched_reduction(&world),
                 "errors" => errors(&world),
                 "datatypes" => datatypes(&world),
+                "large" => large(&world),
                 "large_datatypes" => large_datatypes(&world),
                 "pieces_memory" => pieces_memory(&world),
                 "bruck_pieces_memory" => bruck_pieces_memory(&world),
@@ -226,6 +229,193 @@ fn gather_and_scatter(world: &Communicator) -> Result<()> {
     Ok(())
 }
 
+/// Bytes of data in all of each collective of [`large`].
+const LARGE: usize = 8 << 20;
+
+/// Words rank `from` sends rank `to` in [`large`]'s all-to-allv and
+/// all-to-allw: a third, two thirds or all of an even share, so that a
+/// process sends about `LARGE` bytes in all.
+fn large_pair_count(size: usize, from: usize, to: usize) -> usize {
+    LARGE / 4 / size * (1 + (from + 2 * to) % 3) / 2
+}
+
+/// `start`'s request, waited for at once.
+fn waited(start: Result<Request<'_>>) -> Result<()> {
+    start?.wait().map(drop)
+}
+
+/// The collectives that move blocks between processes, with 8 MiB of
+/// data in all, blocking and (`immediate`) non-blocking, against the
+/// reference: gather, scatter, their varying-count forms, all-gather(v)
+/// and all-to-all(v, w); broadcast and the reductions reach 8 MiB in
+/// `data`. The root is the last rank. Run at 2 and 3 ranks: it is the
+/// size that it checks, and `data` the rank counts.
+fn large(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let root = world.process_at_rank(size as i32 - 1);
+    let at_root = rank + 1 == size;
+    // Equal blocks of LARGE / size bytes.
+    let len = LARGE / size;
+    let everyone: Vec<u8> = (0..size).flat_map(|r| bytes(40, r, len)).collect();
+    let mine = &everyone[rank * len..(rank + 1) * len];
+    // Varying blocks, in reverse rank order with gaps: rank r's holds
+    // r + 1 shares of LARGE / 4 words.
+    let share = LARGE / 4 / (size * (size + 1) / 2);
+    let counts: Vec<i32> = (0..size).map(|r| ((r + 1) * share) as i32).collect();
+    let (displs, varying_len) = reversed_layout(&counts);
+    let mut varying = vec![0u32; varying_len];
+    for r in 0..size {
+        let at = displs[r] as usize;
+        varying[at..at + counts[r] as usize].copy_from_slice(&words(41, r, counts[r] as usize));
+    }
+    let my_words = words(41, rank, counts[rank] as usize);
+    // All-to-all blocks of LARGE / size bytes: block `to` of rank
+    // `from`'s data is seeded with both.
+    let block = |from: usize, to: usize| bytes(42 * 64 + to, from, len);
+    let to_all: Vec<u8> = (0..size).flat_map(|to| block(rank, to)).collect();
+    let from_all: Vec<u8> = (0..size).flat_map(|from| block(from, rank)).collect();
+    // All-to-allv and -w blocks of varying counts.
+    let (send_counts, recv_counts) =
+        all_to_all_counts(rank, size, |from, to| large_pair_count(size, from, to));
+    let pair_words =
+        |from: usize, to: usize| words(43 * 64 + to, from, large_pair_count(size, from, to));
+    let sends: Vec<Vec<u32>> = (0..size).map(|to| pair_words(rank, to)).collect();
+    let expected_w: Vec<Vec<u32>> = (0..size).map(|from| pair_words(from, rank)).collect();
+    let (send_displs, send_len) = reversed_layout(&send_counts);
+    let (recv_displs, recv_len) = reversed_layout(&recv_counts);
+    let mut send_v = vec![0u32; send_len];
+    let mut expected_v = vec![0u32; recv_len];
+    for p in 0..size {
+        let at = send_displs[p] as usize;
+        send_v[at..at + sends[p].len()].copy_from_slice(&sends[p]);
+        let at = recv_displs[p] as usize;
+        expected_v[at..at + expected_w[p].len()].copy_from_slice(&expected_w[p]);
+    }
+    for immediate in [false, true] {
+        let form = if immediate { "non-blocking " } else { "" };
+        let what = |name: &str| format!("{form}{name} of 8 MiB");
+
+        let mut all = vec![0u8; len * size];
+        match (at_root, immediate) {
+            (true, false) => root.gather_into_root(mine, &mut all[..])?,
+            (true, true) => {
+                scope(|s| waited(root.immediate_gather_into_root(s, mine, &mut all[..])))?
+            }
+            (false, false) => root.gather_into(mine)?,
+            (false, true) => scope(|s| waited(root.immediate_gather_into(s, mine)))?,
+        }
+        if at_root {
+            same(&all, &everyone, &what("gather"))?;
+        }
+
+        let mut got = vec![0u8; len];
+        match (at_root, immediate) {
+            (true, false) => root.scatter_into_root(&everyone[..], &mut got[..])?,
+            (true, true) => {
+                scope(|s| waited(root.immediate_scatter_into_root(s, &everyone[..], &mut got[..])))?
+            }
+            (false, false) => root.scatter_into(&mut got[..])?,
+            (false, true) => scope(|s| waited(root.immediate_scatter_into(s, &mut got[..])))?,
+        }
+        same(&got, mine, &what("scatter"))?;
+
+        let mut all = vec![0u32; varying_len];
+        match (at_root, immediate) {
+            (true, false) => root.gather_varcount_into_root(
+                &my_words[..],
+                &mut PartitionMut::new(&mut all[..], &counts[..], &displs[..]),
+            )?,
+            (true, true) => scope(|s| {
+                let partition = PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
+                waited(root.immediate_gather_varcount_into_root(s, &my_words[..], partition))
+            })?,
+            (false, false) => root.gather_varcount_into(&my_words[..])?,
+            (false, true) => {
+                scope(|s| waited(root.immediate_gather_varcount_into(s, &my_words[..])))?
+            }
+        }
+        if at_root {
+            same(&all, &varying, &what("gatherv"))?;
+        }
+
+        let mut got = vec![0u32; counts[rank] as usize];
+        match (at_root, immediate) {
+            (true, false) => root.scatter_varcount_into_root(
+                &Partition::new(&varying[..], &counts[..], &displs[..]),
+                &mut got[..],
+            )?,
+            (true, true) => scope(|s| {
+                let partition = Partition::new(&varying[..], &counts[..], &displs[..]);
+                waited(root.immediate_scatter_varcount_into_root(s, partition, &mut got[..]))
+            })?,
+            (false, false) => root.scatter_varcount_into(&mut got[..])?,
+            (false, true) => {
+                scope(|s| waited(root.immediate_scatter_varcount_into(s, &mut got[..])))?
+            }
+        }
+        same(&got, &my_words, &what("scatterv"))?;
+
+        let mut all = vec![0u8; len * size];
+        if immediate {
+            scope(|s| waited(world.immediate_all_gather_into(s, mine, &mut all[..])))?;
+        } else {
+            world.all_gather_into(mine, &mut all[..])?;
+        }
+        same(&all, &everyone, &what("all-gather"))?;
+
+        let mut all = vec![0u32; varying_len];
+        if immediate {
+            scope(|s| {
+                let partition = PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
+                waited(world.immediate_all_gather_varcount_into(s, &my_words[..], partition))
+            })?;
+        } else {
+            world.all_gather_varcount_into(
+                &my_words[..],
+                &mut PartitionMut::new(&mut all[..], &counts[..], &displs[..]),
+            )?;
+        }
+        same(&all, &varying, &what("all-gatherv"))?;
+
+        let mut recv = vec![0u8; len * size];
+        if immediate {
+            scope(|s| waited(world.immediate_all_to_all_into(s, &to_all[..], &mut recv[..])))?;
+        } else {
+            world.all_to_all_into(&to_all[..], &mut recv[..])?;
+        }
+        same(&recv, &from_all, &what("all-to-all"))?;
+
+        let mut recv = vec![0u32; recv_len];
+        if immediate {
+            scope(|s| {
+                let send = Partition::new(&send_v[..], &send_counts[..], &send_displs[..]);
+                let recv = PartitionMut::new(&mut recv[..], &recv_counts[..], &recv_displs[..]);
+                waited(world.immediate_all_to_all_varcount_into(s, send, recv))
+            })?;
+        } else {
+            world.all_to_all_varcount_into(
+                &Partition::new(&send_v[..], &send_counts[..], &send_displs[..]),
+                &mut PartitionMut::new(&mut recv[..], &recv_counts[..], &recv_displs[..]),
+            )?;
+        }
+        same(&recv, &expected_v, &what("all-to-allv"))?;
+
+        let mut recvs: Vec<Vec<u32>> = expected_w.iter().map(|b| vec![0; b.len()]).collect();
+        let send_blocks: Vec<&dyn Buffer> = sends.iter().map(|b| b as &dyn Buffer).collect();
+        let mut recv_blocks: Vec<&mut dyn BufferMut> =
+            recvs.iter_mut().map(|b| b as &mut dyn BufferMut).collect();
+        if immediate {
+            scope(|s| {
+                waited(world.immediate_all_to_all_w_into(s, &send_blocks, &mut recv_blocks))
+            })?;
+        } else {
+            world.all_to_all_w_into(&send_blocks, &mut recv_blocks)?;
+        }
+        same(&recvs.concat(), &expected_w.concat(), &what("all-to-allw"))?;
+    }
+    Ok(())
+}
+
 /// Counts of varying blocks: rank `r`'s block holds `varying(r) * scale`
 /// elements (some empty).
 fn varying(rank: usize, scale: usize) -> usize {
@@ -359,6 +549,19 @@ fn all_gather(world: &Communicator) -> Result<()> {
     Ok(())
 }
 
+/// The counts `rank` sends to and receives from each process in an
+/// all-to-all of varying counts, where `count(from, to)` elements go from
+/// `from` to `to`.
+fn all_to_all_counts(
+    rank: usize,
+    size: usize,
+    count: impl Fn(usize, usize) -> usize,
+) -> (Vec<i32>, Vec<i32>) {
+    let send = (0..size).map(|to| count(rank, to) as i32).collect();
+    let recv = (0..size).map(|from| count(from, rank) as i32).collect();
+    (send, recv)
+}
+
 /// Elements rank `from` sends rank `to` in the all-to-all of varying
 /// counts.
 fn pair_count(from: usize, to: usize, scale: usize) -> usize {
@@ -398,12 +601,8 @@ fn all_to_all(world: &Communicator) -> Result<()> {
         )?;
     }
     for scale in [1, 5000] {
-        let send_counts: Vec<i32> = (0..size)
-            .map(|to| pair_count(rank, to, scale) as i32)
-            .collect();
-        let recv_counts: Vec<i32> = (0..size)
-            .map(|from| pair_count(from, rank, scale) as i32)
-            .collect();
+        let (send_counts, recv_counts) =
+            all_to_all_counts(rank, size, |from, to| pair_count(from, to, scale));
         let (send_displs, send_len) = reversed_layout(&send_counts);
         let (recv_displs, recv_len) = reversed_layout(&recv_counts);
         let mut send = vec![0u32; send_len];
@@ -926,7 +1125,107 @@ fn locations(world: &Communicator) -> Result<()> {
     }];
     let mut float_sums = floats;
     let e = world.all_reduce_into(&floats, &mut float_sums, SystemOperation::sum());
-    expect_class(e, ErrorClass::Op, "sum of MPI_FLOAT_INT")
+    expect_class(e, ErrorClass::Op, "sum of MPI_FLOAT_INT")?;
+    // The pairs whose C structs have padding, and a struct of the
+    // program's own with MPI_DOUBLE_INT's layout.
+    padded_locations(
+        world,
+        "MPI_DOUBLE_INT",
+        |v| v as f64 / 2.0,
+        pair_of,
+        parts_of,
+    )?;
+    padded_locations(
+        world,
+        "MPI_LONG_INT",
+        |v| v as i64 - (1 << 40),
+        pair_of,
+        parts_of,
+    )?;
+    padded_locations(world, "MPI_SHORT_INT", |v| v as i16, pair_of, parts_of)?;
+    padded_locations(
+        world,
+        "a derived struct of f64 and i32",
+        |v| v as f64 / 2.0,
+        |value, index| DoubleInt { value, index },
+        |p| (p.value, p.index),
+    )
+}
+
+fn pair_of<V>(value: V, index: i32) -> ValueIndex<V, i32> {
+    ValueIndex { value, index }
+}
+
+fn parts_of<V>(p: ValueIndex<V, i32>) -> (V, i32) {
+    (p.value, p.index)
+}
+
+/// A struct with `MPI_DOUBLE_INT`'s C layout: 12 bytes of data in 16.
+#[derive(Equivalence, Clone, Copy, Debug, PartialEq)]
+#[repr(C)]
+struct DoubleInt {
+    value: f64,
+    index: i32,
+}
+
+/// Min-loc and max-loc on pairs `P` of a `V` (made by `value` from a
+/// small integer) and an `i32` index, in reduce (to the last rank),
+/// all-reduce and scan, against a sequential reference. Values repeat
+/// across ranks, and indices fall as ranks rise, so a tie must pick the
+/// lower index, not the lower rank's pair.
+fn padded_locations<V, P>(
+    world: &Communicator,
+    name: &str,
+    value: fn(i32) -> V,
+    pair: fn(V, i32) -> P,
+    parts: fn(P) -> (V, i32),
+) -> Result<()>
+where
+    V: Copy + PartialOrd,
+    P: Equivalence + Copy + PartialEq + Debug,
+{
+    const LEN: usize = 21;
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let made = |r: usize, i: usize| {
+        let v = ((r * 7 + i) % 4) as i32 - 2;
+        pair(value(v), ((size - r) * 100 + i % 3) as i32)
+    };
+    // The best pair of ranks `0..=last` at element `i`.
+    let best = |last: usize, i: usize, smaller: bool| {
+        (1..=last).map(|r| made(r, i)).fold(made(0, i), |a, b| {
+            let ((va, ia), (vb, ib)) = (parts(a), parts(b));
+            let b_wins = if smaller { vb < va } else { vb > va };
+            if b_wins || (vb == va && ib < ia) {
+                b
+            } else {
+                a
+            }
+        })
+    };
+    let mine: Vec<P> = (0..LEN).map(|i| made(rank, i)).collect();
+    let root = size as i32 - 1;
+    for (op_name, op, smaller) in [
+        ("min_loc", SystemOperation::min_loc(), true),
+        ("max_loc", SystemOperation::max_loc(), false),
+    ] {
+        let all: Vec<P> = (0..LEN).map(|i| best(size - 1, i, smaller)).collect();
+        let mut got = mine.clone();
+        world.all_reduce_into(&mine[..], &mut got[..], op)?;
+        same(&got, &all, &format!("all-reduce {op_name} of {name}"))?;
+        let mut got = mine.clone();
+        if world.rank() == root {
+            world
+                .process_at_rank(root)
+                .reduce_into_root(&mine[..], &mut got[..], op)?;
+            same(&got, &all, &format!("reduce {op_name} of {name}"))?;
+        } else {
+            world.process_at_rank(root).reduce_into(&mine[..], op)?;
+        }
+        let upto: Vec<P> = (0..LEN).map(|i| best(rank, i, smaller)).collect();
+        world.scan_into(&mine[..], &mut got[..], op)?;
+        same(&got, &upto, &format!("scan {op_name} of {name}"))?;
+    }
+    Ok(())
 }
 
 /// Processes that pass different counts: the one that receives too much

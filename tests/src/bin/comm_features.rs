@@ -12,9 +12,10 @@
 //! all-gather and all-to-all on each, errors), `state`
 //! (attributes with their callbacks on duplicate and free, and on self at
 //! finalize, predefined
-//! attributes, info objects and hints, error handlers), `fatal` (rank 1
-//! makes an error on world with `ErrorHandler::Fatal`, which ends the
-//! job).
+//! attributes, info objects and hints, error handlers), `fatal` (world
+//! and self start with `ErrorHandler::Fatal`, which a duplicate inherits;
+//! rank 1 makes an error on world, which ends the job), `fatal-at-wait`
+//! (the same, with a truncation that rank 1's wait finds).
 
 use oxmpi::collective::SystemOperation;
 use oxmpi::Threading;
@@ -23,7 +24,7 @@ use oxmpi::{
     Keyval, PredefinedAttribute, Result, TopologyKind, MAX_INFO_KEY, PROC_NULL, TAG_UB,
 };
 use oxmpi_jobs::checks::{ensure, expect_class, fail};
-use oxmpi_jobs::program::run_check;
+use oxmpi_jobs::program::{run_check, world_returning_errors};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -34,12 +35,19 @@ fn main() -> ExitCode {
         &format!("comm_features {check}"),
         Threading::Single,
         |universe| {
-            let world = universe.world();
+            if let Some(at_wait) = match check.as_str() {
+                "fatal" => Some(false),
+                "fatal-at-wait" => Some(true),
+                _ => None,
+            } {
+                return fatal(&universe.world(), &universe.self_comm(), at_wait);
+            }
+            // The other checks look at the errors calls hand back.
+            let world = world_returning_errors(universe);
             match check.as_str() {
                 "inter" => inter(&world, &universe.self_comm()),
                 "topology" => topology(&world),
                 "state" => state(&world, &universe.self_comm()),
-                "fatal" => fatal(&world),
                 other => Err(fail(format!("unknown check {other:?}"))),
             }
         },
@@ -898,10 +906,6 @@ fn info(world: &Communicator) -> Result<()> {
 
 fn handlers(world: &Communicator) -> Result<()> {
     let size = world.size();
-    ensure(
-        matches!(world.error_handler(), ErrorHandler::Return),
-        || "default handler".into(),
-    )?;
     let seen = Arc::new(Mutex::new(Vec::<ErrorClass>::new()));
     let comm = world.duplicate()?;
     comm.set_error_handler({
@@ -962,22 +966,63 @@ fn handlers(world: &Communicator) -> Result<()> {
     ensure(seen.lock().unwrap().len() == 5, || {
         "topology errors are handled".into()
     })?;
+    // An error found at completion reaches the handler of the request's
+    // communicator once; with Return, none.
+    expect_class(
+        truncated_at_wait(&comm),
+        ErrorClass::Truncate,
+        "a truncated receive's wait",
+    )?;
+    expect_class(
+        truncated_at_wait(&dup),
+        ErrorClass::Truncate,
+        "a truncated receive's wait with Return",
+    )?;
+    ensure(seen.lock().unwrap()[5..] == [ErrorClass::Truncate], || {
+        format!("the handler saw {:?}", seen.lock().unwrap())
+    })?;
     comm.free()?;
     dup.free()?;
     Ok(())
 }
 
-/// Rank 1 sends to a rank that does not exist on world with the fatal
-/// handler set: the job ends with the error's message.
-fn fatal(world: &Communicator) -> Result<()> {
-    world.set_error_handler(ErrorHandler::Fatal);
+/// The outcome of the wait for a receive of 4 bytes that a message of 8
+/// from this process to itself on `comm` truncates: the error is found
+/// when the request completes, not when it starts.
+fn truncated_at_wait(comm: &Communicator) -> Result<oxmpi::Status> {
+    let (long, mut short) = ([7u8; 8], [0u8; 4]);
+    let me = comm.process_at_rank(comm.rank());
+    oxmpi::request::scope(|scope| {
+        let receive = me.immediate_receive_into(scope, &mut short)?;
+        me.immediate_send(scope, &long)?.wait()?;
+        receive.wait()
+    })
+}
+
+/// With no handler set (the default is fatal), rank 1 makes an error on
+/// world: it sends to a rank that does not exist or, `at_wait`, waits for
+/// a receive that a message truncates. The job ends with the error's
+/// message.
+fn fatal(world: &Communicator, self_comm: &Communicator, at_wait: bool) -> Result<()> {
+    for comm in [world, self_comm] {
+        ensure(matches!(comm.error_handler(), ErrorHandler::Fatal), || {
+            format!(
+                "{} does not start fatal",
+                comm.get_name().unwrap_or_default()
+            )
+        })?;
+    }
     let dup = world.duplicate()?;
     ensure(matches!(dup.error_handler(), ErrorHandler::Fatal), || {
         "inherited".into()
     })?;
     world.barrier()?;
     if world.rank() == 1 {
-        let _ = dup.process_at_rank(world.size()).send(&1u8);
+        let _ = if at_wait {
+            truncated_at_wait(world).map(drop)
+        } else {
+            world.process_at_rank(world.size()).send(&1u8)
+        };
         return Err(fail("a fatal error returned"));
     }
     // The others wait for the job to end.

@@ -17,7 +17,7 @@ use oxmpi::{
     ANY_TAG,
 };
 use oxmpi_jobs::checks::{ensure, expect_class, fail};
-use oxmpi_jobs::program::run_check;
+use oxmpi_jobs::program::{run_check, world_returning_errors};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -29,7 +29,7 @@ fn main() -> ExitCode {
         Threading::Single
     };
     run_check(&format!("communicators {check}"), threading, |universe| {
-        let world = universe.world();
+        let world = world_returning_errors(universe);
         match check.as_str() {
             "manage" => manage(&world, &universe.self_comm()),
             "many" => many(&world),

@@ -23,7 +23,7 @@ use oxmpi::request::{
 use oxmpi::Threading;
 use oxmpi::{Communicator, ErrorClass, Process, Result, Status};
 use oxmpi_jobs::checks::{check_bytes, ensure, fail, filled};
-use oxmpi_jobs::program::run_check;
+use oxmpi_jobs::program::{run_check, world_returning_errors};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -36,7 +36,7 @@ fn main() -> ExitCode {
         &format!("completion {check}"),
         Threading::Single,
         |universe| {
-            let world = universe.world();
+            let world = world_returning_errors(universe);
             match check.as_str() {
                 "order" => order(&world),
                 "bulk" => bulk(&world),

@@ -2,7 +2,7 @@
 //! started by the harness through oxrun. Each check verifies its own
 //! results and exits non-zero, saying why, when something is wrong.
 //!
-//! Every constructor (and types nested three deep) is compared byte for
+//! Every constructor (alone, and each in a type nested three deep) is compared byte for
 //! byte with a [`Reference`]: the type map computed here by plain loops
 //! over the standard's definitions (MPI 4.1 §5.1), one entry per basic
 //! element, independent of how oxmpi flattens and merges it. For each
@@ -20,12 +20,12 @@ use oxmpi::traits::*;
 use oxmpi::Threading;
 use oxmpi::{Communicator, ErrorClass, Result};
 use oxmpi_jobs::checks::{ensure, fail};
-use oxmpi_jobs::program::run_check;
+use oxmpi_jobs::program::{run_check, world_returning_errors};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     run_check("datatype_suite", Threading::Single, |universe| {
-        let world = universe.world();
+        let world = world_returning_errors(universe);
         if world.size() != 2 {
             return Err(fail("datatype_suite runs on 2 ranks"));
         }
@@ -358,7 +358,15 @@ fn resized(old: &Both, lb: isize, extent: isize) -> Result<Both> {
     })
 }
 
-/// The cases: every constructor alone, and nested three deep.
+fn dup(old: &Both) -> Both {
+    Both {
+        datatype: old.datatype.dup(),
+        reference: old.reference.clone(),
+    }
+}
+
+/// The cases: every constructor alone, and each in a nest three deep
+/// (innermost or outermost).
 fn cases() -> Result<Vec<(&'static str, Both, usize)>> {
     let f64t = basic::<f64>()?;
     let i32t = basic::<i32>()?;
@@ -409,15 +417,27 @@ fn cases() -> Result<Vec<(&'static str, Both, usize)>> {
             structured(&[(2, 16, &shifted), (1, 0, &u8t)])?,
             2,
         ),
+        ("dup", dup(&indexed_u32), 2),
+        ("struct of hvector of indexed of contiguous", triple, 3),
         (
-            "dup",
-            Both {
-                datatype: indexed_u32.datatype.dup(),
-                reference: indexed_u32.reference.clone(),
-            },
+            "hindexed of indexed_block of hindexed_block",
+            hindexed(
+                &[2, 1],
+                &[0, 96],
+                &indexed_block(2, &[3, 0], &hindexed_block(1, &[6, 0], &u16t)?)?,
+            )?,
             2,
         ),
-        ("struct of hvector of indexed of contiguous", triple, 3),
+        (
+            "dup of resized of hindexed",
+            dup(&resized(&hindexed(&[1, 2], &[0, 10], &i16t)?, -2, 20)?),
+            3,
+        ),
+        (
+            "indexed_block of dup of resized",
+            indexed_block(2, &[2, 0], &dup(&resized(&i32t, 0, 12)?))?,
+            2,
+        ),
         (
             "subarray of vector of struct",
             subarray(

@@ -37,7 +37,7 @@ use oxmpi::Threading;
 use oxmpi::{Color, Communicator, ErrorClass, ErrorHandler, Result, PROC_NULL};
 use oxmpi_jobs::affine::{affines, composed, composition};
 use oxmpi_jobs::checks::{ensure, expect_class, fail, first_column_is, same, within_pieces_bound};
-use oxmpi_jobs::program::run_check;
+use oxmpi_jobs::program::{run_check, world_returning_errors};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -48,7 +48,7 @@ fn main() -> ExitCode {
         &format!("group_collectives {check}"),
         Threading::Single,
         |universe| {
-            let world = universe.world();
+            let world = world_returning_errors(universe);
             match check.as_str() {
                 "inter" => inter(&world),
                 "inter_pieces_memory" => inter_pieces_memory(&world),

@@ -22,7 +22,7 @@ use oxmpi::Threading;
 use oxmpi::{Communicator, Error, ErrorClass, Result};
 use oxmpi_jobs::affine::{affines, composed, composition};
 use oxmpi_jobs::checks::{ensure, expect_class, fail, same};
-use oxmpi_jobs::program::run_check;
+use oxmpi_jobs::program::{run_check, world_returning_errors};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -31,7 +31,7 @@ fn main() -> ExitCode {
         &format!("nonblocking_collectives {check}"),
         Threading::Single,
         |universe| {
-            let world = universe.world();
+            let world = world_returning_errors(universe);
             match check.as_str() {
                 "data" => data(&world),
                 "overlap" => overlap(&world),

@@ -9,7 +9,7 @@ use oxmpi::persistent::{start_all, wait_all};
 use oxmpi::request::scope;
 use oxmpi::{Communicator, ErrorClass, Result, Status, Threading, ANY_TAG, PROC_NULL};
 use oxmpi_jobs::checks::{check_bytes, ensure, fail, filled, pattern};
-use oxmpi_jobs::program::run_check;
+use oxmpi_jobs::program::{run_check, world_returning_errors};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -21,7 +21,7 @@ fn main() -> ExitCode {
         Threading::Single
     };
     run_check(&format!("p2p_modes {check}"), threading, |universe| {
-        let world = universe.world();
+        let world = world_returning_errors(universe);
         match check.as_str() {
             "buffered" => buffered(&world),
             "buffered-all" => buffered_all(&world),

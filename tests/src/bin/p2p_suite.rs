@@ -6,7 +6,7 @@ use oxmpi::collective::SystemOperation;
 use oxmpi::request::{scope, wait_all, wait_any};
 use oxmpi::{Communicator, ErrorClass, Result, Threading, ANY_TAG, PROC_NULL};
 use oxmpi_jobs::checks::{check_bytes, cpu_time, ensure, fail, filled};
-use oxmpi_jobs::program::run_check;
+use oxmpi_jobs::program::{run_check, world_returning_errors};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -18,7 +18,7 @@ fn main() -> ExitCode {
         Threading::Single
     };
     run_check(&format!("p2p_suite {check}"), threading, |universe| {
-        let world = universe.world();
+        let world = world_returning_errors(universe);
         match check.as_str() {
             "all-pairs" => all_pairs(&world),
             "ordered" => ordered(&world),

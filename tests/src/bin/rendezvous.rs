@@ -20,7 +20,7 @@ use oxmpi::request::{scope, wait_all};
 use oxmpi::Threading;
 use oxmpi::{Communicator, ErrorClass, Result};
 use oxmpi_jobs::checks::{check_bytes, ensure, expect_class, fail, fill};
-use oxmpi_jobs::program::run_check;
+use oxmpi_jobs::program::{run_check, world_returning_errors};
 use std::process::ExitCode;
 
 const MIB: usize = 1 << 20;
@@ -31,7 +31,7 @@ fn main() -> ExitCode {
         &format!("rendezvous {check}"),
         Threading::Single,
         |universe| {
-            let world = universe.world();
+            let world = world_returning_errors(universe);
             match check.as_str() {
                 "repeat" => repeat(&world),
                 "remap" => remap(&world),

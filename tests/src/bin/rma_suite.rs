@@ -99,7 +99,7 @@ use oxmpi::traits::*;
 use oxmpi::Threading;
 use oxmpi::{Communicator, ErrorClass, Info, Result};
 use oxmpi_jobs::checks::{ensure, expect_class, fail, same};
-use oxmpi_jobs::program::run_check;
+use oxmpi_jobs::program::{run_check, world_returning_errors};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -113,7 +113,7 @@ fn main() -> ExitCode {
         &format!("rma_suite {check}"),
         Threading::Single,
         |universe| {
-            let world = universe.world();
+            let world = world_returning_errors(universe);
             match check.as_str() {
                 "ops" => ops(&world),
                 "operations" => operations(&world),

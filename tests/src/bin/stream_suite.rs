@@ -19,7 +19,7 @@ use oxmpi::request::scope;
 use oxmpi::Threading;
 use oxmpi::{Communicator, ErrorClass, Result};
 use oxmpi_jobs::checks::{ensure, fail, peak_kib};
-use oxmpi_jobs::program::run_check;
+use oxmpi_jobs::program::{run_check, world_returning_errors};
 use std::process::ExitCode;
 
 /// `f64`s in a strided buffer: 128 MiB, of which every other one is data.
@@ -35,7 +35,7 @@ fn main() -> ExitCode {
         &format!("stream_suite {check}"),
         Threading::Single,
         |universe| {
-            let world = universe.world();
+            let world = world_returning_errors(universe);
             if world.size() != 2 {
                 return Err(fail("stream_suite runs on 2 ranks"));
             }
