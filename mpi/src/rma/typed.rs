@@ -215,7 +215,7 @@ impl Window<'_> {
         layout: TargetLayout<'_>,
     ) -> Result<Request<'s>> {
         self.put_typed(origin, target, disp, layout)?;
-        completed()
+        completed(&self.comm)
     }
 
     /// The request-based [`Window::accumulate_typed`] (`MPI_Raccumulate`
@@ -231,7 +231,7 @@ impl Window<'_> {
         op: impl Into<AccumulateOp>,
     ) -> Result<Request<'s>> {
         self.accumulate_typed(origin, target, disp, layout, op)?;
-        completed()
+        completed(&self.comm)
     }
 
     /// The request-based [`Window::get_typed`] (`MPI_Rget` with a target
@@ -247,7 +247,7 @@ impl Window<'_> {
         layout: TargetLayout<'_>,
     ) -> Result<Request<'s>> {
         self.get_typed(result, target, disp, layout)?;
-        completed()
+        completed(&self.comm)
     }
 
     /// The request-based [`Window::get_accumulate_typed`]
@@ -268,7 +268,7 @@ impl Window<'_> {
         R: BufferMut + ?Sized,
     {
         self.get_accumulate_typed(origin, result, target, disp, layout, op)?;
-        completed()
+        completed(&self.comm)
     }
 
     /// [`Window::get_accumulate`] on `layout` at `disp` in the target's
