@@ -58,19 +58,19 @@ thread_local! {
 }
 
 /// Notes that the step being polled waits for `ids` (see [`block_on`]).
-pub(crate) fn waiting_for(ids: &[RequestId]) {
+pub(crate) fn waiting_for(ids: impl Iterator<Item = RequestId>) {
     note_wait(ids, false);
 }
 
 /// Notes that the step being polled waits for any one of `ids`.
-pub(crate) fn waiting_for_one_of(ids: &[RequestId]) {
+pub(crate) fn waiting_for_one_of(ids: impl Iterator<Item = RequestId>) {
     note_wait(ids, true);
 }
 
-fn note_wait(ids: &[RequestId], one: bool) {
+fn note_wait(ids: impl Iterator<Item = RequestId>, one: bool) {
     WAITING_FOR.with_borrow_mut(|w| {
         w.clear();
-        w.extend_from_slice(ids);
+        w.extend(ids);
     });
     WAITING_FOR_ONE.set(one);
 }

@@ -34,12 +34,13 @@
 //! an intercommunicator (the standard has none), nor scans.
 
 use super::algorithms::{self, REDUCTION_SEGMENT};
-use super::block_of;
+use super::node::NodeRegion;
 use super::op::Reduction;
 use super::partition::{disjoint_blocks, uniform_blocks, BlockOwner, Partition, PartitionMut};
 use super::schedule::AllToAllAlgorithm;
 use super::team::{CollectiveTag, Sequence, Team};
 use super::typed::{segment_ranges, Inbound, Outbound, Pieces, Segments};
+use super::{block_of, in_collective};
 use crate::comm::Communicator;
 use crate::context;
 use crate::datatype::{Buffer, BufferMut};
@@ -309,17 +310,46 @@ impl Communicator {
             .await)
     }
 
+    /// The indices of the remote group's processes in the team of both
+    /// groups (in their rank order).
+    fn remote_indices(&self) -> Result<Range<usize>> {
+        let remote = self.remote()?;
+        let first = remote.index(false, 0, self.members().len());
+        Ok(first..first + remote.members().len())
+    }
+
     /// The all-reduce of an intercommunicator: `acc` holds this
-    /// process's data and ends with the reduction of the remote group's,
-    /// a segment of [`REDUCTION_SEGMENT`] at a time (the last always
-    /// short, as the scans' are: the groups agree on no length first), so
-    /// that no temporary holds more than a segment.
+    /// process's data and ends with the reduction of the remote group's.
+    /// Where both groups share the region `node` (a blocking call, see
+    /// [`Communicator::node_of_both_groups`]) and the data fits a slot,
+    /// every process publishes its data there and combines the other
+    /// group's in its rank order (no messages); else by messages, a
+    /// segment of [`REDUCTION_SEGMENT`] at a time (the last always short,
+    /// as the scans' are: the groups agree on no length first), so that
+    /// no temporary holds more than a segment, after every process has
+    /// announced its length in the region if there is one (so that a
+    /// process whose data fits a slot and one whose data does not both
+    /// fail, instead of waiting for each other).
     pub(crate) async fn inter_all_reduce(
         &self,
         sequence: Sequence,
         acc: &mut Segments<'_>,
         red: &Reduction<'_>,
+        node: Option<&NodeRegion>,
     ) -> Result<()> {
+        if let Some(node) = node {
+            let (len, others) = (acc.len(), self.remote_indices()?);
+            if node.all_reduces_other_group_by_slots(len, others.len()) {
+                let data = acc.load(0..len)?;
+                let number = sequence.0;
+                in_collective(
+                    "all-reduce",
+                    node.all_reduce_other_group(number, data, red, others),
+                )?;
+                return acc.store(0..len);
+            }
+            in_collective("all-reduce", node.announce_to_all(sequence.0, len))?;
+        }
         let teams = self.group_teams(sequence, CollectiveTag::AllReduce)?;
         // The first mismatch between the leaders, reported once the
         // group has had every segment.

@@ -254,7 +254,7 @@ impl Communicator {
     }
 
     async fn barrier_future(&self, sequence: Sequence, mode: Mode) -> Result<()> {
-        if let Some(node) = self.node_for(&sequence, mode)? {
+        if let Some(node) = self.node_of_all_for(&sequence, mode)? {
             return node.barrier(sequence.0);
         }
         let team = self.team(sequence, CollectiveTag::Barrier)?;
@@ -274,6 +274,17 @@ impl Communicator {
         self.node(sequence)
     }
 
+    /// [`Communicator::node_for`] for a collective that may use the
+    /// region of both groups of an intercommunicator
+    /// ([`Communicator::node_of_both_groups`]: the barrier and the
+    /// all-reduce, which run on every process of both groups).
+    fn node_of_all_for(&self, sequence: &Sequence, mode: Mode) -> Result<Option<&NodeRegion>> {
+        if self.is_inter_communicator() && mode == Mode::Blocking {
+            return self.node_of_both_groups(sequence);
+        }
+        self.node_for(sequence, mode)
+    }
+
     /// All-reduces `acc`: through the shared region `node` (see
     /// [`Communicator::node_for`]) if the data fits, else by messages,
     /// one segment of [`REDUCTION_SEGMENT`] at a time (each an
@@ -289,7 +300,7 @@ impl Communicator {
         let whole = 0..acc.len();
         let unit = red.unit_size();
         if self.is_inter_communicator() {
-            return self.inter_all_reduce(sequence, acc, red).await;
+            return self.inter_all_reduce(sequence, acc, red, node).await;
         }
         if let Some(node) = node.filter(|node| node.all_reduces_long(whole.len(), unit)) {
             return in_collective("all-reduce", node.all_reduce_long(sequence.0, acc, red));
@@ -326,7 +337,7 @@ impl Communicator {
     ) -> Result<()> {
         if self.is_inter_communicator() {
             let mut acc = Segments::new(None, Some(Pieces::Bytes(data)))?;
-            return self.inter_all_reduce(sequence, &mut acc, red).await;
+            return self.inter_all_reduce(sequence, &mut acc, red, node).await;
         }
         if let Some(node) = node {
             if node.all_reduces_long(data.len(), red.unit_size()) {
@@ -1166,7 +1177,7 @@ impl Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        let node = self.node_for(&sequence, mode)?;
+        let node = self.node_of_all_for(&sequence, mode)?;
         let (send, mut recv, red) = reduction_buffers(send, recv, &op)?;
         if let (Some(input), Some(output)) = (send.bytes(), recv.bytes_mut()) {
             if output.len() <= REDUCTION_SEGMENT {

@@ -156,6 +156,7 @@ use oxmpi_adi::host::HostId;
 use oxmpi_adi::vlog;
 use oxmpi_shm::region::{Doorbell, RegionName, SharedRegion};
 use oxmpi_shm::window::RemoteWindow;
+use std::ops::Range;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// The environment variable that turns the shared-memory collectives off
@@ -530,7 +531,7 @@ impl NodeRegion {
     /// `MPI_Allreduce` in place on `acc` (which fits).
     pub(crate) fn all_reduce(&self, number: u32, acc: &mut [u8], red: &Reduction) -> Result<()> {
         let cell = self.enter(number, acc)?;
-        self.combine(number, cell, acc, red)
+        self.combine(number, cell, acc, red, 0..self.size)
     }
 
     /// `MPI_Reduce` to `root` in place on `acc` (which fits): only the
@@ -546,7 +547,7 @@ impl NodeRegion {
         if self.rank != root {
             return Ok(());
         }
-        self.combine(number, cell, acc, red)
+        self.combine(number, cell, acc, red, 0..self.size)
     }
 
     /// Announces this process's length (`len` bytes) for a reduce to
@@ -565,15 +566,65 @@ impl NodeRegion {
         if self.rank != root {
             return Ok(());
         }
+        self.check_stamped_lengths(number, cell, stamped)
+    }
+
+    /// Announces this process's length (`len` bytes) for an
+    /// intercommunicator's all-reduce that goes by messages, its data
+    /// being too long for [`NodeRegion::all_reduce_other_group`], and
+    /// checks every process's (as [`NodeRegion::announce`]'s root does),
+    /// so that every process fails alike before any message is sent
+    /// where the lengths differ: else one whose data fits a slot would
+    /// wait for ever for the cell of one that went by messages, or the
+    /// processes that went by messages for each other.
+    pub(crate) fn announce_to_all(&self, number: u32, len: usize) -> Result<()> {
+        // A stamp holds lengths below 2^31.
+        let stamped = len.min(STAMPED as usize - 1);
+        let cell = self.begin(number, stamped, |_| Ok(()))?;
+        self.check_stamped_lengths(number, cell, stamped)
+    }
+
+    /// Waits until every other process has stamped collective `number`
+    /// (this process in `cell`) and checks that each announced `len`
+    /// bytes: else the error of a message of the other length.
+    fn check_stamped_lengths(&self, number: u32, cell: usize, len: usize) -> Result<()> {
         let mut mismatch = None;
         for from in self.others() {
             let published = self.wait_for(from, number, cell)?;
-            if let Err(e) = check_len(published.len, stamped, from) {
+            if let Err(e) = check_len(published.len, len, from) {
                 mismatch.get_or_insert(e);
             }
         }
         self.everyone_reached(number);
         mismatch.map_or(Ok(()), Err)
+    }
+
+    /// Whether an intercommunicator's all-reduce of `len` bytes, where
+    /// the other group has `others` processes, goes through the slots
+    /// ([`NodeRegion::all_reduce_other_group`]; else by messages): the
+    /// data fits a slot, and the other group's data together stays below
+    /// [`SLOTS_ALL_REDUCE_MAX`], as every process reads and combines all
+    /// of it.
+    pub(crate) fn all_reduces_other_group_by_slots(&self, len: usize, others: usize) -> bool {
+        self.fits(len) && len.saturating_mul(others) < SLOTS_ALL_REDUCE_MAX
+    }
+
+    /// `MPI_Allreduce` of an intercommunicator whose two groups share
+    /// this region (its ranks are their indices in the team of both
+    /// groups): `acc` (which [fits a
+    /// slot](NodeRegion::all_reduces_other_group_by_slots)) is this
+    /// process's data, published for the other group, and is replaced by
+    /// the data of `others` (the other group's processes, not empty)
+    /// combined in their rank order.
+    pub(crate) fn all_reduce_other_group(
+        &self,
+        number: u32,
+        acc: &mut [u8],
+        red: &Reduction,
+        others: Range<usize>,
+    ) -> Result<()> {
+        let cell = self.enter(number, acc)?;
+        self.combine(number, cell, acc, red, others)
     }
 
     /// `MPI_Alltoall` of `send` into `recv`, both `size` blocks of
@@ -731,6 +782,7 @@ impl NodeRegion {
                     &mut fold.bytes_mut()[..len],
                     &mut input.bytes_mut()[..len],
                     red,
+                    0..self.size,
                     |from, buf| {
                         let (_, w, _) = sources
                             .iter()
@@ -844,6 +896,7 @@ impl NodeRegion {
                         &mut fold.bytes_mut()[..len],
                         &mut input.bytes_mut()[..len],
                         red,
+                        0..self.size,
                         |from, buf| self.read_staged(from, area, at.start, buf).map(|()| true),
                     )?;
                 }
@@ -1410,9 +1463,17 @@ impl NodeRegion {
     }
 
     /// Replaces `acc` (this process's contribution to collective
-    /// `number`, published in `cell`) by every process's data combined in
-    /// rank order.
-    fn combine(&self, number: u32, cell: usize, acc: &mut [u8], red: &Reduction) -> Result<()> {
+    /// `number`, published in `cell`) by the data of the processes
+    /// `ranks` (every process's, or an intercommunicator's other group's)
+    /// combined in rank order.
+    fn combine(
+        &self,
+        number: u32,
+        cell: usize,
+        acc: &mut [u8],
+        red: &Reduction,
+        ranks: Range<usize>,
+    ) -> Result<()> {
         // Small data (the common case here) needs no allocation; every
         // buffer is 16-byte aligned, as every element type needs.
         let len = acc.len();
@@ -1431,37 +1492,44 @@ impl NodeRegion {
             (heap_fold.bytes_mut(), heap_input.bytes_mut())
         };
         let mut mismatch = None;
-        self.fold_in_rank_order(acc, fold, input, red, |from, buf| {
+        // Every other process's cell read, or only those of `ranks`.
+        let read_all = ranks.len() + usize::from(!ranks.contains(&self.rank)) == self.size;
+        self.fold_in_rank_order(acc, fold, input, red, ranks, |from, buf| {
             self.take(number, from, cell, 0, buf, &mut mismatch)
         })?;
-        self.everyone_reached(number);
+        if read_all {
+            self.everyone_reached(number);
+        }
         mismatch.map_or(Ok(()), Err)
     }
 
-    /// Replaces `acc` (this process's data) by `x0 op (x1 op ( ... ))`,
-    /// where `fetch(k, buf)` puts process `k`'s data in `buf` (false if it
-    /// has none, which is then left out). `fold` and `input` are buffers
-    /// as long as `acc`, aligned for its elements.
+    /// Replaces `acc` by `xa op (xa+1 op ( ... ))`, the data of the
+    /// processes `ranks` (`a..b`, not empty) in rank order, where
+    /// `fetch(k, buf)` puts process `k`'s data in `buf` (false if it has
+    /// none, which is then left out): this process's own is `acc`, if it
+    /// is among them. `fold` and `input` are buffers as long as `acc`,
+    /// aligned for its elements.
     fn fold_in_rank_order(
         &self,
         acc: &mut [u8],
         fold: &mut [u8],
         input: &mut [u8],
         red: &Reduction,
+        ranks: Range<usize>,
         mut fetch: impl FnMut(usize, &mut [u8]) -> Result<bool>,
     ) -> Result<()> {
-        let last = self.size - 1;
-        // x(last), then x(k) op that for k down to 0; this process's own
-        // data is `acc` until the fold replaces it.
+        let (first, last) = (ranks.start, ranks.end - 1);
+        // x(last), then x(k) op that for k down to the first; this
+        // process's own data is `acc` until the fold replaces it.
         if self.rank == last {
-            for from in (0..last).rev() {
+            for from in (first..last).rev() {
                 if fetch(from, input)? {
                     red.apply(input, acc)?;
                 }
             }
         } else {
             fetch(last, fold)?;
-            for from in (0..last).rev() {
+            for from in (first..last).rev() {
                 if from == self.rank {
                     red.apply(acc, fold)?;
                 } else if fetch(from, input)? {

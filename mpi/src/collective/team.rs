@@ -290,13 +290,9 @@ impl<'a> Team<'a> {
         >,
         recvs: Vec<(usize, Inbound<'_>)>,
     ) -> Result<()> {
-        let expected: Vec<(usize, usize)> = recvs
-            .iter()
-            .map(|(from, inbound)| (*from, inbound.len()))
-            .collect();
         let received = self.exchange_statuses(sends, recvs).await?;
-        for (status, &(from, len)) in received.iter().zip(&expected) {
-            self.judge_receive(status, from, len)?;
+        for r in &received {
+            self.judge_receive(&r.status, r.from, r.room)?;
         }
         Ok(())
     }
@@ -310,25 +306,22 @@ impl<'a> Team<'a> {
         sends: Vec<(usize, Outbound<'_>)>,
         recvs: Vec<(usize, Inbound<'_>)>,
     ) -> Result<Vec<usize>> {
-        let rooms: Vec<(usize, usize)> = recvs
-            .iter()
-            .map(|(from, inbound)| (*from, inbound.len()))
-            .collect();
         let sends = sends.into_iter().map(|(to, data)| (self, to, data));
         let received = self.exchange_statuses(sends, recvs).await?;
         received
             .iter()
-            .zip(&rooms)
-            .map(|(status, &(from, room))| match status.error {
-                Some(_) => self.judge_receive(status, from, room).map(|()| room),
-                None => Ok(status.count),
+            .map(|r| match r.status.error {
+                Some(_) => self
+                    .judge_receive(&r.status, r.from, r.room)
+                    .map(|()| r.room),
+                None => Ok(r.status.count),
             })
             .collect()
     }
 
     /// Posts the step's receives, then its sends, and waits until all are
-    /// complete: the statuses of the receives (in order), or the first
-    /// failure of a send. The sends are taken as they are posted, so that
+    /// complete: what each receive got (in order), or the first failure
+    /// of a send. The sends are taken as they are posted, so that
     /// a caller that makes them on the way (a map over its list) needs no
     /// second list.
     async fn exchange_statuses<'t, 'w: 't>(
@@ -338,7 +331,7 @@ impl<'a> Team<'a> {
             IntoIter: ExactSizeIterator,
         >,
         recvs: Vec<(usize, Inbound<'_>)>,
-    ) -> Result<Vec<Status>> {
+    ) -> Result<Vec<Received>> {
         let sends = sends.into_iter();
         if sends.len() == 0 && recvs.is_empty() {
             // A step with no messages (a process alone, a leaf's turn to
@@ -377,7 +370,11 @@ impl<'a> Team<'a> {
                         d.start_send_packed(self.world[to], envelope, Box::new(window), false)
                     }
                 }?;
-                messages.ids.push(id);
+                messages.ids.push(Posted {
+                    id,
+                    member: to,
+                    room: 0,
+                });
             }
             // Often all are done at once (eager sends, receives of
             // messages that had arrived): then no wait, and no second
@@ -393,7 +390,7 @@ impl<'a> Team<'a> {
     }
 
     /// Posts the receive of a message of this team's tag from `from`
-    /// into `inbound`.
+    /// into `inbound`: the request, with its member and room.
     ///
     /// # Safety
     /// The memory `inbound` borrows must stay valid, and untouched, until
@@ -403,20 +400,26 @@ impl<'a> Team<'a> {
         d: &mut Device,
         from: usize,
         inbound: Inbound<'_>,
-    ) -> Result<RequestId> {
+    ) -> Result<Posted> {
+        let room = inbound.len();
         let pattern = MatchPattern {
             context_id: self.context,
             source: Some(self.source_of(from)),
             tag: Some(self.tag),
         };
         let peer = Some(self.world[from]);
-        match inbound {
+        let id = match inbound {
             // SAFETY: the caller's guarantee, passed on.
             Inbound::Bytes(buf) => unsafe {
                 d.start_recv(pattern, peer, buf.as_mut_ptr(), buf.len())
             },
             Inbound::Unpacked(window, _) => d.start_recv_unpacked(pattern, peer, Box::new(window)),
-        }
+        }?;
+        Ok(Posted {
+            id,
+            member: from,
+            room,
+        })
     }
 
     /// Receives from `from` whichever of two messages comes: one of this
@@ -433,7 +436,6 @@ impl<'a> Team<'a> {
         other: &Team<'_>,
         theirs: Inbound<'_>,
     ) -> Result<(bool, usize)> {
-        let rooms = [mine.len(), theirs.len()];
         let mut messages = Messages {
             ids: Vec::with_capacity(2),
             receives: 2,
@@ -444,30 +446,33 @@ impl<'a> Team<'a> {
                 // (their lifetimes are the future's), and `messages`
                 // (also when the step is dropped unfinished) waits for
                 // the requests to complete.
-                let id = unsafe { team.post_receive(d, from, inbound) }?;
-                messages.ids.push(id);
+                let posted = unsafe { team.post_receive(d, from, inbound) }?;
+                messages.ids.push(posted);
             }
             Ok(())
         })?;
         OneOf(&mut messages).await?;
         with_device(|d| {
-            for &id in &messages.ids {
+            for &Posted { id, .. } in &messages.ids {
                 if !d.is_complete(id) {
                     d.cancel(id);
                 }
             }
             Ok(())
         })?;
-        let statuses = (&mut messages).await?;
-        let received = statuses.iter().position(|s| !s.cancelled).ok_or_else(|| {
-            Error::new(
-                ErrorClass::Intern,
-                "both receives of a collective's step were taken back",
-            )
-        })?;
-        let status = &statuses[received];
-        self.judge_receive(status, from, rooms[received])?;
-        Ok((received == 0, status.count))
+        let received = (&mut messages).await?;
+        let got = received
+            .iter()
+            .position(|r| !r.status.cancelled)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorClass::Intern,
+                    "both receives of a collective's step were taken back",
+                )
+            })?;
+        let r = &received[got];
+        self.judge_receive(&r.status, from, r.room)?;
+        Ok((got == 0, r.status.count))
     }
 
     /// Notes a message of the wrong length; returns any other error.
@@ -539,31 +544,48 @@ impl<'a> Team<'a> {
     }
 }
 
-/// The device requests of one step, as a future of the statuses of its
-/// receives (in order) once all are complete, or of the first failure of
-/// a send. Dropped with requests still pending (the step was abandoned,
+/// The device requests of one step, as a future of what its receives got
+/// (in order) once all are complete, or of the first failure of a send. Dropped with requests still pending (the step was abandoned,
 /// or failed while posting), it cancels the receives that have not
 /// matched and waits until every request is complete, so that no buffer
 /// outlives its use by the device.
 struct Messages {
     /// The receives first, then the sends.
-    ids: Vec<RequestId>,
+    ids: Vec<Posted>,
     /// How many of `ids` are receives.
     receives: usize,
 }
 
+/// A request of a step: its id, the member it receives from or sends to,
+/// and a receive's room (bytes), kept with the request so that the step
+/// judges what came without a list of its own.
+struct Posted {
+    id: RequestId,
+    member: usize,
+    room: usize,
+}
+
+/// What a receive of a step got: its status, from which member, into how
+/// many bytes of room.
+struct Received {
+    status: Status,
+    from: usize,
+    room: usize,
+}
+
 impl Messages {
-    /// The statuses of the receives, every request's status taken from
-    /// the device, if all are complete (else nothing is taken); or the
-    /// first failure of a send. A send's status is looked at, not kept:
-    /// only its error matters to a step.
-    fn take_if_complete(&mut self, d: &mut Device) -> Result<Option<Vec<Status>>> {
-        if !self.ids.iter().all(|&id| d.is_complete(id)) {
+    /// What the receives got, every request's status taken from the
+    /// device, if all are complete (else nothing is taken); or the first
+    /// failure of a send. A send's status is looked at, not kept: only
+    /// its error matters to a step.
+    fn take_if_complete(&mut self, d: &mut Device) -> Result<Option<Vec<Received>>> {
+        if !self.ids.iter().all(|p| d.is_complete(p.id)) {
             return Ok(None);
         }
-        let mut statuses = Vec::with_capacity(self.receives);
+        let mut received = Vec::with_capacity(self.receives);
         let mut failed_send = None;
-        for (i, id) in std::mem::take(&mut self.ids).into_iter().enumerate() {
+        for (i, posted) in std::mem::take(&mut self.ids).into_iter().enumerate() {
+            let Posted { id, member, room } = posted;
             let status = d.take_status(id).ok_or_else(|| {
                 Error::new(
                     ErrorClass::Intern,
@@ -571,27 +593,31 @@ impl Messages {
                 )
             })?;
             if i < self.receives {
-                statuses.push(status);
+                received.push(Received {
+                    status,
+                    from: member,
+                    room,
+                });
             } else if failed_send.is_none() {
                 failed_send = status.error;
             }
         }
         match failed_send {
             Some(e) => Err(e),
-            None => Ok(Some(statuses)),
+            None => Ok(Some(received)),
         }
     }
 }
 
 impl Future for &mut Messages {
-    type Output = Result<Vec<Status>>;
+    type Output = Result<Vec<Received>>;
 
     fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Self::Output> {
         let messages = self.get_mut();
         match with_device(|d| messages.take_if_complete(d)) {
             Ok(Some(statuses)) => Poll::Ready(Ok(statuses)),
             Ok(None) => {
-                engine::waiting_for(&messages.ids);
+                engine::waiting_for(messages.ids.iter().map(|p| p.id));
                 Poll::Pending
             }
             Err(e) => Poll::Ready(Err(e)),
@@ -608,10 +634,10 @@ impl Future for OneOf<'_> {
 
     fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Self::Output> {
         let ids = &self.get_mut().0.ids;
-        match with_device(|d| Ok(ids.iter().any(|&id| d.is_complete(id)))) {
+        match with_device(|d| Ok(ids.iter().any(|p| d.is_complete(p.id)))) {
             Ok(true) => Poll::Ready(Ok(())),
             Ok(false) => {
-                engine::waiting_for_one_of(ids);
+                engine::waiting_for_one_of(ids.iter().map(|p| p.id));
                 Poll::Pending
             }
             Err(e) => Poll::Ready(Err(e)),
@@ -624,7 +650,10 @@ impl Drop for Messages {
         if self.ids.is_empty() {
             return;
         }
-        let ids = std::mem::take(&mut self.ids);
+        let ids: Vec<RequestId> = std::mem::take(&mut self.ids)
+            .into_iter()
+            .map(|p| p.id)
+            .collect();
         let finished = with_device(|d| {
             for &id in &ids {
                 d.cancel(id);

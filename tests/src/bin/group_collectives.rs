@@ -983,16 +983,28 @@ fn inter_errors(s: &Sides) -> Result<()> {
         "an intracommunicator's broadcast on an intercommunicator",
     )?;
     // Counts that differ between the groups: A's leader receives more
-    // than it expects, B's less; the others are not concerned, and the
-    // job goes on.
-    let len = if s.in_a { 4 } else { 5 };
-    let mut sum = vec![0i64; len];
-    let result =
-        inter.all_reduce_into(&values(s.me, len)[..], &mut sum[..], SystemOperation::sum());
-    match (s.rank, s.in_a) {
-        (0, true) => expect_class(result, ErrorClass::Truncate, "all-reduce, A's leader")?,
-        (0, false) => expect_class(result, ErrorClass::Count, "all-reduce, B's leader")?,
-        _ => result?,
+    // than it expects, B's less, and the job goes on. The others see
+    // the other group's data only where both groups share a shared
+    // region (every process reads every other's there, and fails as its
+    // leader does); by messages they are not concerned. Over a shared
+    // region, 2,000 `i64`s do not fit a slot: B announces its length and
+    // goes by messages, A goes by slots, and both fail instead of
+    // waiting for each other.
+    for b_len in [5, 2_000] {
+        let len = if s.in_a { 4 } else { b_len };
+        let mut sum = vec![0i64; len];
+        let result =
+            inter.all_reduce_into(&values(s.me, len)[..], &mut sum[..], SystemOperation::sum());
+        let (class, group) = match s.in_a {
+            true => (ErrorClass::Truncate, "A"),
+            false => (ErrorClass::Count, "B"),
+        };
+        let what = |who: &str| format!("all-reduce of 4 and {b_len} elements, {group}'s {who}");
+        match (s.rank, &result) {
+            (0, _) => expect_class(result, class, &what("leader"))?,
+            (_, Ok(())) => {}
+            (_, Err(_)) => expect_class(result, class, &what("others"))?,
+        }
     }
     // A gather whose root expects less than the other group sends.
     if s.in_a {
