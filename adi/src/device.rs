@@ -55,8 +55,8 @@ use crate::request::Slab;
 use crate::select::{card_key, Routes};
 use crate::selfvc::SelfTransport;
 use crate::transport::{
-    deliver_in_steps, ArrivedPayload, JobInfo, PacketSink, PayloadSlot, PeerRank, RdmaOp,
-    RdmaRegion, RdmaTarget, RemoteRead, Transport,
+    deliver_in_steps, JobInfo, PacketSink, PayloadSlot, PeerRank, RdmaOp, RdmaRegion, RdmaTarget,
+    RemoteRead, Transport,
 };
 use crate::vlog;
 use crate::wait::{Idle, IdleStep, Sleep, WaitPolicy, SLEEP_AT_MOST};
@@ -2393,7 +2393,7 @@ impl Core {
 
     /// Completes the direct receive with the whole eager message `data`
     /// with `envelope` (copied into its buffer, truncated to fit).
-    fn complete_direct(&mut self, envelope: &Envelope, data: ArrivedPayload<'_>) {
+    fn complete_direct(&mut self, envelope: &Envelope, data: &[u8]) {
         let Direct::Posted { buf, cap, .. } = self.direct else {
             return;
         };
@@ -2401,7 +2401,7 @@ impl Core {
         // SAFETY: `start_direct_recv`'s caller gave a buffer writable for
         // `cap` bytes, unaliased until the receive completes; `n <= cap`,
         // and `data` is not in it.
-        unsafe { data.copy_to(buf, n) };
+        unsafe { copy_into(buf, data, n) };
         self.direct = Direct::Done(Status {
             source: envelope.source,
             tag: envelope.tag,
@@ -2420,7 +2420,7 @@ impl Core {
         r.status.tag = envelope.tag;
         match message {
             Unexpected::Eager { data, sync } => {
-                place_eager(r, ArrivedPayload::of(&data));
+                place_eager(r, &data);
                 if let Some(sender) = sync {
                     self.acknowledge(sender);
                 }
@@ -2573,8 +2573,8 @@ impl Core {
         });
         if let Some(data) = payload {
             if !ready {
-                self.receive_whole_eager(peer, envelope, ArrivedPayload::of(data), sync);
-            } else if !self.place_whole_eager(peer, &envelope, ArrivedPayload::of(data), sync) {
+                self.receive_whole_eager(peer, envelope, data, sync);
+            } else if !self.place_whole_eager(peer, &envelope, data, sync) {
                 return Err(unposted_ready(peer, len));
             }
             return Ok(None);
@@ -2622,7 +2622,7 @@ impl Core {
         &mut self,
         peer: PeerRank,
         envelope: Envelope,
-        data: ArrivedPayload<'_>,
+        data: &[u8],
         sync: Option<SyncSender>,
     ) {
         if !self.place_whole_eager(peer, &envelope, data, sync) {
@@ -2641,7 +2641,7 @@ impl Core {
         &mut self,
         peer: PeerRank,
         envelope: &Envelope,
-        data: ArrivedPayload<'_>,
+        data: &[u8],
         sync: Option<SyncSender>,
     ) -> bool {
         match self.posted.take_match(envelope) {
@@ -3164,16 +3164,16 @@ fn protocol_error(peer: PeerRank, what: impl std::fmt::Display) -> Error {
 /// Completes the receive `r` with the whole eager message `data`: what
 /// fits goes into its buffer (or through its unpacker), and a longer
 /// message is a truncation error.
-fn place_eager(r: &mut Request, data: ArrivedPayload<'_>) {
+fn place_eager(r: &mut Request, data: &[u8]) {
     r.message_len = data.len();
     let n = data.len().min(r.cap);
     let placed = match r.stream.as_mut().and_then(|s| s.sink.as_mut()) {
-        Some(sink) if n > 0 => data.with_slice(|bytes| sink.unpack(0, &bytes[..n])),
+        Some(sink) if n > 0 => sink.unpack(0, &data[..n]),
         _ => {
             // SAFETY: `start_recv`'s caller gave a buffer writable for
             // `cap` bytes, unaliased until the request completes;
             // `n <= cap`, and `data` is not in it.
-            unsafe { data.copy_to(r.buf, n) };
+            unsafe { copy_into(r.buf, data, n) };
             Ok(())
         }
     };
@@ -3230,6 +3230,20 @@ fn truncated(len: usize, cap: usize, envelope: &Envelope) -> Error {
     )
 }
 
+/// Copies the first `n` bytes of `data` to `buf` (nothing when `n` is 0,
+/// whatever `buf` is).
+///
+/// # Safety
+/// `buf` must be valid for writes of `n` bytes, not overlap `data`, and
+/// `n <= data.len()`.
+unsafe fn copy_into(buf: *mut u8, data: &[u8], n: usize) {
+    debug_assert!(n <= data.len());
+    if n > 0 {
+        // SAFETY: the caller's guarantee.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), buf, n) };
+    }
+}
+
 /// The [`PacketSink`] a transport reports to: the core, plus which
 /// transport is reporting.
 struct Sink<'a> {
@@ -3275,7 +3289,7 @@ impl PacketSink for Sink<'_> {
         peer: PeerRank,
         sequence: u32,
         envelope: Envelope,
-        payload: ArrivedPayload<'_>,
+        payload: &[u8],
     ) -> Result<()> {
         // `on_packet` of the header these parts make, less what that
         // header cannot say: no other kind, no flags, no tokens.
@@ -3649,7 +3663,6 @@ mod tests {
         };
         let deliver = |sink: &mut Sink<'_>, h: &Header, payload: &[u8]| {
             if by_parts {
-                let payload = ArrivedPayload::of(payload);
                 sink.on_standard_eager(PEER, h.sequence, envelope_of(h), payload)
             } else {
                 sink.on_packet(PEER, h, payload)

@@ -40,7 +40,6 @@
 use crate::error::{Error, ErrorClass, Result};
 use crate::matching::Envelope;
 use crate::proto::Header;
-use std::marker::PhantomData;
 use std::os::fd::RawFd;
 
 /// A peer process, by its rank in the job (`MPI_COMM_WORLD` rank).
@@ -52,105 +51,6 @@ pub type PeerRank = usize;
 /// never holds a pointer into ADI or user memory across calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PayloadSlot(pub u64);
-
-/// The payload of a whole message where the transport holds it, handed
-/// to [`PacketSink::on_standard_eager`]: the ADI copies it once, straight
-/// to where it goes (the matching receive's buffer, or the unexpected
-/// message's own). A transport that reads frames in place (shm's queue
-/// cells) hands their bytes without copying them out first.
-#[derive(Clone, Copy)]
-pub struct ArrivedPayload<'a> {
-    start: *const u8,
-    len: usize,
-    /// Whether the bytes are this process's own (a slice), which may be
-    /// lent as they are; else memory a peer may write (see
-    /// [`ArrivedPayload::shared`]), only ever copied.
-    own: bool,
-    bytes: PhantomData<&'a [u8]>,
-}
-
-impl<'a> ArrivedPayload<'a> {
-    /// A payload in this process's own memory.
-    #[inline(always)]
-    pub fn of(bytes: &'a [u8]) -> ArrivedPayload<'a> {
-        ArrivedPayload {
-            start: bytes.as_ptr(),
-            len: bytes.len(),
-            own: true,
-            bytes: PhantomData,
-        }
-    }
-
-    /// A payload of `len` bytes at `start` in memory shared with a peer.
-    /// It is only read by copies through raw pointers, never lent as a
-    /// slice, so a faulty peer that writes it meanwhile can make the
-    /// bytes wrong, nothing worse.
-    ///
-    /// # Safety
-    /// `start` must be valid for reads of `len` bytes for `'a`, and not
-    /// overlap any buffer the ADI copies it into (receive buffers are the
-    /// program's, never the transport's shared memory).
-    #[inline(always)]
-    pub unsafe fn shared(start: *const u8, len: usize) -> ArrivedPayload<'a> {
-        ArrivedPayload {
-            start,
-            len,
-            own: false,
-            bytes: PhantomData,
-        }
-    }
-
-    /// Its length in bytes.
-    #[inline(always)]
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether it has no bytes.
-    #[inline(always)]
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Copies its first `n` bytes to `dest`.
-    ///
-    /// # Safety
-    /// `dest` must be valid for writes of `n` bytes and not overlap the
-    /// payload, and `n` must be at most [`ArrivedPayload::len`].
-    #[inline(always)]
-    pub unsafe fn copy_to(&self, dest: *mut u8, n: usize) {
-        debug_assert!(n <= self.len);
-        if n > 0 {
-            // SAFETY: `start` is readable for `len >= n` bytes (the
-            // constructors' contracts) and `dest` writable for `n`,
-            // without overlap (the caller's).
-            unsafe { std::ptr::copy_nonoverlapping(self.start, dest, n) };
-        }
-    }
-
-    /// Its bytes in a vector of their own.
-    pub fn to_vec(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(self.len);
-        // SAFETY: the vector has room for `len` bytes, apart from the
-        // payload; they are all written before the length is set.
-        unsafe {
-            self.copy_to(v.as_mut_ptr(), self.len);
-            v.set_len(self.len);
-        }
-        v
-    }
-
-    /// Runs `f` on its bytes as a slice: lent as they are where they are
-    /// this process's own, else copied out first.
-    pub fn with_slice<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
-        if self.own {
-            // SAFETY: `of` made it from a slice that lives for `'a`.
-            f(unsafe { std::slice::from_raw_parts(self.start, self.len) })
-        } else {
-            f(&self.to_vec())
-        }
-    }
-}
 
 /// The ADI's side of a transport's [`Transport::poll`]: the transport
 /// reports what arrived and what completed.
@@ -190,18 +90,16 @@ pub trait PacketSink {
     /// payload's length (no flags, no tokens), given as those parts. A
     /// transport whose frames for short messages carry only these (shm's
     /// one-cell messages) calls it, which spares the ADI building a whole
-    /// header and judging the fields that such a frame cannot carry. The
-    /// payload may be where the transport holds it (see
-    /// [`ArrivedPayload`]): the ADI copies it before returning.
+    /// header and judging the fields that such a frame cannot carry.
     fn on_standard_eager(
         &mut self,
         peer: PeerRank,
         sequence: u32,
         envelope: Envelope,
-        payload: ArrivedPayload<'_>,
+        payload: &[u8],
     ) -> Result<()> {
         let header = Header::standard_eager(sequence, envelope, payload.len());
-        payload.with_slice(|bytes| self.on_packet(peer, &header, bytes))
+        self.on_packet(peer, &header, payload)
     }
 
     /// A [`Transport::send_zcopy`] with this token has finished with the
@@ -635,29 +533,5 @@ impl std::fmt::Debug for JobInfo {
             .field("rank", &self.rank)
             .field("size", &self.size)
             .finish_non_exhaustive()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::ArrivedPayload;
-
-    #[test]
-    fn an_arrived_payload_gives_its_bytes_whether_own_or_shared() {
-        let bytes: Vec<u8> = (0..=255).collect();
-        // SAFETY: `bytes` is readable for its length while both payloads
-        // live, and nothing copies into it.
-        let shared = unsafe { ArrivedPayload::shared(bytes.as_ptr(), bytes.len()) };
-        for payload in [ArrivedPayload::of(&bytes), shared] {
-            assert_eq!((payload.len(), payload.is_empty()), (256, false));
-            assert_eq!(payload.to_vec(), bytes);
-            assert!(payload.with_slice(|s| s == &bytes[..]));
-            let mut front = [0u8; 10];
-            // SAFETY: `front` is writable for 10 bytes, apart from the
-            // payload, and 10 <= 256.
-            unsafe { payload.copy_to(front.as_mut_ptr(), 10) };
-            assert_eq!(front[..], bytes[..10]);
-        }
-        assert!(ArrivedPayload::of(&[]).is_empty());
     }
 }

@@ -6,7 +6,7 @@ use crate::proto::{FrameKind, CELL, SHORT_PAYLOAD_MAX};
 use crate::ring::{Consumer, Corrupt, Frame, Head};
 use crate::{broke_protocol, corrupt};
 use oxmpi_adi::proto::{Header, HEADER_LEN};
-use oxmpi_adi::transport::{ArrivedPayload, PacketSink, PayloadSlot, PeerRank};
+use oxmpi_adi::transport::{PacketSink, PayloadSlot, PeerRank};
 use oxmpi_adi::{Error, ErrorClass, Result};
 
 /// Largest payload a packet that arrives whole in one header frame may
@@ -81,20 +81,18 @@ impl InLink {
             // One cell: fixed-size copies of the whole cell.
             let (fields, payload) = self.consumer.short(frame);
             self.consumer.advance(frame);
-            let payload = ArrivedPayload::of(&payload[..n]);
-            sink.on_standard_eager(self.peer, fields.sequence, fields.envelope, payload)
+            sink.on_standard_eager(self.peer, fields.sequence, fields.envelope, &payload[..n])
                 .map_err(|e| broke_protocol(self.peer, e))?;
             return Ok(CELL);
         }
-        // Several cells (`look` and `peek` bounded the length): the ADI
-        // copies the payload straight out of them into the receive
-        // buffer, and they are freed after (callgrind, 256-byte `oxbench
-        // latency`: a copy into `whole` less per message).
+        // Several cells (`look` and `peek` bounded the length by the
+        // buffer's).
         let fields = self.consumer.short_fields(frame);
-        let payload = self.consumer.payload(frame);
+        let payload = &mut self.whole[..n];
+        self.consumer.copy_payload(frame, payload);
+        self.consumer.advance(frame);
         sink.on_standard_eager(self.peer, fields.sequence, fields.envelope, payload)
             .map_err(|e| broke_protocol(self.peer, e))?;
-        self.consumer.advance(frame);
         Ok(n + HEADER_LEN)
     }
 

@@ -136,7 +136,7 @@ pub(crate) const SHORT_FIELDS: usize = 16;
 /// holds after the control word and the fields.
 pub(crate) const SHORT_PAYLOAD_MAX: usize = CELL - CONTROL_LEN - SHORT_FIELDS;
 /// Most payload bytes of a [`FrameKind::Short`] frame of several cells:
-/// the bound of a packet the reader hands over whole from a header frame
+/// what the reader's buffer for a packet that arrives whole holds
 /// ([`crate::inbound::WHOLE_MAX`]).
 pub(crate) const SHORT_FRAME_PAYLOAD_MAX: usize = crate::inbound::WHOLE_MAX;
 

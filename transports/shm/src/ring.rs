@@ -60,7 +60,6 @@ use crate::proto::{
 };
 use crate::segment::Segment;
 use oxmpi_adi::proto::HEADER_LEN;
-use oxmpi_adi::transport::ArrivedPayload;
 use std::io;
 use std::sync::atomic::{compiler_fence, fence, Ordering};
 
@@ -655,14 +654,6 @@ impl Consumer {
         self.segment
             .read_cells(frame.index as usize * CELL + CONTROL_LEN, &mut fields);
         decode_short(&fields)
-    }
-
-    /// The payload of `frame` where it lies in the queue, until the
-    /// frame is freed ([`Consumer::advance`] takes `self` mutably).
-    #[inline(always)]
-    pub(crate) fn payload(&self, frame: &Frame) -> ArrivedPayload<'_> {
-        self.segment
-            .cells_payload(frame.payload_offset(), frame.payload_len())
     }
 
     /// Copies the first `dest.len()` payload bytes of `frame` (at most

@@ -18,7 +18,6 @@ use crate::proto::{
 };
 use crate::sys;
 use memmap2::MmapMut;
-use oxmpi_adi::transport::ArrivedPayload;
 use std::ffi::CString;
 use std::fmt;
 use std::fs::File;
@@ -299,18 +298,6 @@ impl Segment {
                 bytes.len(),
             )
         };
-    }
-
-    /// The `len` bytes at byte `offset` of the cell area, where they lie,
-    /// for the ADI to copy once to where they go.
-    // Inline: on the path of every message of several cells.
-    #[inline(always)]
-    pub(crate) fn cells_payload(&self, offset: usize, len: usize) -> ArrivedPayload<'_> {
-        let start = self.cell_range(offset, len);
-        // SAFETY: the range lies inside the mapping (checked), which lives
-        // as long as `self`; the bytes are only copied through raw
-        // pointers, never into the mapping itself.
-        unsafe { ArrivedPayload::shared(self.map.as_ptr().add(start), len) }
     }
 
     /// Copies bytes out of the cells, from byte `offset` of the cell area,
