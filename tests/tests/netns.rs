@@ -12,7 +12,10 @@
 //! `communicators` programs). Ranks 0 and 1 (in A) and ranks 2 and 3 (in
 //! B) must talk through shared memory, the others over TCP across the veth
 //! (the shared-memory card carries the network namespace): every VC bound
-//! in the job is checked from `OXMPI_VERBOSE` output.
+//! in the job is checked from `OXMPI_VERBOSE` output. The checks of
+//! `p2p_suite` made for two ranks run with one rank in each namespace, so
+//! the whole suite that the shm-only and TCP-only tests run also runs in
+//! this mixed job.
 //!
 //! A second job puts rank 0 in a PID namespace of its own (`unshare
 //! --pid`), as a container that shares the host's network namespace (a
@@ -211,6 +214,9 @@ fn check_in_job(ns: &Namespaces, program: &str, check: &[&str], per_part: usize)
             .collect(),
         // Every rank to rank 0.
         "mprobe" => (1..ranks).map(|p| (0, p)).collect(),
+        // Checks of what a rank does alone: sends to itself, to
+        // PROC_NULL, and calls that are refused.
+        "self" | "proc-null" | "errors" => Vec::new(),
         // Rank 0 and rank 1.
         _ => vec![(0, 1)],
     };
@@ -246,6 +252,25 @@ fn listed(args: &[&str], name: &str) -> bool {
         .any(|w| w.trim_end_matches(':') == name)
 }
 
+/// The checks of `p2p_suite` written for two ranks, which the shm-only
+/// and TCP-only suites run too (`shm.rs`, `jobs.rs`).
+const PAIR_CHECKS: [&str; 14] = [
+    "ordered",
+    "sizes",
+    "many-irecv",
+    "direct",
+    "truncation",
+    "probe",
+    "threads",
+    "single-thread",
+    "modes",
+    "proc-null",
+    "cancel-send",
+    "huge",
+    "self",
+    "errors",
+];
+
 #[test]
 fn one_job_over_shm_within_and_tcp_across_two_network_namespaces() {
     if !as_root("one_job_over_shm_within_and_tcp_across_two_network_namespaces") {
@@ -261,9 +286,13 @@ fn one_job_over_shm_within_and_tcp_across_two_network_namespaces() {
     // communicator per namespace.
     check_in_job(&ns, "collectives", &["data"], 2);
     check_in_job(&ns, "communicators", &["hosts", "2"], 2);
-    // One rank in each: messages across the eager threshold up to 64 MiB,
-    // rank 0 and rank 1 over TCP through the veth pair.
-    check_in_job(&ns, "p2p_suite", &["sizes"], 1);
+    // One rank in each: the rest of the point-to-point suite, the checks
+    // made for a pair of ranks, with rank 0 and rank 1 over TCP through
+    // the veth pair (messages across the eager threshold up to 64 MiB
+    // among them).
+    for check in PAIR_CHECKS {
+        check_in_job(&ns, "p2p_suite", &[check], 1);
+    }
     let names = ns.names.clone();
     let veths = ns.veths.clone();
     drop(ns);
