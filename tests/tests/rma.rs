@@ -111,7 +111,8 @@ fn shared_windows_are_loads_and_stores_for_every_rank() {
 }
 
 /// flush_all, flush_local, flush_local_all, sync and test, each where
-/// doing nothing would show, and a window's user error handler; over
+/// doing nothing would show, fence assertions, and a window's user error
+/// handler; over
 /// shared memory and TCP.
 #[test]
 fn flushes_test_sync_and_window_error_handlers_do_their_part() {

@@ -52,7 +52,8 @@
 //! origins' puts are complete; `sync` while a target polls its memory;
 //! a window's user error handler sees an out-of-range put, which still
 //! returns its error, and with Return set again only the error comes
-//! back), `fatal_handler` (a window's fatal handler ends the
+//! back; fences with NOSTORE and NOPUT, and after NOSUCCEED a put is out
+//! of any epoch), `fatal_handler` (a window's fatal handler ends the
 //! job on an out-of-range put), `attributes`
 //! (attributes, hints, names, sizes that differ between ranks), `errors`
 //! (the error classes of bad calls, after which the window still works)
@@ -63,8 +64,9 @@
 //! cross-memory attach) and the RDMA path (verbs): `path
 //! direct|rdma|messages [direct|rdma|messages]` (which path an allocated
 //! window takes, and a created one), `sleeping
-//! [create]` (rank 0 sleeps outside MPI, with no progress thread, while
-//! the others lock, put, get and unlock its window, allocated or created:
+//! [create]` (rank 0 sleeps outside MPI, with no progress thread, until
+//! the others have locked, put, got, fetched and unlocked its window,
+//! allocated or created, and put a done mark last:
 //! only the direct and RDMA paths complete that, and a bound makes the messages
 //! path fail rather than hang) and `shared` (`allocate_shared`,
 //! contiguous and with `alloc_shared_noncontig`: every rank stores into
@@ -93,7 +95,7 @@ use oxmpi::collective::{reduce_local_into, SystemOperation};
 use oxmpi::datatype::{MutView, UserDatatype, View};
 use oxmpi::rma::{
     AccumulateOp, CreateFlavor, LockType, MemoryModel, SharedPart, TargetLayout, Window,
-    MODE_NOCHECK, MODE_NOPRECEDE, MODE_NOSUCCEED,
+    MODE_NOCHECK, MODE_NOPRECEDE, MODE_NOPUT, MODE_NOSTORE, MODE_NOSUCCEED,
 };
 use oxmpi::traits::*;
 use oxmpi::Threading;
@@ -1397,38 +1399,45 @@ fn path(world: &Communicator) -> Result<()> {
 }
 
 /// Rank 0 sleeps in a plain loop outside MPI (no progress thread) while
-/// every other rank takes its lock, puts, gets, and unlocks: the direct
-/// path needs nothing of rank 0. Bounded: the origins must be done within
-/// 20 s, and rank 0 gives up after that (active messages never finish).
+/// every other rank takes its lock, puts, gets, fetches and unlocks: the
+/// direct path needs nothing of rank 0. Each origin's last act is a put
+/// of a done mark under a lock of its own, and rank 0 sleeps until every
+/// mark shows, so all of every origin's epochs began and ended while rank
+/// 0 never called MPI. Bounded: the origins must be done within 20 s, and
+/// rank 0 gives up after that (active messages never finish).
 fn sleeping(world: &Communicator) -> Result<()> {
+    const DONE: u64 = u64::MAX;
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     ensure(
         std::env::var_os(oxmpi::rma::ASYNC_PROGRESS_ENV).is_none(),
         || "sleeping runs without a progress thread".to_owned(),
     )?;
-    let mut memory = vec![0u64; size];
+    // Slot `r`: origin r's value; slot `size + r`: its done mark.
+    let mut memory = vec![0u64; 2 * size];
     let window = if std::env::args().nth(2).as_deref() == Some("create") {
         Window::create(world, &mut memory[..], 8, &Info::new())?
     } else {
-        Window::allocate(world, 8 * size, 8, &Info::new())?
+        Window::allocate(world, 16 * size, 8, &Info::new())?
     };
     world.barrier()?;
     let bound = Duration::from_secs(20);
     if rank == 0 {
-        let expected: Vec<u64> = (0..size).map(|r| r as u64 * 11).collect();
+        let mut expected: Vec<u64> = (0..size).map(|r| r as u64 * 11).collect();
+        expected.extend((0..size).map(|r| if r == 0 { 0 } else { DONE }));
         let since = Instant::now();
-        let mut got = vec![0u64; size];
+        let mut got = vec![0u64; 2 * size];
         loop {
             std::thread::sleep(Duration::from_millis(10));
             // read_local polls nothing.
             window.read_local(0, &mut got)?;
-            if got == expected {
+            if got[size..] == expected[size..] {
                 break;
             }
             ensure(since.elapsed() < bound, || {
                 format!("after sleeping {bound:?} the window holds {got:?}")
             })?;
         }
+        same(&got, &expected, "the window once every origin is done")?;
     } else {
         let since = Instant::now();
         let value = rank as u64 * 11;
@@ -1446,6 +1455,9 @@ fn sleeping(world: &Communicator) -> Result<()> {
         window.fetch_and_op(&0u64, &mut old, 0, rank, AccumulateOp::NoOp)?;
         window.unlock(0)?;
         same(&[old], &[value], "fetched with NO_OP")?;
+        window.lock(LockType::Exclusive, 0, 0)?;
+        window.put(&[DONE][..], 0, size + rank)?;
+        window.unlock(0)?;
         ensure(since.elapsed() < bound, || {
             format!(
                 "the origin took {:?} while the target slept",
@@ -1591,6 +1603,32 @@ fn synchronization(world: &Communicator) -> Result<()> {
     ensure(!slots.contains(&7), || {
         format!("the refused put wrote: {slots:?}")
     })?;
+    world.barrier()?;
+    // Fence assertions: NOSTORE and NOPUT are taken, and NOSUCCEED ends
+    // the fence epochs, so a put after it is outside any epoch.
+    window.fence(MODE_NOPRECEDE | MODE_NOSTORE)?;
+    window.put(&[value(rank, 4)][..], right, rank)?;
+    // No puts land in the next epoch, only gets.
+    window.fence(MODE_NOSTORE | MODE_NOPUT)?;
+    let left = (rank + size - 1) % size;
+    window.get(&mut one[..], right, rank)?;
+    window.fence(MODE_NOSUCCEED)?;
+    same(
+        &one,
+        &[value(rank, 4)],
+        "a get of the put of the fence before",
+    )?;
+    window.read_local(0, &mut slots[..])?;
+    same(
+        &slots[left..=left],
+        &[value(left, 4)],
+        "the left neighbour's put",
+    )?;
+    expect_class(
+        window.put(&[7u64][..], right, rank),
+        ErrorClass::RmaSync,
+        "a put after a fence with MODE_NOSUCCEED",
+    )?;
     window.free()
 }
 
