@@ -1,23 +1,32 @@
 //! `oxrun -n N oxbench memory [--pattern all|ring]`: the shared memory a
 //! rank maps, after traffic that makes every queue it uses lap at least
-//! once (so every page of it has been touched).
+//! once (so every page of it has been touched), and again once the ranks
+//! have also run collectives and hold a window.
 //!
 //! Each rank exchanges [`ROUNDS`] messages of [`MESSAGE`] bytes each way
 //! with each of its partners — every other rank (`all`, so every pair of
 //! ranks connects) or its two ring neighbours (`ring`, the sparse case) —
 //! then reads `/proc/self/smaps` and sums, over its mappings of oxmpi's
-//! shared segments (`/memfd:oxmpi-shm-...`), the mapped size, the resident
-//! size (Rss) and the proportional set size (Pss: each page divided by the
-//! number of processes that map it, so the ranks' Pss add up to the
-//! node's shared memory). Rank 0 prints a row per rank and a summary.
+//! shared memory files, the mapped size, the resident size (Rss) and the
+//! proportional set size (Pss: each page divided by the number of
+//! processes that map it, so the ranks' Pss add up to the node's shared
+//! memory), for the point-to-point queues (`/memfd:oxmpi-shm-...`) and
+//! for the shared regions (`/memfd:oxmpi-region`: collectives' regions
+//! and one-sided windows) apart. Then every rank takes part in a
+//! barrier, an all-reduce of [`REDUCED`] bytes and a broadcast of
+//! [`BROADCAST`] bytes, allocates a window of [`WINDOW`] bytes, and reads
+//! its mappings again with the window held. Rank 0 prints a table per
+//! measurement: a row per rank and a summary.
 //! The figure is the library's business, measured from outside the
 //! library: whatever transports the job uses, only the memory files named
-//! as oxmpi's shared segments count.
+//! as oxmpi's count.
 
 use crate::cli::{MemoryOptions, Pattern};
 use crate::mpi_bench::transports_note;
+use oxmpi::collective::SystemOperation;
 use oxmpi::request::{scope, wait_all};
-use oxmpi::Communicator;
+use oxmpi::rma::Window;
+use oxmpi::{Communicator, Info};
 use std::process::ExitCode;
 
 /// Messages each rank sends each partner (and receives from it).
@@ -30,11 +39,18 @@ pub const ROUNDS: usize = 128;
 pub const MESSAGE: usize = 16 << 10;
 /// Tag of the traffic.
 const TAG: i32 = 5;
+/// Bytes each rank all-reduces before the second measurement.
+pub const REDUCED: usize = 1 << 10;
+/// Bytes rank 0 broadcasts before the second measurement.
+pub const BROADCAST: usize = 64 << 10;
+/// Bytes of the window each rank allocates for the second measurement.
+pub const WINDOW: usize = 64 << 10;
 
-/// What one rank maps, in KiB as smaps counts it.
+/// What one rank maps of one kind of memory file, in KiB as smaps counts
+/// it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Mapped {
-    /// Mappings of shared segments.
+    /// Mappings.
     pub segments: u64,
     /// Their size.
     pub size_kib: u64,
@@ -44,44 +60,92 @@ pub struct Mapped {
     pub pss_kib: u64,
 }
 
-impl Mapped {
-    fn to_array(self) -> [u64; 4] {
-        [self.segments, self.size_kib, self.rss_kib, self.pss_kib]
+/// What one rank maps of oxmpi's shared memory files, by kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Footprint {
+    /// The point-to-point queues' segments (`oxmpi-shm-...`).
+    pub queues: Mapped,
+    /// Shared regions: collectives' and windows' (`oxmpi-region`).
+    pub regions: Mapped,
+}
+
+impl Footprint {
+    /// The fields in a fixed order, for a gather.
+    fn to_array(self) -> [u64; 8] {
+        let [q, r] = [self.queues, self.regions];
+        [
+            q.segments, q.size_kib, q.rss_kib, q.pss_kib, r.segments, r.size_kib, r.rss_kib,
+            r.pss_kib,
+        ]
     }
 
-    fn from_slice(v: &[u64]) -> Mapped {
-        Mapped {
+    fn from_slice(v: &[u64]) -> Footprint {
+        let mapped = |v: &[u64]| Mapped {
             segments: v[0],
             size_kib: v[1],
             rss_kib: v[2],
             pss_kib: v[3],
+        };
+        Footprint {
+            queues: mapped(&v[..4]),
+            regions: mapped(&v[4..8]),
+        }
+    }
+
+    fn of_kind(&mut self, kind: Kind) -> &mut Mapped {
+        match kind {
+            Kind::Queues => &mut self.queues,
+            Kind::Regions => &mut self.regions,
         }
     }
 }
 
-/// The shared segments' share of `smaps` (the text of `/proc/PID/smaps`).
-pub fn shared_segments(smaps: &str) -> Mapped {
-    let mut total = Mapped::default();
-    let mut counting = false;
+/// The kinds of oxmpi's shared memory files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Queues,
+    Regions,
+}
+
+impl Kind {
+    /// The kind of memory file a mapping's path names, if it is oxmpi's.
+    fn of(path: &str) -> Option<Kind> {
+        if path.starts_with("/memfd:oxmpi-shm-") {
+            Some(Kind::Queues)
+        } else if path.starts_with("/memfd:oxmpi-region") {
+            Some(Kind::Regions)
+        } else {
+            None
+        }
+    }
+}
+
+/// oxmpi's shared memory files' share of `smaps` (the text of
+/// `/proc/PID/smaps`).
+pub fn shared_segments(smaps: &str) -> Footprint {
+    let mut total = Footprint::default();
+    // The kind of the mapping whose fields are being read, if oxmpi's.
+    let mut counting = None;
     for line in smaps.lines() {
         let mut words = line.split_whitespace();
         let Some(first) = words.next() else { continue };
         if let Some(field) = first.strip_suffix(':') {
-            if counting {
+            if let Some(kind) = counting {
                 let kib: u64 = words.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+                let mapped = total.of_kind(kind);
                 match field {
-                    "Size" => total.size_kib += kib,
-                    "Rss" => total.rss_kib += kib,
-                    "Pss" => total.pss_kib += kib,
+                    "Size" => mapped.size_kib += kib,
+                    "Rss" => mapped.rss_kib += kib,
+                    "Pss" => mapped.pss_kib += kib,
                     _ => {}
                 }
             }
         } else {
             // A mapping's first line: `ADDRESSES PERMS OFFSET DEV INODE PATH`.
-            counting = words
-                .nth(4)
-                .is_some_and(|p| p.starts_with("/memfd:oxmpi-shm-"));
-            total.segments += u64::from(counting);
+            counting = words.nth(4).and_then(Kind::of);
+            if let Some(kind) = counting {
+                total.of_kind(kind).segments += 1;
+            }
         }
     }
     total
@@ -127,6 +191,7 @@ fn run(world: &Communicator, options: &MemoryOptions) -> Result<(), String> {
     let (rank, size) = (world.rank(), world.size());
     let partners = partners(options.pattern, rank, size);
     let message = vec![rank as u8; MESSAGE];
+    let root = world.process_at_rank(0);
     let mut inbox = vec![0u8; MESSAGE * partners.len()];
     for _ in 0..ROUNDS {
         exchange(world, &partners, &message, &mut inbox)?;
@@ -137,19 +202,73 @@ fn run(world: &Communicator, options: &MemoryOptions) -> Result<(), String> {
     // connect pairs the pattern leaves apart. (The ranks stay alive, with
     // their mappings, until all are in finalize.)
     exchange(world, &partners, &[], &mut [])?;
+    let after_messages = footprint()?;
+    let fail = |e: oxmpi::Error| e.to_string();
+    world.barrier().map_err(fail)?;
+    let mine = vec![rank as u64; REDUCED / 8];
+    let mut sum = vec![0u64; REDUCED / 8];
+    world
+        .all_reduce_into(&mine[..], &mut sum[..], SystemOperation::sum())
+        .map_err(fail)?;
+    let mut broadcast = vec![rank as u8; BROADCAST];
+    root.broadcast_into(&mut broadcast[..]).map_err(fail)?;
+    let want = u64::from(size as u32) * u64::from((size as u32).saturating_sub(1)) / 2;
+    if sum.iter().any(|&v| v != want) || broadcast.iter().any(|&b| b != 0) {
+        return Err("the all-reduce or the broadcast gave a wrong result".to_owned());
+    }
+    // Every page of the window written, as a rank's computation would.
+    let window = Window::allocate(world, WINDOW, 1, &Info::new()).map_err(fail)?;
+    window
+        .write_local(0, &vec![rank as u8; WINDOW][..])
+        .map_err(fail)?;
+    let with_window = footprint()?;
+    let mut measured = after_messages.to_array().to_vec();
+    measured.extend(with_window.to_array());
+    world.barrier().map_err(fail)?;
+    window.free().map_err(fail)?;
+    if rank != 0 {
+        return root.gather_into(&measured[..]).map_err(fail);
+    }
+    let mut all = vec![0u64; measured.len() * size as usize];
+    root.gather_into_root(&measured[..], &mut all[..])
+        .map_err(fail)?;
+    let [messages, collectives]: [Vec<Footprint>; 2] = [0, 1].map(|phase| {
+        all.chunks_exact(16)
+            .map(|rank| Footprint::from_slice(&rank[8 * phase..8 * phase + 8]))
+            .collect()
+    });
+    print!(
+        "{}",
+        report(
+            options.pattern,
+            &format!(
+                "after {ROUNDS} messages of {} KiB each way with each partner",
+                MESSAGE >> 10
+            ),
+            &messages
+        )
+    );
+    print!(
+        "{}",
+        report(
+            options.pattern,
+            &format!(
+                "then a barrier, an all-reduce of {} KiB, a broadcast of {} KiB, and a window of {} KiB per rank held",
+                REDUCED >> 10,
+                BROADCAST >> 10,
+                WINDOW >> 10
+            ),
+            &collectives
+        )
+    );
+    Ok(())
+}
+
+/// This rank's mappings of oxmpi's shared memory files, now.
+fn footprint() -> Result<Footprint, String> {
     let smaps = std::fs::read_to_string("/proc/self/smaps")
         .map_err(|e| format!("cannot read /proc/self/smaps: {e}"))?;
-    let mine = shared_segments(&smaps).to_array();
-    let root = world.process_at_rank(0);
-    if rank != 0 {
-        return root.gather_into(&mine[..]).map_err(|e| e.to_string());
-    }
-    let mut all = vec![0u64; 4 * size as usize];
-    root.gather_into_root(&mine[..], &mut all[..])
-        .map_err(|e| e.to_string())?;
-    let ranks: Vec<Mapped> = all.chunks_exact(4).map(Mapped::from_slice).collect();
-    print!("{}", report(options.pattern, &ranks));
-    Ok(())
+    Ok(shared_segments(&smaps))
 }
 
 /// One round: `message` to every partner, and one of the same length from
@@ -200,38 +319,52 @@ fn exchange(
     Ok(())
 }
 
-/// The report: a row per rank, then the smallest, mean and largest Pss
-/// and the node's total.
-pub fn report(pattern: Pattern, ranks: &[Mapped]) -> String {
+/// The report of one measurement, `when` the ranks made it: a row per
+/// rank, then the smallest, mean and largest Pss and the node's total.
+pub fn report(pattern: Pattern, when: &str, ranks: &[Footprint]) -> String {
     let n = ranks.len();
     let mut out = format!(
-        "# oxbench memory: shared segments mapped per rank, {n} ranks, pattern {} ({})\n\
-         # after {ROUNDS} messages of {} KiB each way with each partner; {}\n\
-         # {:>4} {:>9} {:>12} {:>10} {:>10}\n",
+        "# oxbench memory: shared memory mapped per rank, {n} ranks, pattern {} ({})\n\
+         # {when}; {}\n\
+         # {:>4} {:>7} {:>12} {:>10} {:>8} {:>12} {:>10} {:>10}\n",
         pattern.name(),
         pattern.description(),
-        MESSAGE >> 10,
         transports_note(),
         "rank",
-        "segments",
+        "queues",
         "mapped(KiB)",
-        "Rss(KiB)",
-        "Pss(KiB)"
+        "Pss(KiB)",
+        "regions",
+        "mapped(KiB)",
+        "Pss(KiB)",
+        "all Pss"
     );
-    for (rank, m) in ranks.iter().enumerate() {
+    for (rank, f) in ranks.iter().enumerate() {
+        let (q, r) = (f.queues, f.regions);
         out += &format!(
-            "  {rank:>4} {:>9} {:>12} {:>10} {:>10}\n",
-            m.segments, m.size_kib, m.rss_kib, m.pss_kib
+            "  {rank:>4} {:>7} {:>12} {:>10} {:>8} {:>12} {:>10} {:>10}\n",
+            q.segments,
+            q.size_kib,
+            q.pss_kib,
+            r.segments,
+            r.size_kib,
+            r.pss_kib,
+            q.pss_kib + r.pss_kib
         );
     }
-    let pss: Vec<u64> = ranks.iter().map(|m| m.pss_kib).collect();
+    let pss: Vec<u64> = ranks
+        .iter()
+        .map(|f| f.queues.pss_kib + f.regions.pss_kib)
+        .collect();
     let total: u64 = pss.iter().sum();
+    let regions: u64 = ranks.iter().map(|f| f.regions.pss_kib).sum();
     out += &format!(
-        "# Pss per rank (KiB): min {} mean {} max {}; all ranks {} KiB\n",
+        "# Pss per rank (KiB): min {} mean {} max {}; all ranks {} KiB, of which regions {} KiB\n",
         pss.iter().min().unwrap_or(&0),
         total / n.max(1) as u64,
         pss.iter().max().unwrap_or(&0),
-        total
+        total,
+        regions
     );
     out
 }
@@ -258,17 +391,29 @@ Pss:                  50 kB
 Size:                  4 kB
 Rss:                   4 kB
 Pss:                   4 kB
+7f0000600000-7f0000611000 rw-s 00000000 00:01 45 /memfd:oxmpi-region (deleted)
+Size:                 68 kB
+Rss:                  64 kB
+Pss:                  16 kB
 ";
 
     #[test]
-    fn only_oxmpis_segments_count() {
+    fn only_oxmpis_segments_count_each_kind_apart() {
         assert_eq!(
             shared_segments(SMAPS),
-            Mapped {
-                segments: 2,
-                size_kib: 2056,
-                rss_kib: 1124,
-                pss_kib: 562
+            Footprint {
+                queues: Mapped {
+                    segments: 2,
+                    size_kib: 2056,
+                    rss_kib: 1124,
+                    pss_kib: 562
+                },
+                regions: Mapped {
+                    segments: 1,
+                    size_kib: 68,
+                    rss_kib: 64,
+                    pss_kib: 16
+                },
             }
         );
     }
@@ -289,10 +434,14 @@ Pss:                   4 kB
             rss_kib: 2 * pss,
             pss_kib: pss,
         };
-        let text = report(Pattern::Ring, &[m(100), m(300)]);
+        let f = |queues, regions| Footprint {
+            queues: m(queues),
+            regions: m(regions),
+        };
+        let text = report(Pattern::Ring, "now", &[f(100, 10), f(300, 30)]);
         assert!(text.contains("2 ranks, pattern ring"), "{text}");
         assert!(
-            text.contains("min 100 mean 200 max 300; all ranks 400 KiB"),
+            text.contains("min 110 mean 220 max 330; all ranks 440 KiB, of which regions 40 KiB"),
             "{text}"
         );
     }

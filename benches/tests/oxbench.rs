@@ -1026,16 +1026,31 @@ fn memory_counts_the_segments_each_pattern_maps() {
             .filter(|l| !l.starts_with('#'))
             .map(|l| l.split_whitespace().map(|w| w.parse().unwrap()).collect())
             .collect();
-        assert_eq!(rows.len(), 5, "{}", out.stdout);
-        for (rank, row) in rows.iter().enumerate() {
-            let [r, n, mapped, rss, pss] = row[..] else {
+        // A table after the messages, then one with collectives and a
+        // window.
+        assert_eq!(rows.len(), 10, "{}", out.stdout);
+        let (messages, collectives) = rows.split_at(5);
+        for (rank, row) in messages.iter().enumerate() {
+            let [r, queues, mapped, pss, regions, _, _, all] = row[..] else {
                 panic!("row {row:?}");
             };
-            assert_eq!((r, n), (rank as u64, segments), "{}", out.stdout);
+            assert_eq!((r, queues), (rank as u64, segments), "{}", out.stdout);
             // Every queue lapped, so every page is resident, and each is
-            // shared by two ranks.
-            assert_eq!(rss, mapped, "{}", out.stdout);
+            // shared by two ranks; no collective has made a region yet.
             assert!(pss.abs_diff(mapped / 2) <= 4, "{}", out.stdout);
+            assert_eq!((regions, all), (0, pss), "{}", out.stdout);
         }
+        let mut regions_pss = 0;
+        for (rank, row) in collectives.iter().enumerate() {
+            let [r, _, _, queues_pss, regions, _, pss, all] = row[..] else {
+                panic!("row {row:?}");
+            };
+            assert_eq!(r, rank as u64, "{}", out.stdout);
+            assert!(regions >= 1, "{}", out.stdout);
+            assert_eq!(all, queues_pss + pss, "{}", out.stdout);
+            regions_pss += pss;
+        }
+        // Every rank wrote all of its 64 KiB part of the window.
+        assert!(regions_pss >= 5 * 64, "{}", out.stdout);
     }
 }
