@@ -6,8 +6,10 @@
 //!
 //! Checks: `ops` (every operation under every synchronization mode, on
 //! windows made on user memory and allocated, a derived origin datatype),
-//! `operations` (accumulate with every predefined operation, REPLACE and
-//! NO_OP on several types, against `reduce_local_into`), `atomic` (every
+//! `operations` (accumulate, get_accumulate and fetch_and_op with every
+//! predefined operation, REPLACE and NO_OP on several types, in turn
+//! under exclusive locks and at once under a shared lock, against
+//! `reduce_local_into`), `atomic` (every
 //! rank does N fetch-and-op and N accumulate sums on one element under
 //! shared locks: exact totals, and the fetched values all distinct),
 //! `regions` (every rank does N sums of doubles through a derived origin
@@ -351,10 +353,10 @@ fn expected_fetched(target: usize) -> Vec<u64> {
     (8..16).chain(24..35).chain(40..52).map(old).collect()
 }
 
-/// Accumulate with every predefined operation that applies, REPLACE and
-/// NO_OP, on i32, u8, f64 and i64, from every rank into rank 0 under
-/// an exclusive lock each; rank 0 compares with `reduce_local_into`
-/// applied in rank order (the values make every order give the same).
+/// Accumulate, get_accumulate and fetch_and_op with every predefined
+/// operation that applies, REPLACE and NO_OP, on i32, u8, f64 and i64,
+/// from every rank into rank 0 (`typed_accumulate`), compared with
+/// `reduce_local_into` applied in rank order.
 fn operations(world: &Communicator) -> Result<()> {
     let ops = [
         ("sum", SystemOperation::sum()),
@@ -398,9 +400,13 @@ fn operations(world: &Communicator) -> Result<()> {
     Ok(())
 }
 
-/// One accumulate of every rank into rank 0 with `op`, each in its own
-/// exclusive epoch, in rank order (a barrier between ranks), checked at
-/// rank 0.
+/// Every rank's accumulate into rank 0 with `op`, each in its own
+/// exclusive epoch, in rank order (a barrier between ranks): even ranks
+/// by `accumulate`, odd ranks by `get_accumulate`, and every rank a
+/// `fetch_and_op` of one more element; each origin checks what it
+/// fetched, and rank 0 its window. Then, but for REPLACE and NO_OP, all
+/// ranks at once under a shared lock (each element's updates are atomic,
+/// and the values make every order give the same).
 fn typed_accumulate<T>(
     world: &Communicator,
     name: &str,
@@ -410,39 +416,67 @@ fn typed_accumulate<T>(
 where
     T: Equivalence + Copy + PartialEq + std::fmt::Debug + Default,
 {
+    // Elements 0..N by (get_)accumulate, element N by fetch_and_op.
     const N: usize = 6;
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     let elem = std::mem::size_of::<T>();
-    let window = Window::allocate(world, N * elem, elem, &Info::new())?;
-    let start: Vec<T> = (0..N).map(|i| value(size + 1, i)).collect();
+    let what = |call: &str| format!("{call} {name} of {}", std::any::type_name::<T>());
+    let window = Window::allocate(world, (N + 1) * elem, elem, &Info::new())?;
+    let start: Vec<T> = (0..=N).map(|i| value(size + 1, i)).collect();
+    let mine = |r: usize| -> Vec<T> { (0..=N).map(|i| value(r, i)).collect() };
+    // What the window holds after the first `turns` ranks' operations.
+    let after = |turns: usize| -> Result<Vec<T>> {
+        let mut window = start.clone();
+        for r in 0..turns {
+            match op {
+                AccumulateOp::Reduce(op) => reduce_local_into(&mine(r)[..], &mut window[..], op)?,
+                AccumulateOp::Replace => window = mine(r),
+                AccumulateOp::NoOp => {}
+            }
+        }
+        Ok(window)
+    };
     window.write_local(0, &start)?;
     world.barrier()?;
     for turn in 0..size {
         if turn == rank {
-            let mine: Vec<T> = (0..N).map(|i| value(rank, i)).collect();
+            let before = after(rank)?;
+            let mut fetched = vec![T::default(); N + 1];
             window.lock(LockType::Exclusive, 0, 0)?;
-            window.accumulate(&mine[..], 0, 0, op)?;
+            if rank % 2 == 0 {
+                window.accumulate(&mine(rank)[..N], 0, 0, op)?;
+            } else {
+                window.get_accumulate(&mine(rank)[..N], &mut fetched[..N], 0, 0, op)?;
+            }
+            window.fetch_and_op(&mine(rank)[N], &mut fetched[N], 0, N, op)?;
             window.unlock(0)?;
+            same(&fetched[N..], &before[N..], &what("fetch_and_op"))?;
+            if rank % 2 == 1 {
+                same(&fetched[..N], &before[..N], &what("get_accumulate"))?;
+            }
         }
         world.barrier()?;
     }
-    if rank == 0 {
-        let mut expected = start;
-        for r in 0..size {
-            let mine: Vec<T> = (0..N).map(|i| value(r, i)).collect();
-            match op {
-                AccumulateOp::Reduce(op) => reduce_local_into(&mine[..], &mut expected[..], op)?,
-                AccumulateOp::Replace => expected = mine,
-                AccumulateOp::NoOp => {}
-            }
-        }
-        let mut got = vec![T::default(); N];
+    let check = |call: &str| -> Result<()> {
+        let mut got = vec![T::default(); N + 1];
         window.read_local(0, &mut got)?;
-        same(
-            &got,
-            &expected,
-            &format!("accumulate {name} of {}", std::any::type_name::<T>()),
-        )?;
+        same(&got, &after(size)?, &what(call))
+    };
+    if rank == 0 {
+        check("accumulate")?;
+        window.write_local(0, &start)?;
+    }
+    world.barrier()?;
+    if let AccumulateOp::Reduce(_) = op {
+        let mut old = T::default();
+        window.lock(LockType::Shared, 0, 0)?;
+        window.accumulate(&mine(rank)[..N], 0, 0, op)?;
+        window.fetch_and_op(&mine(rank)[N], &mut old, 0, N, op)?;
+        window.unlock(0)?;
+        world.barrier()?;
+        if rank == 0 {
+            check("accumulate under a shared lock")?;
+        }
     }
     window.free()
 }
