@@ -441,7 +441,7 @@ where
     for turn in 0..size {
         if turn == rank {
             let before = after(rank)?;
-            let mut fetched = vec![T::default(); N + 1];
+            let mut fetched = [T::default(); N + 1];
             window.lock(LockType::Exclusive, 0, 0)?;
             if rank % 2 == 0 {
                 window.accumulate(&mine(rank)[..N], 0, 0, op)?;
