@@ -5,7 +5,9 @@
 //! something is wrong.
 //!
 //! Checks: `ops` (every operation under every synchronization mode, on
-//! windows made on user memory and allocated, a derived origin datatype),
+//! windows of every kind: created on user memory, allocated, allocated
+//! shared, and dynamic with user memory attached; a derived origin
+//! datatype),
 //! `operations` (accumulate, get_accumulate and fetch_and_op with every
 //! predefined operation, REPLACE and NO_OP on several types, in turn
 //! under exclusive locks and at once under a shared lock, against
@@ -191,27 +193,52 @@ fn ops(world: &Communicator) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     let target = (rank + 1) % size;
     let origin = (rank + size - 1) % size;
+    let start: Vec<u64> = (0..LEN).map(|i| initial(rank, i)).collect();
     for mode in MODES {
-        for created in [false, true] {
-            let mut memory = vec![0u64; LEN];
-            let window = if created {
-                Window::create(world, &mut memory[..], 8, &Info::new())?
-            } else {
-                Window::allocate(world, LEN * 8, 8, &Info::new())?
+        for kind in WINDOW_KINDS {
+            let what = format!("{mode:?} on a window {kind:?}");
+            let mut memory = start.clone();
+            let (window, fetched) = match kind {
+                WindowKind::Created | WindowKind::Dynamic => {
+                    // Displacements are addresses in a dynamic window.
+                    let (window, attached) = if kind == WindowKind::Dynamic {
+                        let window = Window::create_dynamic(world, &Info::new())?;
+                        let address = window.attach(&mut memory[..])?;
+                        (window, Some(address))
+                    } else {
+                        let window = Window::create(world, &mut memory[..], 8, &Info::new())?;
+                        (window, None)
+                    };
+                    let address = attached.unwrap_or(0);
+                    let mut addresses = vec![0u64; size];
+                    world.all_gather_into(&(address as u64), &mut addresses[..])?;
+                    let base = addresses[target] as usize;
+                    let at = |i: usize| if attached.is_some() { base + 8 * i } else { i };
+                    world.barrier()?;
+                    let fetched = epoch(world, &window, mode, target, origin, &at)?;
+                    world.barrier()?;
+                    if attached.is_some() {
+                        window.detach(address)?;
+                    }
+                    window.free()?;
+                    (None, fetched)
+                }
+                WindowKind::Allocated | WindowKind::Shared => {
+                    let window = if kind == WindowKind::Shared {
+                        Window::allocate_shared(world, LEN * 8, 8, &Info::new())?
+                    } else {
+                        Window::allocate(world, LEN * 8, 8, &Info::new())?
+                    };
+                    window.write_local(0, &start)?;
+                    world.barrier()?;
+                    let fetched = epoch(world, &window, mode, target, origin, &|i| i)?;
+                    world.barrier()?;
+                    window.read_local(0, &mut memory)?;
+                    (Some(window), fetched)
+                }
             };
-            let what = format!(
-                "{mode:?} on a window {}",
-                if created { "created" } else { "allocated" }
-            );
-            let start: Vec<u64> = (0..LEN).map(|i| initial(rank, i)).collect();
-            window.write_local(0, &start)?;
-            world.barrier()?;
-            let fetched = epoch(world, &window, mode, target, origin)?;
-            world.barrier()?;
-            let mut got = vec![0u64; LEN];
-            window.read_local(0, &mut got)?;
             same(
-                &got,
+                &memory,
                 &expected_target(rank, origin),
                 &format!("{what}: target window"),
             )?;
@@ -220,20 +247,43 @@ fn ops(world: &Communicator) -> Result<()> {
                 &expected_fetched(target),
                 &format!("{what}: fetched at the origin"),
             )?;
-            window.free()?;
+            if let Some(window) = window {
+                window.free()?;
+            }
         }
     }
     Ok(())
 }
 
-/// Runs the operations to `target` in an epoch of `mode`; what they
-/// fetched, in order.
+/// The kinds of window the operations run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WindowKind {
+    /// `Window::create` on user memory.
+    Created,
+    /// `Window::allocate`.
+    Allocated,
+    /// `Window::allocate_shared` (contiguous).
+    Shared,
+    /// `Window::create_dynamic` with the user memory attached.
+    Dynamic,
+}
+
+const WINDOW_KINDS: [WindowKind; 4] = [
+    WindowKind::Created,
+    WindowKind::Allocated,
+    WindowKind::Shared,
+    WindowKind::Dynamic,
+];
+
+/// Runs the operations to `target` in an epoch of `mode`, at the target
+/// displacement `at(i)` of element `i`; what they fetched, in order.
 fn epoch(
     world: &Communicator,
     window: &Window<'_>,
     mode: Mode,
     target: usize,
     origin: usize,
+    at: &dyn Fn(usize) -> usize,
 ) -> Result<Vec<u64>> {
     let t = target as i32;
     match mode {
@@ -259,35 +309,35 @@ fn epoch(
         |range: std::ops::Range<usize>| -> Vec<u64> { range.map(|i| sent(rank, i)).collect() };
     let mut fetched = Vec::new();
     // 0..8: put. 8..16: get.
-    window.put(&mine(0..8)[..], t, 0)?;
+    window.put(&mine(0..8)[..], t, at(0))?;
     flush()?;
     let mut got = [0u64; 8];
-    window.get(&mut got[..], t, 8)?;
+    window.get(&mut got[..], t, at(8))?;
     fetched.extend_from_slice(&got);
     // 16..24: accumulate sum; 24..32: get_accumulate sum.
-    window.accumulate(&mine(16..24)[..], t, 16, SystemOperation::sum())?;
+    window.accumulate(&mine(16..24)[..], t, at(16), SystemOperation::sum())?;
     flush()?;
     window.get_accumulate(
         &mine(24..32)[..],
         &mut got[..],
         t,
-        24,
+        at(24),
         SystemOperation::sum(),
     )?;
     fetched.extend_from_slice(&got);
     // 32: fetch_and_op sum; 33: a swap that happens; 34: one that does not.
     let mut one = 0u64;
-    window.fetch_and_op(&sent(rank, 32), &mut one, t, 32, SystemOperation::sum())?;
+    window.fetch_and_op(&sent(rank, 32), &mut one, t, at(32), SystemOperation::sum())?;
     fetched.push(one);
-    window.compare_and_swap(&sent(rank, 33), &initial(target, 33), &mut one, t, 33)?;
+    window.compare_and_swap(&sent(rank, 33), &initial(target, 33), &mut one, t, at(33))?;
     fetched.push(one);
-    window.compare_and_swap(&sent(rank, 34), &0, &mut one, t, 34)?;
+    window.compare_and_swap(&sent(rank, 34), &0, &mut one, t, at(34))?;
     fetched.push(one);
     // 35..40: replace; 40..44: no-op fetch.
-    window.accumulate(&mine(35..40)[..], t, 35, AccumulateOp::Replace)?;
+    window.accumulate(&mine(35..40)[..], t, at(35), AccumulateOp::Replace)?;
     flush()?;
     let mut four = [0u64; 4];
-    window.get_accumulate(&[0u64; 0][..], &mut four[..], t, 40, AccumulateOp::NoOp)?;
+    window.get_accumulate(&[0u64; 0][..], &mut four[..], t, at(40), AccumulateOp::NoOp)?;
     fetched.extend_from_slice(&four);
     // 44..48: rget; 48..52: rget_accumulate max; 52..56: raccumulate
     // xor; 56..60: rput; 60..64: a strided origin (every other element).
@@ -295,24 +345,25 @@ fn epoch(
     let every_other = UserDatatype::vector(4, 1, 2, &u64::equivalent_datatype())?;
     let (mut a, mut b) = ([0u64; 4], [0u64; 4]);
     oxmpi::request::scope(|scope| -> Result<()> {
-        let r1 = window.rget(scope, &mut a[..], t, 44)?;
+        let r1 = window.rget(scope, &mut a[..], t, at(44))?;
         let r2 = window.rget_accumulate(
             scope,
             &mine(48..52)[..],
             &mut b[..],
             t,
-            48,
+            at(48),
             SystemOperation::max(),
         )?;
-        let r3 = window.raccumulate(&mine(52..56)[..], t, 52, SystemOperation::bitwise_xor())?;
-        let r4 = window.rput(&mine(56..60)[..], t, 56)?;
+        let r3 =
+            window.raccumulate(&mine(52..56)[..], t, at(52), SystemOperation::bitwise_xor())?;
+        let r4 = window.rput(&mine(56..60)[..], t, at(56))?;
         oxmpi::request::wait_all(vec![r1, r2, r3, r4])?;
         Ok(())
     })?;
     window.put(
         &View::with_count_and_datatype(&strided[..], 1, &every_other)?,
         t,
-        60,
+        at(60),
     )?;
     fetched.extend_from_slice(&a);
     fetched.extend_from_slice(&b);
