@@ -7,7 +7,7 @@
 //! Checks: `ops` (every operation under every synchronization mode, on
 //! windows of every kind: created on user memory, allocated, allocated
 //! shared, and dynamic with user memory attached; a derived origin
-//! datatype),
+//! datatype, and a put and a get through a target datatype),
 //! `operations` (accumulate, get_accumulate and fetch_and_op with every
 //! predefined operation, REPLACE and NO_OP on several types, in turn
 //! under exclusive locks and at once under a shared lock, against
@@ -151,7 +151,7 @@ fn main() -> ExitCode {
 }
 
 /// Elements of each rank's window in `ops`.
-const LEN: usize = 64;
+const LEN: usize = 72;
 
 /// The value rank `rank`'s window starts with at `i`.
 fn initial(rank: usize, i: usize) -> u64 {
@@ -367,6 +367,13 @@ fn epoch(
     )?;
     fetched.extend_from_slice(&a);
     fetched.extend_from_slice(&b);
+    // 64..72: a put into every other element through a target datatype,
+    // then a get of the elements between them.
+    let even: Vec<u64> = (64..72).step_by(2).map(|i| sent(rank, i)).collect();
+    window.put_typed(&even[..], t, at(64), TargetLayout::new(1, &every_other))?;
+    flush()?;
+    window.get_typed(&mut a[..], t, at(65), TargetLayout::new(1, &every_other))?;
+    fetched.extend_from_slice(&a);
     match mode {
         Mode::Fence => window.fence(MODE_NOSUCCEED)?,
         Mode::Pscw => {
@@ -391,6 +398,7 @@ fn expected_target(rank: usize, origin: usize) -> Vec<u64> {
                 48..52 => old.max(new),
                 52..56 => old ^ new,
                 60..64 => sent(origin, i),
+                64..72 if i % 2 == 0 => new,
                 _ => old,
             }
         })
@@ -401,7 +409,12 @@ fn expected_target(rank: usize, origin: usize) -> Vec<u64> {
 fn expected_fetched(target: usize) -> Vec<u64> {
     let old = |i: usize| initial(target, i);
     // compare_and_swap returns the old value whether or not it swapped.
-    (8..16).chain(24..35).chain(40..52).map(old).collect()
+    (8..16)
+        .chain(24..35)
+        .chain(40..52)
+        .chain((65..72).step_by(2))
+        .map(old)
+        .collect()
 }
 
 /// Accumulate, get_accumulate and fetch_and_op with every predefined
