@@ -101,7 +101,6 @@ use oxmpi_adi::transport::PeerRank;
 use oxmpi_shm::region::RegionName;
 use oxmpi_shm::window::{RemoteWindow, WindowSegment};
 use path::{take_errors, Fetch, Path, Target};
-use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -310,9 +309,8 @@ pub enum MemoryModel {
 struct Epochs {
     /// A fence opened an access epoch to every rank.
     fence: bool,
-    /// Passive-target locks held, by target: the type, and whether the
-    /// lock was taken (not under `MODE_NOCHECK`).
-    locks: HashMap<usize, (LockType, bool)>,
+    /// Passive-target locks held, by target.
+    locks: Locks,
     /// `lock_all`, and whether its locks were taken.
     lock_all: Option<bool>,
     /// The targets of a start (general active target).
@@ -322,11 +320,8 @@ struct Epochs {
 }
 
 impl Epochs {
-    /// Writes what an operation on each target needs to know, one byte
-    /// per target ([`Access`]), into `summary`: in one pass over the
-    /// targets, the start group and the locks (not a look-up in the group
-    /// per target: a start group may hold every rank).
-    fn summarize(&self, summary: &[AtomicU8]) {
+    /// The [`Access`] bits that every target has.
+    fn everyone(&self) -> u8 {
         let mut everyone = 0;
         if self.fence {
             everyone |= Access::OPEN;
@@ -337,26 +332,109 @@ impl Epochs {
                 everyone |= Access::LOCKED;
             }
         }
-        let mut bytes = vec![everyone; summary.len()];
+        everyone
+    }
+
+    /// Writes what an operation on each target needs to know, one byte
+    /// per target ([`Access`]), into `summary`: in one pass over the
+    /// targets, the start group and the locks (not a look-up in the group
+    /// per target: a start group may hold every rank).
+    fn summarize(&self, summary: &[AtomicU8]) {
+        let mut bytes = vec![self.everyone(); summary.len()];
         for &target in self.access.iter().flatten() {
             if let Some(byte) = bytes.get_mut(target) {
                 *byte |= Access::OPEN;
             }
         }
-        for (&target, &(lock_type, taken)) in &self.locks {
+        for (target, held) in self.locks.iter() {
             if let Some(byte) = bytes.get_mut(target) {
-                *byte |= Access::OPEN | Access::PASSIVE;
-                if lock_type == LockType::Exclusive {
-                    *byte |= Access::EXCLUSIVE;
-                }
-                if taken {
-                    *byte |= Access::LOCKED;
-                }
+                *byte |= held.access();
             }
         }
         for (byte, value) in summary.iter().zip(bytes) {
             byte.store(value, Ordering::Release);
         }
+    }
+
+    /// Writes `target`'s byte of the summary alone: what a lock or an
+    /// unlock changes.
+    fn summarize_target(&self, summary: &[AtomicU8], target: usize) {
+        let mut byte = self.everyone();
+        if self.access.iter().flatten().any(|&t| t == target) {
+            byte |= Access::OPEN;
+        }
+        if let Some(held) = self.locks.get(target) {
+            byte |= held.access();
+        }
+        if let Some(summary) = summary.get(target) {
+            summary.store(byte, Ordering::Release);
+        }
+    }
+}
+
+/// A passive-target lock this rank holds on a target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Held {
+    lock_type: LockType,
+    /// Whether the lock was taken (not under `MODE_NOCHECK`).
+    taken: bool,
+}
+
+impl Held {
+    /// Its [`Access`] bits.
+    fn access(self) -> u8 {
+        let mut byte = Access::OPEN | Access::PASSIVE;
+        if self.lock_type == LockType::Exclusive {
+            byte |= Access::EXCLUSIVE;
+        }
+        if self.taken {
+            byte |= Access::LOCKED;
+        }
+        byte
+    }
+}
+
+/// The passive-target locks this rank holds: a slot per target, grown to
+/// the highest target locked, and their number. A look-up is an index:
+/// every lock and unlock makes two, and a hashed map's hashing and
+/// allocation were a third of a lock-put-unlock on shared memory.
+#[derive(Default)]
+struct Locks {
+    by_target: Vec<Option<Held>>,
+    count: usize,
+}
+
+impl Locks {
+    fn get(&self, target: usize) -> Option<Held> {
+        self.by_target.get(target).copied().flatten()
+    }
+
+    /// Records `held` on `target`, which holds no lock.
+    fn insert(&mut self, target: usize, held: Held) {
+        if self.by_target.len() <= target {
+            self.by_target.resize(target + 1, None);
+        }
+        if self.by_target[target].replace(held).is_none() {
+            self.count += 1;
+        }
+    }
+
+    fn remove(&mut self, target: usize) -> Option<Held> {
+        let held = self.by_target.get_mut(target)?.take();
+        self.count -= usize::from(held.is_some());
+        held
+    }
+
+    fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The locks held, by target.
+    fn iter(&self) -> impl Iterator<Item = (usize, Held)> + '_ {
+        self.by_target
+            .iter()
+            .enumerate()
+            .filter_map(|(target, held)| Some((target, (*held)?)))
     }
 }
 
@@ -382,6 +460,8 @@ impl Access {
 struct EpochsGuard<'w> {
     epochs: MutexGuard<'w, Epochs>,
     summary: &'w [AtomicU8],
+    /// The one target whose epochs changed, if only one could.
+    target: Option<usize>,
 }
 
 impl std::ops::Deref for EpochsGuard<'_> {
@@ -399,7 +479,10 @@ impl std::ops::DerefMut for EpochsGuard<'_> {
 
 impl Drop for EpochsGuard<'_> {
     fn drop(&mut self) {
-        self.epochs.summarize(self.summary);
+        match self.target {
+            Some(target) => self.epochs.summarize_target(self.summary, target),
+            None => self.epochs.summarize(self.summary),
+        }
     }
 }
 
@@ -933,7 +1016,7 @@ impl<'a> Window<'a> {
 
     fn free_unhandled(&mut self) -> Result<()> {
         {
-            let epochs = self.epochs();
+            let epochs = self.epochs_now();
             if !epochs.locks.is_empty()
                 || epochs.lock_all.is_some()
                 || epochs.access.is_some()
@@ -952,11 +1035,28 @@ impl<'a> Window<'a> {
         self.comm.clone().free()
     }
 
+    /// The epochs, to change: the whole summary is rewritten after.
     fn epochs(&self) -> EpochsGuard<'_> {
+        self.epochs_guard(None)
+    }
+
+    /// The epochs, to change those of `target` alone (a lock, an unlock):
+    /// only its byte of the summary is rewritten.
+    fn epochs_of(&self, target: usize) -> EpochsGuard<'_> {
+        self.epochs_guard(Some(target))
+    }
+
+    fn epochs_guard(&self, target: Option<usize>) -> EpochsGuard<'_> {
         EpochsGuard {
             epochs: self.epochs.lock().unwrap_or_else(|p| p.into_inner()),
             summary: &self.access,
+            target,
         }
+    }
+
+    /// The epochs, to read: the summary stays as it is.
+    fn epochs_now(&self) -> impl std::ops::Deref<Target = Epochs> + '_ {
+        self.epochs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether this window's paths check an accumulate's reduction
@@ -1694,7 +1794,7 @@ impl<'a> Window<'a> {
     fn fence_unhandled(&self, assert: u32) -> Result<()> {
         Window::check_assert(assert, MODES & !MODE_NOCHECK)?;
         {
-            let epochs = self.epochs();
+            let epochs = self.epochs_now();
             if !epochs.locks.is_empty()
                 || epochs.lock_all.is_some()
                 || epochs.access.is_some()
@@ -1745,7 +1845,7 @@ impl<'a> Window<'a> {
         let result = (|| {
             Window::check_assert(assert, MODE_NOCHECK)?;
             let ranks = self.ranks_of(group)?;
-            if self.epochs().access.is_some() {
+            if self.epochs_now().access.is_some() {
                 return Err(Error::new(
                     ErrorClass::RmaSync,
                     "start while an access epoch is open",
@@ -1873,8 +1973,8 @@ impl<'a> Window<'a> {
         }
         let rank = self.rank_arg(target)?;
         {
-            let epochs = self.epochs();
-            if epochs.locks.contains_key(&rank) || epochs.lock_all.is_some() {
+            let epochs = self.epochs_now();
+            if epochs.locks.get(rank).is_some() || epochs.lock_all.is_some() {
                 return Err(Error::new(
                     ErrorClass::RmaSync,
                     format!("rank {rank} is already locked by this process"),
@@ -1886,7 +1986,13 @@ impl<'a> Window<'a> {
             let (to, path) = self.target_of(rank);
             path.lock(&to, lock_type)?;
         }
-        self.epochs().locks.insert(rank, (lock_type, take));
+        self.epochs_of(rank).locks.insert(
+            rank,
+            Held {
+                lock_type,
+                taken: take,
+            },
+        );
         Ok(())
     }
 
@@ -1899,12 +2005,13 @@ impl<'a> Window<'a> {
                 return Ok(());
             }
             let rank = self.rank_arg(target)?;
-            let (lock_type, taken) = self.epochs().locks.remove(&rank).ok_or_else(|| {
-                Error::new(
-                    ErrorClass::RmaSync,
-                    format!("rank {rank} is not locked by this process"),
-                )
-            })?;
+            let Held { lock_type, taken } =
+                self.epochs_of(rank).locks.remove(rank).ok_or_else(|| {
+                    Error::new(
+                        ErrorClass::RmaSync,
+                        format!("rank {rank} is not locked by this process"),
+                    )
+                })?;
             let (to, path) = self.target_of(rank);
             path.flush(&to)?;
             if taken {
@@ -1928,7 +2035,7 @@ impl<'a> Window<'a> {
                 ));
             }
             {
-                let epochs = self.epochs();
+                let epochs = self.epochs_now();
                 if epochs.lock_all.is_some() || !epochs.locks.is_empty() {
                     return Err(Error::new(
                         ErrorClass::RmaSync,
@@ -1995,7 +2102,7 @@ impl<'a> Window<'a> {
     #[doc(alias = "MPI_Win_flush_all")]
     pub fn flush_all(&self) -> Result<()> {
         let result = (|| {
-            let epochs = self.epochs();
+            let epochs = self.epochs_now();
             if epochs.lock_all.is_none() && epochs.locks.is_empty() {
                 return Err(Error::new(
                     ErrorClass::RmaSync,
@@ -2060,11 +2167,12 @@ impl Drop for Window<'_> {
             // this rank's own hold of its lock first goes.
             if let Path::Direct(Reach::Remote { control, .. }) = &self.paths[self.rank] {
                 let epochs = std::mem::take(&mut *self.epochs());
-                match (epochs.locks.get(&self.rank), epochs.lock_all) {
-                    (Some(&(LockType::Shared, true)), _) | (_, Some(true)) => {
-                        control.lock().unlock_shared()
-                    }
-                    (Some(&(LockType::Exclusive, true)), _) => control.lock().unlock_exclusive(),
+                match (epochs.locks.get(self.rank), epochs.lock_all) {
+                    (Some(held), _) if held.taken => match held.lock_type {
+                        LockType::Shared => control.lock().unlock_shared(),
+                        LockType::Exclusive => control.lock().unlock_exclusive(),
+                    },
+                    (_, Some(true)) => control.lock().unlock_shared(),
                     _ => {}
                 }
                 direct::close(control);
