@@ -117,12 +117,11 @@ fn without_a_topology_the_job_runs_and_says_where_its_queues_are() {
 
 #[test]
 fn window_parts_and_collective_slots_are_bound_to_their_owners_nodes() {
-    // oxrun removes OXMPI_NUMA_NODES from the environment of a rank it
-    // does not bind (`-x` included): `env` sets it for rank 1.
+    // An unbound rank keeps the OXMPI_NUMA_NODES its part's `-x` gives.
     let mut c = Command::new(bins().oxrun());
     c.args(["--bind-to", "none", "-n", "1"])
         .arg(bins().bin("placement_suite"))
-        .args([":", "-n", "1", "env", "OXMPI_NUMA_NODES=0"])
+        .args([":", "-n", "1", "-x", "OXMPI_NUMA_NODES=0"])
         .arg(bins().bin("placement_suite"))
         .env("OXMPI_TRANSPORTS", "shm")
         .env("OXMPI_VERBOSE", "1")
