@@ -11,7 +11,12 @@
 //!   consumer binds the whole of each inbound segment as soon as it maps
 //!   it, before it accepts the queue and so before the producer writes a
 //!   packet. The first page, into which the producer wrote the segment's
-//!   layout before handing it over, stays where it was allocated.
+//!   layout before handing it over, stays where it was allocated. So do,
+//!   today, all the others: the producer maps the segment with
+//!   `MAP_POPULATE` (module `segment`), which allocates every page of a
+//!   memory file at once, on the producer's node, before the consumer
+//!   binds; the policy is the consumer's, the pages are where the
+//!   producer ran.
 //! - **Windows** (`MPI_Win_allocate`, `MPI_Win_allocate_shared`). A
 //!   rank's part of a window is what its own program computes on, while
 //!   origins come and go: the owner binds its part's pages. A part in a
