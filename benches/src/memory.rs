@@ -11,8 +11,8 @@
 //! proportional set size (Pss: each page divided by the number of
 //! processes that map it, so the ranks' Pss add up to the node's shared
 //! memory), for the point-to-point queues (`/memfd:oxmpi-shm-...`) and
-//! for the shared regions (`/memfd:oxmpi-region`: collectives' regions
-//! and one-sided windows) apart. Then every rank takes part in a
+//! for the shared regions (oxmpi's other memory files:
+//! `oxmpi-collectives`, `oxmpi-window`, `oxmpi-window-block`) apart. Then every rank takes part in a
 //! barrier, an all-reduce of [`REDUCED`] bytes and a broadcast of
 //! [`BROADCAST`] bytes, allocates a window of [`WINDOW`] bytes, and reads
 //! its mappings again with the window held. Rank 0 prints a table per
@@ -65,7 +65,7 @@ pub struct Mapped {
 pub struct Footprint {
     /// The point-to-point queues' segments (`oxmpi-shm-...`).
     pub queues: Mapped,
-    /// Shared regions: collectives' and windows' (`oxmpi-region`).
+    /// Shared regions: collectives' and windows'.
     pub regions: Mapped,
 }
 
@@ -112,7 +112,7 @@ impl Kind {
     fn of(path: &str) -> Option<Kind> {
         if path.starts_with("/memfd:oxmpi-shm-") {
             Some(Kind::Queues)
-        } else if path.starts_with("/memfd:oxmpi-region") {
+        } else if path.starts_with("/memfd:oxmpi-") {
             Some(Kind::Regions)
         } else {
             None
@@ -391,7 +391,7 @@ Pss:                  50 kB
 Size:                  4 kB
 Rss:                   4 kB
 Pss:                   4 kB
-7f0000600000-7f0000611000 rw-s 00000000 00:01 45 /memfd:oxmpi-region (deleted)
+7f0000600000-7f0000611000 rw-s 00000000 00:01 45 /memfd:oxmpi-window (deleted)
 Size:                 68 kB
 Rss:                  64 kB
 Pss:                  16 kB

@@ -18,7 +18,8 @@ its part's index (0, 1, ...).
 part options (in each part, for that part only):
   -n, -np N          number of ranks of the part (required)
   -x NAME[=VALUE]    set NAME in the part's ranks' environment (without a
-                     value: pass oxrun's own value); may be repeated
+                     value: pass oxrun's own value), over any value oxrun
+                     sets itself; may be repeated
 
 job options (before the first part's program):
   --tag-output       prefix each output line with [rank]

@@ -373,7 +373,6 @@ fn run(options: Options) -> i32 {
             .env("MPI_LOCALNRANKS", n.to_string())
             .env("MPI_LOCALRANKID", rank.to_string())
             .env("OXMPI_JOB_SECRET", &secret_hex)
-            .envs(part.env.iter().map(|(k, v)| (k, v)))
             .stdin(if rank == 0 {
                 Stdio::inherit()
             } else {
@@ -389,6 +388,9 @@ fn run(options: Options) -> i32 {
                 .env_remove(placement::CPUSET_ENV)
                 .env_remove(placement::NUMA_ENV),
         };
+        // Last: what the part's `-x` names wins over what oxrun sets (an
+        // unbound rank given OXMPI_NUMA_NODES keeps it).
+        cmd.envs(part.env.iter().map(|(k, v)| (k, v)));
         // SAFETY: between fork and exec only async-signal-safe calls are
         // made: sigprocmask, prctl, sched_setaffinity (Binding::apply,
         // which does not allocate), and fcntl on the inherited descriptor.

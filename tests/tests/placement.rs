@@ -1,10 +1,14 @@
-//! Where the queues a rank reads are placed: on the rank's NUMA node(s).
-//! A job bound by oxrun (`--bind-to numa`, so every rank gets
+//! Where the shared memory a rank reads is placed: on the rank's NUMA
+//! node(s). A job bound by oxrun (`--bind-to numa`, so every rank gets
 //! `OXMPI_NUMA_NODES` on any machine with a topology) must have each of
 //! its inbound segments bound (`MPOL_BIND`) to exactly those nodes, as the
-//! kernel shows in `/proc/PID/numa_maps`; and a job without topology
-//! information (hwloc disabled, nothing bound) runs and says where its
-//! queues went.
+//! kernel shows in `/proc/PID/numa_maps`; a job whose rank 1 is given
+//! node 0 and whose rank 0 is given nothing (on a machine with one node,
+//! or unbound: first touch) must have rank 1's window parts and
+//! collectives' slots and staging areas bound to node 0 and rank 0's
+//! left alone, page by page (`placement_suite`), and say so; and a job
+//! without topology information (hwloc disabled, nothing bound) runs and
+//! says where its memory went.
 
 use oxmpi_jobs::{descendants, rank_of, run, Binaries, Job};
 use std::process::Command;
@@ -13,6 +17,9 @@ use std::time::{Duration, Instant};
 fn bins() -> Binaries {
     Binaries::new(env!("CARGO_BIN_EXE_p2p_suite"))
 }
+
+/// What a process says of its placement under `OXMPI_VERBOSE=1`.
+const SAID: &str = ": shm: the shared memory this process reads (";
 
 /// `oxrun OPTIONS -n 2 ring LAPS` over shared memory, placement logged.
 fn ring(options: &[&str], laps: &str) -> Command {
@@ -99,15 +106,40 @@ fn without_a_topology_the_job_runs_and_says_where_its_queues_are() {
     c.env("HWLOC_COMPONENTS", "stop");
     let out = run(c, Duration::from_secs(60));
     out.assert_success();
-    let said: Vec<&str> = out
-        .stderr
-        .lines()
-        .filter(|l| l.contains(": queues this rank reads are "))
-        .collect();
+    let said: Vec<&str> = out.stderr.lines().filter(|l| l.contains(SAID)).collect();
     assert_eq!(said.len(), 2, "{}", out.stderr);
     assert!(
         !out.stderr.contains("OXMPI_NUMA_NODES)"),
         "an unbound rank used OXMPI_NUMA_NODES:\n{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn window_parts_and_collective_slots_are_bound_to_their_owners_nodes() {
+    // An unbound rank keeps the OXMPI_NUMA_NODES its part's `-x` gives.
+    let mut c = Command::new(bins().oxrun());
+    c.args(["--bind-to", "none", "-n", "1"])
+        .arg(bins().bin("placement_suite"))
+        .args([":", "-n", "1", "-x", "OXMPI_NUMA_NODES=0"])
+        .arg(bins().bin("placement_suite"))
+        .env("OXMPI_TRANSPORTS", "shm")
+        .env("OXMPI_VERBOSE", "1")
+        .env_remove("OXMPI_NUMA_NODES");
+    let out = run(c, Duration::from_secs(60));
+    out.assert_success();
+    let said: Vec<&str> = out.stderr.lines().filter(|l| l.contains(SAID)).collect();
+    assert_eq!(said.len(), 2, "{}", out.stderr);
+    assert!(
+        said.iter()
+            .any(|l| l.ends_with(" is bound to NUMA node 0 (OXMPI_NUMA_NODES)")),
+        "rank 1 did not say it binds to node 0:\n{}",
+        out.stderr
+    );
+    assert!(
+        said.iter()
+            .any(|l| l.contains(" is placed by first touch: ")),
+        "rank 0 did not say its memory is placed by first touch:\n{}",
         out.stderr
     );
 }

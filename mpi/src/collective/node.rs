@@ -19,6 +19,13 @@
 //! carry the number of the collective that made it (with a kind of their
 //! own), so they stay apart from every other collective's.
 //!
+//! Each process binds its own slots and staging areas (below) to its
+//! NUMA node(s) before the all-reduce that ends the set-up
+//! ([`SharedRegion::bind_to_own_nodes`]): it writes them at every
+//! operation that uses them, while who reads them changes with the root
+//! and the operation. The cells and progress lines, which every process
+//! polls, are left to first touch.
+//!
 //! Each process has two cells of one cache line each, which it uses in
 //! turn, and a data slot beside each cell. A cell holds a *stamp* (the
 //! number of the collective, and the length of the process's data) and up
@@ -404,13 +411,15 @@ impl NodeRegion {
         let (slot, area) = (slot_bytes(n), area_bytes(n));
         let crowded = with_device(|d| Ok(d.crowded()))?;
         let made = match (rank, &host, &wanted) {
-            (0, Some(_), Ok(())) => match SharedRegion::create(region_len(n, slot, area)) {
-                Ok(made) => Some(made),
-                Err(e) => {
-                    vlog!("collectives over shared memory: cannot make a region: {e}");
-                    None
+            (0, Some(_), Ok(())) => {
+                match SharedRegion::create(region_len(n, slot, area), c"oxmpi-collectives") {
+                    Ok(made) => Some(made),
+                    Err(e) => {
+                        vlog!("collectives over shared memory: cannot make a region: {e}");
+                        None
+                    }
                 }
-            },
+            }
             _ => None,
         };
         // Each process: its host key (zeros if unknown), rank 0 the
@@ -459,6 +468,14 @@ impl NodeRegion {
                     .ok()
             }
         };
+        // Placed before any process uses it: the `agree` below follows.
+        let region = region.filter(|region| {
+            place_own_part(region, n, slot, area, rank)
+                .inspect_err(|e| {
+                    vlog!("collectives over shared memory: cannot place this process's part: {e}")
+                })
+                .is_ok()
+        });
         let peers: Vec<Peer> = all
             .chunks_exact(WORDS)
             .map(|p| Peer {
@@ -1844,7 +1861,7 @@ impl NodeRegion {
 
     /// Where the slot of `rank`'s `cell` starts.
     fn slot_offset(&self, rank: usize, cell: usize) -> usize {
-        self.size * CELLS * LINE + (rank * CELLS + cell) * self.slot
+        slots_offset(self.size, self.slot, rank) + cell * self.slot
     }
 
     /// `rank`'s progress word, on a line of its own after the slots.
@@ -1860,7 +1877,7 @@ impl NodeRegion {
 
     /// Where `rank`'s staging `area` starts, after the progress lines.
     fn staging_offset(&self, rank: usize, area: usize) -> usize {
-        self.size * (CELLS * (LINE + self.slot) + LINE) + (rank * AREAS + area) * self.area
+        staging_areas_offset(self.size, self.slot, self.area, rank) + area * self.area
     }
 }
 
@@ -2041,6 +2058,44 @@ fn slot_bytes(n: usize) -> usize {
 /// Bytes of each staging area for `n` processes.
 fn area_bytes(n: usize) -> usize {
     (STAGING_BUDGET / (AREAS * n)).clamp(AREA_MIN, AREA_MAX) / LINE * LINE
+}
+
+/// Where the slots of `rank`'s cells start (in a region of `n` processes
+/// with slots of `slot` bytes): after every process's cells.
+fn slots_offset(n: usize, slot: usize, rank: usize) -> usize {
+    n * CELLS * LINE + rank * CELLS * slot
+}
+
+/// Where `rank`'s staging areas start (in a region of `n` processes with
+/// slots of `slot` bytes and areas of `area`): after every process's
+/// progress line.
+fn staging_areas_offset(n: usize, slot: usize, area: usize, rank: usize) -> usize {
+    n * (CELLS * (LINE + slot) + LINE) + rank * AREAS * area
+}
+
+/// Binds `rank`'s slots and staging areas in `region` (of `n` processes,
+/// slots of `slot` bytes, areas of `area`) to this process's NUMA nodes
+/// (`oxmpi_shm`'s placement): the process writes them at every operation
+/// that uses them, while which processes read them changes from call to
+/// call. The cells and progress lines, which every process polls, are
+/// left to first touch.
+fn place_own_part(
+    region: &SharedRegion,
+    n: usize,
+    slot: usize,
+    area: usize,
+    rank: usize,
+) -> Result<()> {
+    let slots = slots_offset(n, slot, rank);
+    region.bind_to_own_nodes(
+        slots..slots + CELLS * slot,
+        format_args!("the slots of rank {rank} of a collectives' region"),
+    )?;
+    let areas = staging_areas_offset(n, slot, area, rank);
+    region.bind_to_own_nodes(
+        areas..areas + AREAS * area,
+        format_args!("the staging areas of rank {rank} of a collectives' region"),
+    )
 }
 
 /// Bytes of the region for `n` processes: cells, a slot for each, a

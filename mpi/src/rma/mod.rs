@@ -265,6 +265,15 @@ impl Allocation {
                         .map_err(|e| format!("mapping the window's shared block failed: {e}"))
                 }),
         };
+        // Each rank places its own part, before its part in the
+        // collectives that end the window's creation: no rank stores into
+        // the block before every part is placed.
+        let parts = parts.and_then(|(parts, name)| {
+            parts[rank]
+                .bind_to_own_nodes()
+                .map(|()| (parts, name))
+                .map_err(|e| format!("placing this rank's part of the window failed: {e}"))
+        });
         Ok(match parts {
             Ok((parts, name)) => (
                 Allocation::Block {

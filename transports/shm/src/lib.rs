@@ -50,12 +50,20 @@
 //! never loss.
 //!
 //! # Placement
-//! The queues a rank reads are bound to its NUMA node(s) (module `numa`):
-//! the consumer sets the policy of each inbound segment (`mbind`) when it
-//! maps it, before the producer writes a packet, to `OXMPI_NUMA_NODES`
-//! (oxrun sets it for the ranks it binds), or to the nodes of the rank's
-//! CPU affinity when that is a strict subset of the machine's; else the
-//! kernel's first touch places them. `OXMPI_VERBOSE=1` says which.
+//! The shared memory a rank reads is bound to its NUMA node(s) (module
+//! `numa`, one mechanism for all of it: the owner of a range of a memory
+//! file sets the policy of its pages, `mbind`, before anyone touches
+//! them): its inbound queues (the consumer binds each segment when it
+//! maps it, before the producer writes a packet), its part of every
+//! window made by `MPI_Win_allocate` or `MPI_Win_allocate_shared`
+//! ([`window::WindowSegment::bind_to_own_nodes`]), and its slots and
+//! staging areas in the region of the MPI layer's collectives
+//! ([`region::SharedRegion::bind_to_own_nodes`]). The nodes are
+//! `OXMPI_NUMA_NODES` (oxrun sets it for the ranks it binds), or those of
+//! the rank's CPU affinity when that is a strict subset of the machine's;
+//! else the kernel's first touch places the memory. `OXMPI_VERBOSE=1`
+//! says which, once per process. [`page_policy`] reads back what the
+//! kernel recorded for a page.
 //! Starting the transport fails where no segment can be made
 //! (`memfd_create` refused), so that such a rank offers no shared memory.
 //!
@@ -99,7 +107,8 @@
 //!   node, less beyond, 64 KiB at least. So the memory of a node's queues
 //!   grows with its ranks, not with their square; `MPI_LOCALNRANKS` (set
 //!   by the launcher) says how many there are, else the job's size.
-//! - `OXMPI_NUMA_NODES`: the NUMA nodes the queues this rank reads are
+//! - `OXMPI_NUMA_NODES`: the NUMA nodes the shared memory this rank reads
+//!   (queues, window parts, collectives' slots and staging areas) is
 //!   bound to, a list like `0-1,4` (set by oxrun for a rank it binds).
 
 mod cma;
@@ -117,14 +126,13 @@ mod sys;
 pub mod window;
 
 pub use cma::CMA_ENV;
-pub use numa::NUMA_NODES_ENV;
+pub use numa::{page_policy, PagePolicy, NUMA_NODES_ENV};
 pub use proto::SHM_VERSION;
 
 use cma::{Cma, Refusal};
 use conn::{take_message, write_message, Conn, InStep, OutStep, Role};
 use host::Card;
 use inbound::{InLink, ReadState};
-use numa::Placement;
 use oxmpi_adi::auth::{Acceptor, Channel, Connector, Verdict, MESSAGE_LEN};
 use oxmpi_adi::host::HostId;
 use oxmpi_adi::matching::Envelope;
@@ -348,8 +356,6 @@ pub struct ShmTransport {
     /// The listener's name (bytes of the abstract address).
     name: Vec<u8>,
     listener: UnixListener,
-    /// Where the segments of the queues this rank reads are placed.
-    placement: Placement,
     epoll: sys::Epoll,
     wake: sys::EventFd,
     conns: Vec<Option<Conn>>,
@@ -441,11 +447,8 @@ impl ShmTransport {
         })?;
         let host =
             HostId::current().map_err(|e| Error::os("learning the host identity from /proc", e))?;
-        let placement = Placement::from_env()?;
-        vlog!(
-            "shm: rank {}: queues this rank reads are {placement}",
-            job.rank
-        );
+        // Found and said now: a bad OXMPI_NUMA_NODES fails initialize.
+        numa::process_placement()?;
         let asymmetric_barriers = match sys::register_for_barriers() {
             Ok(()) => true,
             Err(e) => {
@@ -470,7 +473,6 @@ impl ShmTransport {
             config,
             card: Card::format(&host, &name),
             host,
-            placement,
             name: name.into_bytes(),
             listener,
             epoll,
@@ -1202,17 +1204,9 @@ impl ShmTransport {
         let segment =
             Segment::open(file, peer as u32, self.job.rank as u32).map_err(|e| e.to_string())?;
         // Before the VERDICT: the producer writes no packet until it has it.
-        if let Placement::Bind { nodes, .. } = &self.placement {
-            if let Err(e) = segment.bind_to_nodes(nodes) {
-                self.placement
-                    .refused(&format!("the queue from rank {peer}"), &e);
-                vlog!(
-                    "shm: rank {}: queues this rank reads are now {}",
-                    self.job.rank,
-                    self.placement
-                );
-            }
-        }
+        segment
+            .bind_to_own_nodes(format_args!("the queue from rank {peer}"))
+            .map_err(|e| e.to_string())?;
         // Before the VERDICT too: it tells the producer which barriers the
         // queue uses.
         let consumer = Consumer::new(segment, self.asymmetric_barriers);

@@ -1,37 +1,76 @@
-//! Where the memory of the queues a rank reads lives: on that rank's NUMA
-//! node(s).
+//! Where the shared memory a rank reads lives: on that rank's NUMA
+//! node(s). One mechanism serves every kind of it: the rank that owns a
+//! range of a memory file binds the pages of that range to its own nodes
+//! ([`bind_pages`], `mbind` with `MPOL_BIND`) before anyone touches them.
+//! For a memory file the policy belongs to the file, not to the mapping:
+//! pages another process touches first are allocated on the owner's nodes
+//! all the same. Which rank owns what:
 //!
-//! A queue's segment is made by its producer, but it is the consumer that
-//! polls it and copies every payload out of it, so its pages belong near
-//! the consumer. The consumer binds its mapping of each inbound segment
-//! (`mbind`, `MPOL_BIND`) as soon as it maps it, before it accepts the
-//! queue and so before the producer writes a packet. For a memory file the
-//! policy belongs to the file, not to the mapping: pages the producer
-//! touches first are allocated on the consumer's nodes all the same. The
-//! first page, into which the producer wrote the segment's layout before
-//! handing it over, stays where it was allocated.
+//! - **Queues.** A queue's segment is made by its producer, but it is the
+//!   consumer that polls it and copies every payload out of it, so the
+//!   consumer binds the whole of each inbound segment as soon as it maps
+//!   it, before it accepts the queue and so before the producer writes a
+//!   packet. The first page, into which the producer wrote the segment's
+//!   layout before handing it over, stays where it was allocated. So do,
+//!   today, all the others: the producer maps the segment with
+//!   `MAP_POPULATE` (module `segment`), which allocates every page of a
+//!   memory file at once, on the producer's node, before the consumer
+//!   binds; the policy is the consumer's, the pages are where the
+//!   producer ran.
+//! - **Windows** (`MPI_Win_allocate`, `MPI_Win_allocate_shared`). A
+//!   rank's part of a window is what its own program computes on, while
+//!   origins come and go: the owner binds its part's pages. A part in a
+//!   segment of its own is bound by its maker, the owner, before it hands
+//!   the segment's name out. In a contiguous shared block (made whole by
+//!   one rank, the parts rank after rank with no gap) each rank binds its
+//!   own part after mapping the block, before the call's last collective
+//!   step, so before any rank returns and stores into it. Parts need not
+//!   start on page boundaries, and a policy is a page's: a page is its
+//!   first byte's, bound by the rank whose part holds that byte. So every
+//!   page is bound once, and a rank's part has at most its first partial
+//!   page on the previous owner's nodes (a part shorter than a page that
+//!   starts inside one has none of its own). The control areas (the
+//!   locks and region mutexes every origin takes) are left to first
+//!   touch: their maker's.
+//! - **Collectives' region** (`oxmpi`'s collectives over shared memory).
+//!   Each process's data slots and staging areas are written by that
+//!   process alone, at every operation that uses them, and read by the
+//!   others: by all of them, by the root of the moment, or a part each
+//!   (the long all-reduce), which changes from call to call. The one
+//!   process that touches all of them every time is their writer, so each
+//!   process binds its own slots and staging areas (pages as above). The
+//!   cells (a cache line each, every process's on one page) and the
+//!   progress lines are polled by every process: no node is theirs, and
+//!   they are left to first touch.
 //!
 //! The nodes: `OXMPI_NUMA_NODES` (set by oxrun for a rank it bound, from
-//! hwloc; empty is the same as unset); else the nodes whose CPUs the rank may run on, from the kernel
-//! (`/sys/devices/system/node`, no hwloc needed), when they are fewer than
-//! the machine's nodes with memory. Otherwise, on a machine with one node,
-//! for an unbound rank, or without NUMA information, placement is left to
-//! first touch. The choice is said once under `OXMPI_VERBOSE=1`, and a
-//! kernel that refuses the binding (no NUMA support) makes it first touch,
-//! said once too, never an error.
+//! hwloc; empty is the same as unset); else the nodes whose CPUs the rank
+//! may run on, from the kernel (`/sys/devices/system/node`, no hwloc
+//! needed), when they are fewer than the machine's nodes with memory.
+//! Otherwise, on a machine with one node, for an unbound rank, or without
+//! NUMA information, placement is left to first touch. The choice is made
+//! once per process and said once under `OXMPI_VERBOSE=1`, and a kernel
+//! that refuses a binding (no NUMA support) makes it first touch from
+//! then on, said once too, never an error.
 
-use oxmpi_adi::{Error, ErrorClass, Result};
+use crate::sys;
+use memmap2::MmapMut;
+use oxmpi_adi::{vlog, Error, ErrorClass, Result};
 use std::collections::BTreeSet;
 use std::fmt;
+use std::io;
+use std::ops::Range;
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 /// Environment variable: the NUMA nodes local to the rank's CPUs (set by
-/// oxrun for a rank it bound), a list like `0-1,4`.
+/// oxrun for a rank it bound), a list like `0-1,4`: where the shared
+/// memory the rank reads is bound.
 pub const NUMA_NODES_ENV: &str = "OXMPI_NUMA_NODES";
 
 /// Where the kernel lists the NUMA nodes.
 const NODE_DIR: &str = "/sys/devices/system/node";
 
-/// Where this rank's inbound queues are placed.
+/// Where the memory this rank reads is placed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Placement {
     /// Bound to these nodes (ascending); `from` says how they were found.
@@ -67,14 +106,26 @@ impl Placement {
         }
     }
 
-    /// The kernel refused to bind `what` (no NUMA support, a node without
-    /// memory): placement is first touch from now on, and says why.
-    pub(crate) fn refused(&mut self, what: &str, error: &std::io::Error) {
-        if let Placement::Bind { nodes, .. } = self {
+    /// Binds the pages of `map` whose first byte lies in `bytes` to the
+    /// nodes, where this placement binds. Where the kernel refuses (no
+    /// NUMA support, a node without memory), placement is first touch from
+    /// then on, said under `OXMPI_VERBOSE=1` with the reason (`what` names
+    /// the pages).
+    pub(crate) fn bind_pages(
+        &mut self,
+        map: &MmapMut,
+        bytes: Range<usize>,
+        what: impl fmt::Display,
+    ) {
+        let Placement::Bind { nodes, .. } = self else {
+            return;
+        };
+        if let Err(error) = sys::bind_memory(map, pages_of(bytes, sys::page_size()), nodes) {
             *self = Placement::FirstTouch(format!(
                 "the kernel refused to bind {what} to NUMA node(s) {}: {error}",
                 format_list(nodes)
             ));
+            vlog!("shm: the shared memory this process reads is now {self}");
         }
     }
 
@@ -128,6 +179,81 @@ impl Placement {
             from: "the nodes of the rank's CPU affinity",
         }
     }
+}
+
+/// This process's placement: found at the first use
+/// ([`process_placement`]), first touch from the kernel's first refusal
+/// on.
+static PROCESS: OnceLock<Result<Mutex<Placement>>> = OnceLock::new();
+
+/// This process's placement (see the module docs), found and said under
+/// `OXMPI_VERBOSE=1` at the first call; an `MPI_ERR_ARG` error where
+/// `OXMPI_NUMA_NODES` is not a list of nodes.
+pub(crate) fn process_placement() -> Result<&'static Mutex<Placement>> {
+    PROCESS
+        .get_or_init(|| {
+            let placement = Placement::from_env()?;
+            vlog!(
+                "shm: the shared memory this process reads (its inbound queues, its parts of \
+                 windows, its slots and staging areas of collectives) is {placement}"
+            );
+            Ok(Mutex::new(placement))
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// Binds the pages of `map` whose first byte lies in `bytes` (see the
+/// module docs) to this process's nodes, where its placement binds
+/// ([`Placement::bind_pages`]). An error only where `OXMPI_NUMA_NODES` is
+/// not a list of nodes.
+pub(crate) fn bind_pages(
+    map: &MmapMut,
+    bytes: Range<usize>,
+    what: impl fmt::Display,
+) -> Result<()> {
+    process_placement()?
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .bind_pages(map, bytes, what);
+    Ok(())
+}
+
+/// The whole pages (as a byte range; pages of `page` bytes) whose first
+/// byte lies in `bytes`: where a memory is cut into consecutive ranges,
+/// each page belongs to exactly one of them.
+fn pages_of(bytes: Range<usize>, page: usize) -> Range<usize> {
+    if bytes.is_empty() {
+        return 0..0;
+    }
+    bytes.start.next_multiple_of(page)..bytes.end.next_multiple_of(page)
+}
+
+/// The memory policy the kernel records for a page
+/// ([`page_policy`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PagePolicy {
+    /// None of its own: the process's, first touch by default
+    /// (`MPOL_DEFAULT`).
+    Default,
+    /// Allocated on these nodes only (`MPOL_BIND`).
+    Bind(Vec<u32>),
+    /// Another policy: its mode (`MPOL_*` and mode flags) and nodes.
+    Other {
+        /// The mode as the kernel reports it.
+        mode: i32,
+        /// The nodes of its mask.
+        nodes: Vec<u32>,
+    },
+}
+
+/// The memory policy the kernel records for the page of this process at
+/// `addr` (`get_mempolicy` with `MPOL_F_ADDR`; for a memory file, the
+/// file's policy for that page, whoever set it): to see where shared
+/// memory goes, in diagnostics and tests. `EFAULT` where no mapping holds
+/// `addr`; nothing at `addr` is read or written.
+pub fn page_policy(addr: *const u8) -> io::Result<PagePolicy> {
+    sys::memory_policy_at(addr)
 }
 
 /// A NUMA node as the kernel describes it.
@@ -229,6 +355,26 @@ mod tests {
         for bad in ["x", "3-1", "1-", "-1", "0-99999999"] {
             assert_eq!(parse_list(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn consecutive_ranges_share_out_every_page_once() {
+        assert_eq!(pages_of(0..10, 4096), 0..4096);
+        assert_eq!(pages_of(10..4096, 4096), 4096..4096);
+        assert_eq!(pages_of(10..4097, 4096), 4096..8192);
+        assert_eq!(pages_of(4096..12288, 4096), 4096..12288);
+        assert_eq!(pages_of(5..5, 4096), 0..0);
+        // Ranges one after the other: their pages follow each other too.
+        let cuts = [0, 100, 5000, 5001, 9000, 20000, 20480];
+        let mut next = 0;
+        for pair in cuts.windows(2) {
+            let pages = pages_of(pair[0]..pair[1], 4096);
+            if !pages.is_empty() {
+                assert_eq!(pages.start, next, "{pair:?}");
+                next = pages.end;
+            }
+        }
+        assert_eq!(next, 20480);
     }
 
     #[test]

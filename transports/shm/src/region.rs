@@ -24,6 +24,7 @@
 
 use crate::sys;
 use memmap2::MmapMut;
+use std::ffi::CStr;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
@@ -62,7 +63,7 @@ impl RegionName {
 #[derive(Debug)]
 pub struct SharedRegion {
     /// The mapping; `base` points into it.
-    _map: MmapMut,
+    map: MmapMut,
     base: *mut u8,
     len: usize,
     /// The memory file, kept open so that other processes can attach.
@@ -79,8 +80,9 @@ unsafe impl Sync for SharedRegion {}
 
 impl SharedRegion {
     /// A new zeroed region of `len` bytes (at least one), and its name.
-    pub fn create(len: usize) -> io::Result<(SharedRegion, RegionName)> {
-        let file = sys::memfd(c"oxmpi-region")?;
+    /// It shows in `/proc/PID/maps` as `/memfd:LABEL`.
+    pub fn create(len: usize, label: &CStr) -> io::Result<(SharedRegion, RegionName)> {
+        let file = sys::memfd(label)?;
         file.set_len(len.max(1) as u64)?;
         sys::seal_size(&file)?;
         let name = RegionName {
@@ -113,7 +115,7 @@ impl SharedRegion {
         Ok(SharedRegion {
             base: map.as_mut_ptr(),
             len: map.len(),
-            _map: map,
+            map,
             file,
         })
     }
@@ -131,6 +133,32 @@ impl SharedRegion {
     /// This process's descriptor of the memory file.
     pub fn fd(&self) -> i32 {
         self.file.as_raw_fd()
+    }
+
+    /// Binds the region's pages whose first byte lies in `bytes` to this
+    /// process's NUMA nodes, where its placement binds (module `numa` of
+    /// this crate: every page of a region cut into ranges is bound by the
+    /// one owner of the range that holds its first byte; a kernel that
+    /// refuses makes it first touch, said under `OXMPI_VERBOSE=1`, with
+    /// `what` naming the range). To call before any process touches
+    /// those pages. An `MPI_ERR_ARG` error where `OXMPI_NUMA_NODES` is
+    /// not a list of nodes, `MPI_ERR_INTERN` where `bytes` are not in the
+    /// region.
+    pub fn bind_to_own_nodes(
+        &self,
+        bytes: std::ops::Range<usize>,
+        what: impl std::fmt::Display,
+    ) -> oxmpi_adi::Result<()> {
+        if bytes.start > bytes.end || bytes.end > self.len {
+            return Err(oxmpi_adi::Error::new(
+                oxmpi_adi::ErrorClass::Intern,
+                format!(
+                    "bytes {bytes:?} of {what} to place are not in its region of {} bytes",
+                    self.len
+                ),
+            ));
+        }
+        crate::numa::bind_pages(&self.map, bytes, what)
     }
 
     /// The 8-byte word at `offset`, if it is aligned and in the region.
@@ -282,7 +310,7 @@ mod tests {
 
     #[test]
     fn a_ring_wakes_a_sleeper_and_an_unrung_sleep_times_out() {
-        let (region, _) = SharedRegion::create(4096).unwrap();
+        let (region, _) = SharedRegion::create(4096, c"oxmpi-test").unwrap();
         let bell = region.doorbell(64).unwrap();
         let start = std::time::Instant::now();
         bell.sleeper().sleep(Duration::from_millis(20));
@@ -311,7 +339,7 @@ mod tests {
 
     #[test]
     fn a_region_attached_twice_is_one_memory() {
-        let (made, name) = SharedRegion::create(4096).unwrap();
+        let (made, name) = SharedRegion::create(4096, c"oxmpi-test").unwrap();
         assert_eq!(name, RegionName::from_words(name.to_words()).unwrap());
         // This process attaches its own region as another would.
         let attached = SharedRegion::attach(&name).unwrap();
@@ -328,8 +356,52 @@ mod tests {
     }
 
     #[test]
+    fn a_range_binds_the_pages_whose_first_byte_it_holds() {
+        use crate::numa::{page_policy, PagePolicy, Placement};
+        let page = sys::page_size();
+        let (made, name) = SharedRegion::create(5 * page + 100, c"oxmpi-test").unwrap();
+        // Node 0 exists on every machine with NUMA support.
+        let mut placement = Placement::Bind {
+            nodes: vec![0],
+            from: "the test",
+        };
+        placement.bind_pages(&made.map, page + 10..3 * page + 5, "a part");
+        placement.bind_pages(&made.map, 5 * page..5 * page + 100, "the last part");
+        assert!(matches!(placement, Placement::Bind { .. }), "{placement}");
+        // The policy is the file's: another mapping of it sees it too.
+        let attached = SharedRegion::attach(&name).unwrap();
+        for region in [&made, &attached] {
+            let policies: Vec<PagePolicy> = (0..6)
+                .map(|p| page_policy(region.ptr(p * page, 1).unwrap()).unwrap())
+                .collect();
+            let bound = PagePolicy::Bind(vec![0]);
+            assert_eq!(
+                policies,
+                [
+                    PagePolicy::Default,
+                    // Its first byte is before the part's.
+                    PagePolicy::Default,
+                    bound.clone(),
+                    // Its first byte is the part's last but four.
+                    bound.clone(),
+                    PagePolicy::Default,
+                    // The region's last page, partly past its end.
+                    bound,
+                ]
+            );
+        }
+        assert_eq!(
+            made.bind_to_own_nodes(0..5 * page + 101, "too much")
+                .unwrap_err()
+                .class(),
+            oxmpi_adi::ErrorClass::Intern
+        );
+        assert!(page_policy(std::ptr::null()).is_err());
+    }
+
+    #[test]
     fn a_wrong_name_is_an_error() {
-        let (_made, name) = SharedRegion::create(64).unwrap();
+        let (_made, name) = SharedRegion::create(64, c"oxmpi-test").unwrap();
         let wrong_size = RegionName { len: 128, ..name };
         assert!(SharedRegion::attach(&wrong_size).is_err());
         assert!(RegionName::from_words([u64::MAX, 0, 0]).is_none());

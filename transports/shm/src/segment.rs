@@ -185,10 +185,12 @@ impl Segment {
         Ok(Segment { map, file, cells })
     }
 
-    /// Places the segment's pages on the NUMA `nodes` (see `crate::numa`):
-    /// those not allocated yet, whoever touches them first.
-    pub(crate) fn bind_to_nodes(&self, nodes: &[u32]) -> io::Result<()> {
-        sys::bind_memory(&self.map, nodes)
+    /// Places the segment's pages on this process's NUMA nodes, where it
+    /// binds (see `crate::numa`): those not allocated yet, whoever
+    /// touches them first. `what` names the segment where the kernel
+    /// refuses.
+    pub(crate) fn bind_to_own_nodes(&self, what: impl fmt::Display) -> oxmpi_adi::Result<()> {
+        crate::numa::bind_pages(&self.map, 0..self.map.len(), what)
     }
 
     /// The segment's descriptor, to hand to the consumer.
@@ -322,6 +324,7 @@ impl Segment {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::numa::Placement;
     use std::os::fd::OwnedFd;
     use std::os::unix::net::UnixStream;
 
@@ -379,7 +382,12 @@ mod tests {
         let mut producer = Segment::create(7, 8, 64).unwrap();
         let consumer = Segment::open(pass(&producer), 7, 8).unwrap();
         // Node 0 exists on every machine with NUMA support.
-        consumer.bind_to_nodes(&[0]).unwrap();
+        let mut placement = Placement::Bind {
+            nodes: vec![0],
+            from: "the test",
+        };
+        placement.bind_pages(&consumer.map, 0..consumer.map.len(), "the queue");
+        assert!(matches!(placement, Placement::Bind { .. }), "{placement}");
         // The producer touches the cells first; the policy is the file's.
         producer.write_cells(0, &[1; 64 * CELL]);
         let lines = numa_maps(7, 8);
@@ -388,8 +396,18 @@ mod tests {
             assert!(line.contains(" bind:0 "), "{line}");
             assert!(line.contains(" N0="), "{line}");
         }
-        // A node that does not exist is refused, not ignored.
-        assert!(consumer.bind_to_nodes(&[4000]).is_err());
+        // A node that does not exist is refused, and placement is first
+        // touch from then on, saying why.
+        let mut placement = Placement::Bind {
+            nodes: vec![4000],
+            from: "the test",
+        };
+        placement.bind_pages(&consumer.map, 0..consumer.map.len(), "the queue");
+        let said = placement.to_string();
+        assert!(
+            said.contains("first touch: the kernel refused to bind the queue to NUMA node(s) 4000"),
+            "{said}"
+        );
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //! wrappers: anonymous memory files (`memfd_create`) and their seals, the
 //! mapping of a segment, abstract-namespace Unix sockets and the passing of
 //! a descriptor over one (`SCM_RIGHTS`) and the process at their other end
-//! (`SO_PEERCRED`), epoll, an eventfd, the NUMA memory policy of a mapping
-//! (`mbind`), a copy of another process's descriptor (`pidfd_getfd`),
+//! (`SO_PEERCRED`), epoll, an eventfd, the NUMA memory policy of pages of
+//! a mapping (`mbind`, and `get_mempolicy` to read it back), the page
+//! size, a copy of another process's descriptor (`pidfd_getfd`),
 //! cross-memory attach (`process_vm_readv`/`process_vm_writev`), memory
 //! barriers on other processes' threads (`membarrier`), and the size of
 //! the CPU's caches (`sysconf`). Nothing outside this module
@@ -30,6 +31,7 @@
 //! - Writes to sockets use `MSG_NOSIGNAL`: a peer that went away is an
 //!   `EPIPE` error, never a SIGPIPE that would end the rank.
 
+use crate::numa::PagePolicy;
 use memmap2::MmapMut;
 use std::ffi::CStr;
 use std::fs::File;
@@ -145,34 +147,125 @@ pub(crate) fn descriptor_of(pid: u32, fd: i32) -> io::Result<File> {
     Ok(File::from(unsafe { OwnedFd::from_raw_fd(copy as RawFd) }))
 }
 
-/// Binds the pages of `map` to the NUMA `nodes` (`mbind` with
-/// `MPOL_BIND`): pages not yet allocated will be, on those nodes. For a
-/// memory file the policy is the file's, so it holds for every process
-/// that maps it. Pages allocated already stay where they are.
-pub(crate) fn bind_memory(map: &MmapMut, nodes: &[u32]) -> io::Result<()> {
-    let bits = libc::c_ulong::BITS;
-    let highest = nodes.iter().copied().max().unwrap_or(0);
-    let mut mask: Vec<libc::c_ulong> = vec![0; (highest / bits + 1) as usize];
-    for &node in nodes {
-        mask[(node / bits) as usize] |= 1 << (node % bits);
+/// The size of a page of memory (`sysconf(_SC_PAGESIZE)`): what a
+/// memory policy is set for; 4096 where the C library does not say.
+pub(crate) fn page_size() -> usize {
+    // SAFETY: sysconf only reads a system parameter.
+    let bytes = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(bytes)
+        .ok()
+        .filter(|&b| b > 0)
+        .unwrap_or(4096)
+}
+
+/// Binds bytes `pages` of `map` (whole pages: the start a multiple of
+/// [`page_size`], the end too or the mapping's last page's end) to the
+/// NUMA `nodes` (`mbind` with `MPOL_BIND`): pages not yet allocated will
+/// be, on those nodes. For a memory file the policy is the file's, for
+/// that range of it, so it holds for every process that maps it. Pages
+/// allocated already stay where they are.
+pub(crate) fn bind_memory(
+    map: &MmapMut,
+    pages: std::ops::Range<usize>,
+    nodes: &[u32],
+) -> io::Result<()> {
+    let page = page_size();
+    if !pages.start.is_multiple_of(page) || pages.end > map.len().next_multiple_of(page) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the pages to bind are not whole pages of the mapping",
+        ));
     }
-    // The kernel reads `maxnode - 1` bits of the mask.
-    let maxnode = mask.len() as libc::c_ulong * libc::c_ulong::from(bits) + 1;
-    // SAFETY: the range is the whole of a live mapping (page-aligned, as
-    // every mapping is), and `mask` is valid for reads of `maxnode - 1`
-    // bits for the call; mbind changes no memory contents.
+    if pages.is_empty() {
+        return Ok(());
+    }
+    let mask = NodeMask::of(nodes);
+    // SAFETY: the range is whole pages of a live mapping (checked above;
+    // a mapping covers whole pages, its last one past its length too),
+    // and the mask is valid for reads of `maxnode - 1` bits for the call;
+    // mbind changes no memory contents.
     cvt(unsafe {
         libc::syscall(
             libc::SYS_mbind,
-            map.as_ptr(),
-            map.len(),
+            map.as_ptr().add(pages.start),
+            pages.len(),
             libc::MPOL_BIND,
-            mask.as_ptr(),
-            maxnode,
+            mask.words.as_ptr(),
+            mask.maxnode(),
             0,
         )
     })?;
     Ok(())
+}
+
+/// `get_mempolicy`'s flag: the policy of the page at an address.
+const MPOL_F_ADDR: libc::c_ulong = 1 << 1;
+
+/// The memory policy the kernel records for the page at `addr` of this
+/// process (`get_mempolicy` with `MPOL_F_ADDR`). `EFAULT` where no
+/// mapping holds `addr`.
+pub(crate) fn memory_policy_at(addr: *const u8) -> io::Result<PagePolicy> {
+    let mut mask = NodeMask::of(&[MAX_NODES - 1]);
+    let mut mode: libc::c_int = 0;
+    // SAFETY: `mode` is a writable int and the mask is valid for writes
+    // of `maxnode - 1` bits for the call; the kernel only looks `addr`
+    // up among this process's mappings (EFAULT where none holds it),
+    // reading and writing no memory there.
+    cvt(unsafe {
+        libc::syscall(
+            libc::SYS_get_mempolicy,
+            &raw mut mode,
+            mask.words.as_mut_ptr(),
+            mask.maxnode(),
+            addr,
+            MPOL_F_ADDR,
+        )
+    })?;
+    Ok(match mode {
+        libc::MPOL_DEFAULT => PagePolicy::Default,
+        libc::MPOL_BIND => PagePolicy::Bind(mask.nodes()),
+        mode => PagePolicy::Other {
+            mode,
+            nodes: mask.nodes(),
+        },
+    })
+}
+
+/// NUMA nodes numbered below this can be named in a mask: a bound far
+/// beyond any machine's (Linux's `MAX_NUMNODES` is at most 1024).
+const MAX_NODES: u32 = 1 << 12;
+
+/// A set of NUMA nodes in the kernel's format: a bit per node, in words.
+struct NodeMask {
+    words: Vec<libc::c_ulong>,
+}
+
+impl NodeMask {
+    /// The mask of `nodes`, as long as the highest needs (at least one
+    /// word).
+    fn of(nodes: &[u32]) -> NodeMask {
+        let bits = libc::c_ulong::BITS;
+        let highest = nodes.iter().copied().max().unwrap_or(0);
+        let mut words: Vec<libc::c_ulong> = vec![0; (highest / bits + 1) as usize];
+        for &node in nodes {
+            words[(node / bits) as usize] |= 1 << (node % bits);
+        }
+        NodeMask { words }
+    }
+
+    /// The `maxnode` argument for this mask: the kernel reads or writes
+    /// `maxnode - 1` bits.
+    fn maxnode(&self) -> libc::c_ulong {
+        self.words.len() as libc::c_ulong * libc::c_ulong::from(libc::c_ulong::BITS) + 1
+    }
+
+    /// The nodes whose bits are set.
+    fn nodes(&self) -> Vec<u32> {
+        let bits = libc::c_ulong::BITS;
+        (0..self.words.len() as u32 * bits)
+            .filter(|&n| self.words[(n / bits) as usize] & (1 << (n % bits)) != 0)
+            .collect()
+    }
 }
 
 /// Listens on the abstract Unix socket `name` (no file: it disappears with

@@ -46,6 +46,13 @@
 //! rank's last byte is followed by the next rank's first. Each rank's part is a
 //! [`WindowSegment`] of its own (own size, lock and mutexes) on the one
 //! mapping.
+//!
+//! # Placement
+//! A window's memory is bound to its owner's NUMA node(s)
+//! ([`WindowSegment::bind_to_own_nodes`]; module `numa` of this crate):
+//! a segment's by its maker, a block part's by its rank, page by page (a
+//! page is the part's that holds its first byte). Control areas are left
+//! to first touch.
 
 pub mod atomics;
 pub mod copy;
@@ -147,7 +154,14 @@ fn poll_until(wait: &WaitPolicy, mut ready: impl FnMut() -> bool) -> bool {
 /// error (a bad `OXMPI_SPIN_US`, which initialize reports first) as an
 /// I/O error of making or attaching the segment.
 fn wait_policy() -> io::Result<WaitPolicy> {
-    WaitPolicy::from_env().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))
+    WaitPolicy::from_env().map_err(setting_error)
+}
+
+/// An error of the process's settings (a bad `OXMPI_SPIN_US` or
+/// `OXMPI_NUMA_NODES`, which initialize reports first where it reads
+/// them) as an I/O error of making or attaching a segment.
+fn setting_error(e: oxmpi_adi::Error) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, e.to_string())
 }
 
 /// `Ok` if bytes `offset..offset + len` lie in a window of `size` bytes.
@@ -258,14 +272,15 @@ impl WindowSegment {
             io::Error::new(io::ErrorKind::InvalidInput, "window size out of range")
         })?;
         let wait = wait_policy()?;
-        let (region, name) = SharedRegion::create(layout.total)?;
+        let (region, name) = SharedRegion::create(layout.total, c"oxmpi-window")?;
         let word = |at| region.word(at).expect("the header lies in the region");
         word(8).store(size as u64, Ordering::Relaxed);
         word(0).store(WINDOW_MAGIC, Ordering::Release);
-        Ok((
-            WindowSegment::new(Arc::new(region), size, layout, wait),
-            name,
-        ))
+        let segment = WindowSegment::new(Arc::new(region), size, layout, wait);
+        // The maker is the owner: its part is placed before the name is
+        // out.
+        segment.bind_to_own_nodes()?;
+        Ok((segment, name))
     }
 
     /// The parts of a new block ([module docs](self)) of `sizes[r]` bytes
@@ -279,7 +294,7 @@ impl WindowSegment {
         })?;
         let wait = wait_policy()?;
         let total = layouts.first().map_or(1, |layout| layout.total);
-        let (region, name) = SharedRegion::create(total)?;
+        let (region, name) = SharedRegion::create(total, c"oxmpi-window-block")?;
         let word = |at| region.word(at).expect("the header lies in the region");
         for (layout, &size) in layouts.iter().zip(sizes) {
             word(layout.control_at + 8).store(size as u64, Ordering::Relaxed);
@@ -385,6 +400,24 @@ impl WindowSegment {
                 region.len()
             ))),
         }
+    }
+
+    /// Binds this window's (or part's) memory to this process's NUMA
+    /// nodes, where its placement binds: the pages whose first byte lies
+    /// in it (module `numa` of this crate). For its owner to call, before
+    /// anyone stores into it: [`WindowSegment::create`] does for its
+    /// maker; in a block ([`WindowSegment::create_block`]) each rank does
+    /// for its own part once it has the block. A kernel that refuses
+    /// leaves it to first touch (said under `OXMPI_VERBOSE=1`); an error
+    /// only where `OXMPI_NUMA_NODES` is not a list of nodes.
+    pub fn bind_to_own_nodes(&self) -> io::Result<()> {
+        let data = self.layout.data_at;
+        self.region
+            .bind_to_own_nodes(
+                data..data + self.size,
+                format_args!("a window part of {} bytes", self.size),
+            )
+            .map_err(setting_error)
     }
 
     /// The window's size in bytes.
@@ -767,7 +800,7 @@ mod tests {
 
     #[test]
     fn a_region_that_is_no_window_segment_is_refused() {
-        let (_region, name) = SharedRegion::create(8192).unwrap();
+        let (_region, name) = SharedRegion::create(8192, c"oxmpi-test").unwrap();
         assert!(WindowSegment::attach(&name).is_err());
         let (made, name) = WindowSegment::create(10).unwrap();
         made.region

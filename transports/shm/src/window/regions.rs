@@ -208,7 +208,7 @@ mod tests {
         const ROUNDS: u64 = 3000;
         const REGION: usize = 64;
         const REGIONS: usize = 4;
-        let (region, _) = SharedRegion::create(4096).unwrap();
+        let (region, _) = SharedRegion::create(4096, c"oxmpi-test").unwrap();
         let base = region.ptr(0, REGIONS * 4).unwrap();
         // SAFETY: `REGIONS` zeroed words at the start of the mapping, which
         // outlives the slice (the children are reaped first); only ever

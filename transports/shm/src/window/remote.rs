@@ -67,7 +67,7 @@ mod tests {
     #[test]
     fn copies_reach_the_peer_within_its_range_only() {
         let buffer: Vec<u8> = (0..64u8).collect();
-        let (flags, _) = SharedRegion::create(64).unwrap();
+        let (flags, _) = SharedRegion::create(64, c"oxmpi-test").unwrap();
         let (ready, done) = (flags.word(0).unwrap(), flags.word(8).unwrap());
         let child = forked::spawn(|| {
             ready.store(1, SeqCst);

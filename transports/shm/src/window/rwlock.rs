@@ -196,7 +196,7 @@ mod tests {
     fn a_writer_is_not_starved_by_overlapping_reader_processes() {
         const READERS: usize = 4;
         let wait = WaitPolicy::from_env().unwrap();
-        let (region, _) = SharedRegion::create(4096).unwrap();
+        let (region, _) = SharedRegion::create(4096, c"oxmpi-test").unwrap();
         // SAFETY: offset 0 of the page-aligned mapping, which outlives the
         // reference (the children are reaped before `region` drops); the
         // words are only accessed atomically.
