@@ -11,7 +11,8 @@
  *   allreduce|alltoall|neighbor_allgather|neighbor_alltoall|
  *   inter_allreduce|put_latency|... [--min-size N]
  *   [--max-size N] [--size N] [--iterations N] [--iterations-large N]
- *   [--warmup N] [--warmup-large N]`, `--name value` or `--name=value`,
+ *   [--warmup N] [--warmup-large N] [--sync flush|lock]` (`--sync` for
+ *   the one-sided benchmarks only), `--name value` or `--name=value`,
  *   sizes in bytes with an optional K, M or G suffix (powers of 1024);
  *   sizes double from the smallest to the largest (0 is followed by 1);
  *   a count given for all sizes applies above 8 KiB too unless the
@@ -58,12 +59,17 @@
  * - put_latency, get_latency, acc_latency, fop_latency, cas_latency,
  *   put_bw, get_bw (2 ranks; rma_bench.rs): both allocate a window of
  *   the largest size, WINDOW times that for the bandwidths
- *   (MPI_Win_allocate, disp unit 1); rank 0 locks rank 1
- *   shared, runs the warm-up then the timed operations, and unlocks, with
- *   a barrier before and after each size; latencies flush after each
- *   operation and report the time per operation (not halved); acc sums
+ *   (MPI_Win_allocate, disp unit 1); rank 0 runs the warm-up then the
+ *   timed operations, with a barrier before and after each size,
+ *   synchronised as --sync says (cli.rs's Synchronization, OSU's -s):
+ *   flush (the default) locks rank 1 shared for the size and flushes
+ *   after each operation (each window of 64, for the bandwidths); lock
+ *   puts each operation or window in a lock of its own, then unlocks
+ *   (exclusive for fop and cas, shared for the others, as OSU's
+ *   run_*_with_lock); latencies report the time per operation (not
+ *   halved); acc sums
  *   uint64s (from 8 bytes), fop and cas one uint64 (8 bytes only); the
- *   bandwidths do 64 operations, then a flush, MB/s, operation j moving
+ *   bandwidths do 64 operations per window, MB/s, operation j moving
  *   the j-th of 64 consecutive size-byte slots at both ends (origin
  *   buffer and target displacement j * size), as OSU's osu_put_bw and
  *   osu_get_bw; the target's window after puts and accumulates, the
@@ -188,8 +194,13 @@ static size_t min_size_of(enum benchmark b)
     }
 }
 
+/* How the one-sided benchmarks synchronise, as cli.rs's Synchronization. */
+enum sync { SYNC_FLUSH, SYNC_LOCK };
+static const char *const sync_names[] = {"flush", "lock"};
+
 struct options {
     enum benchmark benchmark;
+    enum sync sync;
     size_t min_size;
     size_t max_size;
     long iterations, iterations_large;
@@ -202,7 +213,7 @@ static const char usage[] =
     "       put_latency|get_latency|acc_latency|fop_latency|\n"
     "       cas_latency|put_bw|get_bw [--min-size N]\n"
     "       [--max-size N] [--size N] [--iterations N] [--iterations-large N]\n"
-    "       [--warmup N] [--warmup-large N]\n";
+    "       [--warmup N] [--warmup-large N] [--sync flush|lock]\n";
 
 static int usage_error(const char *what, const char *arg)
 {
@@ -257,7 +268,7 @@ static int parse_count(const char *text, long *out)
  * it is bad. */
 static int parse(int argc, char **argv, struct options *o)
 {
-    int have_min = 0, have_max = 0, have_size = 0, found = 0;
+    int have_min = 0, have_max = 0, have_size = 0, have_sync = 0, found = 0;
     size_t size = 0;
     long iterations = -1, iterations_large = -1, warmup = -1, warmup_large = -1;
     if (argc < 2)
@@ -272,6 +283,7 @@ static int parse(int argc, char **argv, struct options *o)
         return usage_error("unknown benchmark:", argv[1]);
     o->min_size = min_size_of(o->benchmark);
     o->max_size = DEFAULT_MAX_SIZE;
+    o->sync = SYNC_FLUSH;
     for (int i = 2; i < argc; i++) {
         char name[32];
         const char *value;
@@ -313,6 +325,14 @@ static int parse(int argc, char **argv, struct options *o)
         } else if (!strcmp(name, "--warmup-large")) {
             if (!parse_count(value, &warmup_large))
                 return usage_error("--warmup-large takes a whole number, not", value);
+        } else if (!strcmp(name, "--sync")) {
+            if (!strcmp(value, sync_names[SYNC_FLUSH]))
+                o->sync = SYNC_FLUSH;
+            else if (!strcmp(value, sync_names[SYNC_LOCK]))
+                o->sync = SYNC_LOCK;
+            else
+                return usage_error("--sync takes flush or lock, not", value);
+            have_sync = 1;
         } else {
             return usage_error("unknown option", name);
         }
@@ -334,6 +354,8 @@ static int parse(int argc, char **argv, struct options *o)
         return usage_error("the smallest size is larger than the largest", NULL);
     if (o->min_size < min_size_of(o->benchmark))
         return usage_error("messages are too small for this benchmark", NULL);
+    if (have_sync && !is_rma(o->benchmark))
+        return usage_error("--sync is for the one-sided benchmarks only", NULL);
     if (o->benchmark == BARRIER)
         o->min_size = o->max_size = 0;
     if (o->benchmark == FOP_LATENCY || o->benchmark == CAS_LATENCY)
@@ -518,6 +540,33 @@ static void describe_counts(char *out, size_t len, long small, long large)
         snprintf(out, len, "%ld (\u2264 %d B), %ld (larger)", small, LARGE_MESSAGE_SIZE, large);
 }
 
+/* Whether the benchmark's lock on the target is exclusive, as cli.rs's
+ * Synchronization::exclusive. */
+static int lock_is_exclusive(const struct options *o)
+{
+    return o->sync == SYNC_LOCK && (o->benchmark == FOP_LATENCY || o->benchmark == CAS_LATENCY);
+}
+
+/* The one-sided benchmarks' header line, in the words of cli.rs's
+ * Synchronization::describe. */
+static void print_rma_sync(const struct options *o)
+{
+    char operations[64];
+    const char *lock = lock_is_exclusive(o) ? "an exclusive" : "a shared";
+    if (is_latency(o->benchmark))
+        snprintf(operations, sizeof operations, "each operation");
+    else
+        snprintf(operations, sizeof operations, "%d operations to consecutive slots", WINDOW);
+    if (o->sync == SYNC_LOCK)
+        printf("# window: allocated; sync: lock (%s in %s lock of its own on the target, then "
+               "an unlock)\n",
+               operations, lock);
+    else
+        printf("# window: allocated; sync: flush (%s lock on the target per size; %s, then a "
+               "flush)\n",
+               lock, operations);
+}
+
 static void print_header(const struct options *o, int ranks)
 {
     char version[MPI_MAX_LIBRARY_VERSION_STRING];
@@ -534,13 +583,8 @@ static void print_header(const struct options *o, int ranks)
     if (is_collective(b))
         printf("# each operation timed alone, then an untimed barrier; the figure is each "
                "rank's mean time per operation, averaged over the ranks\n");
-    else if (is_rma(b) && is_latency(b))
-        printf("# window: allocated; a shared lock on the target; a flush after each "
-               "operation\n");
     else if (is_rma(b))
-        printf("# window: allocated; a shared lock on the target; %d operations, then a "
-               "flush\n",
-               WINDOW);
+        print_rma_sync(o);
     else if (b == BIBANDWIDTH)
         printf("# window: %d immediate sends each way at once\n", WINDOW);
     else if (!is_latency(b))
@@ -736,11 +780,16 @@ static void run_collective(const struct options *o, int rank, int ranks)
 }
 
 /* One operation of a one-sided benchmark (a window of them for the
- * bandwidths), then a flush; `i` numbers it within the size. */
-static void rma_operate(enum benchmark b, MPI_Win win, const char *origin, char *results,
+ * bandwidths), completed as --sync says: in a lock of its own, then an
+ * unlock, or (the lock held for the size) followed by a flush; `i`
+ * numbers it within the size. */
+static void rma_operate(const struct options *o, MPI_Win win, const char *origin, char *results,
                         uint64_t *ones, size_t size, long i)
 {
+    enum benchmark b = o->benchmark;
     uint64_t one = 1, old = 0, compare = (uint64_t)i, swap = (uint64_t)i + 1;
+    if (o->sync == SYNC_LOCK)
+        MPI_Win_lock(lock_is_exclusive(o) ? MPI_LOCK_EXCLUSIVE : MPI_LOCK_SHARED, 1, 0, win);
     switch (b) {
     case PUT_LATENCY:
         MPI_Put(origin, (int)size, MPI_BYTE, 1, 0, (int)size, MPI_BYTE, win);
@@ -771,7 +820,10 @@ static void rma_operate(enum benchmark b, MPI_Win win, const char *origin, char 
     default:
         fail("not a one-sided benchmark", size);
     }
-    MPI_Win_flush(1, win);
+    if (o->sync == SYNC_LOCK)
+        MPI_Win_unlock(1, win);
+    else
+        MPI_Win_flush(1, win);
     if ((b == FOP_LATENCY || b == CAS_LATENCY) && old != (uint64_t)i)
         fail("a fetched value is wrong", size);
 }
@@ -812,15 +864,17 @@ static void run_rma(const struct options *o, int rank)
         }
         MPI_Barrier(MPI_COMM_WORLD);
         if (rank == 0) {
-            MPI_Win_lock(MPI_LOCK_SHARED, 1, 0, win);
+            if (o->sync == SYNC_FLUSH)
+                MPI_Win_lock(MPI_LOCK_SHARED, 1, 0, win);
             double start = MPI_Wtime();
             for (long i = 0; i < total; i++) {
                 if (i == warmup)
                     start = MPI_Wtime();
-                rma_operate(b, win, origin, results, ones, size, i);
+                rma_operate(o, win, origin, results, ones, size, i);
             }
             double seconds = MPI_Wtime() - start;
-            MPI_Win_unlock(1, win);
+            if (o->sync == SYNC_FLUSH)
+                MPI_Win_unlock(1, win);
             if (b == GET_LATENCY || b == GET_BW)
                 check_messages(results, slots, origin, size);
             printf("%-10zu%18.2f\n", size,

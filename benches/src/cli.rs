@@ -257,6 +257,72 @@ impl Benchmark {
     }
 }
 
+/// How a one-sided benchmark synchronises its operations with the target:
+/// OSU's `-s` option of `osu_put_latency` and the others, of which oxbench
+/// has the two passive-target ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Synchronization {
+    /// One shared lock on the target for each size, and a flush after each
+    /// operation (each window of [`WINDOW`], for the bandwidths): OSU's
+    /// default, `-s flush`.
+    Flush,
+    /// Each timed iteration takes a lock on the target, runs the operation
+    /// (or the window of [`WINDOW`]) and unlocks: OSU's `-s lock`. The lock
+    /// is exclusive for fetch-and-op and compare-and-swap, shared for the
+    /// others, as OSU's.
+    Lock,
+}
+
+impl Synchronization {
+    /// Every mode, the default first.
+    pub const ALL: [Synchronization; 2] = [Synchronization::Flush, Synchronization::Lock];
+
+    /// The name on the command line (`--sync NAME`) and in the reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Synchronization::Flush => "flush",
+            Synchronization::Lock => "lock",
+        }
+    }
+
+    /// The mode named `word`.
+    pub fn parse(word: &str) -> Option<Synchronization> {
+        Synchronization::ALL.into_iter().find(|s| s.name() == word)
+    }
+
+    /// Whether `benchmark`'s lock on the target is exclusive in this mode
+    /// (OSU's `run_fop_with_lock` and `run_cas_with_lock` lock
+    /// exclusively; every other lock is shared).
+    pub fn exclusive(self, benchmark: Benchmark) -> bool {
+        self == Synchronization::Lock
+            && matches!(benchmark, Benchmark::FopLatency | Benchmark::CasLatency)
+    }
+
+    /// How the one-sided `benchmark` synchronises in this mode, for the
+    /// reports' header lines (`peer_bench.c` prints the same words).
+    pub fn describe(self, benchmark: Benchmark) -> String {
+        let operations = if benchmark.is_windowed() {
+            format!("{WINDOW} operations to consecutive slots")
+        } else {
+            "each operation".to_owned()
+        };
+        let lock = if self.exclusive(benchmark) {
+            "an exclusive"
+        } else {
+            "a shared"
+        };
+        match self {
+            Synchronization::Flush => format!(
+                "sync: flush ({lock} lock on the target per size; {operations}, then a flush)"
+            ),
+            Synchronization::Lock => format!(
+                "sync: lock ({operations} in {lock} lock of its own on the target, then an \
+                 unlock)"
+            ),
+        }
+    }
+}
+
 /// Iteration and warm-up counts: one pair for sizes up to
 /// [`LARGE_MESSAGE_SIZE`], one above.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -286,6 +352,9 @@ pub struct Options {
     /// the mean ([`crate::report::TAIL_COLUMNS`]): the one-sided latency
     /// benchmarks only.
     pub tail: bool,
+    /// How the one-sided benchmarks synchronise (`--sync`; the others
+    /// have no window and keep the default).
+    pub sync: Synchronization,
 }
 
 impl Options {
@@ -297,6 +366,7 @@ impl Options {
             counts: OSU_COUNTS,
             json: false,
             tail: false,
+            sync: Synchronization::Flush,
         }
     }
 
@@ -315,8 +385,8 @@ impl Options {
     /// These options as `benchmark` runs them: sizes from its smallest
     /// ([`Benchmark::min_size`]), only size 0 for the barrier, only one
     /// `u64` (8 bytes) for fetch-and-op and compare-and-swap, and the
-    /// tail only for the one-sided latencies (a comparison may hold
-    /// others).
+    /// tail only for the one-sided latencies and the synchronization
+    /// only for the one-sided benchmarks (a comparison may hold others).
     pub fn for_benchmark(&self, benchmark: Benchmark) -> Options {
         let (min_size, max_size) = match benchmark {
             Benchmark::Barrier => (0, 0),
@@ -327,6 +397,11 @@ impl Options {
             min_size,
             max_size,
             tail: self.tail && benchmark.is_rma() && benchmark.is_latency(),
+            sync: if benchmark.is_rma() {
+                self.sync
+            } else {
+                Synchronization::Flush
+            },
             ..self.clone()
         }
     }
@@ -369,6 +444,11 @@ impl Options {
         }
         if self.tail {
             args.push("--tail".to_owned());
+        }
+        // The default is left out: the benchmarks without a window take
+        // no `--sync`.
+        if self.sync != Synchronization::Flush {
+            args.extend(["--sync".to_owned(), self.sync.name().to_owned()]);
         }
         args
     }
@@ -578,6 +658,7 @@ usage: oxrun -n 2 oxbench latency|bw|bibw [OPTIONS]
                           neighbor_alltoall|inter_allreduce [OPTIONS]
        oxrun -n 2 oxbench put_latency|get_latency|acc_latency|fop_latency|
                           cas_latency|put_bw|get_bw [OPTIONS]
+                          [--sync flush|lock]
        oxbench raw-tcp latency|bw [OPTIONS]
        oxbench raw-shm latency|bw [OPTIONS]
        oxbench compare [BENCHMARK...] [OPTIONS] [--transport tcp|shm]
@@ -612,10 +693,12 @@ benchmarks (as the OSU micro-benchmarks of the same names):
   put_latency, get_latency, acc_latency, fop_latency, cas_latency
                    time per one-sided operation into a window MPI
                    allocated, under a shared lock, each followed by a
-                   flush (osu_put_latency, ...; fop and cas: 8 bytes)
+                   flush (osu_put_latency, ...; fop and cas: 8 bytes);
+                   with --sync lock, each in a lock of its own
   put_bw, get_bw   windows of 64 puts or gets, then a flush, operation j
                    moving slot j of 64 at both ends (osu_put_bw,
-                   osu_get_bw)
+                   osu_get_bw); with --sync lock, each window in a lock
+                   of its own
   (the collectives time each operation alone, with a barrier between
   operations, and report each rank's mean averaged over the ranks)
 
@@ -666,6 +749,12 @@ options:
                    p50, p99, max, over_1ms); compare: oxmpi's jobs of these
                    benchmarks do, and each round's figures follow the
                    table (not with --json)
+  --sync MODE      one-sided benchmarks, as OSU's -s: flush (default: one
+                   shared lock per size, a flush after each operation or
+                   window) or lock (each operation or window in a lock of
+                   its own, then an unlock; exclusive for fop_latency and
+                   cas_latency, shared for the others); compare passes it
+                   to every implementation
   --rounds N       compare: run every implementation N times, alternating,
                    and report medians (default 1)
   --ranks N        compare: ranks of the mbw_mr and multi_lat jobs (even)
@@ -856,6 +945,12 @@ fn parse_compare(args: &[&str]) -> Result<Command, UsageError> {
             );
         }
     }
+    if extras.sync_given && !benchmarks.iter().any(|b| b.is_rma()) {
+        return usage_error(
+            "compare: --sync needs a one-sided benchmark (put_latency, get_latency, acc_latency, \
+             fop_latency, cas_latency, put_bw or get_bw)",
+        );
+    }
     let ranks = extras.ranks;
     if ranks % 2 != 0 && benchmarks.iter().any(|b| b.is_multi_pair()) {
         return usage_error(format!(
@@ -883,6 +978,9 @@ enum Extra {
 /// The values of the options beyond the shared ones (their defaults where
 /// the command takes none).
 struct Extras {
+    /// Whether `--sync` was given (compare refuses it without a one-sided
+    /// benchmark).
+    sync_given: bool,
     rounds: usize,
     ranks: usize,
     transport: CompareTransport,
@@ -912,6 +1010,7 @@ fn parse_options(
     let mut warmup_large = None;
     let mut json = false;
     let mut tail = false;
+    let mut sync = None;
     let mut rounds = 1;
     let mut ranks = 2;
     let mut transport = CompareTransport::Tcp;
@@ -954,6 +1053,15 @@ fn parse_options(
             ("--warmup-large", _) => warmup_large = Some(parse_count(name, value(name)?)?),
             ("--json", _) if inline.is_none() => json = true,
             ("--tail", _) if inline.is_none() => tail = true,
+            ("--sync", Extra::None | Extra::Compare) => {
+                let word = value(name)?;
+                sync = Some(Synchronization::parse(word).ok_or_else(|| {
+                    UsageError(format!(
+                        "--sync takes {}, not {word:?}",
+                        Synchronization::ALL.map(Synchronization::name).join(" or ")
+                    ))
+                })?);
+            }
             ("--rounds", Extra::Compare) => rounds = positive(name, value(name)?)?,
             ("--ranks", Extra::Compare) => ranks = positive(name, value(name)?)?,
             ("--transport", Extra::Compare) => {
@@ -1066,14 +1174,22 @@ fn parse_options(
              run that benchmark with oxrun",
         );
     }
+    if sync.is_some() && extra == Extra::None && !benchmark.is_some_and(Benchmark::is_rma) {
+        return usage_error(
+            "--sync chooses how a one-sided benchmark (put_latency, get_latency, acc_latency, \
+             fop_latency, cas_latency, put_bw, get_bw) synchronises with its target",
+        );
+    }
     let options = Options {
         min_size,
         max_size,
         counts,
         json,
         tail,
+        sync: sync.unwrap_or(Synchronization::Flush),
     };
     let extras = Extras {
+        sync_given: sync.is_some(),
         rounds,
         ranks,
         transport,
@@ -1095,6 +1211,7 @@ mod tests {
             counts: OSU_COUNTS,
             json: false,
             tail: false,
+            sync: Synchronization::Flush,
         }
     }
 
@@ -1167,6 +1284,7 @@ mod tests {
             },
             json: true,
             tail: false,
+            sync: Synchronization::Flush,
         };
         assert_eq!(c, Command::Mpi(Benchmark::Latency, expected.clone()));
         assert_eq!(expected.iterations_for(1 << 20), 50);
@@ -1371,6 +1489,82 @@ mod tests {
     }
 
     #[test]
+    fn sync_chooses_how_the_one_sided_benchmarks_synchronise() {
+        for b in Benchmark::ALL.into_iter().filter(|b| b.is_rma()) {
+            let Ok(Command::Mpi(_, o)) = parse(&[b.name()]) else {
+                panic!("{} did not parse", b.name());
+            };
+            assert_eq!(o.sync, Synchronization::Flush);
+            assert!(!o.to_args().contains(&"--sync".to_owned()));
+            for sync in Synchronization::ALL {
+                let Ok(Command::Mpi(parsed, o)) = parse(&[b.name(), "--sync", sync.name()]) else {
+                    panic!("{} --sync {} did not parse", b.name(), sync.name());
+                };
+                assert_eq!((parsed, o.sync), (b, sync));
+                // The jobs oxbench starts run the same mode.
+                let mut args = vec![b.name().to_owned()];
+                args.extend(o.to_args());
+                assert_eq!(parse(&args), Ok(Command::Mpi(b, o)));
+            }
+        }
+        for bad in [
+            &["put_latency", "--sync", "fence"][..],
+            &["put_latency", "--sync"],
+            &["get_bw", "--sync=pscw"],
+            &["latency", "--sync", "lock"],
+            &["bw", "--sync", "flush"],
+            &["raw-tcp", "latency", "--sync", "lock"],
+            &["suite", "--sync", "lock"],
+            &["compare", "latency", "bw", "--sync", "lock"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} parsed");
+        }
+        // A comparison runs its one-sided benchmarks in the mode, its
+        // others as always, and passes the mode on.
+        let Ok(Command::Compare(c)) = parse(&["compare", "latency", "fop_latency", "--sync=lock"])
+        else {
+            panic!("compare --sync lock did not parse");
+        };
+        let fop = c.options.for_benchmark(Benchmark::FopLatency);
+        assert_eq!(fop.sync, Synchronization::Lock);
+        assert!(fop
+            .to_args()
+            .ends_with(&["--sync".to_owned(), "lock".to_owned()]));
+        let latency = c.options.for_benchmark(Benchmark::Latency);
+        assert_eq!(latency.sync, Synchronization::Flush);
+        assert!(!latency.to_args().contains(&"--sync".to_owned()));
+    }
+
+    #[test]
+    fn sync_modes_are_described_as_osu_locks() {
+        use Synchronization::{Flush, Lock};
+        assert_eq!(
+            Flush.describe(Benchmark::PutLatency),
+            "sync: flush (a shared lock on the target per size; each operation, then a flush)"
+        );
+        assert_eq!(
+            Flush.describe(Benchmark::CasLatency),
+            "sync: flush (a shared lock on the target per size; each operation, then a flush)"
+        );
+        assert_eq!(
+            Lock.describe(Benchmark::GetBandwidth),
+            "sync: lock (64 operations to consecutive slots in a shared lock of its own on the \
+             target, then an unlock)"
+        );
+        assert_eq!(
+            Lock.describe(Benchmark::FopLatency),
+            "sync: lock (each operation in an exclusive lock of its own on the target, then an \
+             unlock)"
+        );
+        let exclusive: Vec<Benchmark> = Benchmark::ALL
+            .into_iter()
+            .filter(|&b| Lock.exclusive(b))
+            .collect();
+        assert_eq!(exclusive, [Benchmark::FopLatency, Benchmark::CasLatency]);
+        assert!(!Benchmark::ALL.into_iter().any(|b| Flush.exclusive(b)));
+    }
+
+    #[test]
     fn options_round_trip_through_arguments() {
         let options = Options {
             min_size: 8,
@@ -1383,6 +1577,7 @@ mod tests {
             },
             json: true,
             tail: false,
+            sync: Synchronization::Flush,
         };
         let mut args = vec![
             RAW_TCP_PEER.to_owned(),

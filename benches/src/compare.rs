@@ -39,6 +39,9 @@
 //!   oxmpi's one-sided latency jobs time each operation too, and each
 //!   round's median, 99th percentile, longest operation and count over
 //!   1 ms follow the table (a mean far above its median is a few stalls).
+//!   `--sync lock` (one-sided benchmarks) goes to every implementation's
+//!   jobs alike, through the options' arguments, and the header says
+//!   which synchronisation ran.
 //! - **The result.** Per benchmark, a table (size, oxmpi, MPICH, Open MPI,
 //!   oxmpi's figure over the better peer's, and where there is one the
 //!   floor and oxmpi's figure over it; for `mbw_mr` the MB/s) or one JSON
@@ -716,10 +719,10 @@ fn notes(benchmark: Benchmark, compare: &CompareOptions, columns: &[Column]) -> 
         format!("{ranks} ranks on this machine, every implementation over {transport}"),
         compare.options.describe_iterations(),
     ];
-    if benchmark.is_rma() && benchmark.is_windowed() {
+    if benchmark.is_rma() {
         notes.push(format!(
-            "window: {} operations to consecutive slots, then a flush",
-            crate::cli::WINDOW
+            "window: allocated; {}",
+            compare.options.sync.describe(benchmark)
         ));
     } else if benchmark.is_windowed() {
         notes.push(format!(
@@ -804,8 +807,15 @@ fn table(
     columns: &[Column],
     sizes: &[usize],
 ) -> String {
+    // The one-sided benchmarks' title names their synchronisation too:
+    // the same benchmark's tables differ by it.
+    let sync = if benchmark.is_rma() {
+        format!(", sync: {}", compare.options.sync.name())
+    } else {
+        String::new()
+    };
     let mut s = format!(
-        "# oxmpi compared with MPICH and Open MPI: {} ({}) over {}\n",
+        "# oxmpi compared with MPICH and Open MPI: {} ({}) over {}{sync}\n",
         benchmark.description(),
         benchmark.unit(),
         compare.transport.name()

@@ -7,22 +7,28 @@
 //!   times that for the bandwidths (`Window::allocate`,
 //!   `MPI_Win_allocate`); rank 0 is the origin, rank 1 the target, which
 //!   waits in a barrier meanwhile;
-//! - per size, the origin takes a shared lock on the target, runs the
-//!   warm-up and then the timed operations, and unlocks; a barrier
-//!   before and after;
-//! - latencies: each operation is followed by a flush; the figure is the
-//!   timed loop's time per operation, in microseconds (not halved: one
-//!   operation is a round trip). `acc` sums `u64`s (sizes from 8 bytes),
-//!   `fop` and `cas` work on one `u64` (one row, 8 bytes);
-//! - bandwidths: windows of [`WINDOW`] operations, then a flush; MB/s
+//! - per size, a barrier before and after; between them the origin runs
+//!   the warm-up and then the timed operations, synchronised as
+//!   `--sync` says ([`Synchronization`], OSU's `-s`): by default
+//!   (`flush`) under one shared lock on the target for the size, each
+//!   operation (each window, for the bandwidths) followed by a flush;
+//!   with `lock`, each operation or window in a lock of its own, then an
+//!   unlock (exclusive for `fop` and `cas`, shared for the others, as
+//!   OSU's `run_*_with_lock`);
+//! - latencies: the figure is the timed loop's time per operation, in
+//!   microseconds (not halved: one operation is a round trip). `acc`
+//!   sums `u64`s (sizes from 8 bytes), `fop` and `cas` work on one `u64`
+//!   (one row, 8 bytes);
+//! - bandwidths: windows of [`WINDOW`] operations, each window completed
+//!   (flush or unlock); MB/s
 //!   (10^6 bytes per second). As in OSU, operation `j` of a window moves
 //!   the `j`th of [`WINDOW`] consecutive `size`-byte slots, at the origin
 //!   (the data of a put, the result of a get) and at the target
 //!   (displacement `j * size`), so that a window streams through
 //!   [`WINDOW`] times the size at both ends rather than copying one
 //!   cached slot again and again. The gets are `rget`s, waited for
-//!   together before the flush: the C benchmark's `MPI_Get`s are
-//!   complete only at the flush, and Rust's blocking `get` would wait
+//!   together before the flush or unlock: the C benchmark's `MPI_Get`s
+//!   are complete only then, and Rust's blocking `get` would wait
 //!   for each one over a network.
 //!
 //! With `--tail` the origin also reads the clock around each timed
@@ -39,7 +45,7 @@
 //! for `oxbench compare`: a change here is made there too.
 
 use crate::buffers::{check_messages, fill_pattern, AlignedBuf};
-use crate::cli::{Benchmark, Options, WINDOW};
+use crate::cli::{Benchmark, Options, Synchronization, WINDOW};
 use crate::report::StdoutReport;
 use oxmpi::collective::SystemOperation;
 use oxmpi::rma::{LockType, Window};
@@ -57,12 +63,7 @@ pub fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Res
         let notes = vec![
             format!("ranks: 2; {}", crate::mpi_bench::transports_note()),
             options.describe_iterations(),
-            if benchmark.is_latency() {
-                "window: allocated; a shared lock on the target; a flush after each operation"
-                    .to_owned()
-            } else {
-                format!("window: allocated; a shared lock on the target; {WINDOW} operations to consecutive slots, then a flush")
-            },
+            format!("window: allocated; {}", options.sync.describe(benchmark)),
         ];
         Some(StdoutReport::to_stdout(
             benchmark,
@@ -89,6 +90,12 @@ pub fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Res
     let ones = vec![1u64; max / 8];
     // With `--tail`, each timed operation's duration, in seconds.
     let mut durations = Vec::new();
+    let lock_type = if options.sync.exclusive(benchmark) {
+        LockType::Exclusive
+    } else {
+        LockType::Shared
+    };
+    let lock_each = options.sync == Synchronization::Lock;
     for size in options.sizes() {
         let (iterations, warmup) = (options.iterations_for(size), options.warmup_for(size));
         let total = warmup + iterations;
@@ -110,9 +117,9 @@ pub fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Res
         }
         world.barrier().map_err(mpi("barrier before the size"))?;
         if rank == 0 {
-            window
-                .lock(LockType::Shared, TARGET, 0)
-                .map_err(mpi("lock"))?;
+            if !lock_each {
+                window.lock(lock_type, TARGET, 0).map_err(mpi("lock"))?;
+            }
             durations.clear();
             durations.reserve(if options.tail { iterations } else { 0 });
             let mut start = oxmpi::time();
@@ -123,22 +130,34 @@ pub fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Res
                 // The clock is read around each operation only with
                 // `--tail`: the mean is the loop's, as without.
                 let began = (options.tail && i >= warmup).then(oxmpi::time);
-                operate(
-                    &window,
-                    benchmark,
-                    origin.as_slice(),
-                    &ones,
-                    results.as_mut_slice(),
-                    size,
-                    i,
-                )
-                .map_err(|e| format!("{}, {size} bytes: {e}", benchmark.name()))?;
+                let operated = (|| {
+                    if lock_each {
+                        window.lock(lock_type, TARGET, 0)?;
+                    }
+                    operate(
+                        &window,
+                        benchmark,
+                        origin.as_slice(),
+                        &ones,
+                        results.as_mut_slice(),
+                        size,
+                        i,
+                    )?;
+                    if lock_each {
+                        window.unlock(TARGET)
+                    } else {
+                        window.flush(TARGET)
+                    }
+                })();
+                operated.map_err(|e| format!("{}, {size} bytes: {e}", benchmark.name()))?;
                 if let Some(began) = began {
                     durations.push(oxmpi::time() - began);
                 }
             }
             let seconds = oxmpi::time() - start;
-            window.unlock(TARGET).map_err(mpi("unlock"))?;
+            if !lock_each {
+                window.unlock(TARGET).map_err(mpi("unlock"))?;
+            }
             if matches!(benchmark, Benchmark::GetLatency | Benchmark::GetBandwidth) {
                 check_messages(
                     &results.as_slice()[..slots * size],
@@ -167,7 +186,7 @@ pub fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Res
 }
 
 /// Operation `i` of the origin's loop (a window of them, for the
-/// bandwidths), with its flush.
+/// bandwidths); the caller completes it (a flush or an unlock).
 fn operate(
     window: &Window<'_>,
     benchmark: Benchmark,
@@ -219,7 +238,7 @@ fn operate(
             )))
         }
     }
-    window.flush(TARGET)
+    Ok(())
 }
 
 /// Checks the target's window after `total` operations of a size, whose

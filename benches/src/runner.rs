@@ -352,6 +352,7 @@ mod tests {
             },
             json: false,
             tail: false,
+            sync: crate::cli::Synchronization::Flush,
         }
     }
 
