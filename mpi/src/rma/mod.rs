@@ -88,7 +88,7 @@ pub(crate) mod target;
 mod typed;
 mod wire;
 
-use crate::collective::op::Reduction;
+use crate::collective::op::PairType;
 use crate::collective::typed::Input;
 use crate::datatype::{Buffer, BufferMut, ElementType, Equivalence, Incoming, Outgoing, Primitive};
 use crate::group::Group;
@@ -111,6 +111,7 @@ pub use progress::ASYNC_PROGRESS_ENV;
 pub(crate) use target::progress;
 pub use typed::TargetLayout;
 pub use wire::AccumulateOp;
+use wire::AccumulateType;
 
 /// Assertion of [`Window::lock`] and friends: no other process holds or
 /// asks for a conflicting lock (`MPI_MODE_NOCHECK`).
@@ -962,7 +963,7 @@ impl<'a> Window<'a> {
     /// Whether this window's paths check an accumulate's reduction
     /// themselves before they write anything, and report it before the
     /// operation returns: the direct path, whose every reduction looks its
-    /// kernel up first (`BasicReduction`, see [`accumulate_element`]). A
+    /// kernel up first (`PredefinedReduction`, see [`accumulate_element`]). A
     /// window takes one
     /// kind of path to all its targets. Active messages check only at the
     /// target, which would report the error at the next flush.
@@ -1627,8 +1628,12 @@ impl<'a> Window<'a> {
         if target == PROC_NULL {
             return completed(&self.comm);
         }
+        let element = ElementType::of::<T>();
+        if element.size() != size_of::<T>() {
+            return Err(padded_result(element));
+        }
         let len = std::mem::size_of_val(result);
-        let what = what((ElementType::of::<T>(), len))?;
+        let what = what((element, len))?;
         // SAFETY: `result` is borrowed for `'s`, and the scope completes
         // the request before `'s` ends.
         let id = unsafe { self.start_fetch(target, disp, result.as_mut_ptr().cast(), len, what)? };
@@ -2073,36 +2078,67 @@ impl Drop for Window<'_> {
     }
 }
 
-/// The basic type an accumulate of `element`s with `op` works on, or the
-/// error (`MPI_ERR_TYPE` for data of several types, `MPI_ERR_OP` for an
-/// operation not defined for it). `reduction_checked_later`: the path
-/// checks that the reduction is defined for the type before it writes
-/// anything, and reports it before the call returns (the direct path's
-/// `BasicReduction`), so it is not looked up here as well. Inlined: a
-/// few tests on every accumulate and fetch-and-op, where a call cost one
-/// some 15 instructions of passing its result through memory.
+/// The type an accumulate of `element`s with `op` works on, or the
+/// error (`MPI_ERR_TYPE` for data of several types that are no
+/// value-index pair, `MPI_ERR_OP` for an operation not defined for it:
+/// `MPI_MINLOC` on `MPI_INT`, `MPI_SUM` on `MPI_DOUBLE_INT`).
+/// `reduction_checked_later`: the path checks that the reduction is
+/// defined for the type before it writes anything, and reports it before
+/// the call returns (the direct path's `PredefinedReduction`), so it is
+/// not looked up here as well. Inlined: a few tests on every accumulate
+/// and fetch-and-op, where a call cost one some 15 instructions of
+/// passing its result through memory.
 #[inline]
 fn accumulate_element(
     element: ElementType,
     op: AccumulateOp,
     reduction_checked_later: bool,
-) -> Result<Primitive> {
-    op.check()?;
-    let basic = element.basic().ok_or_else(|| {
-        Error::new(
-            ErrorClass::Type,
-            format!(
-                "accumulates take elements of one basic type, not {}",
-                element.name()
-            ),
-        )
-    })?;
+) -> Result<AccumulateType> {
+    let accumulated = match element.basic() {
+        // Numbers (a pair of two values of one type is also two numbers,
+        // which `MPI_MINLOC` and `MPI_MAXLOC` take as a pair).
+        Some(basic) if !op.takes_pairs() => AccumulateType::Basic(basic),
+        basic => PairType::of(element)
+            .map(AccumulateType::Pair)
+            .or(basic.map(AccumulateType::Basic))
+            .ok_or_else(|| not_accumulated(element))?,
+    };
     if let AccumulateOp::Reduce(reduce) = op {
         if !reduction_checked_later {
-            Reduction::new(&reduce, ElementType::of_basic(basic))?;
+            accumulated.reduction(reduce.system_op())?;
         }
     }
-    Ok(basic)
+    Ok(accumulated)
+}
+
+/// The error of [`accumulate_element`] for elements of several basic
+/// types. Cold: off the way of every accumulate.
+#[cold]
+fn not_accumulated(element: ElementType) -> Error {
+    Error::new(
+        ErrorClass::Type,
+        format!(
+            "accumulates take elements of one basic type or value-index pairs, not {}",
+            element.name()
+        ),
+    )
+}
+
+/// The error of an `rget` or `rget_accumulate` into elements with
+/// padding: the data lands in the result's own bytes as it travels,
+/// packed, which is how such elements lie in memory only without
+/// padding. Cold: off the way of every `rget`.
+#[cold]
+fn padded_result(element: ElementType) -> Error {
+    Error::new(
+        ErrorClass::Buffer,
+        format!(
+            "rget and rget_accumulate take a result of elements without padding, not {} \
+             ({} bytes of data in a larger element): use get or get_accumulate, which unpack",
+            element.name(),
+            element.size()
+        ),
+    )
 }
 
 /// This host's key (`HostId::key`) as four words, zeros if unknown.
@@ -2159,15 +2195,19 @@ fn fetch_accumulate<'d>(
     op: AccumulateOp,
     reduction_checked_later: bool,
 ) -> Result<Fetch<'d>> {
-    let basic = accumulate_element(element, op, reduction_checked_later)?;
+    // The types first, so that an origin and a result of different types
+    // are `MPI_ERR_TYPE` whatever the operation.
+    if op != AccumulateOp::NoOp {
+        crate::collective::op::same_element_type(origin_element, element)?;
+    }
+    let accumulated = accumulate_element(element, op, reduction_checked_later)?;
     if op == AccumulateOp::NoOp {
         return Ok(Fetch::Accumulate {
-            element: basic,
+            element: accumulated,
             op,
             data: &[],
         });
     }
-    crate::collective::op::same_element_type(origin_element, element)?;
     if origin.len() != len {
         return Err(Error::new(
             ErrorClass::Count,
@@ -2178,7 +2218,7 @@ fn fetch_accumulate<'d>(
         ));
     }
     Ok(Fetch::Accumulate {
-        element: basic,
+        element: accumulated,
         op,
         data: origin,
     })

@@ -21,6 +21,7 @@
 //! ([`Window::put`] and the others) keep their own code.
 
 use super::path::{Fetch, Path, Target};
+use super::wire::AccumulateType;
 use super::{
     accumulate_element, completed, fetch_accumulate, wait_fetched, AccumulateOp, CreateFlavor,
     Window,
@@ -84,6 +85,28 @@ impl Blocks<'_> {
             })?;
             f(at, piece)
         })
+    }
+
+    /// The error of a block that is no whole number of `element`s: a
+    /// target layout that puts a value-index pair's index apart from its
+    /// value, which an accumulate combines only together. (A block of
+    /// numbers always holds whole ones.)
+    fn check_whole(&self, element: AccumulateType) -> Result<()> {
+        match self
+            .blocks
+            .iter()
+            .find(|&&(_, len)| !element.holds_whole(len))
+        {
+            Some(&(at, len)) => Err(Error::new(
+                ErrorClass::Type,
+                format!(
+                    "the target layout's block of {len} bytes at byte {at} splits a \
+                     {}-byte value-index pair: an accumulate takes pairs whole",
+                    element.size()
+                ),
+            )),
+            None => Ok(()),
+        }
     }
 }
 
@@ -196,6 +219,7 @@ impl Window<'_> {
             };
             let checked = self.reductions_checked_by_path();
             let element = accumulate_element(ElementType::of_datatype(datatype), op, checked)?;
+            to.check_whole(element)?;
             let data = Outgoing::new(&view)?;
             to.each_piece(data.bytes(), |at, piece| {
                 to.path.accumulate(&to.to, at, piece, element, op)
@@ -320,6 +344,7 @@ impl Window<'_> {
                     "a fetching accumulate was checked as another operation",
                 ));
             };
+            to.check_whole(element)?;
             fetch_blocks(&to, bytes, |range| {
                 Ok(Fetch::Accumulate {
                     element,
