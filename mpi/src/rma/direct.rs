@@ -252,19 +252,49 @@ pub(crate) fn accumulate(
     old: Option<&mut [u8]>,
 ) -> Result<()> {
     let at = offset(disp)?;
+    let basic = match element {
+        AccumulateType::Basic(basic) => basic,
+        AccumulateType::Pair(_) => {
+            return accumulate_pairs(reach, at, data, op, element, exclusive, old)
+        }
+    };
     if let (Reach::Mapped(segment), AccumulateOp::Reduce(reduce)) = (reach, op) {
-        // Whole elements, as many as the result holds, in one pass. Pairs
-        // always so: a pass turned round goes in pieces of 8 KiB, which
-        // would split pairs of 6 or 12 bytes.
-        let whole = element.holds_whole(data.len())
+        // Whole elements (a size is a power of two: a mask), as many as
+        // the result holds, in one pass.
+        let whole = data.len() & (basic.size() - 1) == 0
             && old.as_deref().is_none_or(|old| old.len() == data.len());
-        let pairs = matches!(element, AccumulateType::Pair(_));
-        if whole && (pairs || !segment.pass_may_turn(data.len())) {
-            let reduction = element.reduction(reduce.system_op())?;
+        if whole && !segment.pass_may_turn(data.len()) {
+            let reduction = PredefinedReduction::new(reduce.system_op(), basic)?;
             return reduce_in_place(segment, at, data, (reduction, element, op), exclusive, old);
         }
     }
     accumulate_span(reach, at, data, (element, op), exclusive, old)
+}
+
+/// [`accumulate`] of value-index pairs: a reduction on a mapped segment
+/// always in place in one pass (a pass turned round goes in pieces of 8
+/// KiB, which would split pairs of 6 or 12 bytes), anything else as a
+/// span. Cold, out of line: off the numbers' way.
+#[cold]
+#[inline(never)]
+fn accumulate_pairs(
+    reach: &Reach,
+    at: usize,
+    data: &[u8],
+    op: AccumulateOp,
+    pairs: AccumulateType,
+    exclusive: bool,
+    old: Option<&mut [u8]>,
+) -> Result<()> {
+    if let (Reach::Mapped(segment), AccumulateOp::Reduce(reduce)) = (reach, op) {
+        let whole = pairs.holds_whole(data.len())
+            && old.as_deref().is_none_or(|old| old.len() == data.len());
+        if whole {
+            let reduction = pairs.reduction(reduce.system_op())?;
+            return reduce_in_place(segment, at, data, (reduction, pairs, op), exclusive, old);
+        }
+    }
+    accumulate_span(reach, at, data, (pairs, op), exclusive, old)
 }
 
 /// [`accumulate`] of any span at byte offset `at`.
