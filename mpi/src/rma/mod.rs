@@ -55,7 +55,10 @@
 //! a target datatype and count besides (`typed.rs`): the data is
 //! scattered to (gathered from) the blocks of its type map. Accumulates
 //! need elements of one basic type (a predefined type, or a derived one
-//! built of a single basic type).
+//! built of a single basic type), or value-index pairs
+//! ([`ValueIndex`](crate::collective::ValueIndex): `MPI_DOUBLE_INT` and
+//! the other pair types, or a derived type of one) for `MPI_MINLOC` and
+//! `MPI_MAXLOC` (and `MPI_REPLACE`, `MPI_NO_OP`).
 //!
 //! # Memory model and ordering
 //! The window's memory is one copy (`MPI_WIN_UNIFIED`), reached by this
@@ -1318,7 +1321,8 @@ impl<'a> Window<'a> {
 
     /// Combines `origin` into the target's window with `op` and returns
     /// the target's data from before in `result` (`MPI_Get_accumulate`);
-    /// the two hold elements of one basic type (else `MPI_ERR_TYPE`) and
+    /// the two hold elements of one type, a basic type or value-index
+    /// pairs (else `MPI_ERR_TYPE`), and
     /// equally many bytes (else `MPI_ERR_COUNT`), except that the origin
     /// of [`AccumulateOp::NoOp`] is ignored.
     #[doc(alias = "MPI_Get_accumulate")]
@@ -1344,7 +1348,9 @@ impl<'a> Window<'a> {
         self.comm.handled(outcome)
     }
 
-    /// [`Window::get_accumulate`] of one element (`MPI_Fetch_and_op`).
+    /// [`Window::get_accumulate`] of one element (`MPI_Fetch_and_op`): a
+    /// number, or a value-index pair (MPI 4.1 asks a predefined datatype,
+    /// which the pair types are) for `MPI_MINLOC` and `MPI_MAXLOC`.
     #[doc(alias = "MPI_Fetch_and_op")]
     pub fn fetch_and_op<T: Equivalence>(
         &self,
@@ -1578,6 +1584,9 @@ impl<'a> Window<'a> {
 
     /// The request-based get (`MPI_Rget`): `result` is borrowed until the
     /// request (or its scope) completes, which is when the data is there.
+    /// The data lands in `result`'s own bytes, so its type must have no
+    /// padding (else `MPI_ERR_BUFFER`: use [`Window::get`], which
+    /// unpacks).
     #[doc(alias = "MPI_Rget")]
     pub fn rget<'s, T: Equivalence>(
         &self,
@@ -1592,7 +1601,8 @@ impl<'a> Window<'a> {
 
     /// The request-based get_accumulate (`MPI_Rget_accumulate`): the
     /// origin's data is copied at once; `result` is borrowed until the
-    /// request completes.
+    /// request completes, and its type must have no padding, as
+    /// [`Window::rget`]'s.
     #[doc(alias = "MPI_Rget_accumulate")]
     pub fn rget_accumulate<'s, S: Buffer + ?Sized, T: Equivalence>(
         &self,

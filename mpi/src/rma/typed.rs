@@ -8,7 +8,8 @@
 //! Checked at the origin before anything moves: the origin's and the
 //! target's type signatures are the same sequence of basic types
 //! (`MPI_ERR_TYPE`; an accumulate's are besides of one basic type
-//! throughout, as the contiguous forms require), and every block lies in
+//! throughout, or of one value-index pair type whose pairs no block
+//! splits, as the contiguous forms require), and every block lies in
 //! the target's window (`MPI_ERR_RMA_RANGE`; in a dynamic window, whose
 //! memory only the target knows, the target checks each block as it
 //! does a contiguous operation's range, so the blocks before one it
@@ -196,7 +197,9 @@ impl Window<'_> {
     /// [`Window::accumulate`] into `layout` at `disp` in the target's
     /// window (`MPI_Accumulate` with a target datatype): checked as
     /// [`Window::put_typed`], the elements besides of one basic type
-    /// throughout, for which `op` is defined (else `MPI_ERR_OP`). Atomic
+    /// throughout, or value-index pairs that no block of the layout
+    /// splits (else `MPI_ERR_TYPE`), for which `op` is defined (else
+    /// `MPI_ERR_OP`). Atomic
     /// per element with respect to other accumulates.
     #[doc(alias = "MPI_Accumulate")]
     pub fn accumulate_typed<S>(
