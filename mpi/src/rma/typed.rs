@@ -8,8 +8,9 @@
 //! Checked at the origin before anything moves: the origin's and the
 //! target's type signatures are the same sequence of basic types
 //! (`MPI_ERR_TYPE`; an accumulate's are besides of one basic type
-//! throughout, or of one value-index pair type whose pairs no block
-//! splits, as the contiguous forms require), and every block lies in
+//! throughout, or of one value-index pair type, as the contiguous forms
+//! require; a layout whose blocks split a pair, value apart from index,
+//! is `MPI_ERR_UNSUPPORTED_OPERATION`), and every block lies in
 //! the target's window (`MPI_ERR_RMA_RANGE`; in a dynamic window, whose
 //! memory only the target knows, the target checks each block as it
 //! does a contiguous operation's range, so the blocks before one it
@@ -90,8 +91,10 @@ impl Blocks<'_> {
 
     /// The error of a block that is no whole number of `element`s: a
     /// target layout that puts a value-index pair's index apart from its
-    /// value, which an accumulate combines only together. (A block of
-    /// numbers always holds whole ones.)
+    /// value (`MPI_SHORT_INT`'s own, with padding between them, or the
+    /// index first), which an accumulate here combines only whole: each
+    /// block is an operation of its own. (A block of numbers always holds
+    /// whole ones.)
     fn check_whole(&self, element: AccumulateType) -> Result<()> {
         match self
             .blocks
@@ -99,10 +102,12 @@ impl Blocks<'_> {
             .find(|&&(_, len)| !element.holds_whole(len))
         {
             Some(&(at, len)) => Err(Error::new(
-                ErrorClass::Type,
+                ErrorClass::UnsupportedOperation,
                 format!(
-                    "the target layout's block of {len} bytes at byte {at} splits a \
-                     {}-byte value-index pair: an accumulate takes pairs whole",
+                    "the target layout's block of {len} bytes at byte {at} holds part of a \
+                     {}-byte value-index pair: accumulates with a target datatype combine \
+                     pairs only where value and index are adjacent, value first (pack the \
+                     pairs, or use the contiguous accumulate)",
                     element.size()
                 ),
             )),
@@ -197,9 +202,9 @@ impl Window<'_> {
     /// [`Window::accumulate`] into `layout` at `disp` in the target's
     /// window (`MPI_Accumulate` with a target datatype): checked as
     /// [`Window::put_typed`], the elements besides of one basic type
-    /// throughout, or value-index pairs that no block of the layout
-    /// splits (else `MPI_ERR_TYPE`), for which `op` is defined (else
-    /// `MPI_ERR_OP`). Atomic
+    /// throughout, or value-index pairs (a layout that puts a pair's
+    /// index apart from its value is `MPI_ERR_UNSUPPORTED_OPERATION`),
+    /// for which `op` is defined (else `MPI_ERR_OP`). Atomic
     /// per element with respect to other accumulates.
     #[doc(alias = "MPI_Accumulate")]
     pub fn accumulate_typed<S>(

@@ -46,9 +46,10 @@
 //! window and signatures that differ, refused with nothing written),
 //! `locations` (`MPI_MINLOC` and `MPI_MAXLOC` accumulates on value-index
 //! pairs of five types, under shared locks and fence, with ties, by
-//! accumulate, raccumulate, get_accumulate, rget_accumulate, fetch_and_op
-//! and over 1 MiB, against a reference; `MPI_MINLOC` on `MPI_INT` and
-//! `MPI_SUM` on pairs refused),
+//! accumulate, raccumulate, get_accumulate, rget_accumulate, fetch_and_op,
+//! accumulate_typed and over 1 MiB, against a reference; `MPI_MINLOC` on
+//! `MPI_INT`, `MPI_SUM` on pairs, mixed types and a target layout that
+//! splits a pair refused),
 //! `synchronization` (the calls no other check makes, each where doing
 //! nothing would show: `flush_all` completes puts to every target, read
 //! after a barrier with the epoch still open, and reports the puts past
@@ -2324,19 +2325,24 @@ const PAIRS: usize = 8;
 /// operations leave them), allocated and then created: every rank
 /// accumulates its pairs (values 0 to 2, the same for ranks 2k and
 /// 2k + 1, so the best values tie, with indices that fall as ranks rise,
-/// so a tie is won by the higher rank, not the first to arrive) into every rank under shared locks, twice over
-/// (`MPI_MINLOC` into region 0, `MPI_MAXLOC` through a derived origin
-/// datatype, a contiguous run of pairs, into region 1), and
-/// `MPI_MAXLOC` by `raccumulate` under fence (region 2); then in turn
-/// `get_accumulate` or `rget_accumulate` `MPI_MINLOC` into rank 0's
-/// region 3 and `fetch_and_op` `MPI_MAXLOC` of one pair into its region
-/// 4, each checking the old pairs it got; and a `MPI_MINLOC` of more
+/// so a tie is won by the higher rank, not the first to arrive) into
+/// every rank under shared locks, twice over (`MPI_MINLOC` into region
+/// 0, `MPI_MAXLOC` through a derived origin datatype, a contiguous run
+/// of pairs, into region 1), and `MPI_MAXLOC` by `raccumulate` under
+/// fence (region 2); then in turn `get_accumulate` or `rget_accumulate`
+/// (which refuses a result of pairs with padding) `MPI_MINLOC` into rank
+/// 0's region 3 and `fetch_and_op` `MPI_MAXLOC` of one pair into its
+/// region 4, each checking the old pairs it got, a `MPI_MINLOC` of more
 /// than 1 MiB into rank 0 (over TCP by message, or in 128 KiB messages
-/// where the pieces would split pairs). Each target then compares its
+/// where the pieces would split pairs), and `accumulate_typed`
+/// `MPI_MINLOC` into pairs laid out as C lays them (with padding, 16
+/// bytes for `MPI_DOUBLE_INT`). Each target then compares its
 /// window with a reference computed here ([`reference_loc`]). Refused,
 /// with nothing written: `MPI_MINLOC` on `MPI_INT` and in a fetch-and-op
-/// of an `i32` (`MPI_ERR_OP`), `MPI_SUM` on pairs (`MPI_ERR_OP`), and a
-/// `get_accumulate` of pairs into a result of bytes (`MPI_ERR_TYPE`).
+/// of an `i32` (`MPI_ERR_OP`), `MPI_SUM` on pairs (`MPI_ERR_OP`), a
+/// `get_accumulate` of pairs into a result of bytes (`MPI_ERR_TYPE`),
+/// and `accumulate_typed` into a layout that splits a pair, value apart
+/// from index (`MPI_ERR_UNSUPPORTED_OPERATION`).
 fn locations_of<V: PairNumber, I: PairNumber>(world: &Communicator) -> Result<()>
 where
     ValueIndex<V, I>: Equivalence,
@@ -2374,7 +2380,15 @@ where
             .map(|i| pair(((r / 2 + i) % 4) as i32, ((size - r) * 3 + i % 5) as i32))
             .collect()
     };
-    let window_len = region(5) + large * packed;
+    // Pairs as C lays them out (`MPI_DOUBLE_INT`'s 16 bytes), reached
+    // through a target datatype.
+    let typed_at = region(5) + large * packed;
+    let layout = TargetLayout::new(PAIRS, &pair_type);
+    // Where C puts the index right after the value; not `MPI_SHORT_INT`,
+    // whose padding between them splits the pair into two blocks, which
+    // typed accumulates do not take.
+    let adjacent = std::mem::offset_of!(ValueIndex<V, I>, index) == std::mem::size_of::<V>();
+    let window_len = typed_at + PAIRS * std::mem::size_of::<ValueIndex<V, I>>();
     let mut memory = vec![0u8; window_len];
     for created in [false, true] {
         let window = if created {
@@ -2393,6 +2407,7 @@ where
             window.put(&start[..], rank as i32, region(k))?;
         }
         window.put(&vec![pair(9, 9); large][..], rank as i32, region(5))?;
+        window.put_typed(&start[..], rank as i32, typed_at, layout)?;
         window.unlock(rank as i32)?;
         world.barrier()?;
         // Under shared locks, every rank into every rank.
@@ -2488,6 +2503,22 @@ where
                     region(5),
                     SystemOperation::min_loc(),
                 )?;
+                let typed = window.accumulate_typed(
+                    &mine[..],
+                    0,
+                    typed_at,
+                    layout,
+                    SystemOperation::min_loc(),
+                );
+                if adjacent {
+                    typed?;
+                } else {
+                    expect_class(
+                        typed,
+                        ErrorClass::UnsupportedOperation,
+                        &what("accumulate_typed into pairs with padding between value and index"),
+                    )?;
+                }
                 window.unlock(0)?;
                 same(
                     &old,
@@ -2536,6 +2567,24 @@ where
             ErrorClass::Type,
             &what("get_accumulate of pairs into bytes"),
         )?;
+        // A target layout with the index below the value: its blocks
+        // split the pair.
+        let split = UserDatatype::structured(
+            &[1, 1],
+            &[std::mem::size_of::<I>() as _, 0],
+            &[&V::equivalent_datatype(), &I::equivalent_datatype()],
+        )?;
+        expect_class(
+            window.accumulate_typed(
+                &mine[..1],
+                t,
+                typed_at,
+                TargetLayout::new(1, &split),
+                SystemOperation::min_loc(),
+            ),
+            ErrorClass::UnsupportedOperation,
+            &what("accumulate_typed into a layout that splits a pair"),
+        )?;
         window.unlock(t)?;
         world.barrier()?;
         // Each target checks its own window.
@@ -2576,6 +2625,17 @@ where
             window.get(&mut got[..], me, region(k))?;
             same(&got, &want, &what(part))?;
         }
+        window.get_typed(&mut got[..], me, typed_at, layout)?;
+        let want = if adjacent {
+            rank0(fold(everyone.clone(), true))
+        } else {
+            untouched.clone()
+        };
+        same(
+            &got,
+            &want,
+            &what("accumulate_typed MPI_MINLOC into C-laid pairs"),
+        )?;
         let mut large_got = vec![ValueIndex::<V, I>::default(); large];
         window.get(&mut large_got[..], me, region(5))?;
         window.unlock(me)?;
