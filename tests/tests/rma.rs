@@ -60,6 +60,16 @@ fn accumulate_with_every_operation_and_type() {
     job("operations", &[], 2, &TCP, 120);
 }
 
+/// `MPI_MINLOC` and `MPI_MAXLOC` on value-index pairs: on the direct path
+/// (allocated windows, and created ones by cross-memory attach) and by
+/// active messages over TCP, under shared locks and fence, with ties
+/// and fetches, against a reference; MINLOC on a non-pair refused.
+#[test]
+fn minloc_and_maxloc_accumulate_value_index_pairs() {
+    job("locations", &[], 3, &[], 60);
+    job("locations", &[], 3, &TCP, 60);
+}
+
 /// Over shared memory (the direct path: region mutexes under shared
 /// locks) at the count, 100,000 of each per rank on 8 ranks (a
 /// few seconds); over TCP (active messages) fewer.

@@ -470,17 +470,18 @@ impl<'o> Reduction<'o> {
     }
 }
 
-/// A predefined operation on numbers of one basic type, its kernel looked
-/// up once: what a one-sided accumulate applies on the direct path. A
-/// function pointer, where a [`Reduction`] also carries the operation and
-/// the element type for user-defined operations (building and copying
-/// that cost a one-element fetch-and-op some 40 instructions more).
+/// A predefined operation on numbers of one basic type or on value-index
+/// pairs, its kernel looked up once: what a one-sided accumulate applies.
+/// A function pointer, where a [`Reduction`] also carries the operation
+/// and the element type for user-defined operations (building and
+/// copying that cost a one-element fetch-and-op some 40 instructions
+/// more).
 #[derive(Clone, Copy)]
-pub(crate) struct BasicReduction {
+pub(crate) struct PredefinedReduction {
     kernel: Kernel,
 }
 
-impl BasicReduction {
+impl PredefinedReduction {
     /// `op` on numbers of type `basic`; an `MPI_ERR_OP` error if the
     /// standard does not define it for them (`MPI_MINLOC` and
     /// `MPI_MAXLOC` take value-index pairs, never a basic type). Always
@@ -488,16 +489,28 @@ impl BasicReduction {
     /// inlined whole, the compiler kept this a call (27 instructions per
     /// accumulate with the call).
     #[inline(always)]
-    pub(crate) fn new(op: SystemOp, basic: Primitive) -> Result<BasicReduction> {
+    pub(crate) fn new(op: SystemOp, basic: Primitive) -> Result<PredefinedReduction> {
         match number_kernel_of(op, basic) {
-            Some(kernel) => Ok(BasicReduction { kernel }),
+            Some(kernel) => Ok(PredefinedReduction { kernel }),
             None => Err(undefined(op, ElementType::of_basic(basic))),
+        }
+    }
+
+    /// `op` on value-index pairs of type `pair`: the collectives' location
+    /// kernel; an `MPI_ERR_OP` error for any operation but `MPI_MINLOC`
+    /// and `MPI_MAXLOC`. Out of line: off the numbers' way.
+    #[inline(never)]
+    pub(crate) fn of_pairs(op: SystemOp, pair: PairType) -> Result<PredefinedReduction> {
+        match pair.kernel(op) {
+            Some(kernel) => Ok(PredefinedReduction { kernel }),
+            None => Err(undefined(op, pair.element_type())),
         }
     }
 
     /// `inout[i] = input[i] op inout[i]` for every element, where both
     /// are equally long, a whole number of elements, aligned for them;
-    /// `false` (nothing done) if they are not aligned.
+    /// `false` (nothing done) if they are not aligned (or, for pairs,
+    /// which are read at any alignment, not whole pairs).
     #[inline]
     pub(crate) fn apply(self, input: &[u8], inout: &mut [u8]) -> bool {
         debug_assert_eq!(input.len(), inout.len());
@@ -864,15 +877,6 @@ fn float_kernel<T: Number, const WIDE: bool>(op: SystemOp) -> Option<Kernel> {
     })
 }
 
-/// The kernel of a predefined operation on value-index pairs.
-fn pair_kernel<V: Number, I: Number>(op: SystemOp) -> Option<Kernel> {
-    Some(match op {
-        SystemOp::MinLoc => min_loc::<V, I>,
-        SystemOp::MaxLoc => max_loc::<V, I>,
-        _ => return None,
-    })
-}
-
 /// The kernel of `op` on `element_type`, if the standard defines it.
 /// Inlined: on the numbers, the common case (a one-sided fetch-and-op
 /// picks its kernel on every call, twice), it is a table look-up.
@@ -901,27 +905,86 @@ fn number_kernel_of(op: SystemOp, basic: Primitive) -> Option<Kernel> {
 /// small.
 #[inline(never)]
 fn location_kernel(op: SystemOp, element_type: ElementType) -> Option<Kernel> {
-    macro_rules! pick_pairs {
-        ($($v:ty, $i:ty;)*) => {$(
-            if is_pairs::<$v, $i>(element_type) {
-                return pair_kernel::<$v, $i>(op);
-            }
-        )*};
-    }
-    for_each_pair!(pick_pairs);
-    None
+    PairType::of(element_type).and_then(|pair| pair.kernel(op))
 }
 
-/// Whether the packed data of `element_type` is a whole number of
-/// `(V, I)` pairs: of the pair's type signature, each element a whole
-/// number of them. Not [`ElementType::is`], which asks that the type lie
-/// in memory as its packed data does: a pair with padding does not.
-fn is_pairs<V: Number, I: Number>(element_type: ElementType) -> bool
-where
-    ValueIndex<V, I>: Equivalence,
-{
-    let pair = ElementType::of::<ValueIndex<V, I>>();
-    element_type == pair && element_type.size().is_multiple_of(pair.size())
+/// A value-index pair type, the type `MPI_MINLOC` and `MPI_MAXLOC` take:
+/// its place in the list of pair types (`for_each_pair`), which is also
+/// its code in one-sided messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PairType(u8);
+
+/// What is known of a pair type: its element type, its packed size and
+/// its two kernels.
+struct PairKernels {
+    element_type: fn() -> ElementType,
+    size: usize,
+    min_loc: Kernel,
+    max_loc: Kernel,
+}
+
+macro_rules! pair_kernels {
+    ($($v:ty, $i:ty;)*) => {
+        /// Every pair type's kernels, in the order of `for_each_pair`.
+        const PAIRS: &[PairKernels] = &[$(
+            PairKernels {
+                element_type: ElementType::of::<ValueIndex<$v, $i>>,
+                size: size_of::<$v>() + size_of::<$i>(),
+                min_loc: min_loc::<$v, $i>,
+                max_loc: max_loc::<$v, $i>,
+            },
+        )*];
+    };
+}
+
+for_each_pair!(pair_kernels);
+
+impl PairType {
+    /// The pair type whose data `element_type`'s is: of the pair's type
+    /// signature, each element a whole number of pairs (a pair type, or
+    /// a derived type of it such as a contiguous run of pairs). Not
+    /// [`ElementType::is`], which asks that the type lie in memory as its
+    /// packed data does: a pair with padding does not.
+    pub(crate) fn of(element_type: ElementType) -> Option<PairType> {
+        static ELEMENT_TYPES: OnceLock<Vec<ElementType>> = OnceLock::new();
+        let pairs =
+            ELEMENT_TYPES.get_or_init(|| PAIRS.iter().map(|p| (p.element_type)()).collect());
+        let index = pairs.iter().position(|&pair| {
+            element_type == pair && element_type.size().is_multiple_of(pair.size())
+        })?;
+        Some(PairType(index as u8))
+    }
+
+    /// The pair type of code `code` ([`PairType::code`]), if there is one.
+    pub(crate) fn from_code(code: u8) -> Option<PairType> {
+        (usize::from(code) < PAIRS.len()).then_some(PairType(code))
+    }
+
+    /// Its code: its index among the pair types.
+    pub(crate) fn code(self) -> u8 {
+        self.0
+    }
+
+    /// Bytes of one pair's packed data (12 for `MPI_DOUBLE_INT`).
+    pub(crate) fn size(self) -> usize {
+        PAIRS[usize::from(self.0)].size
+    }
+
+    /// The kernel of `op` on these pairs: `MPI_MINLOC` and `MPI_MAXLOC`
+    /// only.
+    fn kernel(self, op: SystemOp) -> Option<Kernel> {
+        let pair = &PAIRS[usize::from(self.0)];
+        match op {
+            SystemOp::MinLoc => Some(pair.min_loc),
+            SystemOp::MaxLoc => Some(pair.max_loc),
+            _ => None,
+        }
+    }
+
+    /// The element type of one pair (for messages).
+    pub(crate) fn element_type(self) -> ElementType {
+        (PAIRS[usize::from(self.0)].element_type)()
+    }
 }
 
 /// The operations on numbers: every [`SystemOp`] but the two on

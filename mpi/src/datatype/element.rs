@@ -21,7 +21,8 @@ use std::hash::{Hash, Hasher};
 ///
 /// Two element types are equal when their kinds are: the same basic type,
 /// or composite types of the same type signature (whatever their layout
-/// in memory).
+/// in memory), a signature that repeats a shorter one counting as that
+/// one.
 #[derive(Clone, Copy, Debug)]
 pub struct ElementType {
     kind: Kind,
@@ -96,11 +97,19 @@ impl ElementType {
             _ if n > 0 => runs.push((basic, n)),
             _ => {}
         });
-        let kind = match runs.as_slice() {
+        // A signature that repeats a shorter one (a contiguous run of a
+        // struct, of `MPI_DOUBLE_INT` pairs) is of that one's kind, as a
+        // vector of `f64` is of `f64`'s: its data is whole elements of it.
+        let period = (1..runs.len())
+            .find(|&p| {
+                runs.len().is_multiple_of(p) && runs.chunks(p).all(|chunk| chunk == &runs[..p])
+            })
+            .unwrap_or(runs.len());
+        let kind = match &runs[..period] {
             [(basic, _)] => Kind::Basic(*basic),
-            _ => {
+            period => {
                 let mut fingerprint = DefaultHasher::new();
-                runs.hash(&mut fingerprint);
+                period.hash(&mut fingerprint);
                 Kind::Composite(fingerprint.finish())
             }
         };
@@ -190,5 +199,15 @@ mod tests {
         let padded = ElementType::of::<Padded>();
         assert_eq!(padded.size(), 12);
         assert!(!padded.is::<Padded>());
+        // Three pairs are of a pair's kind, as three f64s are of f64's.
+        let pair = ValueIndex::<f64, i32>::equivalent_datatype();
+        let three = UserDatatype::contiguous(3, &pair).unwrap();
+        let three = ElementType::of_datatype(three.as_datatype_ref().0);
+        assert_eq!(three, ElementType::of::<ValueIndex<f64, i32>>());
+        assert_eq!(three.size(), 36);
+        let (c, d) = (f32::equivalent_datatype(), i32::equivalent_datatype());
+        let swapped = UserDatatype::structured(&[1, 1], &[0, 4], &[&d, &c]).unwrap();
+        let swapped = ElementType::of_datatype(swapped.as_datatype_ref().0);
+        assert_ne!(swapped, ElementType::of::<ValueIndex<f32, i32>>());
     }
 }

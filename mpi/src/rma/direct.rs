@@ -28,9 +28,8 @@
 //! nothing is ever touched outside it.
 
 use super::target::combine;
-use super::wire::AccumulateOp;
-use crate::collective::op::BasicReduction;
-use crate::datatype::Primitive;
+use super::wire::{AccumulateOp, AccumulateType};
+use crate::collective::op::PredefinedReduction;
 use crate::{Error, ErrorClass, Result};
 use oxmpi_adi::wait::WaitPolicy;
 use oxmpi_shm::window::copy::{self, Caching};
@@ -223,9 +222,9 @@ pub(crate) fn get(reach: &Reach, disp: u64, out: &mut [u8]) -> Result<()> {
 }
 
 /// `MPI_Accumulate` (`old: None`) and `MPI_Get_accumulate` (the target's
-/// data from before goes to `old`): combines `data` (elements of `basic`;
-/// ignored for `NO_OP`) into the window at `disp` with `op`. `exclusive`:
-/// this origin holds the target's exclusive lock.
+/// data from before goes to `old`): combines `data` (elements of
+/// `element`; ignored for `NO_OP`) into the window at `disp` with `op`.
+/// `exclusive`: this origin holds the target's exclusive lock.
 ///
 /// Under a shared lock (or none: fence, start), a replace or a no-op on
 /// words the hardware reaches atomically is one atomic per element; every
@@ -248,22 +247,54 @@ pub(crate) fn accumulate(
     reach: &Reach,
     disp: u64,
     data: &[u8],
-    (basic, op): (Primitive, AccumulateOp),
+    (element, op): (AccumulateType, AccumulateOp),
     exclusive: bool,
     old: Option<&mut [u8]>,
 ) -> Result<()> {
     let at = offset(disp)?;
+    let basic = match element {
+        AccumulateType::Basic(basic) => basic,
+        AccumulateType::Pair(_) => {
+            return accumulate_pairs(reach, at, data, op, element, exclusive, old)
+        }
+    };
     if let (Reach::Mapped(segment), AccumulateOp::Reduce(reduce)) = (reach, op) {
         // Whole elements (a size is a power of two: a mask), as many as
         // the result holds, in one pass.
         let whole = data.len() & (basic.size() - 1) == 0
             && old.as_deref().is_none_or(|old| old.len() == data.len());
         if whole && !segment.pass_may_turn(data.len()) {
-            let reduction = BasicReduction::new(reduce.system_op(), basic)?;
-            return reduce_in_place(segment, at, data, (reduction, basic, op), exclusive, old);
+            let reduction = PredefinedReduction::new(reduce.system_op(), basic)?;
+            return reduce_in_place(segment, at, data, (reduction, element, op), exclusive, old);
         }
     }
-    accumulate_span(reach, at, data, (basic, op), exclusive, old)
+    accumulate_span(reach, at, data, (element, op), exclusive, old)
+}
+
+/// [`accumulate`] of value-index pairs: a reduction on a mapped segment
+/// always in place in one pass (a pass turned round goes in pieces of 8
+/// KiB, which would split pairs of 6 or 12 bytes), anything else as a
+/// span. Cold, out of line: off the numbers' way.
+#[cold]
+#[inline(never)]
+fn accumulate_pairs(
+    reach: &Reach,
+    at: usize,
+    data: &[u8],
+    op: AccumulateOp,
+    pairs: AccumulateType,
+    exclusive: bool,
+    old: Option<&mut [u8]>,
+) -> Result<()> {
+    if let (Reach::Mapped(segment), AccumulateOp::Reduce(reduce)) = (reach, op) {
+        let whole = pairs.holds_whole(data.len())
+            && old.as_deref().is_none_or(|old| old.len() == data.len());
+        if whole {
+            let reduction = pairs.reduction(reduce.system_op())?;
+            return reduce_in_place(segment, at, data, (reduction, pairs, op), exclusive, old);
+        }
+    }
+    accumulate_span(reach, at, data, (pairs, op), exclusive, old)
 }
 
 /// [`accumulate`] of any span at byte offset `at`.
@@ -271,14 +302,13 @@ fn accumulate_span(
     reach: &Reach,
     at: usize,
     data: &[u8],
-    (basic, op): (Primitive, AccumulateOp),
+    (element, op): (AccumulateType, AccumulateOp),
     exclusive: bool,
     mut old: Option<&mut [u8]>,
 ) -> Result<()> {
     let len = old.as_deref().map_or(data.len(), <[u8]>::len);
-    let size = basic.size();
-    // A basic type's size is a power of two: a mask, not a division.
-    if (op != AccumulateOp::NoOp && data.len() != len) || len & (size - 1) != 0 {
+    let size = element.size();
+    if (op != AccumulateOp::NoOp && data.len() != len) || !element.holds_whole(len) {
         return Err(Error::new(
             ErrorClass::Count,
             format!(
@@ -288,9 +318,12 @@ fn accumulate_span(
             ),
         ));
     }
+    // Hardware words for numbers only: a pair's kernel stores its value
+    // and its index apart, which a word's atomic load could see between.
     let words = reach.mapped().filter(|segment| {
         !exclusive
             && matches!(op, AccumulateOp::Replace | AccumulateOp::NoOp)
+            && matches!(element, AccumulateType::Basic(_))
             && segment.word_capable(at, size)
     });
     if let Some(segment) = words {
@@ -304,7 +337,7 @@ fn accumulate_span(
     // The reduction's kernel, looked up (and checked for the type) once
     // per operation, before any mutex is taken.
     let reduction = match op {
-        AccumulateOp::Reduce(reduce) => Some(BasicReduction::new(reduce.system_op(), basic)?),
+        AccumulateOp::Reduce(reduce) => Some(element.reduction(reduce.system_op())?),
         AccumulateOp::Replace | AccumulateOp::NoOp => None,
     };
     let _regions = hold_span(reach.control(), at, len, exclusive)?;
@@ -318,7 +351,7 @@ fn accumulate_span(
             &data[from..to]
         };
         let old = old.as_deref_mut().map(|old| &mut old[from..to]);
-        combine_in_place(window, data, (reduction, basic, op), old)
+        combine_in_place(window, data, (reduction, element, op), old)
     };
     match reach {
         Reach::Mapped(segment) => {
@@ -352,7 +385,7 @@ fn reduce_in_place(
     segment: &WindowSegment,
     at: usize,
     data: &[u8],
-    how: (BasicReduction, Primitive, AccumulateOp),
+    how: (PredefinedReduction, AccumulateType, AccumulateOp),
     exclusive: bool,
     old: Option<&mut [u8]>,
 ) -> Result<()> {
@@ -408,7 +441,7 @@ fn hold_span(
 fn combine_in_place(
     window: &mut [u8],
     data: &[u8],
-    (reduction, basic, op): (Option<BasicReduction>, Primitive, AccumulateOp),
+    (reduction, element, op): (Option<PredefinedReduction>, AccumulateType, AccumulateOp),
     old: Option<&mut [u8]>,
 ) -> Result<()> {
     if let Some(old) = old {
@@ -416,7 +449,7 @@ fn combine_in_place(
     }
     match reduction {
         Some(reduction) if reduction.apply(data, window) => Ok(()),
-        _ => combine(window, data, basic, op),
+        _ => combine(window, data, element, op),
     }
 }
 
@@ -478,7 +511,9 @@ pub(crate) fn compare_and_swap(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collective::SystemOperation;
+    use crate::collective::op::PairType;
+    use crate::collective::{SystemOperation, ValueIndex};
+    use crate::datatype::{ElementType, Primitive};
 
     fn u64s(bytes: &[u8]) -> Vec<u64> {
         bytes
@@ -495,7 +530,10 @@ mod tests {
     fn reductions_at_any_alignment_combine_every_element() {
         let (segment, _) = WindowSegment::create(256).unwrap();
         let reach = Reach::Mapped(Arc::new(segment));
-        let sum = (Primitive::U64, AccumulateOp::Reduce(SystemOperation::sum()));
+        let sum = (
+            AccumulateType::Basic(Primitive::U64),
+            AccumulateOp::Reduce(SystemOperation::sum()),
+        );
         let ones: Vec<u8> = [1u64, 2, 3].iter().flat_map(|v| v.to_ne_bytes()).collect();
         // The same bytes one past an aligned start.
         let mut shifted = vec![0u8; ones.len() + 8];
@@ -541,10 +579,64 @@ mod tests {
         }
         // An operation the type does not take: refused before anything.
         let band = (
-            Primitive::F64,
+            AccumulateType::Basic(Primitive::F64),
             AccumulateOp::Reduce(SystemOperation::bitwise_and()),
         );
         let refused = accumulate(&reach, 0, &[0u8; 8], band, false, None).unwrap_err();
+        assert_eq!(refused.class(), ErrorClass::Op);
+    }
+
+    /// `MPI_MINLOC` on 12-byte pairs (`MPI_DOUBLE_INT`'s packed data) over
+    /// a span long enough that a number's pass would turn round in 8 KiB
+    /// pieces, at an odd displacement, under the region mutexes and under
+    /// the exclusive lock: every pair comes out right, ties to the
+    /// smaller index; a sum on pairs is refused.
+    #[test]
+    fn pairs_reduce_whole_over_long_spans() {
+        let (segment, _) = WindowSegment::create(96 << 10).unwrap();
+        let reach = Reach::Mapped(Arc::new(segment));
+        let pair_type = PairType::of(ElementType::of::<ValueIndex<f64, i32>>()).unwrap();
+        let element = AccumulateType::Pair(pair_type);
+        let pairs = |value: fn(usize) -> f64, index: i32| -> Vec<u8> {
+            (0..4096)
+                .flat_map(|i| {
+                    let mut pair = value(i).to_ne_bytes().to_vec();
+                    pair.extend_from_slice(&index.to_ne_bytes());
+                    pair
+                })
+                .collect()
+        };
+        let min_loc = (element, AccumulateOp::Reduce(SystemOperation::min_loc()));
+        let disp = 4099u64;
+        let first = pairs(|i| (i % 3) as f64, 5);
+        let second = pairs(|i| (i % 2) as f64, 2);
+        for exclusive in [false, true] {
+            accumulate(
+                &reach,
+                disp,
+                &first,
+                (element, AccumulateOp::Replace),
+                exclusive,
+                None,
+            )
+            .unwrap();
+            for _ in 0..2 {
+                accumulate(&reach, disp, &second, min_loc, exclusive, None).unwrap();
+            }
+            let mut now = vec![0u8; first.len()];
+            reach
+                .read(disp as usize, &mut now, Caching::Cached)
+                .unwrap();
+            for (i, pair) in now.chunks_exact(12).enumerate() {
+                let value = f64::from_ne_bytes(pair[..8].try_into().unwrap());
+                let index = i32::from_ne_bytes(pair[8..].try_into().unwrap());
+                let (a, b) = ((i % 3) as f64, (i % 2) as f64);
+                let want = if a < b { (a, 5) } else { (b, 2) };
+                assert_eq!((value, index), want, "pair {i}, exclusive {exclusive}");
+            }
+        }
+        let sum = (element, AccumulateOp::Reduce(SystemOperation::sum()));
+        let refused = accumulate(&reach, disp, &first[..12], sum, false, None).unwrap_err();
         assert_eq!(refused.class(), ErrorClass::Op);
     }
 }

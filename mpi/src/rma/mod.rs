@@ -55,7 +55,10 @@
 //! a target datatype and count besides (`typed.rs`): the data is
 //! scattered to (gathered from) the blocks of its type map. Accumulates
 //! need elements of one basic type (a predefined type, or a derived one
-//! built of a single basic type).
+//! built of a single basic type), or value-index pairs
+//! ([`ValueIndex`](crate::collective::ValueIndex): `MPI_DOUBLE_INT` and
+//! the other pair types, or a derived type of one) for `MPI_MINLOC` and
+//! `MPI_MAXLOC` (and `MPI_REPLACE`, `MPI_NO_OP`).
 //!
 //! # Memory model and ordering
 //! The window's memory is one copy (`MPI_WIN_UNIFIED`), reached by this
@@ -88,7 +91,7 @@ pub(crate) mod target;
 mod typed;
 mod wire;
 
-use crate::collective::op::Reduction;
+use crate::collective::op::PairType;
 use crate::collective::typed::Input;
 use crate::datatype::{Buffer, BufferMut, ElementType, Equivalence, Incoming, Outgoing, Primitive};
 use crate::group::Group;
@@ -110,6 +113,7 @@ pub use progress::ASYNC_PROGRESS_ENV;
 pub(crate) use target::progress;
 pub use typed::TargetLayout;
 pub use wire::AccumulateOp;
+use wire::AccumulateType;
 
 /// Assertion of [`Window::lock`] and friends: no other process holds or
 /// asks for a conflicting lock (`MPI_MODE_NOCHECK`).
@@ -1071,7 +1075,7 @@ impl<'a> Window<'a> {
     /// Whether this window's paths check an accumulate's reduction
     /// themselves before they write anything, and report it before the
     /// operation returns: the direct path, whose every reduction looks its
-    /// kernel up first (`BasicReduction`, see [`accumulate_element`]). A
+    /// kernel up first (`PredefinedReduction`, see [`accumulate_element`]). A
     /// window takes one
     /// kind of path to all its targets. Active messages check only at the
     /// target, which would report the error at the next flush.
@@ -1426,7 +1430,8 @@ impl<'a> Window<'a> {
 
     /// Combines `origin` into the target's window with `op` and returns
     /// the target's data from before in `result` (`MPI_Get_accumulate`);
-    /// the two hold elements of one basic type (else `MPI_ERR_TYPE`) and
+    /// the two hold elements of one type, a basic type or value-index
+    /// pairs (else `MPI_ERR_TYPE`), and
     /// equally many bytes (else `MPI_ERR_COUNT`), except that the origin
     /// of [`AccumulateOp::NoOp`] is ignored.
     #[doc(alias = "MPI_Get_accumulate")]
@@ -1452,7 +1457,9 @@ impl<'a> Window<'a> {
         self.comm.handled(outcome)
     }
 
-    /// [`Window::get_accumulate`] of one element (`MPI_Fetch_and_op`).
+    /// [`Window::get_accumulate`] of one element (`MPI_Fetch_and_op`): a
+    /// number, or a value-index pair (MPI 4.1 asks a predefined datatype,
+    /// which the pair types are) for `MPI_MINLOC` and `MPI_MAXLOC`.
     #[doc(alias = "MPI_Fetch_and_op")]
     pub fn fetch_and_op<T: Equivalence>(
         &self,
@@ -1482,7 +1489,7 @@ impl<'a> Window<'a> {
                 return Ok(());
             }
             let checked = self.reductions_checked_by_path();
-            let element = accumulate_element(ElementType::of_basic(basic), op, checked)?;
+            let element = reduction_checked(AccumulateType::Basic(basic), op, checked)?;
             let data = value_bytes(origin);
             let old = value_bytes_mut(result);
             let (to, path, disp) = self.check_target(target, disp, old.len())?;
@@ -1686,6 +1693,9 @@ impl<'a> Window<'a> {
 
     /// The request-based get (`MPI_Rget`): `result` is borrowed until the
     /// request (or its scope) completes, which is when the data is there.
+    /// The data lands in `result`'s own bytes, so its type must have no
+    /// padding (else `MPI_ERR_BUFFER`: use [`Window::get`], which
+    /// unpacks).
     #[doc(alias = "MPI_Rget")]
     pub fn rget<'s, T: Equivalence>(
         &self,
@@ -1700,7 +1710,8 @@ impl<'a> Window<'a> {
 
     /// The request-based get_accumulate (`MPI_Rget_accumulate`): the
     /// origin's data is copied at once; `result` is borrowed until the
-    /// request completes.
+    /// request completes, and its type must have no padding, as
+    /// [`Window::rget`]'s.
     #[doc(alias = "MPI_Rget_accumulate")]
     pub fn rget_accumulate<'s, S: Buffer + ?Sized, T: Equivalence>(
         &self,
@@ -1736,8 +1747,12 @@ impl<'a> Window<'a> {
         if target == PROC_NULL {
             return completed(&self.comm);
         }
+        let element = ElementType::of::<T>();
+        if element.size() != size_of::<T>() {
+            return Err(padded_result(element));
+        }
         let len = std::mem::size_of_val(result);
-        let what = what((ElementType::of::<T>(), len))?;
+        let what = what((element, len))?;
         // SAFETY: `result` is borrowed for `'s`, and the scope completes
         // the request before `'s` ends.
         let id = unsafe { self.start_fetch(target, disp, result.as_mut_ptr().cast(), len, what)? };
@@ -2190,36 +2205,84 @@ impl Drop for Window<'_> {
     }
 }
 
-/// The basic type an accumulate of `element`s with `op` works on, or the
-/// error (`MPI_ERR_TYPE` for data of several types, `MPI_ERR_OP` for an
-/// operation not defined for it). `reduction_checked_later`: the path
-/// checks that the reduction is defined for the type before it writes
-/// anything, and reports it before the call returns (the direct path's
-/// `BasicReduction`), so it is not looked up here as well. Inlined: a
-/// few tests on every accumulate and fetch-and-op, where a call cost one
-/// some 15 instructions of passing its result through memory.
-#[inline]
+/// The type an accumulate of `element`s with `op` works on, or the
+/// error (`MPI_ERR_TYPE` for data of several types that are no
+/// value-index pair, `MPI_ERR_OP` for an operation not defined for it:
+/// `MPI_MINLOC` on `MPI_INT`, `MPI_SUM` on `MPI_DOUBLE_INT`).
+/// `reduction_checked_later`: the path checks that the reduction is
+/// defined for the type before it writes anything, and reports it before
+/// the call returns (the direct path's `PredefinedReduction`), so it is
+/// not looked up here as well. Always inlined, the pairs out of line: a
+/// few tests on every accumulate and fetch-and-op of numbers, where a
+/// call cost one some 27 instructions.
+#[inline(always)]
 fn accumulate_element(
     element: ElementType,
     op: AccumulateOp,
     reduction_checked_later: bool,
-) -> Result<Primitive> {
-    op.check()?;
-    let basic = element.basic().ok_or_else(|| {
-        Error::new(
-            ErrorClass::Type,
-            format!(
-                "accumulates take elements of one basic type, not {}",
-                element.name()
-            ),
-        )
-    })?;
+) -> Result<AccumulateType> {
+    let accumulated = match element.basic() {
+        Some(basic) if !op.takes_pairs() => AccumulateType::Basic(basic),
+        _ => accumulated_pairs(element)?,
+    };
+    reduction_checked(accumulated, op, reduction_checked_later)
+}
+
+/// `accumulated` once `op` is known to be defined for it, unless the
+/// path checks that later ([`accumulate_element`]). Always inlined: a
+/// fetch-and-op of a number, which is never a pair, starts here.
+#[inline(always)]
+fn reduction_checked(
+    accumulated: AccumulateType,
+    op: AccumulateOp,
+    reduction_checked_later: bool,
+) -> Result<AccumulateType> {
     if let AccumulateOp::Reduce(reduce) = op {
         if !reduction_checked_later {
-            Reduction::new(&reduce, ElementType::of_basic(basic))?;
+            accumulated.reduction(reduce.system_op())?;
         }
     }
-    Ok(basic)
+    Ok(accumulated)
+}
+
+/// [`accumulate_element`]'s type of elements that are no numbers, or
+/// that `MPI_MINLOC` or `MPI_MAXLOC` takes: value-index pairs where their
+/// data is (a pair of two values of one type, `MPI_2INT`, is also two
+/// numbers), else numbers, else the `MPI_ERR_TYPE` error. Cold, out of
+/// line: off the numbers' way (without `#[cold]` the element type was
+/// stored for its call on every accumulate of numbers).
+#[cold]
+#[inline(never)]
+fn accumulated_pairs(element: ElementType) -> Result<AccumulateType> {
+    PairType::of(element)
+        .map(AccumulateType::Pair)
+        .or(element.basic().map(AccumulateType::Basic))
+        .ok_or_else(|| {
+            Error::new(
+                ErrorClass::Type,
+                format!(
+                    "accumulates take elements of one basic type or value-index pairs, not {}",
+                    element.name()
+                ),
+            )
+        })
+}
+
+/// The error of an `rget` or `rget_accumulate` into elements with
+/// padding: the data lands in the result's own bytes as it travels,
+/// packed, which is how such elements lie in memory only without
+/// padding. Cold: off the way of every `rget`.
+#[cold]
+fn padded_result(element: ElementType) -> Error {
+    Error::new(
+        ErrorClass::Buffer,
+        format!(
+            "rget and rget_accumulate take a result of elements without padding, not {} \
+             ({} bytes of data in a larger element): use get or get_accumulate, which unpack",
+            element.name(),
+            element.size()
+        ),
+    )
 }
 
 /// This host's key (`HostId::key`) as four words, zeros if unknown.
@@ -2276,15 +2339,19 @@ fn fetch_accumulate<'d>(
     op: AccumulateOp,
     reduction_checked_later: bool,
 ) -> Result<Fetch<'d>> {
-    let basic = accumulate_element(element, op, reduction_checked_later)?;
+    // The types first, so that an origin and a result of different types
+    // are `MPI_ERR_TYPE` whatever the operation.
+    if op != AccumulateOp::NoOp {
+        crate::collective::op::same_element_type(origin_element, element)?;
+    }
+    let accumulated = accumulate_element(element, op, reduction_checked_later)?;
     if op == AccumulateOp::NoOp {
         return Ok(Fetch::Accumulate {
-            element: basic,
+            element: accumulated,
             op,
             data: &[],
         });
     }
-    crate::collective::op::same_element_type(origin_element, element)?;
     if origin.len() != len {
         return Err(Error::new(
             ErrorClass::Count,
@@ -2295,7 +2362,7 @@ fn fetch_accumulate<'d>(
         ));
     }
     Ok(Fetch::Accumulate {
-        element: basic,
+        element: accumulated,
         op,
         data: origin,
     })

@@ -38,23 +38,27 @@
 use super::direct;
 use super::rdma;
 use super::target::{self, Pending, Shared};
-use super::wire::{AccumulateOp, Kind, Message, FLAG_EXCLUSIVE, FLAG_FETCH, HEADER};
+use super::wire::{
+    AccumulateOp, AccumulateType, Kind, Message, FLAG_EXCLUSIVE, FLAG_FETCH, HEADER,
+};
 use super::LockType;
 use crate::datatype::Primitive;
 use crate::{progress_until, with_device, Error, Result};
 use oxmpi_adi::device::{Device, RequestId};
-use oxmpi_adi::proto::MAX_ACTIVE_LEN;
+use oxmpi_adi::proto::{MAX_ACTIVE_LEN, PIECE_LEN};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// The most data one message carries: a larger operation is split (on
-/// element boundaries: this is a multiple of every basic type's size).
+/// element boundaries: this is a multiple of every basic type's size and
+/// of every value-index pair's, 6, 8, 12 and 16 bytes).
 /// Pieces well below the active-message limit let the target copy one
 /// piece while the previous one is on the wire: over TCP a 1 MiB get
 /// took 960 us as one piece, 290 us as 8 pieces of 128 KiB (16 of
 /// 64 KiB did worse again: 580 us).
 const CHUNK: usize = (128 * 1024 - HEADER) / 16 * 16;
 const _: () = assert!(CHUNK + HEADER <= MAX_ACTIVE_LEN as usize);
+const _: () = assert!(CHUNK.is_multiple_of(16) && CHUNK.is_multiple_of(12));
 
 /// Which window and target an operation is for.
 pub(crate) struct Target<'w> {
@@ -115,7 +119,7 @@ impl Path {
         to: &Target<'_>,
         disp: u64,
         data: &[u8],
-        element: Primitive,
+        element: AccumulateType,
         op: AccumulateOp,
     ) -> Result<()> {
         match self {
@@ -307,10 +311,16 @@ fn accumulate_active(
     to: &Target<'_>,
     disp: u64,
     data: &[u8],
-    element: Primitive,
+    element: AccumulateType,
     op: AccumulateOp,
 ) -> Result<()> {
-    if data.len() >= target::ACCUMULATE_BY_MESSAGE && op != AccumulateOp::NoOp {
+    // By message only where the transport's pieces of it hold whole
+    // elements (every basic type's, not 6- or 12-byte pairs'), as the
+    // target combines each piece as it lands.
+    if data.len() >= target::ACCUMULATE_BY_MESSAGE
+        && op != AccumulateOp::NoOp
+        && PIECE_LEN.is_multiple_of(element.size())
+    {
         return target::accumulate_by_message(to, disp, data, element, op);
     }
     with_device(|d| {
@@ -379,7 +389,7 @@ unsafe fn fetch_active(
                 }
                 Fetch::CompareAndSwap { element, data } => {
                     let mut m = Message::new(Kind::CompareAndSwap, 0);
-                    m.element = Some(element);
+                    m.element = Some(AccumulateType::Basic(element));
                     m.data = data;
                     m
                 }
@@ -415,7 +425,7 @@ pub(crate) enum Fetch<'d> {
     Get,
     /// Combines `data` into it, answering with the old data.
     Accumulate {
-        element: Primitive,
+        element: AccumulateType,
         op: AccumulateOp,
         data: &'d [u8],
     },

@@ -27,7 +27,7 @@
 //! (a fetch-and-add of 0) between polls of the device.
 
 use super::target::combine;
-use super::wire::AccumulateOp;
+use super::wire::{AccumulateOp, AccumulateType};
 use super::LockType;
 use crate::collective::op::SystemOp;
 use crate::datatype::Primitive;
@@ -541,12 +541,17 @@ impl Drop for MutexHold<'_> {
     }
 }
 
-/// Whether elements of `basic` with `op` at byte offset `at` of a window
-/// based at `base` are done with one NIC atomic each: 8-byte integers,
-/// `SUM`, `NO_OP` or `REPLACE`, 8-byte aligned.
-fn hardware(base: u64, at: u64, basic: Primitive, op: AccumulateOp) -> bool {
-    let integer = matches!(basic, Primitive::I64 | Primitive::U64)
-        || (matches!(basic, Primitive::Isize | Primitive::Usize) && usize::BITS == 64);
+/// Whether elements of `element` with `op` at byte offset `at` of a
+/// window based at `base` are done with one NIC atomic each: 8-byte
+/// integers, `SUM`, `NO_OP` or `REPLACE`, 8-byte aligned.
+fn hardware(base: u64, at: u64, element: AccumulateType, op: AccumulateOp) -> bool {
+    let integer = match element {
+        AccumulateType::Basic(basic) => {
+            matches!(basic, Primitive::I64 | Primitive::U64)
+                || (matches!(basic, Primitive::Isize | Primitive::Usize) && usize::BITS == 64)
+        }
+        AccumulateType::Pair(_) => false,
+    };
     let op = match op {
         AccumulateOp::Replace | AccumulateOp::NoOp => true,
         AccumulateOp::Reduce(op) => op.system_op() == SystemOp::Sum,
@@ -570,13 +575,13 @@ pub(crate) fn accumulate(
     reach: &Reach,
     disp: u64,
     data: &[u8],
-    (basic, op): (Primitive, AccumulateOp),
+    (element, op): (AccumulateType, AccumulateOp),
     exclusive: bool,
     mut old: Option<&mut [u8]>,
 ) -> Result<()> {
     let len = old.as_deref().map_or(data.len(), <[u8]>::len);
-    let size = basic.size();
-    if (op != AccumulateOp::NoOp && data.len() != len) || !len.is_multiple_of(size) {
+    let size = element.size();
+    if (op != AccumulateOp::NoOp && data.len() != len) || !element.holds_whole(len) {
         return Err(Error::new(
             ErrorClass::Count,
             format!(
@@ -588,7 +593,7 @@ pub(crate) fn accumulate(
     if len == 0 {
         return Ok(());
     }
-    if hardware(reach.base(), disp, basic, op) {
+    if hardware(reach.base(), disp, element, op) {
         for i in 0..len / 8 {
             let place = Place::Data(disp + 8 * i as u64);
             let operand = match op {
@@ -636,7 +641,7 @@ pub(crate) fn accumulate(
         old.copy_from_slice(&current);
     }
     if op != AccumulateOp::NoOp {
-        combine(&mut current, data, basic, op)?;
+        combine(&mut current, data, element, op)?;
         reach.put(disp, &current)?;
     }
     match hold {

@@ -45,10 +45,9 @@
 
 use super::path::Target;
 use super::wire::{
-    set_data_len, AccumulateOp, Kind, Message, FLAG_BY_MESSAGE, FLAG_EXCLUSIVE, FLAG_FETCH,
+    set_data_len, AccumulateOp, AccumulateType, Kind, Message, FLAG_BY_MESSAGE, FLAG_EXCLUSIVE,
+    FLAG_FETCH,
 };
-use crate::collective::op::Reduction;
-use crate::datatype::{ElementType, Primitive};
 use crate::{context, progress_until, with_device, Error, ErrorClass, Result};
 use oxmpi_adi::device::{
     ActiveMessage, ActiveMessageHandler, ActivePlacer, Destination, Device, MatchPattern,
@@ -861,7 +860,7 @@ impl Handler {
         };
         let (request, then) = match (m.kind, at) {
             (Kind::Accumulate, Ok(at)) => {
-                let (Some(basic), Some(op)) = (m.element, m.op) else {
+                let (Some(element), Some(op)) = (m.element, m.op) else {
                     return Err(Error::new(
                         ErrorClass::Intern,
                         "an accumulate without its type",
@@ -870,7 +869,7 @@ impl Handler {
                 let sink = Box::new(Combine {
                     window: at,
                     len,
-                    basic,
+                    element,
                     op,
                 });
                 (
@@ -1130,7 +1129,7 @@ pub(crate) fn accumulate_by_message(
     to: &Target<'_>,
     disp: u64,
     data: &[u8],
-    element: Primitive,
+    element: AccumulateType,
     op: AccumulateOp,
 ) -> Result<()> {
     let mut m = Message::new(Kind::Accumulate, 0);
@@ -1238,7 +1237,7 @@ pub(crate) unsafe fn get_by_message(
 struct Combine {
     window: *mut u8,
     len: usize,
-    basic: Primitive,
+    element: AccumulateType,
     op: AccumulateOp,
 }
 
@@ -1256,15 +1255,15 @@ impl MessageSink for Combine {
         let end = offset
             .checked_add(bytes.len())
             .filter(|&end| end <= self.len);
-        let size = self.basic.size();
-        if end.is_none() || !offset.is_multiple_of(size) || !bytes.len().is_multiple_of(size) {
+        let element = self.element;
+        if end.is_none() || !element.holds_whole(offset) || !element.holds_whole(bytes.len()) {
             return Err(Error::new(
                 ErrorClass::ProcFailed,
                 format!(
                     "a piece of {} bytes at {offset} of an accumulate of {} bytes of {}-byte elements",
                     bytes.len(),
                     self.len,
-                    size
+                    element.size()
                 ),
             ));
         }
@@ -1273,7 +1272,7 @@ impl MessageSink for Combine {
         // the window's memory (see the `unsafe impl Send` above).
         let window =
             unsafe { std::slice::from_raw_parts_mut(self.window.add(offset), bytes.len()) };
-        combine(window, bytes, self.basic, self.op)
+        combine(window, bytes, element, self.op)
     }
 }
 
@@ -1427,13 +1426,13 @@ fn apply(memory: &mut Memory, m: &Message<'_>, old: &mut Vec<u8>) -> Result<()> 
             if m.flags & FLAG_FETCH != 0 {
                 old.extend_from_slice(window);
             }
-            let (Some(basic), Some(op)) = (m.element, m.op) else {
+            let (Some(element), Some(op)) = (m.element, m.op) else {
                 return Err(Error::new(
                     ErrorClass::Intern,
                     "an accumulate without its type",
                 ));
             };
-            combine(window, m.data, basic, op)
+            combine(window, m.data, element, op)
         }
         Kind::CompareAndSwap => {
             old.extend_from_slice(window);
@@ -1447,13 +1446,13 @@ fn apply(memory: &mut Memory, m: &Message<'_>, old: &mut Vec<u8>) -> Result<()> 
     }
 }
 
-/// Combines `data` into `window` (equally long, elements of `basic`)
+/// Combines `data` into `window` (equally long, elements of `element`)
 /// with `op`: the accumulate of every path. Nothing is written unless the
 /// lengths agree and the reduction is defined for the type.
 pub(crate) fn combine(
     window: &mut [u8],
     data: &[u8],
-    basic: Primitive,
+    element: AccumulateType,
     op: AccumulateOp,
 ) -> Result<()> {
     if op != AccumulateOp::NoOp && data.len() != window.len() {
@@ -1470,23 +1469,36 @@ pub(crate) fn combine(
         AccumulateOp::Replace => window.copy_from_slice(data),
         AccumulateOp::NoOp => {}
         AccumulateOp::Reduce(op) => {
-            let reduction = Reduction::new(&op, ElementType::of_basic(basic))?;
-            let aligned = |bytes: &[u8]| bytes.as_ptr().align_offset(basic.align()) == 0;
-            match (aligned(data), aligned(window)) {
-                // In place, in one pass: the usual case (an origin's typed
-                // buffer, a window at an aligned displacement).
-                (true, true) => reduction.apply(data, window)?,
-                // The kernels need aligned data: the packet or the window
-                // at an odd offset is combined in aligned copies.
-                (true, false) => {
-                    let mut inout = Aligned::from(&*window);
-                    reduction.apply(data, inout.bytes_mut())?;
-                    window.copy_from_slice(inout.bytes_mut());
-                }
-                (false, _) => {
-                    let input = Aligned::from(data);
-                    return combine(window, input.bytes(), basic, AccumulateOp::Reduce(op));
-                }
+            let reduction = element.reduction(op.system_op())?;
+            // The kernels of numbers need aligned data: the packet or the
+            // window at an odd offset is combined in aligned copies (the
+            // usual case, an origin's typed buffer and a window at an
+            // aligned displacement, in place in one pass).
+            let aligned = |bytes: &[u8]| bytes.as_ptr().align_offset(element.align()) == 0;
+            let input;
+            let data = if aligned(data) {
+                data
+            } else {
+                input = Aligned::from(data);
+                input.bytes()
+            };
+            let applied = if aligned(window) {
+                reduction.apply(data, window)
+            } else {
+                let mut inout = Aligned::from(&*window);
+                let applied = reduction.apply(data, inout.bytes_mut());
+                window.copy_from_slice(inout.bytes_mut());
+                applied
+            };
+            if !applied {
+                return Err(Error::new(
+                    ErrorClass::Count,
+                    format!(
+                        "an accumulate of {} bytes is no whole number of {}-byte elements",
+                        data.len(),
+                        element.size()
+                    ),
+                ));
             }
         }
     }

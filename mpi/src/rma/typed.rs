@@ -8,7 +8,9 @@
 //! Checked at the origin before anything moves: the origin's and the
 //! target's type signatures are the same sequence of basic types
 //! (`MPI_ERR_TYPE`; an accumulate's are besides of one basic type
-//! throughout, as the contiguous forms require), and every block lies in
+//! throughout, or of one value-index pair type, as the contiguous forms
+//! require; a layout whose blocks split a pair, value apart from index,
+//! is `MPI_ERR_UNSUPPORTED_OPERATION`), and every block lies in
 //! the target's window (`MPI_ERR_RMA_RANGE`; in a dynamic window, whose
 //! memory only the target knows, the target checks each block as it
 //! does a contiguous operation's range, so the blocks before one it
@@ -21,6 +23,7 @@
 //! ([`Window::put`] and the others) keep their own code.
 
 use super::path::{Fetch, Path, Target};
+use super::wire::AccumulateType;
 use super::{
     accumulate_element, completed, fetch_accumulate, wait_fetched, AccumulateOp, CreateFlavor,
     Window,
@@ -84,6 +87,32 @@ impl Blocks<'_> {
             })?;
             f(at, piece)
         })
+    }
+
+    /// The error of a block that is no whole number of `element`s: a
+    /// target layout that puts a value-index pair's index apart from its
+    /// value (`MPI_SHORT_INT`'s own, with padding between them, or the
+    /// index first), which an accumulate here combines only whole: each
+    /// block is an operation of its own. (A block of numbers always holds
+    /// whole ones.)
+    fn check_whole(&self, element: AccumulateType) -> Result<()> {
+        match self
+            .blocks
+            .iter()
+            .find(|&&(_, len)| !element.holds_whole(len))
+        {
+            Some(&(at, len)) => Err(Error::new(
+                ErrorClass::UnsupportedOperation,
+                format!(
+                    "the target layout's block of {len} bytes at byte {at} holds part of a \
+                     {}-byte value-index pair: accumulates with a target datatype combine \
+                     pairs only where value and index are adjacent, value first (pack the \
+                     pairs, or use the contiguous accumulate)",
+                    element.size()
+                ),
+            )),
+            None => Ok(()),
+        }
     }
 }
 
@@ -173,7 +202,9 @@ impl Window<'_> {
     /// [`Window::accumulate`] into `layout` at `disp` in the target's
     /// window (`MPI_Accumulate` with a target datatype): checked as
     /// [`Window::put_typed`], the elements besides of one basic type
-    /// throughout, for which `op` is defined (else `MPI_ERR_OP`). Atomic
+    /// throughout, or value-index pairs (a layout that puts a pair's
+    /// index apart from its value is `MPI_ERR_UNSUPPORTED_OPERATION`),
+    /// for which `op` is defined (else `MPI_ERR_OP`). Atomic
     /// per element with respect to other accumulates.
     #[doc(alias = "MPI_Accumulate")]
     pub fn accumulate_typed<S>(
@@ -196,6 +227,7 @@ impl Window<'_> {
             };
             let checked = self.reductions_checked_by_path();
             let element = accumulate_element(ElementType::of_datatype(datatype), op, checked)?;
+            to.check_whole(element)?;
             let data = Outgoing::new(&view)?;
             to.each_piece(data.bytes(), |at, piece| {
                 to.path.accumulate(&to.to, at, piece, element, op)
@@ -320,6 +352,7 @@ impl Window<'_> {
                     "a fetching accumulate was checked as another operation",
                 ));
             };
+            to.check_whole(element)?;
             fetch_blocks(&to, bytes, |range| {
                 Ok(Fetch::Accumulate {
                     element,

@@ -8,7 +8,7 @@
 //! |-------:|-----:|----------|------------------------------------------------------|
 //! | 0      | 1    | kind     | [`Kind`]                                             |
 //! | 1      | 1    | flags    | [`FLAG_FETCH`] (accumulate), [`FLAG_EXCLUSIVE`] (lock), [`FLAG_BY_MESSAGE`] (get, accumulate) |
-//! | 2      | 1    | element  | basic type of the elements (index in `Primitive::ALL`) |
+//! | 2      | 1    | element  | [`AccumulateType`] code: a basic type (its index in `Primitive::ALL`), or [`PAIR_CODE`] and a value-index pair type's index |
 //! | 3      | 1    | op       | [`AccumulateOp`] code                                |
 //! | 4      | 4    | reserved | 0                                                    |
 //! | 8      | 8    | token    | the origin's operation, named in the reply (0: a put or accumulate, only counted) |
@@ -24,7 +24,7 @@
 //! error of its sender. Whether the range lies in the target's window is
 //! the target's check (`target.rs`), answered with [`Kind::Refused`].
 
-use crate::collective::op::{SystemOp, NUMBER_OP_ORDER};
+use crate::collective::op::{PairType, PredefinedReduction, SystemOp, NUMBER_OP_ORDER};
 use crate::collective::SystemOperation;
 use crate::datatype::Primitive;
 use crate::{Error, ErrorClass, Result};
@@ -106,8 +106,19 @@ pub enum AccumulateOp {
     NoOp,
 }
 
-/// The reductions by code (`2 + index`); 0 and 1 are replace and no-op.
-const REDUCTIONS: [SystemOp; 10] = NUMBER_OP_ORDER;
+/// The reductions by code (`2 + index`; 0 and 1 are replace and no-op):
+/// every predefined operation, in declaration order, so that
+/// `REDUCTIONS[op as usize] == op`.
+const REDUCTIONS: [SystemOp; NUMBER_OP_ORDER.len() + 2] = {
+    let mut all = [SystemOp::MinLoc; NUMBER_OP_ORDER.len() + 2];
+    let mut i = 0;
+    while i < NUMBER_OP_ORDER.len() {
+        all[i] = NUMBER_OP_ORDER[i];
+        i += 1;
+    }
+    all[NUMBER_OP_ORDER.len() + 1] = SystemOp::MaxLoc;
+    all
+};
 
 impl From<SystemOperation> for AccumulateOp {
     fn from(op: SystemOperation) -> AccumulateOp {
@@ -116,22 +127,13 @@ impl From<SystemOperation> for AccumulateOp {
 }
 
 impl AccumulateOp {
-    /// The operation's code in a message; `None` for those one-sided
-    /// accumulates do not take. Inlined, as [`AccumulateOp::check`].
-    #[inline]
-    fn code(self) -> Option<u8> {
+    /// The operation's code in a message (`REDUCTIONS`' order: an
+    /// index, not a search).
+    fn code(self) -> u8 {
         match self {
-            AccumulateOp::Replace => Some(0),
-            AccumulateOp::NoOp => Some(1),
-            // `REDUCTIONS[op as usize] == op` (`NUMBER_OP_ORDER`): an
-            // index, not a search (on every accumulate's check).
-            AccumulateOp::Reduce(op) => {
-                let index = op.system_op() as usize;
-                REDUCTIONS
-                    .get(index)
-                    .filter(|&&r| r == op.system_op())
-                    .map(|_| index as u8 + 2)
-            }
+            AccumulateOp::Replace => 0,
+            AccumulateOp::NoOp => 1,
+            AccumulateOp::Reduce(op) => op.system_op() as u8 + 2,
         }
     }
 
@@ -145,25 +147,91 @@ impl AccumulateOp {
         }
     }
 
-    /// Whether one-sided accumulates take this operation: `MPI_MINLOC`
-    /// and `MPI_MAXLOC` need pair types, which travel as no basic type.
-    /// Inlined (on every accumulate and fetch-and-op: a call cost one
-    /// 18 instructions), its error out of line.
-    #[inline]
-    pub(crate) fn check(self) -> Result<()> {
-        match self.code() {
-            Some(_) => Ok(()),
-            None => Err(self.unsupported()),
+    /// Whether the operation takes value-index pairs (`MPI_MINLOC`,
+    /// `MPI_MAXLOC`). Always inlined: a test on every accumulate.
+    #[inline(always)]
+    pub(crate) fn takes_pairs(self) -> bool {
+        matches!(
+            self,
+            AccumulateOp::Reduce(op)
+                if matches!(op.system_op(), SystemOp::MinLoc | SystemOp::MaxLoc)
+        )
+    }
+}
+
+/// The flag of an element code that names a value-index pair type (its
+/// index in the low bits), not a basic type.
+pub(crate) const PAIR_CODE: u8 = 0x80;
+
+/// What an accumulate's elements are, as its kernels take them: values of
+/// one basic type, or value-index pairs (`MPI_MINLOC`, `MPI_MAXLOC`; also
+/// `MPI_REPLACE` and `MPI_NO_OP` on a pair type).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AccumulateType {
+    /// Numbers of one basic type.
+    Basic(Primitive),
+    /// Value-index pairs, packed (12 bytes for `MPI_DOUBLE_INT`).
+    Pair(PairType),
+}
+
+impl AccumulateType {
+    /// Bytes of one element. Always inlined, as the direct path's
+    /// accumulate that asks.
+    #[inline(always)]
+    pub(crate) fn size(self) -> usize {
+        match self {
+            AccumulateType::Basic(basic) => basic.size(),
+            AccumulateType::Pair(pair) => pair.size(),
         }
     }
 
-    /// The error of [`AccumulateOp::check`].
-    #[cold]
-    fn unsupported(self) -> Error {
-        Error::new(
-            ErrorClass::Op,
-            format!("{self:?} is not supported by one-sided accumulates in oxmpi"),
-        )
+    /// Whether `len` bytes are a whole number of elements. Always inlined
+    /// (with `#[inline]` the direct path's accumulate kept it a call): a
+    /// basic type's size is a power of two (a mask, not a division).
+    #[inline(always)]
+    pub(crate) fn holds_whole(self, len: usize) -> bool {
+        match self {
+            AccumulateType::Basic(basic) => len & (basic.size() - 1) == 0,
+            AccumulateType::Pair(pair) => len.is_multiple_of(pair.size()),
+        }
+    }
+
+    /// The alignment the kernels need: a basic type's, and none for pairs,
+    /// which the location kernels read where they lie.
+    pub(crate) fn align(self) -> usize {
+        match self {
+            AccumulateType::Basic(basic) => basic.align(),
+            AccumulateType::Pair(_) => 1,
+        }
+    }
+
+    /// The reduction `op` on these elements, its kernel looked up; an
+    /// `MPI_ERR_OP` error if the standard does not define it for them.
+    /// Always inlined, as `PredefinedReduction::new`.
+    #[inline(always)]
+    pub(crate) fn reduction(self, op: SystemOp) -> Result<PredefinedReduction> {
+        match self {
+            AccumulateType::Basic(basic) => PredefinedReduction::new(op, basic),
+            AccumulateType::Pair(pair) => PredefinedReduction::of_pairs(op, pair),
+        }
+    }
+
+    /// Its code in a message.
+    fn code(self) -> u8 {
+        match self {
+            AccumulateType::Basic(basic) => basic as u8,
+            AccumulateType::Pair(pair) => PAIR_CODE | pair.code(),
+        }
+    }
+
+    /// The type of code `code`, if it names one.
+    fn from_code(code: u8) -> Option<AccumulateType> {
+        if code & PAIR_CODE != 0 {
+            return PairType::from_code(code & !PAIR_CODE).map(AccumulateType::Pair);
+        }
+        Primitive::ALL
+            .get(usize::from(code))
+            .map(|&basic| AccumulateType::Basic(basic))
     }
 }
 
@@ -172,8 +240,8 @@ impl AccumulateOp {
 pub(crate) struct Message<'p> {
     pub(crate) kind: Kind,
     pub(crate) flags: u8,
-    /// The elements' basic type (accumulate, compare-and-swap).
-    pub(crate) element: Option<Primitive>,
+    /// The elements' type (accumulate; compare-and-swap: a basic type).
+    pub(crate) element: Option<AccumulateType>,
     /// The operation (accumulate).
     pub(crate) op: Option<AccumulateOp>,
     /// Error class code (refused).
@@ -226,14 +294,10 @@ impl<'p> Message<'p> {
     pub(crate) fn append_header_to(&self, out: &mut Vec<u8>) {
         out.push(self.kind as u8);
         out.push(self.flags);
-        out.push(
-            self.element
-                .and_then(|e| Primitive::ALL.iter().position(|&p| p == e))
-                .map_or(0, |i| i as u8),
-        );
+        out.push(self.element.map_or(0, AccumulateType::code));
         let op = match self.kind {
             Kind::Refused => self.class,
-            _ => self.op.and_then(AccumulateOp::code).unwrap_or(0),
+            _ => self.op.map_or(0, AccumulateOp::code),
         };
         out.push(op);
         out.extend_from_slice(&[0; 4]);
@@ -307,11 +371,10 @@ impl<'p> Message<'p> {
         }
         let typed = matches!(kind, Kind::Accumulate | Kind::CompareAndSwap);
         let element = if typed {
-            Some(
-                *Primitive::ALL
-                    .get(usize::from(head[2]))
-                    .ok_or_else(|| bad(format!("element type code {}", head[2])))?,
-            )
+            let element = AccumulateType::from_code(head[2])
+                .filter(|e| kind == Kind::Accumulate || matches!(e, AccumulateType::Basic(_)))
+                .ok_or_else(|| bad(format!("element type code {} on {kind:?}", head[2])))?;
+            Some(element)
         } else if head[2] != 0 {
             return Err(bad(format!("element type on {kind:?}")));
         } else {
@@ -342,7 +405,7 @@ impl<'p> Message<'p> {
         };
         let data_len = data.len() as u64;
         let elements_ok = match element {
-            Some(e) => message.len.is_multiple_of(e.size() as u64),
+            Some(e) => usize::try_from(message.len).is_ok_and(|len| e.holds_whole(len)),
             None => true,
         };
         let lengths_ok = match kind {
@@ -392,11 +455,13 @@ fn bad(what: impl std::fmt::Display) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::collective::ValueIndex;
+    use crate::datatype::ElementType;
 
     fn sample() -> Vec<u8> {
         let data = 7u64.to_le_bytes();
         let mut m = Message::new(Kind::Accumulate, 42);
-        m.element = Some(Primitive::U64);
+        m.element = Some(AccumulateType::Basic(Primitive::U64));
         m.op = Some(SystemOperation::sum().into());
         m.flags = FLAG_FETCH;
         m.disp = 3;
@@ -411,15 +476,51 @@ mod tests {
         let m = Message::decode(&bytes).unwrap();
         assert_eq!(m.kind, Kind::Accumulate);
         assert_eq!(m.op, Some(SystemOperation::sum().into()));
-        assert_eq!(m.element, Some(Primitive::U64));
+        assert_eq!(m.element, Some(AccumulateType::Basic(Primitive::U64)));
         assert_eq!((m.token, m.disp, m.len, m.data.len()), (42, 3, 8, 8));
         for op in REDUCTIONS
             .map(|op| AccumulateOp::Reduce(SystemOperation::from_system_op(op)))
             .into_iter()
             .chain([AccumulateOp::Replace, AccumulateOp::NoOp])
         {
-            assert_eq!(AccumulateOp::from_code(op.code().unwrap()), Some(op));
+            assert_eq!(AccumulateOp::from_code(op.code()), Some(op));
         }
+        for (i, op) in REDUCTIONS.into_iter().enumerate() {
+            assert_eq!(op as usize, i, "{op:?}");
+        }
+    }
+
+    #[test]
+    fn pairs_travel_by_their_own_codes_and_a_bad_one_is_an_error() {
+        let pair = PairType::of(ElementType::of::<ValueIndex<f64, i32>>()).unwrap();
+        let data = [0u8; 24];
+        let mut m = Message::new(Kind::Accumulate, 7);
+        m.element = Some(AccumulateType::Pair(pair));
+        m.op = Some(SystemOperation::min_loc().into());
+        m.flags = FLAG_FETCH;
+        m.len = 24;
+        m.data = &data;
+        let bytes = m.encode();
+        assert_eq!(bytes[2], PAIR_CODE | pair.code());
+        let got = Message::decode(&bytes).unwrap();
+        assert_eq!((got.element, got.op), (m.element, m.op));
+        // 16 bytes are not whole 12-byte pairs.
+        let mut cut = m.encode();
+        cut[24..32].copy_from_slice(&16u64.to_le_bytes());
+        cut.truncate(HEADER + 16);
+        assert!(Message::decode(&cut).is_err());
+        // A pair code past the last pair type, and a pair on a
+        // compare-and-swap, are refused.
+        for code in [PAIR_CODE | 0x7f, PAIR_CODE | 9] {
+            let mut b = bytes.clone();
+            b[2] = code;
+            assert!(Message::decode(&b).is_err(), "code {code:#x}");
+        }
+        let mut cas = Message::new(Kind::CompareAndSwap, 8);
+        cas.element = Some(AccumulateType::Pair(pair));
+        cas.len = 12;
+        cas.data = &data;
+        assert!(Message::decode(&cas.encode()).is_err());
     }
 
     #[test]
@@ -450,14 +551,14 @@ mod tests {
         get.len = 1 << 20;
         get.append_to(&mut batch);
         let mut no_op = Message::new(Kind::Accumulate, 44);
-        no_op.element = Some(Primitive::U64);
+        no_op.element = Some(AccumulateType::Basic(Primitive::U64));
         no_op.op = Some(AccumulateOp::NoOp);
         no_op.flags = FLAG_FETCH;
         no_op.len = 8;
         no_op.append_to(&mut batch);
         let swap = [1u8; 16];
         let mut cas = Message::new(Kind::CompareAndSwap, 45);
-        cas.element = Some(Primitive::U64);
+        cas.element = Some(AccumulateType::Basic(Primitive::U64));
         cas.len = 8;
         cas.data = &swap;
         cas.append_to(&mut batch);
@@ -493,7 +594,7 @@ mod tests {
     fn data_by_message_is_announced_without_data() {
         let mut acc = Message::new(Kind::Accumulate, 0);
         acc.flags = FLAG_BY_MESSAGE;
-        acc.element = Some(Primitive::F64);
+        acc.element = Some(AccumulateType::Basic(Primitive::F64));
         acc.op = Some(SystemOperation::sum().into());
         acc.len = 1 << 18;
         let mut get = Message::new(Kind::Get, 7);
@@ -556,7 +657,7 @@ mod tests {
         b[2] = Primitive::ALL.len() as u8;
         assert!(Message::decode(&b).is_err());
         let mut b = sample();
-        b[3] = 12;
+        b[3] = 14;
         assert!(Message::decode(&b).is_err());
         // Eight bytes are not a whole number of 16-byte elements.
         let mut b = sample();

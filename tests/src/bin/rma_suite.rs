@@ -48,6 +48,12 @@
 //! get, accumulates into an indexed target (by `accumulate_typed` and
 //! `raccumulate_typed`), a fetching replace of a column; target layouts outside the
 //! window and signatures that differ, refused with nothing written),
+//! `locations` (`MPI_MINLOC` and `MPI_MAXLOC` accumulates on value-index
+//! pairs of five types, under shared locks and fence, with ties, by
+//! accumulate, raccumulate, get_accumulate, rget_accumulate, fetch_and_op,
+//! accumulate_typed and over 1 MiB, against a reference; `MPI_MINLOC` on
+//! `MPI_INT`, `MPI_SUM` on pairs, mixed types and a target layout that
+//! splits a pair refused),
 //! `synchronization` (the calls no other check makes, each where doing
 //! nothing would show: `flush_all` completes puts to every target, read
 //! after a barrier with the epoch still open, and reports the puts past
@@ -95,7 +101,7 @@
 //! then granted within seconds, where it waited forever for rank 1's
 //! unlock).
 
-use oxmpi::collective::{reduce_local_into, SystemOperation};
+use oxmpi::collective::{reduce_local_into, SystemOperation, ValueIndex};
 use oxmpi::datatype::{MutView, UserDatatype, View};
 use oxmpi::rma::{
     AccumulateOp, CreateFlavor, LockType, MemoryModel, SharedPart, TargetLayout, Window,
@@ -132,6 +138,7 @@ fn main() -> ExitCode {
                 "batches" => batches(&world, n),
                 "dynamic" => dynamic(&world),
                 "typed" => typed(&world),
+                "locations" => locations(&world),
                 "synchronization" => synchronization(&world),
                 "fatal_handler" => fatal_handler(&world),
                 "attributes" => attributes(&world),
@@ -2394,4 +2401,394 @@ fn shut_down_tcp_connections() -> Result<usize> {
         }
     }
     Ok(shut)
+}
+
+/// A value-index pair's number types, made from small integers.
+trait PairNumber: Equivalence + Copy + PartialOrd + std::fmt::Debug + Default {
+    fn from_small(v: i32) -> Self;
+}
+
+macro_rules! pair_numbers {
+    ($($t:ty),*) => {$(
+        impl PairNumber for $t {
+            fn from_small(v: i32) -> $t {
+                v as $t
+            }
+        }
+    )*};
+}
+
+pair_numbers!(i16, i32, i64, u64, f32, f64);
+
+/// `MPI_MINLOC` (`smaller_first`) or `MPI_MAXLOC` over a set of pairs, as
+/// the standard defines it: the best value, with the smallest index of
+/// the pairs that hold it. A reference written apart from the library's
+/// kernel, which combines two pairs at a time.
+fn reference_loc<V: PairNumber, I: PairNumber>(
+    candidates: impl Iterator<Item = ValueIndex<V, I>> + Clone,
+    smaller_first: bool,
+) -> ValueIndex<V, I> {
+    let better = |a: V, b: V| if smaller_first { a < b } else { a > b };
+    let values = candidates.clone().map(|p| p.value);
+    let value = values.reduce(|best, v| if better(v, best) { v } else { best });
+    let holders = candidates.filter(|p| Some(p.value) == value);
+    let index = holders
+        .map(|p| p.index)
+        .reduce(|a, b| if b < a { b } else { a });
+    ValueIndex {
+        value: value.unwrap_or_default(),
+        index: index.unwrap_or_default(),
+    }
+}
+
+/// `MPI_MINLOC` and `MPI_MAXLOC` accumulates on every kind of pair type:
+/// `MPI_DOUBLE_INT` (12 bytes packed, 16 in memory), `MPI_2INT` (whose
+/// signature is two `MPI_INT`s), `MPI_SHORT_INT` (6 bytes), `MPI_FLOAT_INT`
+/// and a pair of `u64` value and `i64` index, on allocated and created
+/// windows: [`locations_of`] each.
+fn locations(world: &Communicator) -> Result<()> {
+    locations_of::<f64, i32>(world)?;
+    locations_of::<i32, i32>(world)?;
+    locations_of::<i16, i32>(world)?;
+    locations_of::<f32, i32>(world)?;
+    locations_of::<u64, i64>(world)
+}
+
+/// Pairs per region of [`locations_of`]'s windows.
+const PAIRS: usize = 8;
+
+/// On windows of `ValueIndex<V, I>` pairs (packed, as the contiguous
+/// operations leave them), allocated and then created: every rank
+/// accumulates its pairs (values 0 to 2, the same for ranks 2k and
+/// 2k + 1, so the best values tie, with indices that fall as ranks rise,
+/// so a tie is won by the higher rank, not the first to arrive) into
+/// every rank under shared locks, twice over (`MPI_MINLOC` into region
+/// 0, `MPI_MAXLOC` through a derived origin datatype, a contiguous run
+/// of pairs, into region 1), and `MPI_MAXLOC` by `raccumulate` under
+/// fence (region 2); then in turn `get_accumulate` or `rget_accumulate`
+/// (which refuses a result of pairs with padding) `MPI_MINLOC` into rank
+/// 0's region 3 and `fetch_and_op` `MPI_MAXLOC` of one pair into its
+/// region 4, each checking the old pairs it got, a `MPI_MINLOC` of more
+/// than 1 MiB into rank 0 (over TCP by message, or in 128 KiB messages
+/// where the pieces would split pairs), and `accumulate_typed`
+/// `MPI_MINLOC` into pairs laid out as C lays them (with padding, 16
+/// bytes for `MPI_DOUBLE_INT`). Each target then compares its
+/// window with a reference computed here ([`reference_loc`]). Refused,
+/// with nothing written: `MPI_MINLOC` on `MPI_INT` and in a fetch-and-op
+/// of an `i32` (`MPI_ERR_OP`), `MPI_SUM` on pairs (`MPI_ERR_OP`), a
+/// `get_accumulate` of pairs into a result of bytes (`MPI_ERR_TYPE`),
+/// and `accumulate_typed` into a layout that splits a pair, value apart
+/// from index (`MPI_ERR_UNSUPPORTED_OPERATION`).
+fn locations_of<V: PairNumber, I: PairNumber>(world: &Communicator) -> Result<()>
+where
+    ValueIndex<V, I>: Equivalence,
+{
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let name = std::any::type_name::<ValueIndex<V, I>>();
+    let pair_type = ValueIndex::<V, I>::equivalent_datatype();
+    let packed = pair_type.size();
+    let pair = |v: i32, index: i32| ValueIndex {
+        value: V::from_small(v),
+        index: I::from_small(index),
+    };
+    let mine_of = |r: usize| -> Vec<_> {
+        (0..PAIRS)
+            .map(|i| pair(((r / 2 + i) % 3) as i32, ((size - r) * 100 + i) as i32))
+            .collect()
+    };
+    let start: Vec<_> = (0..PAIRS).map(|i| pair(1, 1000 + i as i32)).collect();
+    let fold = |ranks: std::ops::Range<usize>, smaller_first: bool| -> Vec<_> {
+        let theirs: Vec<_> = ranks.map(mine_of).collect();
+        (0..PAIRS)
+            .map(|i| {
+                let candidates = theirs.iter().map(|pairs| pairs[i]);
+                reference_loc(candidates.chain([start[i]]), smaller_first)
+            })
+            .collect()
+    };
+    let mine = mine_of(rank);
+    let region = |k: usize| k * PAIRS * packed;
+    // More than 1 MiB of pairs: by message over TCP where its pieces hold
+    // whole pairs.
+    let large = (1 << 20) / packed + 1;
+    let large_of = |r: usize| -> Vec<_> {
+        (0..large)
+            .map(|i| pair(((r / 2 + i) % 4) as i32, ((size - r) * 3 + i % 5) as i32))
+            .collect()
+    };
+    // Pairs as C lays them out (`MPI_DOUBLE_INT`'s 16 bytes), reached
+    // through a target datatype.
+    let typed_at = region(5) + large * packed;
+    let layout = TargetLayout::new(PAIRS, &pair_type);
+    // Where C puts the index right after the value; not `MPI_SHORT_INT`,
+    // whose padding between them splits the pair into two blocks, which
+    // typed accumulates do not take.
+    let adjacent = std::mem::offset_of!(ValueIndex<V, I>, index) == std::mem::size_of::<V>();
+    let window_len = typed_at + PAIRS * std::mem::size_of::<ValueIndex<V, I>>();
+    let mut memory = vec![0u8; window_len];
+    for created in [false, true] {
+        let window = if created {
+            Window::create(world, &mut memory[..], 1, &Info::new())?
+        } else {
+            Window::allocate(world, window_len, 1, &Info::new())?
+        };
+        let what = |part: &str| {
+            format!(
+                "{name} on {} window: {part}",
+                if created { "a created" } else { "an allocated" }
+            )
+        };
+        window.lock(LockType::Exclusive, rank as i32, 0)?;
+        for k in 0..5 {
+            window.put(&start[..], rank as i32, region(k))?;
+        }
+        window.put(&vec![pair(9, 9); large][..], rank as i32, region(5))?;
+        window.put_typed(&start[..], rank as i32, typed_at, layout)?;
+        window.unlock(rank as i32)?;
+        world.barrier()?;
+        // Under shared locks, every rank into every rank.
+        // The pairs packed (plain bytes), seen through a run of a pair
+        // type of their packed layout: a derived datatype of pairs.
+        let packed_pair = UserDatatype::structured(
+            &[1, 1],
+            &[0, std::mem::size_of::<V>() as _],
+            &[&V::equivalent_datatype(), &I::equivalent_datatype()],
+        )?;
+        let packed_pair = UserDatatype::resized(&packed_pair, 0, packed as _)?;
+        let run = UserDatatype::contiguous(PAIRS as i32, &packed_pair)?;
+        let mine_packed = world.pack(&mine[..])?;
+        for t in 0..size as i32 {
+            window.lock(LockType::Shared, t, 0)?;
+            for _ in 0..2 {
+                window.accumulate(&mine[..], t, region(0), SystemOperation::min_loc())?;
+                window.accumulate(
+                    &View::with_count_and_datatype(&mine_packed[..], 1, &run)?,
+                    t,
+                    region(1),
+                    SystemOperation::max_loc(),
+                )?;
+            }
+            window.unlock(t)?;
+        }
+        // Under fence.
+        window.fence(0)?;
+        for t in 0..size as i32 {
+            window
+                .raccumulate(&mine[..], t, region(2), SystemOperation::max_loc())?
+                .wait()?;
+        }
+        window.fence(0)?;
+        // In turn, into rank 0, with the old pairs back.
+        for turn in 0..size {
+            if turn == rank {
+                let mut old = vec![ValueIndex::<V, I>::default(); PAIRS];
+                let mut old_one = ValueIndex::<V, I>::default();
+                window.lock(LockType::Shared, 0, 0)?;
+                // `rget_accumulate` writes the result's own bytes: pairs
+                // with padding are refused (and go by `get_accumulate`).
+                let plain = packed == std::mem::size_of::<ValueIndex<V, I>>();
+                if !plain {
+                    oxmpi::request::scope(|scope| {
+                        expect_class(
+                            window.rget_accumulate(
+                                scope,
+                                &mine[..],
+                                &mut old[..],
+                                0,
+                                region(3),
+                                SystemOperation::min_loc(),
+                            ),
+                            ErrorClass::Buffer,
+                            &what("rget_accumulate into padded pairs"),
+                        )
+                    })?;
+                }
+                if rank % 2 == 0 || !plain {
+                    window.get_accumulate(
+                        &mine[..],
+                        &mut old[..],
+                        0,
+                        region(3),
+                        SystemOperation::min_loc(),
+                    )?;
+                } else {
+                    oxmpi::request::scope(|scope| -> Result<()> {
+                        window
+                            .rget_accumulate(
+                                scope,
+                                &mine[..],
+                                &mut old[..],
+                                0,
+                                region(3),
+                                SystemOperation::min_loc(),
+                            )?
+                            .wait()?;
+                        Ok(())
+                    })?;
+                }
+                window.fetch_and_op(
+                    &mine[0],
+                    &mut old_one,
+                    0,
+                    region(4),
+                    SystemOperation::max_loc(),
+                )?;
+                window.accumulate(
+                    &large_of(rank)[..],
+                    0,
+                    region(5),
+                    SystemOperation::min_loc(),
+                )?;
+                let typed = window.accumulate_typed(
+                    &mine[..],
+                    0,
+                    typed_at,
+                    layout,
+                    SystemOperation::min_loc(),
+                );
+                if adjacent {
+                    typed?;
+                } else {
+                    expect_class(
+                        typed,
+                        ErrorClass::UnsupportedOperation,
+                        &what("accumulate_typed into pairs with padding between value and index"),
+                    )?;
+                }
+                window.unlock(0)?;
+                same(
+                    &old,
+                    &fold(0..rank, true),
+                    &what("get_accumulate's old pairs"),
+                )?;
+                let want = fold(0..rank, false)[0];
+                ensure(old_one == want, || {
+                    what(&format!("fetch_and_op got {old_one:?}, expected {want:?}"))
+                })?;
+            }
+            world.barrier()?;
+        }
+        // Refused, with nothing written.
+        let t = (size - 1) as i32;
+        let free_pair = region(4) + packed;
+        window.lock(LockType::Shared, t, 0)?;
+        expect_class(
+            window.accumulate(&[1i32, 2][..], t, free_pair, SystemOperation::min_loc()),
+            ErrorClass::Op,
+            &what("MPI_MINLOC on MPI_INT"),
+        )?;
+        expect_class(
+            window.fetch_and_op(&1i32, &mut 0i32, t, free_pair, SystemOperation::min_loc()),
+            ErrorClass::Op,
+            &what("fetch_and_op MPI_MINLOC of an i32"),
+        )?;
+        // (A pair of two values of one type, `MPI_2INT`, is also two
+        // numbers by its signature, which `MPI_SUM` takes.)
+        if std::any::type_name::<V>() != std::any::type_name::<I>() {
+            expect_class(
+                window.accumulate(&mine[..1], t, free_pair, SystemOperation::sum()),
+                ErrorClass::Op,
+                &what("MPI_SUM on pairs"),
+            )?;
+        }
+        let mut bytes = vec![0u8; packed];
+        expect_class(
+            window.get_accumulate(
+                &mine[..1],
+                &mut bytes[..],
+                t,
+                free_pair,
+                SystemOperation::min_loc(),
+            ),
+            ErrorClass::Type,
+            &what("get_accumulate of pairs into bytes"),
+        )?;
+        // A target layout with the index below the value: its blocks
+        // split the pair.
+        let split = UserDatatype::structured(
+            &[1, 1],
+            &[std::mem::size_of::<I>() as _, 0],
+            &[&V::equivalent_datatype(), &I::equivalent_datatype()],
+        )?;
+        expect_class(
+            window.accumulate_typed(
+                &mine[..1],
+                t,
+                typed_at,
+                TargetLayout::new(1, &split),
+                SystemOperation::min_loc(),
+            ),
+            ErrorClass::UnsupportedOperation,
+            &what("accumulate_typed into a layout that splits a pair"),
+        )?;
+        window.unlock(t)?;
+        world.barrier()?;
+        // Each target checks its own window.
+        let me = rank as i32;
+        let mut got = vec![ValueIndex::<V, I>::default(); PAIRS];
+        window.lock(LockType::Shared, me, 0)?;
+        let everyone = 0..size;
+        let untouched = start.clone();
+        let rank0 =
+            |folded: Vec<ValueIndex<V, I>>| if rank == 0 { folded } else { untouched.clone() };
+        let mut last_pairs = untouched.clone();
+        if rank == 0 {
+            last_pairs[0] = fold(everyone.clone(), false)[0];
+        }
+        for (k, want, part) in [
+            (
+                0,
+                fold(everyone.clone(), true),
+                "MPI_MINLOC under shared locks",
+            ),
+            (
+                1,
+                fold(everyone.clone(), false),
+                "MPI_MAXLOC of a derived origin",
+            ),
+            (2, fold(everyone.clone(), false), "MPI_MAXLOC under fence"),
+            (
+                3,
+                rank0(fold(everyone.clone(), true)),
+                "get_accumulate MPI_MINLOC",
+            ),
+            (
+                4,
+                last_pairs,
+                "fetch_and_op MPI_MAXLOC and the refused ones",
+            ),
+        ] {
+            window.get(&mut got[..], me, region(k))?;
+            same(&got, &want, &what(part))?;
+        }
+        window.get_typed(&mut got[..], me, typed_at, layout)?;
+        let want = if adjacent {
+            rank0(fold(everyone.clone(), true))
+        } else {
+            untouched.clone()
+        };
+        same(
+            &got,
+            &want,
+            &what("accumulate_typed MPI_MINLOC into C-laid pairs"),
+        )?;
+        let mut large_got = vec![ValueIndex::<V, I>::default(); large];
+        window.get(&mut large_got[..], me, region(5))?;
+        window.unlock(me)?;
+        let mut large_want = vec![pair(9, 9); large];
+        if rank == 0 {
+            let theirs: Vec<_> = everyone.map(large_of).collect();
+            for (i, want) in large_want.iter_mut().enumerate() {
+                let candidates = theirs.iter().map(|pairs| pairs[i]);
+                *want = reference_loc(candidates.chain([pair(9, 9)]), true);
+            }
+        }
+        same(
+            &large_got,
+            &large_want,
+            &what("MPI_MINLOC of more than 1 MiB"),
+        )?;
+        window.free()?;
+    }
+    Ok(())
 }
