@@ -139,7 +139,8 @@ fn a_window_fatal_handler_ends_the_job_with_the_message() {
 }
 
 /// Target datatypes: block by block on the direct path (shared memory),
-/// one message per block over TCP.
+/// one message with the target layout over TCP (several for the large
+/// layouts).
 #[test]
 fn operations_with_a_target_datatype_match_a_sequential_reference() {
     for ranks in [1, 3] {
@@ -198,6 +199,9 @@ fn operations_between_flushes_travel_in_batches_in_order() {
     job("batches", &["5"], 2, &[], 60);
 }
 
+/// Dynamic windows take active messages on every transport: typed
+/// operations across a region's end are refused whole by the target, over
+/// shared memory and over TCP.
 #[test]
 fn dynamic_windows_attach_and_detach() {
     for ranks in [1, 3] {

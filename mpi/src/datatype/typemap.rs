@@ -138,13 +138,19 @@ pub(crate) struct Run {
 }
 
 impl Run {
-    fn segment(offset: isize, len: usize) -> Run {
+    /// `count` segments of `len` bytes, the first at `offset`, `stride`
+    /// apart.
+    pub(crate) fn new(offset: isize, len: usize, count: usize, stride: isize) -> Run {
         Run {
             offset,
             len,
-            count: 1,
-            stride: 0,
+            count,
+            stride,
         }
+    }
+
+    fn segment(offset: isize, len: usize) -> Run {
+        Run::new(offset, len, 1, 0)
     }
 
     fn last_offset(&self) -> isize {
@@ -795,6 +801,16 @@ impl TypeNode {
         }
     }
 
+    /// The flattened type map of `count` elements, elements an extent
+    /// apart, folded as one element's is ([`TypeNode::runs`]): so
+    /// `count` elements of a vector whose blocks stay equally spaced
+    /// across elements are one run.
+    pub(crate) fn runs_of(&self, count: usize) -> Vec<Run> {
+        let mut builder = RunBuilder::default();
+        self.flatten_copies(&mut builder, 0, count);
+        builder.finish().into_vec()
+    }
+
     /// Pushes `len` copies of this type, the first at `displacement`.
     fn flatten_copies(&self, builder: &mut RunBuilder, displacement: isize, len: usize) {
         if let Some(start) = self.dense_start() {
@@ -835,12 +851,7 @@ mod tests {
     }
 
     fn run(offset: isize, len: usize, count: usize, stride: isize) -> Run {
-        Run {
-            offset,
-            len,
-            count,
-            stride,
-        }
+        Run::new(offset, len, count, stride)
     }
 
     #[test]
