@@ -18,6 +18,7 @@
 use super::primitive::Primitive;
 use crate::{Error, ErrorClass, Result};
 
+#[cfg(test)]
 use std::ops::ControlFlow;
 use std::sync::{Arc, OnceLock};
 
@@ -151,6 +152,17 @@ impl Run {
 
     fn segment(offset: isize, len: usize) -> Run {
         Run::new(offset, len, 1, 0)
+    }
+
+    /// Its segments (offset, length), in order. Offsets wrap rather than
+    /// overflow: the caller checked that they fit.
+    pub(crate) fn segments(&self) -> impl Iterator<Item = (isize, usize)> + '_ {
+        (0..self.count).map(move |k| {
+            let offset = self
+                .offset
+                .wrapping_add((k as isize).wrapping_mul(self.stride));
+            (offset, self.len)
+        })
     }
 
     fn last_offset(&self) -> isize {
@@ -356,7 +368,9 @@ impl<'r> Segments<'r> {
     }
 
     /// Calls `f(offset, len)` for each segment, in order, from the start;
-    /// stops when `f` breaks. The whole walk of a cursor.
+    /// stops when `f` breaks. The whole walk of a cursor (the tests'
+    /// view of a type map).
+    #[cfg(test)]
     pub(crate) fn for_each(
         &self,
         mut f: impl FnMut(isize, usize) -> ControlFlow<()>,

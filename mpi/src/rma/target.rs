@@ -49,7 +49,7 @@ use super::wire::{
     FLAG_LAYOUT,
 };
 use crate::collective::op::Reduction;
-use crate::datatype::{ElementType, Primitive, Segments};
+use crate::datatype::{ElementType, Primitive, Run};
 use crate::{context, progress_until, with_device, Error, ErrorClass, Result};
 use oxmpi_adi::device::{
     ActiveMessage, ActiveMessageHandler, ActivePlacer, Destination, Device, MatchPattern,
@@ -58,7 +58,6 @@ use oxmpi_adi::device::{
 use oxmpi_adi::proto::MAX_ACTIVE_LEN;
 use oxmpi_adi::transport::PeerRank;
 use std::collections::{HashMap, VecDeque};
-use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// The bytes of queued messages at which an outbox is sent without
@@ -1438,26 +1437,21 @@ fn apply(memory: &mut Memory, m: &Message<'_>, old: &mut Vec<u8>) -> Result<()> 
 /// until `f` fails. A segment before the window's start (or beyond the
 /// last address) is out of its range.
 fn each_segment(m: &Message<'_>, mut f: impl FnMut(u64, usize) -> Result<()>) -> Result<()> {
-    let mut outcome = Ok(());
     // Walked without wrapping: decoding checked that every segment of a
     // run lies in the address range.
-    let _ = Segments::new(&m.layout, 0, 1).for_each(|offset, len| {
-        let at = i128::from(m.disp) + offset as i128;
-        outcome = u64::try_from(at)
-            .map_err(|_| {
-                Error::new(
-                    ErrorClass::RmaRange,
-                    format!("{len} bytes at byte displacement {at} lie outside the target window"),
-                )
-            })
-            .and_then(|at| f(at, len));
-        if outcome.is_ok() {
-            ControlFlow::Continue(())
-        } else {
-            ControlFlow::Break(())
-        }
-    });
-    outcome
+    for (offset, len) in m.layout.iter().flat_map(Run::segments) {
+        let at = m.disp.checked_add_signed(offset as i64).ok_or_else(|| {
+            Error::new(
+                ErrorClass::RmaRange,
+                format!(
+                    "{len} bytes at byte displacement {} lie outside the target window",
+                    i128::from(m.disp) + offset as i128
+                ),
+            )
+        })?;
+        f(at, len)?;
+    }
+    Ok(())
 }
 
 /// The `len` bytes at byte displacement `disp` of the window's memory, or

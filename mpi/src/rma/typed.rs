@@ -44,13 +44,13 @@ use super::{
 use crate::collective::typed::Input;
 use crate::datatype::{
     Buffer, BufferMut, Datatype, DatatypeRef, ElementType, Handle, Incoming, Outgoing, Primitive,
-    Run, Segments,
+    Run,
 };
 use crate::request::Request;
 use crate::{Error, ErrorClass, Result, PROC_NULL};
 use oxmpi_adi::proto::MAX_ACTIVE_LEN;
 use std::borrow::Cow;
-use std::ops::{ControlFlow, Range};
+use std::ops::Range;
 
 /// The most data one message of a typed operation over active messages
 /// carries: half the active-message limit, so that the message with its
@@ -97,20 +97,14 @@ impl Blocks<'_> {
     /// window and its range of the packed data, in order, until it fails.
     fn each_block(&self, mut f: impl FnMut(u64, Range<usize>) -> Result<()>) -> Result<()> {
         let mut at = 0;
-        let mut outcome = Ok(());
-        let _ = Segments::new(&self.runs, 0, 1).for_each(|offset, len| {
+        for (offset, len) in self.runs.iter().flat_map(Run::segments) {
             // At least 0 and within the window: `target_blocks` checked
             // every segment.
-            let disp = (i128::from(self.start) + offset as i128) as u64;
-            outcome = f(disp, at..at + len);
+            let disp = self.start.wrapping_add_signed(offset as i64);
+            f(disp, at..at + len)?;
             at += len;
-            if outcome.is_ok() {
-                ControlFlow::Continue(())
-            } else {
-                ControlFlow::Break(())
-            }
-        });
-        outcome
+        }
+        Ok(())
     }
 
     /// Calls `f` with each segment and its piece of `data` (the packed
@@ -598,19 +592,17 @@ fn fetch_blocks<'d>(
 
 #[cfg(test)]
 mod tests {
-    use super::{layout_parts, Run, Segments, MAX_RUNS, PART_DATA};
-    use std::ops::ControlFlow;
+    use super::{layout_parts, Run, MAX_RUNS, PART_DATA};
 
     /// The segments of `runs`, touching ones merged.
     fn segments(runs: &[Run]) -> Vec<(isize, usize)> {
         let mut out: Vec<(isize, usize)> = Vec::new();
-        let _ = Segments::new(runs, 0, 1).for_each(|offset, len| {
+        for (offset, len) in runs.iter().flat_map(Run::segments) {
             match out.last_mut() {
                 Some((at, n)) if *at + *n as isize == offset => *n += len,
                 _ => out.push((offset, len)),
             }
-            ControlFlow::Continue(())
-        });
+        }
         out
     }
 
