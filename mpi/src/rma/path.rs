@@ -419,22 +419,41 @@ unsafe fn fetch_active(
         _ => contiguous(disp, len).collect(),
     };
     // SAFETY: the caller's guarantee; the parts cover `0..len`.
-    unsafe { fetch_parts(to, parts, result, what) }.map(Some)
+    unsafe { fetch_parts(to, &parts, result, Some(what)) }.map(Some)
 }
 
-/// Starts a fetching operation as the messages of `parts` into `result`
-/// (each part's range of it), queued for the target: the request that
-/// the last reply completes (a fetching operation with a target layout
-/// comes here directly: `typed.rs`).
+/// Asks the target whether every segment of the layouts of `parts` lies
+/// in its window, and waits for the answer: per part a no-op accumulate
+/// of bytes that fetches nothing (no data either way), which the target
+/// checks as any message and refuses if a segment lies outside. Sent
+/// before the data of an operation of several messages to a window whose
+/// memory only the target knows (a dynamic window: `typed.rs`), so that
+/// none of it lands if one of its messages would be refused.
+pub(crate) fn check_parts(to: &Target<'_>, parts: &[Part<'_>]) -> Result<()> {
+    let nowhere = std::ptr::NonNull::<u8>::dangling().as_ptr();
+    // SAFETY: no part's reply places a byte (`None`: a result of 0 bytes
+    // each), and a dangling pointer is valid for 0 bytes.
+    let request = unsafe { fetch_parts(to, parts, nowhere, None) }?;
+    let status = crate::wait_request(request)?;
+    status.error.map_or(Ok(()), Err)
+}
+
+/// Starts a fetching operation `what` as the messages of `parts` into
+/// `result` (each part's range of it), queued for the target: the
+/// request that the last reply completes (a fetching operation with a
+/// target layout comes here directly: `typed.rs`). `None` asks only
+/// whether the parts' segments lie in the target's window, and fetches
+/// nothing ([`check_parts`]).
 ///
 /// # Safety
-/// `result` must be writable for the bytes of every part's range, and not
-/// otherwise accessed, until the returned request completes.
+/// `result` must be writable for the bytes of every part's range (none
+/// under `None`), and not otherwise accessed, until the returned request
+/// completes.
 pub(crate) unsafe fn fetch_parts(
     to: &Target<'_>,
-    parts: Vec<Part<'_>>,
+    parts: &[Part<'_>],
     result: *mut u8,
-    what: Fetch<'_>,
+    what: Option<Fetch<'_>>,
 ) -> Result<RequestId> {
     with_device(|d| {
         let request = d.start_generalized();
@@ -444,8 +463,14 @@ pub(crate) unsafe fn fetch_parts(
         }
         for (i, part) in parts.iter().enumerate() {
             let m = match what {
-                Fetch::Get => part.message(Kind::Get, None),
-                Fetch::Accumulate { element, op, data } => {
+                None => {
+                    let mut m = part.message(Kind::Accumulate, None);
+                    m.element = Some(Primitive::U8);
+                    m.op = Some(AccumulateOp::NoOp);
+                    m
+                }
+                Some(Fetch::Get) => part.message(Kind::Get, None),
+                Some(Fetch::Accumulate { element, op, data }) => {
                     // A no-op carries no data.
                     let data = (op != AccumulateOp::NoOp).then_some(data);
                     let mut m = part.message(Kind::Accumulate, data);
@@ -454,7 +479,7 @@ pub(crate) unsafe fn fetch_parts(
                     m.op = Some(op);
                     m
                 }
-                Fetch::CompareAndSwap { element, data } => {
+                Some(Fetch::CompareAndSwap { element, data }) => {
                     let mut m = part.message(Kind::CompareAndSwap, None);
                     m.element = Some(element);
                     m.data = data;
@@ -464,7 +489,7 @@ pub(crate) unsafe fn fetch_parts(
             let pending = Pending::Fetch {
                 // In bounds: the caller's guarantee.
                 dest: result.wrapping_add(part.data.start),
-                len: part.data.len(),
+                len: if what.is_some() { part.data.len() } else { 0 },
                 request,
                 last: i == last_index,
             };

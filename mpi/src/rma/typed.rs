@@ -23,8 +23,9 @@
 //!   get_accumulate), the whole message under its window's state as a
 //!   contiguous operation is. So nothing lands of an operation of one
 //!   message that reaches outside the window, a dynamic window's
-//!   included; of one of several messages, in a dynamic window, those
-//!   before a refused one may have landed;
+//!   included; an operation of several messages that writes into a
+//!   dynamic window asks the target to check all their layouts first
+//!   (a round trip), so nothing of it lands either;
 //! - on the direct path and over RDMA each segment (adjacent ones merged)
 //!   is one contiguous operation, in type-map order: on the direct path a
 //!   copy or an in-place reduction straight into (or out of) the target's
@@ -90,6 +91,8 @@ struct Blocks<'w> {
     path: &'w Path,
     start: u64,
     runs: Vec<Run>,
+    /// Whether the window is dynamic: only the target knows its memory.
+    dynamic: bool,
 }
 
 impl Blocks<'_> {
@@ -126,10 +129,25 @@ impl Blocks<'_> {
         layout_parts(self.start, &self.runs, len)
     }
 
+    /// The messages of an operation that writes into the target layout
+    /// ([`Blocks::parts`]), once it is known that none will be refused:
+    /// in a dynamic window, whose memory the origin does not know, an
+    /// operation of several messages asks the target first
+    /// ([`path::check_parts`], a round trip), so that nothing of it lands
+    /// if one would be refused. (The target checks each message whole
+    /// anyway, and elsewhere the origin checked every segment.)
+    fn writing_parts(&self, len: usize) -> Result<Vec<Part<'static>>> {
+        let parts = self.parts(len)?;
+        if self.dynamic && parts.len() > 1 {
+            path::check_parts(&self.to, &parts)?;
+        }
+        Ok(parts)
+    }
+
     /// Puts `data` (the packed data) into the target layout.
     fn put(&self, data: &[u8]) -> Result<()> {
         if self.by_layout() {
-            return path::put_parts(&self.to, self.parts(data.len())?, data);
+            return path::put_parts(&self.to, self.writing_parts(data.len())?, data);
         }
         self.each_piece(data, |at, piece| self.path.put(&self.to, at, piece))
     }
@@ -138,7 +156,7 @@ impl Blocks<'_> {
     /// target layout with `op`.
     fn accumulate(&self, data: &[u8], element: Primitive, op: AccumulateOp) -> Result<()> {
         if self.by_layout() {
-            let parts = self.parts(data.len())?;
+            let parts = self.writing_parts(data.len())?;
             return path::accumulate_parts(&self.to, parts, data, (element, op));
         }
         self.each_piece(data, |at, piece| {
@@ -538,6 +556,7 @@ impl Window<'_> {
             path,
             start: start.unwrap_or(0),
             runs,
+            dynamic,
         }))
     }
 }
@@ -554,12 +573,15 @@ fn fetch_blocks<'d>(
     what: impl Fn(Range<usize>) -> Result<Fetch<'d>>,
 ) -> Result<()> {
     if to.by_layout() {
-        let parts = to.parts(bytes.len())?;
         let what = what(0..bytes.len())?;
+        let parts = match what {
+            Fetch::Get => to.parts(bytes.len())?,
+            _ => to.writing_parts(bytes.len())?,
+        };
         // SAFETY: `bytes` is writable for the parts' ranges (they cover
         // it: `parts` checked) and not otherwise accessed until the
         // request is waited for, at once.
-        let request = unsafe { path::fetch_parts(&to.to, parts, bytes.as_mut_ptr(), what) }?;
+        let request = unsafe { path::fetch_parts(&to.to, &parts, bytes.as_mut_ptr(), Some(what)) }?;
         return wait_fetched(Some(request));
     }
     let mut requests = Vec::new();

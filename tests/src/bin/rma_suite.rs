@@ -1095,25 +1095,36 @@ fn batches(world: &Communicator, rounds: usize) -> Result<()> {
     )
 }
 
-/// A dynamic window: each rank attaches two buffers, publishes their
+/// Elements of the blocks of `dynamic`'s typed operations of two
+/// messages (300,000 bytes each: 600,000 in all, more than one message's
+/// 512 KiB) and of the region they are for, which the second block
+/// overruns by one element.
+const HALF: usize = 75_000;
+const THIRD: usize = 3 * HALF - 1;
+
+/// A dynamic window: each rank attaches three buffers, publishes their
 /// addresses, every rank writes into the next rank's and reads them
-/// back; after a detach, access to it is refused (RMA_RANGE).
+/// back; typed operations across a region's end are refused whole;
+/// after a detach, access to it is refused (RMA_RANGE).
 fn dynamic(world: &Communicator) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     let target = (rank + 1) % size;
     let mut first = vec![0u32; 16];
     let mut second = vec![0u32; 8];
+    let mut third = vec![0u32; THIRD];
     let window = Window::create_dynamic(world, &Info::new())?;
     ensure(window.create_flavor() == CreateFlavor::Dynamic, || {
         "flavor".into()
     })?;
     let a = window.attach(&mut first[..])?;
     let b = window.attach(&mut second[..])?;
-    let mut addresses = vec![0u64; 2 * size];
-    world.all_gather_into(&[a as u64, b as u64][..], &mut addresses[..])?;
-    let (ta, tb) = (
-        addresses[2 * target] as usize,
-        addresses[2 * target + 1] as usize,
+    let c = window.attach(&mut third[..])?;
+    let mut addresses = vec![0u64; 3 * size];
+    world.all_gather_into(&[a as u64, b as u64, c as u64][..], &mut addresses[..])?;
+    let (ta, tb, tc) = (
+        addresses[3 * target] as usize,
+        addresses[3 * target + 1] as usize,
+        addresses[3 * target + 2] as usize,
     );
     let t = target as i32;
     window.lock(LockType::Exclusive, t, 0)?;
@@ -1181,8 +1192,31 @@ fn dynamic(world: &Communicator) -> Result<()> {
         &[values[0], values[8]],
         "elements 0 and 8 by a typed get",
     )?;
+    // Two blocks of 300,000 bytes, the second past the end of the third
+    // region: an operation of two messages over active messages, whose
+    // first alone would fit. Refused whole, with nothing written (by the
+    // call, which asks the target first, or else at the flush).
+    let halves = UserDatatype::vector(2, HALF as i32, 2 * HALF as i32, &u32_type)?;
+    let big = vec![5u32; 2 * HALF];
+    let two_messages = TargetLayout::new(1, &halves);
+    expect_class(
+        window
+            .put_typed(&big[..], t, tc, two_messages)
+            .and_then(|()| window.flush(t)),
+        ErrorClass::RmaRange,
+        "a typed put of two messages across a region's end, at flush",
+    )?;
+    let sum = SystemOperation::sum();
+    expect_class(
+        window
+            .accumulate_typed(&big[..], t, tc, two_messages, sum)
+            .and_then(|()| window.flush(t)),
+        ErrorClass::RmaRange,
+        "a typed accumulate of two messages across a region's end, at flush",
+    )?;
     window.unlock(t)?;
     world.barrier()?;
+    window.detach(c)?;
     window.detach(a)?;
     world.barrier()?;
     window.lock(LockType::Shared, t, 0)?;
@@ -1203,7 +1237,12 @@ fn dynamic(world: &Communicator) -> Result<()> {
     let source = (rank + size - 1) % size;
     let expected: Vec<u32> = (0..16).map(|i| (source * 100 + i) as u32).collect();
     same(&first, &expected, "first region")?;
-    same(&second, &expected[..8], "second region")
+    same(&second, &expected[..8], "second region")?;
+    same(
+        &third,
+        &vec![0u32; THIRD],
+        "the third region after the refused typed operations",
+    )
 }
 
 /// Attributes, hints and names, on windows whose sizes and units differ
