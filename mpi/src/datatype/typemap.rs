@@ -154,6 +154,15 @@ impl Run {
         Run::new(offset, len, 1, 0)
     }
 
+    /// The bytes its segments span, from the start of the lowest to the
+    /// end of the highest (every other lies between the first and the
+    /// last), exactly: in `i128`, which no run's offsets overflow.
+    pub(crate) fn span(&self) -> (i128, i128) {
+        let first = self.offset as i128;
+        let last = first + (self.count as i128 - 1) * self.stride as i128;
+        (first.min(last), first.max(last) + self.len as i128)
+    }
+
     /// Its segments (offset, length), in order. Offsets wrap rather than
     /// overflow: the caller checked that they fit.
     pub(crate) fn segments(&self) -> impl Iterator<Item = (isize, usize)> + '_ {

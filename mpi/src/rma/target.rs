@@ -1406,12 +1406,10 @@ fn class_of(code: u8) -> ErrorClass {
 /// piece of the data.
 fn apply(memory: &mut Memory, m: &Message<'_>, old: &mut Vec<u8>) -> Result<()> {
     if m.flags & FLAG_LAYOUT != 0 {
-        each_segment(m, |disp, len| memory.range(disp, len as u64).map(drop))?;
         // Only puts and accumulates that are not no-ops carry data.
         let carries_data = !m.data.is_empty();
         let mut at = 0;
-        return each_segment(m, |disp, len| {
-            let window = window_bytes(memory, disp, len)?;
+        let mut piece = |len: usize| -> Result<&[u8]> {
             let data = if carries_data {
                 m.data.get(at..at + len).ok_or_else(|| {
                     Error::new(ErrorClass::Intern, "a layout longer than its data")
@@ -1420,7 +1418,36 @@ fn apply(memory: &mut Memory, m: &Message<'_>, old: &mut Vec<u8>) -> Result<()> 
                 &[]
             };
             at += len;
-            apply_to(window, m, data, old)
+            Ok(data)
+        };
+        if let Memory::Block { size, .. } = *memory {
+            // One check per run: its span holds every segment of it. Then
+            // every segment is a slice of the whole block.
+            for run in m.layout.iter() {
+                let (low, high) = run.span();
+                let (low, high) = (i128::from(m.disp) + low, i128::from(m.disp) + high);
+                if low < 0 || high > size as i128 {
+                    return Err(Error::new(
+                        ErrorClass::RmaRange,
+                        format!(
+                            "a layout run reaching bytes {low}..{high} lies outside the target \
+                             window of {size} bytes"
+                        ),
+                    ));
+                }
+            }
+            // Not empty: the layout has a run (decoding checked), which
+            // fits in it.
+            let window = window_bytes(memory, 0, size)?;
+            return each_segment(m, |disp, len| {
+                // Within the block: its run's span was checked above.
+                let segment = &mut window[disp as usize..disp as usize + len];
+                apply_to(segment, m, piece(len)?, old)
+            });
+        }
+        each_segment(m, |disp, len| memory.range(disp, len as u64).map(drop))?;
+        return each_segment(m, |disp, len| {
+            apply_to(window_bytes(memory, disp, len)?, m, piece(len)?, old)
         });
     }
     let len = usize::try_from(m.len).map_err(|_| {

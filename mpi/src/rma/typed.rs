@@ -525,16 +525,11 @@ impl Window<'_> {
         let unit = if dynamic { 1 } else { self.disp_units[rank] };
         let start = disp as i128 * unit as i128;
         let runs = datatype.runs_of(count);
-        // Every segment of a run lies between its first and its last.
         let (low, high) = runs
             .iter()
             .fold((i128::MAX, i128::MIN), |(low, high), run| {
-                let first = start + run.offset as i128;
-                let last = first + (run.count as i128 - 1) * run.stride as i128;
-                (
-                    low.min(first.min(last)),
-                    high.max(first.max(last) + run.len as i128),
-                )
+                let (first, last) = run.span();
+                (low.min(start + first), high.max(start + last))
             });
         let size = if dynamic {
             u64::MAX as i128

@@ -472,14 +472,16 @@ fn decode_layout(body: &[u8], len: u64, element: Option<Primitive>) -> Result<(V
         let offset = u64_at(wire, 0) as i64;
         let (seg, times) = (u64_at(wire, 8), u64_at(wire, 16));
         let stride = u64_at(wire, 24) as i64;
-        // The first and last segments' ends, which every other lies
-        // between, must be addresses of this machine (isize), so that
-        // walking the run never wraps.
-        let last = i128::from(offset) + (i128::from(times) - 1) * i128::from(stride);
-        let fits = |at: i128| isize::try_from(at).is_ok();
-        let ends_fit = [offset.into(), last]
-            .into_iter()
-            .all(|at: i128| fits(at) && fits(at + i128::from(seg)));
+        let run = Run::new(
+            offset as isize,
+            seg as usize,
+            times as usize,
+            stride as isize,
+        );
+        // Every segment must lie at addresses of this machine (isize), so
+        // that walking the run never wraps.
+        let (low, high) = run.span();
+        let ends_fit = isize::try_from(low).is_ok() && isize::try_from(high).is_ok();
         let bytes = seg.checked_mul(times);
         total = match bytes.and_then(|b| total.checked_add(b)) {
             Some(t) if seg > 0 && times > 0 && ends_fit && seg % unit == 0 => t,
@@ -490,12 +492,7 @@ fn decode_layout(body: &[u8], len: u64, element: Option<Primitive>) -> Result<(V
                 )))
             }
         };
-        layout.push(Run::new(
-            offset as isize,
-            seg as usize,
-            times as usize,
-            stride as isize,
-        ));
+        layout.push(run);
     }
     if total != len {
         return Err(bad(format!(
