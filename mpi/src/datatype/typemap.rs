@@ -165,7 +165,7 @@ impl Run {
 
     /// Its segments (offset, length), in order. Offsets wrap rather than
     /// overflow: the caller checked that they fit.
-    pub(crate) fn segments(&self) -> impl Iterator<Item = (isize, usize)> + '_ {
+    pub(crate) fn segments(self) -> impl Iterator<Item = (isize, usize)> {
         (0..self.count).map(move |k| {
             let offset = self
                 .offset

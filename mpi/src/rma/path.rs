@@ -38,13 +38,14 @@
 use super::direct;
 use super::rdma;
 use super::target::{self, Pending, Shared};
-use super::wire::{AccumulateOp, Kind, Message, FLAG_EXCLUSIVE, FLAG_FETCH, FLAG_LAYOUT, HEADER};
+use super::wire::{
+    AccumulateOp, Kind, Layout, Message, FLAG_EXCLUSIVE, FLAG_FETCH, FLAG_LAYOUT, HEADER,
+};
 use super::LockType;
 use crate::datatype::{Primitive, Run};
 use crate::{progress_until, with_device, Error, Result};
 use oxmpi_adi::device::{Device, RequestId};
 use oxmpi_adi::proto::MAX_ACTIVE_LEN;
-use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -291,7 +292,7 @@ impl Path {
 /// operation's data (or result).
 pub(crate) struct Part<'r> {
     pub(crate) disp: u64,
-    pub(crate) layout: Cow<'r, [Run]>,
+    pub(crate) layout: &'r [Run],
     pub(crate) data: Range<usize>,
 }
 
@@ -304,7 +305,7 @@ impl Part<'_> {
         m.len = self.data.len() as u64;
         if !self.layout.is_empty() {
             m.flags = FLAG_LAYOUT;
-            m.layout = Cow::Borrowed(&self.layout);
+            m.layout = Layout::Runs(self.layout);
         }
         if let Some(data) = data {
             m.data = &data[self.data.clone()];
@@ -315,10 +316,10 @@ impl Part<'_> {
 
 /// The parts of a contiguous operation on `len` bytes at `disp`: pieces
 /// of at most [`CHUNK`] bytes.
-fn contiguous(disp: u64, len: usize) -> impl Iterator<Item = Part<'static>> {
+fn contiguous(disp: u64, len: usize) -> impl ExactSizeIterator<Item = Part<'static>> {
     chunks(len).map(move |(offset, chunk)| Part {
         disp: disp + offset as u64,
-        layout: Cow::Borrowed(&[]),
+        layout: &[],
         data: offset..offset + chunk,
     })
 }
@@ -410,16 +411,10 @@ unsafe fn fetch_active(
         return with_device(|d| unsafe { target::get_by_message(d, to, disp, result, len) })
             .map(Some);
     }
-    let parts: Vec<_> = match what {
-        Fetch::CompareAndSwap { .. } => vec![Part {
-            disp,
-            layout: Cow::Borrowed(&[]),
-            data: 0..len,
-        }],
-        _ => contiguous(disp, len).collect(),
-    };
+    // A compare-and-swap's element, far shorter than a chunk, is one.
+    let parts = contiguous(disp, len);
     // SAFETY: the caller's guarantee; the parts cover `0..len`.
-    unsafe { fetch_parts(to, &parts, result, Some(what)) }.map(Some)
+    unsafe { fetch_parts(to, parts, result, Some(what)) }.map(Some)
 }
 
 /// Asks the target whether every segment of the layouts of `parts` lies
@@ -429,11 +424,11 @@ unsafe fn fetch_active(
 /// before the data of an operation of several messages to a window whose
 /// memory only the target knows (a dynamic window: `typed.rs`), so that
 /// none of it lands if one of its messages would be refused.
-pub(crate) fn check_parts(to: &Target<'_>, parts: &[Part<'_>]) -> Result<()> {
+pub(crate) fn check_parts(to: &Target<'_>, parts: Vec<Part<'_>>) -> Result<()> {
     let nowhere = std::ptr::NonNull::<u8>::dangling().as_ptr();
     // SAFETY: no part's reply places a byte (`None`: a result of 0 bytes
     // each), and a dangling pointer is valid for 0 bytes.
-    let request = unsafe { fetch_parts(to, parts, nowhere, None) }?;
+    let request = unsafe { fetch_parts(to, parts.into_iter(), nowhere, None) }?;
     let status = crate::wait_request(request)?;
     status.error.map_or(Ok(()), Err)
 }
@@ -449,19 +444,19 @@ pub(crate) fn check_parts(to: &Target<'_>, parts: &[Part<'_>]) -> Result<()> {
 /// `result` must be writable for the bytes of every part's range (none
 /// under `None`), and not otherwise accessed, until the returned request
 /// completes.
-pub(crate) unsafe fn fetch_parts(
+pub(crate) unsafe fn fetch_parts<'r>(
     to: &Target<'_>,
-    parts: &[Part<'_>],
+    parts: impl ExactSizeIterator<Item = Part<'r>>,
     result: *mut u8,
     what: Option<Fetch<'_>>,
 ) -> Result<RequestId> {
     with_device(|d| {
         let request = d.start_generalized();
         let last_index = parts.len().saturating_sub(1);
-        if parts.is_empty() {
+        if parts.len() == 0 {
             d.complete_generalized(request, None);
         }
-        for (i, part) in parts.iter().enumerate() {
+        for (i, part) in parts.enumerate() {
             let m = match what {
                 None => {
                     let mut m = part.message(Kind::Accumulate, None);
@@ -536,7 +531,7 @@ unsafe fn result_slice<'r>(result: *mut u8, len: usize) -> &'r mut [u8] {
 }
 
 /// The chunks (offset, length) of `len` bytes.
-fn chunks(len: usize) -> impl Iterator<Item = (usize, usize)> {
+fn chunks(len: usize) -> impl ExactSizeIterator<Item = (usize, usize)> {
     target::pieces(len, CHUNK)
 }
 

@@ -1115,7 +1115,7 @@ pub(crate) fn put_placed(to: &Target<'_>, disp: u64, data: &[u8]) -> Result<()> 
 }
 
 /// The pieces (offset, length) of `len` bytes, each at most `size`.
-pub(crate) fn pieces(len: usize, size: usize) -> impl Iterator<Item = (usize, usize)> {
+pub(crate) fn pieces(len: usize, size: usize) -> impl ExactSizeIterator<Item = (usize, usize)> {
     (0..len)
         .step_by(size)
         .map(move |offset| (offset, size.min(len - offset)))
@@ -1423,7 +1423,7 @@ fn apply(memory: &mut Memory, m: &Message<'_>, old: &mut Vec<u8>) -> Result<()> 
         if let Memory::Block { size, .. } = *memory {
             // One check per run: its span holds every segment of it. Then
             // every segment is a slice of the whole block.
-            for run in m.layout.iter() {
+            for run in m.layout.runs() {
                 let (low, high) = run.span();
                 let (low, high) = (i128::from(m.disp) + low, i128::from(m.disp) + high);
                 if low < 0 || high > size as i128 {
@@ -1466,7 +1466,7 @@ fn apply(memory: &mut Memory, m: &Message<'_>, old: &mut Vec<u8>) -> Result<()> 
 fn each_segment(m: &Message<'_>, mut f: impl FnMut(u64, usize) -> Result<()>) -> Result<()> {
     // Walked without wrapping: decoding checked that every segment of a
     // run lies in the address range.
-    for (offset, len) in m.layout.iter().flat_map(Run::segments) {
+    for (offset, len) in m.layout.runs().flat_map(Run::segments) {
         let at = m.disp.checked_add_signed(offset as i64).ok_or_else(|| {
             Error::new(
                 ErrorClass::RmaRange,
@@ -1610,9 +1610,8 @@ mod tests {
     use super::{apply, LockQueue, Memory};
     use crate::collective::SystemOperation;
     use crate::datatype::{Primitive, Run};
-    use crate::rma::wire::{Kind, Message, FLAG_FETCH, FLAG_LAYOUT};
+    use crate::rma::wire::{Kind, Layout, Message, FLAG_FETCH, FLAG_LAYOUT};
     use crate::ErrorClass;
-    use std::borrow::Cow;
 
     /// A message of `kind` on `layout` from `disp`, with `data`, through
     /// its wire form (as the handler gets it).
@@ -1621,7 +1620,7 @@ mod tests {
         m.flags = FLAG_LAYOUT;
         m.disp = disp;
         m.len = len;
-        m.layout = Cow::Borrowed(layout);
+        m.layout = Layout::Runs(layout);
         m.data = data;
         if kind == Kind::Accumulate {
             m.flags |= FLAG_FETCH;

@@ -50,7 +50,6 @@ use crate::datatype::{
 use crate::request::Request;
 use crate::{Error, ErrorClass, Result, PROC_NULL};
 use oxmpi_adi::proto::MAX_ACTIVE_LEN;
-use std::borrow::Cow;
 use std::ops::Range;
 
 /// The most data one message of a typed operation over active messages
@@ -100,7 +99,7 @@ impl Blocks<'_> {
     /// window and its range of the packed data, in order, until it fails.
     fn each_block(&self, mut f: impl FnMut(u64, Range<usize>) -> Result<()>) -> Result<()> {
         let mut at = 0;
-        for (offset, len) in self.runs.iter().flat_map(Run::segments) {
+        for (offset, len) in self.runs.iter().copied().flat_map(Run::segments) {
             // At least 0 and within the window: `target_blocks` checked
             // every segment.
             let disp = self.start.wrapping_add_signed(offset as i64);
@@ -125,7 +124,7 @@ impl Blocks<'_> {
 
     /// The messages of the operation over active messages
     /// ([`layout_parts`]), covering `len` bytes of packed data.
-    fn parts(&self, len: usize) -> Result<Vec<Part<'static>>> {
+    fn parts(&self, len: usize) -> Result<LayoutParts> {
         layout_parts(self.start, &self.runs, len)
     }
 
@@ -136,18 +135,19 @@ impl Blocks<'_> {
     /// ([`path::check_parts`], a round trip), so that nothing of it lands
     /// if one would be refused. (The target checks each message whole
     /// anyway, and elsewhere the origin checked every segment.)
-    fn writing_parts(&self, len: usize) -> Result<Vec<Part<'static>>> {
-        let parts = self.parts(len)?;
-        if self.dynamic && parts.len() > 1 {
-            path::check_parts(&self.to, &parts)?;
+    fn writing_parts(&self, len: usize) -> Result<LayoutParts> {
+        let cut = self.parts(len)?;
+        if self.dynamic && cut.parts.len() > 1 {
+            path::check_parts(&self.to, cut.parts())?;
         }
-        Ok(parts)
+        Ok(cut)
     }
 
     /// Puts `data` (the packed data) into the target layout.
     fn put(&self, data: &[u8]) -> Result<()> {
         if self.by_layout() {
-            return path::put_parts(&self.to, self.writing_parts(data.len())?, data);
+            let cut = self.writing_parts(data.len())?;
+            return path::put_parts(&self.to, cut.parts(), data);
         }
         self.each_piece(data, |at, piece| self.path.put(&self.to, at, piece))
     }
@@ -156,8 +156,8 @@ impl Blocks<'_> {
     /// target layout with `op`.
     fn accumulate(&self, data: &[u8], element: Primitive, op: AccumulateOp) -> Result<()> {
         if self.by_layout() {
-            let parts = self.writing_parts(data.len())?;
-            return path::accumulate_parts(&self.to, parts, data, (element, op));
+            let cut = self.writing_parts(data.len())?;
+            return path::accumulate_parts(&self.to, cut.parts(), data, (element, op));
         }
         self.each_piece(data, |at, piece| {
             self.path.accumulate(&self.to, at, piece, element, op)
@@ -173,25 +173,22 @@ impl Blocks<'_> {
 /// `PART_DATA` are multiples of an accumulate's element size). Their
 /// data ranges cover `0..len`, the packed data's (else an internal error:
 /// nothing is sent).
-fn layout_parts(start: u64, layout: &[Run], len: usize) -> Result<Vec<Part<'static>>> {
+fn layout_parts(start: u64, layout: &[Run], len: usize) -> Result<LayoutParts> {
     let mut parts = Vec::new();
     let mut runs = Vec::new();
-    let (mut from, mut at) = (0, 0);
-    let mut end_part = |runs: &mut Vec<Run>, from: &mut usize, at: usize| {
-        if !runs.is_empty() {
-            parts.push(Part {
-                disp: start,
-                layout: Cow::Owned(std::mem::take(runs)),
-                data: *from..at,
-            });
+    // Where the part being filled starts, in `runs` and in the data.
+    let (mut first, mut from, mut at) = (0, 0, 0);
+    let mut end_part = |runs: &Vec<Run>, first: &mut usize, from: &mut usize, at: usize| {
+        if runs.len() > *first {
+            parts.push((*first..runs.len(), *from..at));
         }
-        *from = at;
+        (*first, *from) = (runs.len(), at);
     };
     for &run in layout {
         let mut run = run;
         while run.count > 0 {
-            if runs.len() == MAX_RUNS || at - from == PART_DATA {
-                end_part(&mut runs, &mut from, at);
+            if runs.len() - first == MAX_RUNS || at - from == PART_DATA {
+                end_part(&runs, &mut first, &mut from, at);
             }
             let whole = ((PART_DATA - (at - from)) / run.len).min(run.count);
             if whole > 0 {
@@ -210,8 +207,8 @@ fn layout_parts(start: u64, layout: &[Run], len: usize) -> Result<Vec<Part<'stat
             // part: it is cut, each piece ending a part but the last.
             let (mut offset, mut left) = (run.offset, run.len);
             while left > 0 {
-                if runs.len() == MAX_RUNS || at - from == PART_DATA {
-                    end_part(&mut runs, &mut from, at);
+                if runs.len() - first == MAX_RUNS || at - from == PART_DATA {
+                    end_part(&runs, &mut first, &mut from, at);
                 }
                 let len = left.min(PART_DATA - (at - from));
                 runs.push(Run::new(offset, len, 1, 0));
@@ -223,14 +220,37 @@ fn layout_parts(start: u64, layout: &[Run], len: usize) -> Result<Vec<Part<'stat
             run.count -= 1;
         }
     }
-    end_part(&mut runs, &mut from, at);
+    end_part(&runs, &mut first, &mut from, at);
     if at != len {
         return Err(Error::new(
             ErrorClass::Intern,
             format!("a target layout of {at} bytes for {len} bytes of packed data"),
         ));
     }
-    Ok(parts)
+    Ok(LayoutParts { start, runs, parts })
+}
+
+/// An operation's target layout cut into the parts of its messages
+/// ([`layout_parts`]): the runs of all parts one after another, and each
+/// part's range of them and of the data.
+struct LayoutParts {
+    start: u64,
+    runs: Vec<Run>,
+    parts: Vec<(Range<usize>, Range<usize>)>,
+}
+
+impl LayoutParts {
+    /// The parts, their layouts borrowed from the runs.
+    fn parts(&self) -> Vec<Part<'_>> {
+        self.parts
+            .iter()
+            .map(|(runs, data)| Part {
+                disp: self.start,
+                layout: &self.runs[runs.clone()],
+                data: data.clone(),
+            })
+            .collect()
+    }
 }
 
 /// The `range` of the packed `data` (as long as the target layout's
@@ -569,14 +589,17 @@ fn fetch_blocks<'d>(
 ) -> Result<()> {
     if to.by_layout() {
         let what = what(0..bytes.len())?;
-        let parts = match what {
+        let cut = match what {
             Fetch::Get => to.parts(bytes.len())?,
             _ => to.writing_parts(bytes.len())?,
         };
+        let parts = cut.parts();
         // SAFETY: `bytes` is writable for the parts' ranges (they cover
         // it: `parts` checked) and not otherwise accessed until the
         // request is waited for, at once.
-        let request = unsafe { path::fetch_parts(&to.to, &parts, bytes.as_mut_ptr(), Some(what)) }?;
+        let request = unsafe {
+            path::fetch_parts(&to.to, parts.into_iter(), bytes.as_mut_ptr(), Some(what))
+        }?;
         return wait_fetched(Some(request));
     }
     let mut requests = Vec::new();
@@ -614,7 +637,7 @@ mod tests {
     /// The segments of `runs`, touching ones merged.
     fn segments(runs: &[Run]) -> Vec<(isize, usize)> {
         let mut out: Vec<(isize, usize)> = Vec::new();
-        for (offset, len) in runs.iter().flat_map(Run::segments) {
+        for (offset, len) in runs.iter().copied().flat_map(Run::segments) {
             match out.last_mut() {
                 Some((at, n)) if *at + *n as isize == offset => *n += len,
                 _ => out.push((offset, len)),
@@ -642,7 +665,8 @@ mod tests {
         ];
         for layout in layouts {
             let len = layout.iter().map(|r| r.len * r.count).sum();
-            let parts = layout_parts(40, &layout, len).unwrap();
+            let cut = layout_parts(40, &layout, len).unwrap();
+            let parts = cut.parts();
             let mut at = 0;
             let mut joined = Vec::new();
             for part in &parts {

@@ -40,7 +40,6 @@ use crate::collective::op::{SystemOp, NUMBER_OP_ORDER};
 use crate::collective::SystemOperation;
 use crate::datatype::{Primitive, Run};
 use crate::{Error, ErrorClass, Result};
-use std::borrow::Cow;
 
 /// Bytes of the fixed header.
 pub(crate) const HEADER: usize = 32;
@@ -70,6 +69,52 @@ pub(crate) const MAX_RUNS: usize = 2048;
 
 /// Bytes of one run of a layout on the wire.
 const RUN_BYTES: usize = 32;
+
+/// A message's target layout ([`FLAG_LAYOUT`]): the runs an origin
+/// encodes, or the wire bytes of those a target decoded (checked by
+/// [`Message::decode`]); read either way by [`Layout::runs`]. Borrowed,
+/// so that a message owns nothing and moves cheaply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Layout<'p> {
+    /// Runs to encode.
+    Runs(&'p [Run]),
+    /// Runs as they came, [`RUN_BYTES`] each.
+    Wire(&'p [u8]),
+}
+
+impl<'p> Layout<'p> {
+    /// No layout: a contiguous operation's.
+    pub(crate) const NONE: Layout<'static> = Layout::Runs(&[]);
+
+    /// How many runs.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Layout::Runs(runs) => runs.len(),
+            Layout::Wire(bytes) => bytes.len() / RUN_BYTES,
+        }
+    }
+
+    /// The runs, in order.
+    pub(crate) fn runs(self) -> impl Iterator<Item = Run> + 'p {
+        let (runs, wire): (&[Run], &[u8]) = match self {
+            Layout::Runs(runs) => (runs, &[]),
+            Layout::Wire(bytes) => (&[], bytes),
+        };
+        runs.iter()
+            .copied()
+            .chain(wire.chunks_exact(RUN_BYTES).map(run_from_wire))
+    }
+}
+
+/// The run in `wire` ([`RUN_BYTES`] bytes; see the module docs).
+fn run_from_wire(wire: &[u8]) -> Run {
+    Run::new(
+        u64_at(wire, 0) as i64 as isize,
+        u64_at(wire, 8) as usize,
+        u64_at(wire, 16) as usize,
+        u64_at(wire, 24) as i64 as isize,
+    )
+}
 
 /// What a message is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -208,7 +253,7 @@ pub(crate) struct Message<'p> {
     pub(crate) len: u64,
     /// The target layout under [`FLAG_LAYOUT`] (its runs' offsets from
     /// `disp`), else empty.
-    pub(crate) layout: Cow<'p, [Run]>,
+    pub(crate) layout: Layout<'p>,
     pub(crate) data: &'p [u8],
 }
 
@@ -224,7 +269,7 @@ impl<'p> Message<'p> {
             token,
             disp: 0,
             len: 0,
-            layout: Cow::Borrowed(&[]),
+            layout: Layout::NONE,
             data: &[],
         }
     }
@@ -279,7 +324,7 @@ impl<'p> Message<'p> {
         out.extend_from_slice(&self.len.to_le_bytes());
         if self.flags & FLAG_LAYOUT != 0 {
             out.extend_from_slice(&(self.layout.len() as u64).to_le_bytes());
-            for run in self.layout.iter() {
+            for run in self.layout.runs() {
                 out.extend_from_slice(&(run.offset as i64).to_le_bytes());
                 out.extend_from_slice(&(run.len as u64).to_le_bytes());
                 out.extend_from_slice(&(run.count as u64).to_le_bytes());
@@ -388,7 +433,7 @@ impl<'p> Message<'p> {
         let (layout, data) = if flags & FLAG_LAYOUT != 0 {
             decode_layout(body, len, element)?
         } else {
-            (Vec::new(), body)
+            (Layout::NONE, body)
         };
         let message = Message {
             kind,
@@ -399,7 +444,7 @@ impl<'p> Message<'p> {
             token: u64_at(head, 8),
             disp: u64_at(head, 16),
             len,
-            layout: Cow::Owned(layout),
+            layout,
             data,
         };
         let data_len = data.len() as u64;
@@ -454,7 +499,7 @@ fn u64_at(bytes: &[u8], at: usize) -> u64 {
 /// message of `len` bytes of data under [`FLAG_LAYOUT`], of `element`s
 /// if an accumulate): its runs, checked (see the module docs), and the
 /// bytes after it.
-fn decode_layout(body: &[u8], len: u64, element: Option<Primitive>) -> Result<(Vec<Run>, &[u8])> {
+fn decode_layout(body: &[u8], len: u64, element: Option<Primitive>) -> Result<(Layout<'_>, &[u8])> {
     let (count, rest) = body
         .split_at_checked(8)
         .ok_or_else(|| bad("a layout cut before its count of runs"))?;
@@ -467,17 +512,8 @@ fn decode_layout(body: &[u8], len: u64, element: Option<Primitive>) -> Result<(V
         .ok_or_else(|| bad(format!("a layout of {n} runs cut short")))?;
     let unit = element.map_or(1, |e| e.size() as u64);
     let mut total = 0u64;
-    let mut layout = Vec::with_capacity(n as usize);
-    for wire in runs.chunks_exact(RUN_BYTES) {
-        let offset = u64_at(wire, 0) as i64;
-        let (seg, times) = (u64_at(wire, 8), u64_at(wire, 16));
-        let stride = u64_at(wire, 24) as i64;
-        let run = Run::new(
-            offset as isize,
-            seg as usize,
-            times as usize,
-            stride as isize,
-        );
+    for run in runs.chunks_exact(RUN_BYTES).map(run_from_wire) {
+        let (seg, times) = (run.len as u64, run.count as u64);
         // Every segment must lie at addresses of this machine (isize), so
         // that walking the run never wraps.
         let (low, high) = run.span();
@@ -487,19 +523,19 @@ fn decode_layout(body: &[u8], len: u64, element: Option<Primitive>) -> Result<(V
             Some(t) if seg > 0 && times > 0 && ends_fit && seg % unit == 0 => t,
             _ => {
                 return Err(bad(format!(
-                    "a layout run of {times} segments of {seg} bytes, {stride} apart, from \
-                     offset {offset}"
+                    "a layout run of {times} segments of {seg} bytes, {} apart, from \
+                     offset {}",
+                    run.stride, run.offset
                 )))
             }
         };
-        layout.push(run);
     }
     if total != len {
         return Err(bad(format!(
             "a layout of {total} bytes for an operation of {len}"
         )));
     }
-    Ok((layout, data))
+    Ok((Layout::Wire(runs), data))
 }
 
 /// The error of a message that does not decode.
@@ -661,7 +697,7 @@ mod tests {
         m.flags = FLAG_LAYOUT;
         m.disp = 64;
         m.len = 24;
-        m.layout = Cow::Borrowed(&layout);
+        m.layout = Layout::Runs(&layout);
         m.data = &data;
         m.encode()
     }
@@ -674,18 +710,22 @@ mod tests {
         get.flags = FLAG_LAYOUT;
         get.len = 48;
         let layout = [Run::new(0, 16, 3, 32)];
-        get.layout = Cow::Borrowed(&layout);
+        get.layout = Layout::Runs(&layout);
         get.append_to(&mut batch);
         let (put, rest) = Message::split(&batch).unwrap();
         assert_eq!((put.kind, put.disp, put.len), (Kind::Put, 64, 24));
         assert_eq!(
-            &put.layout[..],
+            &put.layout.runs().collect::<Vec<_>>()[..],
             [Run::new(0, 8, 2, 16), Run::new(-8, 8, 1, 0)]
         );
         assert_eq!(put.data, [3u8; 24]);
         let (got, rest) = Message::split(rest).unwrap();
         assert_eq!(
-            (got.kind, got.token, &got.layout[..]),
+            (
+                got.kind,
+                got.token,
+                &got.layout.runs().collect::<Vec<_>>()[..]
+            ),
             (Kind::Get, 5, &layout[..])
         );
         assert!(got.data.is_empty() && rest.is_empty());
@@ -695,7 +735,7 @@ mod tests {
         acc.element = Some(Primitive::U64);
         acc.op = Some(SystemOperation::sum().into());
         acc.len = 48;
-        acc.layout = Cow::Borrowed(&layout);
+        acc.layout = Layout::Runs(&layout);
         let data = [0u8; 48];
         acc.data = &data;
         let mut bytes = acc.encode();
@@ -770,7 +810,7 @@ mod tests {
                 let mut b = bytes.clone();
                 b[at] = v;
                 if let Ok(m) = Message::decode(&b) {
-                    let total: usize = m.layout.iter().map(|r| r.len * r.count).sum();
+                    let total: usize = m.layout.runs().map(|r| r.len * r.count).sum();
                     assert_eq!((total as u64, m.data.len() as u64), (m.len, m.len));
                 }
             }
