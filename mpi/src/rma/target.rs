@@ -49,7 +49,7 @@ use super::wire::{
     FLAG_LAYOUT,
 };
 use crate::collective::op::Reduction;
-use crate::datatype::{ElementType, Primitive, Run};
+use crate::datatype::{ElementType, Primitive};
 use crate::{context, progress_until, with_device, Error, ErrorClass, Result};
 use oxmpi_adi::device::{
     ActiveMessage, ActiveMessageHandler, ActivePlacer, Destination, Device, MatchPattern,
@@ -1466,17 +1466,19 @@ fn apply(memory: &mut Memory, m: &Message<'_>, old: &mut Vec<u8>) -> Result<()> 
 fn each_segment(m: &Message<'_>, mut f: impl FnMut(u64, usize) -> Result<()>) -> Result<()> {
     // Walked without wrapping: decoding checked that every segment of a
     // run lies in the address range.
-    for (offset, len) in m.layout.runs().flat_map(Run::segments) {
-        let at = m.disp.checked_add_signed(offset as i64).ok_or_else(|| {
-            Error::new(
-                ErrorClass::RmaRange,
-                format!(
-                    "{len} bytes at byte displacement {} lie outside the target window",
-                    i128::from(m.disp) + offset as i128
-                ),
-            )
-        })?;
-        f(at, len)?;
+    for run in m.layout.runs() {
+        for (offset, len) in run.segments() {
+            let at = m.disp.checked_add_signed(offset as i64).ok_or_else(|| {
+                Error::new(
+                    ErrorClass::RmaRange,
+                    format!(
+                        "{len} bytes at byte displacement {} lie outside the target window",
+                        i128::from(m.disp) + offset as i128
+                    ),
+                )
+            })?;
+            f(at, len)?;
+        }
     }
     Ok(())
 }

@@ -99,12 +99,14 @@ impl Blocks<'_> {
     /// window and its range of the packed data, in order, until it fails.
     fn each_block(&self, mut f: impl FnMut(u64, Range<usize>) -> Result<()>) -> Result<()> {
         let mut at = 0;
-        for (offset, len) in self.runs.iter().copied().flat_map(Run::segments) {
-            // At least 0 and within the window: `target_blocks` checked
-            // every segment.
-            let disp = self.start.wrapping_add_signed(offset as i64);
-            f(disp, at..at + len)?;
-            at += len;
+        for run in &self.runs {
+            for (offset, len) in run.segments() {
+                // At least 0 and within the window: `target_blocks`
+                // checked every segment.
+                let disp = self.start.wrapping_add_signed(offset as i64);
+                f(disp, at..at + len)?;
+                at += len;
+            }
         }
         Ok(())
     }
