@@ -16,12 +16,12 @@
 //!
 //! - over active messages the operation is one message with the runs
 //!   and the packed data ([`FLAG_LAYOUT`](super::wire::FLAG_LAYOUT)), or
-//!   several when it has more than [`PART_DATA`] bytes or
-//!   [`MAX_RUNS`] runs ([`layout_parts`]); the target checks every segment of a message
-//!   against its window before it touches any, then scatters the data
-//!   into them (put, accumulate) or gathers its reply from them (get,
-//!   get_accumulate), the whole message under its window's state as a
-//!   contiguous operation is. So nothing lands of an operation of one
+//!   several when it has more than [`PART_DATA`] bytes or [`MAX_RUNS`]
+//!   runs ([`layout_parts`]); the target checks every segment of a
+//!   message against its window before it touches any, then scatters
+//!   the data into them (put, accumulate) or gathers its reply from them
+//!   (get, get_accumulate), the whole message under its window's state
+//!   as a contiguous operation is. So nothing lands of an operation of one
 //!   message that reaches outside the window, a dynamic window's
 //!   included; an operation of several messages that writes into a
 //!   dynamic window asks the target to check all their layouts first
@@ -34,7 +34,8 @@
 //!   covered every segment before the first moved.
 //!
 //! The contiguous forms ([`Window::put`] and the others) keep their own
-//! code.
+//! checks and paths; over active messages both build their messages
+//! from [`Part`]s (`path.rs`), a contiguous part having no layout.
 
 use super::path::{self, Fetch, Part, Path, Target};
 use super::wire::{HEADER, MAX_RUNS};
