@@ -560,9 +560,11 @@ mod tests {
         let f = UserDatatype::subarray(&[3, 4], &[2, 2], &[1, 1], Order::Fortran, &byte).unwrap();
         let segments = |d: &UserDatatype| {
             let mut out = Vec::new();
-            let _ = d.handle().0.for_each_segment(1, |o, l| {
-                out.push((o, l));
-                std::ops::ControlFlow::Continue(())
+            let _ = d.handle().0.with_segments(1, |segments| {
+                segments.for_each(|o, l| {
+                    out.push((o, l));
+                    std::ops::ControlFlow::Continue(())
+                })
             });
             out
         };

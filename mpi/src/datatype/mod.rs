@@ -94,6 +94,7 @@ pub use element::ElementType;
 pub use external32::{pack_external, pack_external_into, pack_external_size, unpack_external};
 pub(crate) use pack::{Incoming, Outgoing};
 pub(crate) use primitive::Primitive;
+pub(crate) use typemap::{Run, Segments};
 pub use view::{Buffer, BufferMut, MutView, View};
 pub(crate) use view::{PackStream, UnpackStream};
 
@@ -166,7 +167,7 @@ pub type Address = isize;
 
 use std::fmt;
 use std::sync::Arc;
-use typemap::{Run, Segments, Shape, TypeNode};
+use typemap::{Shape, TypeNode};
 
 /// A Rust type that has an MPI datatype (rsmpi's `Equivalence`): values of
 /// it can be sent and received, alone or in slices, arrays and vectors.
@@ -254,14 +255,20 @@ impl Handle<'_> {
         }
     }
 
-    /// Calls `f(offset, len)` for each segment of `count` elements, in
-    /// type-map order, until `f` breaks.
-    pub(crate) fn for_each_segment(
-        &self,
-        count: usize,
-        f: impl FnMut(isize, usize) -> std::ops::ControlFlow<()>,
-    ) -> std::ops::ControlFlow<()> {
-        self.with_segments(count, |segments| segments.for_each(f))
+    /// The flattened type map of `count` elements, as runs in type-map
+    /// order (touching segments merged, equally spaced ones folded).
+    pub(crate) fn runs_of(&self, count: usize) -> Vec<Run> {
+        match self {
+            Handle::Primitive(p) => {
+                let len = count.saturating_mul(p.size());
+                if len == 0 {
+                    Vec::new()
+                } else {
+                    vec![Run::new(0, len, 1, 0)]
+                }
+            }
+            Handle::Node(node) => node.runs_of(count),
+        }
     }
 
     /// Calls `f` with the [`Segments`] of `count` elements (a predefined

@@ -18,6 +18,7 @@
 use super::primitive::Primitive;
 use crate::{Error, ErrorClass, Result};
 
+#[cfg(test)]
 use std::ops::ControlFlow;
 use std::sync::{Arc, OnceLock};
 
@@ -138,13 +139,39 @@ pub(crate) struct Run {
 }
 
 impl Run {
-    fn segment(offset: isize, len: usize) -> Run {
+    /// `count` segments of `len` bytes, the first at `offset`, `stride`
+    /// apart.
+    pub(crate) fn new(offset: isize, len: usize, count: usize, stride: isize) -> Run {
         Run {
             offset,
             len,
-            count: 1,
-            stride: 0,
+            count,
+            stride,
         }
+    }
+
+    fn segment(offset: isize, len: usize) -> Run {
+        Run::new(offset, len, 1, 0)
+    }
+
+    /// The bytes its segments span, from the start of the lowest to the
+    /// end of the highest (every other lies between the first and the
+    /// last), exactly: in `i128`, which no run's offsets overflow.
+    pub(crate) fn span(&self) -> (i128, i128) {
+        let first = self.offset as i128;
+        let last = first + (self.count as i128 - 1) * self.stride as i128;
+        (first.min(last), first.max(last) + self.len as i128)
+    }
+
+    /// Its segments (offset, length), in order. Offsets wrap rather than
+    /// overflow: the caller checked that they fit.
+    pub(crate) fn segments(self) -> impl Iterator<Item = (isize, usize)> {
+        (0..self.count).map(move |k| {
+            let offset = self
+                .offset
+                .wrapping_add((k as isize).wrapping_mul(self.stride));
+            (offset, self.len)
+        })
     }
 
     fn last_offset(&self) -> isize {
@@ -350,7 +377,9 @@ impl<'r> Segments<'r> {
     }
 
     /// Calls `f(offset, len)` for each segment, in order, from the start;
-    /// stops when `f` breaks. The whole walk of a cursor.
+    /// stops when `f` breaks. The whole walk of a cursor (the tests'
+    /// view of a type map).
+    #[cfg(test)]
     pub(crate) fn for_each(
         &self,
         mut f: impl FnMut(isize, usize) -> ControlFlow<()>,
@@ -795,6 +824,16 @@ impl TypeNode {
         }
     }
 
+    /// The flattened type map of `count` elements, elements an extent
+    /// apart, folded as one element's is ([`TypeNode::runs`]): so
+    /// `count` elements of a vector whose blocks stay equally spaced
+    /// across elements are one run.
+    pub(crate) fn runs_of(&self, count: usize) -> Vec<Run> {
+        let mut builder = RunBuilder::default();
+        self.flatten_copies(&mut builder, 0, count);
+        builder.finish().into_vec()
+    }
+
     /// Pushes `len` copies of this type, the first at `displacement`.
     fn flatten_copies(&self, builder: &mut RunBuilder, displacement: isize, len: usize) {
         if let Some(start) = self.dense_start() {
@@ -835,12 +874,7 @@ mod tests {
     }
 
     fn run(offset: isize, len: usize, count: usize, stride: isize) -> Run {
-        Run {
-            offset,
-            len,
-            count,
-            stride,
-        }
+        Run::new(offset, len, count, stride)
     }
 
     #[test]

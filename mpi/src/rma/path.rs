@@ -39,13 +39,15 @@ use super::direct;
 use super::rdma;
 use super::target::{self, Pending, Shared};
 use super::wire::{
-    AccumulateOp, AccumulateType, Kind, Message, FLAG_EXCLUSIVE, FLAG_FETCH, HEADER,
+    AccumulateOp, AccumulateType, Kind, Layout, Message, FLAG_EXCLUSIVE, FLAG_FETCH, FLAG_LAYOUT,
+    HEADER,
 };
 use super::LockType;
-use crate::datatype::Primitive;
+use crate::datatype::{Primitive, Run};
 use crate::{progress_until, with_device, Error, Result};
 use oxmpi_adi::device::{Device, RequestId};
 use oxmpi_adi::proto::{MAX_ACTIVE_LEN, PIECE_LEN};
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -287,17 +289,62 @@ impl Path {
     }
 }
 
+/// One message's share of an operation by active messages: where it
+/// goes at the target (`disp`, and the runs from it of a target layout,
+/// [`FLAG_LAYOUT`]; none for contiguous bytes) and its range of the
+/// operation's data (or result).
+pub(crate) struct Part<'r> {
+    pub(crate) disp: u64,
+    pub(crate) layout: &'r [Run],
+    pub(crate) data: Range<usize>,
+}
+
+impl Part<'_> {
+    /// A message of `kind` for this part, carrying its range of `data`
+    /// if given (a get and a no-op carry none).
+    fn message<'m>(&'m self, kind: Kind, data: Option<&'m [u8]>) -> Message<'m> {
+        let mut m = Message::new(kind, 0);
+        m.disp = self.disp;
+        m.len = self.data.len() as u64;
+        if !self.layout.is_empty() {
+            m.flags = FLAG_LAYOUT;
+            m.layout = Layout::Runs(self.layout);
+        }
+        if let Some(data) = data {
+            m.data = &data[self.data.clone()];
+        }
+        m
+    }
+}
+
+/// The parts of a contiguous operation on `len` bytes at `disp`: pieces
+/// of at most [`CHUNK`] bytes.
+fn contiguous(disp: u64, len: usize) -> impl ExactSizeIterator<Item = Part<'static>> {
+    chunks(len).map(move |(offset, chunk)| Part {
+        disp: disp + offset as u64,
+        layout: &[],
+        data: offset..offset + chunk,
+    })
+}
+
 /// [`Path::put`] by active messages.
 fn put_active(to: &Target<'_>, disp: u64, data: &[u8]) -> Result<()> {
     if data.len() >= target::PUT_PLACED {
         return target::put_placed(to, disp, data);
     }
+    put_parts(to, contiguous(disp, data.len()), data)
+}
+
+/// Puts `data` as the messages of `parts`, queued for the target (a put
+/// with a target layout comes here directly: `typed.rs`).
+pub(crate) fn put_parts<'r>(
+    to: &Target<'_>,
+    parts: impl IntoIterator<Item = Part<'r>>,
+    data: &[u8],
+) -> Result<()> {
     with_device(|d| {
-        for (offset, chunk) in chunks(data.len()) {
-            let mut m = Message::new(Kind::Put, 0);
-            m.disp = disp + offset as u64;
-            m.len = chunk as u64;
-            m.data = &data[offset..offset + chunk];
+        for part in parts {
+            let m = part.message(Kind::Put, Some(data));
             send(d, to, Some(Pending::Done), m, false)?;
         }
         Ok(())
@@ -323,16 +370,24 @@ fn accumulate_active(
     {
         return target::accumulate_by_message(to, disp, data, element, op);
     }
+    accumulate_parts(to, contiguous(disp, data.len()), data, (element, op))
+}
+
+/// Combines `data` (elements of `element`) with `op` as the messages of
+/// `parts`, queued for the target (an accumulate with a target layout
+/// comes here directly: `typed.rs`).
+pub(crate) fn accumulate_parts<'r>(
+    to: &Target<'_>,
+    parts: impl IntoIterator<Item = Part<'r>>,
+    data: &[u8],
+    (element, op): (AccumulateType, AccumulateOp),
+) -> Result<()> {
     with_device(|d| {
-        for (offset, chunk) in chunks(data.len()) {
-            let mut m = Message::new(Kind::Accumulate, 0);
+        for part in parts {
+            // A no-op carries no data.
+            let mut m = part.message(Kind::Accumulate, (op != AccumulateOp::NoOp).then_some(data));
             m.element = Some(element);
             m.op = Some(op);
-            m.disp = disp + offset as u64;
-            m.len = chunk as u64;
-            if op != AccumulateOp::NoOp {
-                m.data = &data[offset..offset + chunk];
-            }
             send(d, to, Some(Pending::Done), m, false)?;
         }
         Ok(())
@@ -360,49 +415,85 @@ unsafe fn fetch_active(
     len: usize,
     what: Fetch<'_>,
 ) -> Result<Option<RequestId>> {
+    if matches!(what, Fetch::Get) && len >= target::GET_BY_MESSAGE {
+        // SAFETY: the caller's guarantee, passed on.
+        return with_device(|d| unsafe { target::get_by_message(d, to, disp, result, len) })
+            .map(Some);
+    }
+    // A compare-and-swap's element, far shorter than a chunk, is one.
+    let parts = contiguous(disp, len);
+    // SAFETY: the caller's guarantee; the parts cover `0..len`.
+    unsafe { fetch_parts(to, parts, result, Some(what)) }.map(Some)
+}
+
+/// Asks the target whether every segment of the layouts of `parts` lies
+/// in its window, and waits for the answer: per part a no-op accumulate
+/// of bytes that fetches nothing (no data either way), which the target
+/// checks as any message and refuses if a segment lies outside. Sent
+/// before the data of an operation of several messages to a window whose
+/// memory only the target knows (a dynamic window: `typed.rs`), so that
+/// none of it lands if one of its messages would be refused.
+pub(crate) fn check_parts(to: &Target<'_>, parts: Vec<Part<'_>>) -> Result<()> {
+    let nowhere = std::ptr::NonNull::<u8>::dangling().as_ptr();
+    // SAFETY: no part's reply places a byte (`None`: a result of 0 bytes
+    // each), and a dangling pointer is valid for 0 bytes.
+    let request = unsafe { fetch_parts(to, parts.into_iter(), nowhere, None) }?;
+    let status = crate::wait_request(request)?;
+    status.error.map_or(Ok(()), Err)
+}
+
+/// Starts a fetching operation `what` as the messages of `parts` into
+/// `result` (each part's range of it), queued for the target: the
+/// request that the last reply completes (a fetching operation with a
+/// target layout comes here directly: `typed.rs`). `None` asks only
+/// whether the parts' segments lie in the target's window, and fetches
+/// nothing ([`check_parts`]).
+///
+/// # Safety
+/// `result` must be writable for the bytes of every part's range (none
+/// under `None`), and not otherwise accessed, until the returned request
+/// completes.
+pub(crate) unsafe fn fetch_parts<'r>(
+    to: &Target<'_>,
+    parts: impl ExactSizeIterator<Item = Part<'r>>,
+    result: *mut u8,
+    what: Option<Fetch<'_>>,
+) -> Result<RequestId> {
     with_device(|d| {
-        if matches!(what, Fetch::Get) && len >= target::GET_BY_MESSAGE {
-            // SAFETY: the caller's guarantee, passed on.
-            return unsafe { target::get_by_message(d, to, disp, result, len) }.map(Some);
-        }
         let request = d.start_generalized();
-        let parts: Vec<_> = match what {
-            Fetch::CompareAndSwap { .. } => vec![(0, len)],
-            _ => chunks(len).collect(),
-        };
         let last_index = parts.len().saturating_sub(1);
-        if parts.is_empty() {
+        if parts.len() == 0 {
             d.complete_generalized(request, None);
         }
-        for (i, (offset, chunk)) in parts.into_iter().enumerate() {
+        for (i, part) in parts.enumerate() {
             let m = match what {
-                Fetch::Get => Message::new(Kind::Get, 0),
-                Fetch::Accumulate { element, op, data } => {
-                    let mut m = Message::new(Kind::Accumulate, 0);
-                    m.flags = FLAG_FETCH;
-                    m.element = Some(element);
-                    m.op = Some(op);
-                    if op != AccumulateOp::NoOp {
-                        m.data = &data[offset..offset + chunk];
-                    }
+                None => {
+                    let mut m = part.message(Kind::Accumulate, None);
+                    m.element = Some(AccumulateType::Basic(Primitive::U8));
+                    m.op = Some(AccumulateOp::NoOp);
                     m
                 }
-                Fetch::CompareAndSwap { element, data } => {
-                    let mut m = Message::new(Kind::CompareAndSwap, 0);
+                Some(Fetch::Get) => part.message(Kind::Get, None),
+                Some(Fetch::Accumulate { element, op, data }) => {
+                    // A no-op carries no data.
+                    let data = (op != AccumulateOp::NoOp).then_some(data);
+                    let mut m = part.message(Kind::Accumulate, data);
+                    m.flags |= FLAG_FETCH;
+                    m.element = Some(element);
+                    m.op = Some(op);
+                    m
+                }
+                Some(Fetch::CompareAndSwap { element, data }) => {
+                    let mut m = part.message(Kind::CompareAndSwap, None);
                     m.element = Some(AccumulateType::Basic(element));
                     m.data = data;
                     m
                 }
             };
-            let m = Message {
-                disp: disp + offset as u64,
-                len: chunk as u64,
-                ..m
-            };
             let pending = Pending::Fetch {
-                // In bounds: the chunks cover `0..len`.
-                dest: result.wrapping_add(offset),
-                len: chunk,
+                // In bounds: the caller's guarantee.
+                dest: result.wrapping_add(part.data.start),
+                len: if what.is_some() { part.data.len() } else { 0 },
                 request,
                 last: i == last_index,
             };
@@ -414,7 +505,7 @@ unsafe fn fetch_active(
                 return Err(e);
             }
         }
-        Ok(Some(request))
+        Ok(request)
     })
 }
 
@@ -449,7 +540,7 @@ unsafe fn result_slice<'r>(result: *mut u8, len: usize) -> &'r mut [u8] {
 }
 
 /// The chunks (offset, length) of `len` bytes.
-fn chunks(len: usize) -> impl Iterator<Item = (usize, usize)> {
+fn chunks(len: usize) -> impl ExactSizeIterator<Item = (usize, usize)> {
     target::pieces(len, CHUNK)
 }
 

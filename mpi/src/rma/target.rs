@@ -46,7 +46,7 @@
 use super::path::Target;
 use super::wire::{
     set_data_len, AccumulateOp, AccumulateType, Kind, Message, FLAG_BY_MESSAGE, FLAG_EXCLUSIVE,
-    FLAG_FETCH,
+    FLAG_FETCH, FLAG_LAYOUT,
 };
 use crate::{context, progress_until, with_device, Error, ErrorClass, Result};
 use oxmpi_adi::device::{
@@ -1113,7 +1113,7 @@ pub(crate) fn put_placed(to: &Target<'_>, disp: u64, data: &[u8]) -> Result<()> 
 }
 
 /// The pieces (offset, length) of `len` bytes, each at most `size`.
-pub(crate) fn pieces(len: usize, size: usize) -> impl Iterator<Item = (usize, usize)> {
+pub(crate) fn pieces(len: usize, size: usize) -> impl ExactSizeIterator<Item = (usize, usize)> {
     (0..len)
         .step_by(size)
         .map(move |offset| (offset, size.min(len - offset)))
@@ -1399,23 +1399,107 @@ fn class_of(code: u8) -> ErrorClass {
 /// Applies an operation to the window's memory; its result appended to
 /// `old` (the target's old data for a get or a fetching operation, else
 /// nothing). Nothing is touched unless the whole range lies in the
-/// window.
+/// window: under [`FLAG_LAYOUT`], every segment of the layout is checked
+/// before the first is touched, then each is applied in order with its
+/// piece of the data.
 fn apply(memory: &mut Memory, m: &Message<'_>, old: &mut Vec<u8>) -> Result<()> {
+    if m.flags & FLAG_LAYOUT != 0 {
+        // Only puts and accumulates that are not no-ops carry data.
+        let carries_data = !m.data.is_empty();
+        let mut at = 0;
+        let mut piece = |len: usize| -> Result<&[u8]> {
+            let data = if carries_data {
+                m.data.get(at..at + len).ok_or_else(|| {
+                    Error::new(ErrorClass::Intern, "a layout longer than its data")
+                })?
+            } else {
+                &[]
+            };
+            at += len;
+            Ok(data)
+        };
+        if let Memory::Block { size, .. } = *memory {
+            // One check per run: its span holds every segment of it. Then
+            // every segment is a slice of the whole block.
+            for run in m.layout.runs() {
+                let (low, high) = run.span();
+                let (low, high) = (i128::from(m.disp) + low, i128::from(m.disp) + high);
+                if low < 0 || high > size as i128 {
+                    return Err(Error::new(
+                        ErrorClass::RmaRange,
+                        format!(
+                            "a layout run reaching bytes {low}..{high} lies outside the target \
+                             window of {size} bytes"
+                        ),
+                    ));
+                }
+            }
+            // Not empty: the layout has a run (decoding checked), which
+            // fits in it.
+            let window = window_bytes(memory, 0, size)?;
+            return each_segment(m, |disp, len| {
+                // Within the block: its run's span was checked above.
+                let segment = &mut window[disp as usize..disp as usize + len];
+                apply_to(segment, m, piece(len)?, old)
+            });
+        }
+        each_segment(m, |disp, len| memory.range(disp, len as u64).map(drop))?;
+        return each_segment(m, |disp, len| {
+            apply_to(window_bytes(memory, disp, len)?, m, piece(len)?, old)
+        });
+    }
     let len = usize::try_from(m.len).map_err(|_| {
         Error::new(
             ErrorClass::RmaRange,
             "a length beyond this machine's memory",
         )
     })?;
-    let at = memory.range(m.disp, m.len)?;
+    apply_to(window_bytes(memory, m.disp, len)?, m, m.data, old)
+}
+
+/// Calls `f(disp, len)` for each segment of the layout of `m` (under
+/// [`FLAG_LAYOUT`]), at its byte displacement in the window, in order,
+/// until `f` fails. A segment before the window's start (or beyond the
+/// last address) is out of its range.
+fn each_segment(m: &Message<'_>, mut f: impl FnMut(u64, usize) -> Result<()>) -> Result<()> {
+    // Walked without wrapping: decoding checked that every segment of a
+    // run lies in the address range.
+    for run in m.layout.runs() {
+        for (offset, len) in run.segments() {
+            let at = m.disp.checked_add_signed(offset as i64).ok_or_else(|| {
+                Error::new(
+                    ErrorClass::RmaRange,
+                    format!(
+                        "{len} bytes at byte displacement {} lie outside the target window",
+                        i128::from(m.disp) + offset as i128
+                    ),
+                )
+            })?;
+            f(at, len)?;
+        }
+    }
+    Ok(())
+}
+
+/// The `len` bytes at byte displacement `disp` of the window's memory, or
+/// an `MPI_ERR_RMA_RANGE` error if any lies outside it.
+fn window_bytes(memory: &mut Memory, disp: u64, len: usize) -> Result<&mut [u8]> {
+    let at = memory.range(disp, len as u64)?;
     // SAFETY: `range` checked that `at .. at + len` lies in the window's
     // memory, which its owner keeps valid and lets only this module (with
-    // the state locked) and the owner's own accessors (with the device
-    // locked, as this handler runs) touch.
-    let window = unsafe { std::slice::from_raw_parts_mut(at, len) };
+    // the state locked, as `memory` is borrowed from it) and the owner's
+    // own accessors (with the device locked, as this handler runs) touch.
+    Ok(unsafe { std::slice::from_raw_parts_mut(at, len) })
+}
+
+/// Applies the operation of `m` to `window` (the range it names, or one
+/// segment of its layout) with `data` (its data, or that segment's piece
+/// of it); its result appended to `old`.
+fn apply_to(window: &mut [u8], m: &Message<'_>, data: &[u8], old: &mut Vec<u8>) -> Result<()> {
+    let len = window.len();
     match m.kind {
         Kind::Put => {
-            window.copy_from_slice(m.data);
+            window.copy_from_slice(data);
             Ok(())
         }
         Kind::Get => {
@@ -1432,11 +1516,11 @@ fn apply(memory: &mut Memory, m: &Message<'_>, old: &mut Vec<u8>) -> Result<()> 
                     "an accumulate without its type",
                 ));
             };
-            combine(window, m.data, element, op)
+            combine(window, data, element, op)
         }
         Kind::CompareAndSwap => {
             old.extend_from_slice(window);
-            let (compare, origin) = m.data.split_at(len);
+            let (compare, origin) = data.split_at(len);
             if window == compare {
                 window.copy_from_slice(origin);
             }
@@ -1536,7 +1620,108 @@ impl Aligned {
 
 #[cfg(test)]
 mod tests {
-    use super::LockQueue;
+    use super::{apply, LockQueue, Memory};
+    use crate::collective::SystemOperation;
+    use crate::datatype::{Primitive, Run};
+    use crate::rma::wire::{AccumulateType, Kind, Layout, Message, FLAG_FETCH, FLAG_LAYOUT};
+    use crate::ErrorClass;
+
+    /// A message of `kind` on `layout` from `disp`, with `data`, through
+    /// its wire form (as the handler gets it).
+    fn typed(kind: Kind, disp: u64, layout: &[Run], data: &[u8], len: u64) -> Vec<u8> {
+        let mut m = Message::new(kind, 1);
+        m.flags = FLAG_LAYOUT;
+        m.disp = disp;
+        m.len = len;
+        m.layout = Layout::Runs(layout);
+        m.data = data;
+        if kind == Kind::Accumulate {
+            m.flags |= FLAG_FETCH;
+            m.element = Some(AccumulateType::Basic(Primitive::U32));
+            m.op = Some(SystemOperation::sum().into());
+        }
+        m.encode()
+    }
+
+    #[test]
+    fn a_layout_is_scattered_and_gathered_in_order() {
+        let mut window = [0u32; 8];
+        let base = window.as_mut_ptr().cast();
+        let mut memory = Memory::Block { base, size: 32 };
+        // Elements 1, 3, 5, then 0: a vector run and a segment before it.
+        let layout = [Run::new(4, 4, 3, 8), Run::new(-4, 4, 1, 0)];
+        let data: Vec<u8> = [10u32, 30, 50, 0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let put = typed(Kind::Put, 4, &layout, &data, 16);
+        let mut old = Vec::new();
+        apply(&mut memory, &Message::decode(&put).unwrap(), &mut old).unwrap();
+        let sum = typed(Kind::Accumulate, 4, &layout, &data, 16);
+        apply(&mut memory, &Message::decode(&sum).unwrap(), &mut old).unwrap();
+        // The fetch saw the put's values, in the layout's order.
+        assert_eq!(old, data);
+        assert_eq!(window, [0, 0, 20, 0, 60, 0, 100, 0]);
+        let get = typed(Kind::Get, 4, &layout, &[], 16);
+        old.clear();
+        apply(&mut memory, &Message::decode(&get).unwrap(), &mut old).unwrap();
+        let doubled: Vec<u8> = [20u32, 60, 100, 0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(old, doubled);
+    }
+
+    #[test]
+    fn nothing_lands_when_any_segment_is_out_of_range() {
+        let mut window = [0u8; 64];
+        let start = window.as_mut_ptr() as usize;
+        let data = [7u8; 24];
+        // The third segment ends one byte past the window (a block), or
+        // between the two attached regions (dynamic); the fourth lies
+        // before the window's start.
+        let past = [Run::new(0, 8, 3, 24)];
+        let before = [Run::new(0, 8, 2, 8), Run::new(-16, 8, 1, 0)];
+        let cases = [
+            (
+                Memory::Block {
+                    base: start as *mut u8,
+                    size: 55,
+                },
+                0,
+                &past[..],
+            ),
+            (
+                Memory::Dynamic(vec![(start, 40), (start + 49, 15)]),
+                start as u64,
+                &past[..],
+            ),
+            (
+                Memory::Block {
+                    base: start as *mut u8,
+                    size: 64,
+                },
+                8,
+                &before[..],
+            ),
+        ];
+        for (mut memory, disp, layout) in cases {
+            for kind in [Kind::Put, Kind::Accumulate, Kind::Get] {
+                let data = if kind == Kind::Get {
+                    &[][..]
+                } else {
+                    &data[..]
+                };
+                let bytes = typed(kind, disp, layout, data, 24);
+                let mut old = Vec::new();
+                let e =
+                    apply(&mut memory, &Message::decode(&bytes).unwrap(), &mut old).unwrap_err();
+                assert_eq!(e.class(), ErrorClass::RmaRange, "{kind:?}: {}", e.message());
+                assert!(old.is_empty(), "{kind:?} answered data");
+            }
+        }
+        assert_eq!(window, [0; 64], "a refused operation wrote");
+    }
 
     #[test]
     fn the_lock_is_first_come_first_served() {

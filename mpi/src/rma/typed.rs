@@ -12,18 +12,35 @@
 //! require; a layout whose blocks split a pair, value apart from index,
 //! is `MPI_ERR_UNSUPPORTED_OPERATION`), and every block lies in
 //! the target's window (`MPI_ERR_RMA_RANGE`; in a dynamic window, whose
-//! memory only the target knows, the target checks each block as it
-//! does a contiguous operation's range, so the blocks before one it
-//! refuses may have landed). Then each block (adjacent ones
-//! merged) is one contiguous operation on the target's path, in
-//! type-map order: on the direct path a copy or an in-place reduction
-//! straight into (or out of) the target's layout, with no packing at the
-//! target; over active messages and RDMA one operation per block, queued
-//! and sent together as contiguous operations are. The contiguous forms
-//! ([`Window::put`] and the others) keep their own code.
+//! memory only the target knows, the target checks it). The target
+//! layout is flattened into runs (`count` segments of `len` bytes,
+//! `stride` apart: a vector is one run), and then:
+//!
+//! - over active messages the operation is one message with the runs
+//!   and the packed data ([`FLAG_LAYOUT`](super::wire::FLAG_LAYOUT)), or
+//!   several when it has more than [`PART_DATA`] bytes or [`MAX_RUNS`]
+//!   runs ([`layout_parts`]); the target checks every segment of a
+//!   message against its window before it touches any, then scatters
+//!   the data into them (put, accumulate) or gathers its reply from them
+//!   (get, get_accumulate), the whole message under its window's state
+//!   as a contiguous operation is. So nothing lands of an operation of one
+//!   message that reaches outside the window, a dynamic window's
+//!   included; an operation of several messages that writes into a
+//!   dynamic window asks the target to check all their layouts first
+//!   (a round trip), so nothing of it lands either;
+//! - on the direct path and over RDMA each segment (adjacent ones merged)
+//!   is one contiguous operation, in type-map order: on the direct path a
+//!   copy or an in-place reduction straight into (or out of) the target's
+//!   layout, with no packing at the target; over RDMA one operation per
+//!   segment. Neither takes dynamic windows, and the origin's range check
+//!   covered every segment before the first moved.
+//!
+//! The contiguous forms ([`Window::put`] and the others) keep their own
+//! checks and paths; over active messages both build their messages
+//! from [`Part`]s (`path.rs`), a contiguous part having no layout.
 
-use super::path::{Fetch, Path, Target};
-use super::wire::AccumulateType;
+use super::path::{self, Fetch, Part, Path, Target};
+use super::wire::{AccumulateType, HEADER, MAX_RUNS};
 use super::{
     accumulate_element, completed, fetch_accumulate, wait_fetched, AccumulateOp, CreateFlavor,
     Window,
@@ -31,10 +48,21 @@ use super::{
 use crate::collective::typed::Input;
 use crate::datatype::{
     Buffer, BufferMut, Datatype, DatatypeRef, ElementType, Handle, Incoming, Outgoing, Primitive,
+    Run,
 };
 use crate::request::Request;
 use crate::{Error, ErrorClass, Result, PROC_NULL};
-use std::ops::ControlFlow;
+use oxmpi_adi::proto::MAX_ACTIVE_LEN;
+use std::ops::Range;
+
+/// The most data one message of a typed operation over active messages
+/// carries: half the active-message limit, so that the message with its
+/// layout of at most [`MAX_RUNS`] runs, and the reply with the data, fit
+/// in one. A multiple of every basic type's size, so that an accumulate
+/// is cut between elements.
+const PART_DATA: usize = MAX_ACTIVE_LEN as usize / 2;
+const _: () = assert!(HEADER + 8 + 32 * MAX_RUNS + PART_DATA <= MAX_ACTIVE_LEN as usize);
+const _: () = assert!(PART_DATA.is_multiple_of(16));
 
 /// Where an operation's data lies in the target's window (MPI's
 /// `target_count` and `target_datatype`): `count` elements of
@@ -56,36 +84,89 @@ impl<'t> TargetLayout<'t> {
 }
 
 /// Where an operation's data goes at its target: the target, its path,
-/// and the blocks (byte displacement in the target's window, length),
-/// in type-map order, whose lengths add up to the packed data's.
+/// and the target layout's runs in type-map order, their offsets from
+/// byte displacement `start` in the target's window (the origin checked
+/// that every segment lies in it, where it knows the window), whose
+/// segments' lengths add up to the packed data's.
 struct Blocks<'w> {
     to: Target<'w>,
     path: &'w Path,
-    blocks: Vec<(u64, usize)>,
+    start: u64,
+    runs: Vec<Run>,
+    /// Whether the window is dynamic: only the target knows its memory.
+    dynamic: bool,
 }
 
 impl Blocks<'_> {
-    /// Each block with its packed data's range.
-    fn with_ranges(&self) -> impl Iterator<Item = (u64, std::ops::Range<usize>)> + '_ {
-        self.blocks.iter().scan(0usize, |at, &(disp, len)| {
-            let range = *at..*at + len;
-            *at += len;
-            Some((disp, range))
-        })
+    /// Calls `f` with each segment's byte displacement in the target's
+    /// window and its range of the packed data, in order, until it fails.
+    fn each_block(&self, mut f: impl FnMut(u64, Range<usize>) -> Result<()>) -> Result<()> {
+        let mut at = 0;
+        for run in &self.runs {
+            for (offset, len) in run.segments() {
+                // At least 0 and within the window: `target_blocks`
+                // checked every segment.
+                let disp = self.start.wrapping_add_signed(offset as i64);
+                f(disp, at..at + len)?;
+                at += len;
+            }
+        }
+        Ok(())
     }
 
-    /// Calls `f` with each block and its piece of `data` (the packed
-    /// data, as long as the blocks together: the signatures matched), in
-    /// order, until it fails.
+    /// Calls `f` with each segment and its piece of `data` (the packed
+    /// data, as long as the segments together: the signatures matched),
+    /// in order, until it fails.
     fn each_piece(&self, data: &[u8], mut f: impl FnMut(u64, &[u8]) -> Result<()>) -> Result<()> {
-        self.with_ranges().try_for_each(|(at, range)| {
-            let piece = data.get(range).ok_or_else(|| {
-                Error::new(
-                    ErrorClass::Intern,
-                    "a target block reaches past the packed data",
-                )
-            })?;
-            f(at, piece)
+        self.each_block(|at, range| f(at, packed_piece(data, range)?))
+    }
+
+    /// Whether the operation travels as messages with the target layout
+    /// (active messages), rather than one operation per segment.
+    fn by_layout(&self) -> bool {
+        matches!(self.path, Path::ActiveMessages)
+    }
+
+    /// The messages of the operation over active messages
+    /// ([`layout_parts`]), covering `len` bytes of packed data in
+    /// elements of `unit` bytes.
+    fn parts(&self, len: usize, unit: usize) -> Result<LayoutParts> {
+        layout_parts(self.start, &self.runs, len, unit)
+    }
+
+    /// The messages of an operation that writes into the target layout
+    /// ([`Blocks::parts`]), once it is known that none will be refused:
+    /// in a dynamic window, whose memory the origin does not know, an
+    /// operation of several messages asks the target first
+    /// ([`path::check_parts`], a round trip), so that nothing of it lands
+    /// if one would be refused. (The target checks each message whole
+    /// anyway, and elsewhere the origin checked every segment.)
+    fn writing_parts(&self, len: usize, unit: usize) -> Result<LayoutParts> {
+        let cut = self.parts(len, unit)?;
+        if self.dynamic && cut.parts.len() > 1 {
+            path::check_parts(&self.to, cut.parts())?;
+        }
+        Ok(cut)
+    }
+
+    /// Puts `data` (the packed data) into the target layout.
+    fn put(&self, data: &[u8]) -> Result<()> {
+        if self.by_layout() {
+            let cut = self.writing_parts(data.len(), 1)?;
+            return path::put_parts(&self.to, cut.parts(), data);
+        }
+        self.each_piece(data, |at, piece| self.path.put(&self.to, at, piece))
+    }
+
+    /// Combines `data` (the packed data, elements of `element`) into the
+    /// target layout with `op`.
+    fn accumulate(&self, data: &[u8], element: AccumulateType, op: AccumulateOp) -> Result<()> {
+        if self.by_layout() {
+            let cut = self.writing_parts(data.len(), element.size())?;
+            return path::accumulate_parts(&self.to, cut.parts(), data, (element, op));
+        }
+        self.each_piece(data, |at, piece| {
+            self.path.accumulate(&self.to, at, piece, element, op)
         })
     }
 
@@ -96,24 +177,122 @@ impl Blocks<'_> {
     /// block is an operation of its own. (A block of numbers always holds
     /// whole ones.)
     fn check_whole(&self, element: AccumulateType) -> Result<()> {
-        match self
-            .blocks
-            .iter()
-            .find(|&&(_, len)| !element.holds_whole(len))
-        {
-            Some(&(at, len)) => Err(Error::new(
+        match self.runs.iter().find(|run| !element.holds_whole(run.len)) {
+            Some(&Run { offset, len, .. }) => Err(Error::new(
                 ErrorClass::UnsupportedOperation,
                 format!(
-                    "the target layout's block of {len} bytes at byte {at} holds part of a \
+                    "the target layout's block of {len} bytes at byte {} holds part of a \
                      {}-byte value-index pair: accumulates with a target datatype combine \
                      pairs only where value and index are adjacent, value first (pack the \
                      pairs, or use the contiguous accumulate)",
+                    i128::from(self.start) + offset as i128,
                     element.size()
                 ),
             )),
             None => Ok(()),
         }
     }
+}
+
+/// The messages of an operation over active messages on the target
+/// `layout` (runs, their offsets from byte displacement `start`): the
+/// runs cut into parts of at most [`PART_DATA`] bytes and [`MAX_RUNS`]
+/// runs (one part, unless the operation is that large), a segment cut
+/// where a part is full, between elements of `unit` bytes (the segments'
+/// lengths are multiples of an accumulate's element size: numbers', and
+/// pairs' where [`Blocks::check_whole`] passed; a part holds a multiple
+/// of `unit` bytes). Their data ranges cover `0..len`, the packed data's
+/// (else an internal error: nothing is sent).
+fn layout_parts(start: u64, layout: &[Run], len: usize, unit: usize) -> Result<LayoutParts> {
+    let part_data = PART_DATA / unit.max(1) * unit.max(1);
+    let mut parts = Vec::new();
+    let mut runs = Vec::new();
+    // Where the part being filled starts, in `runs` and in the data.
+    let (mut first, mut from, mut at) = (0, 0, 0);
+    let mut end_part = |runs: &Vec<Run>, first: &mut usize, from: &mut usize, at: usize| {
+        if runs.len() > *first {
+            parts.push((*first..runs.len(), *from..at));
+        }
+        (*first, *from) = (runs.len(), at);
+    };
+    for &run in layout {
+        let mut run = run;
+        while run.count > 0 {
+            if runs.len() - first == MAX_RUNS || at - from == part_data {
+                end_part(&runs, &mut first, &mut from, at);
+            }
+            let whole = ((part_data - (at - from)) / run.len).min(run.count);
+            if whole > 0 {
+                let stride = if whole == 1 { 0 } else { run.stride };
+                runs.push(Run {
+                    count: whole,
+                    stride,
+                    ..run
+                });
+                at += whole * run.len;
+                run.offset = run.offset.wrapping_add(whole as isize * run.stride);
+                run.count -= whole;
+                continue;
+            }
+            // The next segment is longer than what is left of this
+            // part: it is cut, each piece ending a part but the last.
+            let (mut offset, mut left) = (run.offset, run.len);
+            while left > 0 {
+                if runs.len() - first == MAX_RUNS || at - from == part_data {
+                    end_part(&runs, &mut first, &mut from, at);
+                }
+                let len = left.min(part_data - (at - from));
+                runs.push(Run::new(offset, len, 1, 0));
+                at += len;
+                offset = offset.wrapping_add(len as isize);
+                left -= len;
+            }
+            run.offset = run.offset.wrapping_add(run.stride);
+            run.count -= 1;
+        }
+    }
+    end_part(&runs, &mut first, &mut from, at);
+    if at != len {
+        return Err(Error::new(
+            ErrorClass::Intern,
+            format!("a target layout of {at} bytes for {len} bytes of packed data"),
+        ));
+    }
+    Ok(LayoutParts { start, runs, parts })
+}
+
+/// An operation's target layout cut into the parts of its messages
+/// ([`layout_parts`]): the runs of all parts one after another, and each
+/// part's range of them and of the data.
+struct LayoutParts {
+    start: u64,
+    runs: Vec<Run>,
+    parts: Vec<(Range<usize>, Range<usize>)>,
+}
+
+impl LayoutParts {
+    /// The parts, their layouts borrowed from the runs.
+    fn parts(&self) -> Vec<Part<'_>> {
+        self.parts
+            .iter()
+            .map(|(runs, data)| Part {
+                disp: self.start,
+                layout: &self.runs[runs.clone()],
+                data: data.clone(),
+            })
+            .collect()
+    }
+}
+
+/// The `range` of the packed `data` (as long as the target layout's
+/// segments together, which the matched signatures guarantee).
+fn packed_piece(data: &[u8], range: Range<usize>) -> Result<&[u8]> {
+    data.get(range).ok_or_else(|| {
+        Error::new(
+            ErrorClass::Intern,
+            "a target block reaches past the packed data",
+        )
+    })
 }
 
 /// The type signature of `count` elements of `datatype`: its basic types
@@ -164,7 +343,7 @@ impl Window<'_> {
                 return Ok(());
             };
             let data = Outgoing::new(&view)?;
-            to.each_piece(data.bytes(), |at, piece| to.path.put(&to.to, at, piece))
+            to.put(data.bytes())
         })();
         self.comm.handled(result)
     }
@@ -229,9 +408,7 @@ impl Window<'_> {
             let element = accumulate_element(ElementType::of_datatype(datatype), op, checked)?;
             to.check_whole(element)?;
             let data = Outgoing::new(&view)?;
-            to.each_piece(data.bytes(), |at, piece| {
-                to.path.accumulate(&to.to, at, piece, element, op)
-            })
+            to.accumulate(data.bytes(), element, op)
         })();
         self.comm.handled(result)
     }
@@ -267,9 +444,10 @@ impl Window<'_> {
     }
 
     /// The request-based [`Window::get_typed`] (`MPI_Rget` with a target
-    /// datatype): each block is an operation of its own, waited for here,
-    /// so the data is there and the request complete on return, and
-    /// `result` is borrowed only for the call.
+    /// datatype): its operations are waited for here (one message, or
+    /// one per block on the direct path and RDMA, which one MPI request
+    /// cannot hold), so the data is there and the request complete on
+    /// return, and `result` is borrowed only for the call.
     #[doc(alias = "MPI_Rget")]
     pub fn rget_typed<'s, R: BufferMut + ?Sized>(
         &self,
@@ -401,27 +579,20 @@ impl Window<'_> {
         let dynamic = self.flavor == CreateFlavor::Dynamic;
         let unit = if dynamic { 1 } else { self.disp_units[rank] };
         let start = disp as i128 * unit as i128;
-        let mut blocks: Vec<(u64, usize)> = Vec::new();
-        let (mut low, mut high) = (i128::MAX, i128::MIN);
-        let _ = datatype.for_each_segment(count, |offset, len| {
-            if len > 0 {
-                let at = start + offset as i128;
-                low = low.min(at);
-                high = high.max(at + len as i128);
-                match blocks.last_mut() {
-                    Some((last, n)) if *last as i128 + *n as i128 == at => *n += len,
-                    // Out of range when negative: refused below.
-                    _ => blocks.push((at.max(0) as u64, len)),
-                }
-            }
-            ControlFlow::Continue(())
-        });
+        let runs = datatype.runs_of(count);
+        let (low, high) = runs
+            .iter()
+            .fold((i128::MAX, i128::MIN), |(low, high), run| {
+                let (first, last) = run.span();
+                (low.min(start + first), high.max(start + last))
+            });
         let size = if dynamic {
             u64::MAX as i128
         } else {
             self.sizes[rank] as i128
         };
-        if !blocks.is_empty() && (low < 0 || high > size) {
+        let start = u64::try_from(start).ok().filter(|_| high <= size);
+        if !runs.is_empty() && (low < 0 || start.is_none()) {
             return Err(Error::new(
                 ErrorClass::RmaRange,
                 format!(
@@ -430,47 +601,64 @@ impl Window<'_> {
                 ),
             ));
         }
-        Ok(Some(Blocks { to, path, blocks }))
+        Ok(Some(Blocks {
+            to,
+            path,
+            start: start.unwrap_or(0),
+            runs,
+            dynamic,
+        }))
     }
 }
 
-/// Runs a fetching operation on each block of `to` into its range of
-/// `bytes` (the packed result, as long as the blocks together), `what`
-/// giving each block's operation from its range, and waits for them all;
-/// the first error is returned, after every operation started has
-/// finished with `bytes`.
+/// Runs a fetching operation on the target layout of `to` into `bytes`
+/// (the packed result, as long as the segments together), `what` giving
+/// the operation on a range of it, and waits for it: over active
+/// messages its messages ([`Blocks::parts`]), else an operation per
+/// segment. The first error is returned, after every operation started
+/// has finished with `bytes`.
 fn fetch_blocks<'d>(
     to: &Blocks<'_>,
     bytes: &mut [u8],
-    what: impl Fn(std::ops::Range<usize>) -> Result<Fetch<'d>>,
+    what: impl Fn(Range<usize>) -> Result<Fetch<'d>>,
 ) -> Result<()> {
+    if to.by_layout() {
+        let what = what(0..bytes.len())?;
+        let cut = match what {
+            Fetch::Get => to.parts(bytes.len(), 1)?,
+            Fetch::Accumulate { element, .. } => to.writing_parts(bytes.len(), element.size())?,
+            Fetch::CompareAndSwap { element, .. } => {
+                to.writing_parts(bytes.len(), element.size())?
+            }
+        };
+        let parts = cut.parts();
+        // SAFETY: `bytes` is writable for the parts' ranges (they cover
+        // it: `parts` checked) and not otherwise accessed until the
+        // request is waited for, at once.
+        let request = unsafe {
+            path::fetch_parts(&to.to, parts.into_iter(), bytes.as_mut_ptr(), Some(what))
+        }?;
+        return wait_fetched(Some(request));
+    }
     let mut requests = Vec::new();
-    let mut outcome = Ok(());
-    for (at, range) in to.with_ranges() {
-        let Some(dest) = bytes.get_mut(range.clone()) else {
-            outcome = Err(Error::new(
+    let mut outcome = to.each_block(|at, range| {
+        let dest = bytes.get_mut(range.clone()).ok_or_else(|| {
+            Error::new(
                 ErrorClass::Intern,
                 "a target block reaches past the packed result",
-            ));
-            break;
-        };
-        let started = what(range).and_then(|what| {
-            // SAFETY: `dest` is writable for its length and not otherwise
-            // accessed until its request is waited for below (every one
-            // is, whatever happens).
-            unsafe {
-                to.path
-                    .fetch(&to.to, at, dest.as_mut_ptr(), dest.len(), what)
-            }
-        });
-        match started {
-            Ok(request) => requests.push(request),
-            Err(e) => {
-                outcome = Err(e);
-                break;
-            }
-        }
-    }
+            )
+        })?;
+        let what = what(range)?;
+        // SAFETY: `dest` is writable for its length and not otherwise
+        // accessed until its request is waited for below (every one is,
+        // whatever happens).
+        let request = unsafe {
+            to.path
+                .fetch(&to.to, at, dest.as_mut_ptr(), dest.len(), what)
+        }?;
+        requests.push(request);
+        Ok(())
+    });
     for request in requests {
         let waited = wait_fetched(request);
         if outcome.is_ok() {
@@ -478,4 +666,80 @@ fn fetch_blocks<'d>(
         }
     }
     outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{layout_parts, Run, MAX_RUNS, PART_DATA};
+
+    /// The segments of `runs`, touching ones merged.
+    fn segments(runs: &[Run]) -> Vec<(isize, usize)> {
+        let mut out: Vec<(isize, usize)> = Vec::new();
+        for (offset, len) in runs.iter().copied().flat_map(Run::segments) {
+            match out.last_mut() {
+                Some((at, n)) if *at + *n as isize == offset => *n += len,
+                _ => out.push((offset, len)),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_layout_is_cut_into_bounded_parts_that_cover_it_in_order() {
+        let irregular: Vec<Run> = (0..MAX_RUNS as isize + 5)
+            .map(|i| Run::new(i * i * 8, 8, 1, 0))
+            .collect();
+        let layouts = [
+            // 1024 blocks of 8 bytes 16 apart: one part of one run.
+            vec![Run::new(0, 8, 1024, 16)],
+            // More data than a part: a vector cut between segments, and
+            // a segment longer than a part cut within it.
+            vec![
+                Run::new(-64, 4096, 300, 8192),
+                Run::new(1 << 30, 3 * PART_DATA + 8, 1, 0),
+            ],
+            // More runs than a part holds.
+            irregular,
+        ];
+        for layout in layouts {
+            let len = layout.iter().map(|r| r.len * r.count).sum();
+            let cut = layout_parts(40, &layout, len, 1).unwrap();
+            let parts = cut.parts();
+            let mut at = 0;
+            let mut joined = Vec::new();
+            for part in &parts {
+                assert_eq!((part.disp, part.data.start), (40, at));
+                assert!(part.data.len() <= PART_DATA && part.layout.len() <= MAX_RUNS);
+                let bytes: usize = part.layout.iter().map(|r| r.len * r.count).sum();
+                assert_eq!(bytes, part.data.len());
+                at = part.data.end;
+                joined.extend(part.layout.iter().copied());
+            }
+            assert_eq!(at, len);
+            assert_eq!(segments(&joined), segments(&layout));
+            if len <= PART_DATA && layout.len() <= MAX_RUNS {
+                assert_eq!(parts.len(), 1);
+            }
+            assert!(layout_parts(40, &layout, len + 1, 1).is_err());
+        }
+    }
+
+    /// Parts of an accumulate of 12-byte value-index pairs hold whole
+    /// pairs: a segment longer than a part is cut between them.
+    #[test]
+    fn an_accumulate_of_pairs_is_cut_between_pairs() {
+        let layout = vec![
+            Run::new(0, 12 * 100_000, 1, 0),
+            Run::new(1 << 24, 12, 7, 24),
+        ];
+        let len = layout.iter().map(|r| r.len * r.count).sum();
+        let cut = layout_parts(0, &layout, len, 12).unwrap();
+        let parts = cut.parts();
+        assert!(parts.len() > 2);
+        for part in &parts {
+            assert!(part.data.len() <= PART_DATA);
+            assert_eq!(part.data.len() % 12, 0, "{:?}", part.data);
+            assert!(part.layout.iter().all(|r| r.len % 12 == 0));
+        }
+    }
 }

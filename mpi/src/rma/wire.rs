@@ -7,7 +7,7 @@
 //! | offset | size | field    | meaning                                              |
 //! |-------:|-----:|----------|------------------------------------------------------|
 //! | 0      | 1    | kind     | [`Kind`]                                             |
-//! | 1      | 1    | flags    | [`FLAG_FETCH`] (accumulate), [`FLAG_EXCLUSIVE`] (lock), [`FLAG_BY_MESSAGE`] (get, accumulate) |
+//! | 1      | 1    | flags    | [`FLAG_FETCH`] (accumulate), [`FLAG_EXCLUSIVE`] (lock), [`FLAG_BY_MESSAGE`] (get, accumulate), [`FLAG_LAYOUT`] (put, get, accumulate) |
 //! | 2      | 1    | element  | [`AccumulateType`] code: a basic type (its index in `Primitive::ALL`), or [`PAIR_CODE`] and a value-index pair type's index |
 //! | 3      | 1    | op       | [`AccumulateOp`] code                                |
 //! | 4      | 4    | reserved | 0                                                    |
@@ -15,18 +15,30 @@
 //! | 16     | 8    | disp     | target displacement in bytes (from the window's start; an address in a dynamic window) |
 //! | 24     | 8    | len      | bytes of data the operation covers                   |
 //!
+//! A message with [`FLAG_LAYOUT`] (an operation with a target datatype)
+//! has its target layout between the header and the data: a count `n`
+//! (8 bytes), then `n` runs of 32 bytes each, little-endian — the offset
+//! of the first segment from `disp` (i64), the segments' length (u64),
+//! their count (u64) and the stride from one segment to the next (i64).
+//! Its data (`len` bytes) is the segments' bytes one after another in
+//! that order; the target scatters it into them (put, accumulate) or
+//! gathers its reply from them (get, and a fetching accumulate's old
+//! data). At most [`MAX_RUNS`] runs, each of at least one non-empty
+//! segment, every segment within the i64 range and whole elements for an
+//! accumulate, the lengths adding up to `len`.
+//!
 //! A payload is a batch: one or more messages one after another, each
 //! as long as its header says ([`Message::split`]).
 //!
 //! Decoding trusts nothing: the kind, the flags it allows, the element and
-//! op codes, the reserved bytes and that the data's length agrees with the
-//! kind and `len` are all checked, and a message that fails is a protocol
-//! error of its sender. Whether the range lies in the target's window is
+//! op codes, the reserved bytes, the layout's runs and that the data's
+//! length agrees with the kind and `len` are all checked, and a message
+//! that fails is a protocol error of its sender. Whether the range lies in the target's window is
 //! the target's check (`target.rs`), answered with [`Kind::Refused`].
 
 use crate::collective::op::{PairType, PredefinedReduction, SystemOp, NUMBER_OP_ORDER};
 use crate::collective::SystemOperation;
-use crate::datatype::Primitive;
+use crate::datatype::{Primitive, Run};
 use crate::{Error, ErrorClass, Result};
 
 /// Bytes of the fixed header.
@@ -45,6 +57,64 @@ pub(crate) const FLAG_EXCLUSIVE: u8 = 2;
 /// its own; the accumulate carries no data here. (Large puts' data
 /// travels apart too, but as placed active messages: `target::put_placed`.)
 pub(crate) const FLAG_BY_MESSAGE: u8 = 4;
+/// Flag of a [`Kind::Put`], [`Kind::Get`] or [`Kind::Accumulate`] not
+/// [`FLAG_BY_MESSAGE`]: a target layout (runs of segments from `disp`)
+/// follows the header, and the data is the segments' (see the module
+/// docs): an operation with a target datatype in one message.
+pub(crate) const FLAG_LAYOUT: u8 = 8;
+
+/// The most runs a message's layout holds (64 KiB of them): an
+/// operation whose layout has more is sent as several messages.
+pub(crate) const MAX_RUNS: usize = 2048;
+
+/// Bytes of one run of a layout on the wire.
+const RUN_BYTES: usize = 32;
+
+/// A message's target layout ([`FLAG_LAYOUT`]): the runs an origin
+/// encodes, or the wire bytes of those a target decoded (checked by
+/// [`Message::decode`]); read either way by [`Layout::runs`]. Borrowed,
+/// so that a message owns nothing and moves cheaply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Layout<'p> {
+    /// Runs to encode.
+    Runs(&'p [Run]),
+    /// Runs as they came, [`RUN_BYTES`] each.
+    Wire(&'p [u8]),
+}
+
+impl<'p> Layout<'p> {
+    /// No layout: a contiguous operation's.
+    pub(crate) const NONE: Layout<'static> = Layout::Runs(&[]);
+
+    /// How many runs.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Layout::Runs(runs) => runs.len(),
+            Layout::Wire(bytes) => bytes.len() / RUN_BYTES,
+        }
+    }
+
+    /// The runs, in order.
+    pub(crate) fn runs(self) -> impl Iterator<Item = Run> + 'p {
+        let (runs, wire): (&[Run], &[u8]) = match self {
+            Layout::Runs(runs) => (runs, &[]),
+            Layout::Wire(bytes) => (&[], bytes),
+        };
+        runs.iter()
+            .copied()
+            .chain(wire.chunks_exact(RUN_BYTES).map(run_from_wire))
+    }
+}
+
+/// The run in `wire` ([`RUN_BYTES`] bytes; see the module docs).
+fn run_from_wire(wire: &[u8]) -> Run {
+    Run::new(
+        u64_at(wire, 0) as i64 as isize,
+        u64_at(wire, 8) as usize,
+        u64_at(wire, 16) as usize,
+        u64_at(wire, 24) as i64 as isize,
+    )
+}
 
 /// What a message is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -249,6 +319,9 @@ pub(crate) struct Message<'p> {
     pub(crate) token: u64,
     pub(crate) disp: u64,
     pub(crate) len: u64,
+    /// The target layout under [`FLAG_LAYOUT`] (its runs' offsets from
+    /// `disp`), else empty.
+    pub(crate) layout: Layout<'p>,
     pub(crate) data: &'p [u8],
 }
 
@@ -264,13 +337,14 @@ impl<'p> Message<'p> {
             token,
             disp: 0,
             len: 0,
+            layout: Layout::NONE,
             data: &[],
         }
     }
 
-    /// The wire form: header and data.
+    /// The wire form: header, layout and data.
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(HEADER + self.data.len());
+        let mut out = Vec::with_capacity(HEADER + self.layout_bytes() + self.data.len());
         self.encode_into(&mut out);
         out
     }
@@ -288,9 +362,17 @@ impl<'p> Message<'p> {
         out.extend_from_slice(self.data);
     }
 
-    /// The header alone, after what `out` holds: its data, which must
-    /// follow it on the wire, is sent from where it is (a large put's
-    /// data, a part of the active message of its own).
+    /// Bytes of the layout on the wire (none without [`FLAG_LAYOUT`]).
+    fn layout_bytes(&self) -> usize {
+        if self.flags & FLAG_LAYOUT == 0 {
+            return 0;
+        }
+        8 + RUN_BYTES * self.layout.len()
+    }
+
+    /// The header and the layout alone, after what `out` holds: its data,
+    /// which must follow them on the wire, is sent from where it is (a
+    /// large put's data, a part of the active message of its own).
     pub(crate) fn append_header_to(&self, out: &mut Vec<u8>) {
         out.push(self.kind as u8);
         out.push(self.flags);
@@ -304,6 +386,15 @@ impl<'p> Message<'p> {
         out.extend_from_slice(&self.token.to_le_bytes());
         out.extend_from_slice(&self.disp.to_le_bytes());
         out.extend_from_slice(&self.len.to_le_bytes());
+        if self.flags & FLAG_LAYOUT != 0 {
+            out.extend_from_slice(&(self.layout.len() as u64).to_le_bytes());
+            for run in self.layout.runs() {
+                out.extend_from_slice(&(run.offset as i64).to_le_bytes());
+                out.extend_from_slice(&(run.len as u64).to_le_bytes());
+                out.extend_from_slice(&(run.count as u64).to_le_bytes());
+                out.extend_from_slice(&(run.stride as i64).to_le_bytes());
+            }
+        }
     }
 
     /// Splits the first message off a batch (messages one after another in
@@ -314,9 +405,19 @@ impl<'p> Message<'p> {
         let head = batch
             .get(..HEADER)
             .ok_or_else(|| bad(format!("{} bytes, less than a header", batch.len())))?;
-        let mut len = [0u8; 8];
-        len.copy_from_slice(&head[24..32]);
-        let len = u64::from_le_bytes(len);
+        let len = u64_at(head, 24);
+        // A layout's runs come before the data; their count is checked
+        // against the batch with the rest below.
+        let layout = if head[1] & FLAG_LAYOUT != 0 {
+            let runs = batch
+                .get(HEADER..HEADER + 8)
+                .ok_or_else(|| bad("a layout cut before its count of runs"))?;
+            u64_at(runs, 0)
+                .checked_mul(RUN_BYTES as u64)
+                .and_then(|n| n.checked_add(8))
+        } else {
+            Some(0)
+        };
         // A kind or code that does not decode carries nothing here, and
         // `decode` refuses it below.
         let data = match Kind::from_u8(head[0]) {
@@ -331,6 +432,8 @@ impl<'p> Message<'p> {
             _ => Some(0),
         };
         let end = data
+            .zip(layout)
+            .and_then(|(d, l)| d.checked_add(l))
             .and_then(|d| usize::try_from(d).ok())
             .and_then(|d| d.checked_add(HEADER))
             .filter(|&end| end <= batch.len())
@@ -346,21 +449,18 @@ impl<'p> Message<'p> {
 
     /// Decodes and checks a message. Never panics, whatever the bytes.
     pub(crate) fn decode(payload: &'p [u8]) -> Result<Message<'p>> {
-        let (head, data) = payload
+        let (head, body) = payload
             .split_at_checked(HEADER)
             .ok_or_else(|| bad(format!("{} bytes, less than a header", payload.len())))?;
-        let u64_at = |o: usize| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&head[o..o + 8]);
-            u64::from_le_bytes(w)
-        };
         let kind = Kind::from_u8(head[0]).ok_or_else(|| bad(format!("kind {}", head[0])))?;
         let flags = head[1];
         let allowed = match kind {
-            Kind::Accumulate if flags & FLAG_FETCH != 0 => FLAG_FETCH,
+            Kind::Accumulate if flags & FLAG_FETCH != 0 => FLAG_FETCH | FLAG_LAYOUT,
+            Kind::Accumulate | Kind::Get if flags & FLAG_LAYOUT != 0 => FLAG_LAYOUT,
             Kind::Accumulate => FLAG_BY_MESSAGE,
             Kind::Lock => FLAG_EXCLUSIVE,
             Kind::Get => FLAG_BY_MESSAGE,
+            Kind::Put => FLAG_LAYOUT,
             _ => 0,
         };
         if flags & !allowed != 0 {
@@ -392,15 +492,22 @@ impl<'p> Message<'p> {
             _ if head[3] != 0 => return Err(bad(format!("operation code on {kind:?}"))),
             _ => (None, 0),
         };
+        let len = u64_at(head, 24);
+        let (layout, data) = if flags & FLAG_LAYOUT != 0 {
+            decode_layout(body, len, element)?
+        } else {
+            (Layout::NONE, body)
+        };
         let message = Message {
             kind,
             flags,
             element,
             op,
             class,
-            token: u64_at(8),
-            disp: u64_at(16),
-            len: u64_at(24),
+            token: u64_at(head, 8),
+            disp: u64_at(head, 16),
+            len,
+            layout,
             data,
         };
         let data_len = data.len() as u64;
@@ -442,6 +549,60 @@ impl<'p> Message<'p> {
 pub(crate) fn set_data_len(encoded: &mut [u8]) {
     let len = (encoded.len() - HEADER) as u64;
     encoded[24..32].copy_from_slice(&len.to_le_bytes());
+}
+
+/// The little-endian u64 at `at` in `bytes` (at least `at + 8` long).
+fn u64_at(bytes: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(w)
+}
+
+/// Decodes the layout at the start of `body` (after the header of a
+/// message of `len` bytes of data under [`FLAG_LAYOUT`], of `element`s
+/// if an accumulate): its runs, checked (see the module docs), and the
+/// bytes after it.
+fn decode_layout(
+    body: &[u8],
+    len: u64,
+    element: Option<AccumulateType>,
+) -> Result<(Layout<'_>, &[u8])> {
+    let (count, rest) = body
+        .split_at_checked(8)
+        .ok_or_else(|| bad("a layout cut before its count of runs"))?;
+    let n = u64_at(count, 0);
+    if n == 0 || n > MAX_RUNS as u64 {
+        return Err(bad(format!("a layout of {n} runs (1 to {MAX_RUNS})")));
+    }
+    let (runs, data) = rest
+        .split_at_checked(n as usize * RUN_BYTES)
+        .ok_or_else(|| bad(format!("a layout of {n} runs cut short")))?;
+    let unit = element.map_or(1, |e| e.size() as u64);
+    let mut total = 0u64;
+    for run in runs.chunks_exact(RUN_BYTES).map(run_from_wire) {
+        let (seg, times) = (run.len as u64, run.count as u64);
+        // Every segment must lie at addresses of this machine (isize), so
+        // that walking the run never wraps.
+        let (low, high) = run.span();
+        let ends_fit = isize::try_from(low).is_ok() && isize::try_from(high).is_ok();
+        let bytes = seg.checked_mul(times);
+        total = match bytes.and_then(|b| total.checked_add(b)) {
+            Some(t) if seg > 0 && times > 0 && ends_fit && seg % unit == 0 => t,
+            _ => {
+                return Err(bad(format!(
+                    "a layout run of {times} segments of {seg} bytes, {} apart, from \
+                     offset {}",
+                    run.stride, run.offset
+                )))
+            }
+        };
+    }
+    if total != len {
+        return Err(bad(format!(
+            "a layout of {total} bytes for an operation of {len}"
+        )));
+    }
+    Ok((Layout::Wire(runs), data))
 }
 
 /// The error of a message that does not decode.
@@ -630,6 +791,135 @@ mod tests {
         let mut put = put.encode();
         put[1] = FLAG_BY_MESSAGE;
         assert!(Message::decode(&put).is_err());
+    }
+
+    /// A put of 24 bytes into three 8-byte segments: one run of two
+    /// 16 apart, and one before the displacement.
+    fn typed_put() -> Vec<u8> {
+        let data = [3u8; 24];
+        let layout = [Run::new(0, 8, 2, 16), Run::new(-8, 8, 1, 0)];
+        let mut m = Message::new(Kind::Put, 0);
+        m.flags = FLAG_LAYOUT;
+        m.disp = 64;
+        m.len = 24;
+        m.layout = Layout::Runs(&layout);
+        m.data = &data;
+        m.encode()
+    }
+
+    #[test]
+    fn a_layout_round_trips_and_splits_off_a_batch() {
+        let mut batch = typed_put();
+        assert_eq!(batch.len(), HEADER + 8 + 2 * RUN_BYTES + 24);
+        let mut get = Message::new(Kind::Get, 5);
+        get.flags = FLAG_LAYOUT;
+        get.len = 48;
+        let layout = [Run::new(0, 16, 3, 32)];
+        get.layout = Layout::Runs(&layout);
+        get.append_to(&mut batch);
+        let (put, rest) = Message::split(&batch).unwrap();
+        assert_eq!((put.kind, put.disp, put.len), (Kind::Put, 64, 24));
+        assert_eq!(
+            &put.layout.runs().collect::<Vec<_>>()[..],
+            [Run::new(0, 8, 2, 16), Run::new(-8, 8, 1, 0)]
+        );
+        assert_eq!(put.data, [3u8; 24]);
+        let (got, rest) = Message::split(rest).unwrap();
+        assert_eq!(
+            (
+                got.kind,
+                got.token,
+                &got.layout.runs().collect::<Vec<_>>()[..]
+            ),
+            (Kind::Get, 5, &layout[..])
+        );
+        assert!(got.data.is_empty() && rest.is_empty());
+        // A fetching accumulate takes a layout too; one by message does not.
+        let mut acc = Message::new(Kind::Accumulate, 6);
+        acc.flags = FLAG_FETCH | FLAG_LAYOUT;
+        acc.element = Some(AccumulateType::Basic(Primitive::U64));
+        acc.op = Some(SystemOperation::sum().into());
+        acc.len = 48;
+        acc.layout = Layout::Runs(&layout);
+        let data = [0u8; 48];
+        acc.data = &data;
+        let mut bytes = acc.encode();
+        assert_eq!(Message::decode(&bytes).unwrap().layout.len(), 1);
+        bytes[1] = FLAG_BY_MESSAGE | FLAG_LAYOUT;
+        assert!(Message::decode(&bytes).is_err());
+        // Nor does a compare-and-swap.
+        let mut cas = typed_put();
+        cas[0] = Kind::CompareAndSwap as u8;
+        assert!(Message::decode(&cas).is_err());
+    }
+
+    #[test]
+    fn a_malformed_layout_is_an_error_not_a_panic() {
+        let bytes = typed_put();
+        let refused = |b: &[u8]| {
+            let e = Message::decode(b).unwrap_err();
+            assert_eq!(e.class(), ErrorClass::ProcFailed, "{}", e.message());
+            Message::split(b).map(drop).unwrap_err();
+        };
+        // Cut anywhere.
+        for n in 0..bytes.len() {
+            assert!(Message::decode(&bytes[..n]).is_err(), "{n} bytes accepted");
+            assert!(Message::split(&bytes[..n]).is_err(), "{n} bytes split");
+        }
+        let with = |at: usize, v: u64| {
+            let mut b = bytes.clone();
+            b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+            b
+        };
+        let runs = HEADER;
+        let first = HEADER + 8;
+        // No runs, more runs than allowed, a count that overflows.
+        refused(&with(runs, 0));
+        refused(&with(runs, MAX_RUNS as u64 + 1));
+        refused(&with(runs, u64::MAX));
+        refused(&with(runs, u64::MAX / RUN_BYTES as u64 + 1));
+        // An empty segment, no segments, lengths whose product or sum
+        // overflows, or that add up to other than `len`.
+        refused(&with(first + 8, 0));
+        refused(&with(first + 16, 0));
+        refused(&with(first + 8, 1 << 33));
+        let mut b = with(first + 8, 1 << 32);
+        b[first + 16..first + 24].copy_from_slice(&(1u64 << 32).to_le_bytes());
+        refused(&b);
+        refused(&with(first + 8, 9));
+        // A run whose last segment lies beyond the address range, either
+        // way (one that lies before the window is the target's to refuse,
+        // as out of range).
+        refused(&with(first + 24, i64::MAX as u64));
+        let mut b = with(first + 24, i64::MIN as u64);
+        assert!(Message::decode(&b).is_ok());
+        b[first..first + 8].copy_from_slice(&(-1i64).to_le_bytes());
+        refused(&b);
+        refused(&with(first, i64::MAX as u64));
+        // An accumulate's segments are whole elements.
+        let mut acc = bytes.clone();
+        acc[0] = Kind::Accumulate as u8;
+        acc[2] = Primitive::ALL
+            .iter()
+            .position(|&p| p == Primitive::U64)
+            .unwrap() as u8;
+        assert!(Message::decode(&acc).is_ok());
+        acc[2] = Primitive::ALL
+            .iter()
+            .position(|&p| p == Primitive::U128)
+            .unwrap() as u8;
+        refused(&acc);
+        // Every byte of the layout corrupted: refused, or still checked.
+        for at in HEADER..first + 2 * RUN_BYTES {
+            for v in [0u8, 0x55, 0x80, 0xff] {
+                let mut b = bytes.clone();
+                b[at] = v;
+                if let Ok(m) = Message::decode(&b) {
+                    let total: usize = m.layout.runs().map(|r| r.len * r.count).sum();
+                    assert_eq!((total as u64, m.data.len() as u64), (m.len, m.len));
+                }
+            }
+        }
     }
 
     #[test]

@@ -42,12 +42,15 @@
 //! target refuses amid others, reported at
 //! the flush while the others land; a put left queued while its origin
 //! waits for a message the target sends only once it sees the put),
-//! `dynamic` (attach, access, detach), `typed` (operations with a
+//! `typed` (operations with a
 //! target datatype against sequential references: a halo exchange of
 //! strided columns (by `put_typed` and `rput_typed`), a transpose by one
 //! get, accumulates into an indexed target (by `accumulate_typed` and
 //! `raccumulate_typed`), a fetching replace of a column; target layouts outside the
-//! window and signatures that differ, refused with nothing written),
+//! window and signatures that differ, refused with nothing written; a
+//! strided put and get and an irregular accumulate too large for one
+//! message), `dynamic` (attach, access, detach; typed operations across
+//! a region's end, refused whole),
 //! `locations` (`MPI_MINLOC` and `MPI_MAXLOC` accumulates on value-index
 //! pairs of five types, under shared locks and fence, with ties, by
 //! accumulate, raccumulate, get_accumulate, rget_accumulate, fetch_and_op,
@@ -1199,25 +1202,36 @@ fn batches(world: &Communicator, rounds: usize) -> Result<()> {
     )
 }
 
-/// A dynamic window: each rank attaches two buffers, publishes their
+/// Elements of the blocks of `dynamic`'s typed operations of two
+/// messages (300,000 bytes each: 600,000 in all, more than one message's
+/// 512 KiB) and of the region they are for, which the second block
+/// overruns by one element.
+const HALF: usize = 75_000;
+const THIRD: usize = 3 * HALF - 1;
+
+/// A dynamic window: each rank attaches three buffers, publishes their
 /// addresses, every rank writes into the next rank's and reads them
-/// back; after a detach, access to it is refused (RMA_RANGE).
+/// back; typed operations across a region's end are refused whole;
+/// after a detach, access to it is refused (RMA_RANGE).
 fn dynamic(world: &Communicator) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     let target = (rank + 1) % size;
     let mut first = vec![0u32; 16];
     let mut second = vec![0u32; 8];
+    let mut third = vec![0u32; THIRD];
     let window = Window::create_dynamic(world, &Info::new())?;
     ensure(window.create_flavor() == CreateFlavor::Dynamic, || {
         "flavor".into()
     })?;
     let a = window.attach(&mut first[..])?;
     let b = window.attach(&mut second[..])?;
-    let mut addresses = vec![0u64; 2 * size];
-    world.all_gather_into(&[a as u64, b as u64][..], &mut addresses[..])?;
-    let (ta, tb) = (
-        addresses[2 * target] as usize,
-        addresses[2 * target + 1] as usize,
+    let c = window.attach(&mut third[..])?;
+    let mut addresses = vec![0u64; 3 * size];
+    world.all_gather_into(&[a as u64, b as u64, c as u64][..], &mut addresses[..])?;
+    let (ta, tb, tc) = (
+        addresses[3 * target] as usize,
+        addresses[3 * target + 1] as usize,
+        addresses[3 * target + 2] as usize,
     );
     let t = target as i32;
     window.lock(LockType::Exclusive, t, 0)?;
@@ -1234,8 +1248,82 @@ fn dynamic(world: &Communicator) -> Result<()> {
         ErrorClass::RmaRange,
         "get across a region's end",
     )?;
+    // Elements 0, 8 and 16 of the first region, whose last lies past its
+    // end: the target refuses each operation whole, and nothing of the
+    // put or the accumulate lands.
+    let u32_type = u32::equivalent_datatype();
+    let spread = UserDatatype::vector(3, 1, 8, &u32_type)?;
+    let across = TargetLayout::new(1, &spread);
+    window.put_typed(&[7u32; 3][..], t, ta, across)?;
+    expect_class(
+        window.flush(t),
+        ErrorClass::RmaRange,
+        "a typed put across a region's end, at flush",
+    )?;
+    window.accumulate_typed(&[7u32; 3][..], t, ta, across, SystemOperation::sum())?;
+    expect_class(
+        window.flush(t),
+        ErrorClass::RmaRange,
+        "a typed accumulate across a region's end, at flush",
+    )?;
+    let mut three = [0u32; 3];
+    expect_class(
+        window.get_typed(&mut three[..], t, ta, across),
+        ErrorClass::RmaRange,
+        "a typed get across a region's end",
+    )?;
+    expect_class(
+        window.get_accumulate_typed(
+            &[7u32; 3][..],
+            &mut three[..],
+            t,
+            ta,
+            across,
+            AccumulateOp::Replace,
+        ),
+        ErrorClass::RmaRange,
+        "a typed get_accumulate across a region's end",
+    )?;
+    window.get(&mut back[..], t, ta)?;
+    same(
+        &back,
+        &values,
+        "the first region after the refused typed operations",
+    )?;
+    // Two of them fit.
+    let mut two = [0u32; 2];
+    let within = UserDatatype::vector(2, 1, 8, &u32_type)?;
+    window.get_typed(&mut two[..], t, ta, TargetLayout::new(1, &within))?;
+    same(
+        &two,
+        &[values[0], values[8]],
+        "elements 0 and 8 by a typed get",
+    )?;
+    // Two blocks of 300,000 bytes, the second past the end of the third
+    // region: an operation of two messages over active messages, whose
+    // first alone would fit. Refused whole, with nothing written (by the
+    // call, which asks the target first, or else at the flush).
+    let halves = UserDatatype::vector(2, HALF as i32, 2 * HALF as i32, &u32_type)?;
+    let big = vec![5u32; 2 * HALF];
+    let two_messages = TargetLayout::new(1, &halves);
+    expect_class(
+        window
+            .put_typed(&big[..], t, tc, two_messages)
+            .and_then(|()| window.flush(t)),
+        ErrorClass::RmaRange,
+        "a typed put of two messages across a region's end, at flush",
+    )?;
+    let sum = SystemOperation::sum();
+    expect_class(
+        window
+            .accumulate_typed(&big[..], t, tc, two_messages, sum)
+            .and_then(|()| window.flush(t)),
+        ErrorClass::RmaRange,
+        "a typed accumulate of two messages across a region's end, at flush",
+    )?;
     window.unlock(t)?;
     world.barrier()?;
+    window.detach(c)?;
     window.detach(a)?;
     world.barrier()?;
     window.lock(LockType::Shared, t, 0)?;
@@ -1256,7 +1344,12 @@ fn dynamic(world: &Communicator) -> Result<()> {
     let source = (rank + size - 1) % size;
     let expected: Vec<u32> = (0..16).map(|i| (source * 100 + i) as u32).collect();
     same(&first, &expected, "first region")?;
-    same(&second, &expected[..8], "second region")
+    same(&second, &expected[..8], "second region")?;
+    same(
+        &third,
+        &vec![0u32; THIRD],
+        "the third region after the refused typed operations",
+    )
 }
 
 /// Attributes, hints and names, on windows whose sizes and units differ
@@ -1988,6 +2081,77 @@ fn typed(world: &Communicator) -> Result<()> {
     window.fence(0)?;
     window.read_local(0, &mut got[..])?;
     same(&got, &want, "the window after the refused operations")?;
+    window.free()?;
+    typed_large(world)
+}
+
+/// Blocks in `typed_large`'s strided and irregular layouts: more data
+/// than one message of a typed operation carries over active messages
+/// (512 KiB), and more runs (2048).
+const STRIDED: usize = 80_000;
+const IRREGULAR: usize = 6_000;
+
+/// Large target layouts, which travel over active messages as several
+/// messages each: a put into every other element of the right
+/// neighbour's window (a vector), read back by a get, and an accumulate
+/// into an indexed layout whose gaps of 1 to 3 elements fold into no
+/// long run, read back by a fetching no-op. Checked against references.
+fn typed_large(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    let right = ((rank + 1) % size) as i32;
+    let len = 2 * STRIDED;
+    let window = Window::allocate(world, 8 * len, 8, &Info::new())?;
+    window.write_local(0, &vec![0u64; len][..])?;
+    // No rank writes into a window before its owner cleared it.
+    world.barrier()?;
+    let u64_type = u64::equivalent_datatype();
+    let every_other = UserDatatype::vector(STRIDED as i32, 1, 2, &u64_type)?;
+    let mut at = 0;
+    let displacements: Vec<i32> = (0..IRREGULAR)
+        .map(|i| {
+            let here = at;
+            at += 1 + (i % 3) as i32;
+            here
+        })
+        .collect();
+    let scattered = UserDatatype::indexed_block(1, &displacements, &u64_type)?;
+    let values: Vec<u64> = (0..STRIDED).map(|i| (rank * STRIDED + i) as u64).collect();
+    window.lock(LockType::Exclusive, right, 0)?;
+    window.put_typed(&values[..], right, 1, TargetLayout::new(1, &every_other))?;
+    let mut back = vec![0u64; STRIDED];
+    window.get_typed(&mut back[..], right, 1, TargetLayout::new(1, &every_other))?;
+    same(&back, &values, "a strided put of 625 KiB read back")?;
+    let ones = vec![1u64; IRREGULAR];
+    let layout = TargetLayout::new(1, &scattered);
+    window.accumulate_typed(&ones[..], right, 1, layout, SystemOperation::sum())?;
+    let mut old = vec![0u64; IRREGULAR];
+    window.get_accumulate_typed(
+        &ones[..],
+        &mut old[..],
+        right,
+        1,
+        layout,
+        AccumulateOp::NoOp,
+    )?;
+    window.unlock(right)?;
+    let want: Vec<u64> = displacements
+        .iter()
+        .map(|&d| {
+            let d = d as usize;
+            // Odd displacements from element 1 are even elements of the
+            // window, which the put left at 0.
+            if d.is_multiple_of(2) {
+                values[d / 2] + 1
+            } else {
+                1
+            }
+        })
+        .collect();
+    same(
+        &old,
+        &want,
+        "an irregular accumulate of 6,000 blocks read back",
+    )?;
     window.free()
 }
 
