@@ -26,10 +26,11 @@
 //! nothing but a word carrying the head's own position check for a frame,
 //! so payload bytes need no work unless they carry, by chance or by
 //! design, the check of the cell's position on the next lap. The producer
-//! looks at the first word of each later cell it writes (in its own cache
-//! by then), remembers the rare cell whose word does, and before
-//! publishing a frame zeroes the control word of the cell that follows it
-//! (where the next frame will start) if that cell is one of them. Doing so
+//! judges the first word of each later cell as it writes the frame (from
+//! the payload it copies), remembers the rare cell whose word does, and
+//! before publishing a frame zeroes the control word of the cell that
+//! follows it (where the next frame will start) if that cell is one of
+//! them. Doing so
 //! needs one free cell beyond the frame. So a frame's publication touches
 //! no cell but its own: the cell after a frame is not written, or taken
 //! out of the consumer's cache, while the consumer reads the frame before
@@ -300,6 +301,7 @@ impl Producer {
     /// before the frame's payload and one after).
     #[inline(always)]
     fn write_frame(&mut self, index: u64, prefix: &[u8], payload: &[u8]) {
+        self.note_lookalikes(index, prefix.len(), payload);
         let start = index as usize * CELL + CONTROL_LEN;
         let (in_first, in_later) =
             payload.split_at(payload.len().min(CELL - CONTROL_LEN - prefix.len()));
@@ -311,7 +313,7 @@ impl Producer {
 
     /// Publishes the frame written at cell `index` (the tail's), of
     /// `cells` cells carrying `bytes` bytes, and moves the tail past it.
-    // Always inlined: a short frame's (`cells` 1) skips the loop.
+    // Always inlined: on the path of every message.
     #[inline(always)]
     fn publish(&mut self, index: u64, kind: FrameKind, bytes: usize, cells: u64) {
         let count = self.segment.cells();
@@ -319,16 +321,6 @@ impl Producer {
         // The frame's first cell holds a control word: its bit was cleared
         // when the frame before was published (below), or never set.
         debug_assert!(!self.is_lookalike(index));
-        for later in 1..cells {
-            // The first word of a later cell: payload bytes (after the
-            // last cell's few, what the last lap left), which the consumer
-            // may read at this cell's position of the next lap.
-            // Relaxed: this side's own store, just made.
-            let word = self.segment.control(index + later).load(Ordering::Relaxed);
-            if check_of(word) == position_check(self.tail + later + count) {
-                self.mark_lookalike(index + later);
-            }
-        }
         if self.is_lookalike(next) {
             self.lookalikes[(next / 64) as usize] &= !(1 << (next % 64));
             // Relaxed: the release store below orders it before the
@@ -342,6 +334,56 @@ impl Producer {
             .control(index)
             .store(control_word(kind, self.tail, bytes), Ordering::Release);
         self.tail += cells;
+    }
+
+    /// Marks the later cells of a frame about to be written at cell
+    /// `index` (the tail's), `prefix_len` bytes and then `payload`, whose
+    /// first word will carry the position check of the cell's next lap.
+    /// The words are read from `payload` (which a later cell's first word
+    /// always lies in: a prefix fits the first cell), not from the cells
+    /// after the copy, whose loads would wait for the copy's stores.
+    #[inline(always)]
+    fn note_lookalikes(&mut self, index: u64, prefix_len: usize, payload: &[u8]) {
+        let Some(later_cells) = payload.get(CELL - CONTROL_LEN - prefix_len..) else {
+            return;
+        };
+        let next_lap = self.tail + self.segment.cells();
+        // Each chunk starts with a later cell's first word.
+        let whole = later_cells.chunks_exact(CELL);
+        let last = whole.remainder();
+        let mut later = 0;
+        for chunk in whole {
+            later += 1;
+            if let Some(bytes) = chunk.first_chunk::<CONTROL_LEN>() {
+                self.note_lookalike(index + later, next_lap + later, u64::from_le_bytes(*bytes));
+            }
+        }
+        if last.is_empty() {
+            return;
+        }
+        later += 1;
+        let word = match last.first_chunk::<CONTROL_LEN>() {
+            Some(bytes) => u64::from_le_bytes(*bytes),
+            None => {
+                // Fewer bytes than a word in the frame's last cell: they
+                // and what the last lap left after them.
+                // Relaxed: this side's own earlier store.
+                let stale = self.segment.control(index + later).load(Ordering::Relaxed);
+                let mut bytes = stale.to_le_bytes();
+                bytes[..last.len()].copy_from_slice(last);
+                u64::from_le_bytes(bytes)
+            }
+        };
+        self.note_lookalike(index + later, next_lap + later, word);
+    }
+
+    /// Marks cell `index` if `word`, its first, will carry the check of
+    /// `position`, the cell's on the next lap.
+    #[inline(always)]
+    fn note_lookalike(&mut self, index: u64, position: u64, word: u64) {
+        if check_of(word) == position_check(position) {
+            self.mark_lookalike(index);
+        }
     }
 
     /// Marks cell `index` as holding payload that would pass for a frame
@@ -1111,6 +1153,39 @@ mod tests {
         assert!(!c.has_frame());
         p.push_header(&header(5, 0), &[]).unwrap();
         assert_eq!(reader.read(&mut c).unwrap().0[8], 5);
+    }
+
+    #[test]
+    fn a_last_cells_few_bytes_are_judged_with_what_the_last_lap_left() {
+        let (mut p, mut c) = queue(64);
+        let mut reader = Reader::default();
+        let fill_the_lap = |p: &mut Producer, c: &mut Consumer, reader: &mut Reader| {
+            while !p.tail.is_multiple_of(64) {
+                p.push_header(&header(9, 0), &[]).unwrap();
+                assert!(reader.read(c).is_some());
+            }
+        };
+        // Lap 0: cell 1's first word is the control word of a frame at
+        // cell 1 two laps on (position 129), which lap 1's check misses.
+        let forged = control_word(FrameKind::ShortHeader, 129, 48);
+        let mut payload = [0xee; 120];
+        payload[..8].copy_from_slice(&forged.to_le_bytes());
+        let mut sent = None;
+        assert!(p.push_packet(&header(1, 120), &payload, &mut sent).unwrap());
+        assert_eq!(reader.read(&mut c).unwrap().1, payload);
+        fill_the_lap(&mut p, &mut c, &mut reader);
+        // Lap 1: a frame at 0 whose one payload byte in cell 1 is the
+        // forged word's first: the word there is the forged one again.
+        p.push_header(&header(2, 1), &forged.to_le_bytes()[..1])
+            .unwrap();
+        assert_eq!(c.segment.control(1).load(Ordering::Relaxed), forged);
+        assert_eq!(reader.read(&mut c).unwrap().0[8], 2);
+        fill_the_lap(&mut p, &mut c, &mut reader);
+        // Lap 2: the frame at 0 clears it before the consumer reaches it.
+        p.push_header(&header(3, 0), &[]).unwrap();
+        assert_eq!(c.segment.control(1).load(Ordering::Relaxed), 0);
+        assert_eq!(reader.read(&mut c).unwrap().0[8], 3);
+        assert_eq!(c.peek().unwrap(), None);
     }
 
     #[test]
