@@ -27,18 +27,18 @@
 //! so payload bytes need no work unless they carry, by chance or by
 //! design, the check of the cell's position on the next lap. The producer
 //! judges the first word of each later cell as it writes the frame (from
-//! the payload it copies), remembers the rare cell whose word does, and
+//! the payload it copies; a last cell's word of fewer bytes is written
+//! whole, zeros after them), remembers the rare cell whose word does, and
 //! before publishing a frame zeroes the control word of the cell that
 //! follows it (where the next frame will start) if that cell is one of
-//! them. Doing so
-//! needs one free cell beyond the frame. So a frame's publication touches
-//! no cell but its own: the cell after a frame is not written, or taken
-//! out of the consumer's cache, while the consumer reads the frame before
-//! it and looks past it, whether the last lap left a control word or
-//! payload there (format version 7; before, the producer zeroed every
-//! cell that had held payload before a frame could start there, which
-//! frames of lengths that shift their cells each lap, such as 3, 5 or 9
-//! cells, paid on most messages).
+//! them. Doing so needs one free cell beyond the frame. So a frame's
+//! publication touches no cell but its own: the cell after a frame is not
+//! written, or taken out of the consumer's cache, while the consumer reads
+//! the frame before it and looks past it, whether the last lap left a
+//! control word or payload there (format version 7; before, the producer
+//! zeroed every cell that had held payload before a frame could start
+//! there, which frames of lengths that shift their cells each lap, such as
+//! 3, 5 or 9 cells, paid on most messages).
 //!
 //! # Free cells
 //! The consumer publishes its head (the position it reads next) after
@@ -365,13 +365,20 @@ impl Producer {
         let word = match last.first_chunk::<CONTROL_LEN>() {
             Some(bytes) => u64::from_le_bytes(*bytes),
             None => {
-                // Fewer bytes than a word in the frame's last cell: they
-                // and what the last lap left after them.
-                // Relaxed: this side's own earlier store.
-                let stale = self.segment.control(index + later).load(Ordering::Relaxed);
-                let mut bytes = stale.to_le_bytes();
-                bytes[..last.len()].copy_from_slice(last);
-                u64::from_le_bytes(bytes)
+                // Fewer bytes than a word in the frame's last cell: the
+                // word is written whole, zeros after them, so that nothing
+                // the last lap left there counts (reading it would cost a
+                // load of the line before the copy's stores take it).
+                let word = last
+                    .iter()
+                    .rev()
+                    .fold(0u64, |word, &byte| word << 8 | u64::from(byte));
+                // Relaxed: published by the frame's release store; the
+                // copy writes the same bytes again.
+                self.segment
+                    .control(index + later)
+                    .store(word, Ordering::Relaxed);
+                word
             }
         };
         self.note_lookalike(index + later, next_lap + later, word);
@@ -1156,7 +1163,7 @@ mod tests {
     }
 
     #[test]
-    fn a_last_cells_few_bytes_are_judged_with_what_the_last_lap_left() {
+    fn a_last_cells_few_bytes_leave_nothing_of_the_last_lap_in_its_word() {
         let (mut p, mut c) = queue(64);
         let mut reader = Reader::default();
         let fill_the_lap = |p: &mut Producer, c: &mut Consumer, reader: &mut Reader| {
@@ -1175,16 +1182,32 @@ mod tests {
         assert_eq!(reader.read(&mut c).unwrap().1, payload);
         fill_the_lap(&mut p, &mut c, &mut reader);
         // Lap 1: a frame at 0 whose one payload byte in cell 1 is the
-        // forged word's first: the word there is the forged one again.
-        p.push_header(&header(2, 1), &forged.to_le_bytes()[..1])
+        // forged word's first: the rest of the word is zeroed with it.
+        let first = forged.to_le_bytes()[0];
+        p.push_header(&header(2, 1), &[first]).unwrap();
+        assert_eq!(
+            c.segment.control(1).load(Ordering::Relaxed),
+            u64::from(first)
+        );
+        assert_eq!(reader.read(&mut c).unwrap().1, [first]);
+        fill_the_lap(&mut p, &mut c, &mut reader);
+        // Lap 2: no frame at 1 before the producer writes one.
+        p.push_header(&header(3, 0), &[]).unwrap();
+        assert_eq!(reader.read(&mut c).unwrap().0[8], 3);
+        assert_eq!(c.peek().unwrap(), None);
+        // Four bytes with the zeros after them may carry a check too: that
+        // of cell 1 on the next lap (position 257), so it is cleared.
+        fill_the_lap(&mut p, &mut c, &mut reader);
+        let forged = control_word(FrameKind::ShortHeader, 257, 0);
+        assert!(forged < 1 << 32);
+        p.push_header(&header(4, 4), &forged.to_le_bytes()[..4])
             .unwrap();
         assert_eq!(c.segment.control(1).load(Ordering::Relaxed), forged);
-        assert_eq!(reader.read(&mut c).unwrap().0[8], 2);
+        assert!(reader.read(&mut c).is_some());
         fill_the_lap(&mut p, &mut c, &mut reader);
-        // Lap 2: the frame at 0 clears it before the consumer reaches it.
-        p.push_header(&header(3, 0), &[]).unwrap();
+        p.push_header(&header(5, 0), &[]).unwrap();
         assert_eq!(c.segment.control(1).load(Ordering::Relaxed), 0);
-        assert_eq!(reader.read(&mut c).unwrap().0[8], 3);
+        assert_eq!(reader.read(&mut c).unwrap().0[8], 5);
         assert_eq!(c.peek().unwrap(), None);
     }
 
