@@ -41,7 +41,7 @@ use oxmpi_adi::proto::{Header, Kind};
 pub(crate) const SEGMENT_MAGIC: [u8; 8] = *b"OXMPISHM";
 /// Version of the segment layout, the frame format and the set-up
 /// message; a peer of another version is refused.
-pub const SHM_VERSION: u32 = 6;
+pub const SHM_VERSION: u32 = 7;
 /// Size of a queue cell: one cache line.
 pub(crate) const CELL: usize = 64;
 /// Distance between fields written by different sides: two cache lines,

@@ -20,17 +20,25 @@
 //! never zero and carries the frame's position; the consumer waits on the
 //! control word of the cell at its head and so reads nothing but the cell
 //! it will consume. Until the frame there is published, that cell holds
-//! what the ring's last lap left in it, which must not pass for a frame:
-//! either a control word of the last lap (its position check is a lap
-//! behind: "not yet"), or zero, or payload bytes, when the cell was one of
-//! a longer frame's later cells. Only the last case needs work: the
-//! producer remembers which cells hold payload in their first word, and
-//! before publishing a frame it zeroes the control word of the cell that
+//! what the ring's last lap left in it: a control word of the last lap
+//! (its position check is a lap behind), zero, or payload bytes, when the
+//! cell was one of a longer frame's later cells. The consumer takes
+//! nothing but a word carrying the head's own position check for a frame,
+//! so payload bytes need no work unless they carry, by chance or by
+//! design, the check of the cell's position on the next lap. The producer
+//! judges the first word of each later cell as it writes the frame (from
+//! the payload it copies; a last cell's word of fewer bytes is written
+//! whole, zeros after them), remembers the rare cell whose word does, and
+//! before publishing a frame zeroes the control word of the cell that
 //! follows it (where the next frame will start) if that cell is one of
-//! them. Doing so needs one free cell beyond the frame. A stream of
-//! one-cell frames (short messages) so touches no cell but its own: the
-//! cell after a frame is never written, or taken out of the consumer's
-//! cache, while the consumer reads the frame before it and looks past it.
+//! them. Doing so needs one free cell beyond the frame. So a frame's
+//! publication touches no cell but its own: the cell after a frame is not
+//! written, or taken out of the consumer's cache, while the consumer reads
+//! the frame before it and looks past it, whether the last lap left a
+//! control word or payload there (format version 7; before, the producer
+//! zeroed every cell that had held payload before a frame could start
+//! there, which frames of lengths that shift their cells each lap, such as
+//! 3, 5 or 9 cells, paid on most messages).
 //!
 //! # Free cells
 //! The consumer publishes its head (the position it reads next) after
@@ -135,10 +143,10 @@ pub(crate) struct Producer {
     /// The consumer's head as last read.
     head_seen: u64,
     /// One bit per cell, set where the cell's first word holds payload
-    /// bytes (it was one of a frame's later cells), not a control word:
-    /// such a cell's word is zeroed before the consumer can reach it as a
-    /// frame's start (see the module docs).
-    payload_first: Vec<u64>,
+    /// bytes (it was one of a frame's later cells) that carry the position
+    /// check of the cell's next lap: such a cell's word is zeroed before
+    /// the consumer can reach it as a frame's start (see the module docs).
+    lookalikes: Vec<u64>,
     /// Symmetric until the consumer agrees otherwise
     /// ([`Producer::take_agreed_barriers`]).
     barriers: Barriers,
@@ -159,7 +167,7 @@ impl Producer {
             segment,
             tail: 0,
             head_seen: 0,
-            payload_first: vec![0; words],
+            lookalikes: vec![0; words],
             barriers: Barriers::Symmetric,
         }
     }
@@ -293,6 +301,7 @@ impl Producer {
     /// before the frame's payload and one after).
     #[inline(always)]
     fn write_frame(&mut self, index: u64, prefix: &[u8], payload: &[u8]) {
+        self.note_lookalikes(index, prefix.len(), payload);
         let start = index as usize * CELL + CONTROL_LEN;
         let (in_first, in_later) =
             payload.split_at(payload.len().min(CELL - CONTROL_LEN - prefix.len()));
@@ -304,20 +313,16 @@ impl Producer {
 
     /// Publishes the frame written at cell `index` (the tail's), of
     /// `cells` cells carrying `bytes` bytes, and moves the tail past it.
-    // Always inlined: a short frame's (`cells` 1) skips the loop.
+    // Always inlined: on the path of every message.
     #[inline(always)]
     fn publish(&mut self, index: u64, kind: FrameKind, bytes: usize, cells: u64) {
-        let next = (index + cells) & (self.segment.cells() - 1);
-        // The frame's later cells hold payload in their first word until
-        // the next lap writes them again. Its first cell holds a control
-        // word: its bit was cleared when the frame before was published
-        // (below), or never set.
-        debug_assert!(!self.payload_first(index));
-        if cells > 1 {
-            self.mark_payload_first(index + 1, index + cells);
-        }
-        if self.payload_first(next) {
-            self.payload_first[(next / 64) as usize] &= !(1 << (next % 64));
+        let count = self.segment.cells();
+        let next = (index + cells) & (count - 1);
+        // The frame's first cell holds a control word: its bit was cleared
+        // when the frame before was published (below), or never set.
+        debug_assert!(!self.is_lookalike(index));
+        if self.is_lookalike(next) {
+            self.lookalikes[(next / 64) as usize] &= !(1 << (next % 64));
             // Relaxed: the release store below orders it before the
             // consumer's first look at `next`, which follows its acquire
             // of this frame.
@@ -331,23 +336,76 @@ impl Producer {
         self.tail += cells;
     }
 
-    /// Marks cells `from..to` (in one lap of the ring) as holding payload
-    /// in their first word, a word of bits at a time.
-    fn mark_payload_first(&mut self, from: u64, to: u64) {
-        let mut cell = from;
-        while cell < to {
-            let bit = cell % 64;
-            let n = (64 - bit).min(to - cell);
-            let ones = if n == 64 { u64::MAX } else { (1 << n) - 1 };
-            self.payload_first[(cell / 64) as usize] |= ones << bit;
-            cell += n;
+    /// Marks the later cells of a frame about to be written at cell
+    /// `index` (the tail's), `prefix_len` bytes and then `payload`, whose
+    /// first word will carry the position check of the cell's next lap.
+    /// The words are read from `payload` (which a later cell's first word
+    /// always lies in: a prefix fits the first cell), not from the cells
+    /// after the copy, whose loads would wait for the copy's stores.
+    #[inline(always)]
+    fn note_lookalikes(&mut self, index: u64, prefix_len: usize, payload: &[u8]) {
+        let Some(later_cells) = payload.get(CELL - CONTROL_LEN - prefix_len..) else {
+            return;
+        };
+        let next_lap = self.tail + self.segment.cells();
+        // Each chunk starts with a later cell's first word.
+        let whole = later_cells.chunks_exact(CELL);
+        let last = whole.remainder();
+        let mut later = 0;
+        for chunk in whole {
+            later += 1;
+            if let Some(bytes) = chunk.first_chunk::<CONTROL_LEN>() {
+                self.note_lookalike(index + later, next_lap + later, u64::from_le_bytes(*bytes));
+            }
+        }
+        if last.is_empty() {
+            return;
+        }
+        later += 1;
+        let word = match last.first_chunk::<CONTROL_LEN>() {
+            Some(bytes) => u64::from_le_bytes(*bytes),
+            None => {
+                // Fewer bytes than a word in the frame's last cell: the
+                // word is written whole, zeros after them, so that nothing
+                // the last lap left there counts (reading it would cost a
+                // load of the line before the copy's stores take it).
+                let word = last
+                    .iter()
+                    .rev()
+                    .fold(0u64, |word, &byte| word << 8 | u64::from(byte));
+                // Relaxed: published by the frame's release store; the
+                // copy writes the same bytes again.
+                self.segment
+                    .control(index + later)
+                    .store(word, Ordering::Relaxed);
+                word
+            }
+        };
+        self.note_lookalike(index + later, next_lap + later, word);
+    }
+
+    /// Marks cell `index` if `word`, its first, will carry the check of
+    /// `position`, the cell's on the next lap.
+    #[inline(always)]
+    fn note_lookalike(&mut self, index: u64, position: u64, word: u64) {
+        if check_of(word) == position_check(position) {
+            self.mark_lookalike(index);
         }
     }
 
-    /// Whether the first word of cell `index` holds payload bytes.
+    /// Marks cell `index` as holding payload that would pass for a frame
+    /// on the next lap. Out of line: payload rarely carries the check.
+    #[cold]
+    #[inline(never)]
+    fn mark_lookalike(&mut self, index: u64) {
+        self.lookalikes[(index / 64) as usize] |= 1 << (index % 64);
+    }
+
+    /// Whether the first word of cell `index` holds payload that would
+    /// pass for a frame.
     #[inline]
-    fn payload_first(&self, index: u64) -> bool {
-        self.payload_first[(index / 64) as usize] & 1 << (index % 64) != 0
+    fn is_lookalike(&self, index: u64) -> bool {
+        self.lookalikes[(index / 64) as usize] & 1 << (index % 64) != 0
     }
 
     /// Writes a data frame with as many bytes from the start of `payload`
@@ -538,23 +596,16 @@ impl Consumer {
         // Acquire: pairs with the producer's release store of the control
         // word: the frame's bytes are visible once the word is.
         let word = self.segment.control(index).load(Ordering::Acquire);
-        if word == 0 {
+        if !self.published(word) {
             return Ok(None);
         }
-        let (kind, check, bytes) = parse_control_word(word);
+        let (kind, _, bytes) = parse_control_word(word);
         let bad = |what: &str| {
             Corrupt(format!(
                 "{what} in control word {word:#x} at queue position {}",
                 self.head
             ))
         };
-        if check != position_check(self.head) {
-            // What the last lap left in the cell: nothing published yet.
-            if check == self.last_lap_check() {
-                return Ok(None);
-            }
-            return Err(bad("wrong position check"));
-        }
         let kind = kind.ok_or_else(|| bad("unknown frame kind"))?;
         let least = match kind {
             FrameKind::Header | FrameKind::ShortHeader | FrameKind::Short => {
@@ -610,10 +661,10 @@ impl Consumer {
                 });
             }
         }
-        if self.nothing_published(word) {
-            return Head::Empty;
+        if self.published(word) {
+            return Head::Other;
         }
-        Head::Other
+        Head::Empty
     }
 
     /// The packet header a header frame carries.
@@ -678,21 +729,19 @@ impl Consumer {
     pub(crate) fn has_frame(&self) -> bool {
         // Relaxed: only a yes or no; `peek` reads it again with Acquire.
         let word = self.segment.control(self.head).load(Ordering::Relaxed);
-        !self.nothing_published(word)
+        self.published(word)
     }
 
-    /// Whether `word`, read at the head, is no frame yet: zero, or what
-    /// the ring's last lap left there.
+    /// Whether `word`, read at the head, was published there: it carries
+    /// the head's position check. Anything else is what the ring's last
+    /// lap left in the cell (a control word a lap behind, or payload
+    /// bytes, which the producer cleared if they carried this check: see
+    /// the module docs), or zero; a corrupt word that carries the check is
+    /// [`Consumer::peek`]'s to find.
     #[inline(always)]
-    fn nothing_published(&self, word: u64) -> bool {
-        word == 0 || check_of(word) == self.last_lap_check()
-    }
-
-    /// The position check of a control word the ring's last lap left at
-    /// the head.
-    #[inline]
-    fn last_lap_check(&self) -> u64 {
-        position_check(self.head.wrapping_sub(self.segment.cells()))
+    fn published(&self, word: u64) -> bool {
+        // Zero carries the check of a position that is a multiple of 2^32.
+        word != 0 && check_of(word) == position_check(self.head)
     }
 
     /// Raises (or lowers) the flag asking the producer to poke this side
@@ -1014,13 +1063,12 @@ mod tests {
         assert_eq!(c.look(), Head::Other);
         let f = c.peek().unwrap().unwrap();
         c.advance(&f);
-        // A short frame's kind with a wrong position or length (too
-        // short, longer than the reader's buffer, past the ring's end):
-        // left to `peek`, which finds it corrupt.
+        // A short frame's kind with a wrong length (too short, longer
+        // than the reader's buffer, past the ring's end): left to `peek`,
+        // which finds it corrupt.
         let at = c.head;
         let to_end = (64 - at % 64) as usize * CELL - CONTROL_LEN;
         for word in [
-            control_word(FrameKind::Short, at + 1, 16),
             control_word(FrameKind::Short, at, 15),
             control_word(
                 FrameKind::Short,
@@ -1033,12 +1081,17 @@ mod tests {
             assert_eq!(c.look(), Head::Other, "{word:#x}");
             assert!(c.peek().is_err(), "{word:#x}");
         }
-        // What the last lap left: nothing yet.
-        c.segment.control(at % 64).store(
+        // What the last lap left, or any word without this position's
+        // check: nothing yet.
+        for word in [
             control_word(FrameKind::Short, at.wrapping_sub(64), 16),
-            Ordering::Relaxed,
-        );
-        assert_eq!(c.look(), Head::Empty);
+            control_word(FrameKind::Short, at + 1, 16),
+            u64::MAX,
+        ] {
+            c.segment.control(at % 64).store(word, Ordering::Relaxed);
+            assert_eq!(c.look(), Head::Empty, "{word:#x}");
+            assert_eq!(c.peek(), Ok(None), "{word:#x}");
+        }
     }
 
     #[test]
@@ -1073,48 +1126,89 @@ mod tests {
     }
 
     #[test]
-    fn a_cell_that_held_payload_is_cleared_before_a_frame_may_start_there() {
+    fn payload_stays_in_its_cells_unless_it_carries_the_next_laps_check() {
         let (mut p, mut c) = queue(64);
         let mut reader = Reader::default();
-        // A packet of three cells at 0..3, then one-cell headers to the
-        // end of the ring: cells 1 and 2 hold payload in their first word.
+        // A packet of three cells at 0..3: cell 1's first word is the
+        // control word a frame at cell 1 would carry on the next lap
+        // (position 65), cell 2's is ordinary payload.
+        let mut payload = [0xee; 120];
+        let forged = control_word(FrameKind::ShortHeader, 65, 48);
+        payload[..8].copy_from_slice(&forged.to_le_bytes());
         let mut sent = None;
-        assert!(p
-            .push_packet(&header(1, 120), &[0xee; 120], &mut sent)
-            .unwrap());
+        assert!(p.push_packet(&header(1, 120), &payload, &mut sent).unwrap());
         assert_eq!(p.tail, 3);
-        assert!(reader.read(&mut c).is_some());
+        assert_eq!(reader.read(&mut c).unwrap().1, payload);
         for _ in 3..64 {
             p.push_header(&header(2, 0), &[]).unwrap();
             assert!(reader.read(&mut c).is_some());
         }
-        // The next lap: a header at 0 clears cell 1 (payload) before it is
-        // published; one at 1 leaves cell 2 to be cleared by the next.
+        // The next lap: a header at 0 clears cell 1 before it is
+        // published, so the forged word never passes for a frame.
         p.push_header(&header(3, 0), &[]).unwrap();
         assert_eq!(c.segment.control(1).load(Ordering::Relaxed), 0);
-        assert_ne!(c.segment.control(2).load(Ordering::Relaxed), 0);
-        assert!(reader.read(&mut c).is_some());
+        assert_eq!(reader.read(&mut c).unwrap().0[8], 3);
         assert_eq!(c.peek().unwrap(), None);
+        // One at 1 leaves cell 2's payload alone: at position 66 it is
+        // what the last lap left, no frame and no error.
         p.push_header(&header(4, 0), &[]).unwrap();
-        assert_eq!(c.segment.control(2).load(Ordering::Relaxed), 0);
+        let ordinary = u64::from_le_bytes([0xee; 8]);
+        assert_eq!(c.segment.control(2).load(Ordering::Relaxed), ordinary);
         assert_eq!(reader.read(&mut c).unwrap().0[8], 4);
         assert_eq!(c.peek().unwrap(), None);
+        assert_eq!(c.look(), Head::Empty);
+        assert!(!c.has_frame());
+        p.push_header(&header(5, 0), &[]).unwrap();
+        assert_eq!(reader.read(&mut c).unwrap().0[8], 5);
     }
 
     #[test]
-    fn payload_marks_cover_exactly_their_cells_across_words() {
-        let (mut p, _c) = queue(256);
-        for (from, to) in [(1, 2), (60, 130), (64, 128), (127, 129), (200, 256)] {
-            p.payload_first.fill(0);
-            p.mark_payload_first(from, to);
-            for cell in 0..256 {
-                assert_eq!(
-                    p.payload_first(cell),
-                    (from..to).contains(&cell),
-                    "cell {cell} after marking {from}..{to}"
-                );
+    fn a_last_cells_few_bytes_leave_nothing_of_the_last_lap_in_its_word() {
+        let (mut p, mut c) = queue(64);
+        let mut reader = Reader::default();
+        let fill_the_lap = |p: &mut Producer, c: &mut Consumer, reader: &mut Reader| {
+            while !p.tail.is_multiple_of(64) {
+                p.push_header(&header(9, 0), &[]).unwrap();
+                assert!(reader.read(c).is_some());
             }
-        }
+        };
+        // Lap 0: cell 1's first word is the control word of a frame at
+        // cell 1 two laps on (position 129), which lap 1's check misses.
+        let forged = control_word(FrameKind::ShortHeader, 129, 48);
+        let mut payload = [0xee; 120];
+        payload[..8].copy_from_slice(&forged.to_le_bytes());
+        let mut sent = None;
+        assert!(p.push_packet(&header(1, 120), &payload, &mut sent).unwrap());
+        assert_eq!(reader.read(&mut c).unwrap().1, payload);
+        fill_the_lap(&mut p, &mut c, &mut reader);
+        // Lap 1: a frame at 0 whose one payload byte in cell 1 is the
+        // forged word's first: the rest of the word is zeroed with it.
+        let first = forged.to_le_bytes()[0];
+        p.push_header(&header(2, 1), &[first]).unwrap();
+        assert_eq!(
+            c.segment.control(1).load(Ordering::Relaxed),
+            u64::from(first)
+        );
+        assert_eq!(reader.read(&mut c).unwrap().1, [first]);
+        fill_the_lap(&mut p, &mut c, &mut reader);
+        // Lap 2: no frame at 1 before the producer writes one.
+        p.push_header(&header(3, 0), &[]).unwrap();
+        assert_eq!(reader.read(&mut c).unwrap().0[8], 3);
+        assert_eq!(c.peek().unwrap(), None);
+        // Four bytes with the zeros after them may carry a check too: that
+        // of cell 1 on the next lap (position 257), so it is cleared.
+        fill_the_lap(&mut p, &mut c, &mut reader);
+        let forged = control_word(FrameKind::ShortHeader, 257, 0);
+        assert!(forged < 1 << 32);
+        p.push_header(&header(4, 4), &forged.to_le_bytes()[..4])
+            .unwrap();
+        assert_eq!(c.segment.control(1).load(Ordering::Relaxed), forged);
+        assert!(reader.read(&mut c).is_some());
+        fill_the_lap(&mut p, &mut c, &mut reader);
+        p.push_header(&header(5, 0), &[]).unwrap();
+        assert_eq!(c.segment.control(1).load(Ordering::Relaxed), 0);
+        assert_eq!(reader.read(&mut c).unwrap().0[8], 5);
+        assert_eq!(c.peek().unwrap(), None);
     }
 
     #[test]
@@ -1231,18 +1325,24 @@ mod tests {
     #[test]
     fn corrupt_cells_and_heads_are_errors_not_panics() {
         let (mut p, c) = queue(64);
-        // Garbage where a control word should be.
-        for word in [0xffu64, 0x1234_5600 | 1, u64::MAX, 1 | 10 << 40, 2] {
+        // Garbage carrying the position's check: an unknown kind, lengths
+        // below a header's or a data frame's least.
+        for word in [0xffu64, 0xffff_ff00_0000_00ff, 1 | 10 << 40, 2] {
             c.segment.control(0).store(word, Ordering::Relaxed);
+            assert!(c.has_frame(), "control word {word:#x} not seen");
             assert!(c.peek().is_err(), "control word {word:#x} accepted");
         }
-        // A control word the last lap left is no frame yet, nor an error.
-        c.segment.control(0).store(
+        // A control word the last lap left, or payload bytes there, are no
+        // frame yet, nor an error.
+        for word in [
             control_word(FrameKind::Short, 0u64.wrapping_sub(64), 8),
-            Ordering::Relaxed,
-        );
-        assert_eq!(c.peek(), Ok(None));
-        assert!(!c.has_frame());
+            0x1234_5600 | 1,
+            u64::MAX,
+        ] {
+            c.segment.control(0).store(word, Ordering::Relaxed);
+            assert_eq!(c.peek(), Ok(None), "control word {word:#x}");
+            assert!(!c.has_frame());
+        }
         // A short frame longer than the reader's buffer for it.
         c.segment.control(0).store(
             control_word(
