@@ -139,6 +139,14 @@ pub(crate) fn complete() {
     copy::complete_epoch();
 }
 
+/// [`complete`] where the caller's next instruction is a full barrier (a
+/// lock's release): the thread's epoch of copies starts anew, with no
+/// fence of its own.
+#[inline]
+pub(crate) fn complete_before_barrier() {
+    copy::complete_epoch_before_barrier();
+}
+
 /// [`Reach::open`] for memory reached by cross-memory attach, whose lock
 /// and "closed" word lie in `control`.
 fn open_remote(control: &WindowSegment, locked: bool) -> Result<Option<SharedHold<'_>>> {

@@ -1995,15 +1995,15 @@ impl<'a> Window<'a> {
         if target == PROC_NULL {
             return Ok(());
         }
-        let rank = self.rank_arg(target)?;
-        {
-            let epochs = self.epochs_now();
-            if epochs.locks.get(rank).is_some() || epochs.lock_all.is_some() {
-                return Err(Error::new(
-                    ErrorClass::RmaSync,
-                    format!("rank {rank} is already locked by this process"),
-                ));
-            }
+        // The summary's passive bit is set exactly while this rank holds a
+        // lock on the target or `lock_all` is open: one load, where locking
+        // the epochs to look was a third of a lock's time on shared memory.
+        let (rank, access) = self.target_access(target)?;
+        if access & Access::PASSIVE != 0 {
+            return Err(Error::new(
+                ErrorClass::RmaSync,
+                format!("rank {rank} is already locked by this process"),
+            ));
         }
         let take = assert & MODE_NOCHECK == 0;
         if take {
@@ -2037,9 +2037,10 @@ impl<'a> Window<'a> {
                     )
                 })?;
             let (to, path) = self.target_of(rank);
-            path.flush(&to)?;
             if taken {
-                path.unlock(&to, lock_type)?;
+                path.flush_and_unlock(&to, lock_type)?;
+            } else {
+                path.flush(&to)?;
             }
             take_errors(&self.shared)
         })();

@@ -248,6 +248,22 @@ impl Path {
         }
     }
 
+    /// Completes every operation to the target there, then releases its
+    /// lock of `lock_type` (`MPI_Win_unlock` of a lock that was taken).
+    /// On the direct path the release's first instruction is a locked
+    /// read-modify-write, a full barrier on x86-64 as the flush's fence
+    /// is, so the flush's fence is left out there (it was a fifth of a
+    /// lock-compare-and-swap-unlock) and only the thread's epoch of
+    /// copies starts anew.
+    #[inline]
+    pub(crate) fn flush_and_unlock(&self, to: &Target<'_>, lock_type: LockType) -> Result<()> {
+        match self {
+            Path::Direct(_) => direct::complete_before_barrier(),
+            Path::ActiveMessages | Path::Rdma(_) => self.flush(to)?,
+        }
+        self.unlock(to, lock_type)
+    }
+
     /// Waits until every operation to the target is complete there
     /// (`MPI_Win_flush`). Inlined: on the direct path a flush is at most
     /// a fence.

@@ -248,12 +248,22 @@ pub fn plain_stores() {
 /// Inlined: on every flush of the direct path.
 #[inline]
 pub fn complete_epoch() {
+    if complete_epoch_before_barrier() {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Ends this thread's epoch of window accesses as [`complete_epoch`]
+/// does, for a caller whose next instruction is a full barrier itself (a
+/// locked read-modify-write, as a window lock's release): no fence here.
+/// Says whether plain stores were made since the last full barrier (what
+/// [`complete_epoch`] fences for).
+#[inline]
+pub fn complete_epoch_before_barrier() -> bool {
     EPOCH.with(|epoch| {
         epoch.bytes.set(0);
-        if epoch.unfenced.replace(false) {
-            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-        }
-    });
+        epoch.unfenced.replace(false)
+    })
 }
 
 /// How a copy of `first` bytes or more runs ([`CopyPlan::choose`]).

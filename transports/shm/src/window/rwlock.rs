@@ -72,7 +72,7 @@ impl SharedRwLock {
     /// Releases a shared hold.
     pub fn unlock_shared(&self) {
         self.readers_out.fetch_add(READER, SeqCst);
-        self.wake(&self.readers_out);
+        self.wake(&[&self.readers_out]);
     }
 
     /// Takes the lock exclusive: waits (as `wait` says) for the writers
@@ -90,9 +90,9 @@ impl SharedRwLock {
     /// next writer.
     pub fn unlock_exclusive(&self) {
         self.readers_in.fetch_and(!WRITER_BITS, SeqCst);
-        self.wake(&self.readers_in);
         self.writers_out.fetch_add(1, SeqCst);
-        self.wake(&self.writers_out);
+        // One look at the count after both changes serves both words.
+        self.wake(&[&self.readers_in, &self.writers_out]);
     }
 
     /// Waits while `busy` holds for the value of `word`: polls as `wait`
@@ -116,10 +116,14 @@ impl SharedRwLock {
         self.sleepers.fetch_sub(1, SeqCst);
     }
 
-    /// Wakes whoever sleeps on `word`, after a change of it.
-    fn wake(&self, word: &AtomicU32) {
+    /// Wakes whoever sleeps on `words`, after changes of them: a sleeper
+    /// counts itself before its last look at its word, so either that look
+    /// sees the change or this look at the count sees the sleeper.
+    fn wake(&self, words: &[&AtomicU32]) {
         if self.sleepers.load(SeqCst) != 0 {
-            sys::futex_wake(word, i32::MAX);
+            for word in words {
+                sys::futex_wake(word, i32::MAX);
+            }
         }
     }
 }
