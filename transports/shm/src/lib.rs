@@ -1094,7 +1094,12 @@ impl ShmTransport {
                         // Only now: the consumer allocated the pages on
                         // its nodes; this maps them before the first packet.
                         if let Some(link) = self.peers[peer].out.as_ref() {
-                            link.producer.segment().populate()?;
+                            link.producer.segment().populate().map_err(|e| {
+                                io::Error::new(
+                                    e.kind(),
+                                    format!("faulting in the pages of its queue: {e}"),
+                                )
+                            })?;
                         }
                         *step = OutStep::Ready;
                         self.connecting -= 1;
