@@ -54,7 +54,8 @@
 //! `numa`, one mechanism for all of it: the owner of a range of a memory
 //! file sets the policy of its pages, `mbind`, before anyone touches
 //! them): its inbound queues (the consumer binds each segment when it
-//! maps it, before the producer writes a packet), its part of every
+//! maps it and then allocates its pages, before the producer writes a
+//! packet or touches a page past the first), its part of every
 //! window made by `MPI_Win_allocate` or `MPI_Win_allocate_shared`
 //! ([`window::WindowSegment::bind_to_own_nodes`]), and its slots and
 //! staging areas in the region of the MPI layer's collectives
@@ -1090,6 +1091,16 @@ impl ShmTransport {
             if let Some(msg) = take_message::<MESSAGE_LEN>(&mut conn.inbox) {
                 match connector.on_verdict(&msg).map_err(refused)? {
                     Verdict::Accept => {
+                        // Only now: the consumer allocated the pages on
+                        // its nodes; this maps them before the first packet.
+                        if let Some(link) = self.peers[peer].out.as_ref() {
+                            link.producer.segment().populate().map_err(|e| {
+                                io::Error::new(
+                                    e.kind(),
+                                    format!("faulting in the pages of its queue: {e}"),
+                                )
+                            })?;
+                        }
                         *step = OutStep::Ready;
                         self.connecting -= 1;
                         self.peers[peer].pid = sys::peer_pid(&conn.stream).ok();
@@ -1203,9 +1214,10 @@ impl ShmTransport {
         let file = File::from(conn.fds.remove(0));
         let segment =
             Segment::open(file, peer as u32, self.job.rank as u32).map_err(|e| e.to_string())?;
-        // Before the VERDICT: the producer writes no packet until it has it.
+        // Before the VERDICT: the producer writes no packet, and faults in
+        // no page, until it has it.
         segment
-            .bind_to_own_nodes(format_args!("the queue from rank {peer}"))
+            .place_on_own_nodes(format_args!("the queue from rank {peer}"))
             .map_err(|e| e.to_string())?;
         // Before the VERDICT too: it tells the producer which barriers the
         // queue uses.

@@ -8,15 +8,22 @@
 //!
 //! - **Queues.** A queue's segment is made by its producer, but it is the
 //!   consumer that polls it and copies every payload out of it, so the
-//!   consumer binds the whole of each inbound segment as soon as it maps
-//!   it, before it accepts the queue and so before the producer writes a
-//!   packet. The first page, into which the producer wrote the segment's
-//!   layout before handing it over, stays where it was allocated. So do,
-//!   today, all the others: the producer maps the segment with
-//!   `MAP_POPULATE` (module `segment`), which allocates every page of a
-//!   memory file at once, on the producer's node, before the consumer
-//!   binds; the policy is the consumer's, the pages are where the
-//!   producer ran.
+//!   consumer places each inbound segment (`Segment::place_on_own_nodes`)
+//!   before it accepts the queue: it binds the whole segment and only then
+//!   faults every page in (`MADV_POPULATE_WRITE`), so the pages are
+//!   allocated under its policy, on its nodes. The producer maps the
+//!   segment without populating it and touches only the first page, to
+//!   write the layout (that page, with the queue's header and its first
+//!   cells, stays on the producer's node); it faults the rest in, to map
+//!   the pages the consumer allocated, only once the VERDICT accepted the
+//!   queue. Both ends thus still take every page fault before the first
+//!   packet (why queues are populated at all: see `sys::populate`).
+//!   Binding first is the only way that works for a process without
+//!   privileges: pages already allocated stay where they are under a new
+//!   policy, and migrating them (`mbind` with `MPOL_MF_MOVE`) moves only
+//!   pages no other process maps, never those the producer mapped too;
+//!   `MPOL_MF_MOVE_ALL` needs `CAP_SYS_NICE`, and a migration would copy
+//!   every page once more at each set-up.
 //! - **Windows** (`MPI_Win_allocate`, `MPI_Win_allocate_shared`). A
 //!   rank's part of a window is what its own program computes on, while
 //!   origins come and go: the owner binds its part's pages. A part in a

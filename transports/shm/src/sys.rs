@@ -1,6 +1,7 @@
 //! The operating-system calls of the shared-memory transport, behind safe
 //! wrappers: anonymous memory files (`memfd_create`) and their seals, the
-//! mapping of a segment, abstract-namespace Unix sockets and the passing of
+//! mapping of a segment and the faulting in of its pages
+//! (`MADV_POPULATE_WRITE`), abstract-namespace Unix sockets and the passing of
 //! a descriptor over one (`SCM_RIGHTS`) and the process at their other end
 //! (`SO_PEERCRED`), epoll, an eventfd, the NUMA memory policy of pages of
 //! a mapping (`mbind`, and `get_mempolicy` to read it back), the page
@@ -39,6 +40,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// `errno` as an error when a call returned a negative value.
 fn cvt<T: Copy + PartialOrd + Default>(rc: T) -> io::Result<T> {
@@ -102,11 +104,45 @@ pub(crate) fn map(file: &File) -> io::Result<MmapMut> {
     map_with(file, &memmap2::MmapOptions::new())
 }
 
-/// [`map`], with every page faulted in now (`MAP_POPULATE`): for a
-/// queue, whose every page is written and read on its first lap anyway,
-/// so the first messages do not each pay a page fault at both ends.
-pub(crate) fn map_populated(file: &File) -> io::Result<MmapMut> {
-    map_with(file, memmap2::MmapOptions::new().populate())
+/// Faults every page of `map` in now, as for a write
+/// (`MADV_POPULATE_WRITE`, Linux 5.14; where the kernel does not know it,
+/// one load from each page, which allocates a memory file's page too):
+/// for a queue, whose every page is written and read on its first lap
+/// anyway, so that the first messages do not each pay a page fault. A
+/// memory file's pages not allocated yet are allocated here, under the
+/// file's policy (module `numa`); the contents are left as they are.
+pub(crate) fn populate(map: &MmapMut) -> io::Result<()> {
+    match map.advise(memmap2::Advice::PopulateWrite) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            for offset in (0..map.len()).step_by(page_size()) {
+                // SAFETY: `offset` is inside the mapping, which lives for
+                // the borrow; the byte is loaded atomically, as the peer may
+                // be writing it, and the value is not used.
+                unsafe { AtomicU8::from_ptr(map.as_ptr().add(offset).cast_mut()) }
+                    .load(Ordering::Relaxed);
+            }
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+/// Which pages of `map` the memory file behind it holds (`mincore`; for a
+/// memory file, whether the page is allocated, whoever touched it): to
+/// see in tests who allocated a segment's pages, and when.
+#[cfg(test)]
+pub(crate) fn resident_pages(map: &MmapMut) -> io::Result<Vec<bool>> {
+    let mut pages = vec![0u8; map.len().div_ceil(page_size())];
+    // SAFETY: the mapping is page-aligned and `map.len()` bytes long, and
+    // `pages` holds one byte for each of its pages, as mincore writes.
+    cvt(unsafe {
+        libc::mincore(
+            map.as_ptr().cast_mut().cast(),
+            map.len(),
+            pages.as_mut_ptr(),
+        )
+    })?;
+    Ok(pages.iter().map(|p| p & 1 != 0).collect())
 }
 
 fn map_with(file: &File, options: &memmap2::MmapOptions) -> io::Result<MmapMut> {
