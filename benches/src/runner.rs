@@ -10,7 +10,7 @@
 //! [`END_ALLOWANCE`] to exit. The figures come from the benchmark's own
 //! table; nothing here measures anything itself.
 
-use crate::cli::{Benchmark, Options, WINDOW};
+use crate::cli::{Benchmark, Options, Synchronization, WINDOW};
 use crate::raw_shm::LINE_PAYLOAD;
 use oxmpi_jobs::Job;
 use std::path::{Path, PathBuf};
@@ -238,27 +238,35 @@ fn quote_tail(stderr: &str, stdout: &str) -> String {
 }
 
 /// The bound of each size of a job: 30 s plus the time its messages
-/// would take at 200 µs each and 500 MB/s, all pairs' messages in turn (a small machine may run them
-/// one after another).
+/// would take at 200 µs each and 500 MB/s, all pairs' messages in turn
+/// (a small machine may run them one after another), a one-sided
+/// benchmark's lock and unlock counted as messages.
 pub fn size_bounds(benchmark: Benchmark, options: &Options, ranks: usize) -> Vec<Duration> {
     let pairs = if benchmark.is_multi_pair() {
         ranks / 2
     } else {
         1
     };
+    // What `--sync lock` adds to a one-sided iteration: a lock and an
+    // unlock, each a round trip.
+    let lock_messages = if benchmark.is_rma() && options.sync == Synchronization::Lock {
+        4
+    } else {
+        0
+    };
     let per_iteration = pairs
         * match benchmark {
             Benchmark::Latency | Benchmark::MultiLatency => 2,
-            // An operation and a flush.
+            // An operation and a flush, or a lock, an operation and an
+            // unlock (`--sync lock`; a lock over TCP is a message and its
+            // grant): a slow peer's lock path stretches each iteration.
             Benchmark::PutLatency
             | Benchmark::GetLatency
             | Benchmark::AccLatency
             | Benchmark::FopLatency
-            | Benchmark::CasLatency => 2,
-            Benchmark::Bandwidth
-            | Benchmark::MultiBandwidth
-            | Benchmark::PutBandwidth
-            | Benchmark::GetBandwidth => WINDOW + 1,
+            | Benchmark::CasLatency => 2 + lock_messages,
+            Benchmark::Bandwidth | Benchmark::MultiBandwidth => WINDOW + 1,
+            Benchmark::PutBandwidth | Benchmark::GetBandwidth => WINDOW + 1 + lock_messages,
             Benchmark::BiBandwidth => 2 * WINDOW,
             // The collectives: every rank may exchange a message with
             // every other, and the barrier after each operation.
@@ -352,7 +360,7 @@ mod tests {
             },
             json: false,
             tail: false,
-            sync: crate::cli::Synchronization::Flush,
+            sync: Synchronization::Flush,
         }
     }
 
@@ -408,6 +416,16 @@ mod tests {
         assert!(big[0] > small[0] + Duration::from_secs(5));
         let pairs = size_bounds(Benchmark::MultiBandwidth, &options(4 << 20, 4 << 20), 8);
         assert!(pairs[0] > big[0] + Duration::from_secs(15));
+        // A lock and an unlock around each one-sided operation are four
+        // messages more than an operation and its flush.
+        let mut locked = options(8, 8);
+        locked.counts.iterations = 100_000;
+        let flushed = size_bounds(Benchmark::CasLatency, &locked, 2);
+        locked.sync = Synchronization::Lock;
+        let with_locks = size_bounds(Benchmark::CasLatency, &locked, 2);
+        let ratio =
+            (with_locks[0] - SIZE_SLACK).as_secs_f64() / (flushed[0] - SIZE_SLACK).as_secs_f64();
+        assert!((ratio - 3.0).abs() < 1e-6, "lock mode's bound: {ratio}x");
     }
 
     #[test]
