@@ -18,6 +18,7 @@ use crate::proto::{
 };
 use crate::sys;
 use memmap2::MmapMut;
+use oxmpi_adi::vlog;
 use std::ffi::CString;
 use std::fmt;
 use std::fs::File;
@@ -197,13 +198,16 @@ impl Segment {
     /// into the new first page. To call before the VERDICT that accepts
     /// the queue: the producer touches the segment again only once it has
     /// it. `what` names the segment where the kernel refuses to bind (then
-    /// first touch: this process's nodes all the same). An error where
+    /// first touch: this process's nodes all the same) or to free the
+    /// first page (which then stays where it is): said under
+    /// `OXMPI_VERBOSE=1`, never an error. An error where
     /// `OXMPI_NUMA_NODES` is not a list of nodes or the pages cannot be
-    /// freed or allocated.
+    /// allocated.
     pub(crate) fn place_on_own_nodes(&mut self, what: impl fmt::Display) -> oxmpi_adi::Result<()> {
         self.place_by(
-            |map| crate::numa::bind_pages(map, 0..map.len(), what),
+            |map| crate::numa::bind_pages(map, 0..map.len(), &what),
             sys::populate,
+            &what,
         )
     }
 
@@ -214,6 +218,7 @@ impl Segment {
         &mut self,
         bind: impl FnOnce(&MmapMut) -> oxmpi_adi::Result<()>,
         populate: impl FnOnce(&MmapMut) -> io::Result<()>,
+        what: &dyn fmt::Display,
     ) -> oxmpi_adi::Result<()> {
         bind(&self.map)?;
         let page = sys::page_size();
@@ -226,9 +231,14 @@ impl Segment {
         };
         // Not migrated (`mbind`'s `MPOL_MF_MOVE` leaves a page another
         // process maps where it is): replaced.
-        sys::release_pages(&self.file, 0..page).map_err(|e| {
-            oxmpi_adi::Error::os("freeing the first page of a shared-memory queue", e)
-        })?;
+        if let Err(e) = sys::release_pages(&self.file, 0..page) {
+            // Not worth refusing the queue for: placement is never an
+            // error.
+            vlog!(
+                "shm: the first page of {what} stays on the producer's NUMA node: the kernel \
+                 refused to free it ({e})"
+            );
+        }
         populate(&self.map).map_err(|e| {
             oxmpi_adi::Error::os("faulting in the pages of a shared-memory queue", e)
         })?;
@@ -516,6 +526,7 @@ mod tests {
                     }
                     populate(map)
                 },
+                &"the queue",
             )
             .unwrap();
         assert!(matches!(placement, Placement::Bind { .. }), "{placement}");
