@@ -423,6 +423,19 @@ mod tests {
                 from: "the nodes of the rank's CPU affinity"
             }
         );
+        // CPUs on two of three nodes: the memory goes to both.
+        let three = Some(vec![
+            node(0, "0-3", true),
+            node(1, "4-7", true),
+            node(2, "8-11", true),
+        ]);
+        assert_eq!(
+            Placement::from_affinity(cpus("3-4"), three),
+            Placement::Bind {
+                nodes: vec![0, 1],
+                from: "the nodes of the rank's CPU affinity"
+            }
+        );
         let unbound = Placement::from_affinity(cpus("0-7"), two()).to_string();
         assert!(unbound.contains("may run on every NUMA node"), "{unbound}");
         let one = Placement::from_affinity(cpus("0-1"), Some(vec![node(0, "0-1", true)]));
