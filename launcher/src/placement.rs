@@ -454,6 +454,33 @@ mod tests {
     }
 
     #[test]
+    fn each_bound_rank_is_told_the_nodes_of_its_cpus() {
+        // What its library binds the shared memory it reads to: queues,
+        // window parts, collectives' slots (`oxmpi_shm`'s placement).
+        let told = |plan: &Plan| -> Vec<String> {
+            plan.bindings
+                .iter()
+                .map(|b| {
+                    let env = b.as_ref().expect("every rank is bound").env();
+                    env.iter()
+                        .find(|(name, _)| *name == NUMA_ENV)
+                        .map_or("-".to_owned(), |(_, nodes)| nodes.clone())
+                })
+                .collect()
+        };
+        let cores = machine(2, 2);
+        let by_numa = place(&cores, &request(Some(BindTo::Core), MapBy::Numa), 4);
+        assert_eq!(told(&by_numa), ["0", "1", "0", "1"]);
+        let by_core = place(&cores, &request(Some(BindTo::Core), MapBy::Core), 4);
+        assert_eq!(told(&by_core), ["0", "0", "1", "1"]);
+        // A core with memory on two nodes names both.
+        let mut two = machine(1, 2);
+        two[1].nodes = vec![0, 1];
+        let plan = place(&two, &request(Some(BindTo::Core), MapBy::Core), 2);
+        assert_eq!(told(&plan), ["0", "0-1"]);
+    }
+
+    #[test]
     fn bind_to_numa_on_one_node_takes_every_core() {
         let plan = place(&machine(1, 2), &request(Some(BindTo::Numa), MapBy::Core), 2);
         assert_eq!(

@@ -2,11 +2,13 @@
 //! node(s). A job bound by oxrun (`--bind-to numa`, so every rank gets
 //! `OXMPI_NUMA_NODES` on any machine with a topology) must have each of
 //! its inbound segments bound (`MPOL_BIND`) to exactly those nodes, as the
-//! kernel shows in `/proc/PID/numa_maps`; a job whose rank 1 is given
-//! node 0 and whose rank 0 is given nothing (on a machine with one node,
-//! or unbound: first touch) must have rank 1's window parts and
-//! collectives' slots and staging areas bound to node 0 and rank 0's
-//! left alone, page by page (`placement_suite`), and say so; and a job
+//! kernel shows in `/proc/PID/numa_maps`; a job whose ranks 1 and 2 are
+//! given node 0 and whose rank 0 is given nothing (on a machine with one
+//! node, or unbound: first touch) must have the queues ranks 1 and 2
+//! consume, their window parts and their collectives' slots and staging
+//! areas bound to node 0 (and the queues on it) and rank 0's left alone,
+//! page by page (`placement_suite`), and each process say so once; and a
+//! job
 //! without topology information (hwloc disabled, nothing bound) runs and
 //! says where its memory went.
 
@@ -116,12 +118,12 @@ fn without_a_topology_the_job_runs_and_says_where_its_queues_are() {
 }
 
 #[test]
-fn window_parts_and_collective_slots_are_bound_to_their_owners_nodes() {
-    // An unbound rank keeps the OXMPI_NUMA_NODES its part's `-x` gives.
+fn queues_window_parts_and_collective_slots_are_bound_to_their_owners_nodes() {
+    // Unbound ranks keep the OXMPI_NUMA_NODES their part's `-x` gives.
     let mut c = Command::new(bins().oxrun());
     c.args(["--bind-to", "none", "-n", "1"])
         .arg(bins().bin("placement_suite"))
-        .args([":", "-n", "1", "-x", "OXMPI_NUMA_NODES=0"])
+        .args([":", "-n", "2", "-x", "OXMPI_NUMA_NODES=0"])
         .arg(bins().bin("placement_suite"))
         .env("OXMPI_TRANSPORTS", "shm")
         .env("OXMPI_VERBOSE", "1")
@@ -129,11 +131,24 @@ fn window_parts_and_collective_slots_are_bound_to_their_owners_nodes() {
     let out = run(c, Duration::from_secs(60));
     out.assert_success();
     let said: Vec<&str> = out.stderr.lines().filter(|l| l.contains(SAID)).collect();
-    assert_eq!(said.len(), 2, "{}", out.stderr);
+    // Once per process: `oxmpi[PID]: ...`.
+    let mut sayers: Vec<&str> = said
+        .iter()
+        .filter_map(|l| l.split_once(']').map(|(pid, _)| pid))
+        .collect();
+    sayers.sort_unstable();
+    sayers.dedup();
     assert!(
+        said.len() == 3 && sayers.len() == 3,
+        "the 3 processes did not each say once where their memory goes:\n{}",
+        out.stderr
+    );
+    assert_eq!(
         said.iter()
-            .any(|l| l.ends_with(" is bound to NUMA node 0 (OXMPI_NUMA_NODES)")),
-        "rank 1 did not say it binds to node 0:\n{}",
+            .filter(|l| l.ends_with(" is bound to NUMA node 0 (OXMPI_NUMA_NODES)"))
+            .count(),
+        2,
+        "ranks 1 and 2 did not say they bind to node 0:\n{}",
         out.stderr
     );
     assert!(

@@ -14,6 +14,14 @@
 //! - of an `allocate_shared` window with `alloc_shared_noncontig`, every
 //!   page of every part;
 //! - of an `allocate` window, every page of this rank's;
+//! - of each queue of the shared-memory transport this rank consumes
+//!   (mapped as `/memfd:oxmpi-shm-PID-PRODUCER-to-CONSUMER`), after
+//!   traffic with every other rank: one from each, every page, the first
+//!   (the header and the first cells, which the producer wrote the layout
+//!   into) included, and, where the rank is bound, every page on its
+//!   nodes as `/proc/self/numa_maps` counts them (the first page a
+//!   producer on another node allocated would show there; on a machine
+//!   with one node every page is on node 0 whoever allocated it);
 //! - of the region of the collectives over shared memory (mapped as
 //!   `/memfd:oxmpi-collectives`), made by an all-reduce: every page has no
 //!   policy or the nodes of a rank; the first, every process's cells,
@@ -35,6 +43,7 @@ fn main() -> ExitCode {
         let world = world_returning_errors(universe);
         let expected = expectations(&world)?;
         collectives(&world, &expected)?;
+        inbound_queues(&world, &expected)?;
         contiguous_shared(&world, &expected)?;
         noncontiguous_shared(&world, &expected)?;
         allocated(&world, &expected)
@@ -165,35 +174,11 @@ fn collectives(world: &Communicator, expected: &[PagePolicy]) -> Result<()> {
     let mut sum = 0u64;
     world.all_reduce_into(&1u64, &mut sum, SystemOperation::sum())?;
     ensure(sum == world.size() as u64, || format!("the sum is {sum}"))?;
-    let maps = std::fs::read_to_string("/proc/self/maps")
-        .map_err(|e| fail(format!("reading /proc/self/maps: {e}")))?;
-    // A mapping whose pages have different policies shows as several
-    // consecutive lines (the kernel splits it where the policy changes):
-    // one region per memory file (its inode), from its first line's start
-    // to its last one's end.
-    let mut regions: BTreeMap<u64, (usize, usize)> = BTreeMap::new();
-    for line in maps
-        .lines()
-        .filter(|line| line.contains("/memfd:oxmpi-collectives"))
-    {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let parsed = (|| {
-            let (start, end) = fields.first()?.split_once('-')?;
-            Some((
-                fields.get(4)?.parse::<u64>().ok()?,
-                usize::from_str_radix(start, 16).ok()?,
-                usize::from_str_radix(end, 16).ok()?,
-            ))
-        })();
-        let (inode, start, end) =
-            parsed.ok_or_else(|| fail(format!("a line of /proc/self/maps: {line}")))?;
-        let region = regions.entry(inode).or_insert((start, end));
-        *region = (region.0.min(start), region.1.max(end));
-    }
+    let regions = mappings("/memfd:oxmpi-collectives")?;
     ensure(!regions.is_empty(), || {
         "no collectives' region is mapped after an all-reduce".to_owned()
     })?;
-    for (start, end) in regions.into_values() {
+    for (start, end, _) in regions.into_values() {
         let policies: Vec<PagePolicy> = (start..end)
             .step_by(page())
             .map(policy)
@@ -222,4 +207,112 @@ fn collectives(world: &Communicator, expected: &[PagePolicy]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// This process's mappings of memory files whose name starts with
+/// `label`, by inode: where each starts and ends, and its name.
+fn mappings(label: &str) -> Result<BTreeMap<u64, (usize, usize, String)>> {
+    let maps = std::fs::read_to_string("/proc/self/maps")
+        .map_err(|e| fail(format!("reading /proc/self/maps: {e}")))?;
+    // A mapping whose pages have different policies shows as several
+    // consecutive lines (the kernel splits it where the policy changes):
+    // one mapping per memory file (its inode), from its first line's start
+    // to its last one's end.
+    let mut found: BTreeMap<u64, (usize, usize, String)> = BTreeMap::new();
+    for line in maps.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let Some(name) = fields.get(5).filter(|name| name.starts_with(label)) else {
+            continue;
+        };
+        let parsed = (|| {
+            let (start, end) = fields.first()?.split_once('-')?;
+            Some((
+                fields.get(4)?.parse::<u64>().ok()?,
+                usize::from_str_radix(start, 16).ok()?,
+                usize::from_str_radix(end, 16).ok()?,
+            ))
+        })();
+        let (inode, start, end) =
+            parsed.ok_or_else(|| fail(format!("a line of /proc/self/maps: {line}")))?;
+        let mapping = found
+            .entry(inode)
+            .or_insert((start, end, (*name).to_owned()));
+        mapping.0 = mapping.0.min(start);
+        mapping.1 = mapping.1.max(end);
+    }
+    Ok(found)
+}
+
+/// After a message from every other rank, this rank maps one queue from
+/// each, every page of which has this rank's policy and, where it is
+/// bound, lies on its nodes.
+fn inbound_queues(world: &Communicator, expected: &[PagePolicy]) -> Result<()> {
+    let rank = world.rank() as usize;
+    let size = world.size() as usize;
+    for shift in 1..size {
+        let to = world.process_at_rank(((rank + shift) % size) as i32);
+        let from = world.process_at_rank(((rank + size - shift) % size) as i32);
+        let mut got = [0u64];
+        world.send_receive_into(&[rank as u64][..], &to, &mut got[..], &from)?;
+        ensure(got[0] == ((rank + size - shift) % size) as u64, || {
+            format!("a message {shift} ranks back said {}", got[0])
+        })?;
+    }
+    let label = "/memfd:oxmpi-shm-";
+    let mut producers = Vec::new();
+    let numa_maps = std::fs::read_to_string("/proc/self/numa_maps")
+        .map_err(|e| fail(format!("reading /proc/self/numa_maps: {e}")))?;
+    for (start, end, name) in mappings(label)?.into_values() {
+        // `/memfd:oxmpi-shm-PID-PRODUCER-to-CONSUMER`.
+        let ranks = name[label.len()..]
+            .split_once('-')
+            .and_then(|(_, ranks)| ranks.split_once("-to-"))
+            .and_then(|(p, c)| Some((p.parse::<usize>().ok()?, c.parse::<usize>().ok()?)));
+        let (producer, consumer) =
+            ranks.ok_or_else(|| fail(format!("a queue's memory file is named {name}")))?;
+        if consumer != rank {
+            continue;
+        }
+        producers.push(producer);
+        let what = format!("the queue from rank {producer}");
+        check_pages(start, end, &expected[rank], &what)?;
+        if let PagePolicy::Bind(nodes) = &expected[rank] {
+            on_nodes(&numa_maps, start, end, nodes, &what)?;
+        }
+    }
+    producers.sort_unstable();
+    let others: Vec<usize> = (0..size).filter(|&r| r != rank).collect();
+    ensure(producers == others, || {
+        format!("this rank consumes queues from ranks {producers:?}, expected {others:?}")
+    })?;
+    world.barrier()
+}
+
+/// Checks that `/proc/self/numa_maps` (`numa_maps`) counts every page of
+/// the mapping `start..end` on `nodes`: the pages it holds (`N<node>=`)
+/// are all on them, and are all of its pages (all are allocated).
+fn on_nodes(numa_maps: &str, start: usize, end: usize, nodes: &[u32], what: &str) -> Result<()> {
+    let mut counted = 0;
+    for line in numa_maps.lines().filter(|line| {
+        line.split_whitespace()
+            .next()
+            .and_then(|at| usize::from_str_radix(at, 16).ok())
+            .is_some_and(|at| (start..end).contains(&at))
+    }) {
+        for (node, pages) in line.split_whitespace().filter_map(|word| {
+            let (node, pages) = word.strip_prefix('N')?.split_once('=')?;
+            Some((node.parse::<u32>().ok()?, pages.parse::<usize>().ok()?))
+        }) {
+            ensure(nodes.contains(&node), || {
+                format!(
+                    "{what}: {pages} of its pages are on NUMA node {node}, not {nodes:?}: {line}"
+                )
+            })?;
+            counted += pages;
+        }
+    }
+    let pages = (end - start) / page();
+    ensure(counted == pages, || {
+        format!("{what}: /proc/self/numa_maps counts {counted} of its {pages} pages on a node")
+    })
 }

@@ -54,8 +54,9 @@
 //! `numa`, one mechanism for all of it: the owner of a range of a memory
 //! file sets the policy of its pages, `mbind`, before anyone touches
 //! them): its inbound queues (the consumer binds each segment when it
-//! maps it and then allocates its pages, before the producer writes a
-//! packet or touches a page past the first), its part of every
+//! maps it and then allocates its pages, the first, where the producer
+//! wrote the layout, anew, before the producer writes a packet or
+//! touches a page again), its part of every
 //! window made by `MPI_Win_allocate` or `MPI_Win_allocate_shared`
 //! ([`window::WindowSegment::bind_to_own_nodes`]), and its slots and
 //! staging areas in the region of the MPI layer's collectives
@@ -1212,9 +1213,9 @@ impl ShmTransport {
             return Ok(());
         }
         let file = File::from(conn.fds.remove(0));
-        let segment =
+        let mut segment =
             Segment::open(file, peer as u32, self.job.rank as u32).map_err(|e| e.to_string())?;
-        // Before the VERDICT: the producer writes no packet, and faults in
+        // Before the VERDICT: the producer writes no packet, and touches
         // no page, until it has it.
         segment
             .place_on_own_nodes(format_args!("the queue from rank {peer}"))

@@ -10,20 +10,28 @@
 //!   consumer that polls it and copies every payload out of it, so the
 //!   consumer places each inbound segment (`Segment::place_on_own_nodes`)
 //!   before it accepts the queue: it binds the whole segment and only then
-//!   faults every page in (`MADV_POPULATE_WRITE`), so the pages are
-//!   allocated under its policy, on its nodes. The producer maps the
-//!   segment without populating it and touches only the first page, to
-//!   write the layout (that page, with the queue's header and its first
-//!   cells, stays on the producer's node); it faults the rest in, to map
-//!   the pages the consumer allocated, only once the VERDICT accepted the
-//!   queue. Both ends thus still take every page fault before the first
-//!   packet (why queues are populated at all: see `sys::populate`).
-//!   Binding first is the only way that works for a process without
-//!   privileges: pages already allocated stay where they are under a new
-//!   policy, and migrating them (`mbind` with `MPOL_MF_MOVE`) moves only
-//!   pages no other process maps, never those the producer mapped too;
-//!   `MPOL_MF_MOVE_ALL` needs `CAP_SYS_NICE`, and a migration would copy
-//!   every page once more at each set-up.
+//!   has its pages allocated, so under its policy, on its nodes. The
+//!   producer maps the segment without populating it and touches only the
+//!   first page, to write the layout, before it hands the segment over:
+//!   that page, allocated on the producer's node, is replaced (its bytes
+//!   saved, the page freed with `fallocate`'s `FALLOC_FL_PUNCH_HOLE`,
+//!   which takes it out of the producer's mapping too, and the bytes
+//!   written back into a page allocated under the consumer's policy), as
+//!   it holds the header and the first cells, which the consumer polls
+//!   and writes at every lap; then every page is faulted in
+//!   (`MADV_POPULATE_WRITE`). The producer touches the segment again, and
+//!   faults the pages in to map those the consumer allocated, only once
+//!   the VERDICT accepted the queue. Both ends thus still take every page
+//!   fault before the first packet (why queues are populated at all: see
+//!   `sys::populate`).
+//!   Binding first, and replacing the one page allocated before, is what
+//!   works for a process without privileges: pages already allocated
+//!   stay where they are under a new policy, and migrating them (`mbind`
+//!   with `MPOL_MF_MOVE`) moves only pages no other process maps, never
+//!   those the producer mapped too; `MPOL_MF_MOVE_ALL` needs
+//!   `CAP_SYS_NICE`. Binding at the producer instead would need the
+//!   consumer's nodes there (in its card and set-up message), and names
+//!   none where the consumer's memory is placed by first touch.
 //! - **Windows** (`MPI_Win_allocate`, `MPI_Win_allocate_shared`). A
 //!   rank's part of a window is what its own program computes on, while
 //!   origins come and go: the owner binds its part's pages. A part in a
@@ -412,6 +420,19 @@ mod tests {
             Placement::from_affinity(cpus("4-5"), two()),
             Placement::Bind {
                 nodes: vec![1],
+                from: "the nodes of the rank's CPU affinity"
+            }
+        );
+        // CPUs on two of three nodes: the memory goes to both.
+        let three = Some(vec![
+            node(0, "0-3", true),
+            node(1, "4-7", true),
+            node(2, "8-11", true),
+        ]);
+        assert_eq!(
+            Placement::from_affinity(cpus("3-4"), three),
+            Placement::Bind {
+                nodes: vec![0, 1],
                 from: "the nodes of the rank's CPU affinity"
             }
         );

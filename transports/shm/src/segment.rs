@@ -18,6 +18,7 @@ use crate::proto::{
 };
 use crate::sys;
 use memmap2::MmapMut;
+use oxmpi_adi::vlog;
 use std::ffi::CString;
 use std::fmt;
 use std::fs::File;
@@ -115,7 +116,8 @@ impl Segment {
         sys::seal_size(&file).map_err(|e| SegmentError::Os("sealing the shared segment", e))?;
         // Not populated: the consumer's pages are allocated under its
         // policy when it places them (`place_on_own_nodes`); only the
-        // first, where the layout goes, is allocated here.
+        // first, where the layout goes, is allocated here (and replaced
+        // by the consumer's then).
         let mut map =
             sys::map(&file).map_err(|e| SegmentError::Os("mapping the shared segment", e))?;
         let layout = SegmentLayout {
@@ -189,26 +191,62 @@ impl Segment {
 
     /// The consumer's side of placing the segment (see `crate::numa`):
     /// binds its pages to this process's NUMA nodes, where it binds, and
-    /// only then faults them all in, so that every page but the first
-    /// (which holds the layout the producer wrote) is allocated on those
-    /// nodes. To call before the VERDICT that accepts the queue. `what`
-    /// names the segment where the kernel refuses to bind (then first
-    /// touch: this process's nodes all the same). An error where
+    /// only then has every page allocated, so all of them lie on those
+    /// nodes. The first page was allocated already, by the producer when
+    /// it wrote the layout, on its own node: its bytes are saved, the page
+    /// is freed, every page is faulted in, and the bytes are written back
+    /// into the new first page. To call before the VERDICT that accepts
+    /// the queue: the producer touches the segment again only once it has
+    /// it. `what` names the segment where the kernel refuses to bind (then
+    /// first touch: this process's nodes all the same) or to free the
+    /// first page (which then stays where it is): said under
+    /// `OXMPI_VERBOSE=1`, never an error. An error where
     /// `OXMPI_NUMA_NODES` is not a list of nodes or the pages cannot be
     /// allocated.
-    pub(crate) fn place_on_own_nodes(&self, what: impl fmt::Display) -> oxmpi_adi::Result<()> {
-        self.place_by(|map| crate::numa::bind_pages(map, 0..map.len(), what))
+    pub(crate) fn place_on_own_nodes(&mut self, what: impl fmt::Display) -> oxmpi_adi::Result<()> {
+        self.place_by(
+            |map| crate::numa::bind_pages(map, 0..map.len(), &what),
+            sys::populate,
+            &what,
+        )
     }
 
-    /// [`Segment::place_on_own_nodes`] with the binding done by `bind`:
-    /// the order of the two steps is what places the pages.
+    /// [`Segment::place_on_own_nodes`] with the binding done by `bind`
+    /// and the pages faulted in by `populate`: the order of the steps is
+    /// what places the pages.
     fn place_by(
-        &self,
+        &mut self,
         bind: impl FnOnce(&MmapMut) -> oxmpi_adi::Result<()>,
+        populate: impl FnOnce(&MmapMut) -> io::Result<()>,
+        what: &dyn fmt::Display,
     ) -> oxmpi_adi::Result<()> {
         bind(&self.map)?;
-        self.populate()
-            .map_err(|e| oxmpi_adi::Error::os("faulting in the pages of a shared-memory queue", e))
+        let page = sys::page_size();
+        let mut first = vec![0u8; page.min(self.map.len())];
+        // SAFETY: the mapping is at least `first.len()` bytes long, and
+        // the copy goes through raw pointers (see `sys`); the producer
+        // writes nothing until the VERDICT.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.map.as_ptr(), first.as_mut_ptr(), first.len())
+        };
+        // Not migrated (`mbind`'s `MPOL_MF_MOVE` leaves a page another
+        // process maps where it is): replaced.
+        if let Err(e) = sys::release_pages(&self.file, 0..page) {
+            // Not worth refusing the queue for: placement is never an
+            // error.
+            vlog!(
+                "shm: the first page of {what} stays on the producer's NUMA node: the kernel \
+                 refused to free it ({e})"
+            );
+        }
+        populate(&self.map).map_err(|e| {
+            oxmpi_adi::Error::os("faulting in the pages of a shared-memory queue", e)
+        })?;
+        // SAFETY: as above, the other way.
+        unsafe {
+            std::ptr::copy_nonoverlapping(first.as_ptr(), self.map.as_mut_ptr(), first.len())
+        };
+        Ok(())
     }
 
     /// Faults every page of the segment in ([`sys::populate`]): the
@@ -436,12 +474,21 @@ mod tests {
         );
     }
 
-    #[test]
-    fn the_consumer_binds_before_any_page_past_the_first_is_allocated() {
+    /// Places a fresh segment at its consumer, with its pages faulted in
+    /// by `populate`, and checks that every page, the first (which the
+    /// producer allocated writing the layout) included, is allocated only
+    /// after the consumer bound it, with nothing the producer wrote lost.
+    fn check_every_page_is_allocated_under_the_consumers_binding(
+        producer: u32,
+        consumer: u32,
+        populate: fn(&MmapMut) -> io::Result<()>,
+    ) {
         use crate::numa::{page_policy, PagePolicy};
-        let producer = Segment::create(9, 10, 1024).unwrap();
-        let consumer = Segment::open(pass(&producer), 9, 10).unwrap();
-        let pages = sys::resident_pages(&consumer.map).unwrap();
+        use std::sync::atomic::Ordering;
+        let mut made = Segment::create(producer, consumer, 1024).unwrap();
+        made.producer_barriers().store(1, Ordering::Relaxed);
+        let mut placed = Segment::open(pass(&made), producer, consumer).unwrap();
+        let pages = sys::resident_pages(&placed.map).unwrap();
         assert!(pages.len() > 4, "{} pages", pages.len());
         // Only the layout's page: the producer allocated no other (with
         // `MAP_POPULATE` it allocated them all, on its own node).
@@ -456,33 +503,77 @@ mod tests {
             nodes: vec![0],
             from: "the test",
         };
-        consumer
-            .place_by(|map| {
-                assert!(
-                    sys::resident_pages(map).unwrap()[1..].iter().all(|&r| !r),
-                    "pages were allocated before the consumer bound them"
-                );
-                placement.bind_pages(map, 0..map.len(), "the queue");
-                Ok(())
-            })
+        let page = sys::page_size();
+        placed
+            .place_by(
+                |map| {
+                    placement.bind_pages(map, 0..map.len(), "the queue");
+                    Ok(())
+                },
+                |map| {
+                    let resident = sys::resident_pages(map).unwrap();
+                    let early: Vec<usize> = (0..resident.len()).filter(|&p| resident[p]).collect();
+                    assert!(
+                        early.is_empty(),
+                        "pages {early:?} are still those allocated before the binding"
+                    );
+                    for p in 0..resident.len() {
+                        assert_eq!(
+                            page_policy(map.as_ptr().wrapping_add(p * page)).unwrap(),
+                            PagePolicy::Bind(vec![0]),
+                            "page {p} is allocated before it is bound"
+                        );
+                    }
+                    populate(map)
+                },
+                &"the queue",
+            )
             .unwrap();
         assert!(matches!(placement, Placement::Bind { .. }), "{placement}");
         // All allocated now, under the consumer's policy, with nothing the
         // producer wrote changed; the producer's populate changes nothing.
-        producer.populate().unwrap();
-        assert!(sys::resident_pages(&consumer.map)
+        let missing: Vec<usize> = sys::resident_pages(&placed.map)
             .unwrap()
             .iter()
-            .all(|&r| r));
-        let page = sys::page_size();
+            .enumerate()
+            .filter_map(|(p, &r)| (!r).then_some(p))
+            .collect();
+        assert!(missing.is_empty(), "pages {missing:?} are not allocated");
+        made.populate().unwrap();
         for p in 0..pages.len() {
             assert_eq!(
-                page_policy(consumer.map.as_ptr().wrapping_add(p * page)).unwrap(),
+                page_policy(placed.map.as_ptr().wrapping_add(p * page)).unwrap(),
                 PagePolicy::Bind(vec![0]),
                 "page {p}"
             );
         }
-        assert_eq!(Segment::open(pass(&producer), 9, 10).unwrap().cells(), 1024);
+        assert_eq!(
+            Segment::open(pass(&made), producer, consumer)
+                .unwrap()
+                .cells(),
+            1024
+        );
+        assert_eq!(placed.producer_barriers().load(Ordering::Relaxed), 1);
+        // Both ends map the new first page.
+        placed.head().store(5, Ordering::Relaxed);
+        assert_eq!(made.head().load(Ordering::Relaxed), 5);
+        made.write_cells(8, b"cell");
+        let mut got = [0u8; 4];
+        placed.read_cells(8, &mut got);
+        assert_eq!(&got, b"cell");
+    }
+
+    #[test]
+    fn the_consumer_allocates_every_page_under_its_binding() {
+        check_every_page_is_allocated_under_the_consumers_binding(9, 10, sys::populate);
+    }
+
+    #[test]
+    fn so_does_the_fallback_for_kernels_without_populate_write() {
+        check_every_page_is_allocated_under_the_consumers_binding(11, 12, |map| {
+            sys::touch_every_page(map);
+            Ok(())
+        });
     }
 
     #[test]

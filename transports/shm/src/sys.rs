@@ -1,8 +1,9 @@
 //! The operating-system calls of the shared-memory transport, behind safe
 //! wrappers: anonymous memory files (`memfd_create`) and their seals, the
-//! mapping of a segment and the faulting in of its pages
-//! (`MADV_POPULATE_WRITE`), abstract-namespace Unix sockets and the passing of
-//! a descriptor over one (`SCM_RIGHTS`) and the process at their other end
+//! mapping of a segment, the faulting in of its pages
+//! (`MADV_POPULATE_WRITE`) and the freeing of some (`fallocate`),
+//! abstract-namespace Unix sockets and the passing of a descriptor over
+//! one (`SCM_RIGHTS`) and the process at their other end
 //! (`SO_PEERCRED`), epoll, an eventfd, the NUMA memory policy of pages of
 //! a mapping (`mbind`, and `get_mempolicy` to read it back), the page
 //! size, a copy of another process's descriptor (`pidfd_getfd`),
@@ -106,25 +107,58 @@ pub(crate) fn map(file: &File) -> io::Result<MmapMut> {
 
 /// Faults every page of `map` in now, as for a write
 /// (`MADV_POPULATE_WRITE`, Linux 5.14; where the kernel does not know it,
-/// one load from each page, which allocates a memory file's page too):
-/// for a queue, whose every page is written and read on its first lap
-/// anyway, so that the first messages do not each pay a page fault. A
-/// memory file's pages not allocated yet are allocated here, under the
-/// file's policy (module `numa`); the contents are left as they are.
+/// [`touch_every_page`]): for a queue, whose every page is written and
+/// read on its first lap anyway, so that the first messages do not each
+/// pay a page fault. A memory file's pages not allocated yet are
+/// allocated here, under the file's policy (module `numa`); the contents
+/// are left as they are.
 pub(crate) fn populate(map: &MmapMut) -> io::Result<()> {
     match map.advise(memmap2::Advice::PopulateWrite) {
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-            for offset in (0..map.len()).step_by(page_size()) {
-                // SAFETY: `offset` is inside the mapping, which lives for
-                // the borrow; the byte is loaded atomically, as the peer may
-                // be writing it, and the value is not used.
-                unsafe { AtomicU8::from_ptr(map.as_ptr().add(offset).cast_mut()) }
-                    .load(Ordering::Relaxed);
-            }
+            touch_every_page(map);
             Ok(())
         }
         other => other,
     }
+}
+
+/// [`populate`] for kernels before 5.14, which refuse
+/// `MADV_POPULATE_WRITE` (`EINVAL`): one load from each page of `map`,
+/// which maps it, and allocates a memory file's page not allocated yet
+/// (under the file's policy, like the advice). The contents are left as
+/// they are.
+pub(crate) fn touch_every_page(map: &MmapMut) {
+    for offset in (0..map.len()).step_by(page_size()) {
+        // SAFETY: `offset` is inside the mapping, which lives for the
+        // borrow; the byte is loaded atomically, as the peer may be
+        // writing it, and the value is not used.
+        unsafe { AtomicU8::from_ptr(map.as_ptr().add(offset).cast_mut()) }.load(Ordering::Relaxed);
+    }
+}
+
+/// Frees bytes `pages` (whole pages) of memory file `file`
+/// (`fallocate` with `FALLOC_FL_PUNCH_HOLE`, the size kept): the kernel
+/// takes the pages out of every process's mapping of the file, and the
+/// next access to one, by any process, allocates a new zeroed page
+/// there, under the file's policy for it. The contents are lost: the
+/// caller saves what it needs first, and no other process may use those
+/// bytes meanwhile.
+pub(crate) fn release_pages(file: &File, pages: std::ops::Range<usize>) -> io::Result<()> {
+    let bad = || io::Error::new(io::ErrorKind::InvalidInput, "pages out of range");
+    let start = libc::off_t::try_from(pages.start).map_err(|_| bad())?;
+    let len = libc::off_t::try_from(pages.len()).map_err(|_| bad())?;
+    // SAFETY: fallocate on a descriptor we own, with integer arguments; it
+    // changes the file's contents, which the mappings only ever reach
+    // through raw pointers and atomics (see the module docs).
+    cvt(unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            start,
+            len,
+        )
+    })?;
+    Ok(())
 }
 
 /// Which pages of `map` the memory file behind it holds (`mincore`; for a
