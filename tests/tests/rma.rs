@@ -133,6 +133,16 @@ fn flushes_test_sync_and_window_error_handlers_do_their_part() {
     job("synchronization", &[], 3, &TCP, 60);
 }
 
+/// A put its target refuses, followed directly by fence, unlock_all and
+/// free: the origin's call reports it, every rank still synchronizes
+/// (before, the origin left the barrier or the locks behind and the job
+/// hung until its bound).
+#[test]
+fn fence_unlock_all_and_free_synchronize_after_a_refused_put() {
+    job("refused_sync", &[], 3, &[], 60);
+    job("refused_sync", &[], 2, &TCP, 60);
+}
+
 /// A window's fatal handler ends the job on an out-of-range put, with
 /// the error's message and class.
 #[test]

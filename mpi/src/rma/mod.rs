@@ -1028,21 +1028,23 @@ impl<'a> Window<'a> {
     }
 
     fn free_unhandled(&mut self) -> Result<()> {
-        {
+        let open = {
             let epochs = self.epochs_now();
-            if !epochs.locks.is_empty()
+            !epochs.locks.is_empty()
                 || epochs.lock_all.is_some()
                 || epochs.access.is_some()
                 || epochs.exposure.is_some()
-            {
-                return Err(Error::new(
-                    ErrorClass::RmaSync,
-                    "the window is freed with an epoch open (a lock, start or post not ended)",
-                ));
-            }
+        };
+        // The barrier is entered even so, and whatever a target refused:
+        // the other ranks are in theirs, and this window is consumed.
+        let freed = self.flush_every_target_then(|| self.comm.barrier());
+        if open {
+            return Err(Error::new(
+                ErrorClass::RmaSync,
+                "the window is freed with an epoch open (a lock, start or post not ended)",
+            ));
         }
-        self.flush_every_target()?;
-        self.comm.barrier()?;
+        freed?;
         self.freed = true;
         target::unregister(self.context_id);
         self.comm.clone().free()
@@ -1792,6 +1794,33 @@ impl<'a> Window<'a> {
         take_errors(&self.shared)
     }
 
+    /// Flushes every target, then runs `synchronize` (the barrier of a
+    /// fence or a free, the unlocks of `unlock_all`) whatever the flush
+    /// found, and only then reports the first error: the flush's, the
+    /// synchronization's, or one a target recorded (a refused operation).
+    /// Returning before it would leave the other ranks waiting in their
+    /// barrier, or the targets locked, for ever.
+    fn flush_every_target_then(&self, synchronize: impl FnOnce() -> Result<()>) -> Result<()> {
+        let flushed = self.flush_targets(0..self.members.len());
+        let synchronized = synchronize();
+        let recorded = take_errors(&self.shared);
+        flushed.and(synchronized).and(recorded)
+    }
+
+    /// Releases the shared lock `lock_all` took on every target, all of
+    /// them even if one fails; the first error.
+    fn unlock_every_target(&self) -> Result<()> {
+        let mut first = Ok(());
+        for rank in 0..self.members.len() {
+            let (to, path) = self.target_of(rank);
+            let unlocked = path.unlock(&to, LockType::Shared);
+            if first.is_ok() {
+                first = unlocked;
+            }
+        }
+        first
+    }
+
     /// Flushes `ranks`, every target's queued operations leaving before
     /// the first wait.
     fn flush_targets(&self, ranks: impl Iterator<Item = usize> + Clone) -> Result<()> {
@@ -1830,12 +1859,13 @@ impl<'a> Window<'a> {
                 ));
             }
         }
-        if assert & MODE_NOPRECEDE == 0 {
-            self.flush_every_target()?;
-        }
-        self.comm.barrier()?;
+        let synchronized = if assert & MODE_NOPRECEDE == 0 {
+            self.flush_every_target_then(|| self.comm.barrier())
+        } else {
+            self.comm.barrier()
+        };
         self.epochs().fence = assert & MODE_NOSUCCEED == 0;
-        Ok(())
+        synchronized
     }
 
     /// Opens an exposure epoch to the ranks of `group` (`MPI_Win_post`).
@@ -2089,14 +2119,10 @@ impl<'a> Window<'a> {
                 self.epochs().lock_all.take().ok_or_else(|| {
                     Error::new(ErrorClass::RmaSync, "unlock_all without lock_all")
                 })?;
-            self.flush_every_target()?;
-            if taken {
-                for rank in 0..self.members.len() {
-                    let (to, path) = self.target_of(rank);
-                    path.unlock(&to, LockType::Shared)?;
-                }
-            }
-            Ok(())
+            self.flush_every_target_then(|| match taken {
+                true => self.unlock_every_target(),
+                false => Ok(()),
+            })
         })();
         self.comm.handled(result)
     }

@@ -67,7 +67,9 @@
 //! returns its error, and with Return set again only the error comes
 //! back; fences with NOSTORE and NOPUT, and after NOSUCCEED a put is out
 //! of any epoch), `fatal_handler` (a window's fatal handler ends the
-//! job on an out-of-range put), `attributes`
+//! job on an out-of-range put), `refused_sync` (a put its target refuses,
+//! by rank 0 alone, followed directly by fence, unlock_all and free: rank
+//! 0's call reports it, and every rank's still synchronizes), `attributes`
 //! (attributes, hints, names, sizes that differ between ranks), `errors`
 //! (the error classes of bad calls, after which the window still works)
 //! and `passive` (rank 0 computes outside MPI while the others lock, put
@@ -144,6 +146,7 @@ fn main() -> ExitCode {
                 "locations" => locations(&world),
                 "synchronization" => synchronization(&world),
                 "fatal_handler" => fatal_handler(&world),
+                "refused_sync" => refused_sync(&world),
                 "attributes" => attributes(&world),
                 "errors" => errors(&world),
                 "passive" => passive(&world),
@@ -1855,6 +1858,99 @@ fn flush_all_reports_refusals(world: &Communicator) -> Result<()> {
     window.detach(address)?;
     window.free()?;
     same(&region, &[0], "the region after the refused puts")
+}
+
+/// Every rank's outcome of a call, gathered at every rank as error class
+/// codes (0 for success), against `expected` (the class each rank must
+/// report, if any): a rank that reports the wrong outcome fails the
+/// check, and one that never gets here (left waiting in a barrier of the
+/// call) holds the job until its bound.
+fn outcomes(
+    world: &Communicator,
+    outcome: Result<()>,
+    expected: impl Fn(usize) -> Option<ErrorClass>,
+    what: &str,
+) -> Result<()> {
+    let mine = outcome.as_ref().err().map_or(0, |e| e.class().code());
+    let mut every = vec![0i32; world.size() as usize];
+    world.all_gather_into(&[mine][..], &mut every[..])?;
+    let want: Vec<i32> = (0..every.len())
+        .map(|r| expected(r).map_or(0, ErrorClass::code))
+        .collect();
+    same(
+        &every,
+        &want,
+        &format!("{what}: error classes by rank (this rank's: {outcome:?})"),
+    )
+}
+
+/// A put that its target refuses, by rank 0 alone (past the slots that
+/// rank 1 attached to a dynamic window: only the target can check it),
+/// followed directly by the call that ends its epoch: `fence`,
+/// `unlock_all` and `free`. Rank 0's call reports MPI_ERR_RMA_RANGE, the
+/// others' succeed, and each still synchronizes: the next fence epoch
+/// works, every rank's exclusive lock on every target is granted after
+/// the unlock_all (rank 0's shared locks were released), and every rank
+/// leaves the free. Nothing of the refused puts is written.
+fn refused_sync(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    ensure(size >= 2, || {
+        "refused_sync runs on 2 ranks or more".to_owned()
+    })?;
+    let right = (rank + 1) % size;
+    let refused = |r: usize| (r == 0).then_some(ErrorClass::RmaRange);
+    // A slot per origin.
+    let mut slots = vec![0u64; size];
+    let window = Window::create_dynamic(world, &Info::new())?;
+    let address = window.attach(&mut slots[..])?;
+    let mut addresses = vec![0u64; size];
+    world.all_gather_into(&[address as u64][..], &mut addresses[..])?;
+    let at = |t: usize| addresses[t] as usize + 8 * rank;
+    let past_every_slot = vec![9u64; size + 1];
+    let bad_put = || {
+        window.put(
+            &past_every_slot[..],
+            right as i32,
+            addresses[right] as usize,
+        )
+    };
+    window.fence(0)?;
+    if rank == 0 {
+        bad_put()?;
+    } else {
+        window.put(&[100 + rank as u64][..], right as i32, at(right))?;
+    }
+    outcomes(world, window.fence(0), refused, "fence after a refused put")?;
+    window.put(&[200 + rank as u64][..], right as i32, at(right))?;
+    outcomes(
+        world,
+        window.fence(MODE_NOSUCCEED),
+        |_| None,
+        "the next fence",
+    )?;
+    window.lock_all(0)?;
+    if rank == 0 {
+        bad_put()?;
+    }
+    outcomes(
+        world,
+        window.unlock_all(),
+        refused,
+        "unlock_all after a refused put",
+    )?;
+    for t in 0..size {
+        window.lock(LockType::Exclusive, t as i32, 0)?;
+        window.put(&[300 + rank as u64][..], t as i32, at(t))?;
+        window.unlock(t as i32)?;
+    }
+    world.barrier()?;
+    window.fence(0)?;
+    if rank == 0 {
+        bad_put()?;
+    }
+    outcomes(world, window.free(), refused, "free after a refused put")?;
+    let want: Vec<u64> = (0..size).map(|o| 300 + o as u64).collect();
+    same(&slots, &want, "the slots after the refused puts")
 }
 
 /// Rank 1 puts past the end of rank 0's window with the window's fatal
