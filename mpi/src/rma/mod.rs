@@ -503,7 +503,9 @@ impl Drop for EpochsGuard<'_> {
 /// module docs. Freed by [`Window::free`] (collective); it borrows the
 /// memory it was made on for `'a`.
 pub struct Window<'a> {
-    /// The window's own copy of the communicator.
+    /// The window's own copy of the communicator
+    /// (`Communicator::private_copy`: no attributes, no copy callbacks),
+    /// which keeps its name and error handler.
     comm: Communicator,
     context_id: u32,
     shared: Arc<Shared>,
@@ -785,7 +787,10 @@ impl<'a> Window<'a> {
             hints.set(key, value)?;
         }
         let no_locks = hints.get("no_locks")? == Some("true");
-        let comm = parent.duplicate_unhandled()?;
+        // MPI 4.1 §12.6.1: a window's error handler is
+        // MPI_ERRORS_ARE_FATAL when it is made, whatever the
+        // communicator's.
+        let comm = parent.private_copy("a window", ErrorHandler::Fatal)?;
         let context_id = comm.context_id();
         let members = comm.members().clone();
         let shared = Arc::new(Shared::new(&members, memory));
@@ -1141,7 +1146,9 @@ impl<'a> Window<'a> {
 
     /// Sets what an error of a call on the window does
     /// (`MPI_Win_set_errhandler`); a user handler is called with the
-    /// window's own communicator.
+    /// window's own communicator. A new window's handler is
+    /// [`ErrorHandler::Fatal`] (`MPI_ERRORS_ARE_FATAL`, MPI 4.1 §12.6.1),
+    /// whatever its communicator's.
     #[doc(alias = "MPI_Win_set_errhandler")]
     pub fn set_error_handler(&self, handler: ErrorHandler) {
         self.comm.set_error_handler(handler)

@@ -21,7 +21,9 @@
 //! `spinlock` (a compare-and-swap lock guards N non-atomic increments by
 //! get and put), `exclusion` (N increments by get and put under rank 0's
 //! exclusive lock, alternating with accumulates of 4-byte integers and
-//! fetch-and-op of doubles under its shared lock: exact totals), `large`
+//! fetch-and-op of doubles under its shared lock: exact totals); these
+//! four on an allocated window, or on one of `Window::create` given a
+//! third argument `create` (`rma_suite atomic N create`), `large`
 //! (puts and gets of 300,000 bytes, at an odd displacement, to the next
 //! rank; then an epoch of 48 puts and one of 48 gets of 64 KiB and more
 //! to consecutive slots, 3 MiB each, which on shared memory stream past
@@ -62,15 +64,23 @@
 //! after a barrier with the epoch still open, and reports the puts past
 //! every target's region of a dynamic window; `flush_local` and
 //! `flush_local_all` complete `rget`s; `test` polls a post until the
-//! origins' puts are complete; `sync` while a target polls its memory;
+//! origins' puts are complete, saying no first while they have not
+//! completed (a blocking test would hang); `sync` while a target polls its memory;
 //! a window's user error handler sees an out-of-range put, which still
 //! returns its error, and with Return set again only the error comes
 //! back; fences with NOSTORE and NOPUT, and after NOSUCCEED a put is out
-//! of any epoch), `fatal_handler` (a window's fatal handler ends the
-//! job on an out-of-range put), `refused_sync` (a put its target refuses,
+//! of any epoch), `fatal_handler` (a new window's handler, fatal
+//! though world's is Return, ends the job on an out-of-range put), `refused_sync` (a put its target refuses,
 //! by rank 0 alone, followed directly by fence, unlock_all and free: rank
-//! 0's call reports it, and every rank's still synchronizes), `attributes`
-//! (attributes, hints, names, sizes that differ between ranks), `errors`
+//! 0's call reports it, and every rank's still synchronizes), `epochs`
+//! (errors of detach, of attach to a window that is not dynamic, of
+//! epochs opened twice, of a start group outside the window or an
+//! operation outside it, of a free with an epoch open; lock_all waits
+//! for another rank's exclusive lock; lock_all(MODE_NOCHECK); every
+//! operation on PROC_NULL does nothing), `attributes`
+//! (a new window's error handler is fatal, its making and freeing run
+//! no attribute callback of world's; attributes, hints, names, sizes
+//! that differ between ranks), `errors`
 //! (the error classes of bad calls, after which the window still works)
 //! and `passive` (rank 0 computes outside MPI while the others lock, put
 //! and unlock: run with `OXMPI_ASYNC_PROGRESS=1`).
@@ -114,7 +124,7 @@ use oxmpi::rma::{
 };
 use oxmpi::traits::*;
 use oxmpi::Threading;
-use oxmpi::{Communicator, ErrorClass, Info, Result};
+use oxmpi::{Color, Communicator, ErrorClass, ErrorHandler, Info, Keyval, Result};
 use oxmpi_jobs::checks::{ensure, expect_class, fail, same};
 use oxmpi_jobs::program::{run_check, world_returning_errors};
 use std::process::ExitCode;
@@ -126,6 +136,9 @@ fn main() -> ExitCode {
         .nth(2)
         .and_then(|s| s.parse().ok())
         .unwrap_or(100);
+    // `atomic`, `regions`, `spinlock` and `exclusion` on a window of
+    // Window::create rather than Window::allocate.
+    let created = std::env::args().nth(3).as_deref() == Some("create");
     run_check(
         &format!("rma_suite {check}"),
         Threading::Single,
@@ -134,10 +147,10 @@ fn main() -> ExitCode {
             match check.as_str() {
                 "ops" => ops(&world),
                 "operations" => operations(&world),
-                "atomic" => atomic(&world, n),
-                "regions" => regions(&world, n),
-                "spinlock" => spinlock(&world, n),
-                "exclusion" => exclusion(&world, n),
+                "atomic" => atomic(&world, n, created),
+                "regions" => regions(&world, n, created),
+                "spinlock" => spinlock(&world, n, created),
+                "exclusion" => exclusion(&world, n, created),
                 "large" => large(&world),
                 "by_message" => by_message(&world),
                 "batches" => batches(&world, n),
@@ -147,6 +160,7 @@ fn main() -> ExitCode {
                 "synchronization" => synchronization(&world),
                 "fatal_handler" => fatal_handler(&world),
                 "refused_sync" => refused_sync(&world),
+                "epochs" => epochs(&world),
                 "attributes" => attributes(&world),
                 "errors" => errors(&world),
                 "passive" => passive(&world),
@@ -161,6 +175,14 @@ fn main() -> ExitCode {
             }
         },
     )
+}
+
+/// `window`, made with the program's Return error handler (a new window's
+/// is fatal, whatever world's): the checks expect errors back.
+fn returning(window: Result<Window<'_>>) -> Result<Window<'_>> {
+    let window = window?;
+    window.set_error_handler(ErrorHandler::Return);
+    Ok(window)
 }
 
 /// Elements of each rank's window in `ops`.
@@ -215,11 +237,12 @@ fn ops(world: &Communicator) -> Result<()> {
                 WindowKind::Created | WindowKind::Dynamic => {
                     // Displacements are addresses in a dynamic window.
                     let (window, attached) = if kind == WindowKind::Dynamic {
-                        let window = Window::create_dynamic(world, &Info::new())?;
+                        let window = returning(Window::create_dynamic(world, &Info::new()))?;
                         let address = window.attach(&mut memory[..])?;
                         (window, Some(address))
                     } else {
-                        let window = Window::create(world, &mut memory[..], 8, &Info::new())?;
+                        let window =
+                            returning(Window::create(world, &mut memory[..], 8, &Info::new()))?;
                         (window, None)
                     };
                     let address = attached.unwrap_or(0);
@@ -238,9 +261,9 @@ fn ops(world: &Communicator) -> Result<()> {
                 }
                 WindowKind::Allocated | WindowKind::Shared => {
                     let window = if kind == WindowKind::Shared {
-                        Window::allocate_shared(world, LEN * 8, 8, &Info::new())?
+                        returning(Window::allocate_shared(world, LEN * 8, 8, &Info::new()))?
                     } else {
-                        Window::allocate(world, LEN * 8, 8, &Info::new())?
+                        returning(Window::allocate(world, LEN * 8, 8, &Info::new()))?
                     };
                     window.write_local(0, &start)?;
                     world.barrier()?;
@@ -456,7 +479,7 @@ fn operations(world: &Communicator) -> Result<()> {
         typed_accumulate::<u8>(world, name, op.into(), |r, i| (r + i) as u8 % 4)?;
         typed_accumulate::<i64>(world, name, op.into(), |r, i| ((r as i64) << 33) - i as i64)?;
         if integer_only(name) {
-            let window = Window::allocate(world, 64, 8, &Info::new())?;
+            let window = returning(Window::allocate(world, 64, 8, &Info::new()))?;
             window.fence(0)?;
             let bad = window.accumulate(&[1.5f64][..], 0, 0, op);
             window.fence(MODE_NOSUCCEED)?;
@@ -498,7 +521,7 @@ where
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     let elem = std::mem::size_of::<T>();
     let what = |call: &str| format!("{call} {name} of {}", std::any::type_name::<T>());
-    let window = Window::allocate(world, (N + 1) * elem, elem, &Info::new())?;
+    let window = returning(Window::allocate(world, (N + 1) * elem, elem, &Info::new()))?;
     let start: Vec<T> = (0..=N).map(|i| value(size + 1, i)).collect();
     let mine = |r: usize| -> Vec<T> { (0..=N).map(|i| value(r, i)).collect() };
     // What the window holds after the first `turns` ranks' operations.
@@ -558,12 +581,34 @@ where
     window.free()
 }
 
+/// The window of `atomic`, `regions`, `spinlock` and `exclusion`: `bytes`
+/// zeroed bytes with displacements in units of `unit`, on `memory` that
+/// the program lends when `created` (reached on one host by cross-memory
+/// attach, whose read-modify-writes take the region mutexes of the
+/// window's control segment), else allocated (mapped shared memory on
+/// one host).
+fn atomics_window<'m>(
+    world: &Communicator,
+    memory: &'m mut Vec<u64>,
+    bytes: usize,
+    unit: usize,
+    created: bool,
+) -> Result<Window<'m>> {
+    if created {
+        *memory = vec![0u64; bytes.div_ceil(8)];
+        returning(Window::create(world, &mut memory[..], unit, &Info::new()))
+    } else {
+        returning(Window::allocate(world, bytes, unit, &Info::new()))
+    }
+}
+
 /// Every rank does `n` fetch-and-op sums of 1 on element 0 of rank 0 and
 /// `n` accumulate sums of 1 on element 1, under a shared lock: both
 /// totals are exact, and the values fetched are all different.
-fn atomic(world: &Communicator, n: usize) -> Result<()> {
+fn atomic(world: &Communicator, n: usize, created: bool) -> Result<()> {
     let (rank, size) = (world.rank(), world.size() as usize);
-    let window = Window::allocate(world, 16, 8, &Info::new())?;
+    let mut memory = Vec::new();
+    let window = atomics_window(world, &mut memory, 16, 8, created)?;
     world.barrier()?;
     let mut fetched = vec![0u64; n];
     window.lock(LockType::Shared, 0, 0)?;
@@ -621,9 +666,10 @@ fn region_spans(rank: usize, i: usize) -> (usize, usize) {
 /// element seen half-written). The totals are exact: each double counts
 /// the sums that covered it, each product is 3 to the number of products
 /// (3 is invertible modulo 2^64, so one lost product changes the result).
-fn regions(world: &Communicator, n: usize) -> Result<()> {
+fn regions(world: &Communicator, n: usize, created: bool) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
-    let window = Window::allocate(world, REGIONS_WINDOW * 8, 8, &Info::new())?;
+    let mut memory = Vec::new();
+    let window = atomics_window(world, &mut memory, REGIONS_WINDOW * 8, 8, created)?;
     if rank == 0 {
         window.write_local(8 * PRODUCT_AT, &[1i64; FIELD][..])?;
     }
@@ -700,9 +746,10 @@ fn regions(world: &Communicator, n: usize) -> Result<()> {
 /// A spin lock built with compare-and-swap on element 0 of rank 0 guards
 /// a counter at element 1 that ranks increment by get and put: `n`
 /// increments each, none lost.
-fn spinlock(world: &Communicator, n: usize) -> Result<()> {
+fn spinlock(world: &Communicator, n: usize, created: bool) -> Result<()> {
     let (rank, size) = (world.rank(), world.size() as usize);
-    let window = Window::allocate(world, 16, 8, &Info::new())?;
+    let mut memory = Vec::new();
+    let window = atomics_window(world, &mut memory, 16, 8, created)?;
     world.barrier()?;
     window.lock_all(0)?;
     let me = rank as u64 + 1;
@@ -735,9 +782,10 @@ fn spinlock(world: &Communicator, n: usize) -> Result<()> {
 /// accumulate of an `i32` 1 into bytes 8..12 and a fetch-and-op sum of a
 /// `f64` 1 into element 2 (neither a NIC atomic on the RDMA path: the
 /// target's accumulate mutex). No increment is lost.
-fn exclusion(world: &Communicator, n: usize) -> Result<()> {
+fn exclusion(world: &Communicator, n: usize, created: bool) -> Result<()> {
     let (rank, size) = (world.rank(), world.size() as usize);
-    let window = Window::allocate(world, 24, 4, &Info::new())?;
+    let mut memory = Vec::new();
+    let window = atomics_window(world, &mut memory, 24, 4, created)?;
     world.barrier()?;
     for _ in 0..n {
         window.lock(LockType::Exclusive, 0, 0)?;
@@ -776,7 +824,7 @@ fn large(world: &Communicator) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     let next = ((rank + 1) % size) as i32;
     let bytes = |r: usize| -> Vec<u8> { (0..LEN).map(|i| (i * 7 + r * 13) as u8).collect() };
-    let window = Window::allocate(world, LEN + 8, 1, &Info::new())?;
+    let window = returning(Window::allocate(world, LEN + 8, 1, &Info::new()))?;
     window.lock(LockType::Exclusive, next, 0)?;
     window.put(&bytes(rank)[..], next, 3)?;
     window.flush(next)?;
@@ -816,7 +864,12 @@ fn streamed(world: &Communicator) -> Result<()> {
             .map(|i| (i * 13 + j * 7 + r * 5 + i / 509) as u8)
             .collect()
     };
-    let window = Window::allocate(world, DISP + SLOTS * SLOT, 1, &Info::new())?;
+    let window = returning(Window::allocate(
+        world,
+        DISP + SLOTS * SLOT,
+        1,
+        &Info::new(),
+    ))?;
     window.lock(LockType::Shared, next, 0)?;
     for j in 0..SLOTS {
         window.put(&slot_bytes(rank, j)[..], next, DISP + j * SLOT)?;
@@ -883,7 +936,7 @@ fn by_message(world: &Communicator) -> Result<()> {
     let next = (rank + 1) % size;
     let previous = (rank + size - 1) % size;
     let largest = BY_MESSAGE_SIZES[BY_MESSAGE_SIZES.len() - 1];
-    let window = Window::allocate(world, 2 * largest + 64, 1, &Info::new())?;
+    let window = returning(Window::allocate(world, 2 * largest + 64, 1, &Info::new()))?;
     for (step, &n) in BY_MESSAGE_SIZES.iter().enumerate() {
         for (phase, t) in [next, rank].into_iter().enumerate() {
             let sent = by_message_bytes(rank, 2 * step + phase, n);
@@ -1018,7 +1071,7 @@ fn by_message(world: &Communicator) -> Result<()> {
     // regions); the data of a refused put or accumulate is taken and
     // dropped, so the operations after it land whole.
     let mut region = vec![0u8; REGION];
-    let dynamic = Window::create_dynamic(world, &Info::new())?;
+    let dynamic = returning(Window::create_dynamic(world, &Info::new()))?;
     let at = dynamic.attach(&mut region[..])?;
     let mut addresses = vec![0u64; size];
     world.all_gather_into(&[at as u64][..], &mut addresses[..])?;
@@ -1106,7 +1159,7 @@ fn batches(world: &Communicator, rounds: usize) -> Result<()> {
     let next = (rank + 1) % size;
     let previous = (rank + size - 1) % size;
     let t = next as i32;
-    let window = Window::allocate(world, 8 * WORDS, 8, &Info::new())?;
+    let window = returning(Window::allocate(world, 8 * WORDS, 8, &Info::new()))?;
     for round in 0..rounds {
         window.lock(LockType::Shared, t, 0)?;
         // Each word is put, then 1 is added to it: applied in another
@@ -1180,7 +1233,7 @@ fn batches(world: &Communicator, rounds: usize) -> Result<()> {
     // dynamic window, which only the target checks): reported at the
     // flush, the others applied.
     let mut region = vec![0u64; 4];
-    let window = Window::create_dynamic(world, &Info::new())?;
+    let window = returning(Window::create_dynamic(world, &Info::new()))?;
     let at = window.attach(&mut region[..])?;
     let mut addresses = vec![0u64; size];
     world.all_gather_into(&(at as u64), &mut addresses[..])?;
@@ -1222,7 +1275,7 @@ fn dynamic(world: &Communicator) -> Result<()> {
     let mut first = vec![0u32; 16];
     let mut second = vec![0u32; 8];
     let mut third = vec![0u32; THIRD];
-    let window = Window::create_dynamic(world, &Info::new())?;
+    let window = returning(Window::create_dynamic(world, &Info::new()))?;
     ensure(window.create_flavor() == CreateFlavor::Dynamic, || {
         "flavor".into()
     })?;
@@ -1359,11 +1412,51 @@ fn dynamic(world: &Communicator) -> Result<()> {
 /// between ranks: ranges are checked against each target's own.
 fn attributes(world: &Communicator) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
+    // A new window's error handler is fatal though world's is Return (MPI
+    // 4.1 §12.6.1), and its communicator copy runs none of the program's
+    // attribute callbacks (MPI runs them on MPI_Comm_dup only).
+    let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let counted = {
+        let (copies, deletes) = (calls.clone(), calls.clone());
+        Keyval::<u32>::new(
+            move |v| {
+                copies
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push("copy");
+                Ok(Some(*v))
+            },
+            move |_| {
+                deletes
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push("delete");
+                Ok(())
+            },
+        )
+    };
+    world.set_attribute(&counted, 7)?;
+    let window = Window::allocate(world, 8, 8, &Info::new())?;
+    ensure(
+        matches!(window.error_handler(), ErrorHandler::Fatal),
+        || {
+            format!(
+                "a new window's error handler is {:?}",
+                window.error_handler()
+            )
+        },
+    )?;
+    window.free()?;
+    let seen = calls.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    ensure(seen.is_empty(), || {
+        format!("a window's making and freeing ran the attribute callbacks {seen:?}")
+    })?;
+    world.delete_attribute(&counted)?;
     let mut memory = vec![0u8; 8 * (rank + 1)];
     let mut info = Info::new();
     info.set("accumulate_ordering", "none")?;
     let unit = if rank % 2 == 0 { 1 } else { 4 };
-    let window = Window::create(world, &mut memory[..], unit, &info)?;
+    let window = returning(Window::create(world, &mut memory[..], unit, &info))?;
     ensure(window.size() == 8 * (rank + 1), || {
         format!("size {}", window.size())
     })?;
@@ -1407,7 +1500,7 @@ fn attributes(world: &Communicator) -> Result<()> {
     window.free()?;
     let mut no_locks = Info::new();
     no_locks.set("no_locks", "true")?;
-    let window = Window::allocate(world, 8, 8, &no_locks)?;
+    let window = returning(Window::allocate(world, 8, 8, &no_locks))?;
     expect_class(
         window.lock(LockType::Shared, 0, 0),
         ErrorClass::RmaSync,
@@ -1426,7 +1519,7 @@ fn attributes(world: &Communicator) -> Result<()> {
 /// The error classes of bad calls; the window works afterwards.
 fn errors(world: &Communicator) -> Result<()> {
     let size = world.size();
-    let window = Window::allocate(world, 64, 8, &Info::new())?;
+    let window = returning(Window::allocate(world, 64, 8, &Info::new()))?;
     expect_class(
         window.put(&[1u64][..], 0, 0),
         ErrorClass::RmaSync,
@@ -1518,7 +1611,7 @@ fn errors(world: &Communicator) -> Result<()> {
 /// unlock: only a progress thread can apply them.
 fn passive(world: &Communicator) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
-    let window = Window::allocate(world, 8 * size, 8, &Info::new())?;
+    let window = returning(Window::allocate(world, 8 * size, 8, &Info::new()))?;
     world.barrier()?;
     if rank == 0 {
         let expected: Vec<u64> = (0..size)
@@ -1571,7 +1664,7 @@ fn path(world: &Communicator) -> Result<()> {
     };
     let want = arg(2)?;
     let want_created = arg(3).unwrap_or_else(|_| want.clone());
-    let window = Window::allocate(world, 64, 8, &Info::new())?;
+    let window = returning(Window::allocate(world, 64, 8, &Info::new()))?;
     ensure(kind(&window) == want, || {
         format!(
             "an allocated window's path is {}, not {want}",
@@ -1589,7 +1682,7 @@ fn path(world: &Communicator) -> Result<()> {
     same(&all, &vec![code(&want); all.len()], "every rank's path")?;
     window.free()?;
     let mut memory = [0u64; 4];
-    let created = Window::create(world, &mut memory[..], 8, &Info::new())?;
+    let created = returning(Window::create(world, &mut memory[..], 8, &Info::new()))?;
     ensure(kind(&created) == want_created, || {
         format!(
             "a created window's path is {}, not {want_created}",
@@ -1616,9 +1709,9 @@ fn sleeping(world: &Communicator) -> Result<()> {
     // Slot `r`: origin r's value; slot `size + r`: its done mark.
     let mut memory = vec![0u64; 2 * size];
     let window = if std::env::args().nth(2).as_deref() == Some("create") {
-        Window::create(world, &mut memory[..], 8, &Info::new())?
+        returning(Window::create(world, &mut memory[..], 8, &Info::new()))?
     } else {
-        Window::allocate(world, 16 * size, 8, &Info::new())?
+        returning(Window::allocate(world, 16 * size, 8, &Info::new()))?
     };
     world.barrier()?;
     let bound = Duration::from_secs(20);
@@ -1675,7 +1768,7 @@ fn synchronization(world: &Communicator) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     let bound = Duration::from_secs(20);
     let value = |origin: usize, round: usize| (round * 1000 + origin + 1) as u64;
-    let window = Window::allocate(world, 8 * size, 8, &Info::new())?;
+    let window = returning(Window::allocate(world, 8 * size, 8, &Info::new()))?;
     // flush_all: every rank's put into every rank's slot `rank` is at
     // its target once flush_all returns; the targets read after a
     // barrier, with the epoch still open.
@@ -1721,10 +1814,21 @@ fn synchronization(world: &Communicator) -> Result<()> {
     window.unlock_all()?;
     world.barrier()?;
     // test: rank 0 exposes its window to the others and polls with test
-    // until their puts (of round 2) are complete.
+    // until their puts (of round 2) are complete. The origins complete
+    // only once rank 0 has tested once and then told them to: that first
+    // test must say no, and a test that waited for the epoch's end would
+    // wait for ever (the job's bound).
     let others: Vec<i32> = (1..size as i32).collect();
     if rank == 0 {
         window.post(&world.group().include(&others)?, 0)?;
+        if !others.is_empty() {
+            ensure(!window.test()?, || {
+                "test said the exposure epoch ended before any origin completed".to_owned()
+            })?;
+        }
+        for &origin in &others {
+            world.process_at_rank(origin).send(&1u8)?;
+        }
         let since = Instant::now();
         while !window.test()? {
             ensure(since.elapsed() < bound, || {
@@ -1742,6 +1846,7 @@ fn synchronization(world: &Communicator) -> Result<()> {
     } else {
         window.start(&world.group().include(&[0])?, 0)?;
         window.put(&[value(rank, 2)][..], 0, rank)?;
+        world.process_at_rank(0).receive::<u8>()?;
         window.complete()?;
     }
     world.barrier()?;
@@ -1772,7 +1877,7 @@ fn synchronization(world: &Communicator) -> Result<()> {
     // A user error handler sees an out-of-range put once, and the put
     // still returns the error; the window is untouched.
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    window.set_error_handler(oxmpi::ErrorHandler::user({
+    window.set_error_handler(ErrorHandler::user({
         let seen = seen.clone();
         move |_, e| {
             seen.lock()
@@ -1788,7 +1893,7 @@ fn synchronization(world: &Communicator) -> Result<()> {
     )?;
     // Back to Return: the error is returned, and the user's handler is
     // not called again.
-    window.set_error_handler(oxmpi::ErrorHandler::Return);
+    window.set_error_handler(ErrorHandler::Return);
     expect_class(
         window.put(&[7u64, 7][..], rank as i32, size - 1),
         ErrorClass::RmaRange,
@@ -1840,7 +1945,7 @@ fn synchronization(world: &Communicator) -> Result<()> {
 fn flush_all_reports_refusals(world: &Communicator) -> Result<()> {
     let size = world.size() as usize;
     let mut region = [0u64];
-    let window = Window::create_dynamic(world, &Info::new())?;
+    let window = returning(Window::create_dynamic(world, &Info::new()))?;
     let address = window.attach(&mut region[..])?;
     let mut addresses = vec![0u64; size];
     world.all_gather_into(&[address as u64][..], &mut addresses[..])?;
@@ -1858,6 +1963,180 @@ fn flush_all_reports_refusals(world: &Communicator) -> Result<()> {
     window.detach(address)?;
     window.free()?;
     same(&region, &[0], "the region after the refused puts")
+}
+
+/// Errors of detach, attach, epochs opened twice or left open, and the
+/// modes no other check exercises, each where a wrong answer shows: a
+/// detach of an address that is not the start of attached memory, and
+/// a second one (MPI_ERR_RMA_ATTACH; an attach overlapping attached
+/// memory cannot be written in safe Rust, which lends memory to a window
+/// once), an attach to a window that is not dynamic
+/// (MPI_ERR_RMA_FLAVOR); `lock_all` waits for another rank's exclusive
+/// lock (it finds that rank's last put, not its first);
+/// `lock_all(MODE_NOCHECK)` epochs whose puts land; a second post or
+/// start and an operation to a rank outside the start group
+/// (MPI_ERR_RMA_SYNC), a group with a process outside the window
+/// (MPI_ERR_GROUP); every operation on `PROC_NULL` does nothing, and
+/// neither do lock, flush and unlock of it; a free with an epoch open at
+/// rank 0 alone is MPI_ERR_RMA_SYNC there, and every rank leaves it.
+fn epochs(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    ensure(size >= 2, || "epochs runs on 2 ranks or more".to_owned())?;
+    // Attach and detach.
+    let mut region = [0u64; 4];
+    let window = returning(Window::create_dynamic(world, &Info::new()))?;
+    let at = window.attach(&mut region[..])?;
+    expect_class(
+        window.detach(at + 8),
+        ErrorClass::RmaAttach,
+        "a detach of an address inside attached memory, not its start",
+    )?;
+    window.detach(at)?;
+    expect_class(window.detach(at), ErrorClass::RmaAttach, "a second detach")?;
+    window.free()?;
+    let mut lent = [0u64; 2];
+    let created = returning(Window::create(world, &mut region[..], 8, &Info::new()))?;
+    expect_class(
+        created.attach(&mut lent[..]),
+        ErrorClass::RmaFlavor,
+        "an attach to a created window",
+    )?;
+    created.free()?;
+    // lock_all against an exclusive lock: rank 0 holds rank 1's, puts 1,
+    // lets the last rank call lock_all, waits, puts 2 and unlocks; the
+    // last rank's lock_all returns after the unlock, so its get finds 2.
+    let (holder, target, locker) = (0, 1i32, size - 1);
+    let (left, right) = ((rank + size - 1) % size, (rank + 1) % size);
+    let window = returning(Window::allocate(world, 8, 8, &Info::new()))?;
+    world.barrier()?;
+    if rank == holder {
+        window.lock(LockType::Exclusive, target, 0)?;
+        window.put(&[1u64][..], target, 0)?;
+        window.flush(target)?;
+        world.process_at_rank(locker as i32).send(&1u8)?;
+        std::thread::sleep(Duration::from_millis(200));
+        window.put(&[2u64][..], target, 0)?;
+        window.unlock(target)?;
+    }
+    if rank == locker {
+        world.process_at_rank(holder as i32).receive::<u8>()?;
+        window.lock_all(0)?;
+        let mut got = [0u64];
+        window.get(&mut got[..], target, 0)?;
+        window.unlock_all()?;
+        same(&got, &[2], "rank 1's slot read under lock_all")?;
+    }
+    world.barrier()?;
+    // lock_all(MODE_NOCHECK): no other lock is asked for meanwhile, and
+    // each rank's put into its right neighbour's window lands.
+    window.lock_all(MODE_NOCHECK)?;
+    window.put(&[10 + rank as u64][..], right as i32, 0)?;
+    window.unlock_all()?;
+    world.barrier()?;
+    let mut mine = [0u64];
+    window.read_local(0, &mut mine)?;
+    same(
+        &mine,
+        &[10 + left as u64],
+        "the put under lock_all(MODE_NOCHECK)",
+    )?;
+    world.barrier()?;
+    window.free()?;
+    // Post and start twice, an operation outside the start group: each
+    // rank exposes its window to its left neighbour and accesses its
+    // right one's; itself is outside its start group.
+    let window = returning(Window::allocate(world, 8, 8, &Info::new()))?;
+    let to_left = world.group().include(&[left as i32])?;
+    let to_right = world.group().include(&[right as i32])?;
+    window.post(&to_left, 0)?;
+    expect_class(
+        window.post(&to_left, 0),
+        ErrorClass::RmaSync,
+        "a second post",
+    )?;
+    window.start(&to_right, 0)?;
+    expect_class(
+        window.start(&to_right, 0),
+        ErrorClass::RmaSync,
+        "a second start",
+    )?;
+    expect_class(
+        window.put(&[5u64][..], rank as i32, 0),
+        ErrorClass::RmaSync,
+        "a put to a rank outside the start group",
+    )?;
+    window.put(&[7u64][..], right as i32, 0)?;
+    window.complete()?;
+    window.wait()?;
+    window.read_local(0, &mut mine)?;
+    same(&mine, &[7], "the left neighbour's put")?;
+    // Every operation on PROC_NULL, in a fence epoch: nothing changes,
+    // and the result buffers keep what they held.
+    window.fence(0)?;
+    let null = oxmpi::PROC_NULL;
+    let mut kept = [9u64];
+    let mut one = 9u64;
+    window.put(&[1u64][..], null, 0)?;
+    window.get(&mut kept[..], null, 0)?;
+    window.accumulate(&[1u64][..], null, 0, SystemOperation::sum())?;
+    window.get_accumulate(&[1u64][..], &mut kept[..], null, 0, SystemOperation::sum())?;
+    window.fetch_and_op(&1u64, &mut one, null, 0, SystemOperation::sum())?;
+    window.compare_and_swap(&1u64, &7u64, &mut one, null, 0)?;
+    let column = UserDatatype::vector(1, 1, 1, &u64::equivalent_datatype())?;
+    let layout = TargetLayout::new(1, &column);
+    window.put_typed(&[1u64][..], null, 0, layout)?;
+    window.get_typed(&mut kept[..], null, 0, layout)?;
+    window.accumulate_typed(&[1u64][..], null, 0, layout, SystemOperation::sum())?;
+    window.get_accumulate_typed(
+        &[1u64][..],
+        &mut kept[..],
+        null,
+        0,
+        layout,
+        AccumulateOp::Replace,
+    )?;
+    oxmpi::request::scope(|scope| -> Result<()> {
+        let requests = vec![
+            window.rput(&[1u64][..], null, 0)?,
+            window.raccumulate(&[1u64][..], null, 0, SystemOperation::sum())?,
+            window.rget(scope, &mut kept[..], null, 0)?,
+        ];
+        oxmpi::request::wait_all(requests).map(drop)
+    })?;
+    window.fence(MODE_NOSUCCEED)?;
+    window.lock(LockType::Exclusive, null, 0)?;
+    window.flush(null)?;
+    window.unlock(null)?;
+    same(
+        &[kept[0], one],
+        &[9, 9],
+        "result buffers of operations on PROC_NULL",
+    )?;
+    window.read_local(0, &mut mine)?;
+    same(&mine, &[7], "the window after operations on PROC_NULL")?;
+    // A group with a process outside the window: a window of this rank
+    // alone.
+    let alone = world
+        .split_by_color(Color::with_value(rank as i32))?
+        .ok_or_else(|| fail("a split with a colour gave no communicator"))?;
+    let lonely = returning(Window::allocate(&alone, 8, 8, &Info::new()))?;
+    expect_class(
+        lonely.start(&world.group(), 0),
+        ErrorClass::Group,
+        "start with a group beyond the window",
+    )?;
+    expect_class(
+        lonely.post(&world.group(), 0),
+        ErrorClass::Group,
+        "post with a group beyond the window",
+    )?;
+    lonely.free()?;
+    // Free with an epoch open at rank 0 alone.
+    if rank == 0 {
+        window.lock(LockType::Shared, right as i32, 0)?;
+    }
+    let open = |r: usize| (r == 0).then_some(ErrorClass::RmaSync);
+    outcomes(world, window.free(), open, "free with rank 0's lock open")
 }
 
 /// Every rank's outcome of a call, gathered at every rank as error class
@@ -1901,7 +2180,7 @@ fn refused_sync(world: &Communicator) -> Result<()> {
     let refused = |r: usize| (r == 0).then_some(ErrorClass::RmaRange);
     // A slot per origin.
     let mut slots = vec![0u64; size];
-    let window = Window::create_dynamic(world, &Info::new())?;
+    let window = returning(Window::create_dynamic(world, &Info::new()))?;
     let address = window.attach(&mut slots[..])?;
     let mut addresses = vec![0u64; size];
     world.all_gather_into(&[address as u64][..], &mut addresses[..])?;
@@ -1953,12 +2232,11 @@ fn refused_sync(world: &Communicator) -> Result<()> {
     same(&slots, &want, "the slots after the refused puts")
 }
 
-/// Rank 1 puts past the end of rank 0's window with the window's fatal
-/// handler set: the job ends with the error's message (the handler of
-/// the window, not of world, whose handler stays Return).
+/// Rank 1 puts past the end of rank 0's window, whose error handler is
+/// the one every new window has, fatal (MPI 4.1 §12.6.1), though world's
+/// is Return: the job ends with the error's message.
 fn fatal_handler(world: &Communicator) -> Result<()> {
     let window = Window::allocate(world, 8, 8, &Info::new())?;
-    window.set_error_handler(oxmpi::ErrorHandler::Fatal);
     world.barrier()?;
     if world.rank() == 1 {
         window.lock(LockType::Shared, 0, 0)?;
@@ -2001,7 +2279,7 @@ fn typed(world: &Communicator) -> Result<()> {
     let (left, right) = ((rank + size - 1) % size, (rank + 1) % size);
     let cell = |r: usize, i: usize, j: usize| (r * 10000 + i * 100 + j) as u64;
     let entry = |r: usize, i: usize, j: usize| (r * 1000 + i * ORDER + j + 1) as u64;
-    let window = Window::allocate(world, 8 * (INDEXED + 12), 8, &Info::new())?;
+    let window = returning(Window::allocate(world, 8 * (INDEXED + 12), 8, &Info::new()))?;
     let mut start = vec![0u64; INDEXED + 12];
     for i in 0..ROWS {
         for j in 0..COLS {
@@ -2196,7 +2474,7 @@ fn typed_large(world: &Communicator) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     let right = ((rank + 1) % size) as i32;
     let len = 2 * STRIDED;
-    let window = Window::allocate(world, 8 * len, 8, &Info::new())?;
+    let window = returning(Window::allocate(world, 8 * len, 8, &Info::new()))?;
     window.write_local(0, &vec![0u64; len][..])?;
     // No rank writes into a window before its owner cleared it.
     world.barrier()?;
@@ -2263,7 +2541,12 @@ fn shared(world: &Communicator) -> Result<()> {
     shared_window(world, &noncontig)?;
     // Rank 0's part is empty: PROC_NULL gives rank 1's (with one rank,
     // rank 0's, of no bytes).
-    let window = Window::allocate_shared(world, if rank == 0 { 0 } else { 8 }, 8, &Info::new())?;
+    let window = returning(Window::allocate_shared(
+        world,
+        if rank == 0 { 0 } else { 8 },
+        8,
+        &Info::new(),
+    ))?;
     let lowest = window.shared_query(oxmpi::PROC_NULL)?;
     let want = window.shared_query(size.min(2) as i32 - 1)?;
     ensure(
@@ -2310,7 +2593,7 @@ fn shared_window(world: &Communicator, info: &Info) -> Result<()> {
     let contiguous = info.get("alloc_shared_noncontig")? != Some("true");
     let len = |r: usize| r + 2;
     let value = |r: usize, i: usize| (r * 1000 + i) as u64;
-    let window = Window::allocate_shared(world, 8 * len(rank), 8, info)?;
+    let window = returning(Window::allocate_shared(world, 8 * len(rank), 8, info))?;
     ensure(window.create_flavor() == CreateFlavor::Shared, || {
         format!("flavor {:?}", window.create_flavor())
     })?;
@@ -2417,7 +2700,7 @@ fn shared_window(world: &Communicator, info: &Info) -> Result<()> {
         return Ok(());
     }
     let mut memory = [0u64; 2];
-    let created = Window::create(world, &mut memory[..], 8, &Info::new())?;
+    let created = returning(Window::create(world, &mut memory[..], 8, &Info::new()))?;
     expect_class(
         created.shared_query(0).map(|_| ()),
         ErrorClass::RmaFlavor,
@@ -2432,7 +2715,7 @@ fn shared_window(world: &Communicator, info: &Info) -> Result<()> {
 fn dropped(world: &Communicator) -> Result<()> {
     let rank = world.rank();
     let mut memory = vec![0u64; 4];
-    let window = Window::create(world, &mut memory[..], 8, &Info::new())?;
+    let window = returning(Window::create(world, &mut memory[..], 8, &Info::new()))?;
     ensure(window.direct_access(), || {
         "dropped needs the direct path".to_owned()
     })?;
@@ -2462,7 +2745,7 @@ fn dropped(world: &Communicator) -> Result<()> {
 fn revoked(world: &Communicator) -> Result<()> {
     let rank = world.rank();
     let mut memory = vec![0u64; 4];
-    let window = Window::create(world, &mut memory[..], 8, &Info::new())?;
+    let window = returning(Window::create(world, &mut memory[..], 8, &Info::new()))?;
     ensure(window.rdma_access(), || {
         "revoked needs the RDMA path".to_owned()
     })?;
@@ -2517,7 +2800,7 @@ fn lost_peer(world: &Communicator) -> Result<()> {
     const LEN: usize = 64 << 20;
     const BOUND: Duration = Duration::from_secs(10);
     ensure(world.size() == 2, || "lost_peer runs on 2 ranks".to_owned())?;
-    let window = Window::allocate(world, LEN + 8, 1, &Info::new())?;
+    let window = returning(Window::allocate(world, LEN + 8, 1, &Info::new()))?;
     world.barrier()?;
     if world.rank() == 1 {
         world.process_at_rank(0).receive::<u8>()?;
@@ -2592,7 +2875,7 @@ fn lost_holder(world: &Communicator) -> Result<()> {
     ensure(world.size() == 3, || {
         "lost_holder runs on 3 ranks".to_owned()
     })?;
-    let window = Window::allocate(world, 8, 1, &Info::new())?;
+    let window = returning(Window::allocate(world, 8, 1, &Info::new()))?;
     world.barrier()?;
     match world.rank() {
         0 => {
@@ -2788,9 +3071,9 @@ where
     let mut memory = vec![0u8; window_len];
     for created in [false, true] {
         let window = if created {
-            Window::create(world, &mut memory[..], 1, &Info::new())?
+            returning(Window::create(world, &mut memory[..], 1, &Info::new()))?
         } else {
-            Window::allocate(world, window_len, 1, &Info::new())?
+            returning(Window::allocate(world, window_len, 1, &Info::new()))?
         };
         let what = |part: &str| {
             format!(
