@@ -270,11 +270,20 @@ fn bad_calls_fail_with_their_classes() {
     job("errors", &[], 2, &TCP, 60);
 }
 
+/// By active messages over shared memory (a created window without
+/// cross-memory attach; an allocated one would be reached directly, with
+/// no progress thread needed) and over TCP.
 #[test]
 fn a_progress_thread_completes_operations_while_the_target_computes() {
-    let progress = [("OXMPI_ASYNC_PROGRESS", "1")];
-    job("passive", &[], 3, &progress, 60);
-    job("passive", &[], 3, &[progress[0], TCP[0]], 60);
+    let progress = ("OXMPI_ASYNC_PROGRESS", "1");
+    job(
+        "passive",
+        &["0", "create"],
+        3,
+        &[progress, ("OXMPI_SHM_CMA", "0")],
+        60,
+    );
+    job("passive", &[], 3, &[progress, TCP[0]], 60);
 }
 
 /// A target lost in the middle of a put over TCP: the put and the flush

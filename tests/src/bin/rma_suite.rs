@@ -82,8 +82,9 @@
 //! no attribute callback of world's; attributes, hints, names, sizes
 //! that differ between ranks), `errors`
 //! (the error classes of bad calls, after which the window still works)
-//! and `passive` (rank 0 computes outside MPI while the others lock, put
-//! and unlock: run with `OXMPI_ASYNC_PROGRESS=1`).
+//! and `passive [create]` (rank 0 computes outside MPI while the others
+//! lock, put and unlock a window reached by active messages: run with
+//! `OXMPI_ASYNC_PROGRESS=1`).
 //!
 //! The direct path (windows in shared memory, or user memory by
 //! cross-memory attach) and the RDMA path (verbs): `path
@@ -163,7 +164,7 @@ fn main() -> ExitCode {
                 "epochs" => epochs(&world),
                 "attributes" => attributes(&world),
                 "errors" => errors(&world),
-                "passive" => passive(&world),
+                "passive" => passive(&world, created),
                 "path" => path(&world),
                 "sleeping" => sleeping(&world),
                 "shared" => shared(&world),
@@ -581,13 +582,14 @@ where
     window.free()
 }
 
-/// The window of `atomic`, `regions`, `spinlock` and `exclusion`: `bytes`
+/// The window of `atomic`, `regions`, `spinlock`, `exclusion` and
+/// `passive`: `bytes`
 /// zeroed bytes with displacements in units of `unit`, on `memory` that
 /// the program lends when `created` (reached on one host by cross-memory
 /// attach, whose read-modify-writes take the region mutexes of the
 /// window's control segment), else allocated (mapped shared memory on
 /// one host).
-fn atomics_window<'m>(
+fn allocated_or_created<'m>(
     world: &Communicator,
     memory: &'m mut Vec<u64>,
     bytes: usize,
@@ -608,7 +610,7 @@ fn atomics_window<'m>(
 fn atomic(world: &Communicator, n: usize, created: bool) -> Result<()> {
     let (rank, size) = (world.rank(), world.size() as usize);
     let mut memory = Vec::new();
-    let window = atomics_window(world, &mut memory, 16, 8, created)?;
+    let window = allocated_or_created(world, &mut memory, 16, 8, created)?;
     world.barrier()?;
     let mut fetched = vec![0u64; n];
     window.lock(LockType::Shared, 0, 0)?;
@@ -669,7 +671,7 @@ fn region_spans(rank: usize, i: usize) -> (usize, usize) {
 fn regions(world: &Communicator, n: usize, created: bool) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     let mut memory = Vec::new();
-    let window = atomics_window(world, &mut memory, REGIONS_WINDOW * 8, 8, created)?;
+    let window = allocated_or_created(world, &mut memory, REGIONS_WINDOW * 8, 8, created)?;
     if rank == 0 {
         window.write_local(8 * PRODUCT_AT, &[1i64; FIELD][..])?;
     }
@@ -749,7 +751,7 @@ fn regions(world: &Communicator, n: usize, created: bool) -> Result<()> {
 fn spinlock(world: &Communicator, n: usize, created: bool) -> Result<()> {
     let (rank, size) = (world.rank(), world.size() as usize);
     let mut memory = Vec::new();
-    let window = atomics_window(world, &mut memory, 16, 8, created)?;
+    let window = allocated_or_created(world, &mut memory, 16, 8, created)?;
     world.barrier()?;
     window.lock_all(0)?;
     let me = rank as u64 + 1;
@@ -785,7 +787,7 @@ fn spinlock(world: &Communicator, n: usize, created: bool) -> Result<()> {
 fn exclusion(world: &Communicator, n: usize, created: bool) -> Result<()> {
     let (rank, size) = (world.rank(), world.size() as usize);
     let mut memory = Vec::new();
-    let window = atomics_window(world, &mut memory, 24, 4, created)?;
+    let window = allocated_or_created(world, &mut memory, 24, 4, created)?;
     world.barrier()?;
     for _ in 0..n {
         window.lock(LockType::Exclusive, 0, 0)?;
@@ -1608,10 +1610,22 @@ fn errors(world: &Communicator) -> Result<()> {
 
 /// Rank 0 computes without calling anything that makes progress, until
 /// its window holds what every other rank put there with lock, put and
-/// unlock: only a progress thread can apply them.
-fn passive(world: &Communicator) -> Result<()> {
+/// unlock: only a progress thread can apply them. A window the origins
+/// reach directly needs none, so the check refuses one: an allocated
+/// window over TCP, or a created one (`created`) with cross-memory attach
+/// turned off (`OXMPI_SHM_CMA=0`) is reached by active messages.
+fn passive(world: &Communicator, created: bool) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
-    let window = returning(Window::allocate(world, 8 * size, 8, &Info::new()))?;
+    let mut memory = Vec::new();
+    let window = allocated_or_created(world, &mut memory, 8 * size, 8, created)?;
+    ensure(
+        size == 1 || !(window.direct_access() || window.rdma_access()),
+        || {
+            "passive needs a window reached by active messages: allocated over TCP, or \
+         created with OXMPI_SHM_CMA=0"
+                .to_owned()
+        },
+    )?;
     world.barrier()?;
     if rank == 0 {
         let expected: Vec<u64> = (0..size)
