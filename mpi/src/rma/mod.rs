@@ -38,7 +38,8 @@
 //! # Checks
 //! Before anything moves: a target outside the window's group is
 //! `MPI_ERR_RANK`; an operation with no access epoch to its target is
-//! `MPI_ERR_RMA_SYNC`; a range outside the target's window is
+//! `MPI_ERR_RMA_SYNC`, as is a request-based one (`rput` and the other
+//! `r` forms) in a fence or start epoch (MPI 4.1 §12.3.5); a range outside the target's window is
 //! `MPI_ERR_RMA_RANGE` (the target checks again, and refuses what the
 //! origin could not check, in a dynamic window); buffers of different
 //! basic types where they must match are `MPI_ERR_TYPE`; an operation not
@@ -1670,7 +1671,9 @@ impl<'a> Window<'a> {
         unsafe { path.fetch(&to, disp, dest, len, what) }
     }
 
-    /// The request-based put (`MPI_Rput`): the data is copied (or sent)
+    /// The request-based put (`MPI_Rput`), in a passive-target epoch only
+    /// (else `MPI_ERR_RMA_SYNC`, as the other request-based operations:
+    /// MPI 4.1 §12.3.5): the data is copied (or sent)
     /// at once, so the request (which borrows nothing, and may be given any
     /// lifetime) is complete on return (local completion); the
     /// operation is complete at the target after a flush or the epoch's
@@ -1682,6 +1685,7 @@ impl<'a> Window<'a> {
         target: i32,
         disp: usize,
     ) -> Result<Request<'s>> {
+        self.comm.handled(self.check_request_epoch(target))?;
         self.put(origin, target, disp)?;
         completed(&self.comm)
     }
@@ -1696,11 +1700,13 @@ impl<'a> Window<'a> {
         disp: usize,
         op: impl Into<AccumulateOp>,
     ) -> Result<Request<'s>> {
+        self.comm.handled(self.check_request_epoch(target))?;
         self.accumulate(origin, target, disp, op)?;
         completed(&self.comm)
     }
 
-    /// The request-based get (`MPI_Rget`): `result` is borrowed until the
+    /// The request-based get (`MPI_Rget`), in a passive-target epoch
+    /// only: `result` is borrowed until the
     /// request (or its scope) completes, which is when the data is there.
     /// The data lands in `result`'s own bytes, so its type must have no
     /// padding (else `MPI_ERR_BUFFER`: use [`Window::get`], which
@@ -1713,7 +1719,9 @@ impl<'a> Window<'a> {
         target: i32,
         disp: usize,
     ) -> Result<Request<'s>> {
-        let outcome = self.start_scoped(scope, result, target, disp, |_| Ok(Fetch::Get));
+        let outcome = self
+            .check_request_epoch(target)
+            .and_then(|()| self.start_scoped(scope, result, target, disp, |_| Ok(Fetch::Get)));
         self.comm.handled(outcome)
     }
 
@@ -1732,13 +1740,39 @@ impl<'a> Window<'a> {
         op: impl Into<AccumulateOp>,
     ) -> Result<Request<'s>> {
         let op = op.into();
-        let outcome = Input::new(origin).and_then(|input| {
+        let outcome = self.check_request_epoch(target).and_then(|()| {
+            let input = Input::new(origin)?;
             self.start_scoped(scope, result, target, disp, |into| {
                 let checked = self.reductions_checked_by_path();
                 fetch_accumulate(input.element_type(), input.bytes(), into, op, checked)
             })
         });
         self.comm.handled(outcome)
+    }
+
+    /// The check of every request-based operation: MPI 4.1 §12.3.5 says
+    /// "Request-based RMA operations are only valid within a passive
+    /// target epoch", so in a fence or start epoch to `target` one is
+    /// `MPI_ERR_RMA_SYNC` (as in MPICH), before anything moves.
+    /// `PROC_NULL` passes (an operation on it does nothing in any
+    /// epoch); a target with no epoch at all is left to the operation's
+    /// own check.
+    fn check_request_epoch(&self, target: i32) -> Result<()> {
+        if target == PROC_NULL {
+            return Ok(());
+        }
+        let (rank, access) = self.target_access(target)?;
+        if access & Access::OPEN != 0 && access & Access::PASSIVE == 0 {
+            return Err(Error::new(
+                ErrorClass::RmaSync,
+                format!(
+                    "request-based operations are for passive-target epochs (lock, lock_all: \
+                     MPI 4.1 §12.3.5), and the epoch to rank {rank} is a fence or start epoch: \
+                     use put, get, accumulate or get_accumulate there"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Checks and starts a fetching operation into `result`, borrowed

@@ -7,7 +7,8 @@
 //! Checks: `ops` (every operation under every synchronization mode, on
 //! windows of every kind: created on user memory, allocated, allocated
 //! shared, and dynamic with user memory attached; a derived origin
-//! datatype, and a put and a get through a target datatype),
+//! datatype, and a put and a get through a target datatype; the
+//! request-based operations refused in fence and start epochs),
 //! `operations` (accumulate, get_accumulate and fetch_and_op with every
 //! predefined operation, REPLACE and NO_OP on several types, in turn
 //! under exclusive locks and at once under a shared lock, against
@@ -46,9 +47,11 @@
 //! waits for a message the target sends only once it sees the put),
 //! `typed` (operations with a
 //! target datatype against sequential references: a halo exchange of
-//! strided columns (by `put_typed` and `rput_typed`), a transpose by one
-//! get, accumulates into an indexed target (by `accumulate_typed` and
-//! `raccumulate_typed`), a fetching replace of a column; target layouts outside the
+//! strided columns by `put_typed`, a transpose by one get, accumulates
+//! into an indexed target by `accumulate_typed`, a fetching replace of a
+//! column, all under fence, where the request-based forms are refused
+//! (MPI_ERR_RMA_SYNC); the four request-based forms in a lock_all epoch;
+//! target layouts outside the
 //! window and signatures that differ, refused with nothing written; a
 //! strided put and get and an irregular accumulate too large for one
 //! message), `dynamic` (attach, access, detach; typed operations across
@@ -381,22 +384,52 @@ fn epoch(
     let strided: Vec<u64> = (0..8).map(|i| sent(rank, 60 + i / 2)).collect();
     let every_other = UserDatatype::vector(4, 1, 2, &u64::equivalent_datatype())?;
     let (mut a, mut b) = ([0u64; 4], [0u64; 4]);
-    oxmpi::request::scope(|scope| -> Result<()> {
-        let r1 = window.rget(scope, &mut a[..], t, at(44))?;
-        let r2 = window.rget_accumulate(
-            scope,
-            &mine(48..52)[..],
-            &mut b[..],
-            t,
-            at(48),
-            SystemOperation::max(),
+    if matches!(mode, Mode::Fence | Mode::Pscw) {
+        // Request-based operations are for passive-target epochs (MPI 4.1
+        // §12.3.5): refused before anything moves, and the plain forms
+        // do their part.
+        let refused = |what: &str, outcome: Result<()>| {
+            expect_class(outcome, ErrorClass::RmaSync, &format!("{what} in {mode:?}"))
+        };
+        oxmpi::request::scope(|scope| -> Result<()> {
+            refused("rget", window.rget(scope, &mut a[..], t, at(44)).map(drop))?;
+            let max = SystemOperation::max();
+            let r2 = window.rget_accumulate(scope, &mine(48..52)[..], &mut b[..], t, at(48), max);
+            refused("rget_accumulate", r2.map(drop))?;
+            let xor = SystemOperation::bitwise_xor();
+            let r3 = window.raccumulate(&mine(52..56)[..], t, at(52), xor);
+            refused("raccumulate", r3.map(drop))?;
+            refused("rput", window.rput(&mine(56..60)[..], t, at(56)).map(drop))
+        })?;
+        same(
+            &[a, b],
+            &[[0; 4]; 2],
+            "results of refused rget and rget_accumulate",
         )?;
-        let r3 =
-            window.raccumulate(&mine(52..56)[..], t, at(52), SystemOperation::bitwise_xor())?;
-        let r4 = window.rput(&mine(56..60)[..], t, at(56))?;
-        oxmpi::request::wait_all(vec![r1, r2, r3, r4])?;
-        Ok(())
-    })?;
+        window.get(&mut a[..], t, at(44))?;
+        let max = SystemOperation::max();
+        window.get_accumulate(&mine(48..52)[..], &mut b[..], t, at(48), max)?;
+        let xor = SystemOperation::bitwise_xor();
+        window.accumulate(&mine(52..56)[..], t, at(52), xor)?;
+        window.put(&mine(56..60)[..], t, at(56))?;
+    } else {
+        oxmpi::request::scope(|scope| -> Result<()> {
+            let r1 = window.rget(scope, &mut a[..], t, at(44))?;
+            let r2 = window.rget_accumulate(
+                scope,
+                &mine(48..52)[..],
+                &mut b[..],
+                t,
+                at(48),
+                SystemOperation::max(),
+            )?;
+            let r3 =
+                window.raccumulate(&mine(52..56)[..], t, at(52), SystemOperation::bitwise_xor())?;
+            let r4 = window.rput(&mine(56..60)[..], t, at(56))?;
+            oxmpi::request::wait_all(vec![r1, r2, r3, r4])?;
+            Ok(())
+        })?;
+    }
     window.put(
         &View::with_count_and_datatype(&strided[..], 1, &every_other)?,
         t,
@@ -2318,44 +2351,45 @@ fn typed(world: &Communicator) -> Result<()> {
         0,
         TargetLayout::new(1, &column),
     )?;
-    // The request-based form: complete on return.
-    window
-        .rput_typed(
-            &from(1)?,
-            left as i32,
-            COLS - 1,
-            TargetLayout::new(1, &column),
-        )?
-        .wait()?;
+    // The request-based forms are for passive-target epochs (MPI 4.1
+    // §12.3.5): refused here before anything moves, each time, and the
+    // plain form does the part; they work in the lock_all epoch at the
+    // end.
+    let refused = |what: &str, outcome: Result<()>| {
+        expect_class(outcome, ErrorClass::RmaSync, &format!("{what} under fence"))
+    };
+    let to_left = TargetLayout::new(1, &column);
+    refused(
+        "rput_typed",
+        window
+            .rput_typed(&from(1)?, left as i32, COLS - 1, to_left)
+            .map(drop),
+    )?;
+    window.put_typed(&from(1)?, left as i32, COLS - 1, to_left)?;
     // The transpose: column j of the matrix is element j of `columns`.
     let down = UserDatatype::vector(ORDER as i32, 1, ORDER as i32, &u64_type)?;
     let columns = UserDatatype::resized(&down, 0, 8)?;
     let mut transposed = vec![0u64; ORDER * ORDER];
-    // Odd ranks by the request-based form, complete on return: the
-    // result is checked after the fence without a wait.
     let transpose = TargetLayout::new(ORDER, &columns);
-    if rank % 2 == 0 {
-        window.get_typed(&mut transposed[..], right as i32, MATRIX, transpose)?;
-    } else {
-        let request = window.rget_typed(&mut transposed[..], right as i32, MATRIX, transpose)?;
-        match request.test() {
-            Ok(status) => status.map(|_| ())?,
-            Err(_) => return Err(fail("rget_typed's request was not complete on return")),
-        }
-    }
+    refused(
+        "rget_typed",
+        window
+            .rget_typed(&mut transposed[..], right as i32, MATRIX, transpose)
+            .map(drop),
+    )?;
+    window.get_typed(&mut transposed[..], right as i32, MATRIX, transpose)?;
     // Accumulates into rank 0's indexed area: elements 0, 4-6 and 9-10.
     let indexed = UserDatatype::indexed(&[1, 3, 2], &[0, 4, 9], &u64_type)?;
     let added = |r: usize| -> Vec<u64> { (0..6).map(|n| (r as u64 + 1) * (n + 1)).collect() };
-    // Odd ranks by the request-based form.
     let layout = TargetLayout::new(1, &indexed);
     let sum = SystemOperation::sum();
-    if rank % 2 == 0 {
-        window.accumulate_typed(&added(rank)[..], 0, INDEXED, layout, sum)?;
-    } else {
+    refused(
+        "raccumulate_typed",
         window
-            .raccumulate_typed(&added(rank)[..], 0, INDEXED, layout, sum)?
-            .wait()?;
-    }
+            .raccumulate_typed(&added(rank)[..], 0, INDEXED, layout, sum)
+            .map(drop),
+    )?;
+    window.accumulate_typed(&added(rank)[..], 0, INDEXED, layout, sum)?;
     window.fence(0)?;
     let want: Vec<u64> = (0..ORDER * ORDER)
         .map(|n| entry(right, n % ORDER, n / ORDER))
@@ -2390,13 +2424,13 @@ fn typed(world: &Communicator) -> Result<()> {
     let mut old = vec![0u64; ORDER];
     let layout = TargetLayout::new(1, &first);
     let (to, replace) = (right as i32, AccumulateOp::Replace);
-    if rank % 2 == 0 {
-        window.get_accumulate_typed(&new[..], &mut old[..], to, MATRIX, layout, replace)?;
-    } else {
+    refused(
+        "rget_accumulate_typed",
         window
-            .rget_accumulate_typed(&new[..], &mut old[..], to, MATRIX, layout, replace)?
-            .wait()?;
-    }
+            .rget_accumulate_typed(&new[..], &mut old[..], to, MATRIX, layout, replace)
+            .map(drop),
+    )?;
+    window.get_accumulate_typed(&new[..], &mut old[..], to, MATRIX, layout, replace)?;
     window.fence(0)?;
     let fetched: Vec<u64> = (0..ORDER).map(|i| entry(right, i, 0)).collect();
     same(&old, &fetched, "the column get_accumulate_typed fetched")?;
@@ -2466,9 +2500,53 @@ fn typed(world: &Communicator) -> Result<()> {
         ErrorClass::Type,
         "an accumulate of mixed types",
     )?;
-    window.fence(0)?;
+    window.fence(MODE_NOSUCCEED)?;
     window.read_local(0, &mut got[..])?;
     same(&got, &want, "the window after the refused operations")?;
+    // The request-based forms in a lock_all epoch, complete on return:
+    // this rank's column 1 into its right neighbour's column 0 by
+    // rput_typed, read back by rget_typed; its added values into the
+    // neighbour's indexed area by raccumulate_typed, then fetched and
+    // replaced by zeros with rget_accumulate_typed.
+    world.barrier()?;
+    let to = right as i32;
+    let mut back = vec![0u64; ROWS];
+    let mut fetched = vec![0u64; 6];
+    window.lock_all(0)?;
+    let put = window.rput_typed(&from(1)?, to, 0, TargetLayout::new(1, &column))?;
+    window.flush(to)?;
+    let got_back = window.rget_typed(&mut back[..], to, 0, TargetLayout::new(1, &column))?;
+    let zero = TargetLayout::new(1, &indexed);
+    let raccumulated = window.raccumulate_typed(&added(rank)[..], to, INDEXED, zero, sum)?;
+    let swapped = window.rget_accumulate_typed(
+        &[0u64; 6][..],
+        &mut fetched[..],
+        to,
+        INDEXED,
+        zero,
+        replace,
+    )?;
+    oxmpi::request::wait_all(vec![put, got_back, raccumulated, swapped])?;
+    window.unlock_all()?;
+    let column_1: Vec<u64> = (0..ROWS).map(|i| cell(rank, i, 1)).collect();
+    same(
+        &back,
+        &column_1,
+        "rget_typed of the column rput_typed wrote",
+    )?;
+    // Rank 0's indexed area holds every rank's first accumulates; the
+    // others' held zeros.
+    let before: Vec<u64> = (0..6)
+        .map(|n| {
+            let earlier: u64 = (0..size).map(|r| added(r)[n]).sum();
+            u64::from(right == 0) * earlier + added(rank)[n]
+        })
+        .collect();
+    same(
+        &fetched,
+        &before,
+        "what rget_accumulate_typed fetched after raccumulate_typed",
+    )?;
     window.free()?;
     typed_large(world)
 }
@@ -3021,8 +3099,8 @@ const PAIRS: usize = 8;
 /// so a tie is won by the higher rank, not the first to arrive) into
 /// every rank under shared locks, twice over (`MPI_MINLOC` into region
 /// 0, `MPI_MAXLOC` through a derived origin datatype, a contiguous run
-/// of pairs, into region 1), and `MPI_MAXLOC` by `raccumulate` under
-/// fence (region 2); then in turn `get_accumulate` or `rget_accumulate`
+/// of pairs, into region 1), and `MPI_MAXLOC` by `accumulate` under
+/// fence (region 2; `raccumulate` refused there); then in turn `get_accumulate` or `rget_accumulate`
 /// (which refuses a result of pairs with padding) `MPI_MINLOC` into rank
 /// 0's region 3 and `fetch_and_op` `MPI_MAXLOC` of one pair into its
 /// region 4, each checking the old pairs it got, a `MPI_MINLOC` of more
@@ -3127,12 +3205,18 @@ where
             }
             window.unlock(t)?;
         }
-        // Under fence.
+        // Under fence, where the request-based form is refused (MPI 4.1
+        // §12.3.5) before anything moves.
         window.fence(0)?;
         for t in 0..size as i32 {
-            window
-                .raccumulate(&mine[..], t, region(2), SystemOperation::max_loc())?
-                .wait()?;
+            expect_class(
+                window
+                    .raccumulate(&mine[..], t, region(2), SystemOperation::max_loc())
+                    .map(drop),
+                ErrorClass::RmaSync,
+                &what("raccumulate under fence"),
+            )?;
+            window.accumulate(&mine[..], t, region(2), SystemOperation::max_loc())?;
         }
         window.fence(0)?;
         // In turn, into rank 0, with the old pairs back.
