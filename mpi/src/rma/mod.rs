@@ -543,25 +543,28 @@ pub struct Window<'a> {
 /// unit, window segment name (3), host key (4).
 const ROW: usize = 10;
 
-/// One rank's part of a shared-memory window ([`Window::shared_query`]):
+/// One rank's part of a window as [`Window::shared_query`] finds it:
 /// memory that every rank of the window may load and store at any time,
 /// so it is reached through raw pointers or copies, never as a Rust
-/// slice of plain data.
+/// slice of plain data; or, where that rank's memory is not shared with
+/// this process, an empty part (MPI's size 0 and null base).
 #[derive(Debug)]
 pub struct SharedPart<'w> {
-    segment: &'w WindowSegment,
+    segment: Option<&'w WindowSegment>,
     disp_unit: usize,
 }
 
 impl SharedPart<'_> {
-    /// The part's first byte in this process (page-aligned).
+    /// The part's first byte in this process (page-aligned); null for an
+    /// empty part.
     pub fn base(&self) -> *mut u8 {
-        self.segment.base()
+        self.segment
+            .map_or(std::ptr::null_mut(), WindowSegment::base)
     }
 
-    /// Its size in bytes.
+    /// Its size in bytes: 0 where the memory is not shared.
     pub fn size(&self) -> usize {
-        self.segment.size()
+        self.segment.map_or(0, WindowSegment::size)
     }
 
     /// Its owner's displacement unit.
@@ -573,10 +576,11 @@ impl SharedPart<'_> {
     /// the part is `MPI_ERR_RMA_RANGE` and copies nothing.
     pub fn read<T: Equivalence>(&self, offset: usize, out: &mut [T]) -> Result<()> {
         let len = std::mem::size_of_val(out);
+        let segment = self.shared(offset, len)?;
         // SAFETY: `out` is `len` writable bytes, and any bytes are a
         // valid `T` (`Equivalence` types are plain data).
         let bytes = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), len) };
-        self.segment
+        segment
             .read(offset, bytes)
             .map_err(|e| Error::new(ErrorClass::RmaRange, e.to_string()))
     }
@@ -585,11 +589,26 @@ impl SharedPart<'_> {
     /// is `MPI_ERR_RMA_RANGE` and writes nothing.
     pub fn write<T: Equivalence>(&self, offset: usize, data: &[T]) -> Result<()> {
         let len = std::mem::size_of_val(data);
+        let segment = self.shared(offset, len)?;
         // SAFETY: `data` is `len` readable bytes of plain data.
         let bytes = unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), len) };
-        self.segment
+        segment
             .write(offset, bytes)
             .map_err(|e| Error::new(ErrorClass::RmaRange, e.to_string()))
+    }
+
+    /// The shared memory, or the range error of `len` bytes at `offset`
+    /// in an empty part.
+    fn shared(&self, offset: usize, len: usize) -> Result<&WindowSegment> {
+        self.segment.ok_or_else(|| {
+            Error::new(
+                ErrorClass::RmaRange,
+                format!(
+                    "{len} bytes at offset {offset} lie outside an empty part: this rank's \
+                     memory is not shared with this process (size 0)"
+                ),
+            )
+        })
     }
 }
 
@@ -998,12 +1017,17 @@ impl<'a> Window<'a> {
         matches!(self.paths[self.rank], Path::Rdma(_))
     }
 
-    /// Rank `rank`'s part of a window made by [`Window::allocate_shared`]
-    /// (`MPI_Win_shared_query`), which this process reads and writes with
-    /// plain loads and stores; for [`PROC_NULL`], the part of the lowest
-    /// rank whose size is not zero (rank 0's if all are). A window of
-    /// another flavor is `MPI_ERR_RMA_FLAVOR`; a rank outside the window
-    /// `MPI_ERR_RANK`.
+    /// Rank `rank`'s part of the window (`MPI_Win_shared_query`), which
+    /// this process reads and writes with plain loads and stores; for
+    /// [`PROC_NULL`], the part of the lowest rank whose size is not zero
+    /// (rank 0's if all are). MPI 4.1 §12.2.3 allows the query on windows
+    /// of [`Window::allocate_shared`], [`Window::allocate`] and
+    /// [`Window::create`]: every part of the first is shared; of the
+    /// others, an allocated window's parts are where the window is
+    /// reached directly ([`Window::direct_access`]), and any part that is
+    /// not (a created window's, reached by cross-memory attach; a part on
+    /// another host) is empty: size 0, a null base. A dynamic window is
+    /// `MPI_ERR_RMA_FLAVOR`; a rank outside the window `MPI_ERR_RANK`.
     #[doc(alias = "MPI_Win_shared_query")]
     pub fn shared_query(&self, rank: i32) -> Result<SharedPart<'_>> {
         let result = (|| {
@@ -1011,16 +1035,21 @@ impl<'a> Window<'a> {
                 PROC_NULL => self.sizes.iter().position(|&size| size > 0).unwrap_or(0),
                 rank => self.rank_arg(rank)?,
             };
-            match (&self.paths[rank], self.flavor) {
-                (Path::Direct(Reach::Mapped(segment)), CreateFlavor::Shared) => Ok(SharedPart {
-                    segment,
-                    disp_unit: self.disp_units[rank],
-                }),
-                _ => Err(Error::new(
+            if self.flavor == CreateFlavor::Dynamic {
+                return Err(Error::new(
                     ErrorClass::RmaFlavor,
-                    "shared_query is for windows made by allocate_shared",
-                )),
+                    "shared_query is for windows made by allocate_shared, allocate or create \
+                     (MPI 4.1 §12.2.3), not dynamic ones",
+                ));
             }
+            let segment = match &self.paths[rank] {
+                Path::Direct(Reach::Mapped(segment)) => Some(&**segment),
+                _ => None,
+            };
+            Ok(SharedPart {
+                segment,
+                disp_unit: self.disp_units[rank],
+            })
         })();
         self.comm.handled(result)
     }

@@ -102,7 +102,10 @@
 //! its own part and reads its neighbours' through `shared_query`, the
 //! parts follow each other (a store past one's end lands in the next)
 //! or are page-aligned, and RMA operations reach the same memory;
-//! `shared_query(PROC_NULL)`; a bad or disagreeing
+//! `shared_query(PROC_NULL)`; the query on an allocated window (its
+//! shared memory where the window is reached directly, else an empty
+//! part), a created one (empty parts) and a dynamic one (refused); a bad
+//! or disagreeing
 //! `alloc_shared_noncontig`) and
 //! `dropped` (a rank drops its window on user memory without freeing it:
 //! an operation of another rank on it then fails with MPI_ERR_RMA_SYNC
@@ -2791,14 +2794,55 @@ fn shared_window(world: &Communicator, info: &Info) -> Result<()> {
     if contiguous {
         return Ok(());
     }
+    // MPI 4.1 §12.2.3 allows the query on allocated and created windows:
+    // an allocated window reached directly is shared memory, and rank
+    // 0's part then holds what a put wrote there; a created one (reached
+    // by cross-memory attach) or one reached by messages gives empty
+    // parts; a dynamic window is refused.
+    let allocated = returning(Window::allocate(world, 16, 8, &Info::new()))?;
+    let part = allocated.shared_query(0)?;
+    if allocated.direct_access() {
+        same(&[part.size()], &[16], "the part of an allocated window")?;
+        allocated.lock(LockType::Exclusive, 0, 0)?;
+        allocated.put(&[rank as u64 + 1][..], 0, rank % 2)?;
+        allocated.unlock(0)?;
+        world.barrier()?;
+        // Rank 0's own put lands in slot 0 whoever's lands last.
+        let mut got = [0u64; 2];
+        part.read(0, &mut got[..])?;
+        ensure(got[0] != 0, || {
+            format!("rank 0's allocated part read {got:?} after the puts")
+        })?;
+    } else {
+        ensure(part.size() == 0 && part.base().is_null(), || {
+            "the part of an allocated window reached by messages is not empty".to_owned()
+        })?;
+    }
+    world.barrier()?;
+    allocated.free()?;
     let mut memory = [0u64; 2];
     let created = returning(Window::create(world, &mut memory[..], 8, &Info::new()))?;
+    let part = created.shared_query(0)?;
+    ensure(part.size() == 0 && part.base().is_null(), || {
+        format!(
+            "a created window's part: {} bytes at {:?}",
+            part.size(),
+            part.base()
+        )
+    })?;
     expect_class(
-        created.shared_query(0).map(|_| ()),
-        ErrorClass::RmaFlavor,
-        "query of a created window",
+        part.read(0, &mut [0u64][..]),
+        ErrorClass::RmaRange,
+        "a read of an empty part",
     )?;
-    created.free()
+    created.free()?;
+    let dynamic = returning(Window::create_dynamic(world, &Info::new()))?;
+    expect_class(
+        dynamic.shared_query(0).map(|_| ()),
+        ErrorClass::RmaFlavor,
+        "query of a dynamic window",
+    )?;
+    dynamic.free()
 }
 
 /// Rank 1 drops its window on user memory without `free` (erroneous, but
