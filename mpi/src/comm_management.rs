@@ -18,7 +18,7 @@ use crate::collective::typed::{Input, Output};
 use crate::comm::{Communicator, Inherit, TAG_UB};
 use crate::context;
 use crate::group::{Group, GroupRelation};
-use crate::{Error, ErrorClass, Result};
+use crate::{Error, ErrorClass, ErrorHandler, Result};
 use oxmpi_adi::host::HostId;
 use oxmpi_adi::transport::PeerRank;
 
@@ -92,9 +92,30 @@ impl Communicator {
         if self.is_inter_communicator() {
             return self.duplicate_inter();
         }
+        self.copy_inheriting(Inherit::Everything)
+    }
+
+    /// A copy of this intracommunicator for an object of MPI's own to
+    /// work on (`what`: a window, MPI 4.1 §12.2): the same group in a
+    /// context of its own, with `handler` for error handler and none of
+    /// this one's attributes, hints or topology. MPI 4.1 runs attribute
+    /// copy callbacks when a communicator is duplicated (`MPI_COMM_DUP`,
+    /// `MPI_COMM_IDUP` and their `_WITH_INFO` forms, §7.7.2) and says
+    /// nothing of an object's internal copy, so the program's callbacks
+    /// do not see it made, nor deleted when the object goes. Collective.
+    pub(crate) fn private_copy(&self, what: &str, handler: ErrorHandler) -> Result<Communicator> {
+        self.require_intra(what)?;
+        let copy = self.copy_inheriting(Inherit::ErrorHandler)?;
+        copy.set_error_handler(handler);
+        Ok(copy)
+    }
+
+    /// A communicator of this one's group in a newly agreed context, with
+    /// what it `inherits` of this one. Collective.
+    fn copy_inheriting(&self, inherits: Inherit) -> Result<Communicator> {
         let team = self.team(self.next_collective(), CollectiveTag::Communicator)?;
         let id = team.run(|t| context::agree(t, self.agreement_priority(0), true))?;
-        self.with_context(&self.group(), id, Inherit::Everything)?
+        self.with_context(&self.group(), id, inherits)?
             .ok_or_else(not_a_member)
     }
 

@@ -38,7 +38,8 @@
 //! # Checks
 //! Before anything moves: a target outside the window's group is
 //! `MPI_ERR_RANK`; an operation with no access epoch to its target is
-//! `MPI_ERR_RMA_SYNC`; a range outside the target's window is
+//! `MPI_ERR_RMA_SYNC`, as is a request-based one (`rput` and the other
+//! `r` forms) in a fence or start epoch (MPI 4.1 §12.3.5); a range outside the target's window is
 //! `MPI_ERR_RMA_RANGE` (the target checks again, and refuses what the
 //! origin could not check, in a dynamic window); buffers of different
 //! basic types where they must match are `MPI_ERR_TYPE`; an operation not
@@ -503,7 +504,9 @@ impl Drop for EpochsGuard<'_> {
 /// module docs. Freed by [`Window::free`] (collective); it borrows the
 /// memory it was made on for `'a`.
 pub struct Window<'a> {
-    /// The window's own copy of the communicator.
+    /// The window's own copy of the communicator
+    /// (`Communicator::private_copy`: no attributes, no copy callbacks),
+    /// which keeps its name and error handler.
     comm: Communicator,
     context_id: u32,
     shared: Arc<Shared>,
@@ -540,25 +543,28 @@ pub struct Window<'a> {
 /// unit, window segment name (3), host key (4).
 const ROW: usize = 10;
 
-/// One rank's part of a shared-memory window ([`Window::shared_query`]):
+/// One rank's part of a window as [`Window::shared_query`] finds it:
 /// memory that every rank of the window may load and store at any time,
 /// so it is reached through raw pointers or copies, never as a Rust
-/// slice of plain data.
+/// slice of plain data; or, where that rank's memory is not shared with
+/// this process, an empty part (MPI's size 0 and null base).
 #[derive(Debug)]
 pub struct SharedPart<'w> {
-    segment: &'w WindowSegment,
+    segment: Option<&'w WindowSegment>,
     disp_unit: usize,
 }
 
 impl SharedPart<'_> {
-    /// The part's first byte in this process (page-aligned).
+    /// The part's first byte in this process (page-aligned); null for an
+    /// empty part.
     pub fn base(&self) -> *mut u8 {
-        self.segment.base()
+        self.segment
+            .map_or(std::ptr::null_mut(), WindowSegment::base)
     }
 
-    /// Its size in bytes.
+    /// Its size in bytes: 0 where the memory is not shared.
     pub fn size(&self) -> usize {
-        self.segment.size()
+        self.segment.map_or(0, WindowSegment::size)
     }
 
     /// Its owner's displacement unit.
@@ -570,10 +576,11 @@ impl SharedPart<'_> {
     /// the part is `MPI_ERR_RMA_RANGE` and copies nothing.
     pub fn read<T: Equivalence>(&self, offset: usize, out: &mut [T]) -> Result<()> {
         let len = std::mem::size_of_val(out);
+        let segment = self.shared(offset, len)?;
         // SAFETY: `out` is `len` writable bytes, and any bytes are a
         // valid `T` (`Equivalence` types are plain data).
         let bytes = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), len) };
-        self.segment
+        segment
             .read(offset, bytes)
             .map_err(|e| Error::new(ErrorClass::RmaRange, e.to_string()))
     }
@@ -582,11 +589,26 @@ impl SharedPart<'_> {
     /// is `MPI_ERR_RMA_RANGE` and writes nothing.
     pub fn write<T: Equivalence>(&self, offset: usize, data: &[T]) -> Result<()> {
         let len = std::mem::size_of_val(data);
+        let segment = self.shared(offset, len)?;
         // SAFETY: `data` is `len` readable bytes of plain data.
         let bytes = unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), len) };
-        self.segment
+        segment
             .write(offset, bytes)
             .map_err(|e| Error::new(ErrorClass::RmaRange, e.to_string()))
+    }
+
+    /// The shared memory, or the range error of `len` bytes at `offset`
+    /// in an empty part.
+    fn shared(&self, offset: usize, len: usize) -> Result<&WindowSegment> {
+        self.segment.ok_or_else(|| {
+            Error::new(
+                ErrorClass::RmaRange,
+                format!(
+                    "{len} bytes at offset {offset} lie outside an empty part: this rank's \
+                     memory is not shared with this process (size 0)"
+                ),
+            )
+        })
     }
 }
 
@@ -785,7 +807,10 @@ impl<'a> Window<'a> {
             hints.set(key, value)?;
         }
         let no_locks = hints.get("no_locks")? == Some("true");
-        let comm = parent.duplicate_unhandled()?;
+        // MPI 4.1 §12.6.1: a window's error handler is
+        // MPI_ERRORS_ARE_FATAL when it is made, whatever the
+        // communicator's.
+        let comm = parent.private_copy("a window", ErrorHandler::Fatal)?;
         let context_id = comm.context_id();
         let members = comm.members().clone();
         let shared = Arc::new(Shared::new(&members, memory));
@@ -992,12 +1017,17 @@ impl<'a> Window<'a> {
         matches!(self.paths[self.rank], Path::Rdma(_))
     }
 
-    /// Rank `rank`'s part of a window made by [`Window::allocate_shared`]
-    /// (`MPI_Win_shared_query`), which this process reads and writes with
-    /// plain loads and stores; for [`PROC_NULL`], the part of the lowest
-    /// rank whose size is not zero (rank 0's if all are). A window of
-    /// another flavor is `MPI_ERR_RMA_FLAVOR`; a rank outside the window
-    /// `MPI_ERR_RANK`.
+    /// Rank `rank`'s part of the window (`MPI_Win_shared_query`), which
+    /// this process reads and writes with plain loads and stores; for
+    /// [`PROC_NULL`], the part of the lowest rank whose size is not zero
+    /// (rank 0's if all are). MPI 4.1 §12.2.3 allows the query on windows
+    /// of [`Window::allocate_shared`], [`Window::allocate`] and
+    /// [`Window::create`]: every part of the first is shared; of the
+    /// others, an allocated window's parts are where the window is
+    /// reached directly ([`Window::direct_access`]), and any part that is
+    /// not (a created window's, reached by cross-memory attach; a part on
+    /// another host) is empty: size 0, a null base. A dynamic window is
+    /// `MPI_ERR_RMA_FLAVOR`; a rank outside the window `MPI_ERR_RANK`.
     #[doc(alias = "MPI_Win_shared_query")]
     pub fn shared_query(&self, rank: i32) -> Result<SharedPart<'_>> {
         let result = (|| {
@@ -1005,16 +1035,21 @@ impl<'a> Window<'a> {
                 PROC_NULL => self.sizes.iter().position(|&size| size > 0).unwrap_or(0),
                 rank => self.rank_arg(rank)?,
             };
-            match (&self.paths[rank], self.flavor) {
-                (Path::Direct(Reach::Mapped(segment)), CreateFlavor::Shared) => Ok(SharedPart {
-                    segment,
-                    disp_unit: self.disp_units[rank],
-                }),
-                _ => Err(Error::new(
+            if self.flavor == CreateFlavor::Dynamic {
+                return Err(Error::new(
                     ErrorClass::RmaFlavor,
-                    "shared_query is for windows made by allocate_shared",
-                )),
+                    "shared_query is for windows made by allocate_shared, allocate or create \
+                     (MPI 4.1 §12.2.3), not dynamic ones",
+                ));
             }
+            let segment = match &self.paths[rank] {
+                Path::Direct(Reach::Mapped(segment)) => Some(&**segment),
+                _ => None,
+            };
+            Ok(SharedPart {
+                segment,
+                disp_unit: self.disp_units[rank],
+            })
         })();
         self.comm.handled(result)
     }
@@ -1028,21 +1063,23 @@ impl<'a> Window<'a> {
     }
 
     fn free_unhandled(&mut self) -> Result<()> {
-        {
+        let open = {
             let epochs = self.epochs_now();
-            if !epochs.locks.is_empty()
+            !epochs.locks.is_empty()
                 || epochs.lock_all.is_some()
                 || epochs.access.is_some()
                 || epochs.exposure.is_some()
-            {
-                return Err(Error::new(
-                    ErrorClass::RmaSync,
-                    "the window is freed with an epoch open (a lock, start or post not ended)",
-                ));
-            }
+        };
+        // The barrier is entered even so, and whatever a target refused:
+        // the other ranks are in theirs, and this window is consumed.
+        let freed = self.flush_every_target_then(|| self.comm.barrier());
+        if open {
+            return Err(Error::new(
+                ErrorClass::RmaSync,
+                "the window is freed with an epoch open (a lock, start or post not ended)",
+            ));
         }
-        self.flush_every_target()?;
-        self.comm.barrier()?;
+        freed?;
         self.freed = true;
         target::unregister(self.context_id);
         self.comm.clone().free()
@@ -1139,7 +1176,9 @@ impl<'a> Window<'a> {
 
     /// Sets what an error of a call on the window does
     /// (`MPI_Win_set_errhandler`); a user handler is called with the
-    /// window's own communicator.
+    /// window's own communicator. A new window's handler is
+    /// [`ErrorHandler::Fatal`] (`MPI_ERRORS_ARE_FATAL`, MPI 4.1 §12.6.1),
+    /// whatever its communicator's.
     #[doc(alias = "MPI_Win_set_errhandler")]
     pub fn set_error_handler(&self, handler: ErrorHandler) {
         self.comm.set_error_handler(handler)
@@ -1661,7 +1700,9 @@ impl<'a> Window<'a> {
         unsafe { path.fetch(&to, disp, dest, len, what) }
     }
 
-    /// The request-based put (`MPI_Rput`): the data is copied (or sent)
+    /// The request-based put (`MPI_Rput`), in a passive-target epoch only
+    /// (else `MPI_ERR_RMA_SYNC`, as the other request-based operations:
+    /// MPI 4.1 §12.3.5): the data is copied (or sent)
     /// at once, so the request (which borrows nothing, and may be given any
     /// lifetime) is complete on return (local completion); the
     /// operation is complete at the target after a flush or the epoch's
@@ -1673,6 +1714,7 @@ impl<'a> Window<'a> {
         target: i32,
         disp: usize,
     ) -> Result<Request<'s>> {
+        self.comm.handled(self.check_request_epoch(target))?;
         self.put(origin, target, disp)?;
         completed(&self.comm)
     }
@@ -1687,11 +1729,13 @@ impl<'a> Window<'a> {
         disp: usize,
         op: impl Into<AccumulateOp>,
     ) -> Result<Request<'s>> {
+        self.comm.handled(self.check_request_epoch(target))?;
         self.accumulate(origin, target, disp, op)?;
         completed(&self.comm)
     }
 
-    /// The request-based get (`MPI_Rget`): `result` is borrowed until the
+    /// The request-based get (`MPI_Rget`), in a passive-target epoch
+    /// only: `result` is borrowed until the
     /// request (or its scope) completes, which is when the data is there.
     /// The data lands in `result`'s own bytes, so its type must have no
     /// padding (else `MPI_ERR_BUFFER`: use [`Window::get`], which
@@ -1704,7 +1748,9 @@ impl<'a> Window<'a> {
         target: i32,
         disp: usize,
     ) -> Result<Request<'s>> {
-        let outcome = self.start_scoped(scope, result, target, disp, |_| Ok(Fetch::Get));
+        let outcome = self
+            .check_request_epoch(target)
+            .and_then(|()| self.start_scoped(scope, result, target, disp, |_| Ok(Fetch::Get)));
         self.comm.handled(outcome)
     }
 
@@ -1723,13 +1769,39 @@ impl<'a> Window<'a> {
         op: impl Into<AccumulateOp>,
     ) -> Result<Request<'s>> {
         let op = op.into();
-        let outcome = Input::new(origin).and_then(|input| {
+        let outcome = self.check_request_epoch(target).and_then(|()| {
+            let input = Input::new(origin)?;
             self.start_scoped(scope, result, target, disp, |into| {
                 let checked = self.reductions_checked_by_path();
                 fetch_accumulate(input.element_type(), input.bytes(), into, op, checked)
             })
         });
         self.comm.handled(outcome)
+    }
+
+    /// The check of every request-based operation: MPI 4.1 §12.3.5 says
+    /// "Request-based RMA operations are only valid within a passive
+    /// target epoch", so in a fence or start epoch to `target` one is
+    /// `MPI_ERR_RMA_SYNC` (as in MPICH), before anything moves.
+    /// `PROC_NULL` passes (an operation on it does nothing in any
+    /// epoch); a target with no epoch at all is left to the operation's
+    /// own check.
+    fn check_request_epoch(&self, target: i32) -> Result<()> {
+        if target == PROC_NULL {
+            return Ok(());
+        }
+        let (rank, access) = self.target_access(target)?;
+        if access & Access::OPEN != 0 && access & Access::PASSIVE == 0 {
+            return Err(Error::new(
+                ErrorClass::RmaSync,
+                format!(
+                    "request-based operations are for passive-target epochs (lock, lock_all: \
+                     MPI 4.1 §12.3.5), and the epoch to rank {rank} is a fence or start epoch: \
+                     use put, get, accumulate or get_accumulate there"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Checks and starts a fetching operation into `result`, borrowed
@@ -1792,6 +1864,33 @@ impl<'a> Window<'a> {
         take_errors(&self.shared)
     }
 
+    /// Flushes every target, then runs `synchronize` (the barrier of a
+    /// fence or a free, the unlocks of `unlock_all`) whatever the flush
+    /// found, and only then reports the first error: the flush's, the
+    /// synchronization's, or one a target recorded (a refused operation).
+    /// Returning before it would leave the other ranks waiting in their
+    /// barrier, or the targets locked, for ever.
+    fn flush_every_target_then(&self, synchronize: impl FnOnce() -> Result<()>) -> Result<()> {
+        let flushed = self.flush_targets(0..self.members.len());
+        let synchronized = synchronize();
+        let recorded = take_errors(&self.shared);
+        flushed.and(synchronized).and(recorded)
+    }
+
+    /// Releases the shared lock `lock_all` took on every target, all of
+    /// them even if one fails; the first error.
+    fn unlock_every_target(&self) -> Result<()> {
+        let mut first = Ok(());
+        for rank in 0..self.members.len() {
+            let (to, path) = self.target_of(rank);
+            let unlocked = path.unlock(&to, LockType::Shared);
+            if first.is_ok() {
+                first = unlocked;
+            }
+        }
+        first
+    }
+
     /// Flushes `ranks`, every target's queued operations leaving before
     /// the first wait.
     fn flush_targets(&self, ranks: impl Iterator<Item = usize> + Clone) -> Result<()> {
@@ -1830,12 +1929,13 @@ impl<'a> Window<'a> {
                 ));
             }
         }
-        if assert & MODE_NOPRECEDE == 0 {
-            self.flush_every_target()?;
-        }
-        self.comm.barrier()?;
+        let synchronized = if assert & MODE_NOPRECEDE == 0 {
+            self.flush_every_target_then(|| self.comm.barrier())
+        } else {
+            self.comm.barrier()
+        };
         self.epochs().fence = assert & MODE_NOSUCCEED == 0;
-        Ok(())
+        synchronized
     }
 
     /// Opens an exposure epoch to the ranks of `group` (`MPI_Win_post`).
@@ -2089,14 +2189,10 @@ impl<'a> Window<'a> {
                 self.epochs().lock_all.take().ok_or_else(|| {
                     Error::new(ErrorClass::RmaSync, "unlock_all without lock_all")
                 })?;
-            self.flush_every_target()?;
-            if taken {
-                for rank in 0..self.members.len() {
-                    let (to, path) = self.target_of(rank);
-                    path.unlock(&to, LockType::Shared)?;
-                }
-            }
-            Ok(())
+            self.flush_every_target_then(|| match taken {
+                true => self.unlock_every_target(),
+                false => Ok(()),
+            })
         })();
         self.comm.handled(result)
     }

@@ -423,6 +423,7 @@ impl Window<'_> {
         disp: usize,
         layout: TargetLayout<'_>,
     ) -> Result<Request<'s>> {
+        self.comm.handled(self.check_request_epoch(target))?;
         self.put_typed(origin, target, disp, layout)?;
         completed(&self.comm)
     }
@@ -439,6 +440,7 @@ impl Window<'_> {
         layout: TargetLayout<'_>,
         op: impl Into<AccumulateOp>,
     ) -> Result<Request<'s>> {
+        self.comm.handled(self.check_request_epoch(target))?;
         self.accumulate_typed(origin, target, disp, layout, op)?;
         completed(&self.comm)
     }
@@ -456,6 +458,7 @@ impl Window<'_> {
         disp: usize,
         layout: TargetLayout<'_>,
     ) -> Result<Request<'s>> {
+        self.comm.handled(self.check_request_epoch(target))?;
         self.get_typed(result, target, disp, layout)?;
         completed(&self.comm)
     }
@@ -477,6 +480,7 @@ impl Window<'_> {
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
+        self.comm.handled(self.check_request_epoch(target))?;
         self.get_accumulate_typed(origin, result, target, disp, layout, op)?;
         completed(&self.comm)
     }

@@ -7,7 +7,8 @@
 //! Checks: `ops` (every operation under every synchronization mode, on
 //! windows of every kind: created on user memory, allocated, allocated
 //! shared, and dynamic with user memory attached; a derived origin
-//! datatype, and a put and a get through a target datatype),
+//! datatype, and a put and a get through a target datatype; the
+//! request-based operations refused in fence and start epochs),
 //! `operations` (accumulate, get_accumulate and fetch_and_op with every
 //! predefined operation, REPLACE and NO_OP on several types, in turn
 //! under exclusive locks and at once under a shared lock, against
@@ -21,7 +22,9 @@
 //! `spinlock` (a compare-and-swap lock guards N non-atomic increments by
 //! get and put), `exclusion` (N increments by get and put under rank 0's
 //! exclusive lock, alternating with accumulates of 4-byte integers and
-//! fetch-and-op of doubles under its shared lock: exact totals), `large`
+//! fetch-and-op of doubles under its shared lock: exact totals); these
+//! four on an allocated window, or on one of `Window::create` given a
+//! third argument `create` (`rma_suite atomic N create`), `large`
 //! (puts and gets of 300,000 bytes, at an odd displacement, to the next
 //! rank; then an epoch of 48 puts and one of 48 gets of 64 KiB and more
 //! to consecutive slots, 3 MiB each, which on shared memory stream past
@@ -44,9 +47,11 @@
 //! waits for a message the target sends only once it sees the put),
 //! `typed` (operations with a
 //! target datatype against sequential references: a halo exchange of
-//! strided columns (by `put_typed` and `rput_typed`), a transpose by one
-//! get, accumulates into an indexed target (by `accumulate_typed` and
-//! `raccumulate_typed`), a fetching replace of a column; target layouts outside the
+//! strided columns by `put_typed`, a transpose by one get, accumulates
+//! into an indexed target by `accumulate_typed`, a fetching replace of a
+//! column, all under fence, where the request-based forms are refused
+//! (MPI_ERR_RMA_SYNC); the four request-based forms in a lock_all epoch;
+//! target layouts outside the
 //! window and signatures that differ, refused with nothing written; a
 //! strided put and get and an irregular accumulate too large for one
 //! message), `dynamic` (attach, access, detach; typed operations across
@@ -62,16 +67,27 @@
 //! after a barrier with the epoch still open, and reports the puts past
 //! every target's region of a dynamic window; `flush_local` and
 //! `flush_local_all` complete `rget`s; `test` polls a post until the
-//! origins' puts are complete; `sync` while a target polls its memory;
+//! origins' puts are complete, saying no first while they have not
+//! completed (a blocking test would hang); `sync` while a target polls its memory;
 //! a window's user error handler sees an out-of-range put, which still
 //! returns its error, and with Return set again only the error comes
 //! back; fences with NOSTORE and NOPUT, and after NOSUCCEED a put is out
-//! of any epoch), `fatal_handler` (a window's fatal handler ends the
-//! job on an out-of-range put), `attributes`
-//! (attributes, hints, names, sizes that differ between ranks), `errors`
+//! of any epoch), `fatal_handler` (a new window's handler, fatal
+//! though world's is Return, ends the job on an out-of-range put), `refused_sync` (a put its target refuses,
+//! by rank 0 alone, followed directly by fence, unlock_all and free: rank
+//! 0's call reports it, and every rank's still synchronizes), `epochs`
+//! (errors of detach, of attach to a window that is not dynamic, of
+//! epochs opened twice, of a start group outside the window or an
+//! operation outside it, of a free with an epoch open; lock_all waits
+//! for another rank's exclusive lock; lock_all(MODE_NOCHECK); every
+//! operation on PROC_NULL does nothing), `attributes`
+//! (a new window's error handler is fatal, its making and freeing run
+//! no attribute callback of world's; attributes, hints, names, sizes
+//! that differ between ranks), `errors`
 //! (the error classes of bad calls, after which the window still works)
-//! and `passive` (rank 0 computes outside MPI while the others lock, put
-//! and unlock: run with `OXMPI_ASYNC_PROGRESS=1`).
+//! and `passive [create]` (rank 0 computes outside MPI while the others
+//! lock, put and unlock a window reached by active messages: run with
+//! `OXMPI_ASYNC_PROGRESS=1`).
 //!
 //! The direct path (windows in shared memory, or user memory by
 //! cross-memory attach) and the RDMA path (verbs): `path
@@ -86,7 +102,10 @@
 //! its own part and reads its neighbours' through `shared_query`, the
 //! parts follow each other (a store past one's end lands in the next)
 //! or are page-aligned, and RMA operations reach the same memory;
-//! `shared_query(PROC_NULL)`; a bad or disagreeing
+//! `shared_query(PROC_NULL)`; the query on an allocated window (its
+//! shared memory where the window is reached directly, else an empty
+//! part), a created one (empty parts) and a dynamic one (refused); a bad
+//! or disagreeing
 //! `alloc_shared_noncontig`) and
 //! `dropped` (a rank drops its window on user memory without freeing it:
 //! an operation of another rank on it then fails with MPI_ERR_RMA_SYNC
@@ -112,7 +131,7 @@ use oxmpi::rma::{
 };
 use oxmpi::traits::*;
 use oxmpi::Threading;
-use oxmpi::{Communicator, ErrorClass, Info, Result};
+use oxmpi::{Color, Communicator, ErrorClass, ErrorHandler, Info, Keyval, Result};
 use oxmpi_jobs::checks::{ensure, expect_class, fail, same};
 use oxmpi_jobs::program::{run_check, world_returning_errors};
 use std::process::ExitCode;
@@ -124,6 +143,9 @@ fn main() -> ExitCode {
         .nth(2)
         .and_then(|s| s.parse().ok())
         .unwrap_or(100);
+    // `atomic`, `regions`, `spinlock` and `exclusion` on a window of
+    // Window::create rather than Window::allocate.
+    let created = std::env::args().nth(3).as_deref() == Some("create");
     run_check(
         &format!("rma_suite {check}"),
         Threading::Single,
@@ -132,10 +154,10 @@ fn main() -> ExitCode {
             match check.as_str() {
                 "ops" => ops(&world),
                 "operations" => operations(&world),
-                "atomic" => atomic(&world, n),
-                "regions" => regions(&world, n),
-                "spinlock" => spinlock(&world, n),
-                "exclusion" => exclusion(&world, n),
+                "atomic" => atomic(&world, n, created),
+                "regions" => regions(&world, n, created),
+                "spinlock" => spinlock(&world, n, created),
+                "exclusion" => exclusion(&world, n, created),
                 "large" => large(&world),
                 "by_message" => by_message(&world),
                 "batches" => batches(&world, n),
@@ -144,9 +166,11 @@ fn main() -> ExitCode {
                 "locations" => locations(&world),
                 "synchronization" => synchronization(&world),
                 "fatal_handler" => fatal_handler(&world),
+                "refused_sync" => refused_sync(&world),
+                "epochs" => epochs(&world),
                 "attributes" => attributes(&world),
                 "errors" => errors(&world),
-                "passive" => passive(&world),
+                "passive" => passive(&world, created),
                 "path" => path(&world),
                 "sleeping" => sleeping(&world),
                 "shared" => shared(&world),
@@ -158,6 +182,14 @@ fn main() -> ExitCode {
             }
         },
     )
+}
+
+/// `window`, made with the program's Return error handler (a new window's
+/// is fatal, whatever world's): the checks expect errors back.
+fn returning(window: Result<Window<'_>>) -> Result<Window<'_>> {
+    let window = window?;
+    window.set_error_handler(ErrorHandler::Return);
+    Ok(window)
 }
 
 /// Elements of each rank's window in `ops`.
@@ -212,11 +244,12 @@ fn ops(world: &Communicator) -> Result<()> {
                 WindowKind::Created | WindowKind::Dynamic => {
                     // Displacements are addresses in a dynamic window.
                     let (window, attached) = if kind == WindowKind::Dynamic {
-                        let window = Window::create_dynamic(world, &Info::new())?;
+                        let window = returning(Window::create_dynamic(world, &Info::new()))?;
                         let address = window.attach(&mut memory[..])?;
                         (window, Some(address))
                     } else {
-                        let window = Window::create(world, &mut memory[..], 8, &Info::new())?;
+                        let window =
+                            returning(Window::create(world, &mut memory[..], 8, &Info::new()))?;
                         (window, None)
                     };
                     let address = attached.unwrap_or(0);
@@ -235,9 +268,9 @@ fn ops(world: &Communicator) -> Result<()> {
                 }
                 WindowKind::Allocated | WindowKind::Shared => {
                     let window = if kind == WindowKind::Shared {
-                        Window::allocate_shared(world, LEN * 8, 8, &Info::new())?
+                        returning(Window::allocate_shared(world, LEN * 8, 8, &Info::new()))?
                     } else {
-                        Window::allocate(world, LEN * 8, 8, &Info::new())?
+                        returning(Window::allocate(world, LEN * 8, 8, &Info::new()))?
                     };
                     window.write_local(0, &start)?;
                     world.barrier()?;
@@ -354,22 +387,52 @@ fn epoch(
     let strided: Vec<u64> = (0..8).map(|i| sent(rank, 60 + i / 2)).collect();
     let every_other = UserDatatype::vector(4, 1, 2, &u64::equivalent_datatype())?;
     let (mut a, mut b) = ([0u64; 4], [0u64; 4]);
-    oxmpi::request::scope(|scope| -> Result<()> {
-        let r1 = window.rget(scope, &mut a[..], t, at(44))?;
-        let r2 = window.rget_accumulate(
-            scope,
-            &mine(48..52)[..],
-            &mut b[..],
-            t,
-            at(48),
-            SystemOperation::max(),
+    if matches!(mode, Mode::Fence | Mode::Pscw) {
+        // Request-based operations are for passive-target epochs (MPI 4.1
+        // §12.3.5): refused before anything moves, and the plain forms
+        // do their part.
+        let refused = |what: &str, outcome: Result<()>| {
+            expect_class(outcome, ErrorClass::RmaSync, &format!("{what} in {mode:?}"))
+        };
+        oxmpi::request::scope(|scope| -> Result<()> {
+            refused("rget", window.rget(scope, &mut a[..], t, at(44)).map(drop))?;
+            let max = SystemOperation::max();
+            let r2 = window.rget_accumulate(scope, &mine(48..52)[..], &mut b[..], t, at(48), max);
+            refused("rget_accumulate", r2.map(drop))?;
+            let xor = SystemOperation::bitwise_xor();
+            let r3 = window.raccumulate(&mine(52..56)[..], t, at(52), xor);
+            refused("raccumulate", r3.map(drop))?;
+            refused("rput", window.rput(&mine(56..60)[..], t, at(56)).map(drop))
+        })?;
+        same(
+            &[a, b],
+            &[[0; 4]; 2],
+            "results of refused rget and rget_accumulate",
         )?;
-        let r3 =
-            window.raccumulate(&mine(52..56)[..], t, at(52), SystemOperation::bitwise_xor())?;
-        let r4 = window.rput(&mine(56..60)[..], t, at(56))?;
-        oxmpi::request::wait_all(vec![r1, r2, r3, r4])?;
-        Ok(())
-    })?;
+        window.get(&mut a[..], t, at(44))?;
+        let max = SystemOperation::max();
+        window.get_accumulate(&mine(48..52)[..], &mut b[..], t, at(48), max)?;
+        let xor = SystemOperation::bitwise_xor();
+        window.accumulate(&mine(52..56)[..], t, at(52), xor)?;
+        window.put(&mine(56..60)[..], t, at(56))?;
+    } else {
+        oxmpi::request::scope(|scope| -> Result<()> {
+            let r1 = window.rget(scope, &mut a[..], t, at(44))?;
+            let r2 = window.rget_accumulate(
+                scope,
+                &mine(48..52)[..],
+                &mut b[..],
+                t,
+                at(48),
+                SystemOperation::max(),
+            )?;
+            let r3 =
+                window.raccumulate(&mine(52..56)[..], t, at(52), SystemOperation::bitwise_xor())?;
+            let r4 = window.rput(&mine(56..60)[..], t, at(56))?;
+            oxmpi::request::wait_all(vec![r1, r2, r3, r4])?;
+            Ok(())
+        })?;
+    }
     window.put(
         &View::with_count_and_datatype(&strided[..], 1, &every_other)?,
         t,
@@ -453,7 +516,7 @@ fn operations(world: &Communicator) -> Result<()> {
         typed_accumulate::<u8>(world, name, op.into(), |r, i| (r + i) as u8 % 4)?;
         typed_accumulate::<i64>(world, name, op.into(), |r, i| ((r as i64) << 33) - i as i64)?;
         if integer_only(name) {
-            let window = Window::allocate(world, 64, 8, &Info::new())?;
+            let window = returning(Window::allocate(world, 64, 8, &Info::new()))?;
             window.fence(0)?;
             let bad = window.accumulate(&[1.5f64][..], 0, 0, op);
             window.fence(MODE_NOSUCCEED)?;
@@ -495,7 +558,7 @@ where
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     let elem = std::mem::size_of::<T>();
     let what = |call: &str| format!("{call} {name} of {}", std::any::type_name::<T>());
-    let window = Window::allocate(world, (N + 1) * elem, elem, &Info::new())?;
+    let window = returning(Window::allocate(world, (N + 1) * elem, elem, &Info::new()))?;
     let start: Vec<T> = (0..=N).map(|i| value(size + 1, i)).collect();
     let mine = |r: usize| -> Vec<T> { (0..=N).map(|i| value(r, i)).collect() };
     // What the window holds after the first `turns` ranks' operations.
@@ -555,12 +618,35 @@ where
     window.free()
 }
 
+/// The window of `atomic`, `regions`, `spinlock`, `exclusion` and
+/// `passive`: `bytes`
+/// zeroed bytes with displacements in units of `unit`, on `memory` that
+/// the program lends when `created` (reached on one host by cross-memory
+/// attach, whose read-modify-writes take the region mutexes of the
+/// window's control segment), else allocated (mapped shared memory on
+/// one host).
+fn allocated_or_created<'m>(
+    world: &Communicator,
+    memory: &'m mut Vec<u64>,
+    bytes: usize,
+    unit: usize,
+    created: bool,
+) -> Result<Window<'m>> {
+    if created {
+        *memory = vec![0u64; bytes.div_ceil(8)];
+        returning(Window::create(world, &mut memory[..], unit, &Info::new()))
+    } else {
+        returning(Window::allocate(world, bytes, unit, &Info::new()))
+    }
+}
+
 /// Every rank does `n` fetch-and-op sums of 1 on element 0 of rank 0 and
 /// `n` accumulate sums of 1 on element 1, under a shared lock: both
 /// totals are exact, and the values fetched are all different.
-fn atomic(world: &Communicator, n: usize) -> Result<()> {
+fn atomic(world: &Communicator, n: usize, created: bool) -> Result<()> {
     let (rank, size) = (world.rank(), world.size() as usize);
-    let window = Window::allocate(world, 16, 8, &Info::new())?;
+    let mut memory = Vec::new();
+    let window = allocated_or_created(world, &mut memory, 16, 8, created)?;
     world.barrier()?;
     let mut fetched = vec![0u64; n];
     window.lock(LockType::Shared, 0, 0)?;
@@ -618,9 +704,10 @@ fn region_spans(rank: usize, i: usize) -> (usize, usize) {
 /// element seen half-written). The totals are exact: each double counts
 /// the sums that covered it, each product is 3 to the number of products
 /// (3 is invertible modulo 2^64, so one lost product changes the result).
-fn regions(world: &Communicator, n: usize) -> Result<()> {
+fn regions(world: &Communicator, n: usize, created: bool) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
-    let window = Window::allocate(world, REGIONS_WINDOW * 8, 8, &Info::new())?;
+    let mut memory = Vec::new();
+    let window = allocated_or_created(world, &mut memory, REGIONS_WINDOW * 8, 8, created)?;
     if rank == 0 {
         window.write_local(8 * PRODUCT_AT, &[1i64; FIELD][..])?;
     }
@@ -697,9 +784,10 @@ fn regions(world: &Communicator, n: usize) -> Result<()> {
 /// A spin lock built with compare-and-swap on element 0 of rank 0 guards
 /// a counter at element 1 that ranks increment by get and put: `n`
 /// increments each, none lost.
-fn spinlock(world: &Communicator, n: usize) -> Result<()> {
+fn spinlock(world: &Communicator, n: usize, created: bool) -> Result<()> {
     let (rank, size) = (world.rank(), world.size() as usize);
-    let window = Window::allocate(world, 16, 8, &Info::new())?;
+    let mut memory = Vec::new();
+    let window = allocated_or_created(world, &mut memory, 16, 8, created)?;
     world.barrier()?;
     window.lock_all(0)?;
     let me = rank as u64 + 1;
@@ -732,9 +820,10 @@ fn spinlock(world: &Communicator, n: usize) -> Result<()> {
 /// accumulate of an `i32` 1 into bytes 8..12 and a fetch-and-op sum of a
 /// `f64` 1 into element 2 (neither a NIC atomic on the RDMA path: the
 /// target's accumulate mutex). No increment is lost.
-fn exclusion(world: &Communicator, n: usize) -> Result<()> {
+fn exclusion(world: &Communicator, n: usize, created: bool) -> Result<()> {
     let (rank, size) = (world.rank(), world.size() as usize);
-    let window = Window::allocate(world, 24, 4, &Info::new())?;
+    let mut memory = Vec::new();
+    let window = allocated_or_created(world, &mut memory, 24, 4, created)?;
     world.barrier()?;
     for _ in 0..n {
         window.lock(LockType::Exclusive, 0, 0)?;
@@ -773,7 +862,7 @@ fn large(world: &Communicator) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     let next = ((rank + 1) % size) as i32;
     let bytes = |r: usize| -> Vec<u8> { (0..LEN).map(|i| (i * 7 + r * 13) as u8).collect() };
-    let window = Window::allocate(world, LEN + 8, 1, &Info::new())?;
+    let window = returning(Window::allocate(world, LEN + 8, 1, &Info::new()))?;
     window.lock(LockType::Exclusive, next, 0)?;
     window.put(&bytes(rank)[..], next, 3)?;
     window.flush(next)?;
@@ -813,7 +902,12 @@ fn streamed(world: &Communicator) -> Result<()> {
             .map(|i| (i * 13 + j * 7 + r * 5 + i / 509) as u8)
             .collect()
     };
-    let window = Window::allocate(world, DISP + SLOTS * SLOT, 1, &Info::new())?;
+    let window = returning(Window::allocate(
+        world,
+        DISP + SLOTS * SLOT,
+        1,
+        &Info::new(),
+    ))?;
     window.lock(LockType::Shared, next, 0)?;
     for j in 0..SLOTS {
         window.put(&slot_bytes(rank, j)[..], next, DISP + j * SLOT)?;
@@ -880,7 +974,7 @@ fn by_message(world: &Communicator) -> Result<()> {
     let next = (rank + 1) % size;
     let previous = (rank + size - 1) % size;
     let largest = BY_MESSAGE_SIZES[BY_MESSAGE_SIZES.len() - 1];
-    let window = Window::allocate(world, 2 * largest + 64, 1, &Info::new())?;
+    let window = returning(Window::allocate(world, 2 * largest + 64, 1, &Info::new()))?;
     for (step, &n) in BY_MESSAGE_SIZES.iter().enumerate() {
         for (phase, t) in [next, rank].into_iter().enumerate() {
             let sent = by_message_bytes(rank, 2 * step + phase, n);
@@ -1015,7 +1109,7 @@ fn by_message(world: &Communicator) -> Result<()> {
     // regions); the data of a refused put or accumulate is taken and
     // dropped, so the operations after it land whole.
     let mut region = vec![0u8; REGION];
-    let dynamic = Window::create_dynamic(world, &Info::new())?;
+    let dynamic = returning(Window::create_dynamic(world, &Info::new()))?;
     let at = dynamic.attach(&mut region[..])?;
     let mut addresses = vec![0u64; size];
     world.all_gather_into(&[at as u64][..], &mut addresses[..])?;
@@ -1103,7 +1197,7 @@ fn batches(world: &Communicator, rounds: usize) -> Result<()> {
     let next = (rank + 1) % size;
     let previous = (rank + size - 1) % size;
     let t = next as i32;
-    let window = Window::allocate(world, 8 * WORDS, 8, &Info::new())?;
+    let window = returning(Window::allocate(world, 8 * WORDS, 8, &Info::new()))?;
     for round in 0..rounds {
         window.lock(LockType::Shared, t, 0)?;
         // Each word is put, then 1 is added to it: applied in another
@@ -1177,7 +1271,7 @@ fn batches(world: &Communicator, rounds: usize) -> Result<()> {
     // dynamic window, which only the target checks): reported at the
     // flush, the others applied.
     let mut region = vec![0u64; 4];
-    let window = Window::create_dynamic(world, &Info::new())?;
+    let window = returning(Window::create_dynamic(world, &Info::new()))?;
     let at = window.attach(&mut region[..])?;
     let mut addresses = vec![0u64; size];
     world.all_gather_into(&(at as u64), &mut addresses[..])?;
@@ -1219,7 +1313,7 @@ fn dynamic(world: &Communicator) -> Result<()> {
     let mut first = vec![0u32; 16];
     let mut second = vec![0u32; 8];
     let mut third = vec![0u32; THIRD];
-    let window = Window::create_dynamic(world, &Info::new())?;
+    let window = returning(Window::create_dynamic(world, &Info::new()))?;
     ensure(window.create_flavor() == CreateFlavor::Dynamic, || {
         "flavor".into()
     })?;
@@ -1356,11 +1450,51 @@ fn dynamic(world: &Communicator) -> Result<()> {
 /// between ranks: ranges are checked against each target's own.
 fn attributes(world: &Communicator) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
+    // A new window's error handler is fatal though world's is Return (MPI
+    // 4.1 §12.6.1), and its communicator copy runs none of the program's
+    // attribute callbacks (MPI runs them on MPI_Comm_dup only).
+    let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let counted = {
+        let (copies, deletes) = (calls.clone(), calls.clone());
+        Keyval::<u32>::new(
+            move |v| {
+                copies
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push("copy");
+                Ok(Some(*v))
+            },
+            move |_| {
+                deletes
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push("delete");
+                Ok(())
+            },
+        )
+    };
+    world.set_attribute(&counted, 7)?;
+    let window = Window::allocate(world, 8, 8, &Info::new())?;
+    ensure(
+        matches!(window.error_handler(), ErrorHandler::Fatal),
+        || {
+            format!(
+                "a new window's error handler is {:?}",
+                window.error_handler()
+            )
+        },
+    )?;
+    window.free()?;
+    let seen = calls.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    ensure(seen.is_empty(), || {
+        format!("a window's making and freeing ran the attribute callbacks {seen:?}")
+    })?;
+    world.delete_attribute(&counted)?;
     let mut memory = vec![0u8; 8 * (rank + 1)];
     let mut info = Info::new();
     info.set("accumulate_ordering", "none")?;
     let unit = if rank % 2 == 0 { 1 } else { 4 };
-    let window = Window::create(world, &mut memory[..], unit, &info)?;
+    let window = returning(Window::create(world, &mut memory[..], unit, &info))?;
     ensure(window.size() == 8 * (rank + 1), || {
         format!("size {}", window.size())
     })?;
@@ -1404,7 +1538,7 @@ fn attributes(world: &Communicator) -> Result<()> {
     window.free()?;
     let mut no_locks = Info::new();
     no_locks.set("no_locks", "true")?;
-    let window = Window::allocate(world, 8, 8, &no_locks)?;
+    let window = returning(Window::allocate(world, 8, 8, &no_locks))?;
     expect_class(
         window.lock(LockType::Shared, 0, 0),
         ErrorClass::RmaSync,
@@ -1423,7 +1557,7 @@ fn attributes(world: &Communicator) -> Result<()> {
 /// The error classes of bad calls; the window works afterwards.
 fn errors(world: &Communicator) -> Result<()> {
     let size = world.size();
-    let window = Window::allocate(world, 64, 8, &Info::new())?;
+    let window = returning(Window::allocate(world, 64, 8, &Info::new()))?;
     expect_class(
         window.put(&[1u64][..], 0, 0),
         ErrorClass::RmaSync,
@@ -1512,10 +1646,22 @@ fn errors(world: &Communicator) -> Result<()> {
 
 /// Rank 0 computes without calling anything that makes progress, until
 /// its window holds what every other rank put there with lock, put and
-/// unlock: only a progress thread can apply them.
-fn passive(world: &Communicator) -> Result<()> {
+/// unlock: only a progress thread can apply them. A window the origins
+/// reach directly needs none, so the check refuses one: an allocated
+/// window over TCP, or a created one (`created`) with cross-memory attach
+/// turned off (`OXMPI_SHM_CMA=0`) is reached by active messages.
+fn passive(world: &Communicator, created: bool) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
-    let window = Window::allocate(world, 8 * size, 8, &Info::new())?;
+    let mut memory = Vec::new();
+    let window = allocated_or_created(world, &mut memory, 8 * size, 8, created)?;
+    ensure(
+        size == 1 || !(window.direct_access() || window.rdma_access()),
+        || {
+            "passive needs a window reached by active messages: allocated over TCP, or \
+         created with OXMPI_SHM_CMA=0"
+                .to_owned()
+        },
+    )?;
     world.barrier()?;
     if rank == 0 {
         let expected: Vec<u64> = (0..size)
@@ -1568,7 +1714,7 @@ fn path(world: &Communicator) -> Result<()> {
     };
     let want = arg(2)?;
     let want_created = arg(3).unwrap_or_else(|_| want.clone());
-    let window = Window::allocate(world, 64, 8, &Info::new())?;
+    let window = returning(Window::allocate(world, 64, 8, &Info::new()))?;
     ensure(kind(&window) == want, || {
         format!(
             "an allocated window's path is {}, not {want}",
@@ -1586,7 +1732,7 @@ fn path(world: &Communicator) -> Result<()> {
     same(&all, &vec![code(&want); all.len()], "every rank's path")?;
     window.free()?;
     let mut memory = [0u64; 4];
-    let created = Window::create(world, &mut memory[..], 8, &Info::new())?;
+    let created = returning(Window::create(world, &mut memory[..], 8, &Info::new()))?;
     ensure(kind(&created) == want_created, || {
         format!(
             "a created window's path is {}, not {want_created}",
@@ -1613,9 +1759,9 @@ fn sleeping(world: &Communicator) -> Result<()> {
     // Slot `r`: origin r's value; slot `size + r`: its done mark.
     let mut memory = vec![0u64; 2 * size];
     let window = if std::env::args().nth(2).as_deref() == Some("create") {
-        Window::create(world, &mut memory[..], 8, &Info::new())?
+        returning(Window::create(world, &mut memory[..], 8, &Info::new()))?
     } else {
-        Window::allocate(world, 16 * size, 8, &Info::new())?
+        returning(Window::allocate(world, 16 * size, 8, &Info::new()))?
     };
     world.barrier()?;
     let bound = Duration::from_secs(20);
@@ -1672,7 +1818,7 @@ fn synchronization(world: &Communicator) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     let bound = Duration::from_secs(20);
     let value = |origin: usize, round: usize| (round * 1000 + origin + 1) as u64;
-    let window = Window::allocate(world, 8 * size, 8, &Info::new())?;
+    let window = returning(Window::allocate(world, 8 * size, 8, &Info::new()))?;
     // flush_all: every rank's put into every rank's slot `rank` is at
     // its target once flush_all returns; the targets read after a
     // barrier, with the epoch still open.
@@ -1718,10 +1864,21 @@ fn synchronization(world: &Communicator) -> Result<()> {
     window.unlock_all()?;
     world.barrier()?;
     // test: rank 0 exposes its window to the others and polls with test
-    // until their puts (of round 2) are complete.
+    // until their puts (of round 2) are complete. The origins complete
+    // only once rank 0 has tested once and then told them to: that first
+    // test must say no, and a test that waited for the epoch's end would
+    // wait for ever (the job's bound).
     let others: Vec<i32> = (1..size as i32).collect();
     if rank == 0 {
         window.post(&world.group().include(&others)?, 0)?;
+        if !others.is_empty() {
+            ensure(!window.test()?, || {
+                "test said the exposure epoch ended before any origin completed".to_owned()
+            })?;
+        }
+        for &origin in &others {
+            world.process_at_rank(origin).send(&1u8)?;
+        }
         let since = Instant::now();
         while !window.test()? {
             ensure(since.elapsed() < bound, || {
@@ -1739,6 +1896,7 @@ fn synchronization(world: &Communicator) -> Result<()> {
     } else {
         window.start(&world.group().include(&[0])?, 0)?;
         window.put(&[value(rank, 2)][..], 0, rank)?;
+        world.process_at_rank(0).receive::<u8>()?;
         window.complete()?;
     }
     world.barrier()?;
@@ -1769,7 +1927,7 @@ fn synchronization(world: &Communicator) -> Result<()> {
     // A user error handler sees an out-of-range put once, and the put
     // still returns the error; the window is untouched.
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    window.set_error_handler(oxmpi::ErrorHandler::user({
+    window.set_error_handler(ErrorHandler::user({
         let seen = seen.clone();
         move |_, e| {
             seen.lock()
@@ -1785,7 +1943,7 @@ fn synchronization(world: &Communicator) -> Result<()> {
     )?;
     // Back to Return: the error is returned, and the user's handler is
     // not called again.
-    window.set_error_handler(oxmpi::ErrorHandler::Return);
+    window.set_error_handler(ErrorHandler::Return);
     expect_class(
         window.put(&[7u64, 7][..], rank as i32, size - 1),
         ErrorClass::RmaRange,
@@ -1837,7 +1995,7 @@ fn synchronization(world: &Communicator) -> Result<()> {
 fn flush_all_reports_refusals(world: &Communicator) -> Result<()> {
     let size = world.size() as usize;
     let mut region = [0u64];
-    let window = Window::create_dynamic(world, &Info::new())?;
+    let window = returning(Window::create_dynamic(world, &Info::new()))?;
     let address = window.attach(&mut region[..])?;
     let mut addresses = vec![0u64; size];
     world.all_gather_into(&[address as u64][..], &mut addresses[..])?;
@@ -1857,12 +2015,278 @@ fn flush_all_reports_refusals(world: &Communicator) -> Result<()> {
     same(&region, &[0], "the region after the refused puts")
 }
 
-/// Rank 1 puts past the end of rank 0's window with the window's fatal
-/// handler set: the job ends with the error's message (the handler of
-/// the window, not of world, whose handler stays Return).
+/// Errors of detach, attach, epochs opened twice or left open, and the
+/// modes no other check exercises, each where a wrong answer shows: a
+/// detach of an address that is not the start of attached memory, and
+/// a second one (MPI_ERR_RMA_ATTACH; an attach overlapping attached
+/// memory cannot be written in safe Rust, which lends memory to a window
+/// once), an attach to a window that is not dynamic
+/// (MPI_ERR_RMA_FLAVOR); `lock_all` waits for another rank's exclusive
+/// lock (it finds that rank's last put, not its first);
+/// `lock_all(MODE_NOCHECK)` epochs whose puts land; a second post or
+/// start and an operation to a rank outside the start group
+/// (MPI_ERR_RMA_SYNC), a group with a process outside the window
+/// (MPI_ERR_GROUP); every operation on `PROC_NULL` does nothing, and
+/// neither do lock, flush and unlock of it; a free with an epoch open at
+/// rank 0 alone is MPI_ERR_RMA_SYNC there, and every rank leaves it.
+fn epochs(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    ensure(size >= 2, || "epochs runs on 2 ranks or more".to_owned())?;
+    // Attach and detach.
+    let mut region = [0u64; 4];
+    let window = returning(Window::create_dynamic(world, &Info::new()))?;
+    let at = window.attach(&mut region[..])?;
+    expect_class(
+        window.detach(at + 8),
+        ErrorClass::RmaAttach,
+        "a detach of an address inside attached memory, not its start",
+    )?;
+    window.detach(at)?;
+    expect_class(window.detach(at), ErrorClass::RmaAttach, "a second detach")?;
+    window.free()?;
+    let mut lent = [0u64; 2];
+    let created = returning(Window::create(world, &mut region[..], 8, &Info::new()))?;
+    expect_class(
+        created.attach(&mut lent[..]),
+        ErrorClass::RmaFlavor,
+        "an attach to a created window",
+    )?;
+    created.free()?;
+    // lock_all against an exclusive lock: rank 0 holds rank 1's, puts 1,
+    // lets the last rank call lock_all, waits, puts 2 and unlocks; the
+    // last rank's lock_all returns after the unlock, so its get finds 2.
+    let (holder, target, locker) = (0, 1i32, size - 1);
+    let (left, right) = ((rank + size - 1) % size, (rank + 1) % size);
+    let window = returning(Window::allocate(world, 8, 8, &Info::new()))?;
+    world.barrier()?;
+    if rank == holder {
+        window.lock(LockType::Exclusive, target, 0)?;
+        window.put(&[1u64][..], target, 0)?;
+        window.flush(target)?;
+        world.process_at_rank(locker as i32).send(&1u8)?;
+        std::thread::sleep(Duration::from_millis(200));
+        window.put(&[2u64][..], target, 0)?;
+        window.unlock(target)?;
+    }
+    if rank == locker {
+        world.process_at_rank(holder as i32).receive::<u8>()?;
+        window.lock_all(0)?;
+        let mut got = [0u64];
+        window.get(&mut got[..], target, 0)?;
+        window.unlock_all()?;
+        same(&got, &[2], "rank 1's slot read under lock_all")?;
+    }
+    world.barrier()?;
+    // lock_all(MODE_NOCHECK): no other lock is asked for meanwhile, and
+    // each rank's put into its right neighbour's window lands.
+    window.lock_all(MODE_NOCHECK)?;
+    window.put(&[10 + rank as u64][..], right as i32, 0)?;
+    window.unlock_all()?;
+    world.barrier()?;
+    let mut mine = [0u64];
+    window.read_local(0, &mut mine)?;
+    same(
+        &mine,
+        &[10 + left as u64],
+        "the put under lock_all(MODE_NOCHECK)",
+    )?;
+    world.barrier()?;
+    window.free()?;
+    // Post and start twice, an operation outside the start group: each
+    // rank exposes its window to its left neighbour and accesses its
+    // right one's; itself is outside its start group.
+    let window = returning(Window::allocate(world, 8, 8, &Info::new()))?;
+    let to_left = world.group().include(&[left as i32])?;
+    let to_right = world.group().include(&[right as i32])?;
+    window.post(&to_left, 0)?;
+    expect_class(
+        window.post(&to_left, 0),
+        ErrorClass::RmaSync,
+        "a second post",
+    )?;
+    window.start(&to_right, 0)?;
+    expect_class(
+        window.start(&to_right, 0),
+        ErrorClass::RmaSync,
+        "a second start",
+    )?;
+    expect_class(
+        window.put(&[5u64][..], rank as i32, 0),
+        ErrorClass::RmaSync,
+        "a put to a rank outside the start group",
+    )?;
+    window.put(&[7u64][..], right as i32, 0)?;
+    window.complete()?;
+    window.wait()?;
+    window.read_local(0, &mut mine)?;
+    same(&mine, &[7], "the left neighbour's put")?;
+    // Every operation on PROC_NULL, in a fence epoch: nothing changes,
+    // and the result buffers keep what they held.
+    window.fence(0)?;
+    let null = oxmpi::PROC_NULL;
+    let mut kept = [9u64];
+    let mut one = 9u64;
+    window.put(&[1u64][..], null, 0)?;
+    window.get(&mut kept[..], null, 0)?;
+    window.accumulate(&[1u64][..], null, 0, SystemOperation::sum())?;
+    window.get_accumulate(&[1u64][..], &mut kept[..], null, 0, SystemOperation::sum())?;
+    window.fetch_and_op(&1u64, &mut one, null, 0, SystemOperation::sum())?;
+    window.compare_and_swap(&1u64, &7u64, &mut one, null, 0)?;
+    let column = UserDatatype::vector(1, 1, 1, &u64::equivalent_datatype())?;
+    let layout = TargetLayout::new(1, &column);
+    window.put_typed(&[1u64][..], null, 0, layout)?;
+    window.get_typed(&mut kept[..], null, 0, layout)?;
+    window.accumulate_typed(&[1u64][..], null, 0, layout, SystemOperation::sum())?;
+    window.get_accumulate_typed(
+        &[1u64][..],
+        &mut kept[..],
+        null,
+        0,
+        layout,
+        AccumulateOp::Replace,
+    )?;
+    oxmpi::request::scope(|scope| -> Result<()> {
+        let requests = vec![
+            window.rput(&[1u64][..], null, 0)?,
+            window.raccumulate(&[1u64][..], null, 0, SystemOperation::sum())?,
+            window.rget(scope, &mut kept[..], null, 0)?,
+        ];
+        oxmpi::request::wait_all(requests).map(drop)
+    })?;
+    window.fence(MODE_NOSUCCEED)?;
+    window.lock(LockType::Exclusive, null, 0)?;
+    window.flush(null)?;
+    window.unlock(null)?;
+    same(
+        &[kept[0], one],
+        &[9, 9],
+        "result buffers of operations on PROC_NULL",
+    )?;
+    window.read_local(0, &mut mine)?;
+    same(&mine, &[7], "the window after operations on PROC_NULL")?;
+    // A group with a process outside the window: a window of this rank
+    // alone.
+    let alone = world
+        .split_by_color(Color::with_value(rank as i32))?
+        .ok_or_else(|| fail("a split with a colour gave no communicator"))?;
+    let lonely = returning(Window::allocate(&alone, 8, 8, &Info::new()))?;
+    expect_class(
+        lonely.start(&world.group(), 0),
+        ErrorClass::Group,
+        "start with a group beyond the window",
+    )?;
+    expect_class(
+        lonely.post(&world.group(), 0),
+        ErrorClass::Group,
+        "post with a group beyond the window",
+    )?;
+    lonely.free()?;
+    // Free with an epoch open at rank 0 alone.
+    if rank == 0 {
+        window.lock(LockType::Shared, right as i32, 0)?;
+    }
+    let open = |r: usize| (r == 0).then_some(ErrorClass::RmaSync);
+    outcomes(world, window.free(), open, "free with rank 0's lock open")
+}
+
+/// Every rank's outcome of a call, gathered at every rank as error class
+/// codes (0 for success), against `expected` (the class each rank must
+/// report, if any): a rank that reports the wrong outcome fails the
+/// check, and one that never gets here (left waiting in a barrier of the
+/// call) holds the job until its bound.
+fn outcomes(
+    world: &Communicator,
+    outcome: Result<()>,
+    expected: impl Fn(usize) -> Option<ErrorClass>,
+    what: &str,
+) -> Result<()> {
+    let mine = outcome.as_ref().err().map_or(0, |e| e.class().code());
+    let mut every = vec![0i32; world.size() as usize];
+    world.all_gather_into(&[mine][..], &mut every[..])?;
+    let want: Vec<i32> = (0..every.len())
+        .map(|r| expected(r).map_or(0, ErrorClass::code))
+        .collect();
+    same(
+        &every,
+        &want,
+        &format!("{what}: error classes by rank (this rank's: {outcome:?})"),
+    )
+}
+
+/// A put that its target refuses, by rank 0 alone (past the slots that
+/// rank 1 attached to a dynamic window: only the target can check it),
+/// followed directly by the call that ends its epoch: `fence`,
+/// `unlock_all` and `free`. Rank 0's call reports MPI_ERR_RMA_RANGE, the
+/// others' succeed, and each still synchronizes: the next fence epoch
+/// works, every rank's exclusive lock on every target is granted after
+/// the unlock_all (rank 0's shared locks were released), and every rank
+/// leaves the free. Nothing of the refused puts is written.
+fn refused_sync(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    ensure(size >= 2, || {
+        "refused_sync runs on 2 ranks or more".to_owned()
+    })?;
+    let right = (rank + 1) % size;
+    let refused = |r: usize| (r == 0).then_some(ErrorClass::RmaRange);
+    // A slot per origin.
+    let mut slots = vec![0u64; size];
+    let window = returning(Window::create_dynamic(world, &Info::new()))?;
+    let address = window.attach(&mut slots[..])?;
+    let mut addresses = vec![0u64; size];
+    world.all_gather_into(&[address as u64][..], &mut addresses[..])?;
+    let at = |t: usize| addresses[t] as usize + 8 * rank;
+    let past_every_slot = vec![9u64; size + 1];
+    let bad_put = || {
+        window.put(
+            &past_every_slot[..],
+            right as i32,
+            addresses[right] as usize,
+        )
+    };
+    window.fence(0)?;
+    if rank == 0 {
+        bad_put()?;
+    } else {
+        window.put(&[100 + rank as u64][..], right as i32, at(right))?;
+    }
+    outcomes(world, window.fence(0), refused, "fence after a refused put")?;
+    window.put(&[200 + rank as u64][..], right as i32, at(right))?;
+    outcomes(
+        world,
+        window.fence(MODE_NOSUCCEED),
+        |_| None,
+        "the next fence",
+    )?;
+    window.lock_all(0)?;
+    if rank == 0 {
+        bad_put()?;
+    }
+    outcomes(
+        world,
+        window.unlock_all(),
+        refused,
+        "unlock_all after a refused put",
+    )?;
+    for t in 0..size {
+        window.lock(LockType::Exclusive, t as i32, 0)?;
+        window.put(&[300 + rank as u64][..], t as i32, at(t))?;
+        window.unlock(t as i32)?;
+    }
+    world.barrier()?;
+    window.fence(0)?;
+    if rank == 0 {
+        bad_put()?;
+    }
+    outcomes(world, window.free(), refused, "free after a refused put")?;
+    let want: Vec<u64> = (0..size).map(|o| 300 + o as u64).collect();
+    same(&slots, &want, "the slots after the refused puts")
+}
+
+/// Rank 1 puts past the end of rank 0's window, whose error handler is
+/// the one every new window has, fatal (MPI 4.1 §12.6.1), though world's
+/// is Return: the job ends with the error's message.
 fn fatal_handler(world: &Communicator) -> Result<()> {
     let window = Window::allocate(world, 8, 8, &Info::new())?;
-    window.set_error_handler(oxmpi::ErrorHandler::Fatal);
     world.barrier()?;
     if world.rank() == 1 {
         window.lock(LockType::Shared, 0, 0)?;
@@ -1905,7 +2329,7 @@ fn typed(world: &Communicator) -> Result<()> {
     let (left, right) = ((rank + size - 1) % size, (rank + 1) % size);
     let cell = |r: usize, i: usize, j: usize| (r * 10000 + i * 100 + j) as u64;
     let entry = |r: usize, i: usize, j: usize| (r * 1000 + i * ORDER + j + 1) as u64;
-    let window = Window::allocate(world, 8 * (INDEXED + 12), 8, &Info::new())?;
+    let window = returning(Window::allocate(world, 8 * (INDEXED + 12), 8, &Info::new()))?;
     let mut start = vec![0u64; INDEXED + 12];
     for i in 0..ROWS {
         for j in 0..COLS {
@@ -1930,44 +2354,45 @@ fn typed(world: &Communicator) -> Result<()> {
         0,
         TargetLayout::new(1, &column),
     )?;
-    // The request-based form: complete on return.
-    window
-        .rput_typed(
-            &from(1)?,
-            left as i32,
-            COLS - 1,
-            TargetLayout::new(1, &column),
-        )?
-        .wait()?;
+    // The request-based forms are for passive-target epochs (MPI 4.1
+    // §12.3.5): refused here before anything moves, each time, and the
+    // plain form does the part; they work in the lock_all epoch at the
+    // end.
+    let refused = |what: &str, outcome: Result<()>| {
+        expect_class(outcome, ErrorClass::RmaSync, &format!("{what} under fence"))
+    };
+    let to_left = TargetLayout::new(1, &column);
+    refused(
+        "rput_typed",
+        window
+            .rput_typed(&from(1)?, left as i32, COLS - 1, to_left)
+            .map(drop),
+    )?;
+    window.put_typed(&from(1)?, left as i32, COLS - 1, to_left)?;
     // The transpose: column j of the matrix is element j of `columns`.
     let down = UserDatatype::vector(ORDER as i32, 1, ORDER as i32, &u64_type)?;
     let columns = UserDatatype::resized(&down, 0, 8)?;
     let mut transposed = vec![0u64; ORDER * ORDER];
-    // Odd ranks by the request-based form, complete on return: the
-    // result is checked after the fence without a wait.
     let transpose = TargetLayout::new(ORDER, &columns);
-    if rank % 2 == 0 {
-        window.get_typed(&mut transposed[..], right as i32, MATRIX, transpose)?;
-    } else {
-        let request = window.rget_typed(&mut transposed[..], right as i32, MATRIX, transpose)?;
-        match request.test() {
-            Ok(status) => status.map(|_| ())?,
-            Err(_) => return Err(fail("rget_typed's request was not complete on return")),
-        }
-    }
+    refused(
+        "rget_typed",
+        window
+            .rget_typed(&mut transposed[..], right as i32, MATRIX, transpose)
+            .map(drop),
+    )?;
+    window.get_typed(&mut transposed[..], right as i32, MATRIX, transpose)?;
     // Accumulates into rank 0's indexed area: elements 0, 4-6 and 9-10.
     let indexed = UserDatatype::indexed(&[1, 3, 2], &[0, 4, 9], &u64_type)?;
     let added = |r: usize| -> Vec<u64> { (0..6).map(|n| (r as u64 + 1) * (n + 1)).collect() };
-    // Odd ranks by the request-based form.
     let layout = TargetLayout::new(1, &indexed);
     let sum = SystemOperation::sum();
-    if rank % 2 == 0 {
-        window.accumulate_typed(&added(rank)[..], 0, INDEXED, layout, sum)?;
-    } else {
+    refused(
+        "raccumulate_typed",
         window
-            .raccumulate_typed(&added(rank)[..], 0, INDEXED, layout, sum)?
-            .wait()?;
-    }
+            .raccumulate_typed(&added(rank)[..], 0, INDEXED, layout, sum)
+            .map(drop),
+    )?;
+    window.accumulate_typed(&added(rank)[..], 0, INDEXED, layout, sum)?;
     window.fence(0)?;
     let want: Vec<u64> = (0..ORDER * ORDER)
         .map(|n| entry(right, n % ORDER, n / ORDER))
@@ -2002,13 +2427,13 @@ fn typed(world: &Communicator) -> Result<()> {
     let mut old = vec![0u64; ORDER];
     let layout = TargetLayout::new(1, &first);
     let (to, replace) = (right as i32, AccumulateOp::Replace);
-    if rank % 2 == 0 {
-        window.get_accumulate_typed(&new[..], &mut old[..], to, MATRIX, layout, replace)?;
-    } else {
+    refused(
+        "rget_accumulate_typed",
         window
-            .rget_accumulate_typed(&new[..], &mut old[..], to, MATRIX, layout, replace)?
-            .wait()?;
-    }
+            .rget_accumulate_typed(&new[..], &mut old[..], to, MATRIX, layout, replace)
+            .map(drop),
+    )?;
+    window.get_accumulate_typed(&new[..], &mut old[..], to, MATRIX, layout, replace)?;
     window.fence(0)?;
     let fetched: Vec<u64> = (0..ORDER).map(|i| entry(right, i, 0)).collect();
     same(&old, &fetched, "the column get_accumulate_typed fetched")?;
@@ -2078,9 +2503,53 @@ fn typed(world: &Communicator) -> Result<()> {
         ErrorClass::Type,
         "an accumulate of mixed types",
     )?;
-    window.fence(0)?;
+    window.fence(MODE_NOSUCCEED)?;
     window.read_local(0, &mut got[..])?;
     same(&got, &want, "the window after the refused operations")?;
+    // The request-based forms in a lock_all epoch, complete on return:
+    // this rank's column 1 into its right neighbour's column 0 by
+    // rput_typed, read back by rget_typed; its added values into the
+    // neighbour's indexed area by raccumulate_typed, then fetched and
+    // replaced by zeros with rget_accumulate_typed.
+    world.barrier()?;
+    let to = right as i32;
+    let mut back = vec![0u64; ROWS];
+    let mut fetched = vec![0u64; 6];
+    window.lock_all(0)?;
+    let put = window.rput_typed(&from(1)?, to, 0, TargetLayout::new(1, &column))?;
+    window.flush(to)?;
+    let got_back = window.rget_typed(&mut back[..], to, 0, TargetLayout::new(1, &column))?;
+    let zero = TargetLayout::new(1, &indexed);
+    let raccumulated = window.raccumulate_typed(&added(rank)[..], to, INDEXED, zero, sum)?;
+    let swapped = window.rget_accumulate_typed(
+        &[0u64; 6][..],
+        &mut fetched[..],
+        to,
+        INDEXED,
+        zero,
+        replace,
+    )?;
+    oxmpi::request::wait_all(vec![put, got_back, raccumulated, swapped])?;
+    window.unlock_all()?;
+    let column_1: Vec<u64> = (0..ROWS).map(|i| cell(rank, i, 1)).collect();
+    same(
+        &back,
+        &column_1,
+        "rget_typed of the column rput_typed wrote",
+    )?;
+    // Rank 0's indexed area holds every rank's first accumulates; the
+    // others' held zeros.
+    let before: Vec<u64> = (0..6)
+        .map(|n| {
+            let earlier: u64 = (0..size).map(|r| added(r)[n]).sum();
+            u64::from(right == 0) * earlier + added(rank)[n]
+        })
+        .collect();
+    same(
+        &fetched,
+        &before,
+        "what rget_accumulate_typed fetched after raccumulate_typed",
+    )?;
     window.free()?;
     typed_large(world)
 }
@@ -2100,7 +2569,7 @@ fn typed_large(world: &Communicator) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     let right = ((rank + 1) % size) as i32;
     let len = 2 * STRIDED;
-    let window = Window::allocate(world, 8 * len, 8, &Info::new())?;
+    let window = returning(Window::allocate(world, 8 * len, 8, &Info::new()))?;
     window.write_local(0, &vec![0u64; len][..])?;
     // No rank writes into a window before its owner cleared it.
     world.barrier()?;
@@ -2167,7 +2636,12 @@ fn shared(world: &Communicator) -> Result<()> {
     shared_window(world, &noncontig)?;
     // Rank 0's part is empty: PROC_NULL gives rank 1's (with one rank,
     // rank 0's, of no bytes).
-    let window = Window::allocate_shared(world, if rank == 0 { 0 } else { 8 }, 8, &Info::new())?;
+    let window = returning(Window::allocate_shared(
+        world,
+        if rank == 0 { 0 } else { 8 },
+        8,
+        &Info::new(),
+    ))?;
     let lowest = window.shared_query(oxmpi::PROC_NULL)?;
     let want = window.shared_query(size.min(2) as i32 - 1)?;
     ensure(
@@ -2214,7 +2688,7 @@ fn shared_window(world: &Communicator, info: &Info) -> Result<()> {
     let contiguous = info.get("alloc_shared_noncontig")? != Some("true");
     let len = |r: usize| r + 2;
     let value = |r: usize, i: usize| (r * 1000 + i) as u64;
-    let window = Window::allocate_shared(world, 8 * len(rank), 8, info)?;
+    let window = returning(Window::allocate_shared(world, 8 * len(rank), 8, info))?;
     ensure(window.create_flavor() == CreateFlavor::Shared, || {
         format!("flavor {:?}", window.create_flavor())
     })?;
@@ -2320,14 +2794,55 @@ fn shared_window(world: &Communicator, info: &Info) -> Result<()> {
     if contiguous {
         return Ok(());
     }
+    // MPI 4.1 §12.2.3 allows the query on allocated and created windows:
+    // an allocated window reached directly is shared memory, and rank
+    // 0's part then holds what a put wrote there; a created one (reached
+    // by cross-memory attach) or one reached by messages gives empty
+    // parts; a dynamic window is refused.
+    let allocated = returning(Window::allocate(world, 16, 8, &Info::new()))?;
+    let part = allocated.shared_query(0)?;
+    if allocated.direct_access() {
+        same(&[part.size()], &[16], "the part of an allocated window")?;
+        allocated.lock(LockType::Exclusive, 0, 0)?;
+        allocated.put(&[rank as u64 + 1][..], 0, rank % 2)?;
+        allocated.unlock(0)?;
+        world.barrier()?;
+        // Rank 0's own put lands in slot 0 whoever's lands last.
+        let mut got = [0u64; 2];
+        part.read(0, &mut got[..])?;
+        ensure(got[0] != 0, || {
+            format!("rank 0's allocated part read {got:?} after the puts")
+        })?;
+    } else {
+        ensure(part.size() == 0 && part.base().is_null(), || {
+            "the part of an allocated window reached by messages is not empty".to_owned()
+        })?;
+    }
+    world.barrier()?;
+    allocated.free()?;
     let mut memory = [0u64; 2];
-    let created = Window::create(world, &mut memory[..], 8, &Info::new())?;
+    let created = returning(Window::create(world, &mut memory[..], 8, &Info::new()))?;
+    let part = created.shared_query(0)?;
+    ensure(part.size() == 0 && part.base().is_null(), || {
+        format!(
+            "a created window's part: {} bytes at {:?}",
+            part.size(),
+            part.base()
+        )
+    })?;
     expect_class(
-        created.shared_query(0).map(|_| ()),
-        ErrorClass::RmaFlavor,
-        "query of a created window",
+        part.read(0, &mut [0u64][..]),
+        ErrorClass::RmaRange,
+        "a read of an empty part",
     )?;
-    created.free()
+    created.free()?;
+    let dynamic = returning(Window::create_dynamic(world, &Info::new()))?;
+    expect_class(
+        dynamic.shared_query(0).map(|_| ()),
+        ErrorClass::RmaFlavor,
+        "query of a dynamic window",
+    )?;
+    dynamic.free()
 }
 
 /// Rank 1 drops its window on user memory without `free` (erroneous, but
@@ -2336,7 +2851,7 @@ fn shared_window(world: &Communicator, info: &Info) -> Result<()> {
 fn dropped(world: &Communicator) -> Result<()> {
     let rank = world.rank();
     let mut memory = vec![0u64; 4];
-    let window = Window::create(world, &mut memory[..], 8, &Info::new())?;
+    let window = returning(Window::create(world, &mut memory[..], 8, &Info::new()))?;
     ensure(window.direct_access(), || {
         "dropped needs the direct path".to_owned()
     })?;
@@ -2366,7 +2881,7 @@ fn dropped(world: &Communicator) -> Result<()> {
 fn revoked(world: &Communicator) -> Result<()> {
     let rank = world.rank();
     let mut memory = vec![0u64; 4];
-    let window = Window::create(world, &mut memory[..], 8, &Info::new())?;
+    let window = returning(Window::create(world, &mut memory[..], 8, &Info::new()))?;
     ensure(window.rdma_access(), || {
         "revoked needs the RDMA path".to_owned()
     })?;
@@ -2421,7 +2936,7 @@ fn lost_peer(world: &Communicator) -> Result<()> {
     const LEN: usize = 64 << 20;
     const BOUND: Duration = Duration::from_secs(10);
     ensure(world.size() == 2, || "lost_peer runs on 2 ranks".to_owned())?;
-    let window = Window::allocate(world, LEN + 8, 1, &Info::new())?;
+    let window = returning(Window::allocate(world, LEN + 8, 1, &Info::new()))?;
     world.barrier()?;
     if world.rank() == 1 {
         world.process_at_rank(0).receive::<u8>()?;
@@ -2496,7 +3011,7 @@ fn lost_holder(world: &Communicator) -> Result<()> {
     ensure(world.size() == 3, || {
         "lost_holder runs on 3 ranks".to_owned()
     })?;
-    let window = Window::allocate(world, 8, 1, &Info::new())?;
+    let window = returning(Window::allocate(world, 8, 1, &Info::new()))?;
     world.barrier()?;
     match world.rank() {
         0 => {
@@ -2628,8 +3143,8 @@ const PAIRS: usize = 8;
 /// so a tie is won by the higher rank, not the first to arrive) into
 /// every rank under shared locks, twice over (`MPI_MINLOC` into region
 /// 0, `MPI_MAXLOC` through a derived origin datatype, a contiguous run
-/// of pairs, into region 1), and `MPI_MAXLOC` by `raccumulate` under
-/// fence (region 2); then in turn `get_accumulate` or `rget_accumulate`
+/// of pairs, into region 1), and `MPI_MAXLOC` by `accumulate` under
+/// fence (region 2; `raccumulate` refused there); then in turn `get_accumulate` or `rget_accumulate`
 /// (which refuses a result of pairs with padding) `MPI_MINLOC` into rank
 /// 0's region 3 and `fetch_and_op` `MPI_MAXLOC` of one pair into its
 /// region 4, each checking the old pairs it got, a `MPI_MINLOC` of more
@@ -2692,9 +3207,9 @@ where
     let mut memory = vec![0u8; window_len];
     for created in [false, true] {
         let window = if created {
-            Window::create(world, &mut memory[..], 1, &Info::new())?
+            returning(Window::create(world, &mut memory[..], 1, &Info::new()))?
         } else {
-            Window::allocate(world, window_len, 1, &Info::new())?
+            returning(Window::allocate(world, window_len, 1, &Info::new()))?
         };
         let what = |part: &str| {
             format!(
@@ -2734,12 +3249,18 @@ where
             }
             window.unlock(t)?;
         }
-        // Under fence.
+        // Under fence, where the request-based form is refused (MPI 4.1
+        // §12.3.5) before anything moves.
         window.fence(0)?;
         for t in 0..size as i32 {
-            window
-                .raccumulate(&mine[..], t, region(2), SystemOperation::max_loc())?
-                .wait()?;
+            expect_class(
+                window
+                    .raccumulate(&mine[..], t, region(2), SystemOperation::max_loc())
+                    .map(drop),
+                ErrorClass::RmaSync,
+                &what("raccumulate under fence"),
+            )?;
+            window.accumulate(&mine[..], t, region(2), SystemOperation::max_loc())?;
         }
         window.fence(0)?;
         // In turn, into rank 0, with the old pairs back.
