@@ -16,11 +16,13 @@
 //! the examples of the `oxmpi` crate; `cargo test --workspace` builds all
 //! of them next to `oxrun`.
 //!
-//! [`checks`] holds the result checks those programs share, and
-//! [`program`] the frame around a check that each of them runs in.
+//! [`checks`] holds the result checks those programs share,
+//! [`program`] the frame around a check that each of them runs in, and
+//! [`privilege`] what tests that need root do where they are not.
 
 pub mod affine;
 pub mod checks;
+pub mod privilege;
 pub mod program;
 
 use std::collections::{HashMap, HashSet, VecDeque};
