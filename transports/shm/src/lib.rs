@@ -114,6 +114,7 @@
 
 mod cma;
 mod conn;
+mod handover;
 mod host;
 mod inbound;
 mod numa;
