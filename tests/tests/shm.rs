@@ -96,6 +96,13 @@ fn ten_thousand_messages_in_order() {
     suite("ordered", 2);
 }
 
+/// A queue is made when a pair first talks, not before: in a ring of 4
+/// ranks each maps 2 (to its next neighbour and from its previous one).
+#[test]
+fn queues_are_made_only_between_ranks_that_talk() {
+    suite("lazy-queues", 4);
+}
+
 #[test]
 fn sizes_across_the_threshold_up_to_64_mib() {
     suite("sizes", 2);
