@@ -215,7 +215,17 @@ pub(crate) fn fetch(ticket: &Ticket, within: Duration) -> io::Result<File> {
     let name = socket_name(ticket.pid, ticket.serial);
     let stream: UnixStream = loop {
         // A full backlog clears as the maker's thread accepts.
-        match sys::connect_abstract(&name)? {
+        let connected = sys::connect_abstract(&name).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot reach the hand-over socket of process {} ({e}): it no longer \
+                     hands the region over, or is in another network namespace",
+                    ticket.pid
+                ),
+            )
+        })?;
+        match connected {
             Some(stream) => break stream,
             None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
             None => return Err(timed_out()),
