@@ -16,11 +16,13 @@
 //! the examples of the `oxmpi` crate; `cargo test --workspace` builds all
 //! of them next to `oxrun`.
 //!
-//! [`checks`] holds the result checks those programs share, and
-//! [`program`] the frame around a check that each of them runs in.
+//! [`checks`] holds the result checks those programs share,
+//! [`program`] the frame around a check that each of them runs in, and
+//! [`privilege`] what tests that need root do where they are not.
 
 pub mod affine;
 pub mod checks;
+pub mod privilege;
 pub mod program;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -30,6 +32,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
+
+/// Environment variable every job is started with: the id of the process
+/// that started it, so that what outlives a job can be found
+/// ([`shm_leftovers`]).
+pub const HARNESS_ENV: &str = "OXMPI_TEST_HARNESS";
 
 /// How often a job is checked on while nothing else wakes the harness.
 const POLL: Duration = Duration::from_millis(10);
@@ -242,6 +249,7 @@ impl Job {
     pub fn spawn(mut command: Command, bound: Duration) -> Result<Job, JobFailure> {
         let what = format!("{command:?}");
         command
+            .env(HARNESS_ENV, std::process::id().to_string())
             .process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -588,16 +596,34 @@ pub fn listening_ports(pid: u32) -> Vec<u16> {
         .collect()
 }
 
-/// Names of files in /dev/shm that look like oxmpi's, to check nothing leaks.
+/// What outlived this process's finished jobs, to check nothing leaks:
+/// each live process that one of its jobs started ([`HARNESS_ENV`] names
+/// this process in its environment) and that is no longer among its
+/// descendants (so it belongs to no job still running: it escaped its
+/// job, which has ended), as `PID (COMMAND)` and the oxmpi shared memory
+/// it still maps (`/memfd:oxmpi-...`), if any. oxmpi's shared memory is
+/// only ever in memory files without a name, which last exactly as long
+/// as a process maps them: nothing else of it can be left.
 pub fn shm_leftovers() -> Vec<String> {
-    std::fs::read_dir("/dev/shm")
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.contains("oxmpi"))
-                .collect()
+    let me = std::process::id();
+    let ours = format!("{HARNESS_ENV}={me}");
+    let running: HashSet<u32> = descendants(me).into_iter().collect();
+    processes()
+        .filter(|s| s.alive() && !running.contains(&s.pid))
+        .filter(|s| {
+            std::fs::read(format!("/proc/{}/environ", s.pid))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|var| var == ours.as_bytes()))
         })
-        .unwrap_or_default()
+        .map(|s| {
+            let maps = std::fs::read_to_string(format!("/proc/{}/maps", s.pid)).unwrap_or_default();
+            let memory: HashSet<&str> = maps
+                .lines()
+                .filter_map(|line| line.split_whitespace().nth(5))
+                .filter(|path| path.starts_with("/memfd:oxmpi"))
+                .collect();
+            format!("{} mapping {memory:?}", s.name)
+        })
+        .collect()
 }
 
 /// One line of `OXMPI_VERBOSE=1` output saying which transport a rank

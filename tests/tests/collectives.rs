@@ -14,7 +14,7 @@ fn bins() -> Binaries {
 }
 
 /// Runs `program check` on `ranks` ranks with `env` set, within `bound`;
-/// it must succeed and leave nothing in /dev/shm. Returns its standard
+/// it must succeed and leave nothing behind. Returns its standard
 /// output.
 fn job(program: &str, check: &str, ranks: usize, env: &[(&str, &str)], bound: u64) -> String {
     let mut c = Command::new(bins().oxrun());
@@ -225,7 +225,7 @@ fn processes_that_pass_different_counts_fail_alone() {
 /// ranks with `env`, under the fatal error handler: the job must end
 /// within the bound with the code of `MPI_ERR_COUNT` or
 /// `MPI_ERR_TRUNCATE` and a message that names the collective, and leave
-/// nothing in /dev/shm.
+/// nothing behind.
 fn mismatched_reduction(
     (collective, name): (&str, &str),
     (count, odd_count, odd): (usize, usize, &str),

@@ -9,8 +9,8 @@ fn bins() -> Binaries {
     Binaries::new(env!("CARGO_BIN_EXE_comm_features"))
 }
 
-/// Runs the check; it must succeed, say `expected` and leave nothing in
-/// /dev/shm.
+/// Runs the check; it must succeed, say `expected` and leave nothing
+/// behind.
 fn job(check: &str, ranks: usize, env: &[(&str, &str)], expected: &str) {
     let out = run(
         bins().check("comm_features", check, ranks, env),
@@ -66,7 +66,7 @@ fn attributes_info_and_error_handlers() {
 /// Runs `check`, in which rank 1 makes an error on world with the default
 /// handler, at 3 ranks: the job must end in time with the error class's
 /// `code`, the rank's message naming world, rank 1 and `error` (class and
-/// message), and oxrun naming rank 1; nothing left in /dev/shm.
+/// message), and oxrun naming rank 1; nothing left behind.
 fn ends_the_job(check: &str, code: i32, error: &str) {
     let out = run(
         bins().check("comm_features", check, 3, &[]),

@@ -12,7 +12,7 @@ fn bins() -> Binaries {
 }
 
 /// Runs the check within 60 s; it must succeed, say `expected` and leave
-/// nothing in /dev/shm.
+/// nothing behind.
 fn job(check: &str, ranks: usize, env: &[(&str, &str)], expected: &str) {
     job_within(check, ranks, env, expected, Duration::from_secs(60));
 }

@@ -23,12 +23,14 @@
 //! name their processes for single copies, while those two use shared
 //! memory.
 //!
-//! `ip netns` and `unshare --pid` need root. As root the test runs; with passwordless sudo it
-//! runs itself again under `sudo -n`; with neither it says why and passes
-//! without doing anything. The namespaces (and with them the veth pair)
+//! `ip netns` and `unshare --pid` need root. As root the test runs; with
+//! passwordless sudo it runs itself again under `sudo -n`; with neither it
+//! says why and passes without doing anything, or fails where
+//! `OXMPI_REQUIRE_PRIVILEGED_TESTS=1` (`oxmpi_jobs::privilege`). The namespaces (and with them the veth pair)
 //! are removed at the end, also when the test fails; only addresses inside
 //! them are used.
 
+use oxmpi_jobs::privilege::as_root;
 use oxmpi_jobs::{run, shm_leftovers, vc_bindings, Binaries, Job};
 use std::process::Command;
 use std::time::Duration;
@@ -36,6 +38,9 @@ use std::time::Duration;
 fn bins() -> Binaries {
     Binaries::new(env!("CARGO_BIN_EXE_p2p_suite"))
 }
+
+/// What the tests need root for.
+const NEEDS: &str = "create network namespaces";
 
 /// The address of each namespace's end of the veth pair.
 const ADDRS: [&str; 2] = ["10.231.0.1", "10.231.0.2"];
@@ -110,59 +115,6 @@ impl Drop for Namespaces {
             if let Ok(job) = Job::spawn(c, Duration::from_secs(30)) {
                 let _ = job.try_finish();
             }
-        }
-    }
-}
-
-/// Whether the test can run here, and how.
-enum Privilege {
-    Root,
-    /// Passwordless sudo: the test runs itself again under it.
-    Sudo,
-    /// Neither, with the reason.
-    Missing(String),
-}
-
-fn privilege() -> Privilege {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
-        return Privilege::Root;
-    }
-    let mut c = Command::new("sudo");
-    c.args(["-n", "true"]);
-    match Job::spawn(c, Duration::from_secs(30)).and_then(Job::try_finish) {
-        Ok(out) if out.status.success() => Privilege::Sudo,
-        Ok(out) => Privilege::Missing(format!(
-            "not root, and `sudo -n true` failed: {}",
-            out.stderr.trim()
-        )),
-        Err(f) => Privilege::Missing(format!("not root, and `sudo -n true` {}", f.why)),
-    }
-}
-
-/// Runs the test named `name` as root: here if this process is root,
-/// else this test binary again under `sudo -n`. False when it cannot
-/// (after saying why): the caller then passes without doing anything.
-fn as_root(name: &str) -> bool {
-    match privilege() {
-        Privilege::Root => true,
-        Privilege::Sudo => {
-            let mut c = Command::new("sudo");
-            c.arg("-n")
-                .arg(std::env::current_exe().expect("the test binary's path"))
-                .args([name, "--exact", "--nocapture", "--test-threads=1"]);
-            let out = run(c, Duration::from_secs(300));
-            out.assert_success();
-            assert!(
-                out.stdout.contains("test result: ok. 1 passed"),
-                "the test did not run under sudo:\n{}",
-                out.stdout
-            );
-            false
-        }
-        Privilege::Missing(why) => {
-            eprintln!("{name}: cannot create network namespaces, so it does nothing: {why}");
-            false
         }
     }
 }
@@ -273,7 +225,10 @@ const PAIR_CHECKS: [&str; 14] = [
 
 #[test]
 fn one_job_over_shm_within_and_tcp_across_two_network_namespaces() {
-    if !as_root("one_job_over_shm_within_and_tcp_across_two_network_namespaces") {
+    if !as_root(
+        "one_job_over_shm_within_and_tcp_across_two_network_namespaces",
+        NEEDS,
+    ) {
         return;
     }
     let ns = Namespaces::create();
@@ -312,7 +267,7 @@ fn one_job_over_shm_within_and_tcp_across_two_network_namespaces() {
 
 #[test]
 fn a_rank_in_its_own_pid_namespace_talks_over_tcp() {
-    if !as_root("a_rank_in_its_own_pid_namespace_talks_over_tcp") {
+    if !as_root("a_rank_in_its_own_pid_namespace_talks_over_tcp", NEEDS) {
         return;
     }
     let p2p_suite = bins().bin("p2p_suite");

@@ -12,7 +12,7 @@ fn bins() -> Binaries {
 }
 
 /// Runs `nonblocking_collectives check` on `ranks` ranks with `env` set,
-/// within `bound` seconds; it must succeed and leave nothing in /dev/shm.
+/// within `bound` seconds; it must succeed and leave nothing behind.
 fn job(check: &str, ranks: usize, env: &[(&str, &str)], bound: u64) {
     let mut c = Command::new(bins().oxrun());
     c.arg("-n")

@@ -22,7 +22,7 @@ fn command(check: &str, args: &[&str], ranks: usize, env: &[(&str, &str)]) -> Co
     c
 }
 
-/// Fails the test if a job left shared segments in /dev/shm.
+/// Fails the test if a job left anything behind ([`shm_leftovers`]).
 fn assert_no_leftovers() {
     assert!(
         shm_leftovers().is_empty(),
@@ -32,7 +32,7 @@ fn assert_no_leftovers() {
 }
 
 /// Runs `rma_suite check args` on `ranks` ranks with `env` set, within
-/// `bound` seconds; it must succeed and leave nothing in /dev/shm.
+/// `bound` seconds; it must succeed and leave nothing behind.
 fn job(check: &str, args: &[&str], ranks: usize, env: &[(&str, &str)], bound: u64) {
     run(command(check, args, ranks, env), Duration::from_secs(bound)).assert_success();
     assert_no_leftovers();

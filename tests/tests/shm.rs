@@ -3,8 +3,8 @@
 //! `p2p_modes` with 2 to 4 ranks (and 8 on a node with fewer cores; 2 and
 //! 4 on one CPU), with the default queues and with the smallest; a rank
 //! killed mid-job, after
-//! which nothing of the job may be left: no process, nothing in /dev/shm,
-//! no mapping of its segments; and the default transports choosing shared
+//! which nothing of the job may be left: no process, in its group or
+//! out of it, and no mapping of its segments; and the default transports choosing shared
 //! memory between ranks of one host.
 
 use oxmpi_jobs::{alive, descendants, rank_of, run, shm_leftovers, Binaries, Job};
@@ -29,7 +29,7 @@ fn oxrun(ranks: usize, program: &str, args: &[&str], env: &[(&str, &str)]) -> Co
 }
 
 /// Runs `program check` on `ranks` ranks over shared memory; it must
-/// succeed and leave nothing in /dev/shm.
+/// succeed and leave nothing behind.
 fn job(program: &str, check: &str, ranks: usize, env: &[(&str, &str)]) {
     let out = run(
         oxrun(ranks, program, &[check], env),
@@ -96,6 +96,13 @@ fn ten_thousand_messages_in_order() {
     suite("ordered", 2);
 }
 
+/// A queue is made when a pair first talks, not before: in a ring of 4
+/// ranks each maps 2 (to its next neighbour and from its previous one).
+#[test]
+fn queues_are_made_only_between_ranks_that_talk() {
+    suite("lazy-queues", 4);
+}
+
 #[test]
 fn sizes_across_the_threshold_up_to_64_mib() {
     suite("sizes", 2);
@@ -108,7 +115,7 @@ fn sizes_with_a_small_threshold_and_the_smallest_queue() {
 }
 
 /// Runs `p2p_suite CHECK` on `ranks` ranks with `env` and verbose output;
-/// it must succeed, leave nothing in /dev/shm, and say `says` (and not
+/// it must succeed, leave nothing behind, and say `says` (and not
 /// `never`) on standard error.
 fn verbose_job(check: &str, ranks: usize, env: &[(&str, &str)], says: &str, never: &str) {
     let mut c = oxrun(ranks, "p2p_suite", &[check], env);
@@ -442,7 +449,7 @@ fn killing_a_rank_leaves_nothing_behind() {
     );
     assert!(
         shm_leftovers().is_empty(),
-        "left in /dev/shm: {:?}",
+        "left behind: {:?}",
         shm_leftovers()
     );
 }

@@ -12,8 +12,8 @@ fn bins() -> Binaries {
     Binaries::new(env!("CARGO_BIN_EXE_stream_suite"))
 }
 
-/// Runs the check; it must succeed, say `expected` and leave nothing in
-/// /dev/shm. Returns its standard output.
+/// Runs the check; it must succeed, say `expected` and leave nothing
+/// behind. Returns its standard output.
 fn job(check: &str, env: &[(&str, &str)], expected: &str) -> String {
     let out = run(
         bins().check("stream_suite", check, 2, env),

@@ -16,7 +16,7 @@ fn bins() -> Binaries {
     Binaries::new(env!("CARGO_BIN_EXE_p2p_suite"))
 }
 
-/// Runs `command` (an oxrun job) and checks it left nothing in /dev/shm.
+/// Runs `command` (an oxrun job) and checks it left nothing behind.
 fn finished(command: Command) -> Outcome {
     let out = run(command, Duration::from_secs(60));
     assert!(

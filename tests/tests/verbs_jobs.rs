@@ -27,7 +27,7 @@ const VERBS: [(&str, &str); 3] = [
 ];
 
 /// Runs `program check` on `ranks` ranks over verbs within `bound`
-/// seconds; it must succeed and leave nothing in /dev/shm.
+/// seconds; it must succeed and leave nothing behind.
 fn job(program: &str, check: &str, ranks: usize, bound: u64) -> String {
     job_with(program, &[check], ranks, &[], bound)
 }

@@ -10,10 +10,10 @@
 //! arguments are wrong still takes part in it, as every process makes the
 //! same call): every process all-gathers its host identity's key, and
 //! rank 0 the name of a region it made ([`SharedRegion`], a memory file
-//! the others copy from it with `pidfd_getfd`); when all keys are equal,
-//! the others attach it; then an all-reduce tells whether every process
-//! has it. If not — processes on several hosts, a kernel that forbids the
-//! copy (ptrace restrictions), shared memory not among the transports
+//! it hands the others over an abstract Unix socket, which needs no
+//! ptrace rights); when all keys are equal, the others attach it; then an
+//! all-reduce tells whether every process has it. If not — processes on
+//! several hosts or network namespaces, shared memory not among the transports
 //! (`OXMPI_TRANSPORTS`), or `OXMPI_COLL_SHM=0` — the communicator keeps to
 //! the message algorithms, and `OXMPI_VERBOSE=1` says why. Its messages
 //! carry the number of the collective that made it (with a kind of their
@@ -485,6 +485,10 @@ impl NodeRegion {
             .collect();
         let cma = region.is_some() && cma_works(rank, &peers);
         let agreed = agree(t, u64::from(region.is_some()) | u64::from(cma) << 1)?;
+        // Every process has tried to attach.
+        if let Some(region) = &region {
+            region.stop_handover();
+        }
         let (everyone, cma) = (agreed & 1 != 0, agreed & 2 != 0);
         Ok(region.filter(|_| everyone).map(|region| NodeRegion {
             region,

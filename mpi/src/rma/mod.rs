@@ -300,6 +300,17 @@ impl Allocation {
         }
     }
 
+    /// Stops handing this rank's shared memory over to the other ranks
+    /// (`SharedRegion::stop_handover`; nothing if it made none): once
+    /// every rank has attached what it needs.
+    fn stop_handover(&self) {
+        match self {
+            Allocation::Heap(_) => {}
+            Allocation::Segment(segment, _) => segment.stop_handover(),
+            Allocation::Block { parts, rank, .. } => parts[*rank].stop_handover(),
+        }
+    }
+
     /// The name other ranks map the memory by, if it is shared.
     fn name(&self) -> Option<&RegionName> {
         match self {
@@ -951,6 +962,10 @@ impl<'a> Window<'a> {
         let flag = [u64::from(mapped.is_ok())];
         let mut flags = vec![0u64; rows.len()];
         comm.all_gather_into(&flag[..], &mut flags[..])?;
+        // Every rank has tried to map every segment it needs.
+        if let Some(allocated) = allocated {
+            allocated.stop_handover();
+        }
         let context_id = comm.context_id();
         match mapped {
             Ok(paths) if flags.iter().all(|&f| f == 1) => {

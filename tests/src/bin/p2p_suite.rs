@@ -41,6 +41,8 @@ fn main() -> ExitCode {
             "direct" => direct_receives(&world),
             "reply-burst" => reply_burst(&world),
             "crowded" => crowded(&world),
+            "lazy-queues" => lazy_queues(&world),
+            "affinity" => affinity(&world),
             // Failures the launcher must notice: rank 1 leaves without
             // finalizing (exit code 0), or aborts the job with code 7.
             "exit-early" => {
@@ -58,6 +60,67 @@ fn main() -> ExitCode {
             other => Err(fail(format!("unknown check {other:?}"))),
         }
     })
+}
+
+/// The shared-memory queues this process maps: the distinct memory files
+/// (by inode: a placed queue may show as several lines) of its
+/// `/proc/self/maps` lines labelled `/memfd:oxmpi-shm-`.
+fn queues_mapped() -> Result<usize> {
+    let maps = std::fs::read_to_string("/proc/self/maps")
+        .map_err(|e| fail(format!("reading /proc/self/maps: {e}")))?;
+    let inodes: std::collections::HashSet<&str> = maps
+        .lines()
+        .filter(|line| line.contains("/memfd:oxmpi-shm-"))
+        .filter_map(|line| line.split_whitespace().nth(4))
+        .collect();
+    Ok(inodes.len())
+}
+
+/// Queues are made only when a pair first talks: in a ring over shared
+/// memory (at least 3 ranks, so that the two neighbours differ), a rank
+/// maps none before its first message and two after it (to its next
+/// neighbour, from its previous one), whatever the job's size.
+fn lazy_queues(world: &Communicator) -> Result<()> {
+    let (rank, size) = (world.rank(), world.size());
+    ensure(size >= 3, || {
+        format!("lazy-queues needs 3 ranks or more, not {size}")
+    })?;
+    let before = queues_mapped()?;
+    let (next, previous) = ((rank + 1) % size, (rank + size - 1) % size);
+    let (out, mut got) = (filled(rank as u64, 8), [0u8; 8]);
+    scope(|s| -> Result<()> {
+        let receive = world
+            .process_at_rank(previous)
+            .immediate_receive_into(s, &mut got[..])?;
+        world
+            .process_at_rank(next)
+            .immediate_send(s, &out[..])?
+            .wait()?;
+        receive.wait()?;
+        Ok(())
+    })?;
+    check_bytes(previous as u64, &got, "the ring's message")?;
+    let after = queues_mapped()?;
+    ensure((before, after) == (0, 2), || {
+        format!(
+            "rank {rank} of {size} mapped {before} queues before the ring and {after} after \
+             it, not 0 and 2"
+        )
+    })
+}
+
+/// Prints this rank's CPU affinity as the kernel has it, `rank R:
+/// Cpus_allowed_list: LIST` (from `/proc/self/status`), for the harness
+/// to compare with what oxrun reported.
+fn affinity(world: &Communicator) -> Result<()> {
+    let status = std::fs::read_to_string("/proc/self/status")
+        .map_err(|e| fail(format!("reading /proc/self/status: {e}")))?;
+    let line = status
+        .lines()
+        .find(|line| line.starts_with("Cpus_allowed_list:"))
+        .ok_or_else(|| fail("no Cpus_allowed_list in /proc/self/status"))?;
+    println!("rank {}: {line}", world.rank());
+    Ok(())
 }
 
 /// Every rank sends to every other; receives are from ANY_SOURCE.

@@ -115,6 +115,7 @@
 
 mod cma;
 mod conn;
+mod handover;
 mod host;
 mod inbound;
 mod numa;

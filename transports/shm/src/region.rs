@@ -3,15 +3,20 @@
 //! shared memory work in.
 //!
 //! One process makes a region ([`SharedRegion::create`]): a sealed memory
-//! file, zeroed, mapped. Its [`RegionName`] (the maker's pid, the
-//! descriptor's number and the size) travels to the other processes in an
-//! ordinary message, and each takes its own copy of the descriptor from
-//! the maker (`pidfd_getfd`) and maps it ([`SharedRegion::attach`]). The
-//! file has no name in any file system, so nothing outlives the processes,
-//! however they end. The maker keeps its region, and so the descriptor,
-//! until every other process has attached; the kernel allows the copy
-//! where it allows cross-memory attach (`EPERM` where ptrace is
-//! restricted), so callers must be ready to do without a region.
+//! file, zeroed, mapped. Its [`RegionName`] (the maker's pid, the number
+//! of its hand-over, a random token and the size) travels to the other
+//! processes in an ordinary message, and each is handed the descriptor
+//! over an abstract Unix socket (`SCM_RIGHTS`, as the queues' segments
+//! are; module `handover`) and maps it ([`SharedRegion::attach`]). That
+//! needs no rights over the maker: it works where ptrace is restricted
+//! (Yama's `ptrace_scope`) and between ranks of different users, in one
+//! network namespace. The file has no name in any file system, so
+//! nothing outlives the processes, however they end. The maker hands the
+//! region over, from a thread of its own, until every other process has
+//! attached and it calls [`SharedRegion::stop_handover`] (or drops the
+//! region); a process may still fail to attach (one of another network
+//! namespace, or out of descriptors), so callers must be ready to do
+//! without a region.
 //!
 //! The memory is reached through atomics ([`SharedRegion::word`]) and byte
 //! copies ([`SharedRegion::write`], [`SharedRegion::read`]) only, never
@@ -22,22 +27,32 @@
 //! A [`Doorbell`] in a region lets a process that waits there sleep in
 //! the kernel and be woken when another publishes, instead of polling.
 
+use crate::handover::{self, Server, Ticket};
 use crate::sys;
 use memmap2::MmapMut;
 use std::ffi::CStr;
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
-/// What another process of the host needs to attach a region.
+/// How long [`SharedRegion::attach`] waits for the maker to hand the
+/// region over: its own thread answers, so only a stalled machine makes
+/// this matter.
+const HANDOVER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What another process of the host needs to attach a region. It is also
+/// the right to: whoever has it may map the memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RegionName {
     /// The process that made it.
     pub pid: u32,
-    /// Its descriptor of the memory file.
-    pub fd: i32,
+    /// The number of the maker's hand-over of it (which names the
+    /// maker's socket).
+    pub serial: u32,
+    /// What proves to the maker that the caller was given the name.
+    pub token: u64,
     /// The size in bytes.
     pub len: u64,
 }
@@ -45,17 +60,31 @@ pub struct RegionName {
 impl RegionName {
     /// The name as three words, to send in a message.
     pub fn to_words(self) -> [u64; 3] {
-        [u64::from(self.pid), self.fd as u32 as u64, self.len]
+        [
+            u64::from(self.pid) << 32 | u64::from(self.serial),
+            self.token,
+            self.len,
+        ]
     }
 
-    /// The name sent as [`RegionName::to_words`]; `None` if a word is out
-    /// of its range.
+    /// The name sent as [`RegionName::to_words`]; `None` if it cannot be
+    /// one (no process has id 0).
     pub fn from_words(words: [u64; 3]) -> Option<RegionName> {
-        Some(RegionName {
-            pid: u32::try_from(words[0]).ok()?,
-            fd: i32::try_from(words[1]).ok()?,
+        let pid = (words[0] >> 32) as u32;
+        (pid != 0).then_some(RegionName {
+            pid,
+            serial: words[0] as u32,
+            token: words[1],
             len: words[2],
         })
+    }
+
+    fn ticket(&self) -> Ticket {
+        Ticket {
+            pid: self.pid,
+            serial: self.serial,
+            token: self.token,
+        }
     }
 }
 
@@ -66,8 +95,8 @@ pub struct SharedRegion {
     map: MmapMut,
     base: *mut u8,
     len: usize,
-    /// The memory file, kept open so that other processes can attach.
-    file: File,
+    /// The maker's hand-over to the processes that attach, while it lasts.
+    handover: Mutex<Option<Server>>,
 }
 
 // SAFETY: the region is a mapping owned by this value; every access goes
@@ -79,24 +108,29 @@ unsafe impl Send for SharedRegion {}
 unsafe impl Sync for SharedRegion {}
 
 impl SharedRegion {
-    /// A new zeroed region of `len` bytes (at least one), and its name.
-    /// It shows in `/proc/PID/maps` as `/memfd:LABEL`.
+    /// A new zeroed region of `len` bytes (at least one), and its name,
+    /// handed over to the processes that attach it until
+    /// [`SharedRegion::stop_handover`]. It shows in `/proc/PID/maps` as
+    /// `/memfd:LABEL`.
     pub fn create(len: usize, label: &CStr) -> io::Result<(SharedRegion, RegionName)> {
         let file = sys::memfd(label)?;
         file.set_len(len.max(1) as u64)?;
         sys::seal_size(&file)?;
+        let (server, ticket) = Server::start(&file)?;
         let name = RegionName {
-            pid: std::process::id(),
-            fd: file.as_raw_fd(),
+            pid: ticket.pid,
+            serial: ticket.serial,
+            token: ticket.token,
             len: len.max(1) as u64,
         };
-        Ok((SharedRegion::map(file)?, name))
+        Ok((SharedRegion::map(file, Some(server))?, name))
     }
 
     /// Attaches the region another process of this host made and named
-    /// `name`: checks that it is a sealed memory file of the named size.
+    /// `name`: is handed its memory file (within 30 seconds) and checks
+    /// that it is a sealed memory file of the named size.
     pub fn attach(name: &RegionName) -> io::Result<SharedRegion> {
-        let file = sys::descriptor_of(name.pid, name.fd)?;
+        let file = handover::fetch(&name.ticket(), HANDOVER_TIMEOUT)?;
         let len = file.metadata()?.len();
         if len != name.len {
             return Err(io::Error::new(
@@ -107,17 +141,32 @@ impl SharedRegion {
                 ),
             ));
         }
-        SharedRegion::map(file)
+        SharedRegion::map(file, None)
     }
 
-    fn map(file: File) -> io::Result<SharedRegion> {
+    /// Maps `file` (closed once mapped: the mapping keeps the memory);
+    /// `handover` is the maker's.
+    fn map(file: File, handover: Option<Server>) -> io::Result<SharedRegion> {
         let mut map = sys::map(&file)?;
         Ok(SharedRegion {
             base: map.as_mut_ptr(),
             len: map.len(),
             map,
-            file,
+            handover: Mutex::new(handover),
         })
+    }
+
+    /// Stops handing the region over (at its maker; nothing elsewhere):
+    /// once every process that attaches it has, so that no thread and
+    /// socket stay behind for the region's life.
+    pub fn stop_handover(&self) {
+        // A poisoned lock only means a panic elsewhere: the server is
+        // dropped all the same.
+        let server = match self.handover.lock() {
+            Ok(mut server) => server.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        drop(server);
     }
 
     /// Size in bytes.
@@ -128,11 +177,6 @@ impl SharedRegion {
     /// Whether the region has no bytes (never: regions have at least one).
     pub fn is_empty(&self) -> bool {
         self.len == 0
-    }
-
-    /// This process's descriptor of the memory file.
-    pub fn fd(&self) -> i32 {
-        self.file.as_raw_fd()
     }
 
     /// Binds the region's pages whose first byte lies in `bytes` to this
@@ -343,6 +387,8 @@ mod tests {
         assert_eq!(name, RegionName::from_words(name.to_words()).unwrap());
         // This process attaches its own region as another would.
         let attached = SharedRegion::attach(&name).unwrap();
+        made.stop_handover();
+        assert!(SharedRegion::attach(&name).is_err());
         assert_eq!((made.len(), attached.len()), (4096, 4096));
         assert!(made.write(100, b"hello"));
         made.word(8).unwrap().store(7, Ordering::Release);
@@ -404,6 +450,11 @@ mod tests {
         let (_made, name) = SharedRegion::create(64, c"oxmpi-test").unwrap();
         let wrong_size = RegionName { len: 128, ..name };
         assert!(SharedRegion::attach(&wrong_size).is_err());
-        assert!(RegionName::from_words([u64::MAX, 0, 0]).is_none());
+        let wrong_token = RegionName {
+            token: !name.token,
+            ..name
+        };
+        assert!(SharedRegion::attach(&wrong_token).is_err());
+        assert!(RegionName::from_words([u64::from(u32::MAX), 0, 0]).is_none());
     }
 }

@@ -6,8 +6,7 @@
 //! one (`SCM_RIGHTS`) and the process at their other end
 //! (`SO_PEERCRED`), epoll, an eventfd, the NUMA memory policy of pages of
 //! a mapping (`mbind`, and `get_mempolicy` to read it back), the page
-//! size, a copy of another process's descriptor (`pidfd_getfd`),
-//! cross-memory attach (`process_vm_readv`/`process_vm_writev`), memory
+//! size, cross-memory attach (`process_vm_readv`/`process_vm_writev`), memory
 //! barriers on other processes' threads (`membarrier`), and the size of
 //! the CPU's caches (`sysconf`). Nothing outside this module
 //! calls `libc` or maps memory.
@@ -193,28 +192,6 @@ fn map_with(file: &File, options: &memmap2::MmapOptions) -> io::Result<MmapMut> 
     // only ever read and written through raw pointers and atomics, never
     // through references to plain data (see the module docs).
     unsafe { options.map_mut(file) }
-}
-
-/// A copy of descriptor `fd` of process `pid` (`pidfd_open` then
-/// `pidfd_getfd`), close-on-exec: how a process of the host takes a
-/// memory file another one made, without a name in any file system. The
-/// kernel allows it where it allows cross-memory attach to that process
-/// (ptrace access mode; `EPERM` otherwise).
-pub(crate) fn descriptor_of(pid: u32, fd: i32) -> io::Result<File> {
-    let pid = libc::pid_t::try_from(pid)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "process id out of range"))?;
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor
-    // or -1; no memory is passed.
-    let pidfd = cvt(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
-    // SAFETY: the descriptor was just returned by the kernel and is owned
-    // by no one else.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
-    // SAFETY: pidfd_getfd takes a pidfd, a descriptor number of that
-    // process and flags (0), and returns a new close-on-exec descriptor or
-    // -1; no memory is passed.
-    let copy = cvt(unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) })?;
-    // SAFETY: as above, a fresh descriptor owned by no one else.
-    Ok(File::from(unsafe { OwnedFd::from_raw_fd(copy as RawFd) }))
 }
 
 /// The size of a page of memory (`sysconf(_SC_PAGESIZE)`): what a
@@ -566,7 +543,21 @@ impl Epoll {
     /// The tokens of the descriptors ready now, without waiting, into
     /// `ready` (cleared first).
     pub(crate) fn ready_now(&self, ready: &mut Vec<u64>) -> io::Result<()> {
+        self.wait(ready, Some(std::time::Duration::ZERO))
+    }
+
+    /// The tokens of the descriptors ready, into `ready` (cleared first),
+    /// once one is or `timeout` has passed (never, for `None`); a signal
+    /// ends the wait early with none.
+    pub(crate) fn wait(
+        &self,
+        ready: &mut Vec<u64>,
+        timeout: Option<std::time::Duration>,
+    ) -> io::Result<()> {
         const BATCH: usize = 64;
+        let timeout_ms = timeout.map_or(-1, |t| {
+            libc::c_int::try_from(t.as_millis()).unwrap_or(libc::c_int::MAX)
+        });
         // SAFETY: epoll_event is plain data; all zeroes is a valid value.
         let mut events: [libc::epoll_event; BATCH] = unsafe { std::mem::zeroed() };
         ready.clear();
@@ -576,7 +567,7 @@ impl Epoll {
                 self.fd.as_raw_fd(),
                 events.as_mut_ptr(),
                 BATCH as libc::c_int,
-                0,
+                timeout_ms,
             )
         };
         match cvt(rc) {

@@ -3,8 +3,8 @@
 //! synchronisation that passive-target RMA needs there.
 //!
 //! - [`WindowSegment`]: one rank's window in a shared region (module
-//!   [`crate::region`]: a sealed memory file, passed by `pidfd_getfd`,
-//!   nothing in any file system), with its control area: the window's
+//!   [`crate::region`]: a sealed memory file, handed over an abstract
+//!   Unix socket, nothing in any file system), with its control area: the window's
 //!   fair reader-writer lock ([`rwlock`]) and its region mutexes
 //!   ([`regions`]). The owner makes it (`MPI_Win_allocate`,
 //!   `MPI_Win_allocate_shared`), sends its [`RegionName`] to the other
@@ -400,6 +400,13 @@ impl WindowSegment {
                 region.len()
             ))),
         }
+    }
+
+    /// Stops handing the segment (or the block of this part) over to
+    /// other processes ([`SharedRegion::stop_handover`]): for its maker,
+    /// once every rank that maps it has.
+    pub fn stop_handover(&self) {
+        self.region.stop_handover();
     }
 
     /// Binds this window's (or part's) memory to this process's NUMA
