@@ -14,8 +14,11 @@
 //! shared memory). Both parts change by read-modify-writes of the whole
 //! byte, so neither is ever lost to the other's change, and two threads
 //! (`MPI_THREAD_MULTIPLE`) that claim one target, or a claim and a
-//! `lock_all`, meet in the byte's single order of changes: exactly one
-//! wins.
+//! `lock_all`, meet in the byte's single order of changes: never both
+//! win. Two claims: exactly one wins. A claim and a `lock_all`: if the
+//! claim comes first, `lock_all` sees it and backs out; a claim refused
+//! by a `lock_all` that then backs out (it met another thread's lock on
+//! another target) fails too, neither holding the target.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 

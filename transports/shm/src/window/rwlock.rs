@@ -12,7 +12,7 @@
 //!
 //! One change to PF-T: the count of writers served lives in the readers'
 //! entry word (a 64-bit word: the writer bits, then the writers served,
-//! then the readers entered, [`SharedRwLock::entry`]), so that a writer's
+//! then the readers entered, `SharedRwLock::entry`), so that a writer's
 //! release, which lets the waiting readers in and the next writer after
 //! them, is one read-modify-write of that word instead of one of each of
 //! two words: an exclusive lock and release are three locked instructions,
