@@ -11,9 +11,12 @@
 //! pattern: each of the N rounds is 64 `rget`s into 64 consecutive slots,
 //! one `wait_all`, then the flush (divide by 64N for a get). The
 //! operation is told apart once, before the loop, so that the loop costs
-//! every operation the same.
+//! every operation the same. With `lock` after BYTES each operation is
+//! in a lock of its own instead (exclusive for fop and cas, shared for
+//! the others, as `oxbench --sync lock`), then an unlock: `none` then
+//! measures the lock and unlock alone.
 //!
-//! `target/release/examples/rma_ops fop|cas|put|puts|get|rget|rgets|acc|none N [BYTES]`
+//! `target/release/examples/rma_ops fop|cas|put|puts|get|rget|rgets|acc|none N [BYTES] [lock]`
 
 use oxmpi::collective::SystemOperation;
 use oxmpi::rma::{LockType, Window};
@@ -61,16 +64,26 @@ fn main() -> oxmpi::Result<()> {
     let what = Operation::named(args.get(1).map_or("", String::as_str));
     let n: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1);
     let bytes: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(8);
+    let lock_each = args.get(4).is_some_and(|s| s == "lock");
+    let lock_type = match what {
+        Operation::FetchAndOp | Operation::CompareAndSwap => LockType::Exclusive,
+        _ => LockType::Shared,
+    };
     let universe = oxmpi::initialize()?;
     let world = universe.world();
     let window = Window::allocate(&world, 16 + WINDOW * bytes.max(8), 1, &Info::new())?;
-    window.lock(LockType::Shared, 0, 0)?;
+    if !lock_each {
+        window.lock(LockType::Shared, 0, 0)?;
+    }
     let mut old = 0u64;
     let data = vec![7u8; bytes];
     let mut buf = vec![0u8; bytes];
     let mut slots = vec![0u8; WINDOW * bytes];
     let ones = vec![1u64; bytes / 8];
     for i in 0..n {
+        if lock_each {
+            window.lock(lock_type, 0, 0)?;
+        }
         match what {
             Operation::FetchAndOp => {
                 window.fetch_and_op(&1u64, &mut old, 0, 0, SystemOperation::sum())?
@@ -98,9 +111,15 @@ fn main() -> oxmpi::Result<()> {
             })?,
             Operation::Nothing => {}
         }
-        window.flush(0)?;
+        if lock_each {
+            window.unlock(0)?;
+        } else {
+            window.flush(0)?;
+        }
     }
-    window.unlock(0)?;
+    if !lock_each {
+        window.unlock(0)?;
+    }
     if !window.direct_access() {
         return Err(oxmpi::Error::new(
             oxmpi::ErrorClass::Other,

@@ -201,6 +201,15 @@ fn compare_and_swap_makes_a_spin_lock() {
     job("spinlock", &["20"], 3, &TCP, 120);
 }
 
+/// Threads of one process (`MPI_THREAD_MULTIPLE`) that lock one target
+/// at once: exactly one gets the lock each round, the others
+/// `MPI_ERR_RMA_SYNC` (on shared memory, and by active messages over TCP).
+#[test]
+fn racing_threads_lock_a_target_once() {
+    job("lock_race", &["300"], 2, &[], 60);
+    job("lock_race", &["50"], 2, &TCP, 60);
+}
+
 /// Exclusive locks exclude each other, and accumulates that are no
 /// hardware atomic (4-byte integers, doubles) lose nothing under shared
 /// locks; on allocated and created windows.

@@ -478,6 +478,22 @@ fn copy_bytes(to: &mut [u8], from: &[u8]) {
     }
 }
 
+/// Whether `a` and `b`, as long, hold the same bytes: one element of the
+/// common sizes by a comparison of its known size, any other length by
+/// `memcmp` (as [`copy_bytes`]).
+#[inline(always)]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    fn known<const N: usize>(a: &[u8], b: &[u8]) -> bool {
+        a[..N] == b[..N]
+    }
+    match a.len() {
+        4 => known::<4>(a, b),
+        8 => known::<8>(a, b),
+        16 => known::<16>(a, b),
+        _ => a == b,
+    }
+}
+
 /// `MPI_Compare_and_swap` of one element: `data` is the compare value
 /// followed by the new one, each `old.len()` bytes; the old value goes
 /// to `old`. `exclusive` as for [`accumulate`].
@@ -500,13 +516,33 @@ pub(crate) fn compare_and_swap(
         ));
     }
     let (compare, new) = data.split_at(old.len());
-    if let Some(segment) = reach.mapped().filter(|_| !exclusive) {
-        match segment.compare_and_swap(at, compare, new, old) {
+    match reach.mapped() {
+        Some(segment) if exclusive => {
+            // No mutex's release (a swap) fences the plain store: noted
+            // for the flush.
+            stored();
+            let window = segment.span(at, old.len()).map_err(access_error)?;
+            // SAFETY: the bytes lie in the mapped window (`span` checked
+            // them), which outlives this call; this origin holds the
+            // target's exclusive lock, so no other origin touches them.
+            let window = unsafe { &mut *window };
+            // In place, by moves and a comparison of the element's known
+            // size: the copies out and in and the comparison of any length
+            // (three calls) were a third of a compare-and-swap's
+            // instructions under an exclusive lock.
+            copy_bytes(old, window);
+            if same_bytes(old, compare) {
+                copy_bytes(window, new);
+            }
+            return Ok(());
+        }
+        Some(segment) => match segment.compare_and_swap(at, compare, new, old) {
             Ok(()) => return Ok(()),
             // A size or an address the hardware cannot do: the mutexes.
             Err(AccessError::NotAtomic) => {}
             Err(e) => return Err(access_error(e)),
-        }
+        },
+        None => {}
     }
     let _guard = hold_span(reach.control(), at, old.len(), exclusive)?;
     reach.read(at, old, Caching::Cached)?;

@@ -84,6 +84,7 @@
 //! window.free().unwrap();
 //! ```
 
+mod access;
 mod direct;
 mod path;
 pub(crate) mod progress;
@@ -98,6 +99,7 @@ use crate::datatype::{Buffer, BufferMut, ElementType, Equivalence, Incoming, Out
 use crate::group::Group;
 use crate::request::{Request, Scope};
 use crate::{with_device, Communicator, Error, ErrorClass, ErrorHandler, Info, Result, PROC_NULL};
+use access::Access;
 use direct::Reach;
 use oxmpi_adi::device::RequestId;
 use oxmpi_adi::host::HostId;
@@ -106,7 +108,7 @@ use oxmpi_shm::region::RegionName;
 use oxmpi_shm::window::{RemoteWindow, WindowSegment};
 use path::{take_errors, Fetch, Path, Target};
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard};
 use target::{Memory, Shared};
 
@@ -329,13 +331,13 @@ pub enum MemoryModel {
     Separate,
 }
 
-/// What this rank may access, and what it exposes (its epochs).
+/// What this rank may access, and what it exposes (its epochs); the
+/// passive-target locks it holds are recorded in the [`Access`] bytes
+/// alone.
 #[derive(Default)]
 struct Epochs {
     /// A fence opened an access epoch to every rank.
     fence: bool,
-    /// Passive-target locks held, by target.
-    locks: Locks,
     /// `lock_all`, and whether its locks were taken.
     lock_all: Option<bool>,
     /// The targets of a start (general active target).
@@ -345,148 +347,44 @@ struct Epochs {
 }
 
 impl Epochs {
-    /// The [`Access`] bits that every target has.
-    fn everyone(&self) -> u8 {
+    /// The [`Access`] epoch bits of every target: in one pass over the
+    /// targets and the start group (not a look-up in the group per
+    /// target: a start group may hold every rank).
+    fn epoch_bits(&self, targets: usize) -> Vec<u8> {
         let mut everyone = 0;
         if self.fence {
             everyone |= Access::OPEN;
         }
         if let Some(taken) = self.lock_all {
-            everyone |= Access::OPEN | Access::PASSIVE;
+            everyone |= Access::OPEN | Access::ALL;
             if taken {
-                everyone |= Access::LOCKED;
+                everyone |= Access::ALL_TAKEN;
             }
         }
-        everyone
-    }
-
-    /// Writes what an operation on each target needs to know, one byte
-    /// per target ([`Access`]), into `summary`: in one pass over the
-    /// targets, the start group and the locks (not a look-up in the group
-    /// per target: a start group may hold every rank).
-    fn summarize(&self, summary: &[AtomicU8]) {
-        let mut bytes = vec![self.everyone(); summary.len()];
+        let mut bytes = vec![everyone; targets];
         for &target in self.access.iter().flatten() {
             if let Some(byte) = bytes.get_mut(target) {
                 *byte |= Access::OPEN;
             }
         }
-        for (target, held) in self.locks.iter() {
-            if let Some(byte) = bytes.get_mut(target) {
-                *byte |= held.access();
-            }
-        }
-        for (byte, value) in summary.iter().zip(bytes) {
-            byte.store(value, Ordering::Release);
-        }
-    }
-
-    /// Writes `target`'s byte of the summary alone: what a lock or an
-    /// unlock changes.
-    fn summarize_target(&self, summary: &[AtomicU8], target: usize) {
-        let mut byte = self.everyone();
-        if self.access.iter().flatten().any(|&t| t == target) {
-            byte |= Access::OPEN;
-        }
-        if let Some(held) = self.locks.get(target) {
-            byte |= held.access();
-        }
-        if let Some(summary) = summary.get(target) {
-            summary.store(byte, Ordering::Release);
-        }
+        bytes
     }
 }
 
-/// A passive-target lock this rank holds on a target.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Held {
-    lock_type: LockType,
-    /// Whether the lock was taken (not under `MODE_NOCHECK`).
-    taken: bool,
-}
-
-impl Held {
-    /// Its [`Access`] bits.
-    fn access(self) -> u8 {
-        let mut byte = Access::OPEN | Access::PASSIVE;
-        if self.lock_type == LockType::Exclusive {
-            byte |= Access::EXCLUSIVE;
-        }
-        if self.taken {
-            byte |= Access::LOCKED;
-        }
-        byte
-    }
-}
-
-/// The passive-target locks this rank holds: a slot per target, grown to
-/// the highest target locked, and their number. A look-up is an index:
-/// every lock and unlock makes two, and a hashed map's hashing and
-/// allocation were a third of a lock-put-unlock on shared memory.
-#[derive(Default)]
-struct Locks {
-    by_target: Vec<Option<Held>>,
-    count: usize,
-}
-
-impl Locks {
-    fn get(&self, target: usize) -> Option<Held> {
-        self.by_target.get(target).copied().flatten()
-    }
-
-    /// Records `held` on `target`, which holds no lock.
-    fn insert(&mut self, target: usize, held: Held) {
-        if self.by_target.len() <= target {
-            self.by_target.resize(target + 1, None);
-        }
-        if self.by_target[target].replace(held).is_none() {
-            self.count += 1;
-        }
-    }
-
-    fn remove(&mut self, target: usize) -> Option<Held> {
-        let held = self.by_target.get_mut(target)?.take();
-        self.count -= usize::from(held.is_some());
-        held
-    }
-
-    fn is_empty(&self) -> bool {
-        self.count == 0
-    }
-
-    /// The locks held, by target.
-    fn iter(&self) -> impl Iterator<Item = (usize, Held)> + '_ {
-        self.by_target
-            .iter()
-            .enumerate()
-            .filter_map(|(target, held)| Some((target, (*held)?)))
-    }
-}
-
-/// A summary of the epochs per target, kept beside them so that an
-/// operation and a flush read one atomic byte instead of locking the
-/// epochs and looking the target up: rewritten whenever the epochs
-/// change (when their guard drops, still under their mutex).
-struct Access;
-
-impl Access {
-    /// An access epoch to the target is open.
-    const OPEN: u8 = 1;
-    /// A passive-target one (lock or lock_all): flushes are allowed.
-    const PASSIVE: u8 = 2;
-    /// This origin holds the target's exclusive lock.
-    const EXCLUSIVE: u8 = 4;
-    /// This origin holds a lock on the target it took (not under
-    /// `MODE_NOCHECK`).
-    const LOCKED: u8 = 8;
-}
-
-/// The epochs, locked; dropping it republishes the per-target summary.
+/// The epochs, locked; dropping it republishes their [`Access`] bits.
 struct EpochsGuard<'w> {
     epochs: MutexGuard<'w, Epochs>,
-    summary: &'w [AtomicU8],
-    /// The one target whose epochs changed, if only one could.
-    target: Option<usize>,
+    bytes: &'w Access,
+}
+
+impl EpochsGuard<'_> {
+    /// Writes the epochs' bits into every target's [`Access`] byte now;
+    /// whether a lock was held on some target as they were written
+    /// ([`Access::set_epochs`]).
+    fn publish(&self) -> bool {
+        self.bytes
+            .set_epochs(self.epochs.epoch_bits(self.bytes.targets()))
+    }
 }
 
 impl std::ops::Deref for EpochsGuard<'_> {
@@ -504,10 +402,7 @@ impl std::ops::DerefMut for EpochsGuard<'_> {
 
 impl Drop for EpochsGuard<'_> {
     fn drop(&mut self) {
-        match self.target {
-            Some(target) => self.epochs.summarize_target(self.summary, target),
-            None => self.epochs.summarize(self.summary),
-        }
+        self.publish();
     }
 }
 
@@ -538,9 +433,9 @@ pub struct Window<'a> {
     hints: Info,
     no_locks: bool,
     epochs: Mutex<Epochs>,
-    /// [`Epochs::summarize`]: every target's [`Access`] byte, as of the
-    /// last change of the epochs.
-    access: Box<[AtomicU8]>,
+    /// Every target's [`Access`] byte: the epochs' bits, as of their
+    /// last change, and the lock this rank holds on it.
+    access: Access,
     /// This rank's registrations of the RDMA path: dropped (revoked)
     /// before the memory goes.
     _rdma: Option<rdma::Registration>,
@@ -860,7 +755,7 @@ impl<'a> Window<'a> {
                 .copied()
                 .filter(|&first| v.iter().all(|&x| x == first))
         };
-        let access = (0..sizes.len()).map(|_| AtomicU8::new(0)).collect();
+        let access = Access::new(sizes.len());
         Ok(Window {
             rank: comm.rank() as usize,
             context_id,
@@ -1078,13 +973,7 @@ impl<'a> Window<'a> {
     }
 
     fn free_unhandled(&mut self) -> Result<()> {
-        let open = {
-            let epochs = self.epochs_now();
-            !epochs.locks.is_empty()
-                || epochs.lock_all.is_some()
-                || epochs.access.is_some()
-                || epochs.exposure.is_some()
-        };
+        let open = self.epoch_open_besides_fence();
         // The barrier is entered even so, and whatever a target refused:
         // the other ranks are in theirs, and this window is consumed.
         let freed = self.flush_every_target_then(|| self.comm.barrier());
@@ -1100,28 +989,27 @@ impl<'a> Window<'a> {
         self.comm.clone().free()
     }
 
-    /// The epochs, to change: the whole summary is rewritten after.
+    /// The epochs, to change: their [`Access`] bits are rewritten after.
     fn epochs(&self) -> EpochsGuard<'_> {
-        self.epochs_guard(None)
-    }
-
-    /// The epochs, to change those of `target` alone (a lock, an unlock):
-    /// only its byte of the summary is rewritten.
-    fn epochs_of(&self, target: usize) -> EpochsGuard<'_> {
-        self.epochs_guard(Some(target))
-    }
-
-    fn epochs_guard(&self, target: Option<usize>) -> EpochsGuard<'_> {
         EpochsGuard {
             epochs: self.epochs.lock().unwrap_or_else(|p| p.into_inner()),
-            summary: &self.access,
-            target,
+            bytes: &self.access,
         }
     }
 
-    /// The epochs, to read: the summary stays as it is.
+    /// The epochs, to read: the [`Access`] bytes stay as they are.
     fn epochs_now(&self) -> impl std::ops::Deref<Target = Epochs> + '_ {
         self.epochs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether an epoch is open that a fence or a free may not end: a
+    /// lock, `lock_all`, a start or a post.
+    fn epoch_open_besides_fence(&self) -> bool {
+        if self.access.any(Access::HELD) {
+            return true;
+        }
+        let epochs = self.epochs_now();
+        epochs.lock_all.is_some() || epochs.access.is_some() || epochs.exposure.is_some()
     }
 
     /// Whether this window's paths check an accumulate's reduction
@@ -1342,7 +1230,7 @@ impl<'a> Window<'a> {
         len: usize,
     ) -> Result<(Target<'_>, &Path, u64)> {
         let (rank, access) = self.target_access(target)?;
-        if access & Access::OPEN == 0 {
+        if access & Access::ANY_OPEN == 0 {
             return Err(Error::new(
                 ErrorClass::RmaSync,
                 format!(
@@ -1351,7 +1239,7 @@ impl<'a> Window<'a> {
             ));
         }
         let exclusive = access & Access::EXCLUSIVE != 0;
-        let locked = access & Access::LOCKED != 0;
+        let locked = access & Access::ANY_TAKEN != 0;
         let byte_disp = if self.flavor == CreateFlavor::Dynamic {
             disp as u64
         } else {
@@ -1381,16 +1269,16 @@ impl<'a> Window<'a> {
         Ok((to, &self.paths[rank], byte_disp))
     }
 
-    /// The rank `target` as an index, and the epochs' summary for it
-    /// ([`Access`]), or the error of a rank not in the window's group.
-    /// The summary holds a byte for each rank of the window: finding the
+    /// The rank `target` as an index, and its [`Access`] byte (its
+    /// epochs and the lock held on it), or the error of a rank not in the
+    /// window's group. There is a byte for each rank of the window: finding the
     /// target's byte checks the rank (one bounds check, not two). Inlined
     /// always, as [`Window::check_target`] (and in every flush).
     #[inline(always)]
     fn target_access(&self, target: i32) -> Result<(usize, u8)> {
         usize::try_from(target)
             .ok()
-            .and_then(|r| Some((r, self.access.get(r)?.load(Ordering::Acquire))))
+            .and_then(|r| Some((r, self.access.get(r)?)))
             .ok_or_else(|| {
                 Error::new(
                     ErrorClass::Rank,
@@ -1806,7 +1694,7 @@ impl<'a> Window<'a> {
             return Ok(());
         }
         let (rank, access) = self.target_access(target)?;
-        if access & Access::OPEN != 0 && access & Access::PASSIVE == 0 {
+        if access & Access::ANY_OPEN != 0 && access & Access::ANY_PASSIVE == 0 {
             return Err(Error::new(
                 ErrorClass::RmaSync,
                 format!(
@@ -1892,11 +1780,11 @@ impl<'a> Window<'a> {
         flushed.and(synchronized).and(recorded)
     }
 
-    /// Releases the shared lock `lock_all` took on every target, all of
-    /// them even if one fails; the first error.
-    fn unlock_every_target(&self) -> Result<()> {
+    /// Releases the shared lock `lock_all` took on each target of
+    /// `ranks`, all of them even if one fails; the first error.
+    fn unlock_targets(&self, ranks: Range<usize>) -> Result<()> {
         let mut first = Ok(());
-        for rank in 0..self.members.len() {
+        for rank in ranks {
             let (to, path) = self.target_of(rank);
             let unlocked = path.unlock(&to, LockType::Shared);
             if first.is_ok() {
@@ -1931,18 +1819,11 @@ impl<'a> Window<'a> {
 
     fn fence_unhandled(&self, assert: u32) -> Result<()> {
         Window::check_assert(assert, MODES & !MODE_NOCHECK)?;
-        {
-            let epochs = self.epochs_now();
-            if !epochs.locks.is_empty()
-                || epochs.lock_all.is_some()
-                || epochs.access.is_some()
-                || epochs.exposure.is_some()
-            {
-                return Err(Error::new(
-                    ErrorClass::RmaSync,
-                    "fence while a lock, start or post epoch is open",
-                ));
-            }
+        if self.epoch_open_besides_fence() {
+            return Err(Error::new(
+                ErrorClass::RmaSync,
+                "fence while a lock, start or post epoch is open",
+            ));
         }
         let synchronized = if assert & MODE_NOPRECEDE == 0 {
             self.flush_every_target_then(|| self.comm.barrier())
@@ -2110,28 +1991,36 @@ impl<'a> Window<'a> {
         if target == PROC_NULL {
             return Ok(());
         }
-        // The summary's passive bit is set exactly while this rank holds a
-        // lock on the target or `lock_all` is open: one load, where locking
-        // the epochs to look was a third of a lock's time on shared memory.
-        let (rank, access) = self.target_access(target)?;
-        if access & Access::PASSIVE != 0 {
-            return Err(Error::new(
-                ErrorClass::RmaSync,
-                format!("rank {rank} is already locked by this process"),
-            ));
-        }
+        let rank = self.rank_arg(target)?;
         let take = assert & MODE_NOCHECK == 0;
+        let mut record = Access::HELD;
+        if lock_type == LockType::Exclusive {
+            record |= Access::EXCLUSIVE;
+        }
+        if take {
+            record |= Access::TAKEN;
+        }
+        // Recorded first, in the target's byte alone (no mutex): of two
+        // threads that lock one target at once exactly one gets here, and
+        // the other fails without waiting for a lock its process holds.
+        self.access.claim(rank, record).map_err(|byte| {
+            let open = if byte & Access::HELD != 0 {
+                "it is already locked by this process: unlock it first"
+            } else {
+                "lock_all is open: end it by unlock_all first"
+            };
+            Error::new(
+                ErrorClass::RmaSync,
+                format!("lock of rank {rank} while {open}"),
+            )
+        })?;
         if take {
             let (to, path) = self.target_of(rank);
-            path.lock(&to, lock_type)?;
+            if let Err(e) = path.lock(&to, lock_type) {
+                self.access.release(rank);
+                return Err(e);
+            }
         }
-        self.epochs_of(rank).locks.insert(
-            rank,
-            Held {
-                lock_type,
-                taken: take,
-            },
-        );
         Ok(())
     }
 
@@ -2144,16 +2033,15 @@ impl<'a> Window<'a> {
                 return Ok(());
             }
             let rank = self.rank_arg(target)?;
-            let Held { lock_type, taken } =
-                self.epochs_of(rank).locks.remove(rank).ok_or_else(|| {
-                    Error::new(
-                        ErrorClass::RmaSync,
-                        format!("rank {rank} is not locked by this process"),
-                    )
-                })?;
+            let record = self.access.release(rank).ok_or_else(|| {
+                Error::new(
+                    ErrorClass::RmaSync,
+                    format!("rank {rank} is not locked by this process"),
+                )
+            })?;
             let (to, path) = self.target_of(rank);
-            if taken {
-                path.flush_and_unlock(&to, lock_type)?;
+            if record & Access::TAKEN != 0 {
+                path.flush_and_unlock(&to, held_type(record))?;
             } else {
                 path.flush(&to)?;
             }
@@ -2174,23 +2062,39 @@ impl<'a> Window<'a> {
                     "the window was made with the hint no_locks=true",
                 ));
             }
+            let take = assert & MODE_NOCHECK == 0;
             {
-                let epochs = self.epochs_now();
-                if epochs.lock_all.is_some() || !epochs.locks.is_empty() {
+                // Every target claimed first, as a lock claims one: a lock
+                // held on any (or taken by another thread meanwhile)
+                // shows in the byte's change, and lock_all backs out.
+                let mut epochs = self.epochs();
+                if epochs.lock_all.is_some() {
+                    return Err(Error::new(
+                        ErrorClass::RmaSync,
+                        "lock_all while lock_all is open",
+                    ));
+                }
+                epochs.lock_all = Some(take);
+                if epochs.publish() {
+                    epochs.lock_all = None;
                     return Err(Error::new(
                         ErrorClass::RmaSync,
                         "lock_all while locks are held",
                     ));
                 }
             }
-            let take = assert & MODE_NOCHECK == 0;
             if take {
                 for rank in 0..self.members.len() {
                     let (to, path) = self.target_of(rank);
-                    path.lock(&to, LockType::Shared)?;
+                    if let Err(e) = path.lock(&to, LockType::Shared) {
+                        // The locks taken so far are given back; the
+                        // failure to take this one is what to report.
+                        let _ = self.unlock_targets(0..rank);
+                        self.epochs().lock_all = None;
+                        return Err(e);
+                    }
                 }
             }
-            self.epochs().lock_all = Some(take);
             Ok(())
         })();
         self.comm.handled(result)
@@ -2205,7 +2109,7 @@ impl<'a> Window<'a> {
                     Error::new(ErrorClass::RmaSync, "unlock_all without lock_all")
                 })?;
             self.flush_every_target_then(|| match taken {
-                true => self.unlock_every_target(),
+                true => self.unlock_targets(0..self.members.len()),
                 false => Ok(()),
             })
         })();
@@ -2221,7 +2125,7 @@ impl<'a> Window<'a> {
                 return Ok(());
             }
             let (rank, access) = self.target_access(target)?;
-            if access & Access::PASSIVE == 0 {
+            if access & Access::ANY_PASSIVE == 0 {
                 return Err(Error::new(
                     ErrorClass::RmaSync,
                     format!("flush of rank {rank} outside a passive-target epoch to it"),
@@ -2238,14 +2142,12 @@ impl<'a> Window<'a> {
     #[doc(alias = "MPI_Win_flush_all")]
     pub fn flush_all(&self) -> Result<()> {
         let result = (|| {
-            let epochs = self.epochs_now();
-            if epochs.lock_all.is_none() && epochs.locks.is_empty() {
+            if !self.access.any(Access::ANY_PASSIVE) {
                 return Err(Error::new(
                     ErrorClass::RmaSync,
                     "flush_all outside a passive-target epoch",
                 ));
             }
-            drop(epochs);
             self.flush_every_target()
         })();
         self.comm.handled(result)
@@ -2303,8 +2205,8 @@ impl Drop for Window<'_> {
             // this rank's own hold of its lock first goes.
             if let Path::Direct(Reach::Remote { control, .. }) = &self.paths[self.rank] {
                 let epochs = std::mem::take(&mut *self.epochs());
-                match (epochs.locks.get(self.rank), epochs.lock_all) {
-                    (Some(held), _) if held.taken => match held.lock_type {
+                match (self.access.release(self.rank), epochs.lock_all) {
+                    (Some(record), _) if record & Access::TAKEN != 0 => match held_type(record) {
                         LockType::Shared => control.lock().unlock_shared(),
                         LockType::Exclusive => control.lock().unlock_exclusive(),
                     },
@@ -2314,6 +2216,15 @@ impl Drop for Window<'_> {
                 direct::close(control);
             }
         }
+    }
+}
+
+/// The type of the lock of an [`Access`] lock record.
+fn held_type(record: u8) -> LockType {
+    if record & Access::EXCLUSIVE != 0 {
+        LockType::Exclusive
+    } else {
+        LockType::Shared
     }
 }
 

@@ -87,7 +87,11 @@
 //! (the error classes of bad calls, after which the window still works)
 //! and `passive [create]` (rank 0 computes outside MPI while the others
 //! lock, put and unlock a window reached by active messages: run with
-//! `OXMPI_ASYNC_PROGRESS=1`).
+//! `OXMPI_ASYNC_PROGRESS=1`) and `lock_race` (`MPI_THREAD_MULTIPLE`: four
+//! threads of every rank lock the next rank at once, N rounds, exclusive
+//! and shared in turn: exactly one gets the lock each round and the
+//! others `MPI_ERR_RMA_SYNC` at once; the winner adds one to the target's
+//! counter and unlocks; the counters end at N).
 //!
 //! The direct path (windows in shared memory, or user memory by
 //! cross-memory attach) and the RDMA path (verbs): `path
@@ -135,6 +139,7 @@ use oxmpi::{Color, Communicator, ErrorClass, ErrorHandler, Info, Keyval, Result}
 use oxmpi_jobs::checks::{ensure, expect_class, fail, same};
 use oxmpi_jobs::program::{run_check, world_returning_errors};
 use std::process::ExitCode;
+use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 fn main() -> ExitCode {
@@ -146,42 +151,45 @@ fn main() -> ExitCode {
     // `atomic`, `regions`, `spinlock` and `exclusion` on a window of
     // Window::create rather than Window::allocate.
     let created = std::env::args().nth(3).as_deref() == Some("create");
-    run_check(
-        &format!("rma_suite {check}"),
-        Threading::Single,
-        |universe| {
-            let world = world_returning_errors(universe);
-            match check.as_str() {
-                "ops" => ops(&world),
-                "operations" => operations(&world),
-                "atomic" => atomic(&world, n, created),
-                "regions" => regions(&world, n, created),
-                "spinlock" => spinlock(&world, n, created),
-                "exclusion" => exclusion(&world, n, created),
-                "large" => large(&world),
-                "by_message" => by_message(&world),
-                "batches" => batches(&world, n),
-                "dynamic" => dynamic(&world),
-                "typed" => typed(&world),
-                "locations" => locations(&world),
-                "synchronization" => synchronization(&world),
-                "fatal_handler" => fatal_handler(&world),
-                "refused_sync" => refused_sync(&world),
-                "epochs" => epochs(&world),
-                "attributes" => attributes(&world),
-                "errors" => errors(&world),
-                "passive" => passive(&world, created),
-                "path" => path(&world),
-                "sleeping" => sleeping(&world),
-                "shared" => shared(&world),
-                "dropped" => dropped(&world),
-                "revoked" => revoked(&world),
-                "lost_peer" => lost_peer(&world),
-                "lost_holder" => lost_holder(&world),
-                other => Err(fail(format!("unknown check {other:?}"))),
-            }
-        },
-    )
+    // Only `lock_race` calls MPI from several threads at once.
+    let threading = if check == "lock_race" {
+        Threading::Multiple
+    } else {
+        Threading::Single
+    };
+    run_check(&format!("rma_suite {check}"), threading, |universe| {
+        let world = world_returning_errors(universe);
+        match check.as_str() {
+            "ops" => ops(&world),
+            "operations" => operations(&world),
+            "atomic" => atomic(&world, n, created),
+            "regions" => regions(&world, n, created),
+            "spinlock" => spinlock(&world, n, created),
+            "exclusion" => exclusion(&world, n, created),
+            "large" => large(&world),
+            "by_message" => by_message(&world),
+            "batches" => batches(&world, n),
+            "dynamic" => dynamic(&world),
+            "typed" => typed(&world),
+            "locations" => locations(&world),
+            "synchronization" => synchronization(&world),
+            "fatal_handler" => fatal_handler(&world),
+            "refused_sync" => refused_sync(&world),
+            "epochs" => epochs(&world),
+            "attributes" => attributes(&world),
+            "errors" => errors(&world),
+            "passive" => passive(&world, created),
+            "lock_race" => lock_race(&world, n),
+            "path" => path(&world),
+            "sleeping" => sleeping(&world),
+            "shared" => shared(&world),
+            "dropped" => dropped(&world),
+            "revoked" => revoked(&world),
+            "lost_peer" => lost_peer(&world),
+            "lost_holder" => lost_holder(&world),
+            other => Err(fail(format!("unknown check {other:?}"))),
+        }
+    })
 }
 
 /// `window`, made with the program's Return error handler (a new window's
@@ -1555,6 +1563,74 @@ fn attributes(world: &Communicator) -> Result<()> {
 }
 
 /// The error classes of bad calls; the window works afterwards.
+/// `lock_race`: see the module docs.
+fn lock_race(world: &Communicator, n: usize) -> Result<()> {
+    const THREADS: usize = 4;
+    let window = Window::allocate(world, 8, 8, &Info::new())?;
+    let target = (world.rank() + 1) % world.size();
+    let [start, tried, end] = [(); 3].map(|()| Barrier::new(THREADS));
+    // Each thread's rounds won, in order.
+    let won: Vec<Vec<bool>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..THREADS)
+            .map(|_| {
+                scope.spawn(|| -> Result<Vec<bool>> {
+                    let mut won = Vec::with_capacity(n);
+                    // Every round is run to the end, whatever went wrong,
+                    // so that no thread is left at a barrier.
+                    let mut first_error = None;
+                    for round in 0..n {
+                        let lock_type = if round % 2 == 0 {
+                            LockType::Exclusive
+                        } else {
+                            LockType::Shared
+                        };
+                        start.wait();
+                        let locked = window.lock(lock_type, target, 0);
+                        won.push(locked.is_ok());
+                        // Every thread tried before the winner unlocks.
+                        tried.wait();
+                        let result = match locked {
+                            Ok(()) => window
+                                .accumulate(&[1u64][..], target, 0, SystemOperation::sum())
+                                .and_then(|()| window.unlock(target)),
+                            Err(e) => expect_class(
+                                Err::<(), _>(e),
+                                ErrorClass::RmaSync,
+                                "a lock of a target another thread of the process locks",
+                            ),
+                        };
+                        // The winner has unlocked before the next round.
+                        end.wait();
+                        if let Err(e) = result {
+                            first_error.get_or_insert(e);
+                        }
+                    }
+                    first_error.map_or(Ok(won), Err)
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().map_err(|_| fail("a locking thread panicked"))?)
+            .collect::<Result<_>>()
+    })?;
+    for round in 0..n {
+        let winners = won.iter().filter(|w| w[round]).count();
+        ensure(winners == 1, || {
+            format!("round {round}: {winners} of {THREADS} threads got the lock")
+        })?;
+    }
+    world.barrier()?;
+    let mut counter = [0u64];
+    window.read_local(0, &mut counter)?;
+    same(
+        &counter[..],
+        &[n as u64][..],
+        "the counter of the winners' sums",
+    )?;
+    window.free()
+}
+
 fn errors(world: &Communicator) -> Result<()> {
     let size = world.size();
     let window = returning(Window::allocate(world, 64, 8, &Info::new()))?;

@@ -72,10 +72,12 @@ use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// Marks a memory file as a window segment of this layout ("oxmpiwin", 1).
-const WINDOW_MAGIC: u64 = u64::from_le_bytes(*b"oxmpiwn1");
-/// Marks the first control area of a block of parts ("oxmpiwb", 1).
-const BLOCK_MAGIC: u64 = u64::from_le_bytes(*b"oxmpiwb1");
+/// Marks a memory file as a window segment of this layout ("oxmpiwin", 2:
+/// the lock of 24 bytes, `rwlock`).
+const WINDOW_MAGIC: u64 = u64::from_le_bytes(*b"oxmpiwn2");
+/// Marks the first control area of a block of parts ("oxmpiwb", 2: as
+/// [`WINDOW_MAGIC`]).
+const BLOCK_MAGIC: u64 = u64::from_le_bytes(*b"oxmpiwb2");
 /// Where the lock lies.
 const LOCK_AT: usize = 64;
 /// Where the region mutexes start.
