@@ -481,20 +481,22 @@ impl WindowSegment {
     /// outside the window is refused, with nothing locked.
     pub fn lock_region_set(
         &self,
-        spans: impl Iterator<Item = (usize, usize)> + Clone,
+        spans: impl IntoIterator<Item = (usize, usize)>,
     ) -> Result<RegionSetGuard<'_>, AccessError> {
-        for (offset, len) in spans.clone() {
-            check_range(offset as u64, len as u64, self.size as u64)?;
-        }
         // Spans in the window never reach past the last region
-        // (`Layout::of`), which is no more than a mask holds.
-        RegionSetGuard::lock(self.mutexes(), self.layout.region_bytes, spans, &self.wait).ok_or(
-            AccessError::OutOfRange {
-                offset: 0,
-                len: self.size as u64 + 1,
-                size: self.size as u64,
-            },
+        // (`Layout::of`): one pass checks both.
+        RegionSetGuard::lock(
+            self.mutexes(),
+            self.layout.region_bytes,
+            self.size,
+            spans,
+            &self.wait,
         )
+        .map_err(|(offset, len)| AccessError::OutOfRange {
+            offset: offset as u64,
+            len: len as u64,
+            size: self.size as u64,
+        })
     }
 
     /// Takes the region mutexes of bytes `offset..offset + len`, waiting

@@ -188,21 +188,25 @@ pub struct RegionSetGuard<'a> {
 impl<'a> RegionSetGuard<'a> {
     /// Locks the mutexes of the regions that the `spans` (offset, length)
     /// touch, each once, in address order, waiting for a held one as
-    /// `wait` says; `None` (nothing locked) if a span reaches past the
-    /// last region, or there are more regions than a mask holds.
+    /// `wait` says. A span that ends past byte `limit` (the window's
+    /// size) or past the last region (or there are more regions than a
+    /// mask holds) is returned as the error, with nothing locked.
     pub fn lock(
         mutexes: &'a [RegionMutex],
         region_bytes: usize,
+        limit: usize,
         spans: impl IntoIterator<Item = (usize, usize)>,
         wait: &WaitPolicy,
-    ) -> Option<RegionSetGuard<'a>> {
+    ) -> Result<RegionSetGuard<'a>, (usize, usize)> {
         let last = mutexes.len().min(u64::BITS as usize);
         let mut held = 0u64;
         for (offset, len) in spans {
-            offset.checked_add(len)?;
+            if offset.checked_add(len).is_none_or(|end| end > limit) {
+                return Err((offset, len));
+            }
             let regions = regions_of(offset, len, region_bytes);
             if regions.end > last {
-                return None;
+                return Err((offset, len));
             }
             if !regions.is_empty() {
                 // Bits `start..end`: `end - start` ones shifted up (at
@@ -215,7 +219,7 @@ impl<'a> RegionSetGuard<'a> {
             mutexes[left.trailing_zeros() as usize].lock(wait);
             left &= left - 1;
         }
-        Some(RegionSetGuard { mutexes, held })
+        Ok(RegionSetGuard { mutexes, held })
     }
 
     /// How many region mutexes the guard holds.
@@ -285,18 +289,23 @@ mod tests {
             // Bytes 10..20 and 30..40 (region 0), 120..140 (1 and 2),
             // 300..310 (4) and 0 bytes at 500 (none).
             let spans = [(10, 10), (30, 10), (120, 20), (300, 10), (500, 0)];
-            let g = RegionSetGuard::lock(&mutexes, 64, spans, &wait).unwrap();
+            let g = RegionSetGuard::lock(&mutexes, 64, 512, spans, &wait).unwrap();
             assert_eq!(g.regions(), 4);
             let states: Vec<u32> = mutexes.iter().map(|m| m.0.load(SeqCst)).collect();
             assert_eq!(states, [1, 1, 1, 0, 1, 0, 0, 0]);
         }
         assert!(mutexes.iter().all(|m| m.0.load(SeqCst) == 0));
-        let all = RegionSetGuard::lock(&mutexes, 64, [(0, 512)], &wait).unwrap();
+        let all = RegionSetGuard::lock(&mutexes, 64, 512, [(0, 512)], &wait).unwrap();
         assert_eq!(all.regions(), 8);
         drop(all);
-        // A span past the last region, or wrapping: nothing taken.
-        assert!(RegionSetGuard::lock(&mutexes, 64, [(0, 8), (500, 13)], &wait).is_none());
-        assert!(RegionSetGuard::lock(&mutexes, 64, [(usize::MAX, 2)], &wait).is_none());
+        // A span past the limit or the last region, or wrapping: nothing
+        // taken, the span named.
+        let past = RegionSetGuard::lock(&mutexes, 64, 500, [(0, 8), (490, 13)], &wait);
+        assert_eq!(past.unwrap_err(), (490, 13));
+        let past = RegionSetGuard::lock(&mutexes, 64, 600, [(0, 8), (500, 13)], &wait);
+        assert_eq!(past.unwrap_err(), (500, 13));
+        let wraps = RegionSetGuard::lock(&mutexes, 64, 512, [(usize::MAX, 2)], &wait);
+        assert_eq!(wraps.unwrap_err(), (usize::MAX, 2));
         assert!(mutexes.iter().all(|m| m.0.load(SeqCst) == 0));
     }
 
