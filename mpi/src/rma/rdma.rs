@@ -709,12 +709,17 @@ pub(crate) fn accumulate_segments(
 ) -> Result<()> {
     let len = old.as_deref().map_or(data.len(), <[u8]>::len);
     let covered: usize = segments.iter().map(|s| s.data.len()).sum();
-    if (op != AccumulateOp::NoOp && data.len() != len) || covered != len {
+    if (op != AccumulateOp::NoOp && data.len() != len)
+        || covered != len
+        || !element.holds_whole(len)
+    {
         return Err(Error::new(
             ErrorClass::Count,
             format!(
-                "an accumulate of {} bytes into target segments of {covered} bytes",
-                data.len()
+                "an accumulate of {} bytes into target segments of {covered} bytes of {}-byte \
+                 elements",
+                data.len(),
+                element.size()
             ),
         ));
     }
