@@ -217,7 +217,9 @@ fn collectives_and_rma_over_verbs() {
 /// verbs (every rank agrees), and the RMA matrix passes on it: every
 /// operation under fence, PSCW, locks, lock_all and flushes; accumulate
 /// with every operation and type; MINLOC and MAXLOC on value-index pairs
-/// (under the accumulate mutex); exact totals of 8 ranks' NIC atomics;
+/// (under the accumulate mutex); operations with a target datatype (an
+/// accumulate one hold of the accumulate mutex, its segments' READs and
+/// WRITEs posted together); exact totals of 8 ranks' NIC atomics;
 /// locks and the accumulate mutex excluding each other; a target that
 /// sleeps outside MPI (the soft NIC's threads do the work); the error
 /// classes of bad calls; puts and gets longer than one RDMA operation.
@@ -239,6 +241,7 @@ fn rma_over_verbs_takes_the_rdma_path() {
     }
     job("rma_suite", "operations", 3, 120);
     job("rma_suite", "locations", 3, 60);
+    job("rma_suite", "typed", 3, 60);
     job_with("rma_suite", &["atomic", "2000"], 8, &[], 180);
     job_with("rma_suite", &["spinlock", "20"], 4, &[], 120);
     job_with("rma_suite", &["exclusion", "100"], 4, &[], 120);

@@ -305,6 +305,17 @@ impl Path {
     }
 }
 
+/// One segment of an operation with a target datatype on the direct and
+/// RDMA paths (`typed.rs`): its byte displacement in the target's window
+/// and its range of the operation's packed data (or result). An
+/// operation's segments are in type-map order, their ranges one after
+/// another.
+#[derive(Clone, Debug)]
+pub(crate) struct Segment {
+    pub(crate) disp: u64,
+    pub(crate) data: Range<usize>,
+}
+
 /// One message's share of an operation by active messages: where it
 /// goes at the target (`disp`, and the runs from it of a target layout,
 /// [`FLAG_LAYOUT`]; none for contiguous bytes) and its range of the

@@ -26,6 +26,7 @@
 //! that arrived before it, so neither starves. Waiting re-reads a word
 //! (a fetch-and-add of 0) between polls of the device.
 
+use super::path::Segment;
 use super::target::combine;
 use super::wire::{AccumulateOp, AccumulateType};
 use super::LockType;
@@ -406,28 +407,68 @@ impl Reach {
 
     /// `MPI_Get`: reads the bytes at offset `disp` into `out`.
     pub(crate) fn get(&self, disp: u64, out: &mut [u8]) -> Result<()> {
-        if let Some(window) = self.local(Place::Data(disp)) {
-            // SAFETY: as in `put`; `out` is the origin's buffer.
-            unsafe { std::ptr::copy(window, out.as_mut_ptr(), out.len()) };
+        let whole = Segment {
+            disp,
+            data: 0..out.len(),
+        };
+        self.get_segments(&[whole], out)
+    }
+
+    /// Reads the bytes of each of `segments` into its range of `out` (a
+    /// get with a target datatype, or an accumulate's gather): every
+    /// READ posted before the first is waited for, so the segments'
+    /// round trips overlap and the operation waits once.
+    pub(crate) fn get_segments(&self, segments: &[Segment], out: &mut [u8]) -> Result<()> {
+        if let At::Local { .. } = self.at {
+            for s in segments {
+                let dest = &mut out[s.data.clone()];
+                let window = self.local(Place::Data(s.disp)).ok_or_else(no_target)?;
+                // SAFETY: the window checked the range inside this rank's
+                // window, whose memory outlives its paths; `dest` is the
+                // origin's buffer.
+                unsafe { std::ptr::copy(window, dest.as_mut_ptr(), dest.len()) };
+            }
             return Ok(());
         }
-        let mut ids = Vec::new();
-        for (i, chunk) in out.chunks(self.max_len).enumerate() {
-            let place = Place::Data(disp + (i * self.max_len) as u64);
-            let (peer, at) = self.remote(place).ok_or_else(no_target)?;
-            ids.push(self.post(peer, at, RdmaOp::Read(chunk.len()))?);
-        }
-        for (chunk, id) in out.chunks_mut(self.max_len).zip(ids) {
-            let bytes = self.wait(id)?;
-            if bytes.len() != chunk.len() {
-                return Err(Error::new(
-                    ErrorClass::Intern,
-                    "an RDMA READ returned a short result",
-                ));
+        // Each segment in reads of at most `max_len` bytes: the offset in
+        // `out` and the length of each, with its operation's id.
+        let mut posted = Vec::new();
+        for s in segments {
+            let mut from = s.data.start;
+            while from < s.data.end {
+                let len = (s.data.end - from).min(self.max_len);
+                let place = Place::Data(s.disp + (from - s.data.start) as u64);
+                let (peer, at) = self.remote(place).ok_or_else(no_target)?;
+                let id = match self.post(peer, at, RdmaOp::Read(len)) {
+                    Ok(id) => id,
+                    Err(e) => {
+                        // The reads posted are still waited for: their
+                        // outcomes are not left behind.
+                        for (_, _, id) in posted {
+                            let _ = self.wait(id);
+                        }
+                        return Err(e);
+                    }
+                };
+                posted.push((from, len, id));
+                from += len;
             }
-            chunk.copy_from_slice(&bytes);
         }
-        Ok(())
+        let mut outcome = Ok(());
+        for (from, len, id) in posted {
+            let read = self.wait(id).and_then(|bytes| {
+                if bytes.len() != len {
+                    return Err(Error::new(
+                        ErrorClass::Intern,
+                        "an RDMA READ returned a short result",
+                    ));
+                }
+                out[from..from + len].copy_from_slice(&bytes);
+                Ok(())
+            });
+            outcome = outcome.and(read);
+        }
+        outcome
     }
 
     /// Waits until every operation posted to the target is complete there
@@ -643,6 +684,100 @@ pub(crate) fn accumulate(
     if op != AccumulateOp::NoOp {
         combine(&mut current, data, element, op)?;
         reach.put(disp, &current)?;
+    }
+    match hold {
+        Some(hold) => hold.release(),
+        None => Ok(()),
+    }
+}
+
+/// `MPI_Accumulate` and `MPI_Get_accumulate` with a target datatype, as
+/// `direct::accumulate_segments`, on the RDMA path: the segments whose
+/// elements go by NIC atomics ([`hardware`]) element by element, and all
+/// the others under one hold of the target's accumulate mutex (none
+/// under the exclusive lock): their READs posted together and waited for
+/// once, the reduction here on the packed data (so a layout whose
+/// segments cut value-index pairs is combined whole), and their WRITEs
+/// posted together and completed before the mutex is released.
+pub(crate) fn accumulate_segments(
+    reach: &Reach,
+    segments: &[Segment],
+    data: &[u8],
+    (element, op): (AccumulateType, AccumulateOp),
+    exclusive: bool,
+    mut old: Option<&mut [u8]>,
+) -> Result<()> {
+    let len = old.as_deref().map_or(data.len(), <[u8]>::len);
+    let covered: usize = segments.iter().map(|s| s.data.len()).sum();
+    if (op != AccumulateOp::NoOp && data.len() != len)
+        || covered != len
+        || !element.holds_whole(len)
+    {
+        return Err(Error::new(
+            ErrorClass::Count,
+            format!(
+                "an accumulate of {} bytes into target segments of {covered} bytes of {}-byte \
+                 elements",
+                data.len(),
+                element.size()
+            ),
+        ));
+    }
+    let piece = |s: &Segment| {
+        if op == AccumulateOp::NoOp {
+            data
+        } else {
+            &data[s.data.clone()]
+        }
+    };
+    // Numbers' segments hold whole elements, so each may go its own way.
+    let (atomics, locked): (Vec<&Segment>, Vec<&Segment>) = segments
+        .iter()
+        .partition(|s| hardware(reach.base(), s.disp, element, op));
+    for s in atomics {
+        let old = old.as_deref_mut().map(|old| &mut old[s.data.clone()]);
+        accumulate(reach, s.disp, piece(s), (element, op), exclusive, old)?;
+    }
+    if locked.is_empty() {
+        return Ok(());
+    }
+    // The locked segments' data packed, and where each lies in it.
+    let mut gathered = Vec::with_capacity(locked.len());
+    let mut at = 0;
+    for s in &locked {
+        gathered.push(Segment {
+            disp: s.disp,
+            data: at..at + s.data.len(),
+        });
+        at += s.data.len();
+    }
+    // The op checked for the type before the mutex is taken.
+    if let AccumulateOp::Reduce(reduce) = op {
+        element.reduction(reduce.system_op())?;
+    }
+    let hold = reach.mutex(exclusive)?;
+    let mut current = vec![0u8; at];
+    reach.get_segments(&gathered, &mut current)?;
+    for (s, g) in locked.iter().zip(&gathered) {
+        if let Some(old) = old.as_deref_mut() {
+            old[s.data.clone()].copy_from_slice(&current[g.data.clone()]);
+        }
+    }
+    if op != AccumulateOp::NoOp {
+        let origin: Vec<u8>;
+        let origin = if gathered.len() == segments.len() {
+            data
+        } else {
+            origin = locked
+                .iter()
+                .flat_map(|s| piece(s).iter().copied())
+                .collect();
+            &origin
+        };
+        combine(&mut current, origin, element, op)?;
+        for g in &gathered {
+            reach.put(g.disp, &current[g.data.clone()])?;
+        }
     }
     match hold {
         Some(hold) => hold.release(),

@@ -1403,6 +1403,9 @@ fn class_of(code: u8) -> ErrorClass {
 /// before the first is touched, then each is applied in order with its
 /// piece of the data.
 fn apply(memory: &mut Memory, m: &Message<'_>, old: &mut Vec<u8>) -> Result<()> {
+    if m.flags & FLAG_LAYOUT != 0 && cuts_elements(m) {
+        return accumulate_gathered(memory, m, old);
+    }
     if m.flags & FLAG_LAYOUT != 0 {
         // Only puts and accumulates that are not no-ops carry data.
         let carries_data = !m.data.is_empty();
@@ -1455,6 +1458,50 @@ fn apply(memory: &mut Memory, m: &Message<'_>, old: &mut Vec<u8>) -> Result<()> 
         )
     })?;
     apply_to(window_bytes(memory, m.disp, len)?, m, m.data, old)
+}
+
+/// Whether `m` is an accumulate on a layout (under [`FLAG_LAYOUT`]) with
+/// a segment that holds no whole number of its elements: a value-index
+/// pair with padding between value and index (`MPI_SHORT_INT` as C lays
+/// it out), whose pairs only the whole message holds.
+fn cuts_elements(m: &Message<'_>) -> bool {
+    let Some(element) = m.element.filter(|_| m.kind == Kind::Accumulate) else {
+        return false;
+    };
+    m.layout.runs().any(|run| !element.holds_whole(run.len))
+}
+
+/// [`apply`] of an accumulate whose layout cuts elements
+/// ([`cuts_elements`]): every segment checked, then the target's data
+/// gathered packed (the old data, if fetched), combined with the
+/// message's whole and scattered back, all under the window's state as
+/// any message.
+fn accumulate_gathered(memory: &mut Memory, m: &Message<'_>, old: &mut Vec<u8>) -> Result<()> {
+    let (Some(element), Some(op)) = (m.element, m.op) else {
+        return Err(Error::new(
+            ErrorClass::Intern,
+            "an accumulate without its type",
+        ));
+    };
+    each_segment(m, |disp, len| memory.range(disp, len as u64).map(drop))?;
+    let mut current = Vec::with_capacity(m.data.len());
+    each_segment(m, |disp, len| {
+        current.extend_from_slice(window_bytes(memory, disp, len)?);
+        Ok(())
+    })?;
+    if m.flags & FLAG_FETCH != 0 {
+        old.extend_from_slice(&current);
+    }
+    if op == AccumulateOp::NoOp {
+        return Ok(());
+    }
+    combine(&mut current, m.data, element, op)?;
+    let mut at = 0;
+    each_segment(m, |disp, len| {
+        window_bytes(memory, disp, len)?.copy_from_slice(&current[at..at + len]);
+        at += len;
+        Ok(())
+    })
 }
 
 /// Calls `f(disp, len)` for each segment of the layout of `m` (under
@@ -1670,6 +1717,61 @@ mod tests {
             .flat_map(|v| v.to_le_bytes())
             .collect();
         assert_eq!(old, doubled);
+    }
+
+    /// `MPI_MINLOC` with the old pairs fetched, into `MPI_SHORT_INT`
+    /// pairs as C lays them out (value, 2 bytes of padding, index): the
+    /// layout's segments cut the pairs (2 bytes of value, then the index
+    /// with the next value), and the whole message is combined pair by
+    /// pair, the padding untouched.
+    #[test]
+    fn an_accumulate_into_a_layout_that_cuts_pairs_combines_whole_pairs() {
+        use crate::collective::op::PairType;
+        use crate::collective::ValueIndex;
+        use crate::datatype::ElementType;
+        let pairs = PairType::of(ElementType::of::<ValueIndex<i16, i32>>()).unwrap();
+        assert_eq!(pairs.size(), 6);
+        // Three pairs of 8 bytes; padding 0xee.
+        let mut window = [0xeeu8; 24];
+        for (k, (value, index)) in [(5i16, 1i32), (2, 2), (7, 3)].into_iter().enumerate() {
+            window[8 * k..8 * k + 2].copy_from_slice(&value.to_le_bytes());
+            window[8 * k + 4..8 * k + 8].copy_from_slice(&index.to_le_bytes());
+        }
+        let before = window;
+        let base = window.as_mut_ptr().cast();
+        let mut memory = Memory::Block { base, size: 24 };
+        // As `runs_of` flattens it: the first value, the index of each
+        // pair with the next value, the last index.
+        let layout = [
+            Run::new(0, 2, 1, 0),
+            Run::new(4, 6, 2, 8),
+            Run::new(20, 4, 1, 0),
+        ];
+        let origin: Vec<u8> = [(3i16, 9i32), (2, 1), (9, 0)]
+            .iter()
+            .flat_map(|(v, i)| [v.to_le_bytes().to_vec(), i.to_le_bytes().to_vec()].concat())
+            .collect();
+        let mut m = Message::new(Kind::Accumulate, 1);
+        m.flags = FLAG_LAYOUT | FLAG_FETCH;
+        m.len = 18;
+        m.layout = Layout::Runs(&layout);
+        m.data = &origin;
+        m.element = Some(AccumulateType::Pair(pairs));
+        m.op = Some(SystemOperation::min_loc().into());
+        let encoded = m.encode();
+        let mut old = Vec::new();
+        apply(&mut memory, &Message::decode(&encoded).unwrap(), &mut old).unwrap();
+        let packed_before: Vec<u8> = (0..3)
+            .flat_map(|k| [&before[8 * k..8 * k + 2], &before[8 * k + 4..8 * k + 8]].concat())
+            .collect();
+        assert_eq!(old, packed_before);
+        let mut want = before;
+        // Pair 0: 3 < 5 (index 9); pair 1: a tie, the smaller index (1);
+        // pair 2: 7 < 9, unchanged.
+        want[..2].copy_from_slice(&3i16.to_le_bytes());
+        want[4..8].copy_from_slice(&9i32.to_le_bytes());
+        want[12..16].copy_from_slice(&1i32.to_le_bytes());
+        assert_eq!(window, want);
     }
 
     #[test]

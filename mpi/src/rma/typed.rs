@@ -9,8 +9,7 @@
 //! target's type signatures are the same sequence of basic types
 //! (`MPI_ERR_TYPE`; an accumulate's are besides of one basic type
 //! throughout, or of one value-index pair type, as the contiguous forms
-//! require; a layout whose blocks split a pair, value apart from index,
-//! is `MPI_ERR_UNSUPPORTED_OPERATION`), and every block lies in
+//! require), and every block lies in
 //! the target's window (`MPI_ERR_RMA_RANGE`; in a dynamic window, whose
 //! memory only the target knows, the target checks it). The target
 //! layout is flattened into runs (`count` segments of `len` bytes,
@@ -28,23 +27,34 @@
 //!   included; an operation of several messages that writes into a
 //!   dynamic window asks the target to check all their layouts first
 //!   (a round trip), so nothing of it lands either;
-//! - on the direct path and over RDMA each segment (adjacent ones merged)
-//!   is one contiguous operation, in type-map order: on the direct path a
-//!   copy or an in-place reduction straight into (or out of) the target's
-//!   layout, with no packing at the target; over RDMA one operation per
-//!   segment. Neither takes dynamic windows, and the origin's range check
-//!   covered every segment before the first moved.
+//! - on the direct path and over RDMA the operation is one operation on
+//!   the segments (adjacent ones merged, [`Segment`]s), in type-map
+//!   order, with no packing at the target: a put or a get the segments'
+//!   copies (or WRITEs and READs, all posted before any is waited for);
+//!   an accumulate takes the locks it needs once for all its segments
+//!   (`direct::accumulate_segments`, `rdma::accumulate_segments`: each
+//!   region mutex at most once, or the accumulate mutex once). Neither
+//!   takes dynamic windows, and the origin's range check covered every
+//!   segment before the first moved.
+//!
+//! An accumulate's segments may cut its elements: a value-index pair
+//! with padding between value and index (`MPI_SHORT_INT` as C lays it
+//! out) or with the index first. Messages are cut between packed
+//! elements, and every path then combines the elements whole: the
+//! target's bytes gathered packed, combined and scattered back, under
+//! the same locks, so the accumulate stays atomic per element.
 //!
 //! The contiguous forms ([`Window::put`] and the others) keep their own
 //! checks and paths; over active messages both build their messages
 //! from [`Part`]s (`path.rs`), a contiguous part having no layout.
 
-use super::path::{self, Fetch, Part, Path, Target};
+use super::path::{self, Fetch, Part, Path, Segment, Target};
 use super::wire::{AccumulateType, HEADER, MAX_RUNS};
 use super::{
     accumulate_element, completed, fetch_accumulate, wait_fetched, AccumulateOp, CreateFlavor,
     Window,
 };
+use super::{direct, rdma};
 use crate::collective::typed::Input;
 use crate::datatype::{
     Buffer, BufferMut, Datatype, DatatypeRef, ElementType, Handle, Incoming, Outgoing, Primitive,
@@ -98,33 +108,33 @@ struct Blocks<'w> {
 }
 
 impl Blocks<'_> {
-    /// Calls `f` with each segment's byte displacement in the target's
-    /// window and its range of the packed data, in order, until it fails.
-    fn each_block(&self, mut f: impl FnMut(u64, Range<usize>) -> Result<()>) -> Result<()> {
+    /// The segments of the target layout (adjacent ones merged), in
+    /// type-map order, at their byte displacements in the target's window
+    /// (`target_blocks` checked every one), with their ranges of the
+    /// packed data, which they cover: `len` bytes (else an internal
+    /// error: the signatures matched).
+    fn segments(&self, len: usize) -> Result<Vec<Segment>> {
+        let mut segments = Vec::new();
         let mut at = 0;
         for run in &self.runs {
-            for (offset, len) in run.segments() {
+            for (offset, n) in run.segments() {
                 // At least 0 and within the window: `target_blocks`
                 // checked every segment.
                 let disp = self.start.wrapping_add_signed(offset as i64);
-                f(disp, at..at + len)?;
-                at += len;
+                segments.push(Segment {
+                    disp,
+                    data: at..at + n,
+                });
+                at += n;
             }
         }
-        Ok(())
-    }
-
-    /// Calls `f` with each segment and its piece of `data` (the packed
-    /// data, as long as the segments together: the signatures matched),
-    /// in order, until it fails.
-    fn each_piece(&self, data: &[u8], mut f: impl FnMut(u64, &[u8]) -> Result<()>) -> Result<()> {
-        self.each_block(|at, range| f(at, packed_piece(data, range)?))
-    }
-
-    /// Whether the operation travels as messages with the target layout
-    /// (active messages), rather than one operation per segment.
-    fn by_layout(&self) -> bool {
-        matches!(self.path, Path::ActiveMessages)
+        if at != len {
+            return Err(Error::new(
+                ErrorClass::Intern,
+                format!("a target layout of {at} bytes for {len} bytes of packed data"),
+            ));
+        }
+        Ok(segments)
     }
 
     /// The messages of the operation over active messages
@@ -149,47 +159,50 @@ impl Blocks<'_> {
         Ok(cut)
     }
 
-    /// Puts `data` (the packed data) into the target layout.
+    /// Puts `data` (the packed data) into the target layout: the
+    /// segments' copies (direct path) or WRITEs (RDMA), posted one after
+    /// another and complete at the next flush.
     fn put(&self, data: &[u8]) -> Result<()> {
-        if self.by_layout() {
-            let cut = self.writing_parts(data.len(), 1)?;
-            return path::put_parts(&self.to, cut.parts(), data);
+        match self.path {
+            Path::ActiveMessages => {
+                let cut = self.writing_parts(data.len(), 1)?;
+                path::put_parts(&self.to, cut.parts(), data)
+            }
+            Path::Direct(reach) => {
+                let _open = reach.open(self.to.locked)?;
+                let segments = self.segments(data.len())?;
+                segments
+                    .iter()
+                    .try_for_each(|s| direct::put(reach, s.disp, &data[s.data.clone()]))
+            }
+            Path::Rdma(reach) => {
+                let segments = self.segments(data.len())?;
+                segments
+                    .iter()
+                    .try_for_each(|s| reach.put(s.disp, &data[s.data.clone()]))
+            }
         }
-        self.each_piece(data, |at, piece| self.path.put(&self.to, at, piece))
     }
 
     /// Combines `data` (the packed data, elements of `element`) into the
-    /// target layout with `op`.
+    /// target layout with `op`: one operation on every path (see the
+    /// module docs).
     fn accumulate(&self, data: &[u8], element: AccumulateType, op: AccumulateOp) -> Result<()> {
-        if self.by_layout() {
-            let cut = self.writing_parts(data.len(), element.size())?;
-            return path::accumulate_parts(&self.to, cut.parts(), data, (element, op));
-        }
-        self.each_piece(data, |at, piece| {
-            self.path.accumulate(&self.to, at, piece, element, op)
-        })
-    }
-
-    /// The error of a block that is no whole number of `element`s: a
-    /// target layout that puts a value-index pair's index apart from its
-    /// value (`MPI_SHORT_INT`'s own, with padding between them, or the
-    /// index first), which an accumulate here combines only whole: each
-    /// block is an operation of its own. (A block of numbers always holds
-    /// whole ones.)
-    fn check_whole(&self, element: AccumulateType) -> Result<()> {
-        match self.runs.iter().find(|run| !element.holds_whole(run.len)) {
-            Some(&Run { offset, len, .. }) => Err(Error::new(
-                ErrorClass::UnsupportedOperation,
-                format!(
-                    "the target layout's block of {len} bytes at byte {} holds part of a \
-                     {}-byte value-index pair: accumulates with a target datatype combine \
-                     pairs only where value and index are adjacent, value first (pack the \
-                     pairs, or use the contiguous accumulate)",
-                    i128::from(self.start) + offset as i128,
-                    element.size()
-                ),
-            )),
-            None => Ok(()),
+        let how = (element, op);
+        match self.path {
+            Path::ActiveMessages => {
+                let cut = self.writing_parts(data.len(), element.size())?;
+                path::accumulate_parts(&self.to, cut.parts(), data, how)
+            }
+            Path::Direct(reach) => {
+                let _open = reach.open(self.to.locked)?;
+                let segments = self.segments(data.len())?;
+                direct::accumulate_segments(reach, &segments, data, how, self.to.exclusive, None)
+            }
+            Path::Rdma(reach) => {
+                let segments = self.segments(data.len())?;
+                rdma::accumulate_segments(reach, &segments, data, how, self.to.exclusive, None)
+            }
         }
     }
 }
@@ -198,10 +211,9 @@ impl Blocks<'_> {
 /// `layout` (runs, their offsets from byte displacement `start`): the
 /// runs cut into parts of at most [`PART_DATA`] bytes and [`MAX_RUNS`]
 /// runs (one part, unless the operation is that large), a segment cut
-/// where a part is full, between elements of `unit` bytes (the segments'
-/// lengths are multiples of an accumulate's element size: numbers', and
-/// pairs' where [`Blocks::check_whole`] passed; a part holds a multiple
-/// of `unit` bytes). Their data ranges cover `0..len`, the packed data's
+/// where a part is full, between packed elements of `unit` bytes (a
+/// part holds a multiple of `unit` bytes, though its segments may cut an
+/// element: a pair whose value and index lie apart). Their data ranges cover `0..len`, the packed data's
 /// (else an internal error: nothing is sent).
 fn layout_parts(start: u64, layout: &[Run], len: usize, unit: usize) -> Result<LayoutParts> {
     let part_data = PART_DATA / unit.max(1) * unit.max(1);
@@ -284,17 +296,6 @@ impl LayoutParts {
     }
 }
 
-/// The `range` of the packed `data` (as long as the target layout's
-/// segments together, which the matched signatures guarantee).
-fn packed_piece(data: &[u8], range: Range<usize>) -> Result<&[u8]> {
-    data.get(range).ok_or_else(|| {
-        Error::new(
-            ErrorClass::Intern,
-            "a target block reaches past the packed data",
-        )
-    })
-}
-
 /// The type signature of `count` elements of `datatype`: its basic types
 /// in order, adjacent runs of one type merged.
 fn signature(datatype: Handle<'_>, count: usize) -> Vec<(Primitive, usize)> {
@@ -372,7 +373,7 @@ impl Window<'_> {
             let mut data = Incoming::new(view)?;
             let bytes = data.device_buffer();
             let len = bytes.len();
-            fetch_blocks(&to, bytes, |_| Ok(Fetch::Get))?;
+            fetch_blocks(&to, bytes, Fetch::Get)?;
             data.finish(len)
         })();
         self.comm.handled(outcome)
@@ -381,8 +382,8 @@ impl Window<'_> {
     /// [`Window::accumulate`] into `layout` at `disp` in the target's
     /// window (`MPI_Accumulate` with a target datatype): checked as
     /// [`Window::put_typed`], the elements besides of one basic type
-    /// throughout, or value-index pairs (a layout that puts a pair's
-    /// index apart from its value is `MPI_ERR_UNSUPPORTED_OPERATION`),
+    /// throughout, or value-index pairs (also in a layout that puts a
+    /// pair's index apart from its value: each pair is combined whole),
     /// for which `op` is defined (else `MPI_ERR_OP`). Atomic
     /// per element with respect to other accumulates.
     #[doc(alias = "MPI_Accumulate")]
@@ -406,7 +407,6 @@ impl Window<'_> {
             };
             let checked = self.reductions_checked_by_path();
             let element = accumulate_element(ElementType::of_datatype(datatype), op, checked)?;
-            to.check_whole(element)?;
             let data = Outgoing::new(&view)?;
             to.accumulate(data.bytes(), element, op)
         })();
@@ -446,9 +446,9 @@ impl Window<'_> {
     }
 
     /// The request-based [`Window::get_typed`] (`MPI_Rget` with a target
-    /// datatype): its operations are waited for here (one message, or
-    /// one per block on the direct path and RDMA, which one MPI request
-    /// cannot hold), so the data is there and the request complete on
+    /// datatype): its operation is waited for here (its messages, or its
+    /// copies or READs on the direct path and RDMA), so the data is there
+    /// and the request complete on
     /// return, and `result` is borrowed only for the call.
     #[doc(alias = "MPI_Rget")]
     pub fn rget_typed<'s, R: BufferMut + ?Sized>(
@@ -534,15 +534,15 @@ impl Window<'_> {
                     "a fetching accumulate was checked as another operation",
                 ));
             };
-            to.check_whole(element)?;
-            fetch_blocks(&to, bytes, |range| {
-                Ok(Fetch::Accumulate {
+            fetch_blocks(
+                &to,
+                bytes,
+                Fetch::Accumulate {
                     element,
                     op,
-                    // NO_OP sends no origin data.
-                    data: origin.get(range).unwrap_or_default(),
-                })
-            })?;
+                    data: origin,
+                },
+            )?;
             data.finish(len)
         })();
         self.comm.handled(outcome)
@@ -615,61 +615,58 @@ impl Window<'_> {
     }
 }
 
-/// Runs a fetching operation on the target layout of `to` into `bytes`
-/// (the packed result, as long as the segments together), `what` giving
-/// the operation on a range of it, and waits for it: over active
-/// messages its messages ([`Blocks::parts`]), else an operation per
-/// segment. The first error is returned, after every operation started
-/// has finished with `bytes`.
-fn fetch_blocks<'d>(
-    to: &Blocks<'_>,
-    bytes: &mut [u8],
-    what: impl Fn(Range<usize>) -> Result<Fetch<'d>>,
-) -> Result<()> {
-    if to.by_layout() {
-        let what = what(0..bytes.len())?;
-        let cut = match what {
-            Fetch::Get => to.parts(bytes.len(), 1)?,
-            Fetch::Accumulate { element, .. } => to.writing_parts(bytes.len(), element.size())?,
-            Fetch::CompareAndSwap { element, .. } => {
-                to.writing_parts(bytes.len(), element.size())?
-            }
-        };
-        let parts = cut.parts();
-        // SAFETY: `bytes` is writable for the parts' ranges (they cover
-        // it: `parts` checked) and not otherwise accessed until the
-        // request is waited for, at once.
-        let request = unsafe {
-            path::fetch_parts(&to.to, parts.into_iter(), bytes.as_mut_ptr(), Some(what))
-        }?;
-        return wait_fetched(Some(request));
-    }
-    let mut requests = Vec::new();
-    let mut outcome = to.each_block(|at, range| {
-        let dest = bytes.get_mut(range.clone()).ok_or_else(|| {
-            Error::new(
-                ErrorClass::Intern,
-                "a target block reaches past the packed result",
-            )
-        })?;
-        let what = what(range)?;
-        // SAFETY: `dest` is writable for its length and not otherwise
-        // accessed until its request is waited for below (every one is,
-        // whatever happens).
-        let request = unsafe {
-            to.path
-                .fetch(&to.to, at, dest.as_mut_ptr(), dest.len(), what)
-        }?;
-        requests.push(request);
-        Ok(())
-    });
-    for request in requests {
-        let waited = wait_fetched(request);
-        if outcome.is_ok() {
-            outcome = waited;
+/// Runs the fetching operation `what` on the target layout of `to` into
+/// `bytes` (the packed result, as long as the segments together), and
+/// waits for it: over active messages its messages ([`Blocks::parts`]),
+/// on the direct and RDMA paths one operation on the segments. The
+/// first error is returned, after every operation started has finished
+/// with `bytes`.
+fn fetch_blocks(to: &Blocks<'_>, bytes: &mut [u8], what: Fetch<'_>) -> Result<()> {
+    let exclusive = to.to.exclusive;
+    match (to.path, what) {
+        (Path::ActiveMessages, _) => {
+            let cut = match what {
+                Fetch::Get => to.parts(bytes.len(), 1)?,
+                Fetch::Accumulate { element, .. } => {
+                    to.writing_parts(bytes.len(), element.size())?
+                }
+                Fetch::CompareAndSwap { element, .. } => {
+                    to.writing_parts(bytes.len(), element.size())?
+                }
+            };
+            let parts = cut.parts();
+            // SAFETY: `bytes` is writable for the parts' ranges (they
+            // cover it: `parts` checked) and not otherwise accessed until
+            // the request is waited for, at once.
+            let request = unsafe {
+                path::fetch_parts(&to.to, parts.into_iter(), bytes.as_mut_ptr(), Some(what))
+            }?;
+            wait_fetched(Some(request))
         }
+        (Path::Direct(reach), Fetch::Get) => {
+            let _open = reach.open(to.to.locked)?;
+            let segments = to.segments(bytes.len())?;
+            segments
+                .iter()
+                .try_for_each(|s| direct::get(reach, s.disp, &mut bytes[s.data.clone()]))
+        }
+        (Path::Rdma(reach), Fetch::Get) => reach.get_segments(&to.segments(bytes.len())?, bytes),
+        (Path::Direct(reach), Fetch::Accumulate { element, op, data }) => {
+            let _open = reach.open(to.to.locked)?;
+            let segments = to.segments(bytes.len())?;
+            let how = (element, op);
+            direct::accumulate_segments(reach, &segments, data, how, exclusive, Some(bytes))
+        }
+        (Path::Rdma(reach), Fetch::Accumulate { element, op, data }) => {
+            let segments = to.segments(bytes.len())?;
+            let how = (element, op);
+            rdma::accumulate_segments(reach, &segments, data, how, exclusive, Some(bytes))
+        }
+        (Path::Direct(_) | Path::Rdma(_), Fetch::CompareAndSwap { .. }) => Err(Error::new(
+            ErrorClass::Intern,
+            "a compare-and-swap has no target datatype",
+        )),
     }
-    outcome
 }
 
 #[cfg(test)]
@@ -745,5 +742,30 @@ mod tests {
             assert_eq!(part.data.len() % 12, 0, "{:?}", part.data);
             assert!(part.layout.iter().all(|r| r.len % 12 == 0));
         }
+    }
+
+    /// Parts of an accumulate into `MPI_SHORT_INT` pairs as C lays them
+    /// out (value, 2 bytes of padding, index: segments of the first
+    /// value, then each index with the next value, then the last index),
+    /// more than a part holds: each part holds whole packed pairs of 6
+    /// bytes, its segments cutting them where they lie.
+    #[test]
+    fn an_accumulate_into_pairs_parted_by_padding_is_cut_between_packed_pairs() {
+        const PAIRS: usize = 200_000;
+        let layout = vec![
+            Run::new(0, 2, 1, 0),
+            Run::new(4, 6, PAIRS - 1, 8),
+            Run::new(8 * PAIRS as isize - 4, 4, 1, 0),
+        ];
+        let cut = layout_parts(0, &layout, 6 * PAIRS, 6).unwrap();
+        let parts = cut.parts();
+        assert!(parts.len() > 2);
+        let mut joined = Vec::new();
+        for part in &parts {
+            assert_eq!(part.data.len() % 6, 0, "{:?}", part.data);
+            assert!(part.data.len() <= PART_DATA);
+            joined.extend(part.layout.iter().copied());
+        }
+        assert_eq!(segments(&joined), segments(&layout));
     }
 }

@@ -24,8 +24,10 @@
 //! that order; the target scatters it into them (put, accumulate) or
 //! gathers its reply from them (get, and a fetching accumulate's old
 //! data). At most [`MAX_RUNS`] runs, each of at least one non-empty
-//! segment, every segment within the i64 range and whole elements for an
-//! accumulate, the lengths adding up to `len`.
+//! segment, every segment within the i64 range, the lengths adding up to
+//! `len` (whole elements for an accumulate, though a segment may cut
+//! one: a value-index pair with padding between value and index, which
+//! the target gathers and combines whole).
 //!
 //! A payload is a batch: one or more messages one after another, each
 //! as long as its header says ([`Message::split`]).
@@ -494,7 +496,7 @@ impl<'p> Message<'p> {
         };
         let len = u64_at(head, 24);
         let (layout, data) = if flags & FLAG_LAYOUT != 0 {
-            decode_layout(body, len, element)?
+            decode_layout(body, len)?
         } else {
             (Layout::NONE, body)
         };
@@ -559,14 +561,11 @@ fn u64_at(bytes: &[u8], at: usize) -> u64 {
 }
 
 /// Decodes the layout at the start of `body` (after the header of a
-/// message of `len` bytes of data under [`FLAG_LAYOUT`], of `element`s
-/// if an accumulate): its runs, checked (see the module docs), and the
-/// bytes after it.
-fn decode_layout(
-    body: &[u8],
-    len: u64,
-    element: Option<AccumulateType>,
-) -> Result<(Layout<'_>, &[u8])> {
+/// message of `len` bytes of data under [`FLAG_LAYOUT`]): its runs,
+/// checked (see the module docs), and the bytes after it. (An
+/// accumulate's segments need not hold whole elements, only the whole
+/// message: a layout may part a pair's value from its index.)
+fn decode_layout(body: &[u8], len: u64) -> Result<(Layout<'_>, &[u8])> {
     let (count, rest) = body
         .split_at_checked(8)
         .ok_or_else(|| bad("a layout cut before its count of runs"))?;
@@ -577,7 +576,6 @@ fn decode_layout(
     let (runs, data) = rest
         .split_at_checked(n as usize * RUN_BYTES)
         .ok_or_else(|| bad(format!("a layout of {n} runs cut short")))?;
-    let unit = element.map_or(1, |e| e.size() as u64);
     let mut total = 0u64;
     for run in runs.chunks_exact(RUN_BYTES).map(run_from_wire) {
         let (seg, times) = (run.len as u64, run.count as u64);
@@ -587,7 +585,7 @@ fn decode_layout(
         let ends_fit = isize::try_from(low).is_ok() && isize::try_from(high).is_ok();
         let bytes = seg.checked_mul(times);
         total = match bytes.and_then(|b| total.checked_add(b)) {
-            Some(t) if seg > 0 && times > 0 && ends_fit && seg % unit == 0 => t,
+            Some(t) if seg > 0 && times > 0 && ends_fit => t,
             _ => {
                 return Err(bad(format!(
                     "a layout run of {times} segments of {seg} bytes, {} apart, from \

@@ -59,9 +59,9 @@
 //! `locations` (`MPI_MINLOC` and `MPI_MAXLOC` accumulates on value-index
 //! pairs of five types, under shared locks and fence, with ties, by
 //! accumulate, raccumulate, get_accumulate, rget_accumulate, fetch_and_op,
-//! accumulate_typed and over 1 MiB, against a reference; `MPI_MINLOC` on
-//! `MPI_INT`, `MPI_SUM` on pairs, mixed types and a target layout that
-//! splits a pair refused),
+//! accumulate_typed (also into layouts that part a pair's value from its
+//! index) and over 1 MiB, against a reference; `MPI_MINLOC` on
+//! `MPI_INT`, `MPI_SUM` on pairs and mixed types refused),
 //! `synchronization` (the calls no other check makes, each where doing
 //! nothing would show: `flush_all` completes puts to every target, read
 //! after a barrier with the epoch still open, and reports the puts past
@@ -3227,13 +3227,15 @@ const PAIRS: usize = 8;
 /// than 1 MiB into rank 0 (over TCP by message, or in 128 KiB messages
 /// where the pieces would split pairs), and `accumulate_typed`
 /// `MPI_MINLOC` into pairs laid out as C lays them (with padding, 16
-/// bytes for `MPI_DOUBLE_INT`). Each target then compares its
+/// bytes for `MPI_DOUBLE_INT`; between value and index for
+/// `MPI_SHORT_INT`, which parts them); and every rank's
+/// `accumulate_typed` `MPI_MINLOC` of one pair, under shared locks, into
+/// the last rank's pair laid out index first (a layout that parts value
+/// from index for every type). Each target then compares its
 /// window with a reference computed here ([`reference_loc`]). Refused,
 /// with nothing written: `MPI_MINLOC` on `MPI_INT` and in a fetch-and-op
-/// of an `i32` (`MPI_ERR_OP`), `MPI_SUM` on pairs (`MPI_ERR_OP`), a
-/// `get_accumulate` of pairs into a result of bytes (`MPI_ERR_TYPE`),
-/// and `accumulate_typed` into a layout that splits a pair, value apart
-/// from index (`MPI_ERR_UNSUPPORTED_OPERATION`).
+/// of an `i32` (`MPI_ERR_OP`), `MPI_SUM` on pairs (`MPI_ERR_OP`) and a
+/// `get_accumulate` of pairs into a result of bytes (`MPI_ERR_TYPE`).
 fn locations_of<V: PairNumber, I: PairNumber>(world: &Communicator) -> Result<()>
 where
     ValueIndex<V, I>: Equivalence,
@@ -3275,11 +3277,16 @@ where
     // through a target datatype.
     let typed_at = region(5) + large * packed;
     let layout = TargetLayout::new(PAIRS, &pair_type);
-    // Where C puts the index right after the value; not `MPI_SHORT_INT`,
-    // whose padding between them splits the pair into two blocks, which
-    // typed accumulates do not take.
-    let adjacent = std::mem::offset_of!(ValueIndex<V, I>, index) == std::mem::size_of::<V>();
-    let window_len = typed_at + PAIRS * std::mem::size_of::<ValueIndex<V, I>>();
+    // A pair laid out index first: its value and its index are segments
+    // of their own, neither a whole pair.
+    let split_at = typed_at + PAIRS * std::mem::size_of::<ValueIndex<V, I>>();
+    let split = UserDatatype::structured(
+        &[1, 1],
+        &[std::mem::size_of::<I>() as _, 0],
+        &[&V::equivalent_datatype(), &I::equivalent_datatype()],
+    )?;
+    let split_layout = TargetLayout::new(1, &split);
+    let window_len = split_at + std::mem::size_of::<I>() + std::mem::size_of::<V>();
     let mut memory = vec![0u8; window_len];
     for created in [false, true] {
         let window = if created {
@@ -3299,6 +3306,7 @@ where
         }
         window.put(&vec![pair(9, 9); large][..], rank as i32, region(5))?;
         window.put_typed(&start[..], rank as i32, typed_at, layout)?;
+        window.put_typed(&start[..1], rank as i32, split_at, split_layout)?;
         window.unlock(rank as i32)?;
         world.barrier()?;
         // Under shared locks, every rank into every rank.
@@ -3400,22 +3408,13 @@ where
                     region(5),
                     SystemOperation::min_loc(),
                 )?;
-                let typed = window.accumulate_typed(
+                window.accumulate_typed(
                     &mine[..],
                     0,
                     typed_at,
                     layout,
                     SystemOperation::min_loc(),
-                );
-                if adjacent {
-                    typed?;
-                } else {
-                    expect_class(
-                        typed,
-                        ErrorClass::UnsupportedOperation,
-                        &what("accumulate_typed into pairs with padding between value and index"),
-                    )?;
-                }
+                )?;
                 window.unlock(0)?;
                 same(
                     &old,
@@ -3464,23 +3463,14 @@ where
             ErrorClass::Type,
             &what("get_accumulate of pairs into bytes"),
         )?;
-        // A target layout with the index below the value: its blocks
-        // split the pair.
-        let split = UserDatatype::structured(
-            &[1, 1],
-            &[std::mem::size_of::<I>() as _, 0],
-            &[&V::equivalent_datatype(), &I::equivalent_datatype()],
-        )?;
-        expect_class(
-            window.accumulate_typed(
-                &mine[..1],
-                t,
-                typed_at,
-                TargetLayout::new(1, &split),
-                SystemOperation::min_loc(),
-            ),
-            ErrorClass::UnsupportedOperation,
-            &what("accumulate_typed into a layout that splits a pair"),
+        // Into a target layout with the index below the value, from every
+        // rank at once.
+        window.accumulate_typed(
+            &mine[..1],
+            t,
+            split_at,
+            split_layout,
+            SystemOperation::min_loc(),
         )?;
         window.unlock(t)?;
         world.barrier()?;
@@ -3523,15 +3513,21 @@ where
             same(&got, &want, &what(part))?;
         }
         window.get_typed(&mut got[..], me, typed_at, layout)?;
-        let want = if adjacent {
-            rank0(fold(everyone.clone(), true))
-        } else {
-            untouched.clone()
-        };
         same(
             &got,
-            &want,
+            &rank0(fold(everyone.clone(), true)),
             &what("accumulate_typed MPI_MINLOC into C-laid pairs"),
+        )?;
+        window.get_typed(&mut got[..1], me, split_at, split_layout)?;
+        let want = if me == t {
+            fold(everyone.clone(), true)[0]
+        } else {
+            start[0]
+        };
+        same(
+            &got[..1],
+            &[want],
+            &what("accumulate_typed MPI_MINLOC into a pair laid out index first"),
         )?;
         let mut large_got = vec![ValueIndex::<V, I>::default(); large];
         window.get(&mut large_got[..], me, region(5))?;

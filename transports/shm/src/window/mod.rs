@@ -60,7 +60,7 @@ pub mod regions;
 mod remote;
 pub mod rwlock;
 
-pub use regions::RegionGuard;
+pub use regions::{RegionGuard, RegionSetGuard};
 pub use remote::RemoteWindow;
 pub use rwlock::SharedRwLock;
 
@@ -481,6 +481,31 @@ impl WindowSegment {
     pub fn lock_regions(&self, offset: usize, len: usize) -> Result<RegionGuard<'_>, AccessError> {
         check_range(offset as u64, len as u64, self.size as u64)?;
         self.hold_regions(offset, len)
+    }
+
+    /// Locks the region mutexes of the bytes of every span (offset,
+    /// length) of the window, each region once, in address order
+    /// ([`RegionSetGuard`]): an operation on several spans takes them
+    /// once for all; they are released when the guard drops. A span
+    /// outside the window is refused, with nothing locked.
+    pub fn lock_region_set(
+        &self,
+        spans: impl IntoIterator<Item = (usize, usize)>,
+    ) -> Result<RegionSetGuard<'_>, AccessError> {
+        // Spans in the window never reach past the last region
+        // (`Layout::of`): one pass checks both.
+        RegionSetGuard::lock(
+            self.mutexes(),
+            self.layout.region_bytes,
+            self.size,
+            spans,
+            &self.wait,
+        )
+        .map_err(|(offset, len)| AccessError::OutOfRange {
+            offset: offset as u64,
+            len: len as u64,
+            size: self.size as u64,
+        })
     }
 
     /// Takes the region mutexes of bytes `offset..offset + len`, waiting

@@ -38,8 +38,10 @@ pub const LARGEST_BASIC: usize = 16;
 /// taking mutexes).
 pub const MIN_REGION_BYTES: usize = 4096;
 /// At most this many regions per window: more buys little parallelism and
-/// costs an accumulate that spans the window one mutex each.
+/// costs an accumulate that spans the window one mutex each. At most 64:
+/// a set of regions is a bit mask of one word ([`RegionSetGuard`]).
 pub const MAX_REGIONS: usize = 64;
+const _: () = assert!(MAX_REGIONS <= u64::BITS as usize);
 
 /// The region size for a window of `len` bytes: a power of two, at least
 /// [`MIN_REGION_BYTES`], with at most [`MAX_REGIONS`] regions.
@@ -64,6 +66,8 @@ impl RegionMutex {
     /// else [`RegionMutex::lock_contended`], waiting as `wait` says.
     #[inline(always)]
     fn lock(&self, wait: &WaitPolicy) {
+        #[cfg(debug_assertions)]
+        TAKEN.with(|taken| taken.set(taken.get() + 1));
         if self.0.compare_exchange(0, 1, SeqCst, SeqCst).is_err() {
             self.lock_contended(wait);
         }
@@ -93,6 +97,19 @@ impl RegionMutex {
             sys::futex_wake(&self.0, 1);
         }
     }
+}
+
+/// How many region mutexes this thread has taken, for tests of how
+/// often an operation takes them (the difference across it). Counted in
+/// debug builds only: a thread-local add on every mutex taken.
+#[cfg(debug_assertions)]
+pub fn regions_taken() -> usize {
+    TAKEN.with(std::cell::Cell::get)
+}
+
+#[cfg(debug_assertions)]
+thread_local! {
+    static TAKEN: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// The regions (indices) that bytes `offset..offset + len` of a window with
@@ -155,6 +172,72 @@ impl Drop for RegionGuard<'_> {
     }
 }
 
+/// The region mutexes of several spans, held; dropping it releases them.
+/// For an operation on several spans (an accumulate with a target
+/// datatype): each region that any span touches is taken once, in
+/// address order, as [`RegionGuard`] takes those of one span, so two
+/// operations never wait for each other in a cycle.
+#[must_use = "the regions are released when the guard drops"]
+#[derive(Debug)]
+pub struct RegionSetGuard<'a> {
+    mutexes: &'a [RegionMutex],
+    /// The regions held: bit `i` for region `i`.
+    held: u64,
+}
+
+impl<'a> RegionSetGuard<'a> {
+    /// Locks the mutexes of the regions that the `spans` (offset, length)
+    /// touch, each once, in address order, waiting for a held one as
+    /// `wait` says. A span that ends past byte `limit` (the window's
+    /// size) or past the last region (or there are more regions than a
+    /// mask holds) is returned as the error, with nothing locked.
+    pub fn lock(
+        mutexes: &'a [RegionMutex],
+        region_bytes: usize,
+        limit: usize,
+        spans: impl IntoIterator<Item = (usize, usize)>,
+        wait: &WaitPolicy,
+    ) -> Result<RegionSetGuard<'a>, (usize, usize)> {
+        let last = mutexes.len().min(u64::BITS as usize);
+        let mut held = 0u64;
+        for (offset, len) in spans {
+            if offset.checked_add(len).is_none_or(|end| end > limit) {
+                return Err((offset, len));
+            }
+            let regions = regions_of(offset, len, region_bytes);
+            if regions.end > last {
+                return Err((offset, len));
+            }
+            if !regions.is_empty() {
+                // Bits `start..end`: `end - start` ones shifted up (at
+                // least one, at most 64).
+                held |= (u64::MAX >> (64 - regions.len())) << regions.start;
+            }
+        }
+        let mut left = held;
+        while left != 0 {
+            mutexes[left.trailing_zeros() as usize].lock(wait);
+            left &= left - 1;
+        }
+        Ok(RegionSetGuard { mutexes, held })
+    }
+
+    /// How many region mutexes the guard holds.
+    pub fn regions(&self) -> usize {
+        self.held.count_ones() as usize
+    }
+}
+
+impl Drop for RegionSetGuard<'_> {
+    fn drop(&mut self) {
+        let mut left = self.held;
+        while left != 0 {
+            self.mutexes[left.trailing_zeros() as usize].unlock();
+            left &= left - 1;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,6 +279,34 @@ mod tests {
                 .regions(),
             1
         );
+    }
+
+    #[test]
+    fn a_set_of_spans_takes_each_region_once_in_order_and_releases_them() {
+        let mutexes: Vec<RegionMutex> = (0..8).map(|_| RegionMutex::default()).collect();
+        let wait = WaitPolicy::from_env().unwrap();
+        {
+            // Bytes 10..20 and 30..40 (region 0), 120..140 (1 and 2),
+            // 300..310 (4) and 0 bytes at 500 (none).
+            let spans = [(10, 10), (30, 10), (120, 20), (300, 10), (500, 0)];
+            let g = RegionSetGuard::lock(&mutexes, 64, 512, spans, &wait).unwrap();
+            assert_eq!(g.regions(), 4);
+            let states: Vec<u32> = mutexes.iter().map(|m| m.0.load(SeqCst)).collect();
+            assert_eq!(states, [1, 1, 1, 0, 1, 0, 0, 0]);
+        }
+        assert!(mutexes.iter().all(|m| m.0.load(SeqCst) == 0));
+        let all = RegionSetGuard::lock(&mutexes, 64, 512, [(0, 512)], &wait).unwrap();
+        assert_eq!(all.regions(), 8);
+        drop(all);
+        // A span past the limit or the last region, or wrapping: nothing
+        // taken, the span named.
+        let past = RegionSetGuard::lock(&mutexes, 64, 500, [(0, 8), (490, 13)], &wait);
+        assert_eq!(past.unwrap_err(), (490, 13));
+        let past = RegionSetGuard::lock(&mutexes, 64, 600, [(0, 8), (500, 13)], &wait);
+        assert_eq!(past.unwrap_err(), (500, 13));
+        let wraps = RegionSetGuard::lock(&mutexes, 64, 512, [(usize::MAX, 2)], &wait);
+        assert_eq!(wraps.unwrap_err(), (usize::MAX, 2));
+        assert!(mutexes.iter().all(|m| m.0.load(SeqCst) == 0));
     }
 
     /// Processes add to 16-byte elements (two 8-byte halves, not atomic
