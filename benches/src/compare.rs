@@ -36,7 +36,7 @@
 //!   `--rounds N`, each round runs every contender once, the order rotated
 //!   from round to round, oxmpi and the floor always back to back (which
 //!   of the two first alternates), so that a noisy spell of the shared
-//!   machine falls on both ([`round_order`]); each figure is the median of
+//!   machine falls on both (`round_order`); each figure is the median of
 //!   the rounds, and each of oxmpi's ratios the median of the rounds'
 //!   ratios (oxmpi's figure over the floor's, or the better peer's, of
 //!   the same round), not the ratio of two medians that may come from
