@@ -247,8 +247,9 @@ struct Request {
     stream: Option<Box<Stream>>,
 }
 
-/// A request's [`Status`] as the request keeps it: the error out of
-/// line (most requests complete without one), which keeps requests small.
+/// A request's [`Status`] as the request keeps it, with a flag beside it.
+/// The error is one pointer ([`Error`] is boxed), which keeps requests
+/// small.
 struct Outcome {
     source: i32,
     tag: i32,
@@ -257,7 +258,7 @@ struct Outcome {
     /// A send whose cancellation the receiver was asked for (beside
     /// `cancelled`, where it takes no room).
     cancel_asked: bool,
-    error: Option<Box<Error>>,
+    error: Option<Error>,
 }
 
 impl Outcome {
@@ -268,7 +269,7 @@ impl Outcome {
             count: status.count,
             cancelled: status.cancelled,
             cancel_asked: false,
-            error: status.error.map(Box::new),
+            error: status.error,
         }
     }
 
@@ -279,7 +280,7 @@ impl Outcome {
             tag: self.tag,
             count: self.count,
             cancelled: self.cancelled,
-            error: self.error.as_deref().cloned(),
+            error: self.error.clone(),
         }
     }
 
@@ -290,7 +291,7 @@ impl Outcome {
             tag: self.tag,
             count: self.count,
             cancelled: self.cancelled,
-            error: self.error.take().map(|e| *e),
+            error: self.error.take(),
         }
     }
 }
@@ -341,7 +342,7 @@ impl Request {
 
     fn fail(&mut self, error: Error) {
         if !matches!(self.phase, Phase::Done) {
-            self.status.error = Some(Box::new(error));
+            self.status.error = Some(error);
             self.done();
         }
     }
@@ -1475,7 +1476,7 @@ impl Device {
     pub fn complete_generalized(&mut self, request: RequestId, error: Option<Error>) {
         if let Some(r) = self.core.requests.get_mut(request.0) {
             if matches!(r.phase, Phase::Generalized) {
-                r.status.error = error.map(Box::new);
+                r.status.error = error;
                 r.phase = Phase::Done;
             }
         }
@@ -3205,7 +3206,7 @@ fn finish_receive(r: &mut Request, placed: usize) {
             source: r.status.source,
             tag: r.status.tag,
         };
-        r.status.error = truncation(r.message_len, r.cap, &envelope).map(Box::new);
+        r.status.error = truncation(r.message_len, r.cap, &envelope);
     }
     r.done();
 }

@@ -174,8 +174,17 @@ impl fmt::Display for ErrorClass {
 }
 
 /// An MPI error: a class and a message a person can act on.
+///
+/// Boxed: one pointer, so that the `Result`s of the short-message path
+/// (`Result<()>`, `Result<bool>`, a `Status` with room for an error) are
+/// returned in registers rather than through memory; an error is rare, and
+/// its allocation is paid only when one is made.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Error(Box<ErrorParts>);
+
+/// What an [`Error`] holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Error {
+struct ErrorParts {
     class: ErrorClass,
     message: String,
 }
@@ -183,10 +192,10 @@ pub struct Error {
 impl Error {
     /// An error of `class` with a message.
     pub fn new(class: ErrorClass, message: impl Into<String>) -> Error {
-        Error {
+        Error(Box::new(ErrorParts {
             class,
             message: message.into(),
-        }
+        }))
     }
 
     /// An [`ErrorClass::Other`] error for a failed OS call: `what` says what
@@ -197,18 +206,28 @@ impl Error {
 
     /// The error's MPI class.
     pub fn class(&self) -> ErrorClass {
-        self.class
+        self.0.class
     }
 
     /// The message, without the class.
     pub fn message(&self) -> &str {
-        &self.message
+        &self.0.message
     }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.class, self.message)
+        write!(f, "{}: {}", self.0.class, self.0.message)
+    }
+}
+
+impl fmt::Debug for Error {
+    // As the unboxed struct printed: the box is an implementation detail.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Error")
+            .field("class", &self.0.class)
+            .field("message", &self.0.message)
+            .finish()
     }
 }
 

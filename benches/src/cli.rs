@@ -708,8 +708,9 @@ commands:
                    sides busy-polling non-blocking sockets): the floor
   raw-shm BENCH    the shared-memory floor: latency of two processes
                    spinning on a shared cache line each way (up to 56
-                   bytes); bw as one thread's memcpy of each message into
-                   a window of 64 buffers
+                   bytes), bound to a core each as oxrun binds 2 ranks;
+                   bw as one thread's memcpy of each message into a
+                   window of 64 buffers
   compare          runs the benchmarks (default: latency bw) over oxmpi,
                    MPICH and Open MPI on this machine, all over one
                    transport, and the floor (raw-tcp or raw-shm); prints
@@ -756,7 +757,8 @@ options:
                    cas_latency, shared for the others); compare passes it
                    to every implementation
   --rounds N       compare: run every implementation N times, alternating,
-                   and report medians (default 1)
+                   oxmpi and the floor back to back; report medians, and
+                   oxmpi's ratios as medians of each round's (default 1)
   --ranks N        compare: ranks of the mbw_mr and multi_lat jobs (even)
                    and of the collectives' (default 2)
   --transport T    compare: tcp (default) or shm

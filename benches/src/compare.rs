@@ -31,9 +31,16 @@
 //!   outnumber the CPUs this process may use, Open MPI unbound and
 //!   yielding when idle (see `peer_job`). The floor is `oxbench
 //!   raw-tcp` or `oxbench raw-shm` (latency and bw only; the shared-memory
-//!   latency floor up to 56 bytes). With `--rounds N`, each round runs
-//!   every contender once, the order rotated from round to round, and each
-//!   figure is the median of the rounds. `--without mpich|openmpi` leaves
+//!   latency floor up to 56 bytes; its two processes bound to a core each
+//!   as oxrun binds oxmpi's two ranks, see [`crate::pinning`]). With
+//!   `--rounds N`, each round runs every contender once, the order rotated
+//!   from round to round, oxmpi and the floor always back to back (which
+//!   of the two first alternates), so that a noisy spell of the shared
+//!   machine falls on both (`round_order`); each figure is the median of
+//!   the rounds, and each of oxmpi's ratios the median of the rounds'
+//!   ratios (oxmpi's figure over the floor's, or the better peer's, of
+//!   the same round), not the ratio of two medians that may come from
+//!   different spells. `--without mpich|openmpi` leaves
 //!   a peer out, for quick checks where it takes minutes (MPICH's
 //!   one-sided operations over TCP); the header says so. With `--tail`,
 //!   oxmpi's one-sided latency jobs time each operation too, and each
@@ -292,9 +299,10 @@ fn compare_one(
     let rounds = compare.rounds;
     let sizes = compare.options.for_benchmark(benchmark).sizes();
     let mut outcomes: Vec<Vec<Result<Measured, String>>> = vec![Vec::new(); contenders.len()];
+    let implementations: Vec<Implementation> =
+        contenders.iter().map(|c| c.implementation).collect();
     for round in 0..rounds {
-        for k in 0..contenders.len() {
-            let index = (round + k) % contenders.len();
+        for index in round_order(&implementations, round) {
             let contender = &contenders[index];
             let Some((spec, options)) = contender.job(compare, benchmark, root) else {
                 continue;
@@ -324,6 +332,35 @@ fn compare_one(
         })
         .map(|(contender, rounds)| Column::of(contender, compare, benchmark, root, &rounds, &sizes))
         .collect()
+}
+
+/// The order in which `implementations` (the contenders, as indices into
+/// it) run in round `round`: oxmpi and the floor as one unit, oxmpi first
+/// in even rounds and the floor first in odd ones, each peer a unit of
+/// its own, the units rotated by one from round to round. oxmpi and its
+/// floor are thus measured back to back in every round, under the same
+/// load, and every contender in turn runs first.
+fn round_order(implementations: &[Implementation], round: usize) -> Vec<usize> {
+    let paired = |i: &Implementation| matches!(i, Implementation::Oxmpi | Implementation::Floor);
+    let mut pair: Vec<usize> = (0..implementations.len())
+        .filter(|&k| paired(&implementations[k]))
+        .collect();
+    if round % 2 == 1 {
+        pair.reverse();
+    }
+    let mut units: Vec<Vec<usize>> = std::iter::once(pair)
+        .chain(
+            (0..implementations.len())
+                .filter(|&k| !paired(&implementations[k]))
+                .map(|k| vec![k]),
+        )
+        .filter(|unit| !unit.is_empty())
+        .collect();
+    if !units.is_empty() {
+        let n = units.len();
+        units.rotate_left(round % n);
+    }
+    units.concat()
 }
 
 /// Runs `command` to its end within `bound`; an error names `what` and
@@ -590,6 +627,10 @@ struct Column {
     /// the contender does not measure: the floor's), or why there are
     /// none.
     figures: Result<Vec<Option<f64>>, String>,
+    /// Each round's (first) figure of each compared size, in the order
+    /// the rounds ran; all `None` in a round whose job failed. Empty when
+    /// the contender has no job.
+    per_round: Vec<Vec<Option<f64>>>,
     /// With `--tail`, each good round's [`report::TAIL_COLUMNS`] figures
     /// of each size (oxmpi's one-sided latencies); else empty.
     tails: Vec<Vec<(usize, Vec<f64>)>>,
@@ -604,10 +645,21 @@ impl Column {
         rounds: &[Result<Measured, String>],
         sizes: &[usize],
     ) -> Column {
-        let good: Vec<Vec<(usize, f64)>> = rounds
+        let per_round: Vec<Vec<Option<f64>>> = rounds
             .iter()
-            .filter_map(|r| r.as_ref().ok().map(Measured::first_figures))
+            .map(|round| {
+                let measured = round.as_ref().ok().map(Measured::first_figures);
+                sizes
+                    .iter()
+                    .map(|size| {
+                        measured
+                            .as_ref()
+                            .and_then(|m| m.iter().find(|(s, _)| s == size).map(|(_, f)| *f))
+                    })
+                    .collect()
+            })
             .collect();
+        let good_rounds = rounds.iter().filter(|r| r.is_ok()).count();
         let library = rounds
             .iter()
             .find_map(|r| r.as_ref().ok().and_then(|m| m.library.clone()));
@@ -618,20 +670,13 @@ impl Column {
         };
         let figures = match &contender.tools {
             Err(e) => Err(e.clone()),
-            Ok(_) if good.is_empty() => Err(rounds
+            Ok(_) if good_rounds == 0 => Err(rounds
                 .iter()
                 .rev()
                 .find_map(|r| r.as_ref().err().cloned())
                 .unwrap_or_else(|| "it did not run".to_owned())),
-            Ok(_) => Ok(sizes
-                .iter()
-                .map(|size| {
-                    let mut values: Vec<f64> = good
-                        .iter()
-                        .filter_map(|m| m.iter().find(|(s, _)| s == size).map(|(_, f)| *f))
-                        .collect();
-                    (!values.is_empty()).then(|| median(&mut values))
-                })
+            Ok(_) => Ok((0..sizes.len())
+                .map(|i| median_of(per_round.iter().filter_map(|round| round[i])))
                 .collect()),
         };
         // What follows the benchmark's own figures is the tail's.
@@ -650,54 +695,65 @@ impl Column {
         Column {
             implementation: contender.implementation,
             description,
-            good_rounds: good.len(),
+            good_rounds,
             figures,
+            per_round,
             tails,
         }
     }
-
-    /// Its figure for the `i`-th compared size, if it has one.
-    fn figure(&self, i: usize) -> Option<f64> {
-        self.figures.as_ref().ok().and_then(|f| f[i])
-    }
 }
 
-/// oxmpi's figure over others', for one size; `None` where a side has no
-/// figure.
+/// oxmpi's figure over others', for one size: the median over the
+/// rounds of each round's ratio; `None` where no round has figures of
+/// both sides.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Ratios {
-    /// Over the better peer's: the lower latency or the higher bandwidth.
+    /// Over the better peer's of the same round: the lower latency or the
+    /// higher bandwidth.
     best: Option<f64>,
-    /// Over the floor's.
+    /// Over the floor's of the same round.
     floor: Option<f64>,
 }
 
-/// oxmpi's ratios for the `i`-th size.
+/// The median of `values`; `None` when there are none.
+fn median_of(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let mut values: Vec<f64> = values.collect();
+    (!values.is_empty()).then(|| median(&mut values))
+}
+
+/// oxmpi's ratios for the `i`-th size, round by round (see [`Ratios`]):
+/// a ratio of two medians could set oxmpi's figure of a quiet spell
+/// against the floor's of a noisy one.
 fn ratios(benchmark: Benchmark, columns: &[Column], i: usize) -> Ratios {
-    let figure = |implementation: Implementation| {
+    let in_round = |implementation: Implementation, round: usize| {
         columns
             .iter()
             .find(|c| c.implementation == implementation)
-            .and_then(|c| c.figure(i))
+            .and_then(|c| c.per_round.get(round))
+            .and_then(|figures| figures[i])
     };
-    let Some(ours) = figure(Implementation::Oxmpi) else {
-        return Ratios {
-            best: None,
-            floor: None,
+    let rounds = columns.iter().map(|c| c.per_round.len()).max().unwrap_or(0);
+    let mut best = Vec::new();
+    let mut floor = Vec::new();
+    for round in 0..rounds {
+        let Some(ours) = in_round(Implementation::Oxmpi, round) else {
+            continue;
         };
-    };
-    let peers = PEERS.into_iter().filter_map(figure);
-    let best = if benchmark.is_latency() {
-        peers.min_by(f64::total_cmp)
-    } else {
-        peers.max_by(f64::total_cmp)
-    };
-    // A figure printed as 0.00 (a rate too small for two decimals on a
-    // loaded machine) makes no ratio.
-    let over = |other: f64| (other > 0.0).then(|| ours / other);
+        let peers = PEERS.into_iter().filter_map(|p| in_round(p, round));
+        let better = if benchmark.is_latency() {
+            peers.min_by(f64::total_cmp)
+        } else {
+            peers.max_by(f64::total_cmp)
+        };
+        // A figure printed as 0.00 (a rate too small for two decimals on
+        // a loaded machine) makes no ratio.
+        let over = |other: f64| (other > 0.0).then(|| ours / other);
+        best.extend(better.and_then(over));
+        floor.extend(in_round(Implementation::Floor, round).and_then(over));
+    }
     Ratios {
-        best: best.and_then(over),
-        floor: figure(Implementation::Floor).and_then(over),
+        best: median_of(best.into_iter()),
+        floor: median_of(floor.into_iter()),
     }
 }
 
@@ -742,7 +798,10 @@ fn notes(benchmark: Benchmark, compare: &CompareOptions, columns: &[Column]) -> 
     notes.push(if rounds == 1 {
         "rounds: 1".to_owned()
     } else {
-        format!("rounds: {rounds}, contenders alternating; each figure the median of the rounds")
+        format!(
+            "rounds: {rounds}, contenders alternating, oxmpi and the floor back to back; each \
+             figure the median of the rounds, each ratio the median of the rounds' ratios"
+        )
     });
     notes.push(if benchmark.is_latency() {
         "oxmpi/best: oxmpi's latency over the lower peer's (below 1: oxmpi is faster)".to_owned()
@@ -1005,6 +1064,10 @@ mod tests {
             implementation,
             description: "d".to_owned(),
             good_rounds: 1,
+            per_round: figures
+                .iter()
+                .map(|f| f.iter().copied().map(Some).collect())
+                .collect(),
             figures: figures.map(|f| f.into_iter().map(Some).collect()),
             tails: Vec::new(),
         }
@@ -1075,9 +1138,64 @@ mod tests {
     }
 
     #[test]
+    fn ratios_are_medians_of_each_rounds_ratio() {
+        let rounds = |implementation, per_round: Vec<Vec<Option<f64>>>| Column {
+            per_round,
+            ..column(implementation, Ok(vec![0.0]))
+        };
+        let columns = [
+            rounds(
+                Implementation::Oxmpi,
+                vec![vec![Some(0.20)], vec![Some(0.40)], vec![Some(0.30)]],
+            ),
+            rounds(
+                Implementation::OpenMpi,
+                vec![vec![Some(0.40)], vec![None], vec![Some(0.20)]],
+            ),
+            rounds(
+                Implementation::Floor,
+                vec![vec![Some(0.10)], vec![Some(0.40)], vec![Some(0.15)]],
+            ),
+        ];
+        // Round by round: 2, 1 and 2 times the floor (the medians' ratio
+        // would be 0.30 / 0.15 = 2), and 0.5 and 1.5 times the peer in
+        // the rounds it ran (the medians', 0.30 / 0.30 = 1).
+        let r = ratios(Benchmark::Latency, &columns, 0);
+        assert_eq!(r.floor, Some(2.0));
+        assert!((r.best.unwrap() - 1.0).abs() < 1e-12, "{r:?}");
+        let columns = [
+            rounds(Implementation::Oxmpi, vec![vec![Some(0.3)], vec![None]]),
+            rounds(Implementation::Floor, vec![vec![None], vec![Some(0.1)]]),
+        ];
+        assert_eq!(ratios(Benchmark::Latency, &columns, 0).floor, None);
+    }
+
+    #[test]
+    fn oxmpi_and_the_floor_run_back_to_back_in_every_round() {
+        use Implementation::*;
+        let all = [Oxmpi, Mpich, OpenMpi, Floor];
+        let orders: Vec<Vec<usize>> = (0..4).map(|r| round_order(&all, r)).collect();
+        assert_eq!(orders[0], [0, 3, 1, 2]);
+        assert_eq!(orders[1], [1, 2, 3, 0]);
+        assert_eq!(orders[2], [2, 0, 3, 1]);
+        assert_eq!(orders[3], [3, 0, 1, 2]);
+        for (round, order) in orders.iter().enumerate() {
+            let mut sorted = order.clone();
+            sorted.sort();
+            assert_eq!(sorted, [0, 1, 2, 3], "round {round}");
+            let at = |k| order.iter().position(|&x| x == k).unwrap();
+            assert_eq!(at(0).abs_diff(at(3)), 1, "round {round}: {order:?}");
+        }
+        assert_eq!(round_order(&[Oxmpi, OpenMpi], 1), [1, 0]);
+        assert_eq!(round_order(&[Mpich, OpenMpi], 1), [1, 0]);
+        assert!(round_order(&[], 3).is_empty());
+    }
+
+    #[test]
     fn table_and_json_shapes() {
         let mut floor = column(Implementation::Floor, Ok(vec![]));
         floor.figures = Ok(vec![None, Some(2.0)]);
+        floor.per_round = vec![vec![None, Some(2.0)]];
         let columns = [
             column(Implementation::Oxmpi, Ok(vec![6.0, 7.0])),
             column(Implementation::Mpich, Ok(vec![3.0, 3.5])),

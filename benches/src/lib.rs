@@ -32,10 +32,12 @@
 //! bytes are checked.
 //!
 //! Other modules: [`cli`] (command line), [`buffers`] (aligned, patterned
-//! buffers), [`runner`] (the jobs compare and suite start).
+//! buffers), [`runner`] (the jobs compare and suite start), [`pinning`]
+//! (the cores of the shared-memory floor's processes).
 
 // The only unsafe code is the shared-memory floor's mapping
-// (`raw_shm::shared`), which allows it for itself.
+// (`raw_shm::shared`) and its processes' binding (`pinning::bind`), which
+// allow it for themselves.
 #![deny(unsafe_code)]
 
 pub mod buffers;
@@ -44,6 +46,7 @@ pub mod coll_bench;
 pub mod compare;
 pub mod memory;
 pub mod mpi_bench;
+pub mod pinning;
 pub mod plot;
 pub mod raw_shm;
 pub mod raw_tcp;

@@ -9,7 +9,10 @@
 //!   spins on the sequence number (acquire), then copies the payload out.
 //!   One-way latency is half the round trip, averaged. Sizes are limited
 //!   to what fits beside the sequence number: this is the floor of a short
-//!   message, not of a copy.
+//!   message, not of a copy. The two processes are bound to a core each
+//!   as oxrun binds the two ranks of `oxrun -n 2 oxbench latency`
+//!   ([`crate::pinning`]), so that the floor and the MPI figures it is set
+//!   beside run alike; the report says where they ran.
 //! - `oxbench raw-shm bw`: one process copies each message into a window
 //!   of [`WINDOW`] consecutive buffers, as the MPI bandwidth receiver holds
 //!   them, with a plain `memcpy` (`copy_from_slice`): the single copy a
@@ -25,6 +28,7 @@
 use crate::buffers::{check_messages, fill_pattern, AlignedBuf};
 use crate::cli::{Benchmark, Options, RAW_SHM_PEER, WINDOW};
 use crate::mpi_bench;
+use crate::pinning::{self, FloorPlacement};
 use crate::raw_tcp::{random_token, ChildGuard, STALL_LIMIT};
 use crate::report::StdoutReport;
 use shared::Lines;
@@ -84,11 +88,19 @@ pub fn peer_main(options: &Options, parent: u32) -> ExitCode {
     }
 }
 
-fn report(benchmark: Benchmark, options: &Options, note: &str) -> Result<StdoutReport, String> {
+fn report(
+    benchmark: Benchmark,
+    options: &Options,
+    notes: &[String],
+) -> Result<StdoutReport, String> {
     StdoutReport::to_stdout(
         benchmark,
         "raw-shm",
-        vec![note.to_owned(), options.describe_iterations()],
+        notes
+            .iter()
+            .cloned()
+            .chain([options.describe_iterations()])
+            .collect(),
         options.json,
         options.tail,
     )
@@ -118,6 +130,7 @@ fn run_parent(options: &Options) -> Result<(), String> {
     std::fs::remove_file(&path).map_err(|e| format!("unlinking {}: {e}", path.display()))?;
     let lines = Lines::create(&file)?;
     let exe = std::env::current_exe().map_err(|e| format!("locating this program: {e}"))?;
+    let placement = FloorPlacement::here();
     let child = Command::new(&exe)
         .arg(RAW_SHM_PEER)
         .arg(std::process::id().to_string())
@@ -126,11 +139,27 @@ fn run_parent(options: &Options) -> Result<(), String> {
         .stdout(Stdio::null())
         .spawn()
         .map_err(|e| format!("starting {}: {e}", exe.display()))?;
+    let child_id = child.id();
     let mut child = ChildGuard::new(child);
+    if let FloorPlacement::Bound {
+        parent,
+        child: child_cpus,
+    } = &placement
+    {
+        // The child binds before its first answer: it waits for this
+        // process's first message, sent after both bindings.
+        pinning::bind(child_id, child_cpus)?;
+        pinning::bind(0, parent)?;
+    }
     let mut report = report(
         Benchmark::Latency,
         options,
-        "2 processes spinning on one shared cache line each way (a sequence number and the payload)",
+        &[
+            "2 processes spinning on one shared cache line each way (a sequence number and the \
+             payload)"
+                .to_owned(),
+            placement.describe(),
+        ],
     )?;
     let mut watch = Watch::new(Some(&mut child), std::os::unix::process::parent_id());
     ping_pong(&lines, Side::Parent, options, &mut watch, Some(&mut report))?;
@@ -265,7 +294,9 @@ fn run_memcpy(options: &Options) -> Result<(), String> {
     let mut report = report(
         Benchmark::Bandwidth,
         options,
-        &format!("1 process, memcpy of each message into a window of {WINDOW} buffers, 1 thread"),
+        &[format!(
+            "1 process, memcpy of each message into a window of {WINDOW} buffers, 1 thread"
+        )],
     )?;
     let max = options.max_size;
     let mut message = AlignedBuf::new(max)?;

@@ -715,6 +715,62 @@ fn raw_shm_child_exits_when_the_parent_is_killed() {
     assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{out:?}");
 }
 
+/// The `Cpus_allowed_list` of process `pid`.
+fn cpus_allowed(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+#[test]
+fn raw_shm_processes_run_where_the_header_says() {
+    // Bound as oxrun binds two ranks: a core each, named in the header,
+    // before the first timed message (the header follows the binding).
+    let mut job = Job::start(
+        oxbench_with(&[
+            "raw-shm",
+            "latency",
+            "--size",
+            "8",
+            "--iterations",
+            "1000000000000",
+        ]),
+        RAW_BOUND,
+    );
+    let line = job
+        .try_wait_for_line(RAW_BOUND, |l| l.contains("bound"))
+        .unwrap_or_else(|f| panic!("no binding in the header: {f}"));
+    let parent = job.pid();
+    let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"));
+    let masks = children.map(|c| {
+        let child: u32 = c.split_whitespace().next().unwrap().parse().unwrap();
+        (cpus_allowed(parent), cpus_allowed(child))
+    });
+    // SAFETY: kill has no memory-safety preconditions; the pid is the
+    // parent's, which the job has not reaped yet.
+    unsafe { libc::kill(parent as libc::pid_t, libc::SIGKILL) };
+    let out = job.finish();
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{out:?}");
+    let (parent_cpus, child_cpus) = masks.unwrap();
+    let enough = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
+    if line.contains("each process bound to a core of its own") {
+        assert!(
+            line.ends_with(&format!("CPUs {parent_cpus} and {child_cpus}")),
+            "{line}"
+        );
+        assert_ne!(parent_cpus, child_cpus);
+    } else {
+        assert!(
+            !enough || line.contains("1 core allowed"),
+            "unbound with {parent_cpus} allowed: {line}"
+        );
+    }
+}
+
 #[test]
 fn raw_tcp_child_exits_when_the_parent_is_killed() {
     // A run far too long to finish; once it prints its header the child is
