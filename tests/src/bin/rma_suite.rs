@@ -1566,7 +1566,7 @@ fn attributes(world: &Communicator) -> Result<()> {
 /// `lock_race`: see the module docs.
 fn lock_race(world: &Communicator, n: usize) -> Result<()> {
     const THREADS: usize = 4;
-    let window = Window::allocate(world, 8, 8, &Info::new())?;
+    let window = returning(Window::allocate(world, 8, 8, &Info::new()))?;
     let target = (world.rank() + 1) % world.size();
     let [start, tried, end] = [(); 3].map(|()| Barrier::new(THREADS));
     // Each thread's rounds won, in order.
