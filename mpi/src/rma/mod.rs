@@ -2008,7 +2008,7 @@ impl<'a> Window<'a> {
         let take = assert & MODE_NOCHECK == 0;
         if take {
             let (to, path) = self.target_of(rank);
-            path.lock(&to, lock_type)?;
+            path.lock(&to, lock_type, rank == self.rank)?;
         }
         self.epochs_of(rank).locks.insert(
             rank,
@@ -2072,7 +2072,7 @@ impl<'a> Window<'a> {
             if take {
                 for rank in 0..self.members.len() {
                     let (to, path) = self.target_of(rank);
-                    path.lock(&to, LockType::Shared)?;
+                    path.lock(&to, LockType::Shared, rank == self.rank)?;
                 }
             }
             self.epochs().lock_all = Some(take);
@@ -2089,14 +2089,15 @@ impl<'a> Window<'a> {
                 self.epochs().lock_all.take().ok_or_else(|| {
                     Error::new(ErrorClass::RmaSync, "unlock_all without lock_all")
                 })?;
-            self.flush_every_target()?;
             if taken {
+                // Every release leaves (behind its target's operations,
+                // by active messages) before the first wait.
                 for rank in 0..self.members.len() {
                     let (to, path) = self.target_of(rank);
-                    path.unlock(&to, LockType::Shared)?;
+                    path.release(&to, LockType::Shared)?;
                 }
             }
-            Ok(())
+            self.flush_every_target()
         })();
         self.comm.handled(result)
     }
