@@ -277,13 +277,27 @@ impl Path {
 
     /// Completes every operation to the target there, then releases its
     /// lock of `lock_type` (`MPI_Win_unlock` of a lock that was taken):
-    /// [`Path::release`], and by active messages the wait for its reply.
+    /// [`Path::release`], and by active messages the wait for the
+    /// replies, unless every reply awaited came before (the grant and
+    /// the operations': a get's, a fetch-and-op's, whose calls waited for
+    /// them): the operations are complete at the target then, and the
+    /// release, sent now, needs no wait (it reaches the target before
+    /// anything this rank sends it later, a next lock request too); the
+    /// next completion call to the target (a flush, an unlock, `free`)
+    /// counts its reply. A lock, a get and an unlock are then one round
+    /// trip, not two.
     #[inline]
     pub(crate) fn flush_and_unlock(&self, to: &Target<'_>, lock_type: LockType) -> Result<()> {
-        self.release(to, lock_type)?;
         match self {
-            Path::ActiveMessages => flush_active(self, to),
-            Path::Direct(_) | Path::Rdma(_) => Ok(()),
+            Path::ActiveMessages => {
+                let complete = to.shared.state().outstanding[to.rank] == 0;
+                self.release(to, lock_type)?;
+                if complete {
+                    return Ok(());
+                }
+                flush_active(self, to)
+            }
+            Path::Direct(_) | Path::Rdma(_) => self.release(to, lock_type),
         }
     }
 
