@@ -218,6 +218,7 @@ fn locks_and_accumulates_exclude_each_other() {
     job("exclusion", &["100"], 4, &[], 120);
     job("exclusion", &["100", "create"], 4, &[], 120);
     job("exclusion", &["30"], 3, &TCP, 120);
+    job("exclusion", &["20"], 5, &TCP, 120);
 }
 
 #[test]
@@ -309,4 +310,13 @@ fn a_put_to_a_target_lost_midway_fails_and_its_flush_returns() {
 #[test]
 fn the_lock_a_lost_origin_held_passes_on() {
     job("lost_holder", &[], 3, &TCP, 60);
+}
+
+/// Over TCP a lock request leaves with the epoch's operations, not
+/// waiting for its grant: the target applies them only once it grants
+/// the lock (over shared memory the direct path's lock waits).
+#[test]
+fn operations_behind_a_lock_request_wait_for_its_grant() {
+    job("deferred", &[], 3, &TCP, 60);
+    job("deferred", &[], 3, &[], 60);
 }

@@ -1768,11 +1768,11 @@ impl<'a> Window<'a> {
     }
 
     /// Flushes every target, then runs `synchronize` (the barrier of a
-    /// fence or a free, the unlocks of `unlock_all`) whatever the flush
+    /// fence or a free) whatever the flush
     /// found, and only then reports the first error: the flush's, the
     /// synchronization's, or one a target recorded (a refused operation).
     /// Returning before it would leave the other ranks waiting in their
-    /// barrier, or the targets locked, for ever.
+    /// barrier for ever.
     fn flush_every_target_then(&self, synchronize: impl FnOnce() -> Result<()>) -> Result<()> {
         let flushed = self.flush_targets(0..self.members.len());
         let synchronized = synchronize();
@@ -1786,7 +1786,7 @@ impl<'a> Window<'a> {
         let mut first = Ok(());
         for rank in ranks {
             let (to, path) = self.target_of(rank);
-            let unlocked = path.unlock(&to, LockType::Shared);
+            let unlocked = path.release(&to, LockType::Shared);
             if first.is_ok() {
                 first = unlocked;
             }
@@ -2016,7 +2016,7 @@ impl<'a> Window<'a> {
         })?;
         if take {
             let (to, path) = self.target_of(rank);
-            if let Err(e) = path.lock(&to, lock_type) {
+            if let Err(e) = path.lock(&to, lock_type, rank == self.rank) {
                 self.access.release(rank);
                 return Err(e);
             }
@@ -2086,7 +2086,7 @@ impl<'a> Window<'a> {
             if take {
                 for rank in 0..self.members.len() {
                     let (to, path) = self.target_of(rank);
-                    if let Err(e) = path.lock(&to, LockType::Shared) {
+                    if let Err(e) = path.lock(&to, LockType::Shared, rank == self.rank) {
                         // The locks taken so far are given back; the
                         // failure to take this one is what to report.
                         let _ = self.unlock_targets(0..rank);
@@ -2108,10 +2108,14 @@ impl<'a> Window<'a> {
                 self.epochs().lock_all.take().ok_or_else(|| {
                     Error::new(ErrorClass::RmaSync, "unlock_all without lock_all")
                 })?;
-            self.flush_every_target_then(|| match taken {
+            // Every release leaves (behind its target's operations, by
+            // active messages) before the first wait, and every one even
+            // if one fails; the flush then waits for all their replies.
+            let released = match taken {
                 true => self.unlock_targets(0..self.members.len()),
                 false => Ok(()),
-            })
+            };
+            released.and(self.flush_every_target())
         })();
         self.comm.handled(result)
     }

@@ -10,7 +10,9 @@
 //!   (`target.rs`), answered with a reply that completes it here. Puts
 //!   accumulates and fetching operations are queued and leave in batches
 //!   (`target::Outbox`), sent by a flush or any wait or test.
-//!   Locks are requests to the target's fair lock queue.
+//!   Locks are requests to the target's fair lock queue, queued with the
+//!   epoch's operations rather than waited for: the target holds what
+//!   an origin sends behind a request until it grants it.
 //! - [`Path::Direct`], for the windows of one host (`MPI_Win_allocate`
 //!   and `MPI_Win_allocate_shared` in shared memory, `MPI_Win_create` by
 //!   cross-memory attach), when every rank mapped every rank's window
@@ -203,17 +205,28 @@ impl Path {
         }
     }
 
-    /// Takes the target's lock (`MPI_Win_lock` without `MODE_NOCHECK`),
-    /// waiting until it is granted.
-    pub(crate) fn lock(&self, to: &Target<'_>, lock_type: LockType) -> Result<()> {
+    /// Takes the target's lock (`MPI_Win_lock` without `MODE_NOCHECK`).
+    /// The direct and RDMA paths wait until it is granted. By active
+    /// messages the request is queued, to leave with the epoch's first
+    /// operations (or its unlock) and be answered with their replies,
+    /// unless `wait` (a lock on this rank's own window, whose memory the
+    /// program may then load and store): the target handles the
+    /// operations behind the request only once it grants it, so they
+    /// hold the lock all the same, and a lock, a put and an unlock cost
+    /// one round trip, not three.
+    pub(crate) fn lock(&self, to: &Target<'_>, lock_type: LockType, wait: bool) -> Result<()> {
         match self {
             Path::ActiveMessages => {
                 let mut m = Message::new(Kind::Lock, 0);
                 if lock_type == LockType::Exclusive {
                     m.flags = FLAG_EXCLUSIVE;
                 }
-                let token = with_device(|d| send(d, to, Some(Pending::Sync), m, true))?;
-                wait_reply(to, token)
+                let token = with_device(|d| send(d, to, Some(Pending::Sync), m, wait))?;
+                if wait {
+                    return wait_reply(to, token);
+                }
+                to.shared.state().lock_requests[to.rank] = token;
+                Ok(())
             }
             // Waits in the kernel if need be: nothing here needs this
             // rank's progress meanwhile.
@@ -228,40 +241,64 @@ impl Path {
         }
     }
 
-    /// Releases the target's lock of `lock_type`, once every operation
-    /// to it completed.
-    pub(crate) fn unlock(&self, to: &Target<'_>, lock_type: LockType) -> Result<()> {
+    /// Completes every operation to the target there, then releases its
+    /// lock of `lock_type`; by active messages, sends the release behind
+    /// the operations queued instead, and [`Path::flush`] completes both:
+    /// the target handles an origin's messages in order, so the unlock's
+    /// reply follows every operation's, and an unlock costs one round
+    /// trip, not a flush's and its own (`MPI_Win_unlock_all` sends every
+    /// target's before it waits for any). On the direct path the
+    /// release's first instruction is a locked read-modify-write, a full
+    /// barrier on x86-64 as the flush's fence is, so the flush's fence
+    /// is left out there (it was a fifth of a
+    /// lock-compare-and-swap-unlock) and only the thread's epoch of
+    /// copies starts anew.
+    pub(crate) fn release(&self, to: &Target<'_>, lock_type: LockType) -> Result<()> {
         match self {
             Path::ActiveMessages => {
+                to.shared.state().lock_requests[to.rank] = 0;
                 let m = Message::new(Kind::Unlock, 0);
-                let token = with_device(|d| send(d, to, Some(Pending::Sync), m, true))?;
-                wait_reply(to, token)
+                with_device(|d| send(d, to, Some(Pending::Sync), m, true)).map(drop)
             }
             Path::Direct(segment) => {
+                direct::complete_before_barrier();
                 match lock_type {
                     LockType::Shared => segment.lock().unlock_shared(),
                     LockType::Exclusive => segment.lock().unlock_exclusive(),
                 }
                 Ok(())
             }
-            Path::Rdma(reach) => reach.unlock(lock_type),
+            Path::Rdma(reach) => {
+                reach.flush()?;
+                reach.unlock(lock_type)
+            }
         }
     }
 
     /// Completes every operation to the target there, then releases its
-    /// lock of `lock_type` (`MPI_Win_unlock` of a lock that was taken).
-    /// On the direct path the release's first instruction is a locked
-    /// read-modify-write, a full barrier on x86-64 as the flush's fence
-    /// is, so the flush's fence is left out there (it was a fifth of a
-    /// lock-compare-and-swap-unlock) and only the thread's epoch of
-    /// copies starts anew.
+    /// lock of `lock_type` (`MPI_Win_unlock` of a lock that was taken):
+    /// [`Path::release`], and by active messages the wait for the
+    /// replies, unless every reply awaited came before (the grant and
+    /// the operations': a get's, a fetch-and-op's, whose calls waited for
+    /// them): the operations are complete at the target then, and the
+    /// release, sent now, needs no wait (it reaches the target before
+    /// anything this rank sends it later, a next lock request too); the
+    /// next completion call to the target (a flush, an unlock, `free`)
+    /// counts its reply. A lock, a get and an unlock are then one round
+    /// trip, not two.
     #[inline]
     pub(crate) fn flush_and_unlock(&self, to: &Target<'_>, lock_type: LockType) -> Result<()> {
         match self {
-            Path::Direct(_) => direct::complete_before_barrier(),
-            Path::ActiveMessages | Path::Rdma(_) => self.flush(to)?,
+            Path::ActiveMessages => {
+                let complete = to.shared.state().outstanding[to.rank] == 0;
+                self.release(to, lock_type)?;
+                if complete {
+                    return Ok(());
+                }
+                flush_active(self, to)
+            }
+            Path::Direct(_) | Path::Rdma(_) => self.release(to, lock_type),
         }
-        self.unlock(to, lock_type)
     }
 
     /// Waits until every operation to the target is complete there
@@ -422,12 +459,49 @@ pub(crate) fn accumulate_parts<'r>(
 }
 
 /// [`Path::flush`] by active messages: sends what is queued and waits
-/// for every reply. Never inlined: inlined, it made `Path::flush` too
-/// large to inline, and a flush on the direct path paid a call.
+/// for every reply, a lock request's grant and an unlock's release
+/// among them; the target's loss if it is lost before they came (the
+/// operations' own replies are ended with it, `State::lose_target`, but
+/// not a lock's or an unlock's). Never inlined: inlined, it made
+/// `Path::flush` too large to inline, and a flush on the direct path
+/// paid a call.
 #[inline(never)]
 fn flush_active(path: &Path, to: &Target<'_>) -> Result<()> {
     path.send_queued(to)?;
-    progress_until(|_| Ok((to.shared.state().outstanding[to.rank] == 0).then_some(())))
+    let peer = to.shared.member(to.rank);
+    progress_until(|d| {
+        let mut state = to.shared.state();
+        if state.outstanding[to.rank] == 0 {
+            return Ok(Some(()));
+        }
+        match d.peer_failure(peer) {
+            Some(e) => {
+                state.forget_syncs(to.rank);
+                Err(e)
+            }
+            None => Ok(None),
+        }
+    })
+}
+
+/// Waits for the grant of the lock asked of the target without waiting
+/// ([`Path::lock`]), unless it came: before an operation whose data
+/// reaches the target's window without its handler (a large put's,
+/// placed as it arrives, `target::put_placed`) or with a rendezvous the
+/// target answers only once it handles the operation (a large
+/// accumulate's, `target::accumulate_by_message`), which must not wait
+/// behind the request at the target.
+pub(crate) fn await_grant(to: &Target<'_>) -> Result<()> {
+    let token = std::mem::take(&mut to.shared.state().lock_requests[to.rank]);
+    if token == 0 {
+        return Ok(());
+    }
+    with_device(|d| {
+        to.shared
+            .state()
+            .send(d, (to.shared, to.context_id), to.rank)
+    })?;
+    wait_reply(to, token)
 }
 
 /// [`Path::fetch`] by active messages: the request that the last reply

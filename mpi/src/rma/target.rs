@@ -12,13 +12,16 @@
 //!
 //! Messages travel in batches: an origin queues its puts and accumulates
 //! to a target in an [`Outbox`] and sends them as one active message
-//! when the batch reaches [`BATCH`] bytes, with a lock request, at a
-//! flush (and so at unlock, fence and complete), or when this rank waits
-//! or tests in any call ([`send_queued`]): fetching operations too, whose
-//! requests are waited for or tested. The
-//! handler applies a batch's messages in order and answers them all in
-//! one message: so a stream of small puts costs a few socket writes, not
-//! one each way per put.
+//! when the batch reaches [`BATCH`] bytes, at a flush (and so at unlock,
+//! fence and complete), or when this rank waits or tests in any call
+//! ([`send_queued`]): fetching operations too, whose requests are waited
+//! for or tested, and lock requests, which are queued as operations are
+//! and travel with the epoch's first ones. The handler applies a batch's
+//! messages in order and answers them all in one message: so a stream of
+//! small puts costs a few socket writes, not one each way per put, and a
+//! lock, a put and an unlock one message each way. Messages behind a
+//! lock request that must wait are kept with it ([`LockQueue`]) and
+//! handled once it is granted.
 //!
 //! Puts from [`PUT_PLACED`] bytes stream their data behind the batch as
 //! placed active messages (`oxmpi_adi::proto::FLAG_PLACED`, key: the byte
@@ -43,7 +46,7 @@
 //! window's state. Nothing takes the device while it holds any of the
 //! others.
 
-use super::path::Target;
+use super::path::{await_grant, Target};
 use super::wire::{
     set_data_len, AccumulateOp, AccumulateType, Kind, Message, FLAG_BY_MESSAGE, FLAG_EXCLUSIVE,
     FLAG_FETCH, FLAG_LAYOUT,
@@ -247,36 +250,80 @@ pub(crate) struct Outbox {
 
 /// The passive-target lock of a window at its target: fair, first come
 /// first served, so that a stream of shared locks cannot starve an
-/// exclusive one (seed: passive RMA).
+/// exclusive one (seed: passive RMA). An origin does not wait for the
+/// grant before it sends its operations: what it sends behind a request
+/// that must wait is kept with the request ([`LockQueue::defer`]) and
+/// handled once it is granted, so that nothing of an epoch touches the
+/// window before its lock is held.
 #[derive(Default)]
 struct LockQueue {
     /// The holders: (peer, exclusive); one exclusive, or any number of
     /// shared ones. Kept by peer, so that a lost peer's hold ends
     /// ([`LockQueue::lose`]).
     holders: Vec<(PeerRank, bool)>,
-    /// Waiting requests: (peer, token, exclusive), oldest first.
-    waiting: VecDeque<(PeerRank, u64, bool)>,
+    /// Waiting requests, oldest first.
+    waiting: VecDeque<LockRequest>,
+}
+
+/// A request for a window's lock, from `peer`, named `token` in its
+/// grant.
+#[derive(Debug, PartialEq, Eq)]
+struct LockRequest {
+    peer: PeerRank,
+    token: u64,
+    exclusive: bool,
+    /// The messages the peer sent behind the request while it waited
+    /// (whole messages of a batch, in order): the operations of its
+    /// epoch, and its unlock.
+    behind: Vec<u8>,
+}
+
+impl LockRequest {
+    fn new(peer: PeerRank, token: u64, exclusive: bool) -> LockRequest {
+        LockRequest {
+            peer,
+            token,
+            exclusive,
+            behind: Vec::new(),
+        }
+    }
 }
 
 impl LockQueue {
     /// Grants the waiting requests that may go now, in order, and returns
-    /// them (peer, token) to be answered.
-    fn grant(&mut self) -> Vec<(PeerRank, u64)> {
+    /// them, to be answered and their messages behind handled.
+    fn grant(&mut self) -> Vec<LockRequest> {
         let mut granted = Vec::new();
-        while let Some(&(peer, token, exclusive)) = self.waiting.front() {
-            let free = if exclusive {
+        while let Some(request) = self.waiting.pop_front() {
+            let free = if request.exclusive {
                 self.holders.is_empty()
             } else {
                 !self.holders.iter().any(|&(_, exclusive)| exclusive)
             };
             if !free {
+                self.waiting.push_front(request);
                 break;
             }
-            self.waiting.pop_front();
-            self.holders.push((peer, exclusive));
-            granted.push((peer, token));
+            self.holders.push((request.peer, request.exclusive));
+            granted.push(request);
         }
         granted
+    }
+
+    /// Keeps `message` (one whole message) from `peer` behind its lock
+    /// request if that waits, and says whether it did: a peer's messages
+    /// after a request are handled in order once it is granted.
+    fn defer(&mut self, peer: PeerRank, message: &[u8]) -> bool {
+        if self.waiting.is_empty() {
+            return false;
+        }
+        match self.waiting.iter_mut().find(|r| r.peer == peer) {
+            Some(request) => {
+                request.behind.extend_from_slice(message);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Ends `peer`'s hold (its unlock).
@@ -295,12 +342,12 @@ impl LockQueue {
         Ok(())
     }
 
-    /// Forgets the lost `peer`'s hold and requests: its unlock will
-    /// never come, and the others must not wait for it. The requests
-    /// granted now, as [`LockQueue::grant`].
-    fn lose(&mut self, peer: PeerRank) -> Vec<(PeerRank, u64)> {
+    /// Forgets the lost `peer`'s hold and requests (with what it sent
+    /// behind them): its unlock will never come, and the others must not
+    /// wait for it. The requests granted now, as [`LockQueue::grant`].
+    fn lose(&mut self, peer: PeerRank) -> Vec<LockRequest> {
         self.holders.retain(|&(holder, _)| holder != peer);
-        self.waiting.retain(|&(waiter, _, _)| waiter != peer);
+        self.waiting.retain(|r| r.peer != peer);
         self.grant()
     }
 }
@@ -334,6 +381,11 @@ pub(crate) struct State {
     outbox: Vec<Outbox>,
     /// The origin's operations awaiting replies, by token.
     pending: HashMap<u64, (usize, Pending)>,
+    /// The token of the lock request this origin sent each target
+    /// (communicator rank) without waiting for its grant, until an
+    /// operation that must wait for it does (`path::await_grant`) or the
+    /// epoch ends (0: none).
+    pub(crate) lock_requests: Vec<u64>,
     /// Replies awaited, per target (communicator rank).
     pub(crate) outstanding: Vec<usize>,
     /// How many of those are for operations without a token: a reply
@@ -362,6 +414,7 @@ impl Shared {
                 lock: LockQueue::default(),
                 outbox: (0..n).map(|_| Outbox::default()).collect(),
                 pending: HashMap::new(),
+                lock_requests: vec![0; n],
                 outstanding: vec![0; n],
                 counted: vec![0; n],
                 next_token: 1,
@@ -540,6 +593,15 @@ impl State {
         }
     }
 
+    /// Stops waiting for the replies to the lock and unlock requests sent
+    /// to `target`, which is lost.
+    pub(crate) fn forget_syncs(&mut self, target: usize) {
+        let before = self.pending.len();
+        self.pending
+            .retain(|_, (to, pending)| !(*to == target && matches!(pending, Pending::Sync)));
+        self.outstanding[target] -= before - self.pending.len();
+    }
+
     /// Ends this origin's operations to `target`, a rank that is lost
     /// with `error`: no reply to them will come. Queued messages are
     /// dropped, fetching operations fail with the error, puts and
@@ -620,20 +682,23 @@ pub(crate) struct Handler {
     /// arrive in one poll leave together (a window of 64 puts of 32 KiB,
     /// each a message of its own, was answered by 64 writes).
     replies_to: Option<(PeerRank, u32)>,
+    /// Lock requests granted by the message being handled, with their
+    /// windows' context ids: answered, and the messages behind them
+    /// handled, before the next message ([`Handler::serve_granted`]).
+    granted: VecDeque<(u32, LockRequest)>,
 }
 
 impl ActiveMessageHandler for Handler {
     /// Applies a batch's messages in order and queues their replies,
     /// which leave with those of the peer's next messages in this poll
-    /// (before any lock grant, which may go to their origin, and before
-    /// the replies to another peer), or in several messages of about
-    /// [`BATCH`] bytes when they carry much data (a batch of gets).
+    /// (before the replies to another peer), or in several messages of
+    /// about [`BATCH`] bytes when they carry much data (a batch of gets).
+    /// A lock granted at once is answered in turn with them: a lock, the
+    /// operations of its epoch and the unlock, sent as one batch, are
+    /// answered by one message.
     fn handle(&mut self, device: &mut Device, message: &ActiveMessage) -> Result<()> {
         let to = (message.peer, message.context_id);
-        if self.replies_to != Some(to) {
-            self.handled_all(device);
-            self.replies_to = Some(to);
-        }
+        self.answer(device, to);
         if let Some(placed) = &message.placed {
             // A put's data streamed into the window ([`Placer`]), or
             // refused: answered as a put in a batch is, counted.
@@ -643,12 +708,24 @@ impl ActiveMessageHandler for Handler {
             }
             return Ok(());
         }
-        let (shared, from) = window_of(message.peer, message.context_id)?;
+        let (shared, from) = match window_of(message.peer, message.context_id) {
+            Ok(found) => found,
+            // Replies may outlive the window they answer: an unlock's,
+            // which its origin does not wait for, to a window it dropped
+            // since (answers are batched alone, never with operations).
+            Err(_) if answers(&message.payload) => return Ok(()),
+            Err(e) => return Err(e),
+        };
         let mut rest = &message.payload[..];
         while !rest.is_empty() {
             let (m, after) = Message::split(rest)?;
+            let whole = &rest[..rest.len() - after.len()];
             rest = after;
-            self.handle_one(device, message, (&shared, from), m)?;
+            self.handle_one(device, to, (&shared, from), m, whole)?;
+            if !self.granted.is_empty() {
+                self.serve_granted(device)?;
+                self.answer(device, to);
+            }
             if self.replies.len() >= BATCH {
                 self.send_replies(device)?;
             }
@@ -666,6 +743,42 @@ impl ActiveMessageHandler for Handler {
 }
 
 impl Handler {
+    /// Makes `replies` answer `to` (a peer and window context id),
+    /// sending first what they hold for another.
+    fn answer(&mut self, device: &mut Device, to: (PeerRank, u32)) {
+        if self.replies_to != Some(to) {
+            self.handled_all(device);
+            self.replies_to = Some(to);
+        }
+    }
+
+    /// Answers the lock requests granted ([`Handler::granted`]) and
+    /// handles the messages their peers sent behind them, in order: the
+    /// operations of each epoch apply only once its lock is held. An
+    /// unlock among them may grant more, served in turn.
+    fn serve_granted(&mut self, device: &mut Device) -> Result<()> {
+        while let Some((context_id, request)) = self.granted.pop_front() {
+            let to = (request.peer, context_id);
+            self.answer(device, to);
+            Message::new(Kind::Reply, request.token).append_to(&mut self.replies);
+            if request.behind.is_empty() {
+                continue;
+            }
+            let (shared, from) = window_of(request.peer, context_id)?;
+            let mut rest = &request.behind[..];
+            while !rest.is_empty() {
+                let (m, after) = Message::split(rest)?;
+                let whole = &rest[..rest.len() - after.len()];
+                rest = after;
+                self.handle_one(device, to, (&shared, from), m, whole)?;
+                if self.replies.len() >= BATCH {
+                    self.send_replies(device)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Sends the replies queued, to the peer they answer.
     fn send_replies(&mut self, device: &mut Device) -> Result<()> {
         let Some((peer, context_id)) = self.replies_to else {
@@ -679,21 +792,31 @@ impl Handler {
         sent
     }
 
-    /// Applies one message of a batch from `message.peer` (rank `from` of
-    /// the window `shared`), queueing its reply.
+    /// Applies one message `m` of a batch from `peer` for the window
+    /// `context_id` (rank `from` of the window `shared`), queueing its
+    /// reply; `whole` is its wire form, kept if it must wait behind the
+    /// peer's lock request ([`LockQueue::defer`]).
     fn handle_one(
         &mut self,
         device: &mut Device,
-        message: &ActiveMessage,
+        (peer, context_id): (PeerRank, u32),
         (shared, from): (&Shared, usize),
         m: Message<'_>,
+        whole: &[u8],
     ) -> Result<()> {
         let mut state = shared.state();
+        let in_epoch = matches!(
+            m.kind,
+            Kind::Put | Kind::Get | Kind::Accumulate | Kind::CompareAndSwap | Kind::Unlock
+        );
+        if in_epoch && state.lock.defer(peer, whole) {
+            return Ok(());
+        }
         match m.kind {
             Kind::Put | Kind::Get | Kind::Accumulate if m.flags & FLAG_BY_MESSAGE != 0 => {
                 let at = state.memory.range(m.disp, m.len);
                 drop(state);
-                self.by_message(device, message, (shared, from), &m, at)
+                self.by_message(device, (peer, context_id), (shared, from), &m, at)
             }
             Kind::Put | Kind::Get | Kind::Accumulate | Kind::CompareAndSwap => {
                 let at = self.replies.len();
@@ -711,10 +834,7 @@ impl Handler {
                 if state.counted[from] == 0 {
                     return Err(Error::new(
                         ErrorClass::ProcFailed,
-                        format!(
-                            "rank {} answered more operations than were sent to it",
-                            message.peer
-                        ),
+                        format!("rank {peer} answered more operations than were sent to it"),
                     ));
                 }
                 state.counted[from] -= 1;
@@ -730,18 +850,15 @@ impl Handler {
                     Error::new(
                         ErrorClass::ProcFailed,
                         format!(
-                            "rank {} answered operation {} that was not asked",
-                            message.peer, m.token
+                            "rank {peer} answered operation {} that was not asked",
+                            m.token
                         ),
                     )
                 })?;
                 if target != from {
                     return Err(Error::new(
                         ErrorClass::ProcFailed,
-                        format!(
-                            "rank {} answered an operation sent to another rank",
-                            message.peer
-                        ),
+                        format!("rank {peer} answered an operation sent to another rank"),
                     ));
                 }
                 state.outstanding[target] -= 1;
@@ -801,22 +918,20 @@ impl Handler {
             }
             Kind::Lock => {
                 let exclusive = m.flags & FLAG_EXCLUSIVE != 0;
-                state
-                    .lock
-                    .waiting
-                    .push_back((message.peer, m.token, exclusive));
+                let request = LockRequest::new(peer, m.token, exclusive);
+                state.lock.waiting.push_back(request);
                 let granted = state.lock.grant();
-                drop(state);
-                self.send_replies(device)?;
-                grant(device, message.context_id, granted)
+                self.granted
+                    .extend(granted.into_iter().map(|r| (context_id, r)));
+                Ok(())
             }
             Kind::Unlock => {
-                state.lock.release(message.peer)?;
-                let granted = state.lock.grant();
-                drop(state);
+                state.lock.release(peer)?;
                 Message::new(Kind::Reply, m.token).append_to(&mut self.replies);
-                self.send_replies(device)?;
-                grant(device, message.context_id, granted)
+                let granted = state.lock.grant();
+                self.granted
+                    .extend(granted.into_iter().map(|r| (context_id, r)));
+                Ok(())
             }
             Kind::Post => {
                 state.posts[from] += 1;
@@ -841,12 +956,12 @@ impl Handler {
     fn by_message(
         &mut self,
         device: &mut Device,
-        message: &ActiveMessage,
+        (peer, window_context): (PeerRank, u32),
         (shared, from): (&Shared, usize),
         m: &Message<'_>,
         at: Result<*mut u8>,
     ) -> Result<()> {
-        let context_id = context::point_to_point(message.context_id);
+        let context_id = context::point_to_point(window_context);
         // Within the window's memory, or refused below: no longer than it.
         let len = m.len as usize;
         let data = MatchPattern {
@@ -854,10 +969,7 @@ impl Handler {
             source: Some(from as i32),
             tag: Some(DATA_TAG),
         };
-        let landed = Then::Landed {
-            peer: message.peer,
-            len,
-        };
+        let landed = Then::Landed { peer, len };
         let (request, then) = match (m.kind, at) {
             (Kind::Accumulate, Ok(at)) => {
                 let (Some(element), Some(op)) = (m.element, m.op) else {
@@ -872,15 +984,12 @@ impl Handler {
                     element,
                     op,
                 });
-                (
-                    device.start_recv_unpacked(data, Some(message.peer), sink)?,
-                    landed,
-                )
+                (device.start_recv_unpacked(data, Some(peer), sink)?, landed)
             }
             (Kind::Accumulate, Err(e)) => {
                 refuse(&mut self.replies, m.token, &e);
                 let sink = Box::new(Discard(len));
-                let recv = device.start_recv_unpacked(data, Some(message.peer), sink)?;
+                let recv = device.start_recv_unpacked(data, Some(peer), sink)?;
                 (recv, Then::Reaped)
             }
             (_, Ok(at)) => {
@@ -894,7 +1003,7 @@ impl Handler {
                 // SAFETY: `range` checked that `at .. at + len` lies in the
                 // window's memory, which stays valid while a transfer of
                 // the window is under way (`unregister` waits for them).
-                let send = unsafe { device.start_ready_send(message.peer, envelope, at, len)? };
+                let send = unsafe { device.start_ready_send(peer, envelope, at, len)? };
                 (send, Then::Reaped)
             }
             (_, Err(e)) => {
@@ -903,8 +1012,8 @@ impl Handler {
             }
         };
         match device.take_status(request) {
-            Some(status) => then.finish(device, message.context_id, status, &mut self.replies),
-            None => watch(request, message.context_id, then),
+            Some(status) => then.finish(device, window_context, status, &mut self.replies),
+            None => watch(request, window_context, then),
         }
         Ok(())
     }
@@ -1020,22 +1129,28 @@ pub(crate) fn progress(device: &mut Device) {
 /// ([`State::lose_target`]): a flush waiting for their replies would
 /// otherwise wait forever. As a target, the window forgets their lock
 /// holds and requests ([`LockQueue::lose`]), so that the other origins'
-/// locks are granted.
+/// locks are granted (answered, and what they sent behind their requests
+/// handled, once the registry is let go: handling looks windows up).
 #[cold]
 fn lose_peers(device: &mut Device) {
     LOST_SEEN.store(device.lost_peers(), Ordering::Relaxed);
+    let mut handler = Handler::default();
     for (&context_id, shared) in lock(&WINDOWS).iter().flatten() {
         let mut state = shared.state();
-        let mut granted = Vec::new();
         for (target, &peer) in shared.members.iter().enumerate() {
             if let Some(error) = device.peer_failure(peer) {
                 state.lose_target(device, shared, target, &error);
-                granted.extend(state.lock.lose(peer));
+                let granted = state.lock.lose(peer);
+                handler
+                    .granted
+                    .extend(granted.into_iter().map(|r| (context_id, r)));
             }
         }
-        drop(state);
-        let _ = grant(device, context_id, granted);
     }
+    if let Err(e) = handler.serve_granted(device) {
+        oxmpi_adi::vlog!("granting the locks a lost peer held: {e}");
+    }
+    handler.handled_all(device);
 }
 
 /// Ends the transfers whose requests completed: a get's request
@@ -1075,6 +1190,7 @@ fn end_transfers(device: &mut Device) {
 /// Returns once the transport is done with `data`; each piece is
 /// counted as a put and complete at the target when its answer comes.
 pub(crate) fn put_placed(to: &Target<'_>, disp: u64, data: &[u8]) -> Result<()> {
+    await_grant(to)?;
     let mut sends = Vec::new();
     let started = with_device(|device| {
         let window = (to.shared, to.context_id);
@@ -1132,6 +1248,7 @@ pub(crate) fn accumulate_by_message(
     element: AccumulateType,
     op: AccumulateOp,
 ) -> Result<()> {
+    await_grant(to)?;
     let mut m = Message::new(Kind::Accumulate, 0);
     m.element = Some(element);
     m.op = Some(op);
@@ -1302,6 +1419,11 @@ fn refuse(replies: &mut Vec<u8>, token: u64, error: &Error) {
     answer.append_to(replies);
 }
 
+/// Whether `payload` is a batch of answers (replies and refusals).
+fn answers(payload: &[u8]) -> bool {
+    matches!(Message::split(payload), Ok((m, _)) if matches!(m.kind, Kind::Reply | Kind::Refused))
+}
+
 /// The registered window of `context_id`, if it still is.
 fn window(context_id: u32) -> Option<Arc<Shared>> {
     lock(&WINDOWS)
@@ -1362,18 +1484,6 @@ unsafe impl ActivePlacer for Placer {
         let at = shared.state().memory.range(disp, rest);
         Ok(at.map_or_else(Destination::Refused, Destination::At))
     }
-}
-
-/// Answers lock requests just granted.
-fn grant(device: &mut Device, context_id: u32, granted: Vec<(PeerRank, u64)>) -> Result<()> {
-    for (peer, token) in granted {
-        let answer = Message::new(Kind::Reply, token).encode();
-        if let Err(e) = device.send_active_message(peer, context_id, &[&answer]) {
-            // That peer is lost; the others still get their answers.
-            oxmpi_adi::vlog!("lock grant to rank {peer}: {e}");
-        }
-    }
-    Ok(())
 }
 
 /// The error of an operation that rank `from` refused with `m`.
@@ -1667,11 +1777,12 @@ impl Aligned {
 
 #[cfg(test)]
 mod tests {
-    use super::{apply, LockQueue, Memory};
+    use super::{apply, LockQueue, LockRequest, Memory};
     use crate::collective::SystemOperation;
     use crate::datatype::{Primitive, Run};
     use crate::rma::wire::{AccumulateType, Kind, Layout, Message, FLAG_FETCH, FLAG_LAYOUT};
     use crate::ErrorClass;
+    use oxmpi_adi::transport::PeerRank;
 
     /// A message of `kind` on `layout` from `disp`, with `data`, through
     /// its wire form (as the handler gets it).
@@ -1825,42 +1936,88 @@ mod tests {
         assert_eq!(window, [0; 64], "a refused operation wrote");
     }
 
+    /// Requests of (peer, token, exclusive), in order.
+    fn requests(list: &[(PeerRank, u64, bool)]) -> impl Iterator<Item = LockRequest> + '_ {
+        list.iter()
+            .map(|&(peer, token, exclusive)| LockRequest::new(peer, token, exclusive))
+    }
+
+    /// The (peer, token) of granted requests.
+    fn ids(granted: Vec<LockRequest>) -> Vec<(PeerRank, u64)> {
+        granted.into_iter().map(|r| (r.peer, r.token)).collect()
+    }
+
     #[test]
     fn the_lock_is_first_come_first_served() {
         let mut lock = LockQueue::default();
         // Two readers hold it; a writer comes, then more readers.
-        lock.waiting.extend([(1, 1, false), (2, 2, false)]);
-        assert_eq!(lock.grant(), vec![(1, 1), (2, 2)]);
         lock.waiting
-            .extend([(3, 3, true), (4, 4, false), (5, 5, false)]);
+            .extend(requests(&[(1, 1, false), (2, 2, false)]));
+        assert_eq!(ids(lock.grant()), vec![(1, 1), (2, 2)]);
+        lock.waiting
+            .extend(requests(&[(3, 3, true), (4, 4, false), (5, 5, false)]));
         // The later readers wait behind the writer: it is not starved.
-        assert_eq!(lock.grant(), vec![]);
+        assert_eq!(ids(lock.grant()), vec![]);
         lock.release(2).unwrap();
-        assert_eq!(lock.grant(), vec![]);
+        assert_eq!(ids(lock.grant()), vec![]);
         assert!(lock.release(2).is_err(), "an unlock of a lock not held");
         lock.release(1).unwrap();
-        assert_eq!(lock.grant(), vec![(3, 3)]);
+        assert_eq!(ids(lock.grant()), vec![(3, 3)]);
         lock.release(3).unwrap();
-        assert_eq!(lock.grant(), vec![(4, 4), (5, 5)]);
+        assert_eq!(ids(lock.grant()), vec![(4, 4), (5, 5)]);
         lock.release(5).unwrap();
         lock.release(4).unwrap();
         assert!(lock.release(4).is_err(), "an unlock nobody locked");
     }
 
     #[test]
+    fn messages_behind_a_waiting_request_wait_with_it() {
+        let mut lock = LockQueue::default();
+        // Rank 1 holds it exclusively; 2 asks, and sends two messages
+        // behind its request; 3 asks too.
+        lock.waiting.extend(requests(&[(1, 1, true)]));
+        assert_eq!(ids(lock.grant()), vec![(1, 1)]);
+        lock.waiting
+            .extend(requests(&[(2, 2, true), (3, 3, false)]));
+        assert_eq!(ids(lock.grant()), vec![]);
+        // The holder's messages, and those of a peer that asked nothing,
+        // are handled at once.
+        assert!(!lock.defer(1, b"holder"));
+        assert!(!lock.defer(4, b"none"));
+        assert!(lock.defer(2, b"put,"));
+        assert!(lock.defer(2, b"unlock"));
+        lock.release(1).unwrap();
+        let granted = lock.grant();
+        assert_eq!(granted.len(), 1);
+        assert_eq!(
+            (granted[0].peer, &granted[0].behind[..]),
+            (2, &b"put,unlock"[..])
+        );
+        // Now 2 holds it: its messages are handled at once, and 3's
+        // wait behind its request.
+        assert!(!lock.defer(2, b"get"));
+        assert!(lock.defer(3, b"get"));
+        // A lost waiter's messages go with its request.
+        assert_eq!(ids(lock.lose(3)), vec![]);
+        assert!(!lock.defer(3, b"get"));
+        lock.release(2).unwrap();
+        assert!(lock.holders.is_empty() && lock.waiting.is_empty());
+    }
+
+    #[test]
     fn a_lost_peers_hold_and_requests_end() {
         let mut lock = LockQueue::default();
         // Rank 1 holds it exclusively; 2 waits, 1 asks again, 3 waits.
-        lock.waiting.push_back((1, 1, true));
-        assert_eq!(lock.grant(), vec![(1, 1)]);
+        lock.waiting.extend(requests(&[(1, 1, true)]));
+        assert_eq!(ids(lock.grant()), vec![(1, 1)]);
         lock.waiting
-            .extend([(2, 2, false), (1, 3, true), (3, 4, false)]);
-        assert_eq!(lock.grant(), vec![]);
+            .extend(requests(&[(2, 2, false), (1, 3, true), (3, 4, false)]));
+        assert_eq!(ids(lock.grant()), vec![]);
         // Rank 1 is lost: 2 and 3 get it, and 1's request is gone.
-        assert_eq!(lock.lose(1), vec![(2, 2), (3, 4)]);
+        assert_eq!(ids(lock.lose(1)), vec![(2, 2), (3, 4)]);
         assert!(lock.waiting.is_empty());
         // A lost peer that held nothing changes nothing.
-        assert_eq!(lock.lose(4), vec![]);
+        assert_eq!(ids(lock.lose(4)), vec![]);
         lock.release(2).unwrap();
         lock.release(3).unwrap();
         assert!(lock.holders.is_empty());

@@ -136,7 +136,9 @@ pub(crate) enum Kind {
     /// The target refused the operation `token`: the data is the message,
     /// `op` the error class's code.
     Refused = 6,
-    /// Asks for the target's window lock; replied to once granted.
+    /// Asks for the target's window lock; replied to once granted. The
+    /// sender's operations and unlock may follow before the grant: the
+    /// target handles them once it granted the lock.
     Lock = 7,
     /// Releases the lock; replied to once released.
     Unlock = 8,
@@ -344,17 +346,13 @@ impl<'p> Message<'p> {
         }
     }
 
-    /// The wire form: header, layout and data.
+    /// The wire form: header, layout and data (the tests' messages;
+    /// the library appends to the batch or replies it builds).
+    #[cfg(test)]
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(HEADER + self.layout_bytes() + self.data.len());
-        self.encode_into(&mut out);
+        let mut out = Vec::new();
+        self.append_to(&mut out);
         out
-    }
-
-    /// The wire form, in `out` (cleared first: a buffer kept for reuse).
-    pub(crate) fn encode_into(&self, out: &mut Vec<u8>) {
-        out.clear();
-        self.append_to(out);
     }
 
     /// The wire form, after what `out` holds: one more message of a
@@ -362,14 +360,6 @@ impl<'p> Message<'p> {
     pub(crate) fn append_to(&self, out: &mut Vec<u8>) {
         self.append_header_to(out);
         out.extend_from_slice(self.data);
-    }
-
-    /// Bytes of the layout on the wire (none without [`FLAG_LAYOUT`]).
-    fn layout_bytes(&self) -> usize {
-        if self.flags & FLAG_LAYOUT == 0 {
-            return 0;
-        }
-        8 + RUN_BYTES * self.layout.len()
     }
 
     /// The header and the layout alone, after what `out` holds: its data,

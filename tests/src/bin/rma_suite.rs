@@ -125,7 +125,12 @@
 //! (3 ranks: rank 1 takes rank 0's exclusive lock and shuts its
 //! connections down holding it; rank 2's exclusive lock of rank 0 is
 //! then granted within seconds, where it waited forever for rank 1's
-//! unlock).
+//! unlock), and `deferred` (3 ranks: rank 1 holds rank 0's exclusive
+//! lock while rank 2 asks for it and sends a put behind its request
+//! without waiting for the grant; rank 1, 300 ms later, still reads the
+//! slot as it was, and rank 2 then finds rank 1's put done and its own
+//! applied: the target holds the operations behind a request until it
+//! grants the lock).
 
 use oxmpi::collective::{reduce_local_into, SystemOperation, ValueIndex};
 use oxmpi::datatype::{MutView, UserDatatype, View};
@@ -187,6 +192,7 @@ fn main() -> ExitCode {
             "revoked" => revoked(&world),
             "lost_peer" => lost_peer(&world),
             "lost_holder" => lost_holder(&world),
+            "deferred" => deferred(&world),
             other => Err(fail(format!("unknown check {other:?}"))),
         }
     })
@@ -3097,6 +3103,9 @@ fn lost_holder(world: &Communicator) -> Result<()> {
         }
         1 => {
             window.lock(LockType::Exclusive, 0, 0)?;
+            // The flush waits for the grant: rank 1 holds the lock (the
+            // request alone leaves with the epoch's first operation).
+            window.flush(0)?;
             world.process_at_rank(2).send(&1u8)?;
             let shut = shut_down_tcp_connections()?;
             ensure(shut > 0, || {
@@ -3120,6 +3129,55 @@ fn lost_holder(world: &Communicator) -> Result<()> {
     }
     drop(window);
     Ok(())
+}
+
+/// See the module docs: 3 ranks, on a window of two `u64` slots at rank 0.
+fn deferred(world: &Communicator) -> Result<()> {
+    const MINE: u64 = 11;
+    const THEIRS: u64 = 22;
+    ensure(world.size() == 3, || "deferred runs on 3 ranks".to_owned())?;
+    let window = Window::allocate(world, 16, 8, &Info::new())?;
+    world.barrier()?;
+    match world.rank() {
+        0 => {
+            // Polls (handles both epochs) until rank 2 is done.
+            world.process_at_rank(2).receive::<u8>()?;
+            let mut got = [0u64; 2];
+            window.read_local(0, &mut got)?;
+            same(&got, &[THEIRS, MINE], "the window after both epochs")?;
+        }
+        1 => {
+            window.lock(LockType::Exclusive, 0, 0)?;
+            // The flush waits for the grant: rank 1 holds the lock.
+            window.flush(0)?;
+            world.process_at_rank(2).send(&1u8)?;
+            world.process_at_rank(2).receive::<u8>()?;
+            // Rank 2's lock request and put reach rank 0 meanwhile.
+            std::thread::sleep(Duration::from_millis(300));
+            let mut slot = [7u64];
+            window.get(&mut slot[..], 0, 0)?;
+            same(&slot, &[0], "slot 0 while rank 1 holds the lock")?;
+            window.put(&[MINE][..], 0, 1)?;
+            window.unlock(0)?;
+        }
+        _ => {
+            world.process_at_rank(1).receive::<u8>()?;
+            world.process_at_rank(1).send(&2u8)?;
+            // Over active messages the flush sends the lock request and
+            // the put, and waits for both: the grant comes once rank 1
+            // unlocked (on the direct path the lock waits for that).
+            window.lock(LockType::Exclusive, 0, 0)?;
+            window.put(&[THEIRS][..], 0, 0)?;
+            window.flush(0)?;
+            let mut both = [0u64; 2];
+            window.get(&mut both[..], 0, 0)?;
+            window.unlock(0)?;
+            same(&both, &[THEIRS, MINE], "both slots under rank 2's lock")?;
+            world.process_at_rank(0).send(&2u8)?;
+        }
+    }
+    world.barrier()?;
+    window.free()
 }
 
 /// Shuts down (both ways) every connected TCP socket of this process
