@@ -603,12 +603,34 @@ pub fn listening_ports(pid: u32) -> Vec<u16> {
 /// job, which has ended), as `PID (COMMAND)` and the oxmpi shared memory
 /// it still maps (`/memfd:oxmpi-...`), if any. oxmpi's shared memory is
 /// only ever in memory files without a name, which last exactly as long
-/// as a process maps them: nothing else of it can be left.
+/// as a process maps them: nothing else of it can be left. A process
+/// must stay outside for [`LEFTOVER_GRACE`] to count: one killed with
+/// its job a moment ago may still be on its way out.
 pub fn shm_leftovers() -> Vec<String> {
+    let deadline = Instant::now() + LEFTOVER_GRACE;
+    loop {
+        let left = escaped_processes();
+        if left.is_empty() || Instant::now() >= deadline {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// How long [`shm_leftovers`] waits for escaped processes to go.
+const LEFTOVER_GRACE: Duration = Duration::from_secs(2);
+
+/// One look for [`shm_leftovers`]. The processes are listed before this
+/// process's descendants are: a job that another test starts meanwhile
+/// (tests of one binary run at once) is then among the descendants, not
+/// taken for a process that escaped.
+fn escaped_processes() -> Vec<String> {
     let me = std::process::id();
     let ours = format!("{HARNESS_ENV}={me}");
+    let listed: Vec<Stat> = processes().collect();
     let running: HashSet<u32> = descendants(me).into_iter().collect();
-    processes()
+    listed
+        .into_iter()
         .filter(|s| s.alive() && !running.contains(&s.pid))
         .filter(|s| {
             std::fs::read(format!("/proc/{}/environ", s.pid))
