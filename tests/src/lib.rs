@@ -604,7 +604,7 @@ pub fn listening_ports(pid: u32) -> Vec<u16> {
 /// it still maps (`/memfd:oxmpi-...`), if any. oxmpi's shared memory is
 /// only ever in memory files without a name, which last exactly as long
 /// as a process maps them: nothing else of it can be left. A process
-/// must stay outside for [`LEFTOVER_GRACE`] to count: one killed with
+/// must stay outside for `LEFTOVER_GRACE` (2 s) to count: one killed with
 /// its job a moment ago may still be on its way out.
 pub fn shm_leftovers() -> Vec<String> {
     let deadline = Instant::now() + LEFTOVER_GRACE;

@@ -201,7 +201,7 @@ fn long_messages_through_the_queue_when_single_copy_is_off() {
 /// Rank 0 runs as user nobody, rank 1 as root: the kernel refuses rank
 /// 0's copies into and out of rank 1 (EPERM), so rank 0's share of its
 /// sends falls back to rank 1 reading it, and rank 1's sends to rank 0 go
-/// through the queue; rank 1 (with CAP_SYS_PTRACE) copies as usual.
+/// through the queue.
 #[test]
 fn long_messages_fall_back_where_the_kernel_refuses_single_copy() {
     // SAFETY: geteuid has no preconditions.
@@ -241,11 +241,10 @@ fn long_messages_fall_back_where_the_kernel_refuses_single_copy() {
         "the refusal should be said exactly once:\n{}",
         out.stderr
     );
-    assert!(
-        out.stderr.contains("rank 1: long messages by single copy"),
-        "{}",
-        out.stderr
-    );
+    // Whether rank 1 copies by itself too is timing: rank 0 stops
+    // offering its buffers once its own first copy is refused, and the
+    // two ranks send to each other at once, so when rank 0 reads rank 1's
+    // offer first, rank 1 never gets one (seen on a loaded machine).
     assert!(shm_leftovers().is_empty(), "left: {:?}", shm_leftovers());
 }
 
