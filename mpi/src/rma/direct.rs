@@ -350,13 +350,7 @@ pub(crate) fn accumulate_segments(
     mut old: Option<&mut [u8]>,
 ) -> Result<()> {
     let len = accumulate_len(data, element, op, old.as_deref())?;
-    let covered: usize = segments.iter().map(|s| s.data.len()).sum();
-    if covered != len {
-        return Err(Error::new(
-            ErrorClass::Intern,
-            format!("target segments of {covered} bytes for {len} bytes of packed data"),
-        ));
-    }
+    check_covered(segments, len)?;
     let split = segments.iter().any(|s| !element.holds_whole(s.data.len()));
     // Whether the segment at byte offset `at` goes by hardware words:
     // `by_words`, whose tests of the lock, the op and the type are made
@@ -430,8 +424,9 @@ pub(crate) fn accumulate_segments(
 
 /// The bytes an accumulate of `data` (with the result `old`, if
 /// fetched) covers: a whole number of elements, as long as the data
-/// unless a no-op; else an `MPI_ERR_COUNT` error.
-fn accumulate_len(
+/// unless a no-op; else an `MPI_ERR_COUNT` error. Shared with the RDMA
+/// path.
+pub(crate) fn accumulate_len(
     data: &[u8],
     element: AccumulateType,
     op: AccumulateOp,
@@ -449,6 +444,20 @@ fn accumulate_len(
         ));
     }
     Ok(len)
+}
+
+/// Checks that a typed operation's target `segments` cover its `len`
+/// bytes of packed data (the MPI layer cut them so: a mismatch is an
+/// internal error). Shared with the RDMA path.
+pub(crate) fn check_covered(segments: &[Segment], len: usize) -> Result<()> {
+    let covered: usize = segments.iter().map(|s| s.data.len()).sum();
+    if covered != len {
+        return Err(Error::new(
+            ErrorClass::Intern,
+            format!("target segments of {covered} bytes for {len} bytes of packed data"),
+        ));
+    }
+    Ok(())
 }
 
 /// The mapped segment on which an accumulate at byte offset `at` is

@@ -26,6 +26,7 @@
 //! that arrived before it, so neither starves. Waiting re-reads a word
 //! (a fetch-and-add of 0) between polls of the device.
 
+use super::direct;
 use super::path::Segment;
 use super::target::combine;
 use super::wire::{AccumulateOp, AccumulateType};
@@ -620,17 +621,7 @@ pub(crate) fn accumulate(
     exclusive: bool,
     mut old: Option<&mut [u8]>,
 ) -> Result<()> {
-    let len = old.as_deref().map_or(data.len(), <[u8]>::len);
-    let size = element.size();
-    if (op != AccumulateOp::NoOp && data.len() != len) || !element.holds_whole(len) {
-        return Err(Error::new(
-            ErrorClass::Count,
-            format!(
-                "an accumulate of {} bytes into {len} bytes of {size}-byte elements",
-                data.len()
-            ),
-        ));
-    }
+    let len = direct::accumulate_len(data, element, op, old.as_deref())?;
     if len == 0 {
         return Ok(());
     }
@@ -707,22 +698,8 @@ pub(crate) fn accumulate_segments(
     exclusive: bool,
     mut old: Option<&mut [u8]>,
 ) -> Result<()> {
-    let len = old.as_deref().map_or(data.len(), <[u8]>::len);
-    let covered: usize = segments.iter().map(|s| s.data.len()).sum();
-    if (op != AccumulateOp::NoOp && data.len() != len)
-        || covered != len
-        || !element.holds_whole(len)
-    {
-        return Err(Error::new(
-            ErrorClass::Count,
-            format!(
-                "an accumulate of {} bytes into target segments of {covered} bytes of {}-byte \
-                 elements",
-                data.len(),
-                element.size()
-            ),
-        ));
-    }
+    let len = direct::accumulate_len(data, element, op, old.as_deref())?;
+    direct::check_covered(segments, len)?;
     let piece = |s: &Segment| {
         if op == AccumulateOp::NoOp {
             data
