@@ -694,9 +694,9 @@ fn raw_shm_tables_leave_nothing_in_dev_shm() {
     assert!(out.stderr.contains("one cache line"), "{}", out.stderr);
 }
 
-#[test]
-fn raw_shm_child_exits_when_the_parent_is_killed() {
-    let mut job = Job::start(
+/// A raw-shm latency run that would go on for ever: killed by the test.
+fn endless_raw_shm() -> Job {
+    Job::start(
         oxbench_with(&[
             "raw-shm",
             "latency",
@@ -706,13 +706,24 @@ fn raw_shm_child_exits_when_the_parent_is_killed() {
             "1000000000000",
         ]),
         RAW_BOUND,
-    );
-    job.wait_for_stdout(RAW_BOUND);
+    )
+}
+
+/// Kills `job`'s own process (a raw benchmark's parent) and checks that
+/// it died of that signal.
+fn kill_parent(job: Job) {
     // SAFETY: kill has no memory-safety preconditions; the pid is the
     // parent's, which the job has not reaped yet.
     unsafe { libc::kill(job.pid() as libc::pid_t, libc::SIGKILL) };
     let out = job.finish();
     assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{out:?}");
+}
+
+#[test]
+fn raw_shm_child_exits_when_the_parent_is_killed() {
+    let mut job = endless_raw_shm();
+    job.wait_for_stdout(RAW_BOUND);
+    kill_parent(job);
 }
 
 /// The `Cpus_allowed_list` of process `pid`.
@@ -730,17 +741,7 @@ fn cpus_allowed(pid: u32) -> String {
 fn raw_shm_processes_run_where_the_header_says() {
     // Bound as oxrun binds two ranks: a core each, named in the header,
     // before the first timed message (the header follows the binding).
-    let mut job = Job::start(
-        oxbench_with(&[
-            "raw-shm",
-            "latency",
-            "--size",
-            "8",
-            "--iterations",
-            "1000000000000",
-        ]),
-        RAW_BOUND,
-    );
+    let mut job = endless_raw_shm();
     let line = job
         .try_wait_for_line(RAW_BOUND, |l| l.contains("bound"))
         .unwrap_or_else(|f| panic!("no binding in the header: {f}"));
@@ -750,11 +751,7 @@ fn raw_shm_processes_run_where_the_header_says() {
         let child: u32 = c.split_whitespace().next().unwrap().parse().unwrap();
         (cpus_allowed(parent), cpus_allowed(child))
     });
-    // SAFETY: kill has no memory-safety preconditions; the pid is the
-    // parent's, which the job has not reaped yet.
-    unsafe { libc::kill(parent as libc::pid_t, libc::SIGKILL) };
-    let out = job.finish();
-    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{out:?}");
+    kill_parent(job);
     let (parent_cpus, child_cpus) = masks.unwrap();
     let enough = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
     if line.contains("each process bound to a core of its own") {
@@ -788,11 +785,7 @@ fn raw_tcp_child_exits_when_the_parent_is_killed() {
         RAW_BOUND,
     );
     job.wait_for_stdout(RAW_BOUND);
-    // SAFETY: kill has no memory-safety preconditions; the pid is the
-    // parent's, which the job has not reaped yet.
-    unsafe { libc::kill(job.pid() as libc::pid_t, libc::SIGKILL) };
-    let out = job.finish();
-    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{out:?}");
+    kill_parent(job);
 }
 
 /// Bound of the comparison and suite runs: each starts a dozen jobs.
