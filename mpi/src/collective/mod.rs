@@ -239,7 +239,14 @@ impl Communicator {
     /// Waits until every process of the communicator has called it
     /// (`MPI_Barrier`, §6.3).
     pub fn barrier(&self) -> Result<()> {
-        self.blocking(self.barrier_future(self.next_collective(), Mode::Blocking))
+        self.handled(self.barrier_unhandled())
+    }
+
+    /// [`Communicator::barrier`] with its error returned, not handed to
+    /// the error handler: for a call of MPI's own that hands its outcome
+    /// to a handler once (`Window::fence`, `Window::free`).
+    pub(crate) fn barrier_unhandled(&self) -> Result<()> {
+        engine::block_on(self.barrier_future(self.next_collective(), Mode::Blocking))
     }
 
     /// The non-blocking form of [`Communicator::barrier`] (`MPI_Ibarrier`,

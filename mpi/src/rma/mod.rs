@@ -856,7 +856,7 @@ impl<'a> Window<'a> {
         })();
         let flag = [u64::from(mapped.is_ok())];
         let mut flags = vec![0u64; rows.len()];
-        comm.all_gather_into(&flag[..], &mut flags[..])?;
+        comm.all_gather_into_unhandled(&flag[..], &mut flags[..])?;
         // Every rank has tried to map every segment it needs.
         if let Some(allocated) = allocated {
             allocated.stop_handover();
@@ -976,7 +976,7 @@ impl<'a> Window<'a> {
         let open = self.epoch_open_besides_fence();
         // The barrier is entered even so, and whatever a target refused:
         // the other ranks are in theirs, and this window is consumed.
-        let freed = self.flush_every_target_then(|| self.comm.barrier());
+        let freed = self.flush_every_target_then(|| self.comm.barrier_unhandled());
         if open {
             return Err(Error::new(
                 ErrorClass::RmaSync,
@@ -1826,9 +1826,9 @@ impl<'a> Window<'a> {
             ));
         }
         let synchronized = if assert & MODE_NOPRECEDE == 0 {
-            self.flush_every_target_then(|| self.comm.barrier())
+            self.flush_every_target_then(|| self.comm.barrier_unhandled())
         } else {
-            self.comm.barrier()
+            self.comm.barrier_unhandled()
         };
         self.epochs().fence = assert & MODE_NOSUCCEED == 0;
         synchronized

@@ -226,7 +226,7 @@ pub(crate) fn choose(
         ),
     };
     let mut all = vec![0u64; 4 * members.len()];
-    comm.all_gather_into(&mine[..], &mut all[..])?;
+    comm.all_gather_into_unhandled(&mine[..], &mut all[..])?;
     let Ready {
         registration,
         max_len,

@@ -121,7 +121,9 @@
 //! Over TCP, `lost_peer` (2 ranks: rank 1 shuts its connections down in
 //! the middle of rank 0's put of 64 MiB, which fails, as do an `rget`
 //! sent before it and the flush after it, all with MPI_ERR_PROC_FAILED
-//! and within seconds, where they waited forever for the answers) and `lost_holder`
+//! and within seconds, where they waited forever for the answers; a
+//! fence and a free after it fail too, each calling the window's
+//! handler once) and `lost_holder`
 //! (3 ranks: rank 1 takes rank 0's exclusive lock and shuts its
 //! connections down holding it; rank 2's exclusive lock of rank 0 is
 //! then granted within seconds, where it waited forever for rank 1's
@@ -144,7 +146,8 @@ use oxmpi::{Color, Communicator, ErrorClass, ErrorHandler, Info, Keyval, Result}
 use oxmpi_jobs::checks::{ensure, expect_class, fail, same};
 use oxmpi_jobs::program::{run_check, world_returning_errors};
 use std::process::ExitCode;
-use std::sync::Barrier;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 fn main() -> ExitCode {
@@ -3082,7 +3085,41 @@ fn lost_peer(world: &Communicator) -> Result<()> {
     ensure(started.elapsed() < BOUND, || {
         format!("the operations after the loss took {:?}", started.elapsed())
     })?;
-    drop(window);
+    // A fence and a free whose flush and barrier both fail call the
+    // window's handler once each, as any failed call does (the barrier
+    // inside used to call it a second time).
+    let calls = Arc::new(AtomicUsize::new(0));
+    window.set_error_handler(ErrorHandler::user({
+        let calls = Arc::clone(&calls);
+        move |_, _| {
+            calls.fetch_add(1, Ordering::Relaxed);
+        }
+    }));
+    expect_class(
+        window.fence(0),
+        ErrorClass::ProcFailed,
+        "a fence with the peer lost",
+    )?;
+    let after_fence = calls.load(Ordering::Relaxed);
+    expect_class(
+        window.free(),
+        ErrorClass::ProcFailed,
+        "a free with the peer lost",
+    )?;
+    let after_free = calls.load(Ordering::Relaxed);
+    ensure((after_fence, after_free) == (1, 2), || {
+        format!(
+            "the window's handler was called {after_fence} times for the failed fence and \
+             {} for the failed free, not once each",
+            after_free - after_fence
+        )
+    })?;
+    ensure(started.elapsed() < BOUND, || {
+        format!(
+            "the fence and free after the loss took {:?}",
+            started.elapsed()
+        )
+    })?;
     Ok(())
 }
 
