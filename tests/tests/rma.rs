@@ -203,7 +203,10 @@ fn compare_and_swap_makes_a_spin_lock() {
 
 /// Threads of one process (`MPI_THREAD_MULTIPLE`) that lock one target
 /// at once: exactly one gets the lock each round, the others
-/// `MPI_ERR_RMA_SYNC` (on shared memory, and by active messages over TCP).
+/// `MPI_ERR_RMA_SYNC` (on shared memory, and by active messages over TCP);
+/// then locks that land inside another thread's unlock (over TCP they
+/// hung the job about one run in two before the unlock kept its record
+/// until the release had left).
 #[test]
 fn racing_threads_lock_a_target_once() {
     job("lock_race", &["300"], 2, &[], 60);

@@ -45,8 +45,12 @@ impl Access {
     pub(super) const EXCLUSIVE: u8 = 16;
     /// Record bit: the lock held was taken (not under `MODE_NOCHECK`).
     pub(super) const TAKEN: u8 = 32;
+    /// Record bit: the lock held is being given back by an unlock that
+    /// keeps the record until the release has left
+    /// ([`Access::begin_release`]).
+    pub(super) const ENDING: u8 = 64;
     /// The lock record's bits.
-    pub(super) const RECORD: u8 = Access::HELD | Access::EXCLUSIVE | Access::TAKEN;
+    pub(super) const RECORD: u8 = Access::HELD | Access::EXCLUSIVE | Access::TAKEN | Access::ENDING;
 
     /// Any of these: an access epoch to the target is open.
     pub(super) const ANY_OPEN: u8 = Access::OPEN | Access::HELD;
@@ -100,6 +104,32 @@ impl Access {
             match byte.compare_exchange_weak(now, now | record, Ordering::AcqRel, Ordering::Relaxed)
             {
                 Ok(_) => return Ok(()),
+                Err(changed) => now = changed,
+            }
+        }
+    }
+
+    /// Marks the lock held on `target` as being given back
+    /// ([`Access::ENDING`]), keeping the record, and returns it (with
+    /// [`Access::HELD`]); `None` if no lock is held, or another thread's
+    /// unlock of it is under way (nothing changes then). Meanwhile a
+    /// claim is refused, the lock being held still; [`Access::release`]
+    /// clears the record once the release has left. One
+    /// compare-and-exchange when nothing else changes the byte meanwhile.
+    pub(super) fn begin_release(&self, target: usize) -> Option<u8> {
+        let byte = self.bytes.get(target)?;
+        let mut now = byte.load(Ordering::Relaxed);
+        loop {
+            if now & Access::HELD == 0 || now & Access::ENDING != 0 {
+                return None;
+            }
+            match byte.compare_exchange_weak(
+                now,
+                now | Access::ENDING,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Some(now & Access::RECORD),
                 Err(changed) => now = changed,
             }
         }
@@ -170,6 +200,17 @@ mod tests {
         assert!(access.any(Access::HELD));
         assert_eq!(access.get(3), None, "no fourth target");
         assert_eq!(access.release(3), None);
+        // An unlock that keeps the record until its release has left:
+        // claims and a second unlock are refused meanwhile.
+        let shared = Access::HELD | Access::TAKEN;
+        assert_eq!(access.release(2), Some(Access::HELD));
+        assert_eq!(access.claim(2, shared), Ok(()));
+        assert_eq!(access.begin_release(2), Some(shared));
+        assert_eq!(access.begin_release(2), None, "a second unlock at once");
+        assert_eq!(access.claim(2, Access::HELD), Err(shared | Access::ENDING));
+        assert_eq!(access.release(2), Some(shared | Access::ENDING));
+        assert_eq!(access.begin_release(2), None, "an unlock of no lock");
+        assert_eq!(access.claim(2, Access::HELD), Ok(()));
     }
 
     /// Threads claim one target at once, round after round: exactly one

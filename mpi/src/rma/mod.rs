@@ -2033,18 +2033,34 @@ impl<'a> Window<'a> {
                 return Ok(());
             }
             let rank = self.rank_arg(target)?;
-            let record = self.access.release(rank).ok_or_else(|| {
+            let (to, path) = self.target_of(rank);
+            // By active messages the record stays until the release has
+            // left: a lock of another thread of this process, let in
+            // before, would send its request ahead of the release, and
+            // the target, which tells origins apart by process, would
+            // keep the release behind that request, itself waiting for
+            // the hold the release ends. Elsewhere the target's lock word
+            // orders them, and the record goes first, in one atomic.
+            let by_messages = matches!(path, Path::ActiveMessages);
+            let record = match by_messages {
+                true => self.access.begin_release(rank),
+                false => self.access.release(rank),
+            }
+            .ok_or_else(|| {
                 Error::new(
                     ErrorClass::RmaSync,
                     format!("rank {rank} is not locked by this process"),
                 )
             })?;
-            let (to, path) = self.target_of(rank);
-            if record & Access::TAKEN != 0 {
-                path.flush_and_unlock(&to, held_type(record))?;
+            let ended = if record & Access::TAKEN != 0 {
+                path.flush_and_unlock(&to, held_type(record))
             } else {
-                path.flush(&to)?;
+                path.flush(&to)
+            };
+            if by_messages {
+                self.access.release(rank);
             }
+            ended?;
             take_errors(&self.shared)
         })();
         self.comm.handled(result)
@@ -2104,17 +2120,22 @@ impl<'a> Window<'a> {
     #[doc(alias = "MPI_Win_unlock_all")]
     pub fn unlock_all(&self) -> Result<()> {
         let result = (|| {
-            let taken =
-                self.epochs().lock_all.take().ok_or_else(|| {
-                    Error::new(ErrorClass::RmaSync, "unlock_all without lock_all")
-                })?;
+            let mut epochs = self.epochs();
+            let taken = epochs
+                .lock_all
+                .take()
+                .ok_or_else(|| Error::new(ErrorClass::RmaSync, "unlock_all without lock_all"))?;
             // Every release leaves (behind its target's operations, by
             // active messages) before the first wait, and every one even
             // if one fails; the flush then waits for all their replies.
+            // The epoch ends in the targets' bytes (the guard's drop) only
+            // after the releases left, so that no lock of another thread
+            // sends its request ahead of one (see `unlock`).
             let released = match taken {
                 true => self.unlock_targets(0..self.members.len()),
                 false => Ok(()),
             };
+            drop(epochs);
             released.and(self.flush_every_target())
         })();
         self.comm.handled(result)

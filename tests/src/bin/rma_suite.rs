@@ -91,7 +91,12 @@
 //! threads of every rank lock the next rank at once, N rounds, exclusive
 //! and shared in turn: exactly one gets the lock each round and the
 //! others `MPI_ERR_RMA_SYNC` at once; the winner adds one to the target's
-//! counter and unlocks; the counters end at N).
+//! counter and unlocks; then thread 0 locks, adds one and unlocks 100 N
+//! times while the others lock only when it is inside its unlock, each
+//! adding one when it wins: the counters end at N, 100 N and the other
+//! threads' wins; over TCP a lock request sent while another thread's
+//! unlock was under way queued ahead of its release, and both waited
+//! forever).
 //!
 //! The direct path (windows in shared memory, or user memory by
 //! cross-memory attach) and the RDMA path (verbs): `path
@@ -146,7 +151,7 @@ use oxmpi::{Color, Communicator, ErrorClass, ErrorHandler, Info, Keyval, Result}
 use oxmpi_jobs::checks::{ensure, expect_class, fail, same};
 use oxmpi_jobs::program::{run_check, world_returning_errors};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -1629,12 +1634,78 @@ fn lock_race(world: &Communicator, n: usize) -> Result<()> {
             format!("round {round}: {winners} of {THREADS} threads got the lock")
         })?;
     }
+    // Locks racing unlocks: thread 0 locks, adds one and unlocks the
+    // target, again and again; the others try to lock it only while
+    // thread 0 is inside its unlock, so that their locks land in it.
+    let rounds = 100 * n;
+    let unlocking = AtomicBool::new(false);
+    let done = AtomicBool::new(false);
+    let wins = AtomicUsize::new(0);
+    std::thread::scope(|scope| -> Result<()> {
+        let others: Vec<_> = (1..THREADS)
+            .map(|_| {
+                scope.spawn(|| -> Result<()> {
+                    while !done.load(Ordering::Acquire) {
+                        if !unlocking.load(Ordering::Acquire) {
+                            std::thread::yield_now();
+                            continue;
+                        }
+                        match window.lock(LockType::Exclusive, target, 0) {
+                            Ok(()) => {
+                                window.accumulate(
+                                    &[1u64][..],
+                                    target,
+                                    0,
+                                    SystemOperation::sum(),
+                                )?;
+                                window.unlock(target)?;
+                                wins.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(e) if e.class() == ErrorClass::RmaSync => std::thread::yield_now(),
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        let first = (|| -> Result<()> {
+            for _ in 0..rounds {
+                while let Err(e) = window.lock(LockType::Exclusive, target, 0) {
+                    if e.class() != ErrorClass::RmaSync {
+                        return Err(e);
+                    }
+                    std::thread::yield_now();
+                }
+                window.accumulate(&[1u64][..], target, 0, SystemOperation::sum())?;
+                unlocking.store(true, Ordering::Release);
+                let unlocked = window.unlock(target);
+                unlocking.store(false, Ordering::Release);
+                unlocked?;
+            }
+            Ok(())
+        })();
+        done.store(true, Ordering::Release);
+        others
+            .into_iter()
+            .try_for_each(|t| t.join().map_err(|_| fail("a racing thread panicked"))?)?;
+        first
+    })?;
+    // The target's counter: this rank's winners' sums came to the next
+    // rank, the previous rank's here.
+    let size = world.size() as usize;
+    let mut all_wins = vec![0u64; size];
+    world.all_gather_into(
+        &[wins.load(Ordering::Relaxed) as u64][..],
+        &mut all_wins[..],
+    )?;
+    let previous = (world.rank() as usize + size - 1) % size;
     world.barrier()?;
     let mut counter = [0u64];
     window.read_local(0, &mut counter)?;
     same(
         &counter[..],
-        &[n as u64][..],
+        &[(n + rounds) as u64 + all_wins[previous]][..],
         "the counter of the winners' sums",
     )?;
     window.free()
