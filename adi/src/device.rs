@@ -2285,6 +2285,26 @@ impl Device {
         at: RdmaTarget,
         op: RdmaOp<'_>,
     ) -> Result<Option<u64>> {
+        let t = self.rdma_transport(peer)?;
+        self.transports[t].rdma_post(peer, at, op)
+    }
+
+    /// Starts one-sided operations on `peer`'s registered memory in order,
+    /// as many as there is room for now, pushing their ids to `ids`
+    /// ([`Transport::rdma_post_list`]: fewer than all asks to poll and
+    /// post the rest again; on an error, those pushed are posted).
+    pub fn rdma_post_list(
+        &mut self,
+        peer: PeerRank,
+        ops: &[(RdmaTarget, RdmaOp<'_>)],
+        ids: &mut Vec<u64>,
+    ) -> Result<()> {
+        let t = self.rdma_transport(peer)?;
+        self.transports[t].rdma_post_list(peer, ops, ids)
+    }
+
+    /// The transport that reaches `peer` with a one-sided channel.
+    fn rdma_transport(&mut self, peer: PeerRank) -> Result<usize> {
         let t = self.bind(peer)?;
         if !self.transports[t].offers_rdma(peer) {
             return Err(Error::new(
@@ -2292,7 +2312,7 @@ impl Device {
                 format!("rank {peer} is not reached by a transport with a one-sided channel"),
             ));
         }
-        self.transports[t].rdma_post(peer, at, op)
+        Ok(t)
     }
 
     /// The outcome of operation `id` on `channel` once it completed

@@ -31,7 +31,8 @@
 //! (`Device::rdma_*`) without knowing the method:
 //! [`Transport::rdma_register`] registers memory for peers to reach and
 //! gives its remote key; [`Transport::rdma_post`] starts an [`RdmaOp`]
-//! on a peer's registered memory ([`RdmaTarget`]) and names it by an id;
+//! on a peer's registered memory ([`RdmaTarget`]) and names it by an id
+//! ([`Transport::rdma_post_list`] starts several in order at once);
 //! [`Transport::rdma_take`] returns its outcome once a
 //! [`Transport::poll`] saw it complete. Data to write is copied when the
 //! operation is posted, and data read is handed back by `rdma_take`, so
@@ -448,6 +449,31 @@ pub trait Transport: Send {
             ErrorClass::UnsupportedOperation,
             format!("the {} transport has no one-sided channel", self.name()),
         ))
+    }
+
+    /// Starts `ops` on `peer`'s memory in order, each as
+    /// [`Transport::rdma_post`] would (an operation at its target), as
+    /// many as there is room for now, and pushes the id of each one
+    /// posted to `ids`: those are the first ones of `ops`. `Ok` with fewer
+    /// pushed than `ops` (even none): no room for the rest now: poll and
+    /// post them again. An error: the operations whose ids were pushed are
+    /// posted (their outcomes come as any posted operation's), the rest
+    /// not. The default posts them one by one with `rdma_post`; a
+    /// transport that posts several at once (verbs: one list of work
+    /// requests) overrides it.
+    fn rdma_post_list(
+        &mut self,
+        peer: PeerRank,
+        ops: &[(RdmaTarget, RdmaOp<'_>)],
+        ids: &mut Vec<u64>,
+    ) -> Result<()> {
+        for &(at, op) in ops {
+            match self.rdma_post(peer, at, op)? {
+                Some(id) => ids.push(id),
+                None => break,
+            }
+        }
+        Ok(())
     }
 
     /// The outcome of the operation `id` once it completed (once): the

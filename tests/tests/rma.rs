@@ -285,7 +285,7 @@ fn bad_calls_fail_with_their_classes() {
 
 /// By active messages over shared memory (a created window without
 /// cross-memory attach; an allocated one would be reached directly, with
-/// no progress thread needed) and over TCP.
+/// no progress thread needed, and a dynamic one) and over TCP.
 #[test]
 fn a_progress_thread_completes_operations_while_the_target_computes() {
     let progress = ("OXMPI_ASYNC_PROGRESS", "1");
@@ -297,6 +297,7 @@ fn a_progress_thread_completes_operations_while_the_target_computes() {
         60,
     );
     job("passive", &[], 3, &[progress, TCP[0]], 60);
+    job("passive_dynamic", &[], 3, &[progress], 60);
 }
 
 /// A target lost in the middle of a put over TCP: the put and the flush

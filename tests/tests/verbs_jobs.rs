@@ -3,7 +3,9 @@
 //! checks of `p2p_suite`, `completion` and `p2p_modes`, and some of the
 //! collectives suite, with 2 to 4 ranks and messages past the eager
 //! limit; long messages by RDMA READ with the registration cache, and a
-//! refused read; the RMA suite on the RDMA path (up to 8 ranks); a flood
+//! refused read; the RMA suite on the RDMA path (up to 8 ranks); the
+//! progress thread completing active messages (a dynamic window) while
+//! their target computes outside MPI; a flood
 //! of unexpected messages into one rank; connections made only between
 //! the ranks that talk, in jobs of 4 and 66 ranks; the
 //! default selection on this machine, which has no RDMA device, not
@@ -210,7 +212,20 @@ fn collectives_and_rma_over_verbs() {
     // No `passive` here: its windows (allocated or created) take RDMA
     // over verbs, which needs no progress at the target, so it would
     // prove nothing of the progress thread (it refuses such a window);
-    // tests/tests/rma.rs runs it over shared memory and TCP.
+    // tests/tests/rma.rs runs it over shared memory and TCP. The progress
+    // thread over verbs is `passive_dynamic`, below.
+}
+
+/// The progress thread (`OXMPI_ASYNC_PROGRESS=1`) over verbs: it sleeps
+/// on the transport's completion channel and wakes for the frames of
+/// active messages, so passive-target operations on a dynamic window
+/// (active messages over verbs too) complete while their target
+/// computes outside MPI. Without the thread the job fails at its 30 s
+/// bound.
+#[test]
+fn a_progress_thread_completes_active_messages_over_verbs() {
+    let progress = ("OXMPI_ASYNC_PROGRESS", "1");
+    job_with("rma_suite", &["passive_dynamic"], 3, &[progress], 90);
 }
 
 /// Windows on user memory and allocated ones take the RDMA path over

@@ -19,6 +19,15 @@
 //! default `accumulate_ops` (`same_op_no_op`) concurrent accumulates of one
 //! element never mix the two ways.
 //!
+//! An operation of several pieces (the segments of a target datatype,
+//! pieces of the channel's largest length, an accumulate's elements)
+//! posts them in order as lists of work requests
+//! (`Device::rdma_post_list`, [`Reach::post_all`]: one post, and one
+//! lock of the queue pair, per list of as many as the channel has room
+//! for), all before the first is waited for; on an error the ones posted
+//! are still waited for (a get, a fetching accumulate) or flushed (a put,
+//! an accumulate).
+//!
 //! Passive-target locks are the phase-fair reader-writer ticket lock
 //! (Brandenburg and Anderson's PF-T) on four words of the target's
 //! control block, with fetch-and-add only: readers that arrive while a
@@ -38,6 +47,7 @@ use crate::{
 };
 use oxmpi_adi::device::RdmaChannel;
 use oxmpi_adi::transport::{PeerRank, RdmaOp, RdmaTarget};
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -286,6 +296,14 @@ impl Reach {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The target's rank, if it is another rank.
+    fn peer(&self) -> Result<PeerRank> {
+        match &self.at {
+            At::Remote { peer, .. } => Ok(*peer),
+            At::Local { .. } => Err(no_target()),
+        }
+    }
+
     /// The remote address of `place`, if the target is another rank.
     fn remote(&self, place: Place) -> Option<(PeerRank, RdmaTarget)> {
         let At::Remote {
@@ -325,9 +343,63 @@ impl Reach {
         progress_until(|d| d.rdma_post(peer, at, op))
     }
 
+    /// Posts `ops` to `peer` in order, as lists of work requests as long
+    /// as the channel has room for, polling between lists. The id of each
+    /// operation posted is pushed to `ids`, also when an error stops the
+    /// posting (those are posted, the rest not), so that the caller
+    /// waits for exactly those.
+    fn post_all(
+        &self,
+        peer: PeerRank,
+        ops: &[(RdmaTarget, RdmaOp<'_>)],
+        ids: &mut Vec<u64>,
+    ) -> Result<()> {
+        let first = ids.len();
+        if ops.is_empty() {
+            return Ok(());
+        }
+        progress_until(|d| {
+            d.rdma_post_list(peer, &ops[ids.len() - first..], ids)?;
+            Ok((ids.len() - first == ops.len()).then_some(()))
+        })
+    }
+
     /// Waits for operation `id`'s outcome.
     fn wait(&self, id: u64) -> Result<Vec<u8>> {
         progress_until(|d| Ok(d.rdma_take(self.channel, id)))?
+    }
+
+    /// Waits for every one of `ids` and hands each outcome to `each`
+    /// with its index: the first error, after all are waited for.
+    fn wait_each(
+        &self,
+        ids: &[u64],
+        mut each: impl FnMut(usize, Vec<u8>) -> Result<()>,
+    ) -> Result<()> {
+        let mut outcome = Ok(());
+        for (i, &id) in ids.iter().enumerate() {
+            let done = self.wait(id).and_then(|bytes| each(i, bytes));
+            outcome = outcome.and(done);
+        }
+        outcome
+    }
+
+    /// The remote pieces of `segments`: each segment in pieces of at most
+    /// the channel's largest operation, with their target addresses and
+    /// ranges of the operation's data, in order.
+    fn pieces(&self, segments: &[Segment]) -> Result<Vec<(RdmaTarget, Range<usize>)>> {
+        let mut pieces = Vec::with_capacity(segments.len());
+        for s in segments {
+            let mut from = s.data.start;
+            while from < s.data.end {
+                let len = (s.data.end - from).min(self.max_len);
+                let place = Place::Data(s.disp + (from - s.data.start) as u64);
+                let (_, at) = self.remote(place).ok_or_else(no_target)?;
+                pieces.push((at, from..from + len));
+                from += len;
+            }
+        }
+        Ok(pieces)
     }
 
     /// An 8-byte atomic on `place` (8-byte aligned): its old value.
@@ -390,20 +462,39 @@ impl Reach {
     /// `MPI_Put`: writes `data` at byte offset `disp`; complete at the
     /// target after [`Reach::flush`].
     pub(crate) fn put(&self, disp: u64, data: &[u8]) -> Result<()> {
-        if let Some(window) = self.local(Place::Data(disp)) {
-            // SAFETY: the window checked the range inside this rank's
-            // window, whose memory outlives its paths; `data` is the
-            // origin's buffer.
-            unsafe { std::ptr::copy(data.as_ptr(), window, data.len()) };
+        let whole = Segment {
+            disp,
+            data: 0..data.len(),
+        };
+        self.put_segments(&[whole], data)
+    }
+
+    /// Writes each of `segments`' range of `data` at its displacement (a
+    /// put with a target datatype, an accumulate's scatter), complete at
+    /// the target after [`Reach::flush`]: their WRITEs posted as lists
+    /// ([`Reach::post_all`]), each flushed later, those posted before an
+    /// error included.
+    pub(crate) fn put_segments(&self, segments: &[Segment], data: &[u8]) -> Result<()> {
+        if let At::Local { .. } = self.at {
+            for s in segments {
+                let window = self.local(Place::Data(s.disp)).ok_or_else(no_target)?;
+                let from = &data[s.data.clone()];
+                // SAFETY: the window checked the range inside this rank's
+                // window, whose memory outlives its paths; `from` is the
+                // origin's buffer.
+                unsafe { std::ptr::copy(from.as_ptr(), window, from.len()) };
+            }
             return Ok(());
         }
-        for (i, chunk) in data.chunks(self.max_len).enumerate() {
-            let place = Place::Data(disp + (i * self.max_len) as u64);
-            let (peer, at) = self.remote(place).ok_or_else(no_target)?;
-            let id = self.post(peer, at, RdmaOp::Write(chunk))?;
-            self.pending().push(id);
-        }
-        Ok(())
+        let pieces = self.pieces(segments)?;
+        let ops: Vec<_> = pieces
+            .iter()
+            .map(|(at, range)| (*at, RdmaOp::Write(&data[range.clone()])))
+            .collect();
+        let mut ids = Vec::with_capacity(ops.len());
+        let posted = self.post_all(self.peer()?, &ops, &mut ids);
+        self.pending().extend(ids);
+        posted
     }
 
     /// `MPI_Get`: reads the bytes at offset `disp` into `out`.
@@ -416,9 +507,10 @@ impl Reach {
     }
 
     /// Reads the bytes of each of `segments` into its range of `out` (a
-    /// get with a target datatype, or an accumulate's gather): every
-    /// READ posted before the first is waited for, so the segments'
-    /// round trips overlap and the operation waits once.
+    /// get with a target datatype, or an accumulate's gather): their
+    /// READs posted as lists ([`Reach::post_all`]) before the first is
+    /// waited for, so the segments' round trips overlap and the
+    /// operation waits once.
     pub(crate) fn get_segments(&self, segments: &[Segment], out: &mut [u8]) -> Result<()> {
         if let At::Local { .. } = self.at {
             for s in segments {
@@ -431,45 +523,27 @@ impl Reach {
             }
             return Ok(());
         }
-        // Each segment in reads of at most `max_len` bytes: the offset in
-        // `out` and the length of each, with its operation's id.
-        let mut posted = Vec::new();
-        for s in segments {
-            let mut from = s.data.start;
-            while from < s.data.end {
-                let len = (s.data.end - from).min(self.max_len);
-                let place = Place::Data(s.disp + (from - s.data.start) as u64);
-                let (peer, at) = self.remote(place).ok_or_else(no_target)?;
-                let id = match self.post(peer, at, RdmaOp::Read(len)) {
-                    Ok(id) => id,
-                    Err(e) => {
-                        // The reads posted are still waited for: their
-                        // outcomes are not left behind.
-                        for (_, _, id) in posted {
-                            let _ = self.wait(id);
-                        }
-                        return Err(e);
-                    }
-                };
-                posted.push((from, len, id));
-                from += len;
+        let pieces = self.pieces(segments)?;
+        let ops: Vec<_> = pieces
+            .iter()
+            .map(|(at, range)| (*at, RdmaOp::Read(range.len())))
+            .collect();
+        let mut ids = Vec::with_capacity(ops.len());
+        // The reads posted are waited for even after an error: their
+        // outcomes are not left behind.
+        let posted = self.post_all(self.peer()?, &ops, &mut ids);
+        let read = self.wait_each(&ids, |i, bytes| {
+            let range = pieces[i].1.clone();
+            if bytes.len() != range.len() {
+                return Err(Error::new(
+                    ErrorClass::Intern,
+                    "an RDMA READ returned a short result",
+                ));
             }
-        }
-        let mut outcome = Ok(());
-        for (from, len, id) in posted {
-            let read = self.wait(id).and_then(|bytes| {
-                if bytes.len() != len {
-                    return Err(Error::new(
-                        ErrorClass::Intern,
-                        "an RDMA READ returned a short result",
-                    ));
-                }
-                out[from..from + len].copy_from_slice(&bytes);
-                Ok(())
-            });
-            outcome = outcome.and(read);
-        }
-        outcome
+            out[range].copy_from_slice(&bytes);
+            Ok(())
+        });
+        posted.and(read)
     }
 
     /// Waits until every operation posted to the target is complete there
@@ -480,13 +554,7 @@ impl Reach {
             std::sync::atomic::fence(Ordering::SeqCst);
             return Ok(());
         }
-        let mut first = Ok(());
-        for id in ids {
-            if let Err(e) = self.wait(id) {
-                first = first.and(Err(e));
-            }
-        }
-        first
+        self.wait_each(&ids, |_, _| Ok(()))
     }
 
     /// Takes the target's lock.
@@ -619,52 +687,15 @@ pub(crate) fn accumulate(
     data: &[u8],
     (element, op): (AccumulateType, AccumulateOp),
     exclusive: bool,
-    mut old: Option<&mut [u8]>,
+    old: Option<&mut [u8]>,
 ) -> Result<()> {
     let len = direct::accumulate_len(data, element, op, old.as_deref())?;
     if len == 0 {
         return Ok(());
     }
     if hardware(reach.base(), disp, element, op) {
-        for i in 0..len / 8 {
-            let place = Place::Data(disp + 8 * i as u64);
-            let operand = match op {
-                AccumulateOp::NoOp => 0,
-                _ => u64::from_ne_bytes(data[8 * i..8 * i + 8].try_into().expect("8 bytes")),
-            };
-            let previous = match op {
-                AccumulateOp::Replace => {
-                    let mut current = reach.atomic(place, RdmaOp::FetchAdd(0))?;
-                    loop {
-                        let seen = reach.atomic(
-                            place,
-                            RdmaOp::CompareSwap {
-                                compare: current,
-                                swap: operand,
-                            },
-                        )?;
-                        if seen == current {
-                            break current;
-                        }
-                        current = seen;
-                    }
-                }
-                _ if old.is_none() => {
-                    // Nothing to hand back: posted, complete at the flush.
-                    if let Some((peer, at)) = reach.remote(place) {
-                        let id = reach.post(peer, at, RdmaOp::FetchAdd(operand))?;
-                        reach.pending().push(id);
-                        continue;
-                    }
-                    reach.atomic(place, RdmaOp::FetchAdd(operand))?
-                }
-                _ => reach.atomic(place, RdmaOp::FetchAdd(operand))?,
-            };
-            if let Some(old) = old.as_deref_mut() {
-                old[8 * i..8 * i + 8].copy_from_slice(&previous.to_ne_bytes());
-            }
-        }
-        return Ok(());
+        let whole = Segment { disp, data: 0..len };
+        return atomic_elements(reach, &[&whole], data, op, old);
     }
     let hold = reach.mutex(exclusive)?;
     let mut current = vec![0u8; len];
@@ -682,14 +713,91 @@ pub(crate) fn accumulate(
     }
 }
 
+/// The elements of `segments` (all [`hardware`]) by NIC atomics, each
+/// segment's operands taken from its range of `data` and its old values
+/// put in its range of `old`: REPLACE a compare-and-swap loop per
+/// element; SUM and NO_OP a fetch-and-add per element (of 0 for NO_OP),
+/// to another rank posted as lists ([`Reach::post_all`]) and complete at
+/// the flush, or waited for when the old values are wanted.
+fn atomic_elements(
+    reach: &Reach,
+    segments: &[&Segment],
+    data: &[u8],
+    op: AccumulateOp,
+    mut old: Option<&mut [u8]>,
+) -> Result<()> {
+    let operand = |at: usize| match op {
+        AccumulateOp::NoOp => 0,
+        _ => u64::from_ne_bytes(data[at..at + 8].try_into().expect("8 bytes")),
+    };
+    // Each element's place and its offset in the data (and the result).
+    let elements = segments.iter().flat_map(|s| {
+        (0..s.data.len() / 8).map(|i| (Place::Data(s.disp + 8 * i as u64), s.data.start + 8 * i))
+    });
+    if op == AccumulateOp::Replace || matches!(reach.at, At::Local { .. }) {
+        for (place, at) in elements {
+            let previous = match op {
+                AccumulateOp::Replace => {
+                    let mut current = reach.atomic(place, RdmaOp::FetchAdd(0))?;
+                    loop {
+                        let seen = reach.atomic(
+                            place,
+                            RdmaOp::CompareSwap {
+                                compare: current,
+                                swap: operand(at),
+                            },
+                        )?;
+                        if seen == current {
+                            break current;
+                        }
+                        current = seen;
+                    }
+                }
+                _ => reach.atomic(place, RdmaOp::FetchAdd(operand(at)))?,
+            };
+            if let Some(old) = old.as_deref_mut() {
+                old[at..at + 8].copy_from_slice(&previous.to_ne_bytes());
+            }
+        }
+        return Ok(());
+    }
+    let mut ops = Vec::new();
+    let mut offsets = Vec::new();
+    for (place, at) in elements {
+        let (_, target) = reach.remote(place).ok_or_else(no_target)?;
+        ops.push((target, RdmaOp::FetchAdd(operand(at))));
+        offsets.push(at);
+    }
+    let mut ids = Vec::with_capacity(ops.len());
+    let posted = reach.post_all(reach.peer()?, &ops, &mut ids);
+    let Some(old) = old else {
+        // Nothing to hand back: complete at the flush.
+        reach.pending().extend(ids);
+        return posted;
+    };
+    let fetched = reach.wait_each(&ids, |i, bytes| {
+        let at = offsets[i];
+        if bytes.len() != 8 {
+            return Err(Error::new(
+                ErrorClass::Intern,
+                "an atomic's result is not 8 bytes",
+            ));
+        }
+        old[at..at + 8].copy_from_slice(&bytes);
+        Ok(())
+    });
+    posted.and(fetched)
+}
+
 /// `MPI_Accumulate` and `MPI_Get_accumulate` with a target datatype, as
 /// `direct::accumulate_segments`, on the RDMA path: the segments whose
-/// elements go by NIC atomics ([`hardware`]) element by element, and all
-/// the others under one hold of the target's accumulate mutex (none
-/// under the exclusive lock): their READs posted together and waited for
-/// once, the reduction here on the packed data (so a layout whose
-/// segments cut value-index pairs is combined whole), and their WRITEs
-/// posted together and completed before the mutex is released.
+/// elements go by NIC atomics ([`hardware`]) element by element (their
+/// fetch-and-adds posted as lists, [`atomic_elements`]), and all the
+/// others under one hold of the target's accumulate mutex (none under
+/// the exclusive lock): their READs posted as lists and waited for once,
+/// the reduction here on the packed data (so a layout whose segments cut
+/// value-index pairs is combined whole), and their WRITEs posted as
+/// lists and completed before the mutex is released.
 pub(crate) fn accumulate_segments(
     reach: &Reach,
     segments: &[Segment],
@@ -700,21 +808,11 @@ pub(crate) fn accumulate_segments(
 ) -> Result<()> {
     let len = direct::accumulate_len(data, element, op, old.as_deref())?;
     direct::check_covered(segments, len)?;
-    let piece = |s: &Segment| {
-        if op == AccumulateOp::NoOp {
-            data
-        } else {
-            &data[s.data.clone()]
-        }
-    };
     // Numbers' segments hold whole elements, so each may go its own way.
     let (atomics, locked): (Vec<&Segment>, Vec<&Segment>) = segments
         .iter()
         .partition(|s| hardware(reach.base(), s.disp, element, op));
-    for s in atomics {
-        let old = old.as_deref_mut().map(|old| &mut old[s.data.clone()]);
-        accumulate(reach, s.disp, piece(s), (element, op), exclusive, old)?;
-    }
+    atomic_elements(reach, &atomics, data, op, old.as_deref_mut())?;
     if locked.is_empty() {
         return Ok(());
     }
@@ -747,14 +845,12 @@ pub(crate) fn accumulate_segments(
         } else {
             origin = locked
                 .iter()
-                .flat_map(|s| piece(s).iter().copied())
+                .flat_map(|s| data[s.data.clone()].iter().copied())
                 .collect();
             &origin
         };
         combine(&mut current, origin, element, op)?;
-        for g in &gathered {
-            reach.put(g.disp, &current[g.data.clone()])?;
-        }
+        reach.put_segments(&gathered, &current)?;
     }
     match hold {
         Some(hold) => hold.release(),

@@ -30,7 +30,8 @@
 //! - on the direct path and over RDMA the operation is one operation on
 //!   the segments (adjacent ones merged, [`Segment`]s), in type-map
 //!   order, with no packing at the target: a put or a get the segments'
-//!   copies (or WRITEs and READs, all posted before any is waited for);
+//!   copies (or WRITEs and READs, posted as lists of work requests, all
+//!   before any is waited for);
 //!   an accumulate takes the locks it needs once for all its segments
 //!   (`direct::accumulate_segments`, `rdma::accumulate_segments`: each
 //!   region mutex at most once, or the accumulate mutex once). Neither
@@ -160,8 +161,8 @@ impl Blocks<'_> {
     }
 
     /// Puts `data` (the packed data) into the target layout: the
-    /// segments' copies (direct path) or WRITEs (RDMA), posted one after
-    /// another and complete at the next flush.
+    /// segments' copies (direct path), or their WRITEs (RDMA) posted as
+    /// lists of work requests; complete at the next flush.
     fn put(&self, data: &[u8]) -> Result<()> {
         match self.path {
             Path::ActiveMessages => {
@@ -175,12 +176,7 @@ impl Blocks<'_> {
                     .iter()
                     .try_for_each(|s| direct::put(reach, s.disp, &data[s.data.clone()]))
             }
-            Path::Rdma(reach) => {
-                let segments = self.segments(data.len())?;
-                segments
-                    .iter()
-                    .try_for_each(|s| reach.put(s.disp, &data[s.data.clone()]))
-            }
+            Path::Rdma(reach) => reach.put_segments(&self.segments(data.len())?, data),
         }
     }
 

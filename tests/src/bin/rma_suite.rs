@@ -54,7 +54,7 @@
 //! target layouts outside the
 //! window and signatures that differ, refused with nothing written; a
 //! strided put and get and an irregular accumulate too large for one
-//! message), `dynamic` (attach, access, detach; typed operations across
+//! message, then a maximum into the irregular layout), `dynamic` (attach, access, detach; typed operations across
 //! a region's end, refused whole),
 //! `locations` (`MPI_MINLOC` and `MPI_MAXLOC` accumulates on value-index
 //! pairs of five types, under shared locks and fence, with ties, by
@@ -87,7 +87,10 @@
 //! (the error classes of bad calls, after which the window still works)
 //! and `passive [create]` (rank 0 computes outside MPI while the others
 //! lock, put and unlock a window reached by active messages: run with
-//! `OXMPI_ASYNC_PROGRESS=1`) and `lock_race` (`MPI_THREAD_MULTIPLE`: four
+//! `OXMPI_ASYNC_PROGRESS=1`), `passive_dynamic` (the same on a dynamic
+//! window, which every transport reaches by active messages, each
+//! origin's done mark put in an allocated window that needs no progress
+//! at the target: run with `OXMPI_ASYNC_PROGRESS=1`) and `lock_race` (`MPI_THREAD_MULTIPLE`: four
 //! threads of every rank lock the next rank at once, N rounds, exclusive
 //! and shared in turn: exactly one gets the lock each round and the
 //! others `MPI_ERR_RMA_SYNC` at once; the winner adds one to the target's
@@ -192,6 +195,7 @@ fn main() -> ExitCode {
             "attributes" => attributes(&world),
             "errors" => errors(&world),
             "passive" => passive(&world, created),
+            "passive_dynamic" => passive_dynamic(&world),
             "lock_race" => lock_race(&world, n),
             "path" => path(&world),
             "sleeping" => sleeping(&world),
@@ -1853,6 +1857,81 @@ fn passive(world: &Communicator, created: bool) -> Result<()> {
     window.free()
 }
 
+/// Rank 0 computes outside MPI while every other rank locks, puts, gets
+/// and unlocks rank 0's memory in a dynamic window, which every transport
+/// reaches by active messages (over verbs too: its memory is attached
+/// after the window's creation), so only rank 0's progress thread
+/// (`OXMPI_ASYNC_PROGRESS=1`, asked for) completes them. Each origin then
+/// puts a done mark into an allocated window, which the direct or RDMA
+/// path reaches with no progress at the target, and rank 0 reads the
+/// marks between computations (read_local polls nothing). Bounded: rank
+/// 0 gives up after 30 s. Rank 0 checks its attached memory once the
+/// window is freed.
+fn passive_dynamic(world: &Communicator) -> Result<()> {
+    const DONE: u64 = u64::MAX;
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    ensure(
+        std::env::var(oxmpi::rma::ASYNC_PROGRESS_ENV).as_deref() == Ok("1"),
+        || "passive_dynamic needs the progress thread (OXMPI_ASYNC_PROGRESS=1)".to_owned(),
+    )?;
+    let mut attached = vec![0u64; size];
+    let marks = returning(Window::allocate(world, 8 * size, 8, &Info::new()))?;
+    ensure(
+        size == 1 || marks.direct_access() || marks.rdma_access(),
+        || {
+            "passive_dynamic needs a transport that reaches an allocated window directly or by RDMA"
+                .to_owned()
+        },
+    )?;
+    let window = returning(Window::create_dynamic(world, &Info::new()))?;
+    let base = window.attach(&mut attached[..])?;
+    let mut bases = vec![0u64; size];
+    world.all_gather_into(&[base as u64][..], &mut bases[..])?;
+    world.barrier()?;
+    if rank == 0 {
+        let since = Instant::now();
+        let mut got = vec![0u64; size];
+        let mut spin = 0u64;
+        loop {
+            for i in 0..100_000u64 {
+                spin = spin.wrapping_mul(31).wrapping_add(i);
+            }
+            marks.read_local(0, &mut got)?;
+            if got[1..].iter().all(|&m| m == DONE) {
+                break;
+            }
+            ensure(since.elapsed() < Duration::from_secs(30), || {
+                format!("after 30 s of computing the done marks are {got:?} (spin {spin})")
+            })?;
+        }
+    } else {
+        let at = bases[0] as usize + 8 * rank;
+        let value = rank as u64 * 11;
+        let mut back = [0u64];
+        window.lock(LockType::Exclusive, 0, 0)?;
+        window.put(&[value][..], 0, at)?;
+        window.unlock(0)?;
+        window.lock(LockType::Shared, 0, 0)?;
+        window.get(&mut back[..], 0, at)?;
+        window.unlock(0)?;
+        same(&back, &[value], "read back from rank 0's attached memory")?;
+        marks.lock(LockType::Shared, 0, 0)?;
+        marks.put(&[DONE][..], 0, rank)?;
+        marks.unlock(0)?;
+    }
+    world.barrier()?;
+    window.detach(base)?;
+    window.free()?;
+    marks.free()?;
+    let expected: Vec<u64> = (0..size)
+        .map(|r| if r == 0 { 0 } else { r as u64 * 11 })
+        .collect();
+    if rank == 0 {
+        same(&attached, &expected, "rank 0's attached memory")?;
+    }
+    Ok(())
+}
+
 /// Which path an allocated window takes (as the second argument says:
 /// `direct`, `rdma` or `messages`; the third, if any, says it of a window
 /// on user memory), and every rank sees the same.
@@ -2720,7 +2799,8 @@ const IRREGULAR: usize = 6_000;
 /// messages each: a put into every other element of the right
 /// neighbour's window (a vector), read back by a get, and an accumulate
 /// into an indexed layout whose gaps of 1 to 3 elements fold into no
-/// long run, read back by a fetching no-op. Checked against references.
+/// long run, read back by a fetching no-op, then a maximum into that
+/// layout, read back by a get. Checked against references.
 fn typed_large(world: &Communicator) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     let right = ((rank + 1) % size) as i32;
@@ -2776,6 +2856,31 @@ fn typed_large(world: &Communicator) -> Result<()> {
         &old,
         &want,
         "an irregular accumulate of 6,000 blocks read back",
+    )?;
+    // A maximum, which no NIC atomic does: over RDMA the segments' READs
+    // and WRITEs, posted as lists, under one hold of the accumulate
+    // mutex. Every other element is raised.
+    let candidates: Vec<u64> = want
+        .iter()
+        .enumerate()
+        .map(|(i, &w)| if i % 2 == 0 { w + 5 } else { w - 1 })
+        .collect();
+    window.lock(LockType::Shared, right, 0)?;
+    window.accumulate_typed(&candidates[..], right, 1, layout, SystemOperation::max())?;
+    window.unlock(right)?;
+    let mut maxima = vec![0u64; IRREGULAR];
+    window.lock(LockType::Shared, right, 0)?;
+    window.get_typed(&mut maxima[..], right, 1, layout)?;
+    window.unlock(right)?;
+    let want: Vec<u64> = want
+        .iter()
+        .zip(&candidates)
+        .map(|(&w, &c)| w.max(c))
+        .collect();
+    same(
+        &maxima,
+        &want,
+        "an irregular maximum of 6,000 blocks read back",
     )?;
     window.free()
 }

@@ -10,7 +10,8 @@
 //! queue pair has an address
 //! ([`QpAddress`], what goes in a business card) and is connected by the
 //! RESET → INIT → RTR → RTS transitions ([`connect_rc`]); work is posted with
-//! [`QueuePair::post_send`] / [`QueuePair::post_recv`] /
+//! [`QueuePair::post_send_list`] (or [`QueuePair::post_send`] of one) /
+//! [`QueuePair::post_recv`] /
 //! [`SharedReceiveQueue::post_recv`] and finishes as [`WorkCompletion`]s
 //! polled from a [`CompletionQueue`], whose [`WcStatus`] mirrors
 //! `ibv_wc_status`; a [`CompletionChannel`] lets a thread sleep until an
@@ -233,6 +234,19 @@ pub enum PostError {
     QueueFull,
     /// The request is invalid in itself or in the queue pair's state.
     Invalid(Error),
+}
+
+/// Why a list of send requests ([`QueuePair::post_send_list`]) was not
+/// posted whole, as `ibv_post_send`'s `bad_wr` says it: the first
+/// `posted` requests were posted (they complete as any posted request
+/// does), the next one was refused for `error`, and none after it was
+/// posted.
+#[derive(Debug)]
+pub struct PartialPost {
+    /// How many requests, from the first, were posted.
+    pub posted: usize,
+    /// Why the next one was refused.
+    pub error: PostError,
 }
 
 impl From<PostError> for Error {
@@ -907,9 +921,17 @@ pub trait QueuePair: Send + Sync {
     fn modify_to_rtr(&self, attr: &RtrAttr) -> Result<()>;
     /// RTR → RTS.
     fn modify_to_rts(&self, attr: &RtsAttr) -> Result<()>;
-    /// Posts a send-queue request (`ibv_post_send`); allowed in RTS, and in
-    /// ERROR where it completes at once with [`WcStatus::WrFlushErr`].
-    fn post_send(&self, wr: &SendWr<'_>) -> std::result::Result<(), PostError>;
+    /// Posts send-queue requests in order as one list (`ibv_post_send`
+    /// with the requests linked by `next`: one call, one doorbell);
+    /// allowed in RTS, and in ERROR where each completes at once with
+    /// [`WcStatus::WrFlushErr`]. The requests posted are all of them, or
+    /// on a refusal the ones before the refused one ([`PartialPost`]).
+    fn post_send_list(&self, wrs: &[SendWr<'_>]) -> std::result::Result<(), PartialPost>;
+    /// Posts one send-queue request: [`QueuePair::post_send_list`] of it.
+    fn post_send(&self, wr: &SendWr<'_>) -> std::result::Result<(), PostError> {
+        self.post_send_list(std::slice::from_ref(wr))
+            .map_err(|refused| refused.error)
+    }
     /// Posts a receive on its own receive queue (`ibv_post_recv`); allowed
     /// from INIT on, and refused for a queue pair attached to an SRQ.
     fn post_recv(&self, wr: &RecvWr) -> std::result::Result<(), PostError>;

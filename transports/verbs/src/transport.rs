@@ -116,7 +116,11 @@
 //! caller memory is borrowed while the NIC works. [`RMA_SLOTS`] staging
 //! buffers are shared by the peers, at most [`RMA_DEPTH`] operations per
 //! peer are in flight, and a post with none free asks the caller to poll
-//! and post again. The target's process takes no part: its NIC (the soft
+//! and post again. [`Transport::rdma_post_list`] posts as many of a list
+//! of operations as fit as one list of work requests
+//! ([`crate::provider::QueuePair::post_send_list`]: one post, one lock of
+//! the queue pair); each keeps its own signaled request, staging buffer
+//! and id, as if posted alone. The target's process takes no part: its NIC (the soft
 //! provider's queue-pair threads) does the work. A remote access error
 //! fails the operation with `MPI_ERR_RMA_RANGE`, and, as RC has it, the
 //! queue pair is then in the error state: the peer fails as below.
@@ -545,6 +549,16 @@ struct RmaPosted {
     id: u64,
     /// Bytes of the staging buffer its completion hands back.
     result_len: usize,
+}
+
+/// Bytes an operation of the one-sided channel moves: what it writes or
+/// reads, or an atomic's word.
+fn rma_len(op: RdmaOp<'_>) -> usize {
+    match op {
+        RdmaOp::Write(data) => data.len(),
+        RdmaOp::Read(len) => len,
+        RdmaOp::FetchAdd(_) | RdmaOp::CompareSwap { .. } => 8,
+    }
 }
 
 /// The verbs transport over a provider's NIC `N`: see the module docs.
@@ -2098,12 +2112,27 @@ impl<N: Nic> Transport for VerbsTransport<N> {
     }
 
     fn rdma_post(&mut self, peer: PeerRank, at: RdmaTarget, op: RdmaOp<'_>) -> Result<Option<u64>> {
-        let len = match op {
-            RdmaOp::Write(data) => data.len(),
-            RdmaOp::Read(len) => len,
-            RdmaOp::FetchAdd(_) | RdmaOp::CompareSwap { .. } => 8,
-        };
-        if len == 0 || len > RMA_LEN {
+        let mut ids = Vec::with_capacity(1);
+        self.rdma_post_list(peer, &[(at, op)], &mut ids)?;
+        Ok(ids.pop())
+    }
+
+    /// The operations that fit (the peer's [`RMA_DEPTH`], free staging
+    /// buffers) as one list of work requests: one post, one lock of the
+    /// queue pair. Every request is signaled, and each operation keeps
+    /// its own slot and id, as one posted alone. A full send queue
+    /// (never, as the queue is sized) posts the ones before it.
+    fn rdma_post_list(
+        &mut self,
+        peer: PeerRank,
+        ops: &[(RdmaTarget, RdmaOp<'_>)],
+        ids: &mut Vec<u64>,
+    ) -> Result<()> {
+        if let Some(len) = ops
+            .iter()
+            .map(|&(_, op)| rma_len(op))
+            .find(|&len| len == 0 || len > RMA_LEN)
+        {
             return Err(Error::new(
                 ErrorClass::Intern,
                 format!(
@@ -2112,74 +2141,81 @@ impl<N: Nic> Transport for VerbsTransport<N> {
                 ),
             ));
         }
+        if ops.is_empty() {
+            return Ok(());
+        }
         // The first operation to a peer connects to it; until both sides
         // are connected, the caller polls and posts again.
         self.connect_start(peer)?;
         let Some(Some(p)) = self.peers.get_mut(peer) else {
-            return Ok(None);
+            return Ok(());
         };
         let (Link::Ready, Some(qp)) = (p.link, &p.qp) else {
-            return Ok(None);
+            return Ok(());
         };
-        if p.rma_in_flight >= RMA_DEPTH {
-            return Ok(None);
-        }
-        let Some(slot) = self.rma_free.pop() else {
-            return Ok(None);
-        };
-        if let RdmaOp::Write(data) = op {
-            // SAFETY: a free staging buffer is not posted.
-            let buf = unsafe { self.rma_frames.frame(slot) };
-            buf[..len].copy_from_slice(data);
-        }
-        let local = Sge {
-            addr: self.rma_frames.addr(slot),
-            length: len as u32,
-            lkey: self.rma_mr.lkey(),
-        };
-        let remote = RemoteAddr {
-            addr: at.addr,
-            rkey: at.rkey,
-        };
-        let (send_op, result_len) = match op {
-            RdmaOp::Write(_) => (SendOp::RdmaWrite { local, remote }, 0),
-            RdmaOp::Read(_) => (SendOp::RdmaRead { local, remote }, len),
-            RdmaOp::FetchAdd(add) => (SendOp::FetchAdd { local, remote, add }, 8),
-            RdmaOp::CompareSwap { compare, swap } => (
-                SendOp::CompareSwap {
+        let room = (RMA_DEPTH.saturating_sub(p.rma_in_flight) as usize)
+            .min(self.rma_free.len())
+            .min(ops.len());
+        let mut wrs = Vec::with_capacity(room);
+        let free = self.rma_free.len();
+        for (&(at, op), slot) in ops.iter().zip(self.rma_free.drain(free - room..)) {
+            let len = rma_len(op);
+            if let RdmaOp::Write(data) = op {
+                // SAFETY: a free staging buffer is not posted.
+                let buf = unsafe { self.rma_frames.frame(slot) };
+                buf[..len].copy_from_slice(data);
+            }
+            let local = Sge {
+                addr: self.rma_frames.addr(slot),
+                length: len as u32,
+                lkey: self.rma_mr.lkey(),
+            };
+            let remote = RemoteAddr {
+                addr: at.addr,
+                rkey: at.rkey,
+            };
+            let send_op = match op {
+                RdmaOp::Write(_) => SendOp::RdmaWrite { local, remote },
+                RdmaOp::Read(_) => SendOp::RdmaRead { local, remote },
+                RdmaOp::FetchAdd(add) => SendOp::FetchAdd { local, remote, add },
+                RdmaOp::CompareSwap { compare, swap } => SendOp::CompareSwap {
                     local,
                     remote,
                     compare,
                     swap,
                 },
-                8,
-            ),
+            };
+            wrs.push(SendWr {
+                wr_id: RMA_BIT | slot as u64,
+                signaled: true,
+                op: send_op,
+            });
+        }
+        let (posted, refusal) = match qp.post_send_list(&wrs) {
+            Ok(()) => (wrs.len(), None),
+            Err(refused) => (refused.posted, Some(refused.error)),
         };
-        let wr = SendWr {
-            wr_id: RMA_BIT | slot as u64,
-            signaled: true,
-            op: send_op,
-        };
-        match qp.post_send(&wr) {
-            Ok(()) => {
-                p.rma_in_flight += 1;
-                let id = self.next_rma;
-                self.next_rma += 1;
-                self.rma_posted[slot] = Some(RmaPosted {
-                    peer,
-                    id,
-                    result_len,
-                });
-                Ok(Some(id))
-            }
-            Err(PostError::QueueFull) => {
-                self.rma_free.push(slot);
-                Ok(None)
-            }
-            Err(PostError::Invalid(e)) => {
-                self.rma_free.push(slot);
-                Err(e)
-            }
+        for (wr, &(_, op)) in wrs[..posted].iter().zip(ops) {
+            let slot = (wr.wr_id & !RMA_BIT) as usize;
+            let id = self.next_rma;
+            self.next_rma += 1;
+            p.rma_in_flight += 1;
+            self.rma_posted[slot] = Some(RmaPosted {
+                peer,
+                id,
+                result_len: match op {
+                    RdmaOp::Write(_) => 0,
+                    _ => rma_len(op),
+                },
+            });
+            ids.push(id);
+        }
+        for wr in &wrs[posted..] {
+            self.rma_free.push((wr.wr_id & !RMA_BIT) as usize);
+        }
+        match refusal {
+            None | Some(PostError::QueueFull) => Ok(()),
+            Some(PostError::Invalid(e)) => Err(e),
         }
     }
 
@@ -2599,6 +2635,88 @@ mod tests {
         assert_eq!(e.class(), ErrorClass::ProcFailed);
         ts[1].as_mut().unwrap().rdma_deregister(region.handle);
         assert_eq!(memory, [7, 9, 0, 0]);
+    }
+
+    /// Posts `ops` from rank 0 to rank 1 as lists, polling between, and
+    /// returns each one's outcome, in order; asserts that the first list
+    /// posted as many as one peer may have in flight.
+    fn rdma_list(
+        ts: &mut [Option<VerbsTransport<SoftNic>>],
+        sinks: &mut [Sink],
+        ops: &[(RdmaTarget, RdmaOp<'_>)],
+    ) -> Vec<Result<Vec<u8>>> {
+        let start = Instant::now();
+        let t = ts[0].as_mut().unwrap();
+        let mut ids = Vec::new();
+        t.rdma_post_list(1, ops, &mut ids).unwrap();
+        assert_eq!(ids.len(), ops.len().min(RMA_DEPTH as usize));
+        // Nothing was polled: no room for more.
+        t.rdma_post_list(1, &ops[ids.len()..], &mut ids).unwrap();
+        assert_eq!(ids.len(), ops.len().min(RMA_DEPTH as usize));
+        while ids.len() < ops.len() {
+            t.poll(&mut sinks[0]).unwrap();
+            t.rdma_post_list(1, &ops[ids.len()..], &mut ids).unwrap();
+            assert!(start.elapsed() < Duration::from_secs(10), "no room");
+        }
+        ids.iter()
+            .map(|&id| loop {
+                t.poll(&mut sinks[0]).unwrap();
+                if let Some(outcome) = t.rdma_take(id) {
+                    break outcome;
+                }
+                assert!(start.elapsed() < Duration::from_secs(10), "no completion");
+            })
+            .collect()
+    }
+
+    #[test]
+    fn lists_of_one_sided_operations_go_as_far_as_the_peers_depth() {
+        const WORDS: usize = 2 * RMA_DEPTH as usize + 3;
+        let mut ts = three();
+        let mut sinks: Vec<Sink> = (0..3).map(|_| Sink::default()).collect();
+        let mut memory = vec![0u64; WORDS];
+        let base = memory.as_mut_ptr() as u64;
+        // SAFETY: `memory` outlives the transports' use of it: it is
+        // deregistered below before it is read or dropped.
+        let region = unsafe {
+            ts[1]
+                .as_mut()
+                .unwrap()
+                .rdma_register(memory.as_mut_ptr().cast(), 8 * WORDS)
+                .unwrap()
+        };
+        let at = |word: usize| RdmaTarget {
+            addr: base + 8 * word as u64,
+            rkey: region.rkey,
+        };
+        connect_all(&mut ts, &mut sinks);
+        let values: Vec<[u8; 8]> = (0..WORDS)
+            .map(|i| (i as u64 * 3 + 1).to_ne_bytes())
+            .collect();
+        let writes: Vec<_> = (0..WORDS)
+            .map(|i| (at(i), RdmaOp::Write(&values[i])))
+            .collect();
+        for outcome in rdma_list(&mut ts, &mut sinks, &writes) {
+            assert!(outcome.unwrap().is_empty());
+        }
+        let reads: Vec<_> = (0..WORDS).map(|i| (at(i), RdmaOp::Read(8))).collect();
+        let read: Vec<Vec<u8>> = rdma_list(&mut ts, &mut sinks, &reads)
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(read, values);
+        // A list with an operation of no bytes is refused whole.
+        let mut ids = Vec::new();
+        let bad = [reads[0], (at(1), RdmaOp::Read(0))];
+        let e = ts[0]
+            .as_mut()
+            .unwrap()
+            .rdma_post_list(1, &bad, &mut ids)
+            .unwrap_err();
+        assert_eq!((e.class(), ids.len()), (ErrorClass::Intern, 0));
+        ts[1].as_mut().unwrap().rdma_deregister(region.handle);
+        let want: Vec<u64> = (0..WORDS as u64).map(|i| i * 3 + 1).collect();
+        assert_eq!(memory, want);
     }
 
     /// Rank 1 reads `len` bytes of rank 0's `data` (offered for it) into

@@ -795,6 +795,26 @@ fn posting_follows_the_state_machine_and_queue_limits() {
     assert!(matches!(full, Err(PostError::QueueFull)));
 }
 
+/// A list longer than the room left in the send queue: the requests
+/// that fit are posted, the rest refused as a full queue, and the
+/// refusal says how many went.
+#[test]
+fn a_list_past_the_send_queue_is_posted_up_to_it() {
+    let (a, _b) = pair();
+    // No receive is posted on b: the SENDs stay outstanding.
+    let list: Vec<SendWr<'_>> = (0..u64::from(CAPS.max_send_wr) + 4)
+        .map(|wr_id| SendWr {
+            wr_id,
+            signaled: true,
+            op: SendOp::SendInline(b"x"),
+        })
+        .collect();
+    a.qp.post_send_list(&list[..10]).unwrap();
+    let refused = a.qp.post_send_list(&list[10..]).unwrap_err();
+    assert_eq!(refused.posted, CAPS.max_send_wr as usize - 10);
+    assert!(matches!(refused.error, PostError::QueueFull), "{refused:?}");
+}
+
 #[test]
 fn a_queue_pair_cannot_connect_to_itself() {
     let a = end(false);

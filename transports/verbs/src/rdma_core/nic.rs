@@ -19,9 +19,9 @@ use super::{
 };
 use crate::provider::{
     check_transition, AccessFlags, AhAttr, CompletionChannel, CompletionQueue, InitAttr,
-    MemoryRegion, Nic, PortInfo, PostError, QpAddress, QpInit, QpState, QueuePair, RecvWr, RtrAttr,
-    RtsAttr, SendOp, SendWr, Sge, SharedReceiveQueue, UdAttr, UdQueuePair, UdSendWr, WcOpcode,
-    WcStatus, WorkCompletion,
+    MemoryRegion, Nic, PartialPost, PortInfo, PostError, QpAddress, QpInit, QpState, QueuePair,
+    RecvWr, RtrAttr, RtsAttr, SendOp, SendWr, Sge, SharedReceiveQueue, UdAttr, UdQueuePair,
+    UdSendWr, WcOpcode, WcStatus, WorkCompletion,
 };
 use oxmpi_adi::{Error, ErrorClass, Result};
 use rdma_sys::{
@@ -343,6 +343,74 @@ fn ibv_sge_of(sge: &Sge) -> ibv_sge {
     }
 }
 
+/// The `ibv_send_wr` of a request and its one SGE, to be linked by the
+/// caller (`sg_list` and `next` are null). Inline data is named by its
+/// address, which must stay valid through the post that copies it.
+fn ibv_send_wr_of(wr: &SendWr<'_>) -> (ibv_sge, ibv_send_wr) {
+    // SAFETY: a plain C structure (integers, pointers and unions of
+    // them), for which all zeros is a valid value.
+    let mut send: ibv_send_wr = unsafe { std::mem::zeroed() };
+    send.wr_id = wr.wr_id;
+    send.num_sge = 1;
+    send.send_flags = if wr.signaled { SEND_SIGNALED } else { 0 };
+    let inline = |data: &[u8]| ibv_sge {
+        addr: data.as_ptr() as u64,
+        length: data.len() as u32,
+        lkey: 0,
+    };
+    let sge = match wr.op {
+        SendOp::Send(sge) => {
+            send.opcode = ibv_wr_opcode::IBV_WR_SEND;
+            ibv_sge_of(&sge)
+        }
+        SendOp::SendInline(data) => {
+            send.opcode = ibv_wr_opcode::IBV_WR_SEND;
+            send.send_flags |= SEND_INLINE;
+            inline(data)
+        }
+        SendOp::RdmaWrite { local, remote } => {
+            send.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
+            send.wr.rdma.remote_addr = remote.addr;
+            send.wr.rdma.rkey = remote.rkey;
+            ibv_sge_of(&local)
+        }
+        SendOp::RdmaWriteInline { data, remote } => {
+            send.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
+            send.send_flags |= SEND_INLINE;
+            send.wr.rdma.remote_addr = remote.addr;
+            send.wr.rdma.rkey = remote.rkey;
+            inline(data)
+        }
+        SendOp::RdmaRead { local, remote } => {
+            send.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
+            send.wr.rdma.remote_addr = remote.addr;
+            send.wr.rdma.rkey = remote.rkey;
+            ibv_sge_of(&local)
+        }
+        SendOp::FetchAdd { local, remote, add } => {
+            send.opcode = ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD;
+            send.wr.atomic.remote_addr = remote.addr;
+            send.wr.atomic.rkey = remote.rkey;
+            send.wr.atomic.compare_add = add;
+            ibv_sge_of(&local)
+        }
+        SendOp::CompareSwap {
+            local,
+            remote,
+            compare,
+            swap,
+        } => {
+            send.opcode = ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP;
+            send.wr.atomic.remote_addr = remote.addr;
+            send.wr.atomic.rkey = remote.rkey;
+            send.wr.atomic.compare_add = compare;
+            send.wr.atomic.swap = swap;
+            ibv_sge_of(&local)
+        }
+    };
+    (sge, send)
+}
+
 /// Turns a post's return value into the provider interface's outcome.
 fn posted(rc: i32, what: &str) -> std::result::Result<(), PostError> {
     match rc {
@@ -507,6 +575,23 @@ fn modify_raw(qp: *mut ibv_qp, to: QpState, plan: &QpAttrPlan) -> Result<()> {
 }
 
 impl RdmaQp {
+    /// Refuses a request with more inline data than the queue pair takes.
+    fn check_inline(&self, wr: &SendWr<'_>) -> std::result::Result<(), PostError> {
+        if let SendOp::SendInline(data) | SendOp::RdmaWriteInline { data, .. } = wr.op {
+            if data.len() > self.max_inline_data as usize {
+                return Err(PostError::Invalid(Error::new(
+                    ErrorClass::Arg,
+                    format!(
+                        "inline data of {} bytes, above the queue pair's max_inline_data {}",
+                        data.len(),
+                        self.max_inline_data
+                    ),
+                )));
+            }
+        }
+        Ok(())
+    }
+
     fn modify(&self, to: QpState, plan: Result<QpAttrPlan>) -> Result<()> {
         let current = self.state();
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -553,89 +638,59 @@ impl QueuePair for RdmaQp {
         self.modify(QpState::Rts, rts_plan(attr))
     }
 
-    fn post_send(&self, wr: &SendWr<'_>) -> std::result::Result<(), PostError> {
-        if let SendOp::SendInline(data) | SendOp::RdmaWriteInline { data, .. } = wr.op {
-            // Checked here: the device's refusal (ENOMEM from some
-            // providers) would read as a full queue.
-            if data.len() > self.max_inline_data as usize {
-                return Err(PostError::Invalid(Error::new(
-                    ErrorClass::Arg,
-                    format!(
-                        "inline data of {} bytes, above the queue pair's max_inline_data {}",
-                        data.len(),
-                        self.max_inline_data
-                    ),
-                )));
+    /// The requests as one linked list of `ibv_send_wr` in one
+    /// `ibv_post_send`. A request with more inline data than the queue
+    /// pair takes is refused here, with those before it posted: some
+    /// devices refuse it with ENOMEM, which would read as a full queue.
+    fn post_send_list(&self, wrs: &[SendWr<'_>]) -> std::result::Result<(), PartialPost> {
+        let refusal = wrs
+            .iter()
+            .enumerate()
+            .find_map(|(at, wr)| self.check_inline(wr).err().map(|e| (at, e)));
+        let valid = refusal.as_ref().map_or(wrs.len(), |&(at, _)| at);
+        if valid > 0 {
+            let (mut sges, mut sends): (Vec<ibv_sge>, Vec<ibv_send_wr>) =
+                wrs[..valid].iter().map(ibv_send_wr_of).unzip();
+            let first = sends.as_mut_ptr();
+            let sge_list = sges.as_mut_ptr();
+            for i in 0..valid {
+                // SAFETY: `i` and `i + 1` (only when below `valid`) are in
+                // both vectors, which are not touched otherwise until the
+                // post, so the pointers derived from `first` and
+                // `sge_list` stay valid through it.
+                unsafe {
+                    let send = first.add(i);
+                    (*send).sg_list = sge_list.add(i);
+                    (*send).next = if i + 1 < valid {
+                        first.add(i + 1)
+                    } else {
+                        null_mut()
+                    };
+                }
+            }
+            let mut bad = null_mut();
+            // SAFETY: a live queue pair; the list (linked above) and its
+            // SGEs live through the call, which copies them (and inline
+            // data); other SGEs name registered memory, which the
+            // registrant keeps valid.
+            let rc = unsafe { ibv_post_send(self.qp, first, &mut bad) };
+            if let Err(error) = posted(rc, "posting a list of send requests") {
+                // `bad_wr` names the first request not posted (rdma-core
+                // always sets it; were it not set, nothing counts as
+                // posted).
+                let posted = (bad as usize)
+                    .checked_sub(first as usize)
+                    .map_or(0, |bytes| bytes / std::mem::size_of::<ibv_send_wr>());
+                return Err(PartialPost {
+                    posted: posted.min(valid),
+                    error,
+                });
             }
         }
-        // SAFETY: a plain C structure (integers, pointers and unions of
-        // them), for which all zeros is a valid value.
-        let mut send: ibv_send_wr = unsafe { std::mem::zeroed() };
-        send.wr_id = wr.wr_id;
-        send.num_sge = 1;
-        send.send_flags = if wr.signaled { SEND_SIGNALED } else { 0 };
-        let inline = |data: &[u8]| ibv_sge {
-            addr: data.as_ptr() as u64,
-            length: data.len() as u32,
-            lkey: 0,
-        };
-        let mut sge = match wr.op {
-            SendOp::Send(sge) => {
-                send.opcode = ibv_wr_opcode::IBV_WR_SEND;
-                ibv_sge_of(&sge)
-            }
-            SendOp::SendInline(data) => {
-                send.opcode = ibv_wr_opcode::IBV_WR_SEND;
-                send.send_flags |= SEND_INLINE;
-                inline(data)
-            }
-            SendOp::RdmaWrite { local, remote } => {
-                send.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
-                send.wr.rdma.remote_addr = remote.addr;
-                send.wr.rdma.rkey = remote.rkey;
-                ibv_sge_of(&local)
-            }
-            SendOp::RdmaWriteInline { data, remote } => {
-                send.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
-                send.send_flags |= SEND_INLINE;
-                send.wr.rdma.remote_addr = remote.addr;
-                send.wr.rdma.rkey = remote.rkey;
-                inline(data)
-            }
-            SendOp::RdmaRead { local, remote } => {
-                send.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
-                send.wr.rdma.remote_addr = remote.addr;
-                send.wr.rdma.rkey = remote.rkey;
-                ibv_sge_of(&local)
-            }
-            SendOp::FetchAdd { local, remote, add } => {
-                send.opcode = ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD;
-                send.wr.atomic.remote_addr = remote.addr;
-                send.wr.atomic.rkey = remote.rkey;
-                send.wr.atomic.compare_add = add;
-                ibv_sge_of(&local)
-            }
-            SendOp::CompareSwap {
-                local,
-                remote,
-                compare,
-                swap,
-            } => {
-                send.opcode = ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP;
-                send.wr.atomic.remote_addr = remote.addr;
-                send.wr.atomic.rkey = remote.rkey;
-                send.wr.atomic.compare_add = compare;
-                send.wr.atomic.swap = swap;
-                ibv_sge_of(&local)
-            }
-        };
-        send.sg_list = &mut sge;
-        let mut bad = null_mut();
-        // SAFETY: a live queue pair; the request and its SGE live through
-        // the call, which copies them (and inline data); other SGEs name
-        // registered memory, which the registrant keeps valid.
-        let rc = unsafe { ibv_post_send(self.qp, &mut send, &mut bad) };
-        posted(rc, "posting a send request")
+        match refusal {
+            Some((posted, error)) => Err(PartialPost { posted, error }),
+            None => Ok(()),
+        }
     }
 
     fn post_recv(&self, wr: &RecvWr) -> std::result::Result<(), PostError> {

@@ -70,9 +70,10 @@ pub use ud::{SoftAh, SoftUd};
 
 use crate::provider::{
     check_attributes, check_transition, rnr_timer_duration, AccessFlags, AhAttr, CompletionChannel,
-    CompletionQueue, Gid, GidEntry, GidType, InitAttr, LinkLayer, MemoryRegion, Mtu, Nic, PortInfo,
-    PostError, QpAddress, QpCaps, QpInit, QpState, QueuePair, RecvWr, RtrAttr, RtsAttr, SendOp,
-    SendWr, Sge, SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion, RNR_RETRY_FOREVER,
+    CompletionQueue, Gid, GidEntry, GidType, InitAttr, LinkLayer, MemoryRegion, Mtu, Nic,
+    PartialPost, PortInfo, PostError, QpAddress, QpCaps, QpInit, QpState, QueuePair, RecvWr,
+    RtrAttr, RtsAttr, SendOp, SendWr, Sge, SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion,
+    RNR_RETRY_FOREVER,
 };
 use mem::{Atomic, MrTable};
 use oxmpi_adi::{vlog, Error, ErrorClass, Result};
@@ -858,6 +859,70 @@ fn invalid(message: String) -> PostError {
     PostError::Invalid(Error::new(ErrorClass::Arg, message))
 }
 
+impl SoftQp {
+    /// Posts one send request, the queue pair's data locked (`d`).
+    fn post_locked(&self, d: &mut QpData, wr: &SendWr<'_>) -> std::result::Result<(), PostError> {
+        let me = &self.0;
+        let opcode = wr.op.completion_opcode();
+        match d.state {
+            QpState::Rts => {}
+            QpState::Error => {
+                me.send_cq
+                    .push(me.completion(wr.wr_id, WcStatus::WrFlushErr, opcode, 0));
+                return Ok(());
+            }
+            other => {
+                return Err(invalid(format!(
+                    "post_send on queue pair {:#x} in state {other:?} (RTS needed)",
+                    me.qpn
+                )))
+            }
+        }
+        if d.outstanding.len() >= me.caps.max_send_wr as usize {
+            return Err(PostError::QueueFull);
+        }
+        if let SendOp::SendInline(data) | SendOp::RdmaWriteInline { data, .. } = wr.op {
+            if data.len() > me.caps.max_inline_data as usize {
+                return Err(invalid(format!(
+                    "inline data of {} bytes, above the queue pair's max_inline_data {}",
+                    data.len(),
+                    me.caps.max_inline_data
+                )));
+            }
+        }
+        let mut pending = Pending {
+            wr_id: wr.wr_id,
+            signaled: wr.signaled,
+            opcode,
+            local: None,
+            len: 0,
+            local_error: None,
+        };
+        // Behind a request that failed locally nothing is executed: the
+        // queue pair goes to the error state when that request's turn
+        // comes, and these are flushed.
+        let doomed = d.outstanding.iter().any(|p| p.local_error.is_some());
+        match me.request_frame(&wr.op, d.rnr_retry) {
+            Ok(_) if doomed => d.outstanding.push_back(pending),
+            Ok((request, local, len)) => {
+                pending.local = local;
+                pending.len = len;
+                me.send_frame(d, &Frame::Request(request));
+                d.outstanding.push_back(pending);
+                if d.peer_gone {
+                    me.enter_error(d, Some(WcStatus::RetryExcErr));
+                }
+            }
+            Err(status) => {
+                pending.local_error = Some(status);
+                d.outstanding.push_back(pending);
+                me.report_local_errors(d);
+            }
+        }
+        Ok(())
+    }
+}
+
 impl QueuePair for SoftQp {
     fn qp_num(&self) -> u32 {
         self.0.qpn
@@ -957,68 +1022,17 @@ impl QueuePair for SoftQp {
         Ok(())
     }
 
-    fn post_send(&self, wr: &SendWr<'_>) -> std::result::Result<(), PostError> {
-        let me = &self.0;
-        let mut d = lock(&me.data);
-        let opcode = wr.op.completion_opcode();
-        match d.state {
-            QpState::Rts => {}
-            QpState::Error => {
-                me.send_cq
-                    .push(me.completion(wr.wr_id, WcStatus::WrFlushErr, opcode, 0));
-                return Ok(());
-            }
-            other => {
-                return Err(invalid(format!(
-                    "post_send on queue pair {:#x} in state {other:?} (RTS needed)",
-                    me.qpn
-                )))
-            }
-        }
-        if d.outstanding.len() >= me.caps.max_send_wr as usize {
-            return Err(PostError::QueueFull);
-        }
-        if let SendOp::SendInline(data) | SendOp::RdmaWriteInline { data, .. } = wr.op {
-            if data.len() > me.caps.max_inline_data as usize {
-                return Err(invalid(format!(
-                    "inline data of {} bytes, above the queue pair's max_inline_data {}",
-                    data.len(),
-                    me.caps.max_inline_data
-                )));
-            }
-        }
-        let mut pending = Pending {
-            wr_id: wr.wr_id,
-            signaled: wr.signaled,
-            opcode,
-            local: None,
-            len: 0,
-            local_error: None,
-        };
-        // Behind a request that failed locally nothing is executed: the
-        // queue pair goes to the error state when that request's turn
-        // comes, and these are flushed.
-        let doomed = d.outstanding.iter().any(|p| p.local_error.is_some());
-        match me.request_frame(&wr.op, d.rnr_retry) {
-            Ok(_) if doomed => d.outstanding.push_back(pending),
-            Ok((request, local, len)) => {
-                pending.local = local;
-                pending.len = len;
-                me.send_frame(&d, &Frame::Request(request));
-                d.outstanding.push_back(pending);
-                if d.peer_gone {
-                    me.enter_error(&mut d, Some(WcStatus::RetryExcErr));
-                }
-            }
-            Err(status) => {
-                pending.local_error = Some(status);
-                d.outstanding.push_back(pending);
-                me.report_local_errors(&mut d);
-            }
+    /// The list under one lock of the queue pair, each request as if
+    /// posted alone: a request that puts the queue pair in the error
+    /// state has those after it flushed.
+    fn post_send_list(&self, wrs: &[SendWr<'_>]) -> std::result::Result<(), PartialPost> {
+        let mut d = lock(&self.0.data);
+        for (posted, wr) in wrs.iter().enumerate() {
+            self.post_locked(&mut d, wr)
+                .map_err(|error| PartialPost { posted, error })?;
         }
         Ok(())
     }
-
     fn post_recv(&self, wr: &RecvWr) -> std::result::Result<(), PostError> {
         let me = &self.0;
         if me.srq.is_some() {

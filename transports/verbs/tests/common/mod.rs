@@ -2,10 +2,11 @@
 //! interface: the soft provider runs them in CI (`tests/soft.rs`), a real
 //! device in the opt-in `tests/hw.rs`.
 
+use oxmpi_adi::ErrorClass;
 use oxmpi_verbs::provider::{
     connect_rc, AccessFlags, AhAttr, CompletionChannel, CompletionQueue, ConnectParams,
-    MemoryRegion, Nic, QpCaps, QpInit, QpState, QueuePair, RecvWr, RemoteAddr, SendOp, SendWr, Sge,
-    UdAttr, UdQueuePair, UdSendWr, WcOpcode, WcStatus, WorkCompletion, GRH_LEN,
+    MemoryRegion, Nic, PostError, QpCaps, QpInit, QpState, QueuePair, RecvWr, RemoteAddr, SendOp,
+    SendWr, Sge, UdAttr, UdQueuePair, UdSendWr, WcOpcode, WcStatus, WorkCompletion, GRH_LEN,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -122,7 +123,10 @@ pub fn post(qp: &impl QueuePair, wr_id: u64, op: SendOp<'_>) {
 /// Connects a queue pair on `nic_a` to one on `nic_b` (the same NIC
 /// twice is fine) and checks, in order: SEND into a posted receive;
 /// RDMA WRITE and READ back; fetch-and-add and compare-and-swap with their
-/// original values; then a WRITE with a wrong rkey completes with
+/// original values; lists of WRITEs and READs posted at once, completed
+/// in order, and a list cut by a request with too much inline data
+/// (those before it posted, it and those after not); then a WRITE with a
+/// wrong rkey completes with
 /// REM_ACCESS_ERR, the request behind it with WR_FLUSH_ERR, and nothing
 /// lands.
 pub fn rc_semantics<N: Nic>(nic_a: &N, nic_b: &N) {
@@ -250,6 +254,82 @@ pub fn rc_semantics<N: Nic>(nic_a: &N, nic_b: &N) {
     );
     assert_eq!(wait(&cq_a, 1)[0].status, WcStatus::Success);
     assert_eq!((local.word(0), target.word(384)), (7, 7));
+
+    // A list of WRITEs, then one of READs back: one post each, executed
+    // and completed in order.
+    let pieces: Vec<u8> = (0..512u32).map(|i| (i * 5 % 251) as u8).collect();
+    local.fill(&pieces);
+    let writes: Vec<SendWr<'_>> = (0..8u64)
+        .map(|i| SendWr {
+            wr_id: 100 + i,
+            signaled: true,
+            op: SendOp::RdmaWrite {
+                local: sge(&lmr, &local, 64 * i, 64),
+                remote: remote(&tmr, 2048 + 128 * i),
+            },
+        })
+        .collect();
+    qp_a.post_send_list(&writes).unwrap();
+    let reads: Vec<SendWr<'_>> = (0..8u64)
+        .map(|i| SendWr {
+            wr_id: 200 + i,
+            signaled: true,
+            op: SendOp::RdmaRead {
+                local: sge(&lmr, &local, 1024 + 64 * i, 64),
+                remote: remote(&tmr, 2048 + 128 * i),
+            },
+        })
+        .collect();
+    qp_a.post_send_list(&reads).unwrap();
+    let wcs = wait(&cq_a, 16);
+    let ids: Vec<u64> = wcs.iter().map(|w| w.wr_id).collect();
+    let want: Vec<u64> = (100..108).chain(200..208).collect();
+    assert_eq!(ids, want, "completions of two lists");
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+    for i in 0..8 {
+        let piece = &pieces[64 * i..64 * i + 64];
+        assert_eq!(&target.bytes()[2048 + 128 * i..][..64], piece, "write {i}");
+        assert_eq!(&local.bytes()[1024 + 64 * i..][..64], piece, "read {i}");
+    }
+    // A list whose third request has more inline data than the queue
+    // pair takes (more than any device grants): the two before it are
+    // posted and complete, the third and the fourth are not.
+    let too_long = vec![9u8; 4096];
+    let marked = |wr_id: u64, data: &'static [u8], at: u64| SendWr {
+        wr_id,
+        signaled: true,
+        op: SendOp::RdmaWriteInline {
+            data,
+            remote: remote(&tmr, at),
+        },
+    };
+    let list = [
+        marked(300, b"first", 3200),
+        marked(301, b"second", 3208),
+        SendWr {
+            wr_id: 302,
+            signaled: true,
+            op: SendOp::RdmaWriteInline {
+                data: &too_long,
+                remote: remote(&tmr, 3216),
+            },
+        },
+        marked(303, b"fourth", 3256),
+    ];
+    let refused = qp_a.post_send_list(&list).unwrap_err();
+    assert_eq!(refused.posted, 2, "{refused:?}");
+    assert!(
+        matches!(refused.error, PostError::Invalid(ref e) if e.class() == ErrorClass::Arg),
+        "{refused:?}"
+    );
+    let wcs = wait(&cq_a, 2);
+    assert_eq!(
+        wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(300, WcStatus::Success), (301, WcStatus::Success)]
+    );
+    let landed = target.bytes();
+    assert_eq!(&landed[3200..3214], b"first\0\0\0second");
+    assert!(landed[3216..3264].iter().all(|&b| b == 0));
 
     // A wrong rkey.
     let before = target.bytes();
