@@ -699,14 +699,8 @@ pub(crate) fn accumulate_segments(
     mut old: Option<&mut [u8]>,
 ) -> Result<()> {
     let len = direct::accumulate_len(data, element, op, old.as_deref())?;
-    direct::check_covered(segments, len)?;
-    let piece = |s: &Segment| {
-        if op == AccumulateOp::NoOp {
-            data
-        } else {
-            &data[s.data.clone()]
-        }
-    };
+    direct::check_covered(segments, len, element)?;
+    let piece = |s: &Segment| direct::segment_data(data, s, op);
     // Numbers' segments hold whole elements, so each may go its own way.
     let (atomics, locked): (Vec<&Segment>, Vec<&Segment>) = segments
         .iter()
