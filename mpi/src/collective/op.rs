@@ -25,6 +25,7 @@ use super::typed::{Input, Output};
 use crate::datatype::{
     Buffer, BufferMut, Datatype, DatatypeRef, ElementType, Equivalence, Primitive, UserDatatype,
 };
+use crate::rma::path::Segment;
 use crate::{Error, ErrorClass, Result};
 use std::mem::offset_of;
 use std::sync::OnceLock;
@@ -381,6 +382,21 @@ for_each_pair!(value_index);
 /// `None` if the bytes are not aligned for the element type.
 type Kernel = fn(&[u8], &mut [u8]) -> Option<()>;
 
+/// Combines `input` into runs of window memory, each run a [`Segment`]
+/// (its bytes at `disp` in the window, combined with `input[data]`), their
+/// old bytes to the same range of the result if given, in order, as
+/// [`Kernel`] does for one, and stops before a run as long as the last
+/// argument or longer, or one it cannot do (out of range, not aligned):
+/// the number of runs done.
+type RunsKernel = unsafe fn(&[u8], *mut [u8], &[Segment], Option<&mut [u8]>, usize) -> usize;
+
+/// A predefined operation's kernels on one type of numbers.
+#[derive(Clone, Copy)]
+struct Kernels {
+    contiguous: Kernel,
+    runs: RunsKernel,
+}
+
 /// An operation ready to apply to elements of one type: see
 /// [`Reduction::new`].
 #[derive(Clone, Copy)]
@@ -479,6 +495,8 @@ impl<'o> Reduction<'o> {
 #[derive(Clone, Copy)]
 pub(crate) struct PredefinedReduction {
     kernel: Kernel,
+    /// The runs kernel, for numbers (pairs: none, one run at a time).
+    runs: Option<RunsKernel>,
 }
 
 impl PredefinedReduction {
@@ -491,7 +509,10 @@ impl PredefinedReduction {
     #[inline(always)]
     pub(crate) fn new(op: SystemOp, basic: Primitive) -> Result<PredefinedReduction> {
         match number_kernel_of(op, basic) {
-            Some(kernel) => Ok(PredefinedReduction { kernel }),
+            Some(kernels) => Ok(PredefinedReduction {
+                kernel: kernels.contiguous,
+                runs: Some(kernels.runs),
+            }),
             None => Err(undefined(op, ElementType::of_basic(basic))),
         }
     }
@@ -502,7 +523,7 @@ impl PredefinedReduction {
     #[inline(never)]
     pub(crate) fn of_pairs(op: SystemOp, pair: PairType) -> Result<PredefinedReduction> {
         match pair.kernel(op) {
-            Some(kernel) => Ok(PredefinedReduction { kernel }),
+            Some(kernel) => Ok(PredefinedReduction { kernel, runs: None }),
             None => Err(undefined(op, pair.element_type())),
         }
     }
@@ -515,6 +536,36 @@ impl PredefinedReduction {
     pub(crate) fn apply(self, input: &[u8], inout: &mut [u8]) -> bool {
         debug_assert_eq!(input.len(), inout.len());
         (self.kernel)(input, inout).is_some()
+    }
+
+    /// [`PredefinedReduction::apply`] on runs of `window`, in order: each
+    /// of `runs` combines `input[data]` into the window's bytes at `disp`,
+    /// their bytes from before first copied to `old[data]` if `old` is
+    /// given; the number of runs done, stopping before the first it
+    /// cannot do (out of `window`, `input` or `old`, not aligned, not
+    /// whole elements), or as long as `shorter_than` or longer, which the
+    /// caller does its own way. Each run's bytes are borrowed only while
+    /// it is combined. Pairs do none (0).
+    ///
+    /// # Safety
+    /// `window` is valid for reads and writes of its length; while this
+    /// runs, the caller may write the bytes of every run it covers and
+    /// no one else writes them or reads them but with atomic loads (the
+    /// region mutexes or the exclusive lock of the one-sided direct path).
+    #[inline]
+    pub(crate) unsafe fn apply_runs(
+        self,
+        input: &[u8],
+        window: *mut [u8],
+        runs: &[Segment],
+        old: Option<&mut [u8]>,
+        shorter_than: usize,
+    ) -> usize {
+        match self.runs {
+            // SAFETY: the caller's guarantee, the runs kernel's contract.
+            Some(kernel) => unsafe { kernel(input, window, runs, old, shorter_than) },
+            None => 0,
+        }
     }
 }
 
@@ -612,9 +663,8 @@ fn typed_mut<T: Equivalence>(bytes: &mut [u8]) -> Option<&mut [T]> {
     })
 }
 
-/// `inout[i] = f(input[i], inout[i])` over elements of `T`, with the
-/// loop compiled for AVX2 when `WIDE` (only chosen where the CPU has it:
-/// [`number_kernels`]) and for the build's baseline otherwise.
+/// `inout[i] = f(input[i], inout[i])` over elements of `T`, if the bytes
+/// are aligned for them and whole ones ([`combine_typed`]).
 #[inline(always)]
 fn elementwise<T: Number, const WIDE: bool>(
     input: &[u8],
@@ -623,6 +673,15 @@ fn elementwise<T: Number, const WIDE: bool>(
 ) -> Option<()> {
     let input = typed::<T>(input)?;
     let inout = typed_mut::<T>(inout)?;
+    combine_typed::<T, WIDE>(input, inout, f);
+    Some(())
+}
+
+/// `inout[i] = f(input[i], inout[i])`, with the loop compiled for AVX2
+/// when `WIDE` (only chosen where the CPU has it: [`number_kernels`]) and
+/// for the build's baseline otherwise.
+#[inline(always)]
+fn combine_typed<T: Copy, const WIDE: bool>(input: &[T], inout: &mut [T], f: impl Fn(T, T) -> T) {
     // A few elements (one, for a fetch-and-op) gain nothing from wide
     // registers and would pay the vector loop's set-up: the plain loop.
     #[cfg(target_arch = "x86_64")]
@@ -630,10 +689,9 @@ fn elementwise<T: Number, const WIDE: bool>(
         // SAFETY: `WIDE` kernels are only picked after
         // `is_x86_feature_detected!("avx2")` said yes ([`number_kernels`]).
         unsafe { combine_avx2(input, inout, f) };
-        return Some(());
+        return;
     }
     combine_each(input, inout, f);
-    Some(())
 }
 
 /// From how many elements [`elementwise`] takes the AVX2 loop.
@@ -718,50 +776,131 @@ macro_rules! floats {
 
 floats!(f32, f64);
 
-fn max<T: Number, const WIDE: bool>(input: &[u8], inout: &mut [u8]) -> Option<()> {
-    elementwise::<T, WIDE>(input, inout, |a: T, b: T| if a > b { a } else { b })
+/// A predefined operation on numbers of type `T`, as a type: each kernel
+/// is compiled for one ([`contiguous`], [`over_runs`]), the operation inlined
+/// in its loop.
+trait Combine<T> {
+    fn combine(a: T, b: T) -> T;
 }
 
-fn min<T: Number, const WIDE: bool>(input: &[u8], inout: &mut [u8]) -> Option<()> {
-    elementwise::<T, WIDE>(input, inout, |a: T, b: T| if a < b { a } else { b })
+macro_rules! operations {
+    ($($(#[$doc:meta])* $name:ident<$bound:ident>: |$a:ident, $b:ident| $body:expr;)*) => {$(
+        $(#[$doc])*
+        struct $name;
+        impl<T: $bound> Combine<T> for $name {
+            #[inline(always)]
+            fn combine($a: T, $b: T) -> T {
+                $body
+            }
+        }
+    )*};
 }
 
-fn sum<T: Number, const WIDE: bool>(input: &[u8], inout: &mut [u8]) -> Option<()> {
-    elementwise::<T, WIDE>(input, inout, T::plus)
+operations! {
+    /// `MPI_MAX`, compared as MPICH does (`a > b ? a : b`).
+    Max<Number>: |a, b| if a > b { a } else { b };
+    /// `MPI_MIN`.
+    Min<Number>: |a, b| if a < b { a } else { b };
+    /// `MPI_SUM`.
+    Sum<Number>: |a, b| a.plus(b);
+    /// `MPI_PROD`.
+    Product<Number>: |a, b| a.times(b);
+    /// `MPI_LAND`.
+    LogicalAnd<Integer>: |a, b| T::from_bool(a.is_true() && b.is_true());
+    /// `MPI_LOR`.
+    LogicalOr<Integer>: |a, b| T::from_bool(a.is_true() || b.is_true());
+    /// `MPI_LXOR`.
+    LogicalXor<Integer>: |a, b| T::from_bool(a.is_true() != b.is_true());
+    /// `MPI_BAND`.
+    BitwiseAnd<Integer>: |a, b| a & b;
+    /// `MPI_BOR`.
+    BitwiseOr<Integer>: |a, b| a | b;
+    /// `MPI_BXOR`.
+    BitwiseXor<Integer>: |a, b| a ^ b;
 }
 
-fn product<T: Number, const WIDE: bool>(input: &[u8], inout: &mut [u8]) -> Option<()> {
-    elementwise::<T, WIDE>(input, inout, T::times)
+/// The kernel of operation `O` on numbers of type `T` ([`Kernel`]).
+fn contiguous<T: Number, O: Combine<T>, const WIDE: bool>(
+    input: &[u8],
+    inout: &mut [u8],
+) -> Option<()> {
+    elementwise::<T, WIDE>(input, inout, O::combine)
 }
 
-fn logical_and<T: Integer, const WIDE: bool>(input: &[u8], inout: &mut [u8]) -> Option<()> {
-    elementwise::<T, WIDE>(input, inout, |a: T, b: T| {
-        T::from_bool(a.is_true() && b.is_true())
-    })
+/// The runs kernel of operation `O` on numbers of type `T`
+/// ([`RunsKernel`]): [`contiguous`]'s loop ([`combine_typed`]) on each
+/// run, in one function, so that a run of one element costs its checks
+/// and one combination, not a call through the table. The bases (window,
+/// data, result) are tested for alignment once, then each run's offsets:
+/// a number's size is a power of two and a multiple of its alignment.
+///
+/// # Safety
+/// As [`PredefinedReduction::apply_runs`].
+unsafe fn over_runs<T: Number, O: Combine<T>, const WIDE: bool>(
+    input: &[u8],
+    window: *mut [u8],
+    runs: &[Segment],
+    mut old: Option<&mut [u8]>,
+    shorter_than: usize,
+) -> usize {
+    let (base, window_len, size) = (window.cast::<u8>(), window.len(), size_of::<T>());
+    let old_base = old.as_deref().map_or(0, |old| old.as_ptr() as usize);
+    if (base as usize | input.as_ptr() as usize | old_base) & (align_of::<T>() - 1) != 0 {
+        return 0;
+    }
+    for (done, run) in runs.iter().enumerate() {
+        let (start, end) = (run.data.start, run.data.end);
+        let Ok(at) = usize::try_from(run.disp) else {
+            return done;
+        };
+        let len = end.wrapping_sub(start);
+        let fits = start <= end && len <= window_len && at <= window_len - len;
+        if !fits || (at | start | len) & (size - 1) != 0 || len >= shorter_than {
+            return done;
+        }
+        let Some(data) = input.get(start..end) else {
+            return done;
+        };
+        let old = match old.as_deref_mut() {
+            Some(old) => match old.get_mut(start..end) {
+                Some(old) => Some(old),
+                None => return done,
+            },
+            None => None,
+        };
+        let count = len / size;
+        // SAFETY: the data's bytes, and the run's bytes of `window`
+        // (checked above: which the caller may read and write, and nobody
+        // else writes or reads but atomically meanwhile, this function's
+        // contract), are whole `T`s at addresses aligned for them (the
+        // bases and the offsets, tested); a number takes any bits. The
+        // window's slice lives for this run alone.
+        let (data, inout) = unsafe {
+            (
+                std::slice::from_raw_parts(data.as_ptr().cast::<T>(), count),
+                std::slice::from_raw_parts_mut(base.add(at).cast::<T>(), count),
+            )
+        };
+        if let Some(old) = old {
+            old.copy_from_slice(as_bytes(inout));
+        }
+        if let ([x], [y]) = (data, &mut *inout) {
+            // One element, a strided layout's usual run: without the
+            // loop's set-up (the two lengths' minimum, the unrolled
+            // part's test), which cost it as much again.
+            *y = O::combine(*x, *y);
+        } else {
+            combine_typed::<T, WIDE>(data, inout, O::combine);
+        }
+    }
+    runs.len()
 }
 
-fn logical_or<T: Integer, const WIDE: bool>(input: &[u8], inout: &mut [u8]) -> Option<()> {
-    elementwise::<T, WIDE>(input, inout, |a: T, b: T| {
-        T::from_bool(a.is_true() || b.is_true())
-    })
-}
-
-fn logical_xor<T: Integer, const WIDE: bool>(input: &[u8], inout: &mut [u8]) -> Option<()> {
-    elementwise::<T, WIDE>(input, inout, |a: T, b: T| {
-        T::from_bool(a.is_true() != b.is_true())
-    })
-}
-
-fn bitwise_and<T: Integer, const WIDE: bool>(input: &[u8], inout: &mut [u8]) -> Option<()> {
-    elementwise::<T, WIDE>(input, inout, |a: T, b: T| a & b)
-}
-
-fn bitwise_or<T: Integer, const WIDE: bool>(input: &[u8], inout: &mut [u8]) -> Option<()> {
-    elementwise::<T, WIDE>(input, inout, |a: T, b: T| a | b)
-}
-
-fn bitwise_xor<T: Integer, const WIDE: bool>(input: &[u8], inout: &mut [u8]) -> Option<()> {
-    elementwise::<T, WIDE>(input, inout, |a: T, b: T| a ^ b)
+/// The bytes of `values`.
+#[inline(always)]
+fn as_bytes<T: Number>(values: &[T]) -> &[u8] {
+    // SAFETY: a number has no padding: its bytes are initialised.
+    unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), size_of_val(values)) }
 }
 
 /// `MPI_MINLOC` (`smaller_first`) or `MPI_MAXLOC`: the winning value,
@@ -849,32 +988,37 @@ fn max_loc<V: Number, I: Number>(input: &[u8], inout: &mut [u8]) -> Option<()> {
     pick_locs::<V, I>(input, inout, false)
 }
 
-/// The kernel of a predefined operation on integers of type `T`.
-fn integer_kernel<T: Integer, const WIDE: bool>(op: SystemOp) -> Option<Kernel> {
+/// The kernels of a predefined operation on integers of type `T`.
+fn integer_kernel<T: Integer, const WIDE: bool>(op: SystemOp) -> Option<Kernels> {
     Some(match op {
-        SystemOp::Max => max::<T, WIDE>,
-        SystemOp::Min => min::<T, WIDE>,
-        SystemOp::Sum => sum::<T, WIDE>,
-        SystemOp::Product => product::<T, WIDE>,
-        SystemOp::LogicalAnd => logical_and::<T, WIDE>,
-        SystemOp::LogicalOr => logical_or::<T, WIDE>,
-        SystemOp::LogicalXor => logical_xor::<T, WIDE>,
-        SystemOp::BitwiseAnd => bitwise_and::<T, WIDE>,
-        SystemOp::BitwiseOr => bitwise_or::<T, WIDE>,
-        SystemOp::BitwiseXor => bitwise_xor::<T, WIDE>,
-        SystemOp::MinLoc | SystemOp::MaxLoc => return None,
+        SystemOp::LogicalAnd => kernels::<T, LogicalAnd, WIDE>(),
+        SystemOp::LogicalOr => kernels::<T, LogicalOr, WIDE>(),
+        SystemOp::LogicalXor => kernels::<T, LogicalXor, WIDE>(),
+        SystemOp::BitwiseAnd => kernels::<T, BitwiseAnd, WIDE>(),
+        SystemOp::BitwiseOr => kernels::<T, BitwiseOr, WIDE>(),
+        SystemOp::BitwiseXor => kernels::<T, BitwiseXor, WIDE>(),
+        _ => return arithmetic_kernel::<T, WIDE>(op),
     })
 }
 
-/// The kernel of a predefined operation on floating-point numbers.
-fn float_kernel<T: Number, const WIDE: bool>(op: SystemOp) -> Option<Kernel> {
+/// The kernels of the predefined operations on every number, integer or
+/// floating-point: `MPI_MAX`, `MPI_MIN`, `MPI_SUM` and `MPI_PROD`.
+fn arithmetic_kernel<T: Number, const WIDE: bool>(op: SystemOp) -> Option<Kernels> {
     Some(match op {
-        SystemOp::Max => max::<T, WIDE>,
-        SystemOp::Min => min::<T, WIDE>,
-        SystemOp::Sum => sum::<T, WIDE>,
-        SystemOp::Product => product::<T, WIDE>,
+        SystemOp::Max => kernels::<T, Max, WIDE>(),
+        SystemOp::Min => kernels::<T, Min, WIDE>(),
+        SystemOp::Sum => kernels::<T, Sum, WIDE>(),
+        SystemOp::Product => kernels::<T, Product, WIDE>(),
         _ => return None,
     })
+}
+
+/// Operation `O`'s kernels on numbers of type `T`.
+fn kernels<T: Number, O: Combine<T>, const WIDE: bool>() -> Kernels {
+    Kernels {
+        contiguous: contiguous::<T, O, WIDE>,
+        runs: over_runs::<T, O, WIDE>,
+    }
 }
 
 /// The kernel of `op` on `element_type`, if the standard defines it.
@@ -885,14 +1029,14 @@ fn kernel(op: SystemOp, element_type: ElementType) -> Option<Kernel> {
     if matches!(op, SystemOp::MinLoc | SystemOp::MaxLoc) {
         return location_kernel(op, element_type);
     }
-    number_kernel_of(op, element_type.basic()?)
+    number_kernel_of(op, element_type.basic()?).map(|kernels| kernels.contiguous)
 }
 
 /// The kernel of `op` on numbers of type `basic`, if the standard defines
 /// it (`None` for the value-index pairs' operations). Inlined: a table
 /// look-up.
 #[inline]
-fn number_kernel_of(op: SystemOp, basic: Primitive) -> Option<Kernel> {
+fn number_kernel_of(op: SystemOp, basic: Primitive) -> Option<Kernels> {
     number_kernels()[basic as usize]
         .get(op as usize)
         .copied()
@@ -994,7 +1138,7 @@ const NUMBER_OPS: usize = SystemOp::MinLoc as usize;
 /// The kernels of the operations on numbers, by basic type (its index in
 /// [`Primitive::ALL`]) and [`SystemOp`]; `None` where the standard does
 /// not define the pair.
-type NumberKernels = [[Option<Kernel>; NUMBER_OPS]; Primitive::ALL.len()];
+type NumberKernels = [[Option<Kernels>; NUMBER_OPS]; Primitive::ALL.len()];
 
 /// The kernels for this CPU, picked once: those compiled for AVX2 where
 /// it has it (x86-64), else the baseline's. A table, where testing each
@@ -1040,7 +1184,7 @@ pub(crate) const NUMBER_OP_ORDER: [SystemOp; NUMBER_OPS] = [
 
 /// The kernel of `op` on numbers of type `basic`, compiled for AVX2 if
 /// `WIDE`.
-fn number_kernel<const WIDE: bool>(op: SystemOp, basic: Primitive) -> Option<Kernel> {
+fn number_kernel<const WIDE: bool>(op: SystemOp, basic: Primitive) -> Option<Kernels> {
     match basic {
         Primitive::I8 => integer_kernel::<i8, WIDE>(op),
         Primitive::I16 => integer_kernel::<i16, WIDE>(op),
@@ -1054,8 +1198,8 @@ fn number_kernel<const WIDE: bool>(op: SystemOp, basic: Primitive) -> Option<Ker
         Primitive::U64 => integer_kernel::<u64, WIDE>(op),
         Primitive::U128 => integer_kernel::<u128, WIDE>(op),
         Primitive::Usize => integer_kernel::<usize, WIDE>(op),
-        Primitive::F32 => float_kernel::<f32, WIDE>(op),
-        Primitive::F64 => float_kernel::<f64, WIDE>(op),
+        Primitive::F32 => arithmetic_kernel::<f32, WIDE>(op),
+        Primitive::F64 => arithmetic_kernel::<f64, WIDE>(op),
     }
 }
 
@@ -1258,7 +1402,7 @@ mod tests {
                 } else {
                     number_kernel::<false>(op, basic)
                 };
-                let Some(kernel) = kernel else {
+                let Some(kernels) = kernel else {
                     assert!(matches!(basic, Primitive::F32 | Primitive::F64) && index >= 4);
                     continue;
                 };
@@ -1285,10 +1429,40 @@ mod tests {
                             }
                         }
                         let before = inout.0;
-                        kernel(&input.0[span.clone()], &mut inout.0[span.clone()]).unwrap();
+                        (kernels.contiguous)(&input.0[span.clone()], &mut inout.0[span.clone()])
+                            .unwrap();
+                        // The runs kernel, each element a run of its own
+                        // from the last, the old elements fetched: the
+                        // same elements; none done if runs of one element
+                        // are as long as those it must leave.
+                        let runs: Vec<Segment> = (start..start + len)
+                            .rev()
+                            .map(|e| Segment {
+                                disp: (e * size) as u64,
+                                data: e * size..(e + 1) * size,
+                            })
+                            .collect();
+                        let (mut by_runs, mut old) = (before, [0u8; 2048]);
+                        let window = std::ptr::slice_from_raw_parts_mut(by_runs.as_mut_ptr(), 2048);
+                        for (shorter_than, done) in [(size, 0), (usize::MAX, len)] {
+                            // SAFETY: `window` is `by_runs`, this test's.
+                            let runs_done = unsafe {
+                                (kernels.runs)(
+                                    &input.0,
+                                    window,
+                                    &runs,
+                                    Some(&mut old),
+                                    shorter_than,
+                                )
+                            };
+                            assert_eq!(runs_done, done, "runs done");
+                        }
+                        assert_eq!(old[span.clone()], before[span.clone()], "old elements");
                         for e in 0..72 {
                             let at = e * size..(e + 1) * size;
                             let got = as_t(&inout.0[at.clone()]);
+                            let by_runs = as_t(&by_runs[at.clone()]);
+                            assert!(same(by_runs, got), "{by_runs:?} by runs, {got:?} whole");
                             let expected = if span.contains(&at.start) {
                                 reference(op, as_t(&input.0[at.clone()]), as_t(&before[at]))
                             } else {

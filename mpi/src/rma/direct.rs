@@ -341,6 +341,8 @@ fn accumulate_span(
 /// elements (a value-index pair with padding between value and index,
 /// `MPI_SHORT_INT` as C lays it out) is gathered, combined packed and
 /// scattered back under the mutexes (a pair is never done by words).
+/// Otherwise on a mapped segment, a reduction on numbers runs its kernel
+/// over the segments in one call ([`combine_segments`]).
 pub(crate) fn accumulate_segments(
     reach: &Reach,
     segments: &[Segment],
@@ -350,8 +352,7 @@ pub(crate) fn accumulate_segments(
     mut old: Option<&mut [u8]>,
 ) -> Result<()> {
     let len = accumulate_len(data, element, op, old.as_deref())?;
-    check_covered(segments, len)?;
-    let split = segments.iter().any(|s| !element.holds_whole(s.data.len()));
+    let split = check_covered(segments, len, element)?;
     // Whether the segment at byte offset `at` goes by hardware words:
     // `by_words`, whose tests of the lock, the op and the type are made
     // once (at offset 0, page-aligned, only they and the size decide),
@@ -393,33 +394,89 @@ pub(crate) fn accumulate_segments(
         return Ok(());
     }
     let how = (reduction, element, op);
-    for s in segments {
-        let (at, len) = (offset(s.disp)?, s.data.len());
-        // The origin's data for the segment: a no-op's is empty.
-        let data = if op == AccumulateOp::NoOp {
-            data
-        } else {
-            &data[s.data.clone()]
-        };
-        let old = old.as_deref_mut().map(|old| &mut old[s.data.clone()]);
-        match reach.mapped() {
-            Some(segment) if words(at) => exchange_words(segment, at, data, (element, op), old)?,
-            // A segment whose pass is never turned round (every one of a
-            // strided layout of small blocks) in place at once, as
-            // `reduce_in_place` does: `update`'s look at this thread's
-            // last pass cost a vector of 1024 doubles 8 us in 13.
-            Some(segment) if !segment.pass_may_turn(len) => {
-                let window = segment.span(at, len).map_err(access_error)?;
-                // SAFETY: the bytes lie in the mapped window (`span`
-                // checked them), which outlives this call; this origin
-                // holds their region mutexes (taken above) or the
-                // target's exclusive lock, as in `update_held`.
-                combine_in_place(unsafe { &mut *window }, data, how, old)?;
+    match reach.mapped() {
+        Some(segment) if !some_words => combine_segments(reach, segment, segments, data, how, old),
+        _ => {
+            for s in segments {
+                let (at, len) = (offset(s.disp)?, s.data.len());
+                let data = segment_data(data, s, op);
+                let old = old.as_deref_mut().map(|old| &mut old[s.data.clone()]);
+                match reach.mapped() {
+                    Some(segment) if words(at) => {
+                        exchange_words(segment, at, data, (element, op), old)?
+                    }
+                    _ => update_held(reach, at, len, data, how, old)?,
+                }
             }
-            _ => update_held(reach, at, len, data, how, old)?,
+            Ok(())
         }
     }
-    Ok(())
+}
+
+/// The loop of [`accumulate_segments`] on a mapped segment where no
+/// element goes by hardware words (every reduction, and a replace or a
+/// no-op under the exclusive lock), once the region mutexes are held or
+/// the exclusive lock. A reduction on numbers runs its kernel over the
+/// segments in one call (`PredefinedReduction::apply_runs`: in place on
+/// the window's bytes, as [`reduce_in_place`] does for one span), up to
+/// the first segment it leaves: one whose pass may turn round (by
+/// [`update_held`]), or one it cannot do (not aligned: by
+/// `target::combine`'s aligned copies; out of range: the error), which
+/// goes alone as any segment of a replace, a no-op or pairs does, and the
+/// kernel goes on after it. One call per segment through the kernel table
+/// (1024 for a vector of 1024 doubles) cost as much as one contiguous
+/// accumulate per segment had, each with its checks of the element and
+/// the lock (BENCHMARKS.md, typedacc-s28).
+fn combine_segments(
+    reach: &Reach,
+    segment: &WindowSegment,
+    segments: &[Segment],
+    data: &[u8],
+    how: (Option<PredefinedReduction>, AccumulateType, AccumulateOp),
+    mut old: Option<&mut [u8]>,
+) -> Result<()> {
+    let window = segment.span(0, segment.size()).map_err(access_error)?;
+    let turns_from = segment.turns_from();
+    let mut rest = segments;
+    loop {
+        if let Some(reduction) = how.0 {
+            // SAFETY: `window` is the mapped window (`span`), which
+            // outlives this call; this origin holds the region mutexes of
+            // every segment's bytes or the target's exclusive lock (the
+            // caller's duty), as in `update_held`.
+            let done =
+                unsafe { reduction.apply_runs(data, window, rest, old.as_deref_mut(), turns_from) };
+            rest = &rest[done..];
+        }
+        let Some((s, after)) = rest.split_first() else {
+            return Ok(());
+        };
+        let (at, len) = (offset(s.disp)?, s.data.len());
+        let data = segment_data(data, s, how.2);
+        let old = old.as_deref_mut().map(|old| &mut old[s.data.clone()]);
+        if segment.pass_may_turn(len) {
+            update_held(reach, at, len, data, how, old)?;
+        } else {
+            let window = segment.span(at, len).map_err(access_error)?;
+            // SAFETY: the bytes lie in the mapped window (`span` checked
+            // them), which outlives this call; this origin holds their
+            // region mutexes or the target's exclusive lock (the
+            // caller's duty), as in `update_held`.
+            combine_in_place(unsafe { &mut *window }, data, how, old)?;
+        }
+        rest = after;
+    }
+}
+
+/// The origin's data of segment `s` of a typed accumulate of the packed
+/// `data` with `op`: a no-op's is empty.
+#[inline(always)]
+pub(crate) fn segment_data<'d>(data: &'d [u8], s: &Segment, op: AccumulateOp) -> &'d [u8] {
+    if op == AccumulateOp::NoOp {
+        data
+    } else {
+        &data[s.data.clone()]
+    }
 }
 
 /// The bytes an accumulate of `data` (with the result `old`, if
@@ -448,16 +505,25 @@ pub(crate) fn accumulate_len(
 
 /// Checks that a typed operation's target `segments` cover its `len`
 /// bytes of packed data (the MPI layer cut them so: a mismatch is an
-/// internal error). Shared with the RDMA path.
-pub(crate) fn check_covered(segments: &[Segment], len: usize) -> Result<()> {
-    let covered: usize = segments.iter().map(|s| s.data.len()).sum();
+/// internal error), and says whether one of them cuts an `element` (in
+/// the same pass: a strided layout has a segment per element). Shared
+/// with the RDMA path.
+pub(crate) fn check_covered(
+    segments: &[Segment],
+    len: usize,
+    element: AccumulateType,
+) -> Result<bool> {
+    let (covered, cut) = segments.iter().fold((0usize, false), |(covered, cut), s| {
+        let len = s.data.len();
+        (covered + len, cut || !element.holds_whole(len))
+    });
     if covered != len {
         return Err(Error::new(
             ErrorClass::Intern,
             format!("target segments of {covered} bytes for {len} bytes of packed data"),
         ));
     }
-    Ok(())
+    Ok(cut)
 }
 
 /// The mapped segment on which an accumulate at byte offset `at` is
@@ -876,6 +942,64 @@ mod tests {
         let before = regions_taken();
         accumulate_segments(&reach, &segments, &values, replace, false, None).unwrap();
         assert_eq!(regions_taken() - before, 0, "a replace by words");
+    }
+
+    /// A typed sum whose kernel leaves some segments to go alone (one at
+    /// an odd displacement, which it cannot do in place, and one long
+    /// enough that its pass may turn round, where the CPU turns passes)
+    /// and goes on after each: under the exclusive lock and the region
+    /// mutexes, the old values fetched, every element comes out right and
+    /// the bytes between the segments stay as they were.
+    #[test]
+    fn a_typed_sum_goes_on_after_the_segments_its_kernel_leaves() {
+        let (segment, _) = WindowSegment::create(160 << 10).unwrap();
+        let long = 4096; // elements: 32 KiB, past half of any level-1 cache
+        let turns = segment.turns_from() <= 8 * long;
+        let reach = Reach::Mapped(Arc::new(segment));
+        // (displacement, elements): aligned, odd, aligned, long, aligned.
+        let layout = [(8u64, 1), (4099, 2), (200, 3), (64 << 10, long), (48, 1)];
+        let mut segments = Vec::new();
+        let mut packed = 0;
+        for (disp, count) in layout {
+            segments.push(Segment {
+                disp,
+                data: packed..packed + 8 * count,
+            });
+            packed += 8 * count;
+        }
+        let values: Vec<u8> = (0..packed as u64 / 8)
+            .flat_map(|v| (v + 1).to_ne_bytes())
+            .collect();
+        let sum = (
+            AccumulateType::Basic(Primitive::U64),
+            AccumulateOp::Reduce(SystemOperation::sum()),
+        );
+        reach.write(0, &[0xab; 160 << 10], Caching::Cached).unwrap();
+        let filler = u64::from_ne_bytes([0xab; 8]);
+        for (round, exclusive) in [false, true].into_iter().enumerate() {
+            let mut old = vec![0u8; packed];
+            accumulate_segments(&reach, &segments, &values, sum, exclusive, Some(&mut old))
+                .unwrap();
+            let want = |k: u64| filler.wrapping_add(round as u64 * (k + 1));
+            let now = |k: u64| want(k).wrapping_add(k + 1);
+            assert!(
+                u64s(&old).into_iter().zip(0..).all(|(v, k)| v == want(k)),
+                "old values, exclusive {exclusive} (passes turn: {turns})"
+            );
+            for s in &segments {
+                let mut bytes = vec![0u8; s.data.len()];
+                reach
+                    .read(s.disp as usize, &mut bytes, Caching::Cached)
+                    .unwrap();
+                let first = s.data.start as u64 / 8;
+                for (v, k) in u64s(&bytes).into_iter().zip(first..) {
+                    assert_eq!(v, now(k), "element {k}, exclusive {exclusive}");
+                }
+            }
+        }
+        let mut gap = [0u8; 8];
+        reach.read(16, &mut gap, Caching::Cached).unwrap();
+        assert_eq!(gap, [0xab; 8], "between the segments");
     }
 
     /// `MPI_MINLOC` into `MPI_SHORT_INT` pairs as C lays them out (value,

@@ -86,7 +86,7 @@
 
 mod access;
 mod direct;
-mod path;
+pub(crate) mod path;
 pub(crate) mod progress;
 mod rdma;
 pub(crate) mod target;

@@ -807,7 +807,7 @@ pub(crate) fn accumulate_segments(
     mut old: Option<&mut [u8]>,
 ) -> Result<()> {
     let len = direct::accumulate_len(data, element, op, old.as_deref())?;
-    direct::check_covered(segments, len)?;
+    direct::check_covered(segments, len, element)?;
     // Numbers' segments hold whole elements, so each may go its own way.
     let (atomics, locked): (Vec<&Segment>, Vec<&Segment>) = segments
         .iter()

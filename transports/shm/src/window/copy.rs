@@ -192,6 +192,16 @@ impl CopyPlan {
         len >= self.first && len <= self.turns_until
     }
 
+    /// The shortest pass that may turn round ([`CopyPlan::turns_at`]);
+    /// `usize::MAX` if none may.
+    pub(crate) fn turns_from(self) -> usize {
+        if self.first <= self.turns_until {
+            self.first
+        } else {
+            usize::MAX
+        }
+    }
+
     /// Whether a pass of `len` bytes that reads `src` and writes `dst`
     /// (an accumulate combining an origin's data into window memory in
     /// place) should run from the back, a piece at a time: where it

@@ -662,6 +662,14 @@ impl WindowSegment {
         self.copies.turns_at(len)
     }
 
+    /// The length from which an accumulate's pass may run from the back
+    /// ([`WindowSegment::pass_may_turn`]): every shorter pass is one pass
+    /// from the front, which the caller may run on the window's bytes
+    /// itself.
+    pub fn turns_from(&self) -> usize {
+        self.copies.turns_from()
+    }
+
     /// Runs `update` on bytes `offset..offset + len` of the window in
     /// place, given with their offset in the span: an accumulate's
     /// read-modify-write, combining `source` (the origin's data, only
