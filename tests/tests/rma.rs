@@ -316,6 +316,15 @@ fn the_lock_a_lost_origin_held_passes_on() {
     job("lost_holder", &[], 3, &TCP, 60);
 }
 
+/// A process lost in the middle of general active-target epochs over
+/// TCP: the complete, wait and start that involve it fail with
+/// MPI_ERR_PROC_FAILED within seconds, and the other target's epoch ends
+/// (the job's bound catches a wait that waits forever).
+#[test]
+fn general_active_target_epochs_end_when_a_process_is_lost() {
+    job("lost_pscw", &[], 3, &TCP, 60);
+}
+
 /// Over TCP a lock request leaves with the epoch's operations, not
 /// waiting for its grant: the target applies them only once it grants
 /// the lock (over shared memory the direct path's lock waits).

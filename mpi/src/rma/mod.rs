@@ -101,7 +101,7 @@ use crate::request::{Request, Scope};
 use crate::{with_device, Communicator, Error, ErrorClass, ErrorHandler, Info, Result, PROC_NULL};
 use access::Access;
 use direct::Reach;
-use oxmpi_adi::device::RequestId;
+use oxmpi_adi::device::{Device, RequestId};
 use oxmpi_adi::host::HostId;
 use oxmpi_adi::transport::PeerRank;
 use oxmpi_shm::region::RegionName;
@@ -1780,32 +1780,37 @@ impl<'a> Window<'a> {
         flushed.and(synchronized).and(recorded)
     }
 
-    /// Releases the shared lock `lock_all` took on each target of
-    /// `ranks`, all of them even if one fails; the first error.
-    fn unlock_targets(&self, ranks: Range<usize>) -> Result<()> {
+    /// Runs `f` on every target of `ranks`, all of them even if one
+    /// fails (a lost target, a refused operation: the others still wait
+    /// for what is theirs); the first error.
+    fn each_target(
+        &self,
+        ranks: impl Iterator<Item = usize>,
+        mut f: impl FnMut(&Target<'_>, &Path) -> Result<()>,
+    ) -> Result<()> {
         let mut first = Ok(());
         for rank in ranks {
             let (to, path) = self.target_of(rank);
-            let unlocked = path.release(&to, LockType::Shared);
+            let done = f(&to, path);
             if first.is_ok() {
-                first = unlocked;
+                first = done;
             }
         }
         first
     }
 
+    /// Releases the shared lock `lock_all` took on each target of
+    /// `ranks`, all of them even if one fails; the first error.
+    fn unlock_targets(&self, ranks: Range<usize>) -> Result<()> {
+        self.each_target(ranks, |to, path| path.release(to, LockType::Shared))
+    }
+
     /// Flushes `ranks`, every target's queued operations leaving before
-    /// the first wait.
+    /// the first wait, and every target even if one fails; the first
+    /// error.
     fn flush_targets(&self, ranks: impl Iterator<Item = usize> + Clone) -> Result<()> {
-        for rank in ranks.clone() {
-            let (to, path) = self.target_of(rank);
-            path.send_queued(&to)?;
-        }
-        for rank in ranks {
-            let (to, path) = self.target_of(rank);
-            path.flush(&to)?;
-        }
-        Ok(())
+        let sent = self.each_target(ranks.clone(), |to, path| path.send_queued(to));
+        sent.and(self.each_target(ranks, |to, path| path.flush(to)))
     }
 
     /// Ends the preceding fence epoch and opens the next
@@ -1871,7 +1876,7 @@ impl<'a> Window<'a> {
                     "start while an access epoch is open",
                 ));
             }
-            crate::progress_until(|_| {
+            crate::progress_until(|d| {
                 let mut state = self.shared.state();
                 if ranks.iter().all(|&r| state.posts[r] > 0) {
                     for &r in &ranks {
@@ -1879,7 +1884,12 @@ impl<'a> Window<'a> {
                     }
                     return Ok(Some(()));
                 }
-                Ok(None)
+                // A target lost before its post never posts.
+                let lost = ranks
+                    .iter()
+                    .filter(|&&r| state.posts[r] == 0)
+                    .find_map(|&r| d.peer_failure(self.shared.member(r)));
+                lost.map_or(Ok(None), Err)
             })?;
             self.epochs().access = Some(ranks);
             Ok(())
@@ -1897,12 +1907,13 @@ impl<'a> Window<'a> {
                 .access
                 .take()
                 .ok_or_else(|| Error::new(ErrorClass::RmaSync, "complete without a start"))?;
-            self.flush_targets(ranks.iter().copied())?;
-            for &rank in &ranks {
-                let (to, path) = self.target_of(rank);
-                path.notify(&to, wire::Kind::Complete)?;
-            }
-            take_errors(&self.shared)
+            // Every target hears its complete, even if another's flush
+            // failed (a lost target): its wait ends only so.
+            let flushed = self.flush_targets(ranks.iter().copied());
+            let notified = self.each_target(ranks.iter().copied(), |to, path| {
+                path.notify(to, wire::Kind::Complete)
+            });
+            flushed.and(notified).and(take_errors(&self.shared))
         })();
         self.comm.handled(result)
     }
@@ -1913,9 +1924,13 @@ impl<'a> Window<'a> {
     pub fn wait(&self) -> Result<()> {
         let result = (|| {
             let ranks = self.exposure_group()?;
-            crate::progress_until(|_| Ok(self.take_completes(&ranks).then_some(())))?;
+            let ended = crate::progress_until(|d| match self.take_completes(&ranks, d) {
+                Ok(true) => Ok(Some(Ok(()))),
+                Ok(false) => Ok(None),
+                Err(lost) => Ok(Some(Err(lost))),
+            });
             self.epochs().exposure = None;
-            Ok(())
+            ended?
         })();
         self.comm.handled(result)
     }
@@ -1927,11 +1942,11 @@ impl<'a> Window<'a> {
         let result = (|| {
             let ranks = self.exposure_group()?;
             crate::progress_once()?;
-            let done = self.take_completes(&ranks);
-            if done {
+            let done = crate::with_device(|d| Ok(self.take_completes(&ranks, d)))?;
+            if !matches!(done, Ok(false)) {
                 self.epochs().exposure = None;
             }
-            Ok(done)
+            done
         })();
         self.comm.handled(result)
     }
@@ -1943,17 +1958,25 @@ impl<'a> Window<'a> {
             .ok_or_else(|| Error::new(ErrorClass::RmaSync, "wait or test without a post"))
     }
 
-    /// Whether every rank of `ranks` completed; if so, their completes
-    /// are used up.
-    fn take_completes(&self, ranks: &[usize]) -> bool {
+    /// Whether every origin of `ranks` completed; if so, their completes
+    /// are used up. An origin lost before its complete never completes:
+    /// once every other has, theirs are used up and the epoch ends with
+    /// the loss's error.
+    fn take_completes(&self, ranks: &[usize], device: &Device) -> Result<bool> {
         let mut state = self.shared.state();
-        if !ranks.iter().all(|&r| state.completes[r] > 0) {
-            return false;
+        let mut lost = None;
+        for &r in ranks {
+            if state.completes[r] == 0 {
+                match device.peer_failure(self.shared.member(r)) {
+                    Some(e) => lost = lost.or(Some(e)),
+                    None => return Ok(false),
+                }
+            }
         }
         for &r in ranks {
-            state.completes[r] -= 1;
+            state.completes[r] = state.completes[r].saturating_sub(1);
         }
-        true
+        lost.map_or(Ok(true), Err)
     }
 
     /// The window's communicator ranks of `group`'s processes.

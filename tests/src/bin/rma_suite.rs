@@ -135,7 +135,12 @@
 //! (3 ranks: rank 1 takes rank 0's exclusive lock and shuts its
 //! connections down holding it; rank 2's exclusive lock of rank 0 is
 //! then granted within seconds, where it waited forever for rank 1's
-//! unlock), and `deferred` (3 ranks: rank 1 holds rank 0's exclusive
+//! unlock), `lost_pscw` (3 ranks: rank 1 is lost in the middle of
+//! rank 0's access epoch to ranks 1 and 2 and before its own access
+//! epoch to rank 0: rank 0's complete, wait and a next start fail with
+//! MPI_ERR_PROC_FAILED within seconds, and rank 2's wait ends, where
+//! complete returned before it told rank 2 and wait waited for ever),
+//! and `deferred` (3 ranks: rank 1 holds rank 0's exclusive
 //! lock while rank 2 asks for it and sends a put behind its request
 //! without waiting for the grant; rank 1, 300 ms later, still reads the
 //! slot as it was, and rank 2 then finds rank 1's put done and its own
@@ -204,6 +209,7 @@ fn main() -> ExitCode {
             "revoked" => revoked(&world),
             "lost_peer" => lost_peer(&world),
             "lost_holder" => lost_holder(&world),
+            "lost_pscw" => lost_pscw(&world),
             "deferred" => deferred(&world),
             other => Err(fail(format!("unknown check {other:?}"))),
         }
@@ -3338,6 +3344,79 @@ fn lost_holder(world: &Communicator) -> Result<()> {
                 )
             })?;
             world.process_at_rank(0).send(&2u8)?;
+        }
+    }
+    drop(window);
+    Ok(())
+}
+
+/// See the module docs. The window is dropped, not freed: `free` is
+/// collective, and rank 1 is gone.
+fn lost_pscw(world: &Communicator) -> Result<()> {
+    const BOUND: Duration = Duration::from_secs(10);
+    ensure(world.size() == 3, || "lost_pscw runs on 3 ranks".to_owned())?;
+    let window = returning(Window::allocate(world, 8, 8, &Info::new()))?;
+    let others = world.group().include(&[1, 2])?;
+    let zero = world.group().include(&[0])?;
+    world.barrier()?;
+    match world.rank() {
+        0 => {
+            window.post(&others, 0)?;
+            window.start(&others, 0)?;
+            window.put(&[7u64][..], 1, 0)?;
+            window.put(&[7u64][..], 2, 0)?;
+            world.process_at_rank(1).send(&1u8)?;
+            // Rank 1 shuts its connections meanwhile.
+            std::thread::sleep(Duration::from_millis(300));
+            let started = Instant::now();
+            expect_class(
+                window.complete(),
+                ErrorClass::ProcFailed,
+                "a complete whose target (rank 1) is lost",
+            )?;
+            // Rank 2 completed its epoch to this rank; rank 1 never will.
+            expect_class(
+                window.wait(),
+                ErrorClass::ProcFailed,
+                "a wait whose origin (rank 1) is lost",
+            )?;
+            let mut got = [0u64];
+            window.read_local(0, &mut got)?;
+            same(&got, &[9], "rank 2's put, completed")?;
+            expect_class(
+                window.start(&world.group().include(&[1])?, 0),
+                ErrorClass::ProcFailed,
+                "a start whose target (rank 1) is lost before its post",
+            )?;
+            ensure(started.elapsed() < BOUND, || {
+                format!(
+                    "complete, wait and start with a lost rank took {:?}",
+                    started.elapsed()
+                )
+            })?;
+        }
+        1 => {
+            window.post(&zero, 0)?;
+            world.process_at_rank(0).receive::<u8>()?;
+            let shut = shut_down_tcp_connections()?;
+            ensure(shut > 0, || {
+                "rank 1 had no TCP connection to shut down".to_owned()
+            })?;
+        }
+        _ => {
+            window.post(&zero, 0)?;
+            window.start(&zero, 0)?;
+            window.put(&[9u64][..], 0, 0)?;
+            window.complete()?;
+            // Rank 0's complete comes though its other target is lost.
+            let started = Instant::now();
+            window.wait()?;
+            ensure(started.elapsed() < BOUND, || {
+                format!("rank 2's wait took {:?}", started.elapsed())
+            })?;
+            let mut got = [0u64];
+            window.read_local(0, &mut got)?;
+            same(&got, &[7], "rank 0's put, completed")?;
         }
     }
     drop(window);
