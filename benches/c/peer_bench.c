@@ -83,7 +83,9 @@
  *   (--flavor create), disp unit 1, then MPI_Win_free; each rank's mean
  *   time per window in microseconds, averaged over the ranks with
  *   MPI_Reduce; then one more window, untimed, whose MPI_WIN_CREATE_FLAVOR
- *   and MPI_WIN_SIZE are checked, and an allocated one's memory is zero;
+ *   and MPI_WIN_SIZE are checked (not its memory: MPI does not promise
+ *   zeroed memory, and Open MPI's osc pt2pt gives it unzeroed, where
+ *   win_bench.rs checks oxmpi's own promise);
  *   its default counts are 200 timed windows after 20 up to 8 KiB, 50
  *   after 5 above (cli.rs's WIN_CREATE_COUNTS);
  * - output (rank 0): `#` header lines (one `# library: ...`), the column
@@ -956,11 +958,12 @@ static void run_rma(const struct options *o, int rank)
 }
 
 /* Makes a window of `size` bytes in the flavour asked for (a created one
- * on the start of `lent`); checks it if `check`; frees it. */
+ * on the start of `lent`); checks its flavour and size if `check`; frees
+ * it. */
 static void make_window(const struct options *o, size_t size, char *lent, int check)
 {
     MPI_Win win;
-    char *base = lent;
+    char *base;
     if (o->flavor == FLAVOR_CREATE)
         MPI_Win_create(lent, (MPI_Aint)size, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win);
     else
@@ -973,15 +976,6 @@ static void make_window(const struct options *o, size_t size, char *lent, int ch
         int expected = o->flavor == FLAVOR_CREATE ? MPI_WIN_FLAVOR_CREATE : MPI_WIN_FLAVOR_ALLOCATE;
         if (!flag_flavor || !flag_size || *flavor != expected || *win_size != (MPI_Aint)size)
             fail("the window is not of the flavour and size asked for", size);
-        if (o->flavor == FLAVOR_ALLOCATE) {
-            int rank;
-            MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-            MPI_Win_lock(MPI_LOCK_SHARED, rank, 0, win);
-            for (size_t k = 0; k < size; k++)
-                if (base[k] != 0)
-                    fail("a newly allocated window is not zero", size);
-            MPI_Win_unlock(rank, win);
-        }
     }
     MPI_Win_free(&win);
 }

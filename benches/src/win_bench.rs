@@ -14,8 +14,8 @@
 //!   collectives' "Avg Latency");
 //! - after the timed windows of each size, one more is made and checked
 //!   untimed: its flavour and size are the ones asked for, and an
-//!   allocated window's memory is zero, as `MPI_Win_allocate` promises
-//!   here.
+//!   allocated window's memory is zero, as `Window::allocate` promises
+//!   (MPI does not: the C benchmark checks flavour and size only).
 //!
 //! `benches/c/peer_bench.c` has the same pattern against the MPI C API,
 //! for `oxbench compare`: a change here is made there too.
