@@ -975,8 +975,13 @@ impl<'a> Window<'a> {
     fn free_unhandled(&mut self) -> Result<()> {
         let open = self.epoch_open_besides_fence();
         // The barrier is entered even so, and whatever a target refused:
-        // the other ranks are in theirs, and this window is consumed.
-        let freed = self.flush_every_target_then(|| self.comm.barrier());
+        // the other ranks are in theirs, and this window is consumed. It
+        // is the non-blocking form, waited for: a blocking one would make
+        // the communicator's region of collectives over shared memory (a
+        // memory file handed to every process) where no fence made it
+        // already, for this one barrier.
+        let freed =
+            self.flush_every_target_then(|| self.comm.immediate_barrier()?.wait().map(drop));
         if open {
             return Err(Error::new(
                 ErrorClass::RmaSync,
