@@ -473,7 +473,7 @@ impl ShmTransport {
             .add(listener.as_fd(), LISTENER)
             .and_then(|()| epoll.add(wake.as_fd(), WAKE))
             .and_then(|()| epoll.add(handover::poller()?, HANDOVER))
-            .map_err(|e| Error::os("registering the shm listener", e))?;
+            .map_err(|e| Error::os("registering the shm listener and region hand-over", e))?;
         Ok(ShmTransport {
             cma: Cma::new(job.rank, config.cross_memory_attach),
             job: job.clone(),
