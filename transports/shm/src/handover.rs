@@ -30,7 +30,7 @@
 //! call, polling its transports, while the others fetch the region: it
 //! answers at once on its own core, where a thread woken for the caller
 //! would wait for that core, held by its rank spinning (0.6 ms at the
-//! median and several at the mean per region on a loaded 2-core machine,
+//! median and 2 ms at the mean per region on a loaded 2-core machine,
 //! each window and communicator paying it). The thread answers where no
 //! one polls (a process without the shared-memory transport, or a maker
 //! outside MPI calls). It starts with the process's first offer and is
