@@ -4,15 +4,17 @@
  * exactly the same patterns as oxmpi. `oxbench compare` builds it with
  * each library's `mpicc` and runs it under the library's launcher.
  *
- * It mirrors benches/src/mpi_bench.rs, benches/src/coll_bench.rs and
+ * It mirrors benches/src/mpi_bench.rs, benches/src/coll_bench.rs,
+ * benches/src/rma_bench.rs, benches/src/win_bench.rs and
  * benches/src/cli.rs (read their docs for the patterns), and must be kept
  * in step with them:
  * - command line: `latency|bw|bibw|mbw_mr|multi_lat|barrier|bcast|
  *   allreduce|alltoall|neighbor_allgather|neighbor_alltoall|
- *   inter_allreduce|put_latency|... [--min-size N]
+ *   inter_allreduce|put_latency|...|win_create [--min-size N]
  *   [--max-size N] [--size N] [--iterations N] [--iterations-large N]
- *   [--warmup N] [--warmup-large N] [--sync flush|lock]` (`--sync` for
- *   the one-sided benchmarks only), `--name value` or `--name=value`,
+ *   [--warmup N] [--warmup-large N] [--sync flush|lock] [--flavor
+ *   allocate|create]` (`--sync` for the one-sided benchmarks only,
+ *   `--flavor` for win_create only), `--name value` or `--name=value`,
  *   sizes in bytes with an optional K, M or G suffix (powers of 1024);
  *   sizes double from the smallest to the largest (0 is followed by 1);
  *   a count given for all sizes applies above 8 KiB too unless the
@@ -74,6 +76,18 @@
  *   buffer and target displacement j * size), as OSU's osu_put_bw and
  *   osu_get_bw; the target's window after puts and accumulates, the
  *   gets' data and every fetched value (at the origin) are checked;
+ * - win_create (any number of ranks; win_bench.rs): per size, a barrier,
+ *   then windows of the size made and freed back to back, the warm-up
+ *   ones then the timed ones: MPI_Win_allocate (--flavor allocate, the
+ *   default) or MPI_Win_create on one buffer of the largest size
+ *   (--flavor create), disp unit 1, then MPI_Win_free; each rank's mean
+ *   time per window in microseconds, averaged over the ranks with
+ *   MPI_Reduce; then one more window, untimed, whose MPI_WIN_CREATE_FLAVOR
+ *   and MPI_WIN_SIZE are checked (not its memory: MPI does not promise
+ *   zeroed memory, and Open MPI's osc pt2pt gives it unzeroed, where
+ *   win_bench.rs checks oxmpi's own promise);
+ *   its default counts are 200 timed windows after 20 up to 8 KiB, 50
+ *   after 5 above (cli.rs's WIN_CREATE_COUNTS);
  * - output (rank 0): `#` header lines (one `# library: ...`), the column
  *   header, then one line per size, the size in 10 columns and each
  *   figure in 18 with 2 decimals, as oxbench prints it.
@@ -93,6 +107,10 @@
 #define ITERATIONS_LARGE 1000
 #define WARMUP_SMALL 100
 #define WARMUP_LARGE 10
+#define WIN_CREATE_ITERATIONS_SMALL 200
+#define WIN_CREATE_ITERATIONS_LARGE 50
+#define WIN_CREATE_WARMUP_SMALL 20
+#define WIN_CREATE_WARMUP_LARGE 5
 #define DEFAULT_MAX_SIZE ((size_t)4 << 20)
 #define SIZE_LIMIT ((size_t)64 << 20)
 #define ALIGNMENT 4096
@@ -123,7 +141,8 @@ enum benchmark {
     FOP_LATENCY,
     CAS_LATENCY,
     PUT_BW,
-    GET_BW
+    GET_BW,
+    WIN_CREATE
 };
 
 static const char *const names[] = {"latency",
@@ -144,7 +163,8 @@ static const char *const names[] = {"latency",
                                     "fop_latency",
                                     "cas_latency",
                                     "put_bw",
-                                    "get_bw"};
+                                    "get_bw",
+                                    "win_create"};
 static const char *const descriptions[] = {"latency",
                                            "bandwidth",
                                            "bi-directional bandwidth",
@@ -163,13 +183,17 @@ static const char *const descriptions[] = {"latency",
                                            "one-sided fetch-and-op latency",
                                            "one-sided compare-and-swap latency",
                                            "one-sided put bandwidth",
-                                           "one-sided get bandwidth"};
+                                           "one-sided get bandwidth",
+                                           "window creation and free latency"};
 
 static int is_collective(enum benchmark b) { return b >= BARRIER && b <= INTER_ALLREDUCE; }
-static int is_rma(enum benchmark b) { return b >= PUT_LATENCY; }
+static int is_rma(enum benchmark b) { return b >= PUT_LATENCY && b <= GET_BW; }
+/* The collectives and win_create: any number of ranks, each rank's mean
+ * averaged over them. */
+static int is_any_ranks(enum benchmark b) { return is_collective(b) || b == WIN_CREATE; }
 static int is_latency(enum benchmark b)
 {
-    return b == LATENCY || b == MULTI_LATENCY || is_collective(b) ||
+    return b == LATENCY || b == MULTI_LATENCY || is_any_ranks(b) ||
            (is_rma(b) && b != PUT_BW && b != GET_BW);
 }
 static int is_multi_pair(enum benchmark b) { return b == MULTI_BANDWIDTH || b == MULTI_LATENCY; }
@@ -198,9 +222,14 @@ static size_t min_size_of(enum benchmark b)
 enum sync { SYNC_FLUSH, SYNC_LOCK };
 static const char *const sync_names[] = {"flush", "lock"};
 
+/* Which window win_create makes, as cli.rs's WindowFlavor. */
+enum flavor { FLAVOR_ALLOCATE, FLAVOR_CREATE };
+static const char *const flavor_names[] = {"allocate", "create"};
+
 struct options {
     enum benchmark benchmark;
     enum sync sync;
+    enum flavor flavor;
     size_t min_size;
     size_t max_size;
     long iterations, iterations_large;
@@ -211,9 +240,10 @@ static const char usage[] =
     "usage: mpiexec -n 2 peer_bench latency|bw|bibw|mbw_mr|multi_lat|barrier|bcast|\n"
     "       allreduce|alltoall|neighbor_allgather|neighbor_alltoall|inter_allreduce|\n"
     "       put_latency|get_latency|acc_latency|fop_latency|\n"
-    "       cas_latency|put_bw|get_bw [--min-size N]\n"
+    "       cas_latency|put_bw|get_bw|win_create [--min-size N]\n"
     "       [--max-size N] [--size N] [--iterations N] [--iterations-large N]\n"
-    "       [--warmup N] [--warmup-large N] [--sync flush|lock]\n";
+    "       [--warmup N] [--warmup-large N] [--sync flush|lock]\n"
+    "       [--flavor allocate|create]\n";
 
 static int usage_error(const char *what, const char *arg)
 {
@@ -268,12 +298,12 @@ static int parse_count(const char *text, long *out)
  * it is bad. */
 static int parse(int argc, char **argv, struct options *o)
 {
-    int have_min = 0, have_max = 0, have_size = 0, have_sync = 0, found = 0;
+    int have_min = 0, have_max = 0, have_size = 0, have_sync = 0, have_flavor = 0, found = 0;
     size_t size = 0;
     long iterations = -1, iterations_large = -1, warmup = -1, warmup_large = -1;
     if (argc < 2)
         return usage_error("no benchmark given", NULL);
-    for (int b = LATENCY; b <= GET_BW; b++) {
+    for (int b = LATENCY; b <= WIN_CREATE; b++) {
         if (!strcmp(argv[1], names[b])) {
             o->benchmark = (enum benchmark)b;
             found = 1;
@@ -284,6 +314,7 @@ static int parse(int argc, char **argv, struct options *o)
     o->min_size = min_size_of(o->benchmark);
     o->max_size = DEFAULT_MAX_SIZE;
     o->sync = SYNC_FLUSH;
+    o->flavor = FLAVOR_ALLOCATE;
     for (int i = 2; i < argc; i++) {
         char name[32];
         const char *value;
@@ -333,16 +364,31 @@ static int parse(int argc, char **argv, struct options *o)
             else
                 return usage_error("--sync takes flush or lock, not", value);
             have_sync = 1;
+        } else if (!strcmp(name, "--flavor")) {
+            if (!strcmp(value, flavor_names[FLAVOR_ALLOCATE]))
+                o->flavor = FLAVOR_ALLOCATE;
+            else if (!strcmp(value, flavor_names[FLAVOR_CREATE]))
+                o->flavor = FLAVOR_CREATE;
+            else
+                return usage_error("--flavor takes allocate or create, not", value);
+            have_flavor = 1;
         } else {
             return usage_error("unknown option", name);
         }
     }
-    o->iterations = iterations >= 0 ? iterations : ITERATIONS_SMALL;
+    int windows = o->benchmark == WIN_CREATE;
+    o->iterations = iterations >= 0 ? iterations
+                    : windows       ? WIN_CREATE_ITERATIONS_SMALL
+                                    : ITERATIONS_SMALL;
     o->iterations_large = iterations_large >= 0 ? iterations_large
                           : iterations >= 0     ? iterations
+                          : windows             ? WIN_CREATE_ITERATIONS_LARGE
                                                 : ITERATIONS_LARGE;
-    o->warmup = warmup >= 0 ? warmup : WARMUP_SMALL;
-    o->warmup_large = warmup_large >= 0 ? warmup_large : warmup >= 0 ? warmup : WARMUP_LARGE;
+    o->warmup = warmup >= 0 ? warmup : windows ? WIN_CREATE_WARMUP_SMALL : WARMUP_SMALL;
+    o->warmup_large = warmup_large >= 0 ? warmup_large
+                      : warmup >= 0     ? warmup
+                      : windows         ? WIN_CREATE_WARMUP_LARGE
+                                        : WARMUP_LARGE;
     if (have_size) {
         if (have_min || have_max)
             return usage_error("--size cannot be combined with --min-size or --max-size", NULL);
@@ -356,6 +402,8 @@ static int parse(int argc, char **argv, struct options *o)
         return usage_error("messages are too small for this benchmark", NULL);
     if (have_sync && !is_rma(o->benchmark))
         return usage_error("--sync is for the one-sided benchmarks only", NULL);
+    if (have_flavor && o->benchmark != WIN_CREATE)
+        return usage_error("--flavor is for win_create only", NULL);
     if (o->benchmark == BARRIER)
         o->min_size = o->max_size = 0;
     if (o->benchmark == FOP_LATENCY || o->benchmark == CAS_LATENCY)
@@ -580,7 +628,13 @@ static void print_header(const struct options *o, int ranks)
     printf("# ranks: %d; iterations: %s; warm-up: %s\n", ranks, iterations, warmup);
     if (is_multi_pair(b))
         printf("# pairs: %d (rank i with rank i + %d), running at once\n", ranks / 2, ranks / 2);
-    if (is_collective(b))
+    if (b == WIN_CREATE)
+        printf("# window: %s (%s, then MPI_Win_free, back to back over every rank; the figure "
+               "is each rank's mean time per window, averaged over the ranks)\n",
+               flavor_names[o->flavor],
+               o->flavor == FLAVOR_CREATE ? "MPI_Win_create on a buffer of the largest size"
+                                          : "MPI_Win_allocate");
+    else if (is_collective(b))
         printf("# each operation timed alone, then an untimed barrier; the figure is each "
                "rank's mean time per operation, averaged over the ranks\n");
     else if (is_rma(b))
@@ -596,7 +650,7 @@ static void print_header(const struct options *o, int ranks)
     else if (b == INTER_ALLREDUCE)
         printf("# groups: ranks below N/2 and the rest, over an intercommunicator; each gets the "
                "sums of the other's data\n");
-    if (is_collective(b))
+    if (is_any_ranks(b))
         printf("%-10s%18s\n", "# Size", "Avg Latency (us)");
     else if (is_latency(b))
         printf("%-10s%18s\n", "# Size", "Latency (us)");
@@ -903,6 +957,57 @@ static void run_rma(const struct options *o, int rank)
     free(results);
 }
 
+/* Makes a window of `size` bytes in the flavour asked for (a created one
+ * on the start of `lent`); checks its flavour and size if `check`; frees
+ * it. */
+static void make_window(const struct options *o, size_t size, char *lent, int check)
+{
+    MPI_Win win;
+    char *base;
+    if (o->flavor == FLAVOR_CREATE)
+        MPI_Win_create(lent, (MPI_Aint)size, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win);
+    else
+        MPI_Win_allocate((MPI_Aint)size, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
+    if (check) {
+        int *flavor, flag_flavor, flag_size;
+        MPI_Aint *win_size;
+        MPI_Win_get_attr(win, MPI_WIN_CREATE_FLAVOR, &flavor, &flag_flavor);
+        MPI_Win_get_attr(win, MPI_WIN_SIZE, &win_size, &flag_size);
+        int expected = o->flavor == FLAVOR_CREATE ? MPI_WIN_FLAVOR_CREATE : MPI_WIN_FLAVOR_ALLOCATE;
+        if (!flag_flavor || !flag_size || *flavor != expected || *win_size != (MPI_Aint)size)
+            fail("the window is not of the flavour and size asked for", size);
+    }
+    MPI_Win_free(&win);
+}
+
+static void run_win_create(const struct options *o, int rank, int ranks)
+{
+    size_t max = o->max_size;
+    /* The memory a created window lends, zeroed (so touched) now. */
+    char *lent = aligned_buffer(o->flavor == FLAVOR_CREATE ? max : 0);
+    for (size_t size = o->min_size; size <= max; size = size ? size * 2 : 1) {
+        long iterations = iterations_for(o, size);
+        long warmup = warmup_for(o, size);
+        MPI_Barrier(MPI_COMM_WORLD);
+        double start = MPI_Wtime();
+        for (long i = 0; i < warmup + iterations; i++) {
+            if (i == warmup)
+                start = MPI_Wtime();
+            make_window(o, size, lent, 0);
+        }
+        double seconds = MPI_Wtime() - start;
+        make_window(o, size, lent, 1);
+        double mean_us = seconds * 1e6 / (double)iterations, sum = 0;
+        MPI_Reduce(&mean_us, &sum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+        if (rank == 0) {
+            printf("%-10zu%18.2f\n", size, sum / ranks);
+            fflush(stdout);
+        }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    free(lent);
+}
+
 int main(int argc, char **argv)
 {
     struct options o;
@@ -920,10 +1025,13 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 1;
     }
-    if (is_collective(b)) {
+    if (is_any_ranks(b)) {
         if (rank == 0)
             print_header(&o, ranks);
-        run_collective(&o, rank, ranks);
+        if (b == WIN_CREATE)
+            run_win_create(&o, rank, ranks);
+        else
+            run_collective(&o, rank, ranks);
         MPI_Finalize();
         return 0;
     }

@@ -91,11 +91,17 @@ pub enum Benchmark {
     PutBandwidth,
     /// Windows of [`WINDOW`] gets, then a flush: MB/s (`osu_get_bw`).
     GetBandwidth,
+    /// A window of each size made and freed over every rank, back to
+    /// back, in the flavour `--flavor` says (`MPI_Win_allocate` or
+    /// `MPI_Win_create`, then `MPI_Win_free`): microseconds per window,
+    /// each rank's mean averaged over the ranks (see
+    /// [`crate::win_bench`]; OSU has no such benchmark).
+    WinCreate,
 }
 
 impl Benchmark {
     /// Every benchmark, in the order of the usage text.
-    pub const ALL: [Benchmark; 19] = [
+    pub const ALL: [Benchmark; 20] = [
         Benchmark::Latency,
         Benchmark::Bandwidth,
         Benchmark::BiBandwidth,
@@ -115,6 +121,7 @@ impl Benchmark {
         Benchmark::CasLatency,
         Benchmark::PutBandwidth,
         Benchmark::GetBandwidth,
+        Benchmark::WinCreate,
     ];
 
     /// The name used on the command line and in JSON output.
@@ -139,6 +146,7 @@ impl Benchmark {
             Benchmark::CasLatency => "cas_latency",
             Benchmark::PutBandwidth => "put_bw",
             Benchmark::GetBandwidth => "get_bw",
+            Benchmark::WinCreate => "win_create",
         }
     }
 
@@ -164,6 +172,7 @@ impl Benchmark {
             Benchmark::CasLatency => "one-sided compare-and-swap latency",
             Benchmark::PutBandwidth => "one-sided put bandwidth",
             Benchmark::GetBandwidth => "one-sided get bandwidth",
+            Benchmark::WinCreate => "window creation and free latency",
         }
     }
 
@@ -178,8 +187,10 @@ impl Benchmark {
 
     /// Whether the figure is a time (lower is better) rather than a rate.
     pub fn is_latency(self) -> bool {
-        matches!(self, Benchmark::Latency | Benchmark::MultiLatency)
-            || self.is_collective()
+        matches!(
+            self,
+            Benchmark::Latency | Benchmark::MultiLatency | Benchmark::WinCreate
+        ) || self.is_collective()
             || (self.is_rma() && !matches!(self, Benchmark::PutBandwidth | Benchmark::GetBandwidth))
     }
 
@@ -212,6 +223,12 @@ impl Benchmark {
         )
     }
 
+    /// Whether it runs over any number of ranks, each rank's mean time
+    /// averaged over them: the collectives and `win_create`.
+    pub fn is_any_ranks(self) -> bool {
+        self.is_collective() || self == Benchmark::WinCreate
+    }
+
     /// Whether it streams windows of [`WINDOW`] messages.
     pub fn is_windowed(self) -> bool {
         !self.is_latency()
@@ -225,7 +242,7 @@ impl Benchmark {
 
     /// The headers of the figure columns, as OSU prints them.
     pub fn columns(self) -> &'static [&'static str] {
-        if self.is_collective() {
+        if self.is_any_ranks() {
             &["Avg Latency (us)"]
         } else if self == Benchmark::MultiBandwidth {
             &["MB/s", "Messages/s"]
@@ -248,6 +265,16 @@ impl Benchmark {
                 std::mem::size_of::<u64>()
             }
             _ => 1,
+        }
+    }
+
+    /// Its default iteration and warm-up counts: OSU's, but
+    /// [`WIN_CREATE_COUNTS`] for `win_create`.
+    pub fn default_counts(self) -> Counts {
+        if self == Benchmark::WinCreate {
+            WIN_CREATE_COUNTS
+        } else {
+            OSU_COUNTS
         }
     }
 
@@ -323,6 +350,49 @@ impl Synchronization {
     }
 }
 
+/// Which window `win_create` makes and frees (`--flavor`): MPI's
+/// creation flavours.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WindowFlavor {
+    /// Memory MPI allocates (`Window::allocate`, `MPI_Win_allocate`): the
+    /// default.
+    Allocate,
+    /// Memory the program lends, one buffer of the largest size for
+    /// every window (`Window::create`, `MPI_Win_create`).
+    Create,
+}
+
+impl WindowFlavor {
+    /// Every flavour, the default first.
+    pub const ALL: [WindowFlavor; 2] = [WindowFlavor::Allocate, WindowFlavor::Create];
+
+    /// The name on the command line (`--flavor NAME`) and in the reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            WindowFlavor::Allocate => "allocate",
+            WindowFlavor::Create => "create",
+        }
+    }
+
+    /// The flavour named `word`.
+    pub fn parse(word: &str) -> Option<WindowFlavor> {
+        WindowFlavor::ALL.into_iter().find(|f| f.name() == word)
+    }
+
+    /// The reports' header line (`peer_bench.c` prints the same words).
+    pub fn describe(self) -> String {
+        let call = match self {
+            WindowFlavor::Allocate => "MPI_Win_allocate",
+            WindowFlavor::Create => "MPI_Win_create on a buffer of the largest size",
+        };
+        format!(
+            "window: {} ({call}, then MPI_Win_free, back to back over every rank; the figure \
+             is each rank's mean time per window, averaged over the ranks)",
+            self.name()
+        )
+    }
+}
+
 /// Iteration and warm-up counts: one pair for sizes up to
 /// [`LARGE_MESSAGE_SIZE`], one above.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -337,6 +407,16 @@ pub struct Counts {
     pub warmup_large: usize,
 }
 
+/// `win_create`'s default counts: a window costs tens of microseconds
+/// to milliseconds (a communicator, collectives, memory mapped), so
+/// OSU's 10000 per size would take minutes.
+pub const WIN_CREATE_COUNTS: Counts = Counts {
+    iterations: 200,
+    iterations_large: 50,
+    warmup: 20,
+    warmup_large: 5,
+};
+
 /// The options shared by every benchmark.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Options {
@@ -346,6 +426,11 @@ pub struct Options {
     pub max_size: usize,
     /// Iteration and warm-up counts.
     pub counts: Counts,
+    /// Whether `counts` are the command's defaults, none given: a
+    /// benchmark with counts of its own ([`Benchmark::default_counts`])
+    /// takes those in [`Options::for_benchmark`] (a comparison may hold
+    /// several benchmarks).
+    pub counts_default: bool,
     /// Print one JSON object instead of the OSU-style table.
     pub json: bool,
     /// Time each operation too and report the tail of the times beside
@@ -355,6 +440,9 @@ pub struct Options {
     /// How the one-sided benchmarks synchronise (`--sync`; the others
     /// have no window and keep the default).
     pub sync: Synchronization,
+    /// Which window `win_create` makes (`--flavor`; the others keep the
+    /// default).
+    pub flavor: WindowFlavor,
 }
 
 impl Options {
@@ -363,10 +451,12 @@ impl Options {
         Options {
             min_size: benchmark.min_size(),
             max_size: DEFAULT_MAX_SIZE,
-            counts: OSU_COUNTS,
+            counts: benchmark.default_counts(),
+            counts_default: false,
             json: false,
             tail: false,
             sync: Synchronization::Flush,
+            flavor: WindowFlavor::Allocate,
         }
     }
 
@@ -385,8 +475,10 @@ impl Options {
     /// These options as `benchmark` runs them: sizes from its smallest
     /// ([`Benchmark::min_size`]), only size 0 for the barrier, only one
     /// `u64` (8 bytes) for fetch-and-op and compare-and-swap, and the
-    /// tail only for the one-sided latencies and the synchronization
-    /// only for the one-sided benchmarks (a comparison may hold others).
+    /// tail only for the one-sided latencies, the synchronization only for
+    /// the one-sided benchmarks, the flavour only for `win_create`, and
+    /// the benchmark's own counts where none were given (a comparison may
+    /// hold others).
     pub fn for_benchmark(&self, benchmark: Benchmark) -> Options {
         let (min_size, max_size) = match benchmark {
             Benchmark::Barrier => (0, 0),
@@ -402,6 +494,17 @@ impl Options {
             } else {
                 Synchronization::Flush
             },
+            flavor: if benchmark == Benchmark::WinCreate {
+                self.flavor
+            } else {
+                WindowFlavor::Allocate
+            },
+            counts: if self.counts_default {
+                benchmark.default_counts()
+            } else {
+                self.counts
+            },
+            counts_default: false,
             ..self.clone()
         }
     }
@@ -449,6 +552,9 @@ impl Options {
         // no `--sync`.
         if self.sync != Synchronization::Flush {
             args.extend(["--sync".to_owned(), self.sync.name().to_owned()]);
+        }
+        if self.flavor != WindowFlavor::Allocate {
+            args.extend(["--flavor".to_owned(), self.flavor.name().to_owned()]);
         }
         args
     }
@@ -659,6 +765,7 @@ usage: oxrun -n 2 oxbench latency|bw|bibw [OPTIONS]
        oxrun -n 2 oxbench put_latency|get_latency|acc_latency|fop_latency|
                           cas_latency|put_bw|get_bw [OPTIONS]
                           [--sync flush|lock]
+       oxrun -n N oxbench win_create [OPTIONS] [--flavor allocate|create]
        oxbench raw-tcp latency|bw [OPTIONS]
        oxbench raw-shm latency|bw [OPTIONS]
        oxbench compare [BENCHMARK...] [OPTIONS] [--transport tcp|shm]
@@ -699,6 +806,12 @@ benchmarks (as the OSU micro-benchmarks of the same names):
                    moving slot j of 64 at both ends (osu_put_bw,
                    osu_get_bw); with --sync lock, each window in a lock
                    of its own
+  win_create       time per window made and freed (MPI_Win_allocate or,
+                   with --flavor create, MPI_Win_create; then
+                   MPI_Win_free) of each size over all N ranks, back to
+                   back; each rank's mean, averaged over the ranks (no
+                   OSU counterpart; default counts 200 up to 8K and 50
+                   above, warm-up 20 and 5)
   (the collectives time each operation alone, with a barrier between
   operations, and report each rank's mean averaged over the ranks)
 
@@ -756,11 +869,14 @@ options:
                    its own, then an unlock; exclusive for fop_latency and
                    cas_latency, shared for the others); compare passes it
                    to every implementation
+  --flavor F       win_create: allocate (default: MPI_Win_allocate) or
+                   create (MPI_Win_create on a buffer the program lends);
+                   compare passes it to every implementation
   --rounds N       compare: run every implementation N times, alternating,
                    oxmpi and the floor back to back; report medians, and
                    oxmpi's ratios as medians of each round's (default 1)
   --ranks N        compare: ranks of the mbw_mr and multi_lat jobs (even)
-                   and of the collectives' (default 2)
+                   and of the collectives' and win_create's (default 2)
   --transport T    compare: tcp (default) or shm
   --without PEER   compare: leave out mpich or openmpi (quick checks; the
                    ratio is then over the other peer alone)
@@ -953,6 +1069,9 @@ fn parse_compare(args: &[&str]) -> Result<Command, UsageError> {
              fop_latency, cas_latency, put_bw or get_bw)",
         );
     }
+    if extras.flavor_given && !benchmarks.contains(&Benchmark::WinCreate) {
+        return usage_error("compare: --flavor needs the win_create benchmark");
+    }
     let ranks = extras.ranks;
     if ranks % 2 != 0 && benchmarks.iter().any(|b| b.is_multi_pair()) {
         return usage_error(format!(
@@ -983,6 +1102,9 @@ struct Extras {
     /// Whether `--sync` was given (compare refuses it without a one-sided
     /// benchmark).
     sync_given: bool,
+    /// Whether `--flavor` was given (compare refuses it without
+    /// `win_create`).
+    flavor_given: bool,
     rounds: usize,
     ranks: usize,
     transport: CompareTransport,
@@ -1013,6 +1135,7 @@ fn parse_options(
     let mut json = false;
     let mut tail = false;
     let mut sync = None;
+    let mut flavor = None;
     let mut rounds = 1;
     let mut ranks = 2;
     let mut transport = CompareTransport::Tcp;
@@ -1061,6 +1184,15 @@ fn parse_options(
                     UsageError(format!(
                         "--sync takes {}, not {word:?}",
                         Synchronization::ALL.map(Synchronization::name).join(" or ")
+                    ))
+                })?);
+            }
+            ("--flavor", Extra::None | Extra::Compare) => {
+                let word = value(name)?;
+                flavor = Some(WindowFlavor::parse(word).ok_or_else(|| {
+                    UsageError(format!(
+                        "--flavor takes {}, not {word:?}",
+                        WindowFlavor::ALL.map(WindowFlavor::name).join(" or ")
                     ))
                 })?);
             }
@@ -1154,11 +1286,14 @@ fn parse_options(
         };
         return usage_error(what);
     }
-    let defaults = if extra == Extra::Suite {
-        SUITE_COUNTS
-    } else {
-        OSU_COUNTS
+    let defaults = match (extra, benchmark) {
+        (Extra::Suite, _) => SUITE_COUNTS,
+        (_, Some(benchmark)) => benchmark.default_counts(),
+        (_, None) => OSU_COUNTS,
     };
+    let counts_given = [iterations, iterations_large, warmup, warmup_large]
+        .iter()
+        .any(Option::is_some);
     // A count given for all sizes applies above 8K too, unless that one is
     // given as well.
     let counts = Counts {
@@ -1182,16 +1317,23 @@ fn parse_options(
              fop_latency, cas_latency, put_bw, get_bw) synchronises with its target",
         );
     }
+    if flavor.is_some() && extra == Extra::None && benchmark != Some(Benchmark::WinCreate) {
+        return usage_error("--flavor chooses which window win_create makes (allocate or create)");
+    }
     let options = Options {
         min_size,
         max_size,
         counts,
+        // A comparison's benchmarks each take their own defaults.
+        counts_default: extra == Extra::Compare && !counts_given,
         json,
         tail,
         sync: sync.unwrap_or(Synchronization::Flush),
+        flavor: flavor.unwrap_or(WindowFlavor::Allocate),
     };
     let extras = Extras {
         sync_given: sync.is_some(),
+        flavor_given: flavor.is_some(),
         rounds,
         ranks,
         transport,
@@ -1211,9 +1353,11 @@ mod tests {
             min_size: min,
             max_size: max,
             counts: OSU_COUNTS,
+            counts_default: false,
             json: false,
             tail: false,
             sync: Synchronization::Flush,
+            flavor: WindowFlavor::Allocate,
         }
     }
 
@@ -1284,9 +1428,11 @@ mod tests {
                 warmup: 5,
                 warmup_large: 5,
             },
+            counts_default: false,
             json: true,
             tail: false,
             sync: Synchronization::Flush,
+            flavor: WindowFlavor::Allocate,
         };
         assert_eq!(c, Command::Mpi(Benchmark::Latency, expected.clone()));
         assert_eq!(expected.iterations_for(1 << 20), 50);
@@ -1538,6 +1684,71 @@ mod tests {
     }
 
     #[test]
+    fn win_create_takes_its_flavor_and_counts() {
+        let Ok(Command::Mpi(Benchmark::WinCreate, o)) = parse(&["win_create"]) else {
+            panic!("win_create did not parse");
+        };
+        assert_eq!(o, Options::defaults(Benchmark::WinCreate));
+        assert_eq!(
+            (o.counts, o.flavor),
+            (WIN_CREATE_COUNTS, WindowFlavor::Allocate)
+        );
+        assert_eq!(o.sizes()[0], 1);
+        assert!(!o.to_args().contains(&"--flavor".to_owned()));
+        let Ok(Command::Mpi(_, o)) = parse(&["win_create", "--flavor=create", "--iterations", "7"])
+        else {
+            panic!("win_create --flavor create did not parse");
+        };
+        assert_eq!(
+            (o.flavor, o.counts.iterations_large),
+            (WindowFlavor::Create, 7)
+        );
+        // The jobs oxbench starts make the same windows.
+        let mut args = vec!["win_create".to_owned()];
+        args.extend(o.to_args());
+        assert_eq!(parse(&args), Ok(Command::Mpi(Benchmark::WinCreate, o)));
+        // A comparison gives each benchmark its own counts unless some
+        // are given, and the flavour to win_create alone.
+        let Ok(Command::Compare(c)) =
+            parse(&["compare", "latency", "win_create", "--flavor", "create"])
+        else {
+            panic!("compare win_create did not parse");
+        };
+        let windows = c.options.for_benchmark(Benchmark::WinCreate);
+        assert_eq!(
+            (windows.counts, windows.flavor),
+            (WIN_CREATE_COUNTS, WindowFlavor::Create)
+        );
+        assert!(windows
+            .to_args()
+            .ends_with(&["--flavor".to_owned(), "create".to_owned()]));
+        let latency = c.options.for_benchmark(Benchmark::Latency);
+        assert_eq!(
+            (latency.counts, latency.flavor),
+            (OSU_COUNTS, WindowFlavor::Allocate)
+        );
+        let Ok(Command::Compare(c)) = parse(&["compare", "win_create", "--warmup", "3"]) else {
+            panic!("compare win_create --warmup did not parse");
+        };
+        let windows = c.options.for_benchmark(Benchmark::WinCreate);
+        assert_eq!(
+            (windows.counts.iterations, windows.counts.warmup),
+            (10_000, 3)
+        );
+        for bad in [
+            &["win_create", "--flavor", "dynamic"][..],
+            &["win_create", "--flavor"],
+            &["latency", "--flavor", "create"],
+            &["put_latency", "--flavor=allocate"],
+            &["raw-tcp", "latency", "--flavor", "create"],
+            &["suite", "--flavor", "create"],
+            &["compare", "latency", "--flavor", "create"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} parsed");
+        }
+    }
+
+    #[test]
     fn sync_modes_are_described_as_osu_locks() {
         use Synchronization::{Flush, Lock};
         assert_eq!(
@@ -1577,9 +1788,11 @@ mod tests {
                 warmup: 0,
                 warmup_large: 1,
             },
+            counts_default: false,
             json: true,
             tail: false,
             sync: Synchronization::Flush,
+            flavor: WindowFlavor::Allocate,
         };
         let mut args = vec![
             RAW_TCP_PEER.to_owned(),

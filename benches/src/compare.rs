@@ -229,7 +229,7 @@ impl Contender {
 
 /// Ranks of `benchmark`'s jobs.
 fn ranks_of(compare: &CompareOptions, benchmark: Benchmark) -> usize {
-    if benchmark.is_multi_pair() || benchmark.is_collective() {
+    if benchmark.is_multi_pair() || benchmark.is_any_ranks() {
         compare.ranks
     } else {
         2
@@ -773,9 +773,14 @@ fn notes(benchmark: Benchmark, compare: &CompareOptions, columns: &[Column]) -> 
     };
     let mut notes = vec![
         format!("{ranks} ranks on this machine, every implementation over {transport}"),
-        compare.options.describe_iterations(),
+        compare
+            .options
+            .for_benchmark(benchmark)
+            .describe_iterations(),
     ];
-    if benchmark.is_rma() {
+    if benchmark == Benchmark::WinCreate {
+        notes.push(compare.options.flavor.describe());
+    } else if benchmark.is_rma() {
         notes.push(format!(
             "window: allocated; {}",
             compare.options.sync.describe(benchmark)
@@ -866,15 +871,17 @@ fn table(
     columns: &[Column],
     sizes: &[usize],
 ) -> String {
-    // The one-sided benchmarks' title names their synchronisation too:
-    // the same benchmark's tables differ by it.
-    let sync = if benchmark.is_rma() {
+    // The one-sided benchmarks' title names their synchronisation too,
+    // win_create's its flavour: the same benchmark's tables differ by it.
+    let variant = if benchmark.is_rma() {
         format!(", sync: {}", compare.options.sync.name())
+    } else if benchmark == Benchmark::WinCreate {
+        format!(", flavor: {}", compare.options.flavor.name())
     } else {
         String::new()
     };
     let mut s = format!(
-        "# oxmpi compared with MPICH and Open MPI: {} ({}) over {}{sync}\n",
+        "# oxmpi compared with MPICH and Open MPI: {} ({}) over {}{variant}\n",
         benchmark.description(),
         benchmark.unit(),
         compare.transport.name()

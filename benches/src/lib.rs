@@ -6,8 +6,9 @@
 //!   collectives `barrier`, `bcast`, `allreduce` and `alltoall` (any
 //!   number of ranks, [`coll_bench`]), and the one-sided `put_latency`,
 //!   `get_latency`, `acc_latency`, `fop_latency`, `cas_latency`,
-//!   `put_bw` and `get_bw` (2 ranks, [`rma_bench`]), run as jobs with
-//!   `oxrun -n N oxbench BENCHMARK`;
+//!   `put_bw` and `get_bw` (2 ranks, [`rma_bench`]), and `win_create`,
+//!   the cost of making and freeing a window (any number of ranks,
+//!   [`win_bench`]), run as jobs with `oxrun -n N oxbench BENCHMARK`;
 //! - the raw TCP floor they are compared with ([`raw_tcp`]: `oxbench
 //!   raw-tcp latency|bw`, two plain processes over a loopback socket);
 //! - `oxbench compare` ([`compare`]): the same benchmarks over MPICH and
@@ -54,3 +55,4 @@ pub mod report;
 pub mod rma_bench;
 pub mod runner;
 pub mod suite;
+pub mod win_bench;

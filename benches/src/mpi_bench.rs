@@ -73,7 +73,9 @@ pub fn main(benchmark: Benchmark, options: &Options) -> ExitCode {
         let _ = universe.finalize();
         return ExitCode::FAILURE;
     }
-    let outcome = if benchmark.is_collective() {
+    let outcome = if benchmark == Benchmark::WinCreate {
+        crate::win_bench::run(&world, options)
+    } else if benchmark.is_collective() {
         crate::coll_bench::run(&world, benchmark, options)
     } else if benchmark.is_rma() {
         crate::rma_bench::run(&world, benchmark, options)
@@ -94,10 +96,11 @@ pub fn main(benchmark: Benchmark, options: &Options) -> ExitCode {
 }
 
 /// Whether `benchmark` can run with `ranks` ranks: exactly 2, for the
-/// multi-pair benchmarks any even number, for the collectives any.
+/// multi-pair benchmarks any even number, for the collectives and
+/// `win_create` any.
 pub fn check_ranks(benchmark: Benchmark, ranks: i32) -> Result<(), String> {
     let name = benchmark.name();
-    if benchmark.is_collective() {
+    if benchmark.is_any_ranks() {
         return Ok(());
     }
     if benchmark.is_multi_pair() {
@@ -447,6 +450,8 @@ mod tests {
             .contains("exactly 2 ranks"));
         check_ranks(Benchmark::MultiBandwidth, 2).unwrap();
         check_ranks(Benchmark::MultiLatency, 8).unwrap();
+        check_ranks(Benchmark::WinCreate, 1).unwrap();
+        check_ranks(Benchmark::WinCreate, 3).unwrap();
         for bad in [1, 3] {
             assert!(check_ranks(Benchmark::MultiBandwidth, bad)
                 .unwrap_err()

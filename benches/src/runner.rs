@@ -268,6 +268,10 @@ pub fn size_bounds(benchmark: Benchmark, options: &Options, ranks: usize) -> Vec
             Benchmark::Bandwidth | Benchmark::MultiBandwidth => WINDOW + 1,
             Benchmark::PutBandwidth | Benchmark::GetBandwidth => WINDOW + 1 + lock_messages,
             Benchmark::BiBandwidth => 2 * WINDOW,
+            // A window: a communicator copied, all-gathers of the ranks'
+            // rows and agreements, the free's barrier, each every rank
+            // with every other, and the memory mapped.
+            Benchmark::WinCreate => 8 * ranks * ranks,
             // The collectives: every rank may exchange a message with
             // every other, and the barrier after each operation.
             _ => 2 * ranks * ranks,
@@ -358,9 +362,11 @@ mod tests {
                 warmup: 1,
                 warmup_large: 1,
             },
+            counts_default: false,
             json: false,
             tail: false,
             sync: Synchronization::Flush,
+            flavor: crate::cli::WindowFlavor::Allocate,
         }
     }
 

@@ -455,12 +455,57 @@ fn collective_tables_for_any_number_of_ranks() {
 }
 
 #[test]
+fn win_create_tables_for_any_number_of_ranks_and_both_flavors() {
+    for ranks in [1, 3] {
+        for (flavor, call) in [
+            ("allocate", "MPI_Win_allocate"),
+            ("create", "MPI_Win_create"),
+        ] {
+            let args = [
+                "win_create",
+                "--flavor",
+                flavor,
+                "--max-size",
+                "16K",
+                "--iterations",
+                "5",
+                "--warmup",
+                "1",
+            ];
+            let out = run(mpi_job_of(ranks, &args), MPI_BOUND);
+            out.assert_success();
+            check_table(
+                &out.stdout,
+                "# oxmpi window creation and free latency test",
+                "# Size      Avg Latency (us)",
+                &sizes(1, 16 << 10),
+            );
+            let header = format!("# window: {flavor} ({call}");
+            assert!(
+                out.stdout.lines().any(|l| l.starts_with(&header)),
+                "{}",
+                out.stdout
+            );
+            assert!(
+                out.stdout.contains(&format!("# ranks: {ranks};")),
+                "{}",
+                out.stdout
+            );
+        }
+    }
+    let out = run(oxbench_with(&["latency", "--flavor", "create"]), MPI_BOUND);
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("--flavor"), "{}", out.stderr);
+}
+
+#[test]
 fn compare_collectives_with_three_ranks() {
     let stdout = compare_output(&[
         "barrier",
         "allreduce",
         "neighbor_alltoall",
         "inter_allreduce",
+        "win_create",
         "--ranks",
         "3",
         "--transport",
@@ -482,6 +527,10 @@ fn compare_collectives_with_three_ranks() {
         (
             "intercommunicator all-reduce latency (us) over shm",
             sizes(4, 64),
+        ),
+        (
+            "window creation and free latency (us) over shm, flavor: allocate",
+            sizes(1, 64),
         ),
     ] {
         let table = compare_table(&stdout, description);

@@ -249,6 +249,14 @@ impl Communicator {
         engine::block_on(self.barrier_future(self.next_collective(), Mode::Blocking))
     }
 
+    /// [`Communicator::barrier_unhandled`] by messages alone, as the
+    /// non-blocking form goes: it never makes the communicator's shared
+    /// region of collectives, for a barrier that may be its only
+    /// collective (`Window::free`).
+    pub(crate) fn barrier_by_messages_unhandled(&self) -> Result<()> {
+        engine::block_on(self.barrier_future(self.next_collective(), Mode::Immediate))
+    }
+
     /// The non-blocking form of [`Communicator::barrier`] (`MPI_Ibarrier`,
     /// §6.12): starts it and returns its request, complete once every
     /// process has started it. It borrows nothing, so it needs no scope

@@ -975,8 +975,12 @@ impl<'a> Window<'a> {
     fn free_unhandled(&mut self) -> Result<()> {
         let open = self.epoch_open_besides_fence();
         // The barrier is entered even so, and whatever a target refused:
-        // the other ranks are in theirs, and this window is consumed.
-        let freed = self.flush_every_target_then(|| self.comm.barrier_unhandled());
+        // the other ranks are in theirs, and this window is consumed. It
+        // goes by messages: a barrier over shared memory would make the
+        // communicator's region of collectives (a memory file handed to
+        // every process) where no fence made it already, for this one
+        // barrier.
+        let freed = self.flush_every_target_then(|| self.comm.barrier_by_messages_unhandled());
         if open {
             return Err(Error::new(
                 ErrorClass::RmaSync,

@@ -178,6 +178,9 @@ const SOCKETS_EVERY: u32 = 128;
 const LISTENER: u64 = u64::MAX;
 /// Epoll token of the eventfd a rank signals itself with.
 const WAKE: u64 = u64::MAX - 1;
+/// Epoll token of the poller of this process's hand-over of shared
+/// regions (module `handover`): its callers are answered from the poll.
+const HANDOVER: u64 = u64::MAX - 2;
 /// Settings of the shared-memory transport.
 #[derive(Clone, Debug)]
 pub struct ShmConfig {
@@ -469,7 +472,8 @@ impl ShmTransport {
         epoll
             .add(listener.as_fd(), LISTENER)
             .and_then(|()| epoll.add(wake.as_fd(), WAKE))
-            .map_err(|e| Error::os("registering the shm listener", e))?;
+            .and_then(|()| epoll.add(handover::poller()?, HANDOVER))
+            .map_err(|e| Error::os("registering the shm listener and region hand-over", e))?;
         Ok(ShmTransport {
             cma: Cma::new(job.rank, config.cross_memory_attach),
             job: job.clone(),
@@ -957,6 +961,7 @@ impl ShmTransport {
                     .wake
                     .clear()
                     .map_err(|e| Error::os("clearing the shm eventfd", e))?,
+                HANDOVER => handover::serve(),
                 index => progressed |= self.service(index as usize, sink),
             }
         }

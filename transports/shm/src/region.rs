@@ -11,10 +11,12 @@
 //! needs no rights over the maker: it works where ptrace is restricted
 //! (Yama's `ptrace_scope`) and between ranks of different users, in one
 //! network namespace. The file has no name in any file system, so
-//! nothing outlives the processes, however they end. The maker hands the
-//! region over, from a thread of its own, until every other process has
-//! attached and it calls [`SharedRegion::stop_handover`] (or drops the
-//! region); a process may still fail to attach (one of another network
+//! nothing outlives the processes, however they end. The maker offers the
+//! region to its process's one hand-over server, answered by whichever of
+//! its threads looks first (its shared-memory transport's poll, or the
+//! server's own thread), until every other process has attached and it
+//! calls [`SharedRegion::stop_handover`] (or drops the region); a process
+//! may still fail to attach (one of another network
 //! namespace, or out of descriptors), so callers must be ready to do
 //! without a region.
 //!
@@ -27,7 +29,7 @@
 //! A [`Doorbell`] in a region lets a process that waits there sleep in
 //! the kernel and be woken when another publishes, instead of polling.
 
-use crate::handover::{self, Server, Ticket};
+use crate::handover::{self, Offer, Ticket};
 use crate::sys;
 use memmap2::MmapMut;
 use std::ffi::CStr;
@@ -38,8 +40,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// How long [`SharedRegion::attach`] waits for the maker to hand the
-/// region over: its own thread answers, so only a stalled machine makes
-/// this matter.
+/// region over: a thread of the maker's answers where it does not poll,
+/// so only a stalled machine makes this matter.
 const HANDOVER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What another process of the host needs to attach a region. It is also
@@ -95,8 +97,8 @@ pub struct SharedRegion {
     map: MmapMut,
     base: *mut u8,
     len: usize,
-    /// The maker's hand-over to the processes that attach, while it lasts.
-    handover: Mutex<Option<Server>>,
+    /// The maker's offer to the processes that attach, while it lasts.
+    handover: Mutex<Option<Offer>>,
 }
 
 // SAFETY: the region is a mapping owned by this value; every access goes
@@ -116,14 +118,14 @@ impl SharedRegion {
         let file = sys::memfd(label)?;
         file.set_len(len.max(1) as u64)?;
         sys::seal_size(&file)?;
-        let (server, ticket) = Server::start(&file)?;
+        let (offer, ticket) = Offer::start(&file)?;
         let name = RegionName {
             pid: ticket.pid,
             serial: ticket.serial,
             token: ticket.token,
             len: len.max(1) as u64,
         };
-        Ok((SharedRegion::map(file, Some(server))?, name))
+        Ok((SharedRegion::map(file, Some(offer))?, name))
     }
 
     /// Attaches the region another process of this host made and named
@@ -146,7 +148,7 @@ impl SharedRegion {
 
     /// Maps `file` (closed once mapped: the mapping keeps the memory);
     /// `handover` is the maker's.
-    fn map(file: File, handover: Option<Server>) -> io::Result<SharedRegion> {
+    fn map(file: File, handover: Option<Offer>) -> io::Result<SharedRegion> {
         let mut map = sys::map(&file)?;
         Ok(SharedRegion {
             base: map.as_mut_ptr(),
@@ -157,16 +159,16 @@ impl SharedRegion {
     }
 
     /// Stops handing the region over (at its maker; nothing elsewhere):
-    /// once every process that attaches it has, so that no thread and
-    /// socket stay behind for the region's life.
+    /// once every process that attaches it has, so that the memory file
+    /// is not offered for the region's life.
     pub fn stop_handover(&self) {
-        // A poisoned lock only means a panic elsewhere: the server is
-        // dropped all the same.
-        let server = match self.handover.lock() {
-            Ok(mut server) => server.take(),
+        // A poisoned lock only means a panic elsewhere: the offer is
+        // withdrawn all the same.
+        let offer = match self.handover.lock() {
+            Ok(mut offer) => offer.take(),
             Err(poisoned) => poisoned.into_inner().take(),
         };
-        drop(server);
+        drop(offer);
     }
 
     /// Size in bytes.

@@ -581,6 +581,12 @@ impl Epoll {
     }
 }
 
+impl AsFd for Epoll {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 impl AsRawFd for Epoll {
     fn as_raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
