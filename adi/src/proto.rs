@@ -72,7 +72,8 @@
 //! names the memory it goes to, from the context id, the two words in
 //! the token fields and the length, before a byte of it is read (a
 //! one-sided put's data, read by the transport straight into the
-//! window), and the handler hears that it landed or was refused.
+//! window), and the handler hears that it landed or was refused; or the
+//! placer holds it back, and the handler gets it as a payload.
 
 use crate::error::{Error, ErrorClass};
 use crate::matching::Envelope;
