@@ -278,6 +278,15 @@ struct LockQueue {
     granted_early: Vec<(PeerRank, u64)>,
 }
 
+/// Whether a lock (`exclusive` or shared) goes with the `holders`'.
+fn compatible(holders: &[(PeerRank, bool)], exclusive: bool) -> bool {
+    if exclusive {
+        holders.is_empty()
+    } else {
+        !holders.iter().any(|&(_, exclusive)| exclusive)
+    }
+}
+
 /// A request for a window's lock, from `peer`, named `token` in its
 /// grant.
 #[derive(Debug, PartialEq, Eq)]
@@ -308,7 +317,7 @@ impl LockQueue {
     fn grant(&mut self) -> Vec<LockRequest> {
         let mut granted = Vec::new();
         while let Some(request) = self.waiting.pop_front() {
-            if !self.compatible(request.exclusive) {
+            if !compatible(&self.holders, request.exclusive) {
                 self.waiting.push_front(request);
                 break;
             }
@@ -318,21 +327,29 @@ impl LockQueue {
         granted
     }
 
-    /// Whether a lock (`exclusive` or shared) goes with the holders'.
-    fn compatible(&self, exclusive: bool) -> bool {
-        if exclusive {
-            self.holders.is_empty()
-        } else {
-            !self.holders.iter().any(|&(_, exclusive)| exclusive)
-        }
-    }
-
     /// Grants `peer`'s request `token` (`exclusive` or shared) that the
     /// handler has not reached yet, if it would be granted on arrival
-    /// (nobody waits, and it goes with the holders), and says whether it
-    /// did. The handler, reaching the request, only answers it.
-    fn grant_early(&mut self, peer: PeerRank, token: u64, exclusive: bool) -> bool {
-        if !self.waiting.is_empty() || !self.compatible(exclusive) {
+    /// (nobody waits, and it goes with the holders, less the peer's hold
+    /// if the unlock of that is queued ahead of it: `releasing`), and
+    /// says whether it did. The handler, reaching the request, only
+    /// answers it (and the unlock ahead ends the older hold: `release`
+    /// ends the first of the peer's, and this one is the last).
+    fn grant_early(
+        &mut self,
+        peer: PeerRank,
+        token: u64,
+        exclusive: bool,
+        releasing: bool,
+    ) -> bool {
+        let held = self.holders.iter().position(|&(holder, _)| holder == peer);
+        if !self.waiting.is_empty() || releasing != held.is_some() {
+            return false;
+        }
+        let mut others = self.holders.clone();
+        if let Some(at) = held {
+            others.swap_remove(at);
+        }
+        if !compatible(&others, exclusive) {
             return false;
         }
         self.holders.push((peer, exclusive));
@@ -1585,12 +1602,14 @@ unsafe impl ActivePlacer for Placer {
 /// only where the peer's epoch needs no grant it has not got. That is
 /// where no request of the peer waits and none of its lock or unlock
 /// messages is queued (it holds the lock, or its epoch is a fence,
-/// post-start-complete or `MODE_NOCHECK` one), or where the one lock or
-/// unlock message queued is a lock request that was granted early or is
-/// granted early now ([`LockQueue::grant_early`]: nobody waits, and it
-/// goes with the holders), the way a lock, a large put and an unlock
-/// arrive. Anything else is held back: always right, at the cost of a
-/// copy.
+/// post-start-complete or `MODE_NOCHECK` one), or where what is queued
+/// is a lock request, alone or behind the lone unlock of the peer's
+/// hold (an unlock that did not wait for its release: nothing of that
+/// epoch is left to apply), that was granted early or is granted early
+/// now ([`LockQueue::grant_early`]: nobody waits, and it goes with the
+/// holders, less the hold the unlock ends), the way a lock, a large put
+/// and an unlock arrive. Anything else is held back: always right, at
+/// the cost of a copy.
 fn may_land(
     lock: &mut LockQueue,
     peer: PeerRank,
@@ -1599,25 +1618,96 @@ fn may_land(
     if lock.waits(peer) {
         return Ok(false);
     }
-    let mut syncs = Vec::new();
-    // Placed pieces (landed or held) are puts: no lock or unlock.
-    for message in queued.filter(|m| m.placed.is_none()) {
+    let mut seen = Queued::Nothing;
+    for message in queued {
+        if message.placed.is_some() {
+            // A piece of a put.
+            seen = seen.then_operation();
+            continue;
+        }
         let mut rest = &message.payload[..];
         while !rest.is_empty() {
             let (m, after) = Message::split(rest)?;
             rest = after;
-            if matches!(m.kind, Kind::Lock | Kind::Unlock) {
-                syncs.push((m.kind, m.token, m.flags & FLAG_EXCLUSIVE != 0));
+            seen = match m.kind {
+                Kind::Lock => seen.then_lock(m.token, m.flags & FLAG_EXCLUSIVE != 0),
+                Kind::Unlock => seen.then_unlock(),
+                Kind::Put | Kind::Get | Kind::Accumulate | Kind::CompareAndSwap => {
+                    seen.then_operation()
+                }
+                // Answers, and exposure epochs' notices: not this window's
+                // memory, nor its lock.
+                Kind::Reply | Kind::Refused | Kind::Post | Kind::Complete => seen,
+            };
+        }
+    }
+    Ok(match seen {
+        Queued::Nothing | Queued::Operations => true,
+        Queued::Lock {
+            token,
+            exclusive,
+            releasing,
+        } => {
+            lock.is_granted_early(peer, token)
+                || lock.grant_early(peer, token, exclusive, releasing)
+        }
+        Queued::Unlock | Queued::Other => false,
+    })
+}
+
+/// What [`may_land`] found of a peer's queued messages, so far.
+#[derive(Clone, Copy)]
+enum Queued {
+    /// Nothing of the peer's.
+    Nothing,
+    /// Operations of the epoch under way, no lock or unlock.
+    Operations,
+    /// The unlock of the peer's hold, alone, and nothing after it.
+    Unlock,
+    /// A lock request (and maybe operations of its epoch after it),
+    /// behind nothing, or behind the unlock of the peer's hold
+    /// (`releasing`).
+    Lock {
+        token: u64,
+        exclusive: bool,
+        releasing: bool,
+    },
+    /// Anything else: the data is held back.
+    Other,
+}
+
+impl Queued {
+    fn then_lock(self, token: u64, exclusive: bool) -> Queued {
+        match self {
+            Queued::Nothing | Queued::Unlock => Queued::Lock {
+                token,
+                exclusive,
+                releasing: matches!(self, Queued::Unlock),
+            },
+            Queued::Operations | Queued::Lock { .. } | Queued::Other => Queued::Other,
+        }
+    }
+
+    fn then_unlock(self) -> Queued {
+        match self {
+            Queued::Nothing => Queued::Unlock,
+            // Operations of the epoch it ends, queued ahead: the next
+            // epoch's data must not land before they are applied.
+            Queued::Operations | Queued::Unlock | Queued::Lock { .. } | Queued::Other => {
+                Queued::Other
             }
         }
     }
-    Ok(match syncs[..] {
-        [] => true,
-        [(Kind::Lock, token, exclusive)] => {
-            lock.is_granted_early(peer, token) || lock.grant_early(peer, token, exclusive)
+
+    fn then_operation(self) -> Queued {
+        match self {
+            Queued::Nothing | Queued::Operations => Queued::Operations,
+            // Of the requested lock's epoch.
+            Queued::Lock { .. } => self,
+            // Between an unlock and a lock: no epoch's.
+            Queued::Unlock | Queued::Other => Queued::Other,
         }
-        _ => false,
-    })
+    }
 }
 
 /// The error of an operation that rank `from` refused with `m`.
@@ -2236,16 +2326,55 @@ mod tests {
         // A waiting request holds the data back, whatever is queued.
         lock.waiting.extend(requests(&[(3, 9, false)]));
         assert!(!lands(&mut lock, 3, &[]));
-        // The holder's unlock and next lock in one poll: held back (the
-        // hold changes before the request), though it would be granted.
-        let again = [
-            batch(2, &[(Kind::Unlock, 6, false)]),
-            batch(2, &[(Kind::Lock, 7, true)]),
-        ];
         lock.waiting.clear();
-        assert!(!lands(&mut lock, 2, &again));
+        // Operations ahead of the holder's unlock and next lock: held
+        // back (they must apply first).
+        let unlock = |ahead: &[(Kind, u64, bool)]| {
+            let mut all = ahead.to_vec();
+            all.push((Kind::Unlock, 6, false));
+            [batch(2, &all), batch(2, &[(Kind::Lock, 7, true)])]
+        };
+        assert!(!lands(&mut lock, 2, &unlock(&[(Kind::Put, 0, false)])));
+        assert!(!lands(
+            &mut lock,
+            2,
+            &[batch(2, &[(Kind::Put, 0, false), (Kind::Lock, 7, true)])]
+        ));
+        // A lock, an unlock and a lock: held back.
+        let twice = [
+            batch(2, &[(Kind::Lock, 7, true)]),
+            batch(2, &[(Kind::Unlock, 6, false)]),
+            batch(2, &[(Kind::Lock, 8, true)]),
+        ];
+        assert!(!lands(&mut lock, 2, &twice));
         assert_eq!(lock.holders, vec![(2, true)]);
         assert!(lock.granted_early.is_empty());
+        // The holder's lone unlock and its next lock in one poll (an
+        // unlock that did not wait for its release): granted early, as
+        // if the unlock were handled.
+        assert!(lands(&mut lock, 2, &unlock(&[])));
+        assert_eq!(lock.holders, vec![(2, true), (2, true)]);
+        // The unlock, handled, ends the older hold; the lock is answered.
+        lock.release(2).unwrap();
+        assert_eq!(lock.holders, vec![(2, true)]);
+        assert!(lock.take_early(2, 7));
+        // Another's shared hold stands in the way of an exclusive lock
+        // behind the unlock of a shared one.
+        lock.release(2).unwrap();
+        lock.waiting
+            .extend(requests(&[(2, 10, false), (4, 11, false)]));
+        assert_eq!(ids(lock.grant()), vec![(2, 10), (4, 11)]);
+        assert!(!lands(&mut lock, 2, &unlock(&[])));
+        // An unlock of a hold the peer does not have: held back.
+        assert!(!lands(
+            &mut lock,
+            3,
+            &[batch(
+                3,
+                &[(Kind::Unlock, 6, false), (Kind::Lock, 7, false)]
+            )]
+        ));
+        assert_eq!(lock.holders, vec![(2, false), (4, false)]);
     }
 
     #[test]
