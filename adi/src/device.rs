@@ -40,6 +40,8 @@
 //!   active messages ([`FLAG_PLACED`]) carry data that the transport
 //!   reads straight into the memory the MPI layer's [`ActivePlacer`]
 //!   names from their header; the handler then hears that it landed.
+//!   The placer may also hold the data back ([`Destination::Held`]): it
+//!   is then read into a payload and handed to the handler in turn.
 //!
 //! The device is a plain `&mut self` state machine: the MPI layer keeps it
 //! behind a lock, so several threads can drive it one at a time.
@@ -533,12 +535,21 @@ struct Vc {
     /// is at most one; it joins the unexpected queue when complete, which
     /// keeps arrival order.
     arriving: Option<(Envelope, Vec<u8>, Option<SyncSender>)>,
-    /// An active message from this peer whose payload is still arriving:
-    /// its context id and payload.
-    arriving_active: Option<(u32, Vec<u8>)>,
+    /// An active message from this peer whose payload is still arriving.
+    arriving_active: Option<ArrivingActive>,
     /// A placed active message from this peer whose data is still
     /// arriving, straight into the memory its placer named.
     arriving_placed: Option<Placing>,
+}
+
+/// An active message whose payload is arriving into `payload`.
+struct ArrivingActive {
+    context_id: u32,
+    payload: Vec<u8>,
+    /// The key of a placed active message whose data the placer held
+    /// back ([`Destination::Held`]): the payload is that data, not a
+    /// message for the handler.
+    held: Option<u64>,
 }
 
 /// The data of a placed active message ([`FLAG_PLACED`]) on its way
@@ -569,12 +580,11 @@ pub struct ActiveMessage {
     pub peer: PeerRank,
     /// The context id its sender gave it.
     pub context_id: u32,
-    /// Its payload, unchecked: the handler decodes it (empty for a
-    /// placed message).
+    /// Its payload, unchecked: the handler decodes it (for a placed
+    /// message, the data held back, [`Landing::Held`], else empty).
     pub payload: Vec<u8>,
-    /// For a placed active message ([`FLAG_PLACED`]): its data landed
-    /// where the placer said, or was dropped because the placer refused
-    /// it. `None` for a message for the handler.
+    /// For a placed active message ([`FLAG_PLACED`]): what became of its
+    /// data ([`Landing`]). `None` for a message for the handler.
     pub placed: Option<Placed>,
 }
 
@@ -587,9 +597,21 @@ pub struct Placed {
     pub key: u64,
     /// Its length in bytes.
     pub len: usize,
-    /// Why the placer refused it (its data was dropped unread), or
-    /// `None`: every byte landed.
-    pub refusal: Option<Error>,
+    /// What became of its data.
+    pub landing: Landing,
+}
+
+/// What became of the data of a placed active message, as its placer
+/// said ([`Destination`]).
+#[derive(Debug)]
+pub enum Landing {
+    /// Every byte landed where the placer said.
+    InPlace,
+    /// The placer held it back: it is the message's payload, for the
+    /// handler to put where it belongs when its turn comes.
+    Held,
+    /// The placer refused it for this reason: it was dropped unread.
+    Refused(Error),
 }
 
 /// Where the placer puts the data of a placed active message.
@@ -598,6 +620,11 @@ pub enum Destination {
     /// At this address: the transport writes the data there, in order,
     /// possibly over several polls.
     At(*mut u8),
+    /// Not yet (a one-sided put behind a lock request that is not
+    /// granted): the data is read into a payload, as an ordinary active
+    /// message's, and handed to the handler in arrival order
+    /// ([`Landing::Held`]), which puts it where it belongs in its turn.
+    Held,
     /// Nowhere, for this reason (a one-sided put outside its window):
     /// the data is dropped unread and the handler told.
     Refused(Error),
@@ -605,7 +632,9 @@ pub enum Destination {
 
 /// What the MPI layer gives the device to place the data of placed
 /// active messages ([`FLAG_PLACED`]): asked when such a message's header
-/// arrives, before a byte of its data is read, with the device locked.
+/// arrives, before a byte of its data is read, with the device locked,
+/// from within a transport's poll (never while the handler runs: it is
+/// handed the messages of a poll only once the transports are polled).
 ///
 /// # Safety
 /// A [`Destination::At`] must be valid for writes of the `len` bytes
@@ -617,14 +646,19 @@ pub unsafe trait ActivePlacer: Send {
     /// Where the `len` bytes of the placed active message from `peer` in
     /// `context_id` with `keys` (its key and bound, as
     /// [`Device::start_placed_send`] sent them) go, or why they are
-    /// refused. An error means the peer broke the protocol (it named
-    /// something it cannot): the device fails that peer.
+    /// refused. `queued` are the active messages of `peer` in
+    /// `context_id` that arrived before it and the handler has not been
+    /// handed yet, in arrival order (a lock request sent with it, say):
+    /// the handler gets them before this one. An error means the peer
+    /// broke the protocol (it named something it cannot): the device
+    /// fails that peer.
     fn place(
         &mut self,
         peer: PeerRank,
         context_id: u32,
         keys: (u64, u64),
         len: usize,
+        queued: &mut dyn Iterator<Item = &ActiveMessage>,
     ) -> Result<Destination>;
 }
 
@@ -2692,7 +2726,11 @@ impl Core {
         let destination = match self.placer.as_mut() {
             Some(placer) => {
                 let keys = (h.receiver_token, h.sender_token);
-                placer.place(peer, h.context_id, keys, len)?
+                let mut queued = self
+                    .active
+                    .iter()
+                    .filter(|m| m.peer == peer && m.context_id == h.context_id);
+                placer.place(peer, h.context_id, keys, len, &mut queued)?
             }
             None => Destination::Refused(Error::new(
                 ErrorClass::Intern,
@@ -2710,13 +2748,78 @@ impl Core {
                 Ok(Some(PayloadSlot(PLACED_SLOT | peer as u64)))
             }
             Destination::At(_) => {
-                self.placed(peer, h.context_id, h.receiver_token, 0, None);
+                let placed = Placed {
+                    key: h.receiver_token,
+                    len: 0,
+                    landing: Landing::InPlace,
+                };
+                self.placed(peer, h.context_id, placed, Vec::new());
                 Ok(None)
+            }
+            Destination::Held => {
+                Ok(self.arrive_active(peer, h.context_id, len, Some(h.receiver_token)))
             }
             Destination::Refused(e) => {
-                self.placed(peer, h.context_id, h.receiver_token, len, Some(e));
+                let placed = Placed {
+                    key: h.receiver_token,
+                    len,
+                    landing: Landing::Refused(e),
+                };
+                self.placed(peer, h.context_id, placed, Vec::new());
                 Ok(None)
             }
+        }
+    }
+
+    /// An active message of `len` bytes from `peer` in `context_id`
+    /// arrives (or the data of a placed one the placer `held`, with its
+    /// key): the slot its payload is read into, or none if it is empty
+    /// (then it is the handler's already).
+    fn arrive_active(
+        &mut self,
+        peer: PeerRank,
+        context_id: u32,
+        len: usize,
+        held: Option<u64>,
+    ) -> Option<PayloadSlot> {
+        if len == 0 {
+            self.deliver_arrived(peer, context_id, Vec::new(), held);
+            return None;
+        }
+        let payload = self.take_spare_payload(len);
+        self.vcs[peer].arriving_active = Some(ArrivingActive {
+            context_id,
+            payload,
+            held,
+        });
+        Some(PayloadSlot(ACTIVE_SLOT | peer as u64))
+    }
+
+    /// Queues a whole active message from `peer` for the handler: a
+    /// message with `payload`, or the data of a placed one held back
+    /// (`held`: its key).
+    fn deliver_arrived(
+        &mut self,
+        peer: PeerRank,
+        context_id: u32,
+        payload: Vec<u8>,
+        held: Option<u64>,
+    ) {
+        match held {
+            Some(key) => {
+                let placed = Placed {
+                    key,
+                    len: payload.len(),
+                    landing: Landing::Held,
+                };
+                self.placed(peer, context_id, placed, payload);
+            }
+            None => self.active.push_back(ActiveMessage {
+                peer,
+                context_id,
+                payload,
+                placed: None,
+            }),
         }
     }
 
@@ -2739,20 +2842,14 @@ impl Core {
         payload
     }
 
-    /// Tells the handler what became of a placed active message's data.
-    fn placed(
-        &mut self,
-        peer: PeerRank,
-        context_id: u32,
-        key: u64,
-        len: usize,
-        refusal: Option<Error>,
-    ) {
+    /// Tells the handler what became of a placed active message's data
+    /// (`payload`: the data held back, else empty).
+    fn placed(&mut self, peer: PeerRank, context_id: u32, placed: Placed, payload: Vec<u8>) {
         self.active.push_back(ActiveMessage {
             peer,
             context_id,
-            payload: Vec::new(),
-            placed: Some(Placed { key, len, refusal }),
+            payload,
+            placed: Some(placed),
         });
     }
 
@@ -2770,18 +2867,7 @@ impl Core {
             Kind::Active => {
                 // Decoding bounded the length by `MAX_ACTIVE_LEN`.
                 let len = h.message_len as usize;
-                if len == 0 {
-                    self.active.push_back(ActiveMessage {
-                        peer,
-                        context_id: h.context_id,
-                        payload: Vec::new(),
-                        placed: None,
-                    });
-                    return Ok(None);
-                }
-                let payload = self.take_spare_payload(len);
-                self.vcs[peer].arriving_active = Some((h.context_id, payload));
-                Ok(Some(PayloadSlot(ACTIVE_SLOT | peer as u64)))
+                Ok(self.arrive_active(peer, h.context_id, len, None))
             }
             Kind::Rts => {
                 let len = usize::try_from(h.message_len).map_err(|_| {
@@ -3340,7 +3426,7 @@ impl PacketSink for Sink<'_> {
                 .slot_vc(slot, ACTIVE_SLOT)
                 .and_then(|vc| vc.arriving_active.as_mut())
             {
-                Some((_, data)) => data,
+                Some(arriving) => &mut arriving.payload,
                 None => &mut [],
             };
         }
@@ -3408,23 +3494,28 @@ impl PacketSink for Sink<'_> {
                 .get_mut(peer)
                 .and_then(|vc| vc.arriving_placed.take())
             {
-                self.core.placed(peer, p.context_id, p.key, p.len, None);
+                let landed = Placed {
+                    key: p.key,
+                    len: p.len,
+                    landing: Landing::InPlace,
+                };
+                self.core.placed(peer, p.context_id, landed, Vec::new());
             }
             return;
         }
         if slot.0 & ACTIVE_SLOT != 0 {
-            if let Some((context_id, payload)) = self
+            if let Some(arriving) = self
                 .core
                 .vcs
                 .get_mut(peer)
                 .and_then(|vc| vc.arriving_active.take())
             {
-                self.core.active.push_back(ActiveMessage {
-                    peer,
+                let ArrivingActive {
                     context_id,
                     payload,
-                    placed: None,
-                });
+                    held,
+                } = arriving;
+                self.core.deliver_arrived(peer, context_id, payload, held);
             }
             return;
         }
@@ -4131,6 +4222,116 @@ mod tests {
         );
         assert_eq!(core.spare_bytes, 0);
         assert_eq!(core.take_spare_payload(8), [0; 8], "a new one");
+    }
+
+    /// What a placer was shown queued, per call: each message's payload
+    /// and whether it was a placed one.
+    type Shown = Arc<Mutex<Vec<Vec<(Vec<u8>, bool)>>>>;
+
+    /// A placer that decides by key (1: held, 2: at `dest`, else
+    /// refused) and notes what it was shown.
+    struct ByKey {
+        dest: *mut u8,
+        shown: Shown,
+    }
+
+    // SAFETY: `dest` is a test's buffer, alive and untouched while the
+    // test delivers into it.
+    unsafe impl Send for ByKey {}
+
+    // SAFETY: as above; the test reads the buffer only once every packet
+    // was delivered.
+    unsafe impl ActivePlacer for ByKey {
+        fn place(
+            &mut self,
+            _peer: PeerRank,
+            _context_id: u32,
+            (key, _): (u64, u64),
+            _len: usize,
+            queued: &mut dyn Iterator<Item = &ActiveMessage>,
+        ) -> Result<Destination> {
+            let shown = queued
+                .map(|m| (m.payload.clone(), m.placed.is_some()))
+                .collect();
+            self.shown.lock().unwrap().push(shown);
+            Ok(match key {
+                1 => Destination::Held,
+                2 => Destination::At(self.dest),
+                _ => Destination::Refused(Error::new(ErrorClass::RmaRange, "outside")),
+            })
+        }
+    }
+
+    /// A placer sees the messages of its peer and context that arrived
+    /// before and are not handled yet; data it holds back arrives as a
+    /// payload and reaches the handler in its turn, between the others.
+    #[test]
+    fn held_placed_data_arrives_in_turn_and_the_placer_sees_what_came_before() {
+        let mut core = core();
+        let mut window = [0u8; 4];
+        let shown = Arc::new(Mutex::new(Vec::new()));
+        core.placer = Some(Box::new(ByKey {
+            dest: window.as_mut_ptr(),
+            shown: Arc::clone(&shown),
+        }));
+        let mut sequence = 0;
+        let mut active = |context_id, key: Option<u64>, len: usize| {
+            let mut h = Header::new(Kind::Active);
+            h.sequence = sequence;
+            sequence += 1;
+            h.context_id = context_id;
+            h.message_len = len as u64;
+            if let Some(key) = key {
+                h.flags = FLAG_PLACED;
+                h.receiver_token = key;
+                h.sender_token = key + len as u64;
+            }
+            h
+        };
+        let lock = active(9, None, 4);
+        let other_context = active(8, None, 2);
+        let held = active(9, Some(1), 3);
+        let placed = active(9, Some(2), 4);
+        let refused = active(9, Some(3), 5);
+        deliver(&mut core, &lock, b"lock").unwrap();
+        deliver(&mut core, &other_context, b"no").unwrap();
+        deliver(&mut core, &held, b"put").unwrap();
+        deliver(&mut core, &placed, b"data").unwrap();
+        deliver(&mut core, &refused, b"").unwrap();
+        assert_eq!(&window, b"data", "placed data lands in place");
+        let lock_shown = (b"lock".to_vec(), false);
+        let held_shown = (b"put".to_vec(), true);
+        assert_eq!(
+            *shown.lock().unwrap(),
+            vec![
+                vec![lock_shown.clone()],
+                vec![lock_shown.clone(), held_shown.clone()],
+                vec![lock_shown, held_shown, (Vec::new(), true)],
+            ],
+            "each placed header sees its context's earlier messages, in order"
+        );
+        let handed: Vec<_> = core
+            .active
+            .iter()
+            .map(|m| {
+                let landing = m.placed.as_ref().map(|p| match &p.landing {
+                    Landing::InPlace => ("in place", p.key, p.len),
+                    Landing::Held => ("held", p.key, p.len),
+                    Landing::Refused(_) => ("refused", p.key, p.len),
+                });
+                (m.context_id, m.payload.clone(), landing)
+            })
+            .collect();
+        assert_eq!(
+            handed,
+            vec![
+                (9, b"lock".to_vec(), None),
+                (8, b"no".to_vec(), None),
+                (9, b"put".to_vec(), Some(("held", 1, 3))),
+                (9, Vec::new(), Some(("in place", 2, 4))),
+                (9, Vec::new(), Some(("refused", 3, 5))),
+            ]
+        );
     }
 
     #[test]

@@ -72,7 +72,8 @@
 //! names the memory it goes to, from the context id, the two words in
 //! the token fields and the length, before a byte of it is read (a
 //! one-sided put's data, read by the transport straight into the
-//! window), and the handler hears that it landed or was refused.
+//! window), and the handler hears that it landed or was refused; or the
+//! placer holds it back, and the handler gets it as a payload.
 
 use crate::error::{Error, ErrorClass};
 use crate::matching::Envelope;
@@ -83,7 +84,7 @@ pub const HEADER_LEN: usize = 56;
 /// First two bytes of every packet ("OX" little-endian).
 pub const MAGIC: u16 = 0x584f;
 /// Version of the packet format; peers of another version are refused.
-pub const VERSION: u8 = 9;
+pub const VERSION: u8 = 10;
 /// Flag of an [`Kind::Eager`] or [`Kind::Rts`] packet: a synchronous send,
 /// which completes only once a receive matched it. For an eager message the
 /// receiver answers the match with [`Kind::SyncAck`]; a rendezvous is

@@ -327,9 +327,20 @@ fn general_active_target_epochs_end_when_a_process_is_lost() {
 
 /// Over TCP a lock request leaves with the epoch's operations, not
 /// waiting for its grant: the target applies them only once it grants
-/// the lock (over shared memory the direct path's lock waits).
+/// the lock (over shared memory the direct path's lock waits). Large
+/// puts into a dynamic window (active messages over shared memory too),
+/// whose data arrives placed, do not wait for the grant either, and land
+/// only once it is given; also with a progress thread, which places
+/// their data while the target's main thread is in a call or not.
 #[test]
 fn operations_behind_a_lock_request_wait_for_its_grant() {
     job("deferred", &[], 3, &TCP, 60);
     job("deferred", &[], 3, &[], 60);
+    job(
+        "deferred",
+        &[],
+        3,
+        &[("OXMPI_ASYNC_PROGRESS", "1"), TCP[0]],
+        60,
+    );
 }

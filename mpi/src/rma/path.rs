@@ -486,11 +486,12 @@ fn flush_active(path: &Path, to: &Target<'_>) -> Result<()> {
 
 /// Waits for the grant of the lock asked of the target without waiting
 /// ([`Path::lock`]), unless it came: before an operation whose data
-/// reaches the target's window without its handler (a large put's,
-/// placed as it arrives, `target::put_placed`) or with a rendezvous the
-/// target answers only once it handles the operation (a large
-/// accumulate's, `target::accumulate_by_message`), which must not wait
-/// behind the request at the target.
+/// travels with a rendezvous the target answers only once it handles
+/// the operation (a large accumulate's,
+/// `target::accumulate_by_message`), which must not wait behind the
+/// request at the target. (A large put's placed data does not wait for
+/// the grant: the target holds it back, or grants the request it came
+/// with early, `target::Placer`.)
 pub(crate) fn await_grant(to: &Target<'_>) -> Result<()> {
     let token = std::mem::take(&mut to.shared.state().lock_requests[to.rank]);
     if token == 0 {

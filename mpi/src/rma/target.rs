@@ -29,8 +29,14 @@
 //! target's [`Placer`] checks the range when the header arrives, before
 //! a byte is read, and the transport reads the data straight into the
 //! window (a refused put's data is dropped unread); the handler answers
-//! once it landed. Gets from [`GET_BY_MESSAGE`] bytes (and accumulates
-//! from [`ACCUMULATE_BY_MESSAGE`]) carry only their header in an active
+//! once it landed. The origin does not wait for its lock's grant before
+//! it sends them: where the peer's epoch lacks a grant (its lock request
+//! waits, or is queued unhandled) the placer holds the data back, read
+//! into a payload that the handler puts in its turn, behind the request
+//! as any put, unless it can grant the queued request at once, early.
+//!
+//! Gets from [`GET_BY_MESSAGE`] bytes (and accumulates from
+//! [`ACCUMULATE_BY_MESSAGE`]) carry only their header in an active
 //! message ([`FLAG_BY_MESSAGE`]): their data travels as a point-to-point
 //! message of the window's communicator, which the device moves between
 //! the window and the origin's buffer without a copy of its own (a
@@ -49,11 +55,11 @@
 use super::path::{await_grant, Target};
 use super::wire::{
     set_data_len, AccumulateOp, AccumulateType, Kind, Message, FLAG_BY_MESSAGE, FLAG_EXCLUSIVE,
-    FLAG_FETCH, FLAG_LAYOUT,
+    FLAG_FETCH, FLAG_LAYOUT, HEADER,
 };
 use crate::{context, progress_until, with_device, Error, ErrorClass, Result};
 use oxmpi_adi::device::{
-    ActiveMessage, ActiveMessageHandler, ActivePlacer, Destination, Device, MatchPattern,
+    ActiveMessage, ActiveMessageHandler, ActivePlacer, Destination, Device, Landing, MatchPattern,
     MessageEnvelope, MessageSink, RequestId, Status,
 };
 use oxmpi_adi::proto::MAX_ACTIVE_LEN;
@@ -254,7 +260,9 @@ pub(crate) struct Outbox {
 /// grant before it sends its operations: what it sends behind a request
 /// that must wait is kept with the request ([`LockQueue::defer`]) and
 /// handled once it is granted, so that nothing of an epoch touches the
-/// window before its lock is held.
+/// window before its lock is held. A placed put's data, which lands
+/// without the handler, waits as a held payload instead, or has the
+/// request that came with it granted early ([`may_land`]).
 #[derive(Default)]
 struct LockQueue {
     /// The holders: (peer, exclusive); one exclusive, or any number of
@@ -263,6 +271,20 @@ struct LockQueue {
     holders: Vec<(PeerRank, bool)>,
     /// Waiting requests, oldest first.
     waiting: VecDeque<LockRequest>,
+    /// The requests (peer, token) granted before the handler reached
+    /// them, for a placed put's data that came behind them
+    /// ([`LockQueue::grant_early`]): their holders are in `holders`, and
+    /// the handler only answers them ([`LockQueue::take_early`]).
+    granted_early: Vec<(PeerRank, u64)>,
+}
+
+/// Whether a lock (`exclusive` or shared) goes with the `holders`'.
+fn compatible(holders: &[(PeerRank, bool)], exclusive: bool) -> bool {
+    if exclusive {
+        holders.is_empty()
+    } else {
+        !holders.iter().any(|&(_, exclusive)| exclusive)
+    }
 }
 
 /// A request for a window's lock, from `peer`, named `token` in its
@@ -295,12 +317,7 @@ impl LockQueue {
     fn grant(&mut self) -> Vec<LockRequest> {
         let mut granted = Vec::new();
         while let Some(request) = self.waiting.pop_front() {
-            let free = if request.exclusive {
-                self.holders.is_empty()
-            } else {
-                !self.holders.iter().any(|&(_, exclusive)| exclusive)
-            };
-            if !free {
+            if !compatible(&self.holders, request.exclusive) {
                 self.waiting.push_front(request);
                 break;
             }
@@ -310,16 +327,63 @@ impl LockQueue {
         granted
     }
 
-    /// Keeps `message` (one whole message) from `peer` behind its lock
-    /// request if that waits, and says whether it did: a peer's messages
-    /// after a request are handled in order once it is granted.
-    fn defer(&mut self, peer: PeerRank, message: &[u8]) -> bool {
-        if self.waiting.is_empty() {
+    /// Grants `peer`'s request `token` (`exclusive` or shared) that the
+    /// handler has not reached yet, if it would be granted on arrival
+    /// (nobody waits, and it goes with the holders, less the peer's hold
+    /// if the unlock of that is queued ahead of it: `releasing`), and
+    /// says whether it did. The handler, reaching the request, only
+    /// answers it (and the unlock ahead ends the older hold: `release`
+    /// ends the first of the peer's, and this one is the last).
+    fn grant_early(
+        &mut self,
+        peer: PeerRank,
+        token: u64,
+        exclusive: bool,
+        releasing: bool,
+    ) -> bool {
+        let held = self.holders.iter().position(|&(holder, _)| holder == peer);
+        if !self.waiting.is_empty() || releasing != held.is_some() {
             return false;
         }
+        let mut others = self.holders.clone();
+        if let Some(at) = held {
+            others.swap_remove(at);
+        }
+        if !compatible(&others, exclusive) {
+            return false;
+        }
+        self.holders.push((peer, exclusive));
+        self.granted_early.push((peer, token));
+        true
+    }
+
+    /// Whether `peer`'s request `token` was granted early.
+    fn is_granted_early(&self, peer: PeerRank, token: u64) -> bool {
+        self.granted_early.contains(&(peer, token))
+    }
+
+    /// Forgets that `peer`'s request `token` was granted early, and says
+    /// whether it was: the handler reached it.
+    fn take_early(&mut self, peer: PeerRank, token: u64) -> bool {
+        let early = self.granted_early.iter().position(|&g| g == (peer, token));
+        early.map(|at| self.granted_early.swap_remove(at)).is_some()
+    }
+
+    /// Whether `peer` has a request waiting.
+    fn waits(&self, peer: PeerRank) -> bool {
+        self.waiting.iter().any(|r| r.peer == peer)
+    }
+
+    /// Keeps a message (one whole message: its wire form, the `parts`
+    /// one after another) from `peer` behind its lock request if that
+    /// waits, and says whether it did: a peer's messages after a request
+    /// are handled in order once it is granted.
+    fn defer(&mut self, peer: PeerRank, parts: &[&[u8]]) -> bool {
         match self.waiting.iter_mut().find(|r| r.peer == peer) {
             Some(request) => {
-                request.behind.extend_from_slice(message);
+                for part in parts {
+                    request.behind.extend_from_slice(part);
+                }
                 true
             }
             None => false,
@@ -348,6 +412,7 @@ impl LockQueue {
     fn lose(&mut self, peer: PeerRank) -> Vec<LockRequest> {
         self.holders.retain(|&(holder, _)| holder != peer);
         self.waiting.retain(|r| r.peer != peer);
+        self.granted_early.retain(|&(early, _)| early != peer);
         self.grant()
     }
 }
@@ -580,6 +645,23 @@ impl State {
         }
     }
 
+    /// Puts the data of a placed put from `peer` that its placer held
+    /// back ([`Placer`]) at byte displacement `disp`, in its turn: as a
+    /// put of a batch, kept behind the peer's lock request while that
+    /// waits ([`LockQueue::defer`]), else applied now; answered counted,
+    /// as the placed pieces are, in `replies` (once applied).
+    fn put_held(&mut self, peer: PeerRank, disp: u64, data: &[u8], replies: &mut Vec<u8>) {
+        let mut m = Message::new(Kind::Put, 0);
+        m.disp = disp;
+        m.len = data.len() as u64;
+        m.data = data;
+        let mut header = Vec::with_capacity(HEADER);
+        m.append_header_to(&mut header);
+        if !self.lock.defer(peer, &[&header, data]) {
+            apply_answered(&mut self.memory, &m, replies);
+        }
+    }
+
     /// Whether the operation `token` still waits for its reply.
     pub(crate) fn awaits(&self, token: u64) -> bool {
         self.pending.contains_key(&token)
@@ -701,10 +783,12 @@ impl ActiveMessageHandler for Handler {
         self.answer(device, to);
         if let Some(placed) = &message.placed {
             // A put's data streamed into the window ([`Placer`]), or
-            // refused: answered as a put in a batch is, counted.
-            match &placed.refusal {
-                None => Message::new(Kind::Reply, 0).append_to(&mut self.replies),
-                Some(e) => refuse(&mut self.replies, 0, e),
+            // refused: answered as a put in a batch is, counted. Held
+            // back, it is such a put now.
+            match &placed.landing {
+                Landing::InPlace => Message::new(Kind::Reply, 0).append_to(&mut self.replies),
+                Landing::Refused(e) => refuse(&mut self.replies, 0, e),
+                Landing::Held => return self.put_held(to, placed.key, &message.payload),
             }
             return Ok(());
         }
@@ -792,6 +876,20 @@ impl Handler {
         sent
     }
 
+    /// Puts the data of a placed put from `peer` that its placer held
+    /// back ([`Placer`]) at byte displacement `disp` of the window
+    /// `context_id` ([`State::put_held`]).
+    fn put_held(
+        &mut self,
+        (peer, context_id): (PeerRank, u32),
+        disp: u64,
+        data: &[u8],
+    ) -> Result<()> {
+        let (shared, _) = window_of(peer, context_id)?;
+        shared.state().put_held(peer, disp, data, &mut self.replies);
+        Ok(())
+    }
+
     /// Applies one message `m` of a batch from `peer` for the window
     /// `context_id` (rank `from` of the window `shared`), queueing its
     /// reply; `whole` is its wire form, kept if it must wait behind the
@@ -809,7 +907,7 @@ impl Handler {
             m.kind,
             Kind::Put | Kind::Get | Kind::Accumulate | Kind::CompareAndSwap | Kind::Unlock
         );
-        if in_epoch && state.lock.defer(peer, whole) {
+        if in_epoch && state.lock.defer(peer, &[whole]) {
             return Ok(());
         }
         match m.kind {
@@ -819,15 +917,7 @@ impl Handler {
                 self.by_message(device, (peer, context_id), (shared, from), &m, at)
             }
             Kind::Put | Kind::Get | Kind::Accumulate | Kind::CompareAndSwap => {
-                let at = self.replies.len();
-                Message::new(Kind::Reply, m.token).append_to(&mut self.replies);
-                match apply(&mut state.memory, &m, &mut self.replies) {
-                    Ok(()) => set_data_len(&mut self.replies[at..]),
-                    Err(e) => {
-                        self.replies.truncate(at);
-                        refuse(&mut self.replies, m.token, &e);
-                    }
-                }
+                apply_answered(&mut state.memory, &m, &mut self.replies);
                 Ok(())
             }
             Kind::Reply | Kind::Refused if m.token == 0 => {
@@ -919,6 +1009,12 @@ impl Handler {
             Kind::Lock => {
                 let exclusive = m.flags & FLAG_EXCLUSIVE != 0;
                 let request = LockRequest::new(peer, m.token, exclusive);
+                // Granted already, for a placed put's data behind it
+                // ([`may_land`]): only answered.
+                if state.lock.take_early(peer, m.token) {
+                    self.granted.push_back((context_id, request));
+                    return Ok(());
+                }
                 state.lock.waiting.push_back(request);
                 let granted = state.lock.grant();
                 self.granted
@@ -1186,11 +1282,12 @@ fn end_transfers(device: &mut Device) {
 /// Puts `data` at byte displacement `disp` of the target as placed
 /// active messages of at most `MAX_ACTIVE_LEN` bytes ([`PUT_PLACED`]),
 /// after what was queued for the target, sent from `data` without a copy
-/// and read by the target straight into its window ([`Placer`]).
-/// Returns once the transport is done with `data`; each piece is
-/// counted as a put and complete at the target when its answer comes.
+/// and read by the target straight into its window ([`Placer`]), or
+/// held back there until the epoch's lock is granted: it does not wait
+/// for the grant. Returns once the transport is done with `data`; each
+/// piece is counted as a put and complete at the target when its answer
+/// comes.
 pub(crate) fn put_placed(to: &Target<'_>, disp: u64, data: &[u8]) -> Result<()> {
-    await_grant(to)?;
     let mut sends = Vec::new();
     let started = with_device(|device| {
         let window = (to.shared, to.context_id);
@@ -1454,7 +1551,10 @@ fn window_of(peer: PeerRank, context_id: u32) -> Result<(Arc<Shared>, usize)> {
 /// window the context id names and the bound the displacement where the
 /// whole put ends; the range from the key to the bound is checked
 /// before a byte is read, so a put that does not fit is refused whole
-/// (a dynamic window's regions are known only here).
+/// (a dynamic window's regions are known only here). A put that fits
+/// lands in the window if it may now ([`may_land`]), else is held back
+/// for the handler, which puts it in its turn (behind the peer's lock
+/// request until that is granted).
 pub(crate) struct Placer;
 
 // SAFETY: a destination lies in the window's memory (`Memory::range`
@@ -1470,6 +1570,7 @@ unsafe impl ActivePlacer for Placer {
         context_id: u32,
         (disp, end): (u64, u64),
         len: usize,
+        queued: &mut dyn Iterator<Item = &ActiveMessage>,
     ) -> Result<Destination> {
         let (shared, _) = window_of(peer, context_id)?;
         let rest = end
@@ -1481,8 +1582,131 @@ unsafe impl ActivePlacer for Placer {
                     format!("rank {peer} put {len} bytes at {disp} of a put that ends at {end}"),
                 )
             })?;
-        let at = shared.state().memory.range(disp, rest);
-        Ok(at.map_or_else(Destination::Refused, Destination::At))
+        let mut state = shared.state();
+        let at = match state.memory.range(disp, rest) {
+            Ok(at) => at,
+            Err(e) => return Ok(Destination::Refused(e)),
+        };
+        Ok(if may_land(&mut state.lock, peer, queued)? {
+            Destination::At(at)
+        } else {
+            Destination::Held
+        })
+    }
+}
+
+/// Whether a placed put's data from `peer` may land in the window now,
+/// the handler not having been handed `queued` yet (the peer's earlier
+/// active messages for the window, in order): data that lands is not
+/// held behind a lock request as the handler holds a put, so it may land
+/// only where the peer's epoch needs no grant it has not got. That is
+/// where no request of the peer waits and none of its lock or unlock
+/// messages is queued (it holds the lock, or its epoch is a fence,
+/// post-start-complete or `MODE_NOCHECK` one), or where what is queued
+/// is a lock request, alone or behind the lone unlock of the peer's
+/// hold (an unlock that did not wait for its release: nothing of that
+/// epoch is left to apply), that was granted early or is granted early
+/// now ([`LockQueue::grant_early`]: nobody waits, and it goes with the
+/// holders, less the hold the unlock ends), the way a lock, a large put
+/// and an unlock arrive. Anything else is held back: always right, at
+/// the cost of a copy.
+fn may_land(
+    lock: &mut LockQueue,
+    peer: PeerRank,
+    queued: &mut dyn Iterator<Item = &ActiveMessage>,
+) -> Result<bool> {
+    if lock.waits(peer) {
+        return Ok(false);
+    }
+    let mut seen = Queued::Nothing;
+    for message in queued {
+        if message.placed.is_some() {
+            // A piece of a put.
+            seen = seen.then_operation();
+            continue;
+        }
+        let mut rest = &message.payload[..];
+        while !rest.is_empty() {
+            let (m, after) = Message::split(rest)?;
+            rest = after;
+            seen = match m.kind {
+                Kind::Lock => seen.then_lock(m.token, m.flags & FLAG_EXCLUSIVE != 0),
+                Kind::Unlock => seen.then_unlock(),
+                Kind::Put | Kind::Get | Kind::Accumulate | Kind::CompareAndSwap => {
+                    seen.then_operation()
+                }
+                // Answers, and exposure epochs' notices: not this window's
+                // memory, nor its lock.
+                Kind::Reply | Kind::Refused | Kind::Post | Kind::Complete => seen,
+            };
+        }
+    }
+    Ok(match seen {
+        Queued::Nothing | Queued::Operations => true,
+        Queued::Lock {
+            token,
+            exclusive,
+            releasing,
+        } => {
+            lock.is_granted_early(peer, token)
+                || lock.grant_early(peer, token, exclusive, releasing)
+        }
+        Queued::Unlock | Queued::Other => false,
+    })
+}
+
+/// What [`may_land`] found of a peer's queued messages, so far.
+#[derive(Clone, Copy)]
+enum Queued {
+    /// Nothing of the peer's.
+    Nothing,
+    /// Operations of the epoch under way, no lock or unlock.
+    Operations,
+    /// The unlock of the peer's hold, alone, and nothing after it.
+    Unlock,
+    /// A lock request (and maybe operations of its epoch after it),
+    /// behind nothing, or behind the unlock of the peer's hold
+    /// (`releasing`).
+    Lock {
+        token: u64,
+        exclusive: bool,
+        releasing: bool,
+    },
+    /// Anything else: the data is held back.
+    Other,
+}
+
+impl Queued {
+    fn then_lock(self, token: u64, exclusive: bool) -> Queued {
+        match self {
+            Queued::Nothing | Queued::Unlock => Queued::Lock {
+                token,
+                exclusive,
+                releasing: matches!(self, Queued::Unlock),
+            },
+            Queued::Operations | Queued::Lock { .. } | Queued::Other => Queued::Other,
+        }
+    }
+
+    fn then_unlock(self) -> Queued {
+        match self {
+            Queued::Nothing => Queued::Unlock,
+            // Operations of the epoch it ends, queued ahead: the next
+            // epoch's data must not land before they are applied.
+            Queued::Operations | Queued::Unlock | Queued::Lock { .. } | Queued::Other => {
+                Queued::Other
+            }
+        }
+    }
+
+    fn then_operation(self) -> Queued {
+        match self {
+            Queued::Nothing | Queued::Operations => Queued::Operations,
+            // Of the requested lock's epoch.
+            Queued::Lock { .. } => self,
+            // Between an unlock and a lock: no epoch's.
+            Queued::Unlock | Queued::Other => Queued::Other,
+        }
     }
 }
 
@@ -1504,6 +1728,20 @@ fn class_of(code: u8) -> ErrorClass {
         .into_iter()
         .find(|c| c.code() == i32::from(code))
         .unwrap_or(ErrorClass::Other)
+}
+
+/// Applies the operation `m` to `memory` and appends its answer to
+/// `replies`: its reply, with its result, or its refusal.
+fn apply_answered(memory: &mut Memory, m: &Message<'_>, replies: &mut Vec<u8>) {
+    let at = replies.len();
+    Message::new(Kind::Reply, m.token).append_to(replies);
+    match apply(memory, m, replies) {
+        Ok(()) => set_data_len(&mut replies[at..]),
+        Err(e) => {
+            replies.truncate(at);
+            refuse(replies, m.token, &e);
+        }
+    }
 }
 
 /// Applies an operation to the window's memory; its result appended to
@@ -1777,11 +2015,13 @@ impl Aligned {
 
 #[cfg(test)]
 mod tests {
-    use super::{apply, LockQueue, LockRequest, Memory};
+    use super::{apply, may_land, LockQueue, LockRequest, Memory, Shared};
     use crate::collective::SystemOperation;
     use crate::datatype::{Primitive, Run};
+    use crate::rma::wire::FLAG_EXCLUSIVE;
     use crate::rma::wire::{AccumulateType, Kind, Layout, Message, FLAG_FETCH, FLAG_LAYOUT};
     use crate::ErrorClass;
+    use oxmpi_adi::device::{ActiveMessage, Landing, Placed};
     use oxmpi_adi::transport::PeerRank;
 
     /// A message of `kind` on `layout` from `disp`, with `data`, through
@@ -1982,10 +2222,10 @@ mod tests {
         assert_eq!(ids(lock.grant()), vec![]);
         // The holder's messages, and those of a peer that asked nothing,
         // are handled at once.
-        assert!(!lock.defer(1, b"holder"));
-        assert!(!lock.defer(4, b"none"));
-        assert!(lock.defer(2, b"put,"));
-        assert!(lock.defer(2, b"unlock"));
+        assert!(!lock.defer(1, &[b"holder"]));
+        assert!(!lock.defer(4, &[b"none"]));
+        assert!(lock.defer(2, &[b"put,"]));
+        assert!(lock.defer(2, &[b"unlock"]));
         lock.release(1).unwrap();
         let granted = lock.grant();
         assert_eq!(granted.len(), 1);
@@ -1995,11 +2235,11 @@ mod tests {
         );
         // Now 2 holds it: its messages are handled at once, and 3's
         // wait behind its request.
-        assert!(!lock.defer(2, b"get"));
-        assert!(lock.defer(3, b"get"));
+        assert!(!lock.defer(2, &[b"get"]));
+        assert!(lock.defer(3, &[b"get"]));
         // A lost waiter's messages go with its request.
         assert_eq!(ids(lock.lose(3)), vec![]);
-        assert!(!lock.defer(3, b"get"));
+        assert!(!lock.defer(3, &[b"get"]));
         lock.release(2).unwrap();
         assert!(lock.holders.is_empty() && lock.waiting.is_empty());
     }
@@ -2021,5 +2261,179 @@ mod tests {
         lock.release(2).unwrap();
         lock.release(3).unwrap();
         assert!(lock.holders.is_empty());
+    }
+
+    /// An active message from `peer` of the messages `(kind, token,
+    /// exclusive)`, batched, as the placer is shown it queued.
+    fn batch(peer: PeerRank, messages: &[(Kind, u64, bool)]) -> ActiveMessage {
+        let mut payload = Vec::new();
+        for &(kind, token, exclusive) in messages {
+            let mut m = Message::new(kind, token);
+            if exclusive {
+                m.flags = FLAG_EXCLUSIVE;
+            }
+            m.append_to(&mut payload);
+        }
+        ActiveMessage {
+            peer,
+            context_id: 1,
+            payload,
+            placed: None,
+        }
+    }
+
+    /// A placed piece from `peer` that landed, as the placer is shown it
+    /// queued.
+    fn landed(peer: PeerRank) -> ActiveMessage {
+        ActiveMessage {
+            peer,
+            context_id: 1,
+            payload: Vec::new(),
+            placed: Some(Placed {
+                key: 0,
+                len: 8,
+                landing: Landing::InPlace,
+            }),
+        }
+    }
+
+    /// [`may_land`] of `peer`'s data behind `queued`.
+    fn lands(lock: &mut LockQueue, peer: PeerRank, queued: &[ActiveMessage]) -> bool {
+        may_land(lock, peer, &mut queued.iter()).unwrap()
+    }
+
+    #[test]
+    fn placed_data_lands_only_where_its_peer_needs_no_grant_it_lacks() {
+        let mut lock = LockQueue::default();
+        // Nothing queued, nothing waiting: a fence epoch, or a lock held.
+        assert!(lands(&mut lock, 2, &[]));
+        let asked = [batch(2, &[(Kind::Lock, 5, true), (Kind::Put, 0, false)])];
+        // A request nobody stands in the way of: granted early, once,
+        // also for the later pieces behind it.
+        assert!(lands(&mut lock, 2, &asked));
+        assert_eq!(lock.holders, vec![(2, true)]);
+        let later = [batch(2, &[(Kind::Lock, 5, true)]), landed(2)];
+        assert!(lands(&mut lock, 2, &later));
+        assert_eq!(lock.holders, vec![(2, true)], "granted twice");
+        // A request behind that exclusive hold: held back, not granted.
+        let shared = [batch(3, &[(Kind::Lock, 9, false)])];
+        assert!(!lands(&mut lock, 3, &shared));
+        assert_eq!(lock.holders, vec![(2, true)]);
+        // The handler reaches the request granted early: it answers it
+        // only, once.
+        assert!(lock.take_early(2, 5));
+        assert!(!lock.take_early(2, 5));
+        // A waiting request holds the data back, whatever is queued.
+        lock.waiting.extend(requests(&[(3, 9, false)]));
+        assert!(!lands(&mut lock, 3, &[]));
+        lock.waiting.clear();
+        // Operations ahead of the holder's unlock and next lock: held
+        // back (they must apply first).
+        let unlock = |ahead: &[(Kind, u64, bool)]| {
+            let mut all = ahead.to_vec();
+            all.push((Kind::Unlock, 6, false));
+            [batch(2, &all), batch(2, &[(Kind::Lock, 7, true)])]
+        };
+        assert!(!lands(&mut lock, 2, &unlock(&[(Kind::Put, 0, false)])));
+        assert!(!lands(
+            &mut lock,
+            2,
+            &[batch(2, &[(Kind::Put, 0, false), (Kind::Lock, 7, true)])]
+        ));
+        // A lock, an unlock and a lock: held back.
+        let twice = [
+            batch(2, &[(Kind::Lock, 7, true)]),
+            batch(2, &[(Kind::Unlock, 6, false)]),
+            batch(2, &[(Kind::Lock, 8, true)]),
+        ];
+        assert!(!lands(&mut lock, 2, &twice));
+        assert_eq!(lock.holders, vec![(2, true)]);
+        assert!(lock.granted_early.is_empty());
+        // The holder's lone unlock and its next lock in one poll (an
+        // unlock that did not wait for its release): granted early, as
+        // if the unlock were handled.
+        assert!(lands(&mut lock, 2, &unlock(&[])));
+        assert_eq!(lock.holders, vec![(2, true), (2, true)]);
+        // The unlock, handled, ends the older hold; the lock is answered.
+        lock.release(2).unwrap();
+        assert_eq!(lock.holders, vec![(2, true)]);
+        assert!(lock.take_early(2, 7));
+        // Another's shared hold stands in the way of an exclusive lock
+        // behind the unlock of a shared one.
+        lock.release(2).unwrap();
+        lock.waiting
+            .extend(requests(&[(2, 10, false), (4, 11, false)]));
+        assert_eq!(ids(lock.grant()), vec![(2, 10), (4, 11)]);
+        assert!(!lands(&mut lock, 2, &unlock(&[])));
+        // An unlock of a hold the peer does not have: held back.
+        assert!(!lands(
+            &mut lock,
+            3,
+            &[batch(
+                3,
+                &[(Kind::Unlock, 6, false), (Kind::Lock, 7, false)]
+            )]
+        ));
+        assert_eq!(lock.holders, vec![(2, false), (4, false)]);
+    }
+
+    #[test]
+    fn a_lost_peer_forgets_its_early_grant() {
+        let mut lock = LockQueue::default();
+        assert!(lands(&mut lock, 2, &[batch(2, &[(Kind::Lock, 5, false)])]));
+        // Rank 3 asks exclusively behind the early shared grant.
+        lock.waiting.extend(requests(&[(3, 8, true)]));
+        assert_eq!(ids(lock.grant()), vec![]);
+        // Rank 2 is lost before its request was handled: its hold ends
+        // and 3 gets the lock; its early grant is forgotten.
+        assert_eq!(ids(lock.lose(2)), vec![(3, 8)]);
+        assert!(lock.granted_early.is_empty());
+        assert!(!lock.take_early(2, 5));
+    }
+
+    /// A held piece applied at once, or kept behind its peer's waiting
+    /// request and applied, as the handler applies what was kept, once
+    /// that is granted: answered counted (token 0) either way.
+    #[test]
+    fn held_data_is_put_in_its_turn() {
+        let mut window = [0u8; 32];
+        let base = window.as_mut_ptr();
+        let shared = Shared::new(&[0, 1, 2], Memory::Block { base, size: 32 });
+        let mut replies = Vec::new();
+        let counted = |replies: &[u8]| {
+            let (m, rest) = Message::split(replies).unwrap();
+            assert!(rest.is_empty());
+            (m.kind, m.token)
+        };
+        {
+            let mut state = shared.state();
+            state.put_held(1, 4, b"now", &mut replies);
+            assert_eq!(counted(&replies), (Kind::Reply, 0));
+            replies.clear();
+            // Rank 1 holds the lock; rank 2's request waits.
+            state
+                .lock
+                .waiting
+                .extend(requests(&[(1, 1, true), (2, 2, true)]));
+            assert_eq!(ids(state.lock.grant()), vec![(1, 1)]);
+            state.put_held(2, 16, b"later", &mut replies);
+            assert!(replies.is_empty(), "answered before its lock was granted");
+        }
+        assert_eq!(
+            &window[16..21],
+            [0; 5],
+            "landed before its lock was granted"
+        );
+        let mut state = shared.state();
+        state.lock.release(1).unwrap();
+        let granted = state.lock.grant();
+        assert_eq!(granted.len(), 1);
+        let (m, rest) = Message::split(&granted[0].behind).unwrap();
+        assert!(rest.is_empty());
+        super::apply_answered(&mut state.memory, &m, &mut replies);
+        assert_eq!(counted(&replies), (Kind::Reply, 0));
+        drop(state);
+        assert_eq!(&window[4..7], b"now");
+        assert_eq!(&window[16..21], b"later");
     }
 }

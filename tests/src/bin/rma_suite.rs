@@ -145,7 +145,11 @@
 //! without waiting for the grant; rank 1, 300 ms later, still reads the
 //! slot as it was, and rank 2 then finds rank 1's put done and its own
 //! applied: the target holds the operations behind a request until it
-//! grants the lock).
+//! grants the lock; then the same with rank 2's puts of 64 KiB, 1 MiB
+//! and 2 MiB + 8 B into a dynamic window, whose data arrives placed:
+//! rank 2's put returns while rank 1 holds the lock, rank 1 finds the
+//! range untouched, its own put into it is overwritten by rank 2's once
+//! granted, and an uncontended lock, put and unlock land whole too).
 
 use oxmpi::collective::{reduce_local_into, SystemOperation, ValueIndex};
 use oxmpi::datatype::{MutView, UserDatatype, View};
@@ -3469,6 +3473,113 @@ fn deferred(world: &Communicator) -> Result<()> {
         }
     }
     world.barrier()?;
+    window.free()?;
+    deferred_placed(world)
+}
+
+/// The puts of [`deferred`] large enough to travel as placed active
+/// messages, into a dynamic window at rank 0 (active messages on every
+/// transport): see the module docs.
+fn deferred_placed(world: &Communicator) -> Result<()> {
+    const MINE: u64 = 11;
+    const BOUND: Duration = Duration::from_secs(20);
+    // One piece at the least placed size, one of the most, and three
+    // (the second held behind the first).
+    let sizes = [64 << 10, 1 << 20, (2 << 20) + 8];
+    let most = sizes[2];
+    let mut region = vec![0u8; if world.rank() == 0 { most } else { 0 }];
+    let window = Window::create_dynamic(world, &Info::new())?;
+    let at = if world.rank() == 0 {
+        window.attach(&mut region[..])?
+    } else {
+        0
+    };
+    let mut addresses = [0u64; 3];
+    world.all_gather_into(&(at as u64), &mut addresses[..])?;
+    let base = addresses[0] as usize;
+    let pattern = |len: usize, seed: usize| -> Vec<u8> {
+        (0..len)
+            .map(|i| (i.wrapping_mul(31) ^ seed) as u8 | 1)
+            .collect()
+    };
+    for (round, &len) in sizes.iter().enumerate() {
+        world.barrier()?;
+        let theirs = pattern(len, round);
+        match world.rank() {
+            0 => {
+                // Polls (handles both epochs, takes the data) until rank
+                // 2 is done.
+                world.process_at_rank(2).receive::<u8>()?;
+                same(
+                    &region[..len],
+                    &theirs[..],
+                    &format!("the window after rank 2's put of {len} bytes"),
+                )?;
+            }
+            1 => {
+                window.lock(LockType::Exclusive, 0, 0)?;
+                window.flush(0)?;
+                world.process_at_rank(2).send(&1u8)?;
+                // Rank 2 says its put returned: it did not wait for the
+                // grant, which comes only once this rank unlocks.
+                let since = Instant::now();
+                while world.process_at_rank(2).immediate_probe()?.is_none() {
+                    ensure(since.elapsed() < BOUND, || {
+                        format!(
+                            "after {BOUND:?} rank 2's put of {len} bytes had not returned: \
+                             it waits for its lock's grant"
+                        )
+                    })?;
+                }
+                world.process_at_rank(2).receive::<u8>()?;
+                // Its data reaches rank 0 meanwhile.
+                std::thread::sleep(Duration::from_millis(300));
+                let mut seen = vec![1u8; len];
+                window.get(&mut seen[..], 0, base)?;
+                window.flush(0)?;
+                ensure(seen.iter().all(|&b| b == 0), || {
+                    format!("rank 2's put of {len} bytes landed while rank 1 held the lock")
+                })?;
+                // Overwritten by rank 2's put, applied once granted.
+                window.put(&[MINE][..], 0, base)?;
+                window.unlock(0)?;
+            }
+            _ => {
+                world.process_at_rank(1).receive::<u8>()?;
+                window.lock(LockType::Exclusive, 0, 0)?;
+                window.put(&theirs[..], 0, base)?;
+                world.process_at_rank(1).send(&2u8)?;
+                window.unlock(0)?;
+                world.process_at_rank(0).send(&2u8)?;
+            }
+        }
+        // Uncontended: the request is granted as the data arrives.
+        world.barrier()?;
+        let again = pattern(len, round + 7);
+        match world.rank() {
+            0 => {
+                world.process_at_rank(2).receive::<u8>()?;
+                same(
+                    &region[..len],
+                    &again[..],
+                    &format!("the window after an uncontended put of {len} bytes"),
+                )?;
+                // Untouched again for the next round's check.
+                region.fill(0);
+            }
+            2 => {
+                window.lock(LockType::Exclusive, 0, 0)?;
+                window.put(&again[..], 0, base)?;
+                window.unlock(0)?;
+                world.process_at_rank(0).send(&2u8)?;
+            }
+            _ => {}
+        }
+    }
+    world.barrier()?;
+    if world.rank() == 0 {
+        window.detach(at)?;
+    }
     window.free()
 }
 
