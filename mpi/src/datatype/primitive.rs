@@ -58,6 +58,12 @@ impl Primitive {
         }
     }
 
+    /// Whether it is an integer (every basic type but the floating
+    /// ones): what `MPI_Compare_and_swap` takes (MPI 4.1 §12.3.4).
+    pub(crate) fn is_integer(self) -> bool {
+        !matches!(self, Primitive::F32 | Primitive::F64)
+    }
+
     /// Alignment of a value in memory: the `k` of the standard's rounding
     /// of a struct's extent (MPI 4.1 §5.1.6).
     pub(crate) fn align(self) -> usize {

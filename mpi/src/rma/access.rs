@@ -36,8 +36,12 @@ impl Access {
     /// Epoch bit: `lock_all` took the target's lock (not under
     /// `MODE_NOCHECK`).
     pub(super) const ALL_TAKEN: u8 = 4;
+    /// Epoch bit, on every target: a start epoch is open (to some
+    /// targets), so no lock may be taken (MPI 4.1 §12.5: a window's
+    /// access epochs at a process are disjoint).
+    pub(super) const STARTED: u8 = 128;
     /// The epoch bits.
-    pub(super) const EPOCHS: u8 = Access::OPEN | Access::ALL | Access::ALL_TAKEN;
+    pub(super) const EPOCHS: u8 = Access::OPEN | Access::ALL | Access::ALL_TAKEN | Access::STARTED;
 
     /// Record bit: this rank holds a lock on the target (`MPI_Win_lock`).
     pub(super) const HELD: u8 = 8;
@@ -57,6 +61,9 @@ impl Access {
     /// Any of these: a passive-target epoch to it is open (a lock or
     /// `lock_all`): flushes are allowed, and no other lock.
     pub(super) const ANY_PASSIVE: u8 = Access::ALL | Access::HELD;
+    /// Any of these: no lock of the target may be taken (a passive-target
+    /// epoch to it, or a start epoch, is open).
+    pub(super) const NO_LOCK: u8 = Access::ANY_PASSIVE | Access::STARTED;
     /// Any of these: this rank holds a lock on the target that it took.
     pub(super) const ANY_TAKEN: u8 = Access::ALL_TAKEN | Access::TAKEN;
 
@@ -89,14 +96,15 @@ impl Access {
     /// Records `record` (bits of [`Access::RECORD`], with
     /// [`Access::HELD`]) as the lock held on `target`, unless a
     /// passive-target epoch to it is open already (a lock, or
-    /// `lock_all`): then `Err` with the byte that refused it. One
+    /// `lock_all`) or a start epoch ([`Access::NO_LOCK`]): then `Err` with
+    /// the byte that refused it. One
     /// compare-and-exchange when nothing else changes the byte meanwhile.
     pub(super) fn claim(&self, target: usize, record: u8) -> Result<(), u8> {
         debug_assert!(record & !Access::RECORD == 0 && record & Access::HELD != 0);
         let byte = &self.bytes[target];
         let mut now = byte.load(Ordering::Relaxed);
         loop {
-            if now & Access::ANY_PASSIVE != 0 {
+            if now & Access::NO_LOCK != 0 {
                 return Err(now);
             }
             // The epoch bits may change meanwhile (another thread's fence

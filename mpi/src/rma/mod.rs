@@ -361,6 +361,9 @@ impl Epochs {
                 everyone |= Access::ALL_TAKEN;
             }
         }
+        if self.access.is_some() {
+            everyone |= Access::STARTED;
+        }
         let mut bytes = vec![everyone; targets];
         for &target in self.access.iter().flatten() {
             if let Some(byte) = bytes.get_mut(target) {
@@ -442,7 +445,11 @@ pub struct Window<'a> {
     /// Memory MPI allocated for the window.
     _allocated: Option<Allocation>,
     freed: bool,
-    _memory: PhantomData<&'a mut [u8]>,
+    /// The memory borrowed for `'a`, invariantly: were `Window<'a>`
+    /// covariant in `'a` (as `&'a mut [u8]` is), a `&Window<'long>` would
+    /// pass for a `&Window<'short>`, and [`Window::attach`] would take
+    /// memory that is dropped while the window still exposes it.
+    _memory: PhantomData<&'a mut &'a mut [u8]>,
 }
 
 /// Words per rank in the creation all-gather: base, size, displacement
@@ -585,7 +592,7 @@ impl<'a> Window<'a> {
         size: usize,
         disp_unit: usize,
         info: &Info,
-    ) -> Result<Window<'static>> {
+    ) -> Result<Window<'a>> {
         comm.handled(Window::make_allocated(
             comm,
             size,
@@ -612,7 +619,7 @@ impl<'a> Window<'a> {
         size: usize,
         disp_unit: usize,
         info: &Info,
-    ) -> Result<Window<'static>> {
+    ) -> Result<Window<'a>> {
         comm.handled(Window::make_allocated(
             comm,
             size,
@@ -635,7 +642,7 @@ impl<'a> Window<'a> {
         disp_unit: usize,
         flavor: CreateFlavor,
         info: &Info,
-    ) -> Result<Window<'static>> {
+    ) -> Result<Window<'a>> {
         let (mut allocated, refused) = if flavor == CreateFlavor::Shared {
             let contiguous = match info.get("alloc_shared_noncontig")?.unwrap_or("false") {
                 "true" => false,
@@ -704,7 +711,20 @@ impl<'a> Window<'a> {
         let mut hints = Info::new();
         for (key, default) in HINTS {
             let value = info.get(key)?.unwrap_or(default);
-            if key != "accumulate_ordering" && value != "true" && value != "false" {
+            if key == "accumulate_ordering" {
+                // MPI 4.1 §12.2.1: "none", or orderings among rar, raw,
+                // war and waw, separated by commas.
+                let ordering = |o: &str| ["rar", "raw", "war", "waw"].contains(&o.trim());
+                if value.trim() != "none" && !value.split(',').all(ordering) {
+                    return Err(Error::new(
+                        ErrorClass::InfoValue,
+                        format!(
+                            "the window hint accumulate_ordering is \"none\" or some of rar, \
+                             raw, war and waw separated by commas, not {value:?}"
+                        ),
+                    ));
+                }
+            } else if value != "true" && value != "false" {
                 return Err(Error::new(
                     ErrorClass::InfoValue,
                     format!("the window hint {key} is \"true\" or \"false\", not {value:?}"),
@@ -1165,7 +1185,19 @@ impl<'a> Window<'a> {
 
     /// Attaches `memory` to a dynamic window (`MPI_Win_attach`) and
     /// returns its address, the displacement of its first byte for the
-    /// other ranks. Local.
+    /// other ranks. Local. The memory stays borrowed for the window's
+    /// whole life, so it cannot go while other ranks may reach it:
+    ///
+    /// ```compile_fail,E0597
+    /// # let universe = oxmpi::initialize().unwrap();
+    /// # let world = universe.world();
+    /// let window = oxmpi::rma::Window::create_dynamic(&world, &oxmpi::Info::new()).unwrap();
+    /// {
+    ///     let mut memory = vec![0u8; 64];
+    ///     window.attach(&mut memory[..]).unwrap();
+    /// } // dropped while attached: does not compile
+    /// window.free().unwrap();
+    /// ```
     #[doc(alias = "MPI_Win_attach")]
     pub fn attach<T: Equivalence>(&self, memory: &'a mut [T]) -> Result<usize> {
         let address = memory.as_mut_ptr() as usize;
@@ -1499,14 +1531,16 @@ impl<'a> Window<'a> {
                 filled += bytes.len();
             }
             let what = |(element, _): (ElementType, usize)| {
+                // MPI 4.1 §12.3.4: integers, logicals and bytes, which
+                // compare bit for bit (a float's -0.0 and 0.0 would not).
                 let basic = element
                     .basic()
-                    .filter(|b| b.size() == size && 2 * size == filled)
+                    .filter(|b| b.size() == size && 2 * size == filled && b.is_integer())
                     .ok_or_else(|| {
                         Error::new(
                             ErrorClass::Type,
                             format!(
-                                "compare_and_swap takes one element of a basic type, not {}",
+                                "compare_and_swap takes one element of an integer type, not {}",
                                 element.name()
                             ),
                         )
@@ -1874,12 +1908,22 @@ impl<'a> Window<'a> {
         let result = (|| {
             Window::check_assert(assert, MODE_NOCHECK)?;
             let ranks = self.ranks_of(group)?;
-            if self.epochs_now().access.is_some() {
+            // MPI 4.1 §12.5: a window's access epochs at a process are
+            // disjoint.
+            let epochs = self.epochs_now();
+            if epochs.access.is_some() {
                 return Err(Error::new(
                     ErrorClass::RmaSync,
-                    "start while an access epoch is open",
+                    "start while a start epoch is open",
                 ));
             }
+            if epochs.lock_all.is_some() || self.access.any(Access::HELD) {
+                return Err(Error::new(
+                    ErrorClass::RmaSync,
+                    "start while a lock or lock_all is open: unlock first",
+                ));
+            }
+            drop(epochs);
             crate::progress_until(|d| {
                 let mut state = self.shared.state();
                 if ranks.iter().all(|&r| state.posts[r] > 0) {
@@ -2033,8 +2077,10 @@ impl<'a> Window<'a> {
         self.access.claim(rank, record).map_err(|byte| {
             let open = if byte & Access::HELD != 0 {
                 "it is already locked by this process: unlock it first"
-            } else {
+            } else if byte & Access::ALL != 0 {
                 "lock_all is open: end it by unlock_all first"
+            } else {
+                "a start epoch is open: end it by complete first"
             };
             Error::new(
                 ErrorClass::RmaSync,
@@ -2115,6 +2161,12 @@ impl<'a> Window<'a> {
                     return Err(Error::new(
                         ErrorClass::RmaSync,
                         "lock_all while lock_all is open",
+                    ));
+                }
+                if epochs.access.is_some() {
+                    return Err(Error::new(
+                        ErrorClass::RmaSync,
+                        "lock_all while a start epoch is open: end it by complete first",
                     ));
                 }
                 epochs.lock_all = Some(take);

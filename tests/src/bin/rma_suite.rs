@@ -1587,10 +1587,19 @@ fn attributes(world: &Communicator) -> Result<()> {
         Window::allocate(world, 8, 8, &bad).map(drop),
         ErrorClass::InfoValue,
         "a bad hint",
-    )
+    )?;
+    let mut bad = Info::new();
+    bad.set("accumulate_ordering", "raw,wow")?;
+    expect_class(
+        Window::allocate(world, 8, 8, &bad).map(drop),
+        ErrorClass::InfoValue,
+        "an accumulate_ordering that is not some of rar, raw, war and waw",
+    )?;
+    let mut some = Info::new();
+    some.set("accumulate_ordering", "rar, waw")?;
+    Window::allocate(world, 8, 8, &some)?.free()
 }
 
-/// The error classes of bad calls; the window works afterwards.
 /// `lock_race`: see the module docs.
 fn lock_race(world: &Communicator, n: usize) -> Result<()> {
     const THREADS: usize = 4;
@@ -1725,6 +1734,7 @@ fn lock_race(world: &Communicator, n: usize) -> Result<()> {
     window.free()
 }
 
+/// The error classes of bad calls; the window works afterwards.
 fn errors(world: &Communicator) -> Result<()> {
     let size = world.size();
     let window = returning(Window::allocate(world, 64, 8, &Info::new()))?;
@@ -1782,6 +1792,14 @@ fn errors(world: &Communicator) -> Result<()> {
         window.accumulate(&[1.0f64][..], 0, 0, SystemOperation::bitwise_or()),
         ErrorClass::Op,
         "bitwise or of f64",
+    )?;
+    // Integers only (MPI 4.1 §12.3.4): a float compares by value, not bit
+    // for bit as the swap does.
+    let mut old_f = 0.0f64;
+    expect_class(
+        window.compare_and_swap(&1.0f64, &-0.0f64, &mut old_f, 0, 0),
+        ErrorClass::Type,
+        "compare_and_swap of f64",
     )?;
     expect_class(
         window.accumulate(&[1u64][..], 0, 0, SystemOperation::max_loc()),
@@ -2360,9 +2378,39 @@ fn epochs(world: &Communicator) -> Result<()> {
         ErrorClass::RmaSync,
         "a put to a rank outside the start group",
     )?;
+    // A window's access epochs at a process are disjoint (MPI 4.1
+    // §12.5): no lock or lock_all while a start epoch is open, of its
+    // group's ranks or another's.
+    for target in [right, rank] {
+        expect_class(
+            window.lock(LockType::Shared, target as i32, 0),
+            ErrorClass::RmaSync,
+            "a lock while a start epoch is open",
+        )?;
+    }
+    expect_class(
+        window.lock_all(0),
+        ErrorClass::RmaSync,
+        "lock_all while a start epoch is open",
+    )?;
     window.put(&[7u64][..], right as i32, 0)?;
     window.complete()?;
     window.wait()?;
+    // Nor a start while a lock or lock_all is open.
+    window.lock(LockType::Shared, rank as i32, 0)?;
+    expect_class(
+        window.start(&to_right, 0),
+        ErrorClass::RmaSync,
+        "a start while a lock is open",
+    )?;
+    window.unlock(rank as i32)?;
+    window.lock_all(MODE_NOCHECK)?;
+    expect_class(
+        window.start(&to_right, 0),
+        ErrorClass::RmaSync,
+        "a start while lock_all is open",
+    )?;
+    window.unlock_all()?;
     window.read_local(0, &mut mine)?;
     same(&mine, &[7], "the left neighbour's put")?;
     // Every operation on PROC_NULL, in a fence epoch: nothing changes,
@@ -3502,6 +3550,15 @@ fn deferred_placed(world: &Communicator) -> Result<()> {
             .map(|i| (i.wrapping_mul(31) ^ seed) as u8 | 1)
             .collect()
     };
+    // The attached memory is the window's while it lives: rank 0 reads
+    // and clears it by one-sided calls to itself.
+    let read_own = |len: usize| -> Result<Vec<u8>> {
+        let mut got = vec![0u8; len];
+        window.lock(LockType::Shared, 0, 0)?;
+        window.get(&mut got[..], 0, base)?;
+        window.unlock(0)?;
+        Ok(got)
+    };
     for (round, &len) in sizes.iter().enumerate() {
         world.barrier()?;
         let theirs = pattern(len, round);
@@ -3511,7 +3568,7 @@ fn deferred_placed(world: &Communicator) -> Result<()> {
                 // 2 is done.
                 world.process_at_rank(2).receive::<u8>()?;
                 same(
-                    &region[..len],
+                    &read_own(len)?,
                     &theirs[..],
                     &format!("the window after rank 2's put of {len} bytes"),
                 )?;
@@ -3560,12 +3617,14 @@ fn deferred_placed(world: &Communicator) -> Result<()> {
             0 => {
                 world.process_at_rank(2).receive::<u8>()?;
                 same(
-                    &region[..len],
+                    &read_own(len)?,
                     &again[..],
                     &format!("the window after an uncontended put of {len} bytes"),
                 )?;
                 // Untouched again for the next round's check.
-                region.fill(0);
+                window.lock(LockType::Exclusive, 0, 0)?;
+                window.put(&vec![0u8; len][..], 0, base)?;
+                window.unlock(0)?;
             }
             2 => {
                 window.lock(LockType::Exclusive, 0, 0)?;
