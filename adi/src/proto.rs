@@ -84,7 +84,7 @@ pub const HEADER_LEN: usize = 56;
 /// First two bytes of every packet ("OX" little-endian).
 pub const MAGIC: u16 = 0x584f;
 /// Version of the packet format; peers of another version are refused.
-pub const VERSION: u8 = 10;
+pub const VERSION: u8 = 11;
 /// Flag of an [`Kind::Eager`] or [`Kind::Rts`] packet: a synchronous send,
 /// which completes only once a receive matched it. For an eager message the
 /// receiver answers the match with [`Kind::SyncAck`]; a rendezvous is

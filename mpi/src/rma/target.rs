@@ -54,8 +54,8 @@
 
 use super::path::{await_grant, Target};
 use super::wire::{
-    set_data_len, AccumulateOp, AccumulateType, Kind, Message, FLAG_BY_MESSAGE, FLAG_EXCLUSIVE,
-    FLAG_FETCH, FLAG_LAYOUT, HEADER,
+    count_one_more, is_counted_reply, set_data_len, AccumulateOp, AccumulateType, Kind, Message,
+    FLAG_BY_MESSAGE, FLAG_EXCLUSIVE, FLAG_FETCH, FLAG_LAYOUT, HEADER,
 };
 use crate::{context, progress_until, with_device, Error, ErrorClass, Result};
 use oxmpi_adi::device::{
@@ -768,6 +768,10 @@ pub(crate) struct Handler {
     /// windows' context ids: answered, and the messages behind them
     /// handled, before the next message ([`Handler::serve_granted`]).
     granted: VecDeque<(u32, LockRequest)>,
+    /// Where in `replies` the last counted reply begins: the operations
+    /// without a token that follow it add to its count while it ends the
+    /// replies ([`Handler::answer_counted`]).
+    counted_at: Option<usize>,
 }
 
 impl ActiveMessageHandler for Handler {
@@ -786,7 +790,7 @@ impl ActiveMessageHandler for Handler {
             // refused: answered as a put in a batch is, counted. Held
             // back, it is such a put now.
             match &placed.landing {
-                Landing::InPlace => Message::new(Kind::Reply, 0).append_to(&mut self.replies),
+                Landing::InPlace => self.answer_counted(),
                 Landing::Refused(e) => refuse(&mut self.replies, 0, e),
                 Landing::Held => return self.put_held(to, placed.key, &message.payload),
             }
@@ -827,6 +831,21 @@ impl ActiveMessageHandler for Handler {
 }
 
 impl Handler {
+    /// Answers one more operation without a token (a put, an accumulate
+    /// without result): by the counted reply that ends the replies, if
+    /// one does, else by a new one. A window of 64 puts of 8 bytes was
+    /// answered by 64 replies, each handled at its origin in turn.
+    fn answer_counted(&mut self) {
+        if let Some(at) = self.counted_at {
+            if at + HEADER == self.replies.len() && is_counted_reply(&self.replies[at..]) {
+                count_one_more(&mut self.replies[at..]);
+                return;
+            }
+        }
+        self.counted_at = Some(self.replies.len());
+        Message::reply(0).append_to(&mut self.replies);
+    }
+
     /// Makes `replies` answer `to` (a peer and window context id),
     /// sending first what they hold for another.
     fn answer(&mut self, device: &mut Device, to: (PeerRank, u32)) {
@@ -844,7 +863,7 @@ impl Handler {
         while let Some((context_id, request)) = self.granted.pop_front() {
             let to = (request.peer, context_id);
             self.answer(device, to);
-            Message::new(Kind::Reply, request.token).append_to(&mut self.replies);
+            Message::reply(request.token).append_to(&mut self.replies);
             if request.behind.is_empty() {
                 continue;
             }
@@ -873,6 +892,7 @@ impl Handler {
         }
         let sent = device.send_active_message(peer, context_id, &[&self.replies]);
         self.replies.clear();
+        self.counted_at = None;
         sent
     }
 
@@ -916,19 +936,38 @@ impl Handler {
                 drop(state);
                 self.by_message(device, (peer, context_id), (shared, from), &m, at)
             }
+            // A counted operation (a put, an accumulate without result)
+            // adds to the counted reply the batch's answers end with.
+            Kind::Put | Kind::Accumulate if m.token == 0 => {
+                match apply(&mut state.memory, &m, &mut self.replies) {
+                    Ok(()) => self.answer_counted(),
+                    Err(e) => refuse(&mut self.replies, 0, &e),
+                }
+                Ok(())
+            }
             Kind::Put | Kind::Get | Kind::Accumulate | Kind::CompareAndSwap => {
                 apply_answered(&mut state.memory, &m, &mut self.replies);
                 Ok(())
             }
             Kind::Reply | Kind::Refused if m.token == 0 => {
-                if state.counted[from] == 0 {
+                // A counted reply answers `disp` operations, a refusal one.
+                let answered = match m.kind {
+                    Kind::Reply => m.disp,
+                    _ => 1,
+                };
+                let sent = state.counted[from];
+                if answered == 0 || answered > sent as u64 {
                     return Err(Error::new(
                         ErrorClass::ProcFailed,
-                        format!("rank {peer} answered more operations than were sent to it"),
+                        format!(
+                            "rank {peer} answered {answered} operations where {sent} were sent \
+                             to it"
+                        ),
                     ));
                 }
-                state.counted[from] -= 1;
-                state.outstanding[from] -= 1;
+                let answered = answered as usize;
+                state.counted[from] -= answered;
+                state.outstanding[from] -= answered;
                 if m.kind == Kind::Refused {
                     state.errors.push(refusal(from, &m));
                     shared.errors_recorded.store(true, Ordering::Release);
@@ -1023,7 +1062,7 @@ impl Handler {
             }
             Kind::Unlock => {
                 state.lock.release(peer)?;
-                Message::new(Kind::Reply, m.token).append_to(&mut self.replies);
+                Message::reply(m.token).append_to(&mut self.replies);
                 let granted = state.lock.grant();
                 self.granted
                     .extend(granted.into_iter().map(|r| (context_id, r)));
@@ -1174,7 +1213,7 @@ impl Then {
                 device.complete_generalized(request, error);
             }
             Then::Landed { len, .. } => match status.error.clone().or_else(|| short(len)) {
-                None => Message::new(Kind::Reply, 0).append_to(replies),
+                None => Message::reply(0).append_to(replies),
                 Some(e) => refuse(replies, 0, &e),
             },
             Then::Reaped => {}
@@ -1734,7 +1773,7 @@ fn class_of(code: u8) -> ErrorClass {
 /// `replies`: its reply, with its result, or its refusal.
 fn apply_answered(memory: &mut Memory, m: &Message<'_>, replies: &mut Vec<u8>) {
     let at = replies.len();
-    Message::new(Kind::Reply, m.token).append_to(replies);
+    Message::reply(m.token).append_to(replies);
     match apply(memory, m, replies) {
         Ok(()) => set_data_len(&mut replies[at..]),
         Err(e) => {
@@ -2039,6 +2078,47 @@ mod tests {
             m.op = Some(SystemOperation::sum().into());
         }
         m.encode()
+    }
+
+    /// Counted operations add to the counted reply that ends the
+    /// replies; any other answer after it starts a new one.
+    #[test]
+    fn counted_operations_share_the_counted_reply_that_ends_the_answers() {
+        let mut handler = super::Handler::default();
+        let answers = |handler: &super::Handler| {
+            let mut rest = &handler.replies[..];
+            let mut seen = Vec::new();
+            while !rest.is_empty() {
+                let (m, after) = Message::split(rest).unwrap();
+                seen.push((m.kind, m.token, m.disp));
+                rest = after;
+            }
+            seen
+        };
+        for _ in 0..3 {
+            handler.answer_counted();
+        }
+        assert_eq!(answers(&handler), [(Kind::Reply, 0, 3)]);
+        Message::reply(7).append_to(&mut handler.replies);
+        handler.answer_counted();
+        assert_eq!(
+            answers(&handler),
+            [
+                (Kind::Reply, 0, 3),
+                (Kind::Reply, 7, 0),
+                (Kind::Reply, 0, 1)
+            ]
+        );
+        // Sent: the next batch's answers start afresh, whatever lies
+        // where the last counted reply was.
+        handler.replies.clear();
+        handler.counted_at = None;
+        Message::reply(9).append_to(&mut handler.replies);
+        handler.answer_counted();
+        assert_eq!(
+            answers(&handler),
+            [(Kind::Reply, 9, 0), (Kind::Reply, 0, 1)]
+        );
     }
 
     #[test]

@@ -330,6 +330,16 @@ pub(crate) struct Message<'p> {
 }
 
 impl<'p> Message<'p> {
+    /// The reply that answers the operation `token`, no data yet; with
+    /// token 0 a counted reply, which answers as many operations without
+    /// a token (puts, accumulates) as its `disp` says ([`count_one_more`]):
+    /// one here.
+    pub(crate) fn reply(token: u64) -> Message<'p> {
+        let mut m = Message::new(Kind::Reply, token);
+        m.disp = u64::from(token == 0);
+        m
+    }
+
     /// A message of `kind` with every field zero and no data.
     pub(crate) fn new(kind: Kind, token: u64) -> Message<'p> {
         Message {
@@ -541,6 +551,19 @@ impl<'p> Message<'p> {
 pub(crate) fn set_data_len(encoded: &mut [u8]) {
     let len = (encoded.len() - HEADER) as u64;
     encoded[24..32].copy_from_slice(&len.to_le_bytes());
+}
+
+/// Whether `encoded` starts with a counted reply ([`Message::reply`] of
+/// token 0), whose count [`count_one_more`] may raise.
+pub(crate) fn is_counted_reply(encoded: &[u8]) -> bool {
+    encoded.len() >= HEADER && encoded[0] == Kind::Reply as u8 && encoded[8..16] == [0; 8]
+}
+
+/// Adds one to the count of the counted reply encoded at the start of
+/// `encoded` ([`is_counted_reply`]): it answers one more operation.
+pub(crate) fn count_one_more(encoded: &mut [u8]) {
+    let count = u64_at(encoded, 16) + 1;
+    encoded[16..24].copy_from_slice(&count.to_le_bytes());
 }
 
 /// The little-endian u64 at `at` in `bytes` (at least `at + 8` long).
@@ -913,7 +936,7 @@ mod tests {
     #[test]
     fn data_written_after_a_header_gets_its_length() {
         let mut reply = Vec::new();
-        Message::new(Kind::Reply, 9).append_to(&mut reply);
+        Message::reply(9).append_to(&mut reply);
         reply.extend_from_slice(&[5; 12]);
         set_data_len(&mut reply);
         let m = Message::decode(&reply).unwrap();

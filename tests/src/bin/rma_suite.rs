@@ -63,7 +63,10 @@
 //! index) and over 1 MiB, against a reference; `MPI_MINLOC` on
 //! `MPI_INT`, `MPI_SUM` on pairs and mixed types refused),
 //! `synchronization` (the calls no other check makes, each where doing
-//! nothing would show: `flush_all` completes puts to every target, read
+//! nothing would show, but for two that cannot be shown here: `sync`, a
+//! memory fence in the unified model, whose absence x86-64's ordered
+//! loads never reveal, and `flush_local` on shared memory, where an
+//! `rget` is complete when it returns: `flush_all` completes puts to every target, read
 //! after a barrier with the epoch still open, and reports the puts past
 //! every target's region of a dynamic window; `flush_local` and
 //! `flush_local_all` complete `rget`s; `test` polls a post until the
