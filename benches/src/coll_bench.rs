@@ -30,7 +30,7 @@
 
 use crate::buffers::{check_messages, fill_pattern, AlignedBuf};
 use crate::cli::{Benchmark, Options};
-use crate::report::StdoutReport;
+use crate::report::{record_rank_mean, StdoutReport};
 use oxmpi::collective::SystemOperation;
 use oxmpi::{Color, Communicator};
 
@@ -92,16 +92,7 @@ pub fn run(world: &Communicator, benchmark: Benchmark, options: &Options) -> Res
         data.check(benchmark, size, rank, ranks)
             .map_err(|e| format!("{}, {size} bytes: {e}", benchmark.name()))?;
         let mean_us = seconds * 1e6 / iterations as f64;
-        let root = world.process_at_rank(0);
-        if let Some(report) = &mut report {
-            let mut sum = 0.0f64;
-            root.reduce_into_root(&mean_us, &mut sum, SystemOperation::sum())
-                .map_err(mpi("reducing the times"))?;
-            report.record(size, &[sum / ranks as f64])?;
-        } else {
-            root.reduce_into(&mean_us, SystemOperation::sum())
-                .map_err(mpi("reducing the times"))?;
-        }
+        record_rank_mean(world, report.as_mut(), size, mean_us)?;
     }
     world.barrier().map_err(mpi("barrier at the end"))?;
     if let Some(report) = report {

@@ -270,6 +270,31 @@ pub fn json_string(text: &str) -> String {
     s
 }
 
+/// Records, for `size`, the mean over the ranks of `world` of each
+/// rank's `mean_us`: rank 0, whose `report` it is, reduces the others'
+/// into it; every other rank (no report) sends its own. Collective.
+pub fn record_rank_mean(
+    world: &oxmpi::Communicator,
+    report: Option<&mut StdoutReport>,
+    size: usize,
+    mean_us: f64,
+) -> Result<(), String> {
+    use oxmpi::collective::SystemOperation;
+    let reducing = |e: oxmpi::Error| format!("reducing the times: {e}");
+    let root = world.process_at_rank(0);
+    match report {
+        Some(report) => {
+            let mut sum = 0.0f64;
+            root.reduce_into_root(&mean_us, &mut sum, SystemOperation::sum())
+                .map_err(reducing)?;
+            report.record(size, &[sum / f64::from(world.size())])
+        }
+        None => root
+            .reduce_into(&mean_us, SystemOperation::sum())
+            .map_err(reducing),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

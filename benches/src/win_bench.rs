@@ -22,8 +22,7 @@
 
 use crate::buffers::AlignedBuf;
 use crate::cli::{Options, WindowFlavor};
-use crate::report::StdoutReport;
-use oxmpi::collective::SystemOperation;
+use crate::report::{record_rank_mean, StdoutReport};
 use oxmpi::rma::{CreateFlavor, Window};
 use oxmpi::{Communicator, Info};
 
@@ -72,16 +71,7 @@ pub fn run(world: &Communicator, options: &Options) -> Result<(), String> {
         })
         .map_err(|e| format!("win_create, {size} bytes: {e}"))?;
         let mean_us = seconds * 1e6 / iterations as f64;
-        let root = world.process_at_rank(0);
-        if let Some(report) = &mut report {
-            let mut sum = 0.0f64;
-            root.reduce_into_root(&mean_us, &mut sum, SystemOperation::sum())
-                .map_err(mpi("reducing the times"))?;
-            report.record(size, &[sum / ranks as f64])?;
-        } else {
-            root.reduce_into(&mean_us, SystemOperation::sum())
-                .map_err(mpi("reducing the times"))?;
-        }
+        record_rank_mean(world, report.as_mut(), size, mean_us)?;
     }
     world.barrier().map_err(mpi("barrier at the end"))?;
     if let Some(report) = report {
